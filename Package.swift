@@ -1,0 +1,97 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "Tandem",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "tandem", targets: ["tandem"]),
+        .executable(name: "tandem-bench", targets: ["tandem-bench"]),
+        .library(name: "TandemProtocol", targets: ["TandemProtocol"]),
+        .library(name: "TandemNode", targets: ["TandemNode"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CSodium",
+            pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]
+        ),
+        .target(name: "Sodium", dependencies: ["CSodium"]),
+        .target(
+            name: "TandemProtocol",
+            dependencies: [
+                "Sodium",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ]
+        ),
+        .target(
+            name: "TandemStore",
+            dependencies: [
+                "TandemProtocol",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ]
+        ),
+        .target(
+            name: "TandemNode",
+            dependencies: [
+                "Sodium",
+                "TandemProtocol",
+                "TandemStore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .executableTarget(
+            name: "tandem",
+            dependencies: [
+                "TandemNode",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "tandem-bench",
+            dependencies: [
+                "TandemNode",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        // libFuzzer entry points; built only by `make fuzz` with -sanitize=fuzzer.
+        .executableTarget(
+            name: "tandem-fuzz",
+            dependencies: ["TandemProtocol"]
+        ),
+        .testTarget(
+            name: "SodiumTests",
+            dependencies: ["Sodium"]
+        ),
+        .testTarget(
+            name: "TandemProtocolTests",
+            dependencies: [
+                "TandemProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "TandemNodeTests",
+            dependencies: [
+                "TandemNode",
+                "tandem",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+    ]
+)

@@ -1,0 +1,225 @@
+import NIOCore
+import Sodium
+
+/// Message types carried in the envelope's type field (Protocol/README.md, "Message types").
+public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+
+    public static let error = MessageType(rawValue: 0x0001)
+    public static let ping = MessageType(rawValue: 0x0002)
+    public static let pong = MessageType(rawValue: 0x0003)
+
+    /// Types this implementation understands.
+    public static let known: Set<MessageType> = [.error, .ping, .pong]
+
+    public var description: String {
+        switch self {
+        case .error: return "ERROR"
+        case .ping: return "PING"
+        case .pong: return "PONG"
+        default: return "0x" + hexString([UInt8(rawValue >> 8), UInt8(rawValue & 0xff)])
+        }
+    }
+}
+
+/// A 16-byte random message id.
+public struct MessageID: Hashable, Sendable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    public init(bytes: [UInt8]) {
+        precondition(bytes.count == 16)
+        self.bytes = bytes
+    }
+
+    public static func random() -> MessageID {
+        MessageID(bytes: Sodium.randomBytes(16))
+    }
+
+    public var description: String { hexString(bytes) }
+}
+
+/// Why an envelope could not be read or was refused. `code` is what the sender is told.
+public struct FrameRejection: Error, CustomStringConvertible, Equatable, Sendable {
+    public let code: Tandem_V1_ErrorCode
+    public let detail: String
+    /// What could be read of the offending frame, for the error reply.
+    public var messageID: MessageID?
+    public var author: [UInt8]?
+    public var type: MessageType?
+
+    public init(_ code: Tandem_V1_ErrorCode, _ detail: String,
+                messageID: MessageID? = nil, author: [UInt8]? = nil, type: MessageType? = nil) {
+        self.code = code
+        self.detail = detail
+        self.messageID = messageID
+        self.author = author
+        self.type = type
+    }
+
+    public var description: String { "\(code): \(detail)" }
+}
+
+/// A signed envelope: the body of a Tandem frame.
+///
+/// ```
+/// 0   u8    version (1)
+/// 1   u16   type
+/// 3   16    message id
+/// 19  32    author Ed25519 public key
+/// 51  32    recipient Ed25519 public key
+/// 83  u64   created_at, ms since the Unix epoch
+/// 91  u32   payload length P
+/// 95  P     payload (protobuf)
+/// 95+P 64   Ed25519 signature over "tandem-frame-v1\0" ‖ bytes [0, 95+P)
+/// ```
+/// The envelope keeps the exact bytes it was read from, so it verifies after storing or forwarding.
+public struct Envelope: Sendable, Equatable {
+    public static let headerLength = 95
+    public static let signatureLength = 64
+    public static let minimumLength = headerLength + signatureLength
+    public static let signingDomain: [UInt8] = Array("tandem-frame-v1".utf8) + [0]
+
+    public let version: UInt8
+    public let type: MessageType
+    public let messageID: MessageID
+    public let author: [UInt8]
+    public let recipient: [UInt8]
+    public let createdAt: UInt64
+    public let payload: [UInt8]
+    public let signature: [UInt8]
+    /// The envelope exactly as carried (without the 4-byte length prefix).
+    public let bytes: [UInt8]
+
+    /// Builds and signs a new envelope.
+    public static func sign(type: MessageType, messageID: MessageID = .random(), author: SigningKeyPair,
+                            recipient: [UInt8], createdAt: UInt64, payload: [UInt8]) -> Envelope {
+        precondition(recipient.count == 32)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(minimumLength + payload.count)
+        bytes.append(TandemConstants.protocolVersion)
+        appendBigEndian(&bytes, type.rawValue)
+        bytes.append(contentsOf: messageID.bytes)
+        bytes.append(contentsOf: author.publicKey)
+        bytes.append(contentsOf: recipient)
+        appendBigEndian(&bytes, createdAt)
+        appendBigEndian(&bytes, UInt32(payload.count))
+        bytes.append(contentsOf: payload)
+        let signature = author.sign(signingDomain + bytes)
+        bytes.append(contentsOf: signature)
+        return Envelope(version: TandemConstants.protocolVersion, type: type, messageID: messageID,
+                        author: author.publicKey, recipient: recipient, createdAt: createdAt,
+                        payload: payload, signature: signature, bytes: bytes)
+    }
+
+    private init(version: UInt8, type: MessageType, messageID: MessageID, author: [UInt8], recipient: [UInt8],
+                 createdAt: UInt64, payload: [UInt8], signature: [UInt8], bytes: [UInt8]) {
+        self.version = version
+        self.type = type
+        self.messageID = messageID
+        self.author = author
+        self.recipient = recipient
+        self.createdAt = createdAt
+        self.payload = payload
+        self.signature = signature
+        self.bytes = bytes
+    }
+
+    /// Reads the layout of an envelope (no signature check). Throws `UNSUPPORTED_VERSION` when the
+    /// version byte is not 1 (nothing else is interpreted then) and `MALFORMED` when the layout
+    /// does not add up.
+    public static func parse(_ bytes: [UInt8]) throws -> Envelope {
+        guard let version = bytes.first else {
+            throw FrameRejection(.malformed, "empty envelope")
+        }
+        guard version == TandemConstants.protocolVersion else {
+            throw FrameRejection(.unsupportedVersion, "envelope version \(version) is not supported (this node speaks 1)")
+        }
+        guard bytes.count >= minimumLength else {
+            throw FrameRejection(.malformed, "envelope of \(bytes.count) bytes is shorter than the minimum \(minimumLength)")
+        }
+        let type = MessageType(rawValue: readBigEndian(bytes, at: 1, as: UInt16.self))
+        let messageID = MessageID(bytes: Array(bytes[3..<19]))
+        let author = Array(bytes[19..<51])
+        let payloadLength = Int(readBigEndian(bytes, at: 91, as: UInt32.self))
+        guard payloadLength == bytes.count - minimumLength else {
+            throw FrameRejection(.malformed,
+                                 "payload length \(payloadLength) does not match the envelope length \(bytes.count)",
+                                 messageID: messageID, author: author, type: type)
+        }
+        return Envelope(
+            version: version, type: type, messageID: messageID, author: author,
+            recipient: Array(bytes[51..<83]),
+            createdAt: readBigEndian(bytes, at: 83, as: UInt64.self),
+            payload: Array(bytes[headerLength..<(headerLength + payloadLength)]),
+            signature: Array(bytes[(headerLength + payloadLength)...]),
+            bytes: bytes)
+    }
+
+    /// True when the author's signature covers the envelope exactly as carried.
+    public var hasValidSignature: Bool {
+        let signedCount = bytes.count - Self.signatureLength
+        var input = Self.signingDomain
+        input.reserveCapacity(input.count + signedCount)
+        input.append(contentsOf: bytes[0..<signedCount])
+        return Ed25519.verify(signature: signature, message: input, publicKey: author)
+    }
+
+    /// The bytes that are signed: the domain tag and the envelope before the signature.
+    public var signingInput: [UInt8] {
+        Self.signingDomain + bytes[0..<(bytes.count - Self.signatureLength)]
+    }
+
+    /// The frame on the wire: `u32` BE length, then the envelope.
+    public var frameBytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(4 + bytes.count)
+        appendBigEndian(&out, UInt32(bytes.count))
+        out.append(contentsOf: bytes)
+        return out
+    }
+
+    /// Appends the frame (length prefix and envelope) to a buffer.
+    public func writeFrame(to buffer: inout ByteBuffer) {
+        buffer.writeInteger(UInt32(bytes.count))
+        buffer.writeBytes(bytes)
+    }
+}
+
+@inline(__always)
+func appendBigEndian<T: FixedWidthInteger>(_ bytes: inout [UInt8], _ value: T) {
+    var v = value.bigEndian
+    withUnsafeBytes(of: &v) { bytes.append(contentsOf: $0) }
+}
+
+@inline(__always)
+func readBigEndian<T: FixedWidthInteger>(_ bytes: [UInt8], at offset: Int, as: T.Type) -> T {
+    var v: T = 0
+    for i in 0..<MemoryLayout<T>.size {
+        v = (v << 8) | T(bytes[offset + i])
+    }
+    return v
+}
+
+/// Splits a byte stream into envelopes. The `u32` length is checked against the limit as soon
+/// as its four bytes are here, before any of the body is buffered.
+public struct FrameDecoder {
+    public let maximumEnvelopeLength: Int
+
+    public init(maximumEnvelopeLength: Int = TandemConstants.maximumEnvelopeLength) {
+        precondition(maximumEnvelopeLength >= Envelope.minimumLength || maximumEnvelopeLength >= 1)
+        self.maximumEnvelopeLength = min(maximumEnvelopeLength, TandemConstants.maximumEnvelopeLength)
+    }
+
+    /// The next envelope's bytes, or nil when more bytes are needed (nothing consumed then).
+    /// Throws `FRAME_TOO_LARGE` for a length above the limit; the connection must close.
+    public func read(_ buffer: inout ByteBuffer) throws -> [UInt8]? {
+        guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt32.self) else { return nil }
+        guard length <= UInt32(maximumEnvelopeLength) else {
+            throw FrameRejection(.frameTooLarge, "frame of \(length) bytes exceeds the limit of \(maximumEnvelopeLength)")
+        }
+        guard buffer.readableBytes >= 4 + Int(length) else { return nil }
+        buffer.moveReaderIndex(forwardBy: 4)
+        return buffer.readBytes(length: Int(length))!
+    }
+}
