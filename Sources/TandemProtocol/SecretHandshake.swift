@@ -273,11 +273,12 @@ public struct SecretHandshake {
 
     static let zeroNonce = [UInt8](repeating: 0, count: 24)
 
-    /// Each side encrypts with the key bound to the *remote* long-term key and the nonce taken
-    /// from the *remote* ephemeral HMAC, and decrypts with its own.
+    /// `secret` is sha256(K ‖ ab ‖ aB ‖ Ab), the key that boxed message 4. Each side encrypts with
+    /// sha256(sha256(secret) ‖ remote long-term key) and the nonce taken from the *remote*
+    /// ephemeral HMAC, and decrypts with its own (Protocol/README.md, "Box-stream keys").
     static func sessionKeys(secret: [UInt8], localPublic: [UInt8], remotePublic: [UInt8],
                             localHMAC: [UInt8], remoteHMAC: [UInt8]) -> SessionKeys {
-        let base = Hash.sha256(Hash.sha256(secret))
+        let base = Hash.sha256(secret)
         return SessionKeys(
             encryptKey: Hash.sha256(base, remotePublic),
             encryptNonce: Array(remoteHMAC[0..<24]),

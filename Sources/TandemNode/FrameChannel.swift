@@ -1,0 +1,313 @@
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOExtras
+import Sodium
+import TandemProtocol
+
+/// Counters a node keeps about its transport; read by logs, `tandem` status and tests.
+public final class TransportMetrics: Sendable {
+    public struct Snapshot: Sendable, Codable, Equatable {
+        public var handshakesStarted = 0
+        public var handshakesSucceeded = 0
+        public var handshakesFailed = 0
+        public var streamsFailed = 0
+        public var framesAccepted = 0
+        /// Rejected frames by error code name (e.g. "BAD_SIGNATURE").
+        public var framesRejected: [String: Int] = [:]
+    }
+
+    private let box = NIOLockedValueBox(Snapshot())
+
+    public init() {}
+
+    public var snapshot: Snapshot { box.withLockedValue { $0 } }
+
+    func handshakeStarted() { box.withLockedValue { $0.handshakesStarted += 1 } }
+    func handshakeSucceeded() { box.withLockedValue { $0.handshakesSucceeded += 1 } }
+    func handshakeFailed() { box.withLockedValue { $0.handshakesFailed += 1 } }
+    func streamFailed() { box.withLockedValue { $0.streamsFailed += 1 } }
+    func frameAccepted() { box.withLockedValue { $0.framesAccepted += 1 } }
+    func frameRejected(_ code: Tandem_V1_ErrorCode) {
+        box.withLockedValue { $0.framesRejected[code.name, default: 0] += 1 }
+    }
+}
+
+extension Tandem_V1_ErrorCode {
+    /// The name used in Protocol/README.md and in logs.
+    public var name: String {
+        switch self {
+        case .unspecified: return "UNSPECIFIED"
+        case .unsupportedVersion: return "UNSUPPORTED_VERSION"
+        case .unknownType: return "UNKNOWN_TYPE"
+        case .badSignature: return "BAD_SIGNATURE"
+        case .wrongRecipient: return "WRONG_RECIPIENT"
+        case .replayed: return "REPLAYED"
+        case .fromTheFuture: return "FROM_THE_FUTURE"
+        case .malformed: return "MALFORMED"
+        case .frameTooLarge: return "FRAME_TOO_LARGE"
+        case .stale: return "STALE"
+        case .UNRECOGNIZED(let n): return "UNRECOGNIZED_\(n)"
+        }
+    }
+}
+
+/// Splits the plaintext stream into envelope bytes; the size limit is applied to the length
+/// field before any body byte is kept.
+public struct FrameByteDecoder: ByteToMessageDecoder {
+    public typealias InboundOut = [UInt8]
+    let decoder: FrameDecoder
+
+    public init(maximumEnvelopeLength: Int) {
+        decoder = FrameDecoder(maximumEnvelopeLength: maximumEnvelopeLength)
+    }
+
+    public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let envelope = try decoder.read(&buffer) else { return .needMoreData }
+        context.fireChannelRead(wrapInboundOut(envelope))
+        return .continue
+    }
+
+    public mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        while try decode(context: context, buffer: &buffer) == .continue {}
+        return .needMoreData
+    }
+}
+
+/// Writes envelopes as frames (u32 length, envelope).
+public struct FrameByteEncoder: MessageToByteEncoder {
+    public typealias OutboundIn = Envelope
+    public init() {}
+    public func encode(data: Envelope, out: inout ByteBuffer) throws {
+        data.writeFrame(to: &out)
+    }
+}
+
+/// Wall-clock milliseconds since the Unix epoch.
+public func wallClockMilliseconds() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The verification rules shared by all of a node's connections (one replay cache per node).
+public final class FrameGate: Sendable {
+    private let verifier: NIOLockedValueBox<FrameVerifier>
+    public let metrics: TransportMetrics
+    public let clock: @Sendable () -> UInt64
+
+    public init(localPublicKey: [UInt8], metrics: TransportMetrics, replayCapacity: Int = 100_000,
+                clock: @escaping @Sendable () -> UInt64 = wallClockMilliseconds) {
+        self.verifier = NIOLockedValueBox(FrameVerifier(localPublicKey: localPublicKey,
+                                                        replayCache: ReplayCache(capacity: replayCapacity)))
+        self.metrics = metrics
+        self.clock = clock
+    }
+
+    /// Checks an envelope. The signature is checked outside the lock; the replay cache inside.
+    public func verify(_ bytes: [UInt8]) -> Result<Envelope, FrameRejection> {
+        let now = clock()
+        let result = verifier.withLockedValue { $0.verify(bytes, now: now) }
+        switch result {
+        case .success: metrics.frameAccepted()
+        case .failure(let r): metrics.frameRejected(r.code)
+        }
+        return result
+    }
+
+    public func count(_ rejection: FrameRejection) {
+        metrics.frameRejected(rejection.code)
+    }
+}
+
+/// What the application above a peer link sees.
+public protocol PeerLinkDelegate: AnyObject, Sendable {
+    /// The link is authenticated; `send` may be used from now on.
+    func linkEstablished(_ link: PeerLink)
+    /// A frame that passed every rule and is not handled by the link itself (ping is).
+    func link(_ link: PeerLink, received envelope: Envelope)
+    /// The peer answered with an ERROR frame.
+    func link(_ link: PeerLink, receivedError error: Tandem_V1_Error, envelope: Envelope)
+    func linkClosed(_ link: PeerLink, error: Error?)
+}
+
+extension PeerLinkDelegate {
+    public func linkEstablished(_ link: PeerLink) {}
+    public func link(_ link: PeerLink, received envelope: Envelope) {}
+    public func link(_ link: PeerLink, receivedError error: Tandem_V1_Error, envelope: Envelope) {}
+    public func linkClosed(_ link: PeerLink, error: Error?) {}
+}
+
+/// An authenticated, encrypted connection to one peer, carrying signed frames.
+public final class PeerLink: Sendable {
+    public let channel: Channel
+    public let identity: SigningKeyPair
+    private let remote = NIOLockedValueBox<[UInt8]?>(nil)
+
+    init(channel: Channel, identity: SigningKeyPair) {
+        self.channel = channel
+        self.identity = identity
+    }
+
+    /// The peer's proven key (nil before the handshake finishes).
+    public var remotePublicKey: [UInt8]? { remote.withLockedValue { $0 } }
+    func setRemote(_ key: [UInt8]) { remote.withLockedValue { $0 = key } }
+
+    /// Signs and sends a message to the link peer.
+    @discardableResult
+    public func send(type: MessageType, payload: [UInt8], messageID: MessageID = .random(),
+                     createdAt: UInt64 = wallClockMilliseconds()) -> EventLoopFuture<Void> {
+        guard let recipient = remotePublicKey else {
+            return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
+        }
+        let env = Envelope.sign(type: type, messageID: messageID, author: identity, recipient: recipient,
+                                createdAt: createdAt, payload: payload)
+        return channel.writeAndFlush(env)
+    }
+
+    /// Sends an envelope as it is (already signed, perhaps by someone else).
+    @discardableResult
+    public func send(_ envelope: Envelope, flush: Bool = true) -> EventLoopFuture<Void> {
+        flush ? channel.writeAndFlush(envelope) : channel.write(envelope)
+    }
+
+    public func close() {
+        channel.close(promise: nil)
+    }
+}
+
+/// The top of a link's pipeline: applies the receiver rules, answers rejections with typed ERROR
+/// frames, answers PING with PONG, and hands everything else to the delegate.
+final class PeerLinkHandler: ChannelInboundHandler {
+    typealias InboundIn = [UInt8]
+    typealias OutboundOut = Envelope
+
+    let link: PeerLink
+    let gate: FrameGate
+    let delegate: PeerLinkDelegate?
+    let logger: Logger
+    private var closedError: Error?
+
+    init(link: PeerLink, gate: FrameGate, delegate: PeerLinkDelegate?, logger: Logger) {
+        self.link = link
+        self.gate = gate
+        self.delegate = delegate
+        self.logger = logger
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let established = event as? SecureChannelEstablished {
+            link.setRemote(established.remotePublicKey)
+            delegate?.linkEstablished(link)
+        } else if event is ChannelShouldQuiesceEvent {
+            // Graceful shutdown: close, which says box-stream goodbye.
+            context.close(promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let bytes = unwrapInboundIn(data)
+        guard let peer = link.remotePublicKey else { return }
+        switch gate.verify(bytes) {
+        case .failure(let rejection):
+            logger.info("frame rejected", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
+            if let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock()) {
+                context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+            }
+        case .success(let envelope):
+            handle(envelope, context: context)
+        }
+    }
+
+    private func handle(_ envelope: Envelope, context: ChannelHandlerContext) {
+        switch envelope.type {
+        case .ping:
+            guard let ping = try? Tandem_V1_Ping(serializedBytes: envelope.payload) else {
+                reject(.malformed, "PING payload is not a tandem.v1.Ping", envelope, context)
+                return
+            }
+            var pong = Tandem_V1_Pong()
+            pong.nonce = ping.nonce
+            pong.pingSentAtMs = ping.sentAtMs
+            pong.receivedAtMs = gate.clock()
+            let reply = Envelope.sign(type: .pong, author: link.identity, recipient: envelope.author,
+                                      createdAt: gate.clock(), payload: (try? pong.serializedBytes()) ?? [])
+            context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+            delegate?.link(link, received: envelope)
+        case .error:
+            if let error = try? Tandem_V1_Error(serializedBytes: envelope.payload) {
+                logger.info("peer reported an error", metadata: ["code": "\(error.code.name)", "detail": "\(error.detail)"])
+                delegate?.link(link, receivedError: error, envelope: envelope)
+            }
+        default:
+            delegate?.link(link, received: envelope)
+        }
+    }
+
+    private func reject(_ code: Tandem_V1_ErrorCode, _ detail: String, _ envelope: Envelope, _ context: ChannelHandlerContext) {
+        let rejection = FrameRejection(code, detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
+        gate.count(rejection)
+        if let peer = link.remotePublicKey,
+           let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock()) {
+            context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        if let rejection = error as? FrameRejection {
+            // Oversized frame: say why, then close before buffering the body.
+            gate.count(rejection)
+            logger.notice("frame rejected, closing connection", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
+            if let peer = link.remotePublicKey,
+               let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock()) {
+                context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+            }
+        }
+        closedError = closedError ?? error
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        delegate?.linkClosed(link, error: closedError)
+        context.fireChannelInactive()
+    }
+}
+
+/// Builds a link's pipeline: secure channel, frame decoder/encoder, link handler.
+public enum PeerPipeline {
+    public struct Options: Sendable {
+        public var maximumEnvelopeLength = TandemConstants.maximumEnvelopeLength
+        public var handshakeTimeout: TimeAmount = .seconds(TandemConstants.handshakeTimeoutSeconds)
+        public var networkKey = TandemConstants.networkKey
+        public init() {}
+    }
+
+    /// Adds the handlers; `serverPublicKey` nil makes the server side.
+    @discardableResult
+    public static func configure(channel: Channel, identity: SigningKeyPair, serverPublicKey: [UInt8]?,
+                                 gate: FrameGate, delegate: PeerLinkDelegate?, options: Options,
+                                 logger: Logger) throws -> PeerLink {
+        let secure: SecureChannelHandler
+        if let serverPublicKey {
+            secure = SecureChannelHandler(client: identity, serverPublicKey: serverPublicKey, networkKey: options.networkKey,
+                                          handshakeTimeout: options.handshakeTimeout, metrics: gate.metrics, logger: logger)
+        } else {
+            secure = SecureChannelHandler(server: identity, networkKey: options.networkKey,
+                                          handshakeTimeout: options.handshakeTimeout, metrics: gate.metrics, logger: logger)
+        }
+        let link = PeerLink(channel: channel, identity: identity)
+        let sync = channel.pipeline.syncOperations
+        try sync.addHandler(secure)
+        try sync.addHandler(ByteToMessageHandler(FrameByteDecoder(maximumEnvelopeLength: options.maximumEnvelopeLength)))
+        try sync.addHandler(MessageToByteHandler(FrameByteEncoder()))
+        try sync.addHandler(PeerLinkHandler(link: link, gate: gate, delegate: delegate, logger: logger))
+        return link
+    }
+}

@@ -1,0 +1,64 @@
+import Foundation
+import Logging
+
+/// A swift-log backend writing one line per record to stderr: logfmt (`ts=… level=… msg="…" k=v`)
+/// for people, or JSON objects for machines.
+public struct StructuredLogHandler: LogHandler {
+    public enum Format: String, Sendable, CaseIterable {
+        case text
+        case json
+    }
+
+    public var metadata: Logger.Metadata = [:]
+    public var logLevel: Logger.Level
+    private let label: String
+    private let format: Format
+
+    public init(label: String, format: Format, level: Logger.Level) {
+        self.label = label
+        self.format = format
+        self.logLevel = level
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?,
+                    source: String, file: String, function: String, line: UInt) {
+        var all = metadata
+        if let explicit { all.merge(explicit) { $1 } }
+        let ts = Self.timestamp()
+        var out: String
+        switch format {
+        case .text:
+            out = "ts=\(ts) level=\(level) logger=\(label) msg=\(Self.quote(message.description))"
+            for (k, v) in all.sorted(by: { $0.key < $1.key }) { out += " \(k)=\(Self.quote(v.description))" }
+        case .json:
+            var obj: [String: String] = ["ts": ts, "level": level.rawValue, "logger": label, "msg": message.description]
+            for (k, v) in all { obj[k] = v.description }
+            let data = (try? JSONSerialization.data(withJSONObject: obj, options: [.sortedKeys])) ?? Data()
+            out = String(decoding: data, as: UTF8.self)
+        }
+        out += "\n"
+        FileHandle.standardError.write(Data(out.utf8))
+    }
+
+    static func quote(_ s: String) -> String {
+        if !s.isEmpty, s.allSatisfy({ $0.isLetter || $0.isNumber || "-_./:@[]".contains($0) }) { return s }
+        return "\"" + s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            .replacingOccurrences(of: "\n", with: "\\n") + "\""
+    }
+
+    static func timestamp() -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return f.string(from: Date())
+    }
+}
+
+/// Writes a line to stdout at once (unbuffered), so scripts reading a pipe see it immediately.
+public func output(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}

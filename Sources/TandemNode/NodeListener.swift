@@ -1,0 +1,141 @@
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOExtras
+import NIOPosix
+import ServiceLifecycle
+import Sodium
+import TandemProtocol
+
+/// Where a node listens and how its links behave.
+public struct NodeConfiguration: Sendable {
+    public var host: String = "0.0.0.0"
+    public var port: Int = TandemConstants.defaultPort
+    public var link = PeerPipeline.Options()
+    public var replayCapacity = 100_000
+    public init() {}
+
+    /// Parses "host:port", ":port", "port" or "[v6]:port".
+    public static func parseHostPort(_ text: String, defaultHost: String = "0.0.0.0") throws -> (String, Int) {
+        var host = defaultHost
+        var portText = text
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { throw TandemError("malformed address '\(text)': expected [v6]:port", exitCode: TandemError.usageExitCode) }
+            host = String(text[text.index(after: text.startIndex)..<close])
+            let rest = text[text.index(after: close)...]
+            guard rest.hasPrefix(":") else { throw TandemError("malformed address '\(text)': expected [v6]:port", exitCode: TandemError.usageExitCode) }
+            portText = String(rest.dropFirst())
+        } else if let colon = text.lastIndex(of: ":") {
+            let h = String(text[..<colon])
+            if !h.isEmpty { host = h }
+            portText = String(text[text.index(after: colon)...])
+        }
+        guard let port = Int(portText), (0...65535).contains(port) else {
+            throw TandemError("malformed address '\(text)': the port must be a number from 0 to 65535", exitCode: TandemError.usageExitCode)
+        }
+        return (host, port)
+    }
+}
+
+/// The node's TCP listener: every accepted connection runs the Secret Handshake as server,
+/// then carries signed frames. A `Service` of the node's service group.
+public final class NodeListener: Service, Sendable {
+    private let identity: SigningKeyPair
+    private let configuration: NodeConfiguration
+    private let gate: FrameGate
+    private let delegate: PeerLinkDelegate?
+    private let group: EventLoopGroup
+    private let logger: Logger
+    private let bound: EventLoopPromise<SocketAddress>
+
+    public init(identity: SigningKeyPair, configuration: NodeConfiguration, gate: FrameGate,
+                delegate: PeerLinkDelegate?, group: EventLoopGroup, logger: Logger) {
+        self.identity = identity
+        self.configuration = configuration
+        self.gate = gate
+        self.delegate = delegate
+        self.group = group
+        self.logger = logger
+        self.bound = group.next().makePromise()
+    }
+
+    deinit {
+        // A listener that never ran must not leave its promise dangling (a completed promise ignores this).
+        bound.fail(TandemError("the listener was never started"))
+    }
+
+    /// The address actually bound (useful with port 0).
+    public var boundAddress: SocketAddress {
+        get async throws { try await bound.futureResult.get() }
+    }
+
+    public func run() async throws {
+        let quiesce = ServerQuiescingHelper(group: group)
+        let identity = identity, gate = gate, delegate = delegate, options = configuration.link, logger = logger
+        let channel: Channel
+        do {
+            channel = try await ServerBootstrap(group: group)
+                .serverChannelOption(.backlog, value: 256)
+                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .serverChannelInitializer { ch in
+                    ch.eventLoop.makeCompletedFuture {
+                        try ch.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: ch))
+                    }
+                }
+                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelInitializer { ch in
+                    ch.eventLoop.makeCompletedFuture {
+                        try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: nil, gate: gate,
+                                                   delegate: delegate, options: options, logger: logger)
+                    }
+                }
+                .bind(host: configuration.host, port: configuration.port).get()
+        } catch {
+            let e = TandemError("cannot listen on \(configuration.host):\(configuration.port): \(describe(error))")
+            bound.fail(e)
+            throw e
+        }
+        let address = channel.localAddress!
+        bound.succeed(address)
+        logger.info("listening", metadata: ["address": "\(address.hostPort)", "id": "\(NodeID(publicKey: identity.publicKey))"])
+
+        try await withGracefulShutdownHandler {
+            try await withTaskCancellationHandler {
+                try await channel.closeFuture.get()
+            } onCancel: {
+                channel.close(promise: nil)
+            }
+        } onGracefulShutdown: {
+            logger.info("shutting down listener")
+            quiesce.initiateShutdown(promise: nil)
+        }
+        logger.info("listener stopped")
+    }
+}
+
+/// Describes a socket error in a short phrase.
+func describe(_ error: Error) -> String {
+    if let io = error as? IOError {
+        switch io.errnoCode {
+        case ECONNREFUSED: return "connection refused"
+        case EADDRINUSE: return "address already in use"
+        case EACCES: return "permission denied"
+        case EHOSTUNREACH, ENETUNREACH: return "host unreachable"
+        case EADDRNOTAVAIL: return "address not available"
+        default: return "\(io)"
+        }
+    }
+    if let connect = error as? NIOConnectionError {
+        if let first = connect.connectionErrors.first { return describe(first.error) }
+        if connect.dnsAAAAError != nil || connect.dnsAError != nil { return "cannot resolve \(connect.host)" }
+        return "cannot connect"
+    }
+    if error is ChannelError, case ChannelError.connectTimeout = error { return "connection timed out" }
+    return "\(error)"
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif

@@ -1,0 +1,247 @@
+import Logging
+import NIOCore
+import Sodium
+import TandemProtocol
+
+/// Fired through the pipeline once the Secret Handshake has finished.
+public struct SecureChannelEstablished: Sendable {
+    /// The peer's long-term key, proven by the handshake.
+    public let remotePublicKey: [UInt8]
+}
+
+/// Why a secure channel was closed early.
+public struct SecureChannelError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// Moves bytes between the socket and the handshake / box-stream machines. Below it: ciphertext;
+/// above it: plaintext. It holds no protocol logic of its own.
+public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    public typealias InboundIn = ByteBuffer
+    public typealias InboundOut = ByteBuffer
+    public typealias OutboundIn = ByteBuffer
+    public typealias OutboundOut = ByteBuffer
+
+    /// Bytes a peer may send before the handshake finishes (the client's two messages plus the
+    /// box-stream that may follow in the same segment).
+    static let maximumHandshakeBuffer = 64 * 1024
+
+    private enum State {
+        case handshaking(SecretHandshake)
+        case established(BoxStreamEncoder, BoxStreamDecoder)
+        case closed
+    }
+
+    private var state: State
+    private let isClient: Bool
+    private var inbound: ByteBuffer?
+    private var pendingWrites: [(ByteBuffer, EventLoopPromise<Void>?)] = []
+    private var timeout: Scheduled<Void>?
+    private let handshakeTimeout: TimeAmount
+    private let metrics: TransportMetrics
+    private let logger: Logger
+    private var started = false
+
+    public init(client identity: SigningKeyPair, serverPublicKey: [UInt8],
+                networkKey: [UInt8] = TandemConstants.networkKey,
+                handshakeTimeout: TimeAmount = .seconds(TandemConstants.handshakeTimeoutSeconds),
+                metrics: TransportMetrics, logger: Logger) {
+        self.state = .handshaking(SecretHandshake(clientIdentity: identity, serverPublicKey: serverPublicKey,
+                                                  networkKey: networkKey))
+        self.isClient = true
+        self.handshakeTimeout = handshakeTimeout
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    public init(server identity: SigningKeyPair, networkKey: [UInt8] = TandemConstants.networkKey,
+                handshakeTimeout: TimeAmount = .seconds(TandemConstants.handshakeTimeoutSeconds),
+                metrics: TransportMetrics, logger: Logger) {
+        self.state = .handshaking(SecretHandshake(serverIdentity: identity, networkKey: networkKey))
+        self.isClient = false
+        self.handshakeTimeout = handshakeTimeout
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    public func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { start(context: context) }
+    }
+
+    public func channelActive(context: ChannelHandlerContext) {
+        start(context: context)
+        context.fireChannelActive()
+    }
+
+    private func start(context: ChannelHandlerContext) {
+        guard !started else { return }
+        started = true
+        metrics.handshakeStarted()
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        timeout = context.eventLoop.scheduleTask(in: handshakeTimeout) {
+            let (handler, context) = loopBound.value
+            if case .handshaking = handler.state {
+                handler.fail(context: context, reason: "handshake did not finish within \(handler.handshakeTimeout.nanoseconds / 1_000_000_000) s", isHandshake: true)
+            }
+        }
+        if isClient, case .handshaking(var hs) = state, let first = hs.start() {
+            state = .handshaking(hs)
+            context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(bytes: first)), promise: nil)
+        }
+    }
+
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var incoming = unwrapInboundIn(data)
+        if inbound == nil {
+            inbound = incoming
+        } else {
+            inbound!.writeBuffer(&incoming)
+        }
+        process(context: context)
+    }
+
+    private func process(context: ChannelHandlerContext) {
+        while true {
+            switch state {
+            case .closed:
+                inbound = nil
+                return
+            case .handshaking(var hs):
+                guard var buffer = inbound else { return }
+                if buffer.readableBytes > Self.maximumHandshakeBuffer {
+                    fail(context: context, reason: "peer sent too much data during the handshake", isHandshake: true)
+                    return
+                }
+                let action: SecretHandshake.Action
+                do {
+                    action = try hs.receive(&buffer)
+                } catch {
+                    inbound = nil
+                    fail(context: context, reason: "\(error)", isHandshake: true)
+                    return
+                }
+                inbound = buffer
+                switch action {
+                case .needMoreData:
+                    state = .handshaking(hs)
+                    return
+                case .send(let bytes):
+                    state = .handshaking(hs)
+                    context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(bytes: bytes)), promise: nil)
+                case .complete(let send, let keys):
+                    if let send {
+                        context.write(wrapOutboundOut(context.channel.allocator.buffer(bytes: send)), promise: nil)
+                    }
+                    timeout?.cancel()
+                    timeout = nil
+                    state = .established(BoxStreamEncoder(key: keys.encryptKey, nonce: keys.encryptNonce),
+                                         BoxStreamDecoder(key: keys.decryptKey, nonce: keys.decryptNonce))
+                    metrics.handshakeSucceeded()
+                    let queued = pendingWrites
+                    pendingWrites = []
+                    for (buf, promise) in queued { sealAndWrite(context: context, buf, promise: promise) }
+                    context.flush()
+                    context.fireUserInboundEventTriggered(SecureChannelEstablished(remotePublicKey: keys.remotePublicKey))
+                }
+            case .established(let enc, var dec):
+                guard var buffer = inbound, buffer.readableBytes > 0 else { return }
+                let message: BoxStreamDecoder.Message?
+                do {
+                    message = try dec.read(&buffer)
+                } catch {
+                    inbound = nil
+                    fail(context: context, reason: "\(error)", isHandshake: false)
+                    return
+                }
+                inbound = buffer.readableBytes > 0 ? buffer : nil
+                state = .established(enc, dec)
+                switch message {
+                case .none:
+                    if var b = inbound { b.discardReadBytes(); inbound = b }
+                    return
+                case .goodbye:
+                    logger.debug("peer said goodbye")
+                    state = .closed
+                    inbound = nil
+                    context.close(promise: nil)
+                    return
+                case .data(let plain):
+                    context.fireChannelRead(wrapInboundOut(plain))
+                }
+            }
+        }
+    }
+
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let buf = unwrapOutboundIn(data)
+        switch state {
+        case .handshaking:
+            pendingWrites.append((buf, promise))
+        case .established:
+            sealAndWrite(context: context, buf, promise: promise)
+        case .closed:
+            promise?.fail(ChannelError.ioOnClosedChannel)
+        }
+    }
+
+    private func sealAndWrite(context: ChannelHandlerContext, _ plaintext: ByteBuffer, promise: EventLoopPromise<Void>?) {
+        guard case .established(var enc, let dec) = state else {
+            promise?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
+        var out = context.channel.allocator.buffer(capacity: plaintext.readableBytes + 34 * (plaintext.readableBytes / 4096 + 1))
+        enc.seal(plaintext, into: &out)
+        state = .established(enc, dec)
+        context.write(wrapOutboundOut(out), promise: promise)
+    }
+
+    /// Closing a channel whose stream is established says goodbye first.
+    public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        if case .established(var enc, let dec) = state, mode != .input {
+            var out = context.channel.allocator.buffer(capacity: 34)
+            enc.goodbye(into: &out)
+            state = .established(enc, dec)
+            context.writeAndFlush(wrapOutboundOut(out), promise: nil)
+            state = .closed
+        }
+        if mode == .all { state = .closed }
+        context.close(mode: mode, promise: promise)
+    }
+
+    public func channelInactive(context: ChannelHandlerContext) {
+        timeout?.cancel()
+        timeout = nil
+        if case .handshaking = state {
+            metrics.handshakeFailed()
+            logger.info("connection closed during the handshake", metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
+            let error = SecureChannelError(description: "the peer closed the connection during the handshake (wrong ID, wrong network, or not a Tandem node)")
+            state = .closed
+            failPending(error)
+            context.fireErrorCaught(error)
+        }
+        state = .closed
+        failPending(ChannelError.ioOnClosedChannel)
+        context.fireChannelInactive()
+    }
+
+    private func failPending(_ error: Error) {
+        let queued = pendingWrites
+        pendingWrites = []
+        for (_, p) in queued { p?.fail(error) }
+    }
+
+    /// Logs once, counts, closes. Never replies to a failed handshake.
+    private func fail(context: ChannelHandlerContext, reason: String, isHandshake: Bool) {
+        if case .closed = state { return }
+        state = .closed
+        timeout?.cancel()
+        timeout = nil
+        if isHandshake { metrics.handshakeFailed() } else { metrics.streamFailed() }
+        logger.notice(isHandshake ? "handshake failed, connection dropped" : "box-stream failed, connection dropped",
+                      metadata: ["reason": "\(reason)", "peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
+        let error = SecureChannelError(description: (isHandshake ? "handshake failed: " : "secure stream failed: ") + reason)
+        failPending(error)
+        context.fireErrorCaught(error)
+        context.close(promise: nil)
+    }
+}

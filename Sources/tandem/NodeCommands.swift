@@ -1,0 +1,126 @@
+import ArgumentParser
+import Foundation
+import Logging
+import TandemNode
+import TandemProtocol
+
+struct Node: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run this node in the foreground (Ctrl-C or SIGTERM stops it gracefully).",
+        discussion: "Listens on TCP port \(TandemConstants.defaultPort) by default. Logs go to stderr, one record per line.")
+
+    @OptionGroup var common: CommonOptions
+
+    @Option(help: ArgumentHelp("Address to listen on: host:port, :port or [v6]:port.", valueName: "host:port"))
+    var listen: String = "0.0.0.0:\(TandemConstants.defaultPort)"
+
+    @Option(help: "Log format: text (logfmt) or json.")
+    var logFormat: String = "text"
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String = "info"
+
+    @Option(help: ArgumentHelp("Largest frame accepted, in bytes (at most 1048576).", valueName: "bytes"))
+    var maxFrame: Int = TandemConstants.maximumEnvelopeLength
+
+    @Option(help: ArgumentHelp("Read the identity passphrase from this file.", valueName: "file"))
+    var passphraseFile: String?
+
+    func validate() throws {
+        guard StructuredLogHandler.Format(rawValue: logFormat) != nil else {
+            throw ValidationError("--log-format must be text or json")
+        }
+        guard Logger.Level(rawValue: logLevel) != nil else {
+            throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical")
+        }
+        guard (Envelope.minimumLength...TandemConstants.maximumEnvelopeLength).contains(maxFrame) else {
+            throw ValidationError("--max-frame must be between \(Envelope.minimumLength) and \(TandemConstants.maximumEnvelopeLength)")
+        }
+    }
+
+    func run() async throws {
+        let dir = common.dataDirectory
+        let identity = try IdentityFile.load(from: dir, passphrase: try Passphrase.forLoading(dir, file: passphraseFile))
+        let format = StructuredLogHandler.Format(rawValue: logFormat)!
+        let level = Logger.Level(rawValue: logLevel)!
+        LoggingSystem.bootstrap { StructuredLogHandler(label: $0, format: format, level: level) }
+        let logger = Logger(label: "tandem.node")
+        var config = NodeConfiguration()
+        (config.host, config.port) = try NodeConfiguration.parseHostPort(listen)
+        config.link.maximumEnvelopeLength = maxFrame
+        let node = NodeRuntime(identity: identity, configuration: config, logger: logger)
+        try await node.run()
+        logger.info("node stopped")
+    }
+}
+
+struct Ping: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Connect to a node, prove both identities, exchange signed ping/pong frames.",
+        discussion: "Exits 4 when the node cannot be reached, 5 when the handshake fails (wrong ID or not a Tandem node), 6 on timeout.")
+
+    @OptionGroup var common: CommonOptions
+
+    @Argument(help: ArgumentHelp("The node's address.", valueName: "host:port"))
+    var address: String
+
+    @Argument(help: ArgumentHelp("The node's Tandem ID (tdm1…).", valueName: "ID"))
+    var id: String
+
+    @Option(name: .shortAndLong, help: "How many pings to send.")
+    var count: Int = 1
+
+    @Option(help: ArgumentHelp("Seconds to wait for each answer.", valueName: "seconds"))
+    var timeout: Int = 10
+
+    @Option(help: ArgumentHelp("Read the identity passphrase from this file.", valueName: "file"))
+    var passphraseFile: String?
+
+    func validate() throws {
+        guard count >= 1, count <= 100_000 else { throw ValidationError("--count must be between 1 and 100000") }
+        guard timeout >= 1 else { throw ValidationError("--timeout must be at least 1 second") }
+    }
+
+    func run() async throws {
+        let remote: NodeID
+        do {
+            remote = NodeID(publicKey: try NodeID.parse(id))
+        } catch {
+            throw TandemError("'\(id)' is not a Tandem ID: \(error)", exitCode: TandemError.usageExitCode)
+        }
+        let (host, port) = try NodeConfiguration.parseHostPort(address, defaultHost: "127.0.0.1")
+        guard port != 0 else { throw TandemError("the address needs a port", exitCode: TandemError.usageExitCode) }
+        let dir = common.dataDirectory
+        let identity = try IdentityFile.load(from: dir, passphrase: try Passphrase.forLoading(dir, file: passphraseFile))
+        var logger = Logger(label: "tandem.ping")
+        logger.logLevel = .critical
+        var config = NodeConfiguration()
+        config.host = "127.0.0.1"
+        let node = NodeRuntime(identity: identity, configuration: config, logger: logger)
+        let (link, waiter) = try await node.connect(host: host, port: port, to: remote)
+        defer { link.close() }
+        var rtts: [Double] = []
+        for i in 1...count {
+            let (rtt, _) = try await waiter.ping(timeout: .seconds(Int64(timeout)))
+            let ms = Double(rtt.components.seconds) * 1000 + Double(rtt.components.attoseconds) / 1e15
+            rtts.append(ms)
+            if !common.json {
+                output("pong from \(remote.short)… at \(host):\(port): seq=\(i) time=\(String(format: "%.3f", ms)) ms")
+            }
+        }
+        if common.json {
+            printJSON(["id": remote.canonical, "address": "\(host):\(port)", "count": rtts.count,
+                       "rtt_ms": rtts, "min_ms": rtts.min()!, "max_ms": rtts.max()!,
+                       "avg_ms": rtts.reduce(0, +) / Double(rtts.count)])
+        }
+    }
+}
+
+struct Demo: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run two throwaway nodes on loopback and narrate what they do.")
+
+    func run() async throws {
+        try await DemoScenario.run { line in output(line) }
+    }
+}

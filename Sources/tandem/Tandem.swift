@@ -1,0 +1,66 @@
+import ArgumentParser
+import Foundation
+import TandemNode
+
+@main
+struct Tandem: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tandem",
+        abstract: "Tandem: focus with friends, peer to peer.",
+        discussion: """
+        A Tandem node holds your identity and talks to your friends' nodes over authenticated,
+        encrypted links. Start with `tandem init`, then run `tandem node`.
+
+        Exit codes: 0 ok, 1 error, 2 usage, 3 not initialised, 4 peer unreachable,
+        5 authentication failed (wrong ID, network or passphrase), 6 timed out.
+        """,
+        version: TandemVersion.string,
+        subcommands: [Init.self, ID.self, Node.self, Ping.self, Demo.self]
+    )
+
+    /// Runs the command; every failure becomes one line on stderr and an exit code.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch let error as TandemError {
+            FileHandle.standardError.write(Data("tandem: error: \(error.message)\n".utf8))
+            Foundation.exit(error.exitCode)
+        } catch {
+            let code = exitCode(for: error)
+            if code == .success || code.rawValue == 0 {
+                // --help, --version: ArgumentParser's own output.
+                exit(withError: error)
+            }
+            let message = fullMessage(for: error).split(separator: "\n").first.map(String.init) ?? "\(error)"
+            let trimmed = message.hasPrefix("Error: ") ? String(message.dropFirst(7)) : message
+            FileHandle.standardError.write(Data("tandem: error: \(trimmed) (see `tandem --help`)\n".utf8))
+            Foundation.exit(code.rawValue == 64 ? TandemError.usageExitCode : code.rawValue)
+        }
+    }
+}
+
+enum TandemVersion {
+    static let string = "0.1.0"
+}
+
+/// Flags every command shares.
+struct CommonOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The node's data directory (default: $TANDEM_HOME or ~/.tandem).", valueName: "path"))
+    var dataDir: String?
+
+    @Flag(name: .long, help: "Print machine-readable JSON instead of text.")
+    var json = false
+
+    var dataDirectory: DataDirectory { DataDirectory(explicit: dataDir) }
+}
+
+/// Prints a JSON object on stdout (sorted keys, one line).
+func printJSON(_ object: [String: Any]) {
+    let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+    output(String(decoding: data, as: UTF8.self))
+}
