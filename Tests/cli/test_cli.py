@@ -1,0 +1,181 @@
+"""Real `tandem` processes on loopback, driven through the CLI as a user's script would."""
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import time
+
+from clihelpers import TANDEM, Node, free_port, run, wait_listening
+
+
+def one_line_error(proc):
+    """Bad input: one clear line on stderr, no stack trace."""
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, f"expected one stderr line, got: {proc.stderr!r}"
+    assert lines[0].startswith("tandem: error: "), lines[0]
+    assert "Backtrac" not in proc.stderr and "Fatal error" not in proc.stderr
+    return lines[0]
+
+
+def test_two_nodes_ping_each_other(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    out = run("ping", "--data-dir", alice.data_dir, bob.address, bob.id, "--count", "3", "--json")
+    result = json.loads(out.stdout)
+    assert result["id"] == bob.id
+    assert result["count"] == 3 and len(result["rtt_ms"]) == 3
+    assert all(0 < r < 5000 for r in result["rtt_ms"])
+    back = run("ping", "--data-dir", bob.data_dir, alice.address, alice.id)
+    assert "pong from" in back.stdout and "seq=1" in back.stdout
+    # Graceful shutdown on SIGTERM and SIGINT: exit 0, nothing crashed.
+    assert alice.stop(signal.SIGTERM) == 0
+    assert bob.stop(signal.SIGINT) == 0
+
+
+def test_ping_accepts_display_form_and_case(make_node):
+    bob = make_node("bob").start()
+    alice = make_node("alice")
+    display = bob.info["display"].upper()
+    out = run("ping", "--data-dir", alice.data_dir, bob.address, display)
+    assert "seq=1" in out.stdout
+
+
+def test_ping_with_wrong_id_fails_authentication(make_node):
+    bob = make_node("bob").start()
+    alice = make_node("alice")
+    proc = run("ping", "--data-dir", alice.data_dir, bob.address, alice.id, check=False)
+    assert proc.returncode == 5
+    one_line_error(proc)
+    # The node survives and still serves a correct client.
+    assert "seq=1" in run("ping", "--data-dir", alice.data_dir, bob.address, bob.id).stdout
+
+
+def test_ping_unreachable(make_node):
+    alice = make_node("alice")
+    proc = run("ping", "--data-dir", alice.data_dir, f"127.0.0.1:{free_port()}", alice.id, check=False)
+    assert proc.returncode == 4
+    assert "connection refused" in one_line_error(proc)
+
+
+def test_malformed_id_is_a_usage_error(make_node):
+    alice = make_node("alice")
+    good = alice.id
+    typo = good[:10] + ("q" if good[10] != "q" else "p") + good[11:]
+    for bad in ["hello", typo, good[:-1], "tdm1" + "b" * 58]:
+        proc = run("ping", "--data-dir", alice.data_dir, "127.0.0.1:7810", bad, check=False)
+        assert proc.returncode == 2, (bad, proc.stderr)
+        assert "is not a Tandem ID" in one_line_error(proc)
+
+
+def test_malformed_address_is_a_usage_error(make_node):
+    alice = make_node("alice")
+    proc = run("ping", "--data-dir", alice.data_dir, "127.0.0.1:notaport", alice.id, check=False)
+    assert proc.returncode == 2
+    one_line_error(proc)
+
+
+def test_commands_without_identity(tmp_path):
+    empty = str(tmp_path / "nothing")
+    for args in (["id"], ["node", "--listen", "127.0.0.1:0"]):
+        proc = run(*args, "--data-dir", empty, check=False)
+        assert proc.returncode == 3, (args, proc.stderr)
+        assert "tandem init" in one_line_error(proc)
+
+
+def test_init_refuses_to_overwrite(tmp_path):
+    d = str(tmp_path / "n")
+    first = json.loads(run("init", "--json", "--data-dir", d).stdout)
+    proc = run("init", "--data-dir", d, check=False)
+    assert proc.returncode != 0
+    assert "already exists" in one_line_error(proc)
+    assert json.loads(run("id", "--json", "--data-dir", d).stdout)["id"] == first["id"]
+
+
+def test_key_file_is_private_and_node_refuses_loose_modes(tmp_path):
+    d = tmp_path / "n"
+    run("init", "--data-dir", str(d))
+    key = d / "identity.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    os.chmod(key, 0o644)
+    proc = run("node", "--data-dir", str(d), "--listen", "127.0.0.1:0", check=False, timeout=10)
+    assert proc.returncode != 0
+    assert "chmod 600" in one_line_error(proc)
+
+
+def test_tandem_home_environment(tmp_path):
+    home = str(tmp_path / "home")
+    run("init", env={"TANDEM_HOME": home})
+    a = json.loads(run("id", "--json", env={"TANDEM_HOME": home}).stdout)
+    b = json.loads(run("id", "--json", "--data-dir", home).stdout)
+    assert a["id"] == b["id"] and a["data_dir"] == home
+
+
+def test_passphrase_protected_identity(tmp_path):
+    d = str(tmp_path / "p")
+    pw = tmp_path / "pw"
+    pw.write_text("correct horse battery staple\n")
+    info = json.loads(run("init", "--json", "--data-dir", d, "--passphrase-file", str(pw)).stdout)
+    assert info["passphrase_protected"] is True
+    # The public ID needs no passphrase.
+    assert json.loads(run("id", "--json", "--data-dir", d).stdout)["id"] == info["id"]
+    key_text = (tmp_path / "p" / "identity.key").read_text()
+    assert '"seed"' not in key_text and "encrypted_seed" in key_text
+    # Starting the node needs it: missing, wrong, right.
+    env = {"TANDEM_PASSPHRASE": ""}
+    proc = run("node", "--data-dir", d, "--listen", "127.0.0.1:0", check=False, env=env)
+    assert proc.returncode == 5 and "passphrase" in one_line_error(proc)
+    proc = run("node", "--data-dir", d, "--listen", "127.0.0.1:0", check=False,
+               env={"TANDEM_PASSPHRASE": "wrong"})
+    assert proc.returncode == 5 and "wrong passphrase" in one_line_error(proc)
+    port = free_port()
+
+    node = subprocess.Popen([TANDEM, "node", "--data-dir", d, "--listen", f"127.0.0.1:{port}",
+                             "--passphrase-file", str(pw)], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_listening(port, node)
+        other = Node(tmp_path / "other")
+        assert "seq=1" in run("ping", "--data-dir", other.data_dir, f"127.0.0.1:{port}", info["id"]).stdout
+    finally:
+        node.terminate()
+        node.wait(timeout=10)
+
+
+def test_node_survives_garbage_and_silent_connections(make_node):
+    bob = make_node("bob").start()
+    alice = make_node("alice")
+    # Garbage: 64 bytes that are not a valid challenge, then more.
+    with socket.create_connection(("127.0.0.1", bob.port), timeout=5) as s:
+        s.sendall(os.urandom(64) + os.urandom(10_000))
+        s.settimeout(5)
+        try:
+            data = s.recv(100)
+        except ConnectionResetError:
+            data = b""
+        assert data == b"", "a node never answers a failed handshake"
+    # A truncated handshake: half a challenge, then close.
+    with socket.create_connection(("127.0.0.1", bob.port), timeout=5) as s:
+        s.sendall(os.urandom(30))
+    # Still serving.
+    assert "seq=1" in run("ping", "--data-dir", alice.data_dir, bob.address, bob.id).stdout
+
+
+def test_port_in_use(make_node):
+    bob = make_node("bob").start()
+    other = make_node("other")
+    proc = run("node", "--data-dir", other.data_dir, "--listen", bob.address, check=False, timeout=15)
+    assert proc.returncode != 0
+    assert "address already in use" in one_line_error(proc)
+
+
+def test_help_on_every_command():
+    for args in ([], ["init"], ["id"], ["node"], ["ping"], ["demo"]):
+        proc = run(*args, "--help")
+        assert "USAGE" in proc.stdout.upper(), args
+
+
+def test_demo_runs_and_cleans_up():
+    proc = run("demo", timeout=60)
+    assert "REPLAYED" in proc.stdout
+    assert "Done." in proc.stdout
