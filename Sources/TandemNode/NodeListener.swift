@@ -103,7 +103,8 @@ public final class NodeListener: Service, Sendable {
             try await withTaskCancellationHandler {
                 try await channel.closeFuture.get()
             } onCancel: {
-                channel.close(promise: nil)
+                // Cancellation shuts down like a signal does: stop accepting, tell every link to close.
+                quiesce.initiateShutdown(promise: nil)
             }
         } onGracefulShutdown: {
             logger.info("shutting down listener")

@@ -1,0 +1,173 @@
+import Logging
+import NIOCore
+import NIOPosix
+import Sodium
+import TandemProtocol
+import XCTest
+@testable import TandemNode
+
+/// In-process nodes on loopback: real sockets, real handshakes, one process.
+final class LoopbackTests: XCTestCase {
+    var logger: Logger = {
+        var l = Logger(label: "test")
+        l.logLevel = .critical
+        return l
+    }()
+
+    private func withNode<R>(handshakeTimeout: TimeAmount = .seconds(10), maxFrame: Int = TandemConstants.maximumEnvelopeLength,
+                             _ body: (NodeRuntime, Int) async throws -> R) async throws -> R {
+        var config = NodeConfiguration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        config.link.handshakeTimeout = handshakeTimeout
+        config.link.maximumEnvelopeLength = maxFrame
+        let node = NodeRuntime(identity: .generate(), configuration: config, logger: logger)
+        let task = Task { try await node.run(signals: false) }
+        defer { task.cancel() }
+        let port = try await node.listener.boundAddress.port!
+        let result = try await body(node, port)
+        task.cancel()
+        _ = await task.result
+        return result
+    }
+
+    private func client() -> NodeRuntime {
+        var config = NodeConfiguration()
+        config.host = "127.0.0.1"
+        return NodeRuntime(identity: .generate(), configuration: config, logger: logger)
+    }
+
+    /// Polls `condition` for up to `seconds`.
+    private func eventually(_ seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return condition()
+    }
+
+    func testPingPongOverAnAuthenticatedLink() async throws {
+        try await withNode { server, port in
+            let c = client()
+            let (link, waiter) = try await c.connect(host: "127.0.0.1", port: port, to: server.id)
+            XCTAssertEqual(link.remotePublicKey, server.identity.publicKey)
+            for _ in 0..<3 {
+                let (rtt, pong) = try await waiter.ping()
+                XCTAssertGreaterThan(rtt, .zero)
+                XCTAssertGreaterThan(pong.receivedAtMs, 0)
+            }
+            link.close()
+            let m = server.metrics.snapshot
+            XCTAssertEqual(m.handshakesSucceeded, 1)
+            XCTAssertEqual(m.framesAccepted, 3)
+        }
+    }
+
+    func testWrongServerKeyFailsTheHandshake() async throws {
+        try await withNode { server, port in
+            let c = client()
+            do {
+                _ = try await c.connect(host: "127.0.0.1", port: port, to: NodeID(publicKey: SigningKeyPair.generate().publicKey))
+                XCTFail("handshake with the wrong key succeeded")
+            } catch let e as TandemError {
+                XCTAssertEqual(e.exitCode, TandemError.authenticationExitCode)
+            }
+            let failed = await eventually { server.metrics.snapshot.handshakesFailed == 1 }
+            XCTAssertTrue(failed)
+        }
+    }
+
+    func testSilentConnectionIsDroppedAfterTheHandshakeTimeout() async throws {
+        try await withNode(handshakeTimeout: .milliseconds(300)) { server, port in
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(host: "127.0.0.1", port: port).get()
+            let start = ContinuousClock.now
+            try await channel.closeFuture.get()
+            let waited = ContinuousClock.now - start
+            XCTAssertGreaterThanOrEqual(waited, .milliseconds(250))
+            XCTAssertLessThan(waited, .seconds(5))
+            let failed = await eventually { server.metrics.snapshot.handshakesFailed == 1 }
+            XCTAssertTrue(failed)
+        }
+    }
+
+    func testGarbageDuringTheHandshakeIsDroppedAndCounted() async throws {
+        try await withNode { server, port in
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(host: "127.0.0.1", port: port).get()
+            try await channel.writeAndFlush(channel.allocator.buffer(bytes: Sodium.randomBytes(64))).get()
+            try await channel.closeFuture.get()
+            let failed = await eventually { server.metrics.snapshot.handshakesFailed == 1 }
+            XCTAssertTrue(failed)
+            // Still serving.
+            let (link, waiter) = try await client().connect(host: "127.0.0.1", port: port, to: server.id)
+            _ = try await waiter.ping()
+            link.close()
+        }
+    }
+
+    func testOversizedLengthClosesTheLinkBeforeTheBody() async throws {
+        try await withNode(maxFrame: 4096) { server, port in
+            let (link, _) = try await client().connect(host: "127.0.0.1", port: port, to: server.id)
+            // Below the frame encoder: a bare length prefix announcing more than the limit, no body.
+            try await link.channel.eventLoop.submit {
+                let ctx = try link.channel.pipeline.syncOperations.context(handlerType: MessageToByteHandler<FrameByteEncoder>.self)
+                var b = link.channel.allocator.buffer(capacity: 4)
+                b.writeInteger(UInt32(4097))
+                ctx.writeAndFlush(NIOAny(b), promise: nil)
+            }.get()
+            try await link.channel.closeFuture.get()
+            let counted = await eventually { server.metrics.snapshot.framesRejected["FRAME_TOO_LARGE"] == 1 }
+            XCTAssertTrue(counted)
+        }
+    }
+
+    func testRejectedFramesGetTypedErrorsAndTheLinkStaysUp() async throws {
+        try await withNode { server, port in
+            let c = client()
+            let (link, waiter) = try await c.connect(host: "127.0.0.1", port: port, to: server.id)
+            let codes = Codes()
+            waiter.onError = { codes.add($0.code) }
+            let now = wallClockMilliseconds()
+            let unknown = Envelope.sign(type: MessageType(rawValue: 0x7777), author: c.identity,
+                                        recipient: server.identity.publicKey, createdAt: now, payload: [])
+            let wrongRecipient = Envelope.sign(type: .ping, author: c.identity, recipient: c.identity.publicKey,
+                                               createdAt: now, payload: [])
+            let future = Envelope.sign(type: .ping, author: c.identity, recipient: server.identity.publicKey,
+                                       createdAt: now + 3_600_000, payload: [])
+            for env in [unknown, wrongRecipient, future, unknown] { try await link.send(env).get() }
+            let all = await eventually { codes.count == 4 }
+            XCTAssertTrue(all)
+            XCTAssertEqual(Set(codes.all), [.unknownType, .wrongRecipient, .fromTheFuture, .replayed])
+            _ = try await waiter.ping() // the link is still up
+            link.close()
+            let m = server.metrics.snapshot
+            XCTAssertEqual(m.framesRejected["UNKNOWN_TYPE"], 1)
+            XCTAssertEqual(m.framesRejected["REPLAYED"], 1)
+        }
+    }
+
+    func testGracefulShutdownSaysGoodbye() async throws {
+        var config = NodeConfiguration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        let node = NodeRuntime(identity: .generate(), configuration: config, logger: logger)
+        let task = Task { try await node.run(signals: false) }
+        let port = try await node.listener.boundAddress.port!
+        let (link, waiter) = try await client().connect(host: "127.0.0.1", port: port, to: node.id)
+        _ = try await waiter.ping()
+        task.cancel()
+        _ = await task.result
+        // The server closed the link (after a goodbye, which the client's box-stream accepts silently).
+        try await link.channel.closeFuture.get()
+    }
+}
+
+final class Codes: @unchecked Sendable {
+    private let lock = NSLock()
+    private var codes: [Tandem_V1_ErrorCode] = []
+    func add(_ c: Tandem_V1_ErrorCode) { lock.lock(); codes.append(c); lock.unlock() }
+    var all: [Tandem_V1_ErrorCode] { lock.lock(); defer { lock.unlock() }; return codes }
+    var count: Int { all.count }
+}
