@@ -82,6 +82,7 @@ let package = Package(
             name: "TandemProtocolTests",
             dependencies: [
                 "TandemProtocol",
+                "Sodium",
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
