@@ -45,6 +45,8 @@ public struct FrameRejection: Error, CustomStringConvertible, Equatable, Sendabl
     public let detail: String
     /// What could be read of the offending frame, for the error reply.
     public var messageID: MessageID?
+    /// The frame's author, set only once its signature has verified: the error reply is addressed
+    /// to it. Without it the reply goes to the link peer (Protocol/README.md, "Error replies").
     public var author: [UInt8]?
     public var type: MessageType?
 
@@ -140,15 +142,15 @@ public struct Envelope: Sendable, Equatable {
         }
         let type = MessageType(rawValue: readBigEndian(bytes, at: 1, as: UInt16.self))
         let messageID = MessageID(bytes: Array(bytes[3..<19]))
-        let author = Array(bytes[19..<51])
         let payloadLength = Int(readBigEndian(bytes, at: 91, as: UInt32.self))
         guard payloadLength == bytes.count - minimumLength else {
+            // No author: nothing has vouched for it yet, so the reply goes to the link peer.
             throw FrameRejection(.malformed,
                                  "payload length \(payloadLength) does not match the envelope length \(bytes.count)",
-                                 messageID: messageID, author: author, type: type)
+                                 messageID: messageID, type: type)
         }
         return Envelope(
-            version: version, type: type, messageID: messageID, author: author,
+            version: version, type: type, messageID: messageID, author: Array(bytes[19..<51]),
             recipient: Array(bytes[51..<83]),
             createdAt: readBigEndian(bytes, at: 83, as: UInt64.self),
             payload: Array(bytes[headerLength..<(headerLength + payloadLength)]),

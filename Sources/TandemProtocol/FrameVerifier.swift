@@ -139,7 +139,9 @@ public struct FrameVerifier: Sendable {
                                     type: envelope.type))
         }
         guard envelope.hasValidSignature else {
-            return reject(.badSignature, "signature does not verify")
+            // The author is unproven: leave it out, so the reply goes to the link peer.
+            return .failure(FrameRejection(.badSignature, "signature does not verify",
+                                           messageID: envelope.messageID, type: envelope.type))
         }
         guard envelope.recipient == localPublicKey else {
             return reject(.wrongRecipient, "frame is addressed to another node")

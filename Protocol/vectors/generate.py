@@ -1,0 +1,1066 @@
+#!/usr/bin/env python3
+"""Generates the Tandem protocol test vectors (Protocol/vectors/*.json).
+
+Independent of the Swift implementation: it uses PyNaCl (libsodium primitives only) plus the
+Python standard library (hashlib, hmac), and follows Protocol/README.md. Bech32m is written
+here from BIP-350's definition. Everything is derived from fixed labels, so two runs write the
+same bytes; `--check` fails when the files on disk differ from what would be written.
+
+    python3 Protocol/vectors/generate.py          # (re)write the vectors
+    python3 Protocol/vectors/generate.py --check  # verify the committed vectors
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import struct
+import sys
+
+import nacl.bindings as sodium
+import nacl.pwhash
+import nacl.signing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# ---------------------------------------------------------------------------------------------
+# Fixed inputs
+
+
+def label_bytes(label, n=32):
+    """Deterministic test bytes: the first n bytes of SHA-256 of a label."""
+    return hashlib.sha256(b"tandem-vectors-v1/" + label.encode()).digest()[:n]
+
+
+NETWORK_KEY_LABEL = b"tandem/network-key/v1"
+NETWORK_KEY = hashlib.blake2b(NETWORK_KEY_LABEL, digest_size=32).digest()
+# The Secure Scuttlebutt main network key, to show what a handshake from another network looks like.
+SSB_NETWORK_KEY = bytes.fromhex("d4a1cb88a66f02f8db635ce26441cc5dac1b08420ceaac230839b755845a9ffb")
+
+NOW_MS = 1767225600000  # 2026-01-01T00:00:00Z, the receiver's clock in frames.json
+MAX_SKEW_MS = 10 * 60 * 1000
+REPLAY_WINDOW_MS = 24 * 60 * 60 * 1000
+MAX_ENVELOPE = 1 << 20
+
+h = bytes.hex
+
+
+def unhex(s):
+    return bytes.fromhex(s)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bech32m (BIP-350), written from the BIP's definition.
+
+CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+BECH32_CONST = 1
+BECH32M_CONST = 0x2BC830A3
+GEN = [0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3]
+HRP = "tdm"
+SEPARATORS = [" ", "-", "_", ".", ":", "\t"]
+ID_LENGTH = 62
+
+
+def polymod(values):
+    chk = 1
+    for v in values:
+        top = chk >> 25
+        chk = ((chk & 0x1FFFFFF) << 5) ^ v
+        for i in range(5):
+            if (top >> i) & 1:
+                chk ^= GEN[i]
+    return chk
+
+
+def hrp_expand(hrp):
+    return [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
+
+
+def create_checksum(hrp, data, const):
+    pm = polymod(hrp_expand(hrp) + data + [0] * 6) ^ const
+    return [(pm >> (5 * (5 - i))) & 31 for i in range(6)]
+
+
+def convert_bits(data, frombits, tobits, pad):
+    acc, bits, out = 0, 0, []
+    maxv = (1 << tobits) - 1
+    for v in data:
+        acc = (acc << frombits) | v
+        bits += frombits
+        while bits >= tobits:
+            bits -= tobits
+            out.append((acc >> bits) & maxv)
+        acc &= (1 << bits) - 1
+    if pad:
+        if bits:
+            out.append((acc << (tobits - bits)) & maxv)
+    elif bits >= frombits or acc:
+        return None
+    return out
+
+
+def bech32_encode_values(hrp, values, const=BECH32M_CONST):
+    return hrp + "1" + "".join(CHARSET[v] for v in values + create_checksum(hrp, values, const))
+
+
+def text_id(public_key, hrp=HRP, const=BECH32M_CONST):
+    return bech32_encode_values(hrp, convert_bits(public_key, 8, 5, True), const)
+
+
+def display_id(canonical):
+    body = canonical[4:]
+    return "tdm1-" + "-".join(body[i:i + 5] for i in range(0, len(body), 5))
+
+
+def parse_id(text):
+    """Returns (key, None) or (None, reason). Mirrors Protocol/README.md, 'Text ID'."""
+    chars = []
+    for c in text:
+        if c in SEPARATORS:
+            continue
+        if ord(c) > 127:
+            return None, "non-ascii"
+        chars.append(c.lower())
+    s = "".join(chars)
+    if not s.startswith(HRP + "1"):
+        return None, "prefix"
+    if len(s) != ID_LENGTH:
+        return None, "length"
+    values = []
+    for c in s[4:]:
+        if c not in CHARSET:
+            return None, "character"
+        values.append(CHARSET.index(c))
+    if polymod(hrp_expand(HRP) + values) != BECH32M_CONST:
+        return None, "checksum"
+    key = convert_bits(values[:-6], 5, 8, False)
+    if key is None or len(key) != 32:
+        return None, "padding"
+    return bytes(key), None
+
+
+# ---------------------------------------------------------------------------------------------
+# Primitives
+
+def sha256(*parts):
+    return hashlib.sha256(b"".join(parts)).digest()
+
+
+def auth(key, msg):
+    """HMAC-SHA-512-256 as libsodium's crypto_auth: HMAC-SHA-512 truncated to 32 bytes."""
+    return hmac.new(key, msg, hashlib.sha512).digest()[:32]
+
+
+def secretbox(msg, nonce, key):
+    """XSalsa20-Poly1305, combined form: 16-byte MAC then ciphertext."""
+    out = sodium.crypto_secretbox_easy(msg, nonce, key)
+    assert len(out) == len(msg) + 16
+    return out
+
+
+class Identity:
+    def __init__(self, name, seed):
+        self.name = name
+        self.seed = seed
+        self.signing = nacl.signing.SigningKey(seed)
+        self.pk = bytes(self.signing.verify_key)
+        self.sk64 = seed + self.pk
+        self.curve_pk = sodium.crypto_sign_ed25519_pk_to_curve25519(self.pk)
+        self.curve_sk = sodium.crypto_sign_ed25519_sk_to_curve25519(self.sk64)
+        # Cross-check the conversion against its definition: clamped SHA-512(seed)[0:32].
+        d = bytearray(hashlib.sha512(seed).digest()[:32])
+        d[0] &= 248
+        d[31] &= 127
+        d[31] |= 64
+        assert bytes(d) == self.curve_sk
+        assert sodium.crypto_scalarmult_base(self.curve_sk) == self.curve_pk
+
+    def sign(self, msg):
+        return self.signing.sign(msg).signature
+
+
+IDENTITIES = {name: Identity(name, label_bytes("seed/" + name)) for name in ["alice", "bob", "carol", "dave"]}
+IDENTITIES["zero-seed"] = Identity("zero-seed", bytes(32))
+ALICE, BOB, CAROL = IDENTITIES["alice"], IDENTITIES["bob"], IDENTITIES["carol"]
+
+
+# ---------------------------------------------------------------------------------------------
+# keys.json
+
+def gen_keys():
+    keys = []
+    for ident in IDENTITIES.values():
+        canonical = text_id(ident.pk)
+        assert parse_id(canonical) == (ident.pk, None)
+        keys.append({
+            "name": ident.name,
+            "seed": h(ident.seed),
+            "ed25519_public_key": h(ident.pk),
+            "ed25519_secret_key": h(ident.sk64),
+            "x25519_public_key": h(ident.curve_pk),
+            "x25519_secret_key": h(ident.curve_sk),
+            "id": canonical,
+            "id_display": display_id(canonical),
+        })
+    return {
+        "description": "Ed25519 seeds, the key pairs libsodium derives from them (crypto_sign_seed_keypair), "
+                       "their X25519 forms (crypto_sign_ed25519_pk_to_curve25519 / _sk_to_curve25519) and text IDs. "
+                       "Seeds are SHA-256(\"tandem-vectors-v1/seed/\" + name), except zero-seed (32 zero bytes).",
+        "network_key": {
+            "derivation": "BLAKE2b-256 of the ASCII bytes, unkeyed",
+            "input": NETWORK_KEY_LABEL.decode(),
+            "key": h(NETWORK_KEY),
+        },
+        "keys": keys,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# ids.json
+
+def gen_ids():
+    valid = []
+    raw_keys = [
+        ("alice", ALICE.pk),
+        ("bob", BOB.pk),
+        ("all-zero key", bytes(32)),
+        ("all-ones key", b"\xff" * 32),
+        ("counting key", bytes(range(32))),
+    ]
+    for name, key in raw_keys:
+        canonical = text_id(key)
+        disp = display_id(canonical)
+        assert len(canonical) == ID_LENGTH and len(disp) == 74
+        variants = [
+            canonical.upper(),
+            disp,
+            disp.upper(),
+            canonical[:10].upper() + canonical[10:],
+            " ".join(canonical[i:i + 4] for i in range(0, len(canonical), 4)),
+            "_".join(canonical[i:i + 8] for i in range(0, len(canonical), 8)),
+            canonical[:4] + ":" + canonical[4:33] + "." + canonical[33:],
+            "\t" + canonical + " ",
+            "tdm1--" + canonical[4:],
+        ]
+        for v in variants:
+            assert parse_id(v) == (key, None), v
+        valid.append({
+            "name": name,
+            "public_key": h(key),
+            "id": canonical,
+            "id_display": disp,
+            "equivalent_inputs": variants,
+        })
+
+    good = text_id(ALICE.pk)
+    invalid = []
+
+    def bad(name, text, reason):
+        key, why = parse_id(text)
+        assert key is None and why == reason, (name, text, why)
+        invalid.append({"name": name, "input": text, "reason": reason})
+
+    # Every single-character substitution is caught by the checksum; list a few spread over the ID.
+    for pos in [4, 5, 20, 33, 47, 55, 61]:
+        c = good[pos]
+        repl = CHARSET[(CHARSET.index(c) + 1) % 32]
+        bad(f"substitution at {pos}", good[:pos] + repl + good[pos + 1:], "checksum")
+    # Adjacent swaps (of two different characters).
+    swaps = 0
+    for pos in range(4, ID_LENGTH - 1):
+        if good[pos] != good[pos + 1] and pos % 9 == 4:
+            t = good[:pos] + good[pos + 1] + good[pos] + good[pos + 2:]
+            bad(f"adjacent swap at {pos}", t, "checksum")
+            swaps += 1
+    assert swaps >= 4
+    # The same key with the checksum of BIP-173 bech32 instead of bech32m.
+    bad("bech32 checksum instead of bech32m", text_id(ALICE.pk, const=BECH32_CONST), "checksum")
+    # Other human-readable parts, with checksums valid for them.
+    bad("hrp tdx", text_id(ALICE.pk, hrp="tdx"), "prefix")
+    bad("hrp bc (a Bitcoin-style prefix)", text_id(ALICE.pk, hrp="bc"), "prefix")
+    bad("hrp tdm without the 1 separator", "tdm" + good[4:], "prefix")
+    # Lengths.
+    bad("one character missing", good[:30] + good[31:], "length")
+    bad("one character extra", good[:30] + "q" + good[30:], "length")
+    bad("empty", "", "prefix")
+    bad("prefix only", "tdm1", "length")
+    # Characters outside the alphabet (b, i, o, 1 are not in it) and outside ASCII.
+    for ch in ["b", "i", "o", "1"]:
+        bad(f"character '{ch}'", good[:20] + ch + good[21:], "character")
+    bad("non-ASCII character", good[:20] + "\u00e9" + good[21:], "non-ascii")
+    bad("separator not in the list (/)", good[:20] + "/" + good[20:], "length")
+    # 52 data characters carry 260 bits: the last 4 must be zero. Same key bits, padding 0001, valid checksum.
+    values = convert_bits(ALICE.pk, 8, 5, True)
+    assert values[-1] & 0x0F == 0
+    values[-1] |= 1
+    bad("non-zero padding bits", bech32_encode_values(HRP, values), "padding")
+    # A valid bech32m string of the right hrp that holds 31 bytes is also too short.
+    bad("31-byte key", text_id(ALICE.pk[:31]), "length")
+
+    return {
+        "description": "Text IDs. Each valid entry's id and every equivalent_input parse to public_key; "
+                       "id is what encoding public_key must produce, id_display its display form. "
+                       "Each invalid input must be refused; reason is informative: prefix (does not start with "
+                       "tdm1), length (not 62 characters without separators), character (not in the bech32 "
+                       "alphabet), non-ascii, checksum (bech32m checksum fails), padding (checksum fine but the "
+                       "data is not exactly a 32-byte key).",
+        "hrp": HRP,
+        "separators": SEPARATORS,
+        "valid": valid,
+        "invalid": invalid,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# handshake.json
+
+def shs_transcript(client, server, eph_a_sk, eph_b_sk, key=NETWORK_KEY, expected_server=None):
+    """The Secret Handshake between `client` and `server`. `expected_server` is the key the
+    client believes it is talking to (default: the real server)."""
+    B_pk = (expected_server or server).pk
+    B_curve = (expected_server or server).curve_pk
+    a_pk = sodium.crypto_scalarmult_base(eph_a_sk)
+    b_pk = sodium.crypto_scalarmult_base(eph_b_sk)
+    t = {}
+    # 1: client hello
+    hmac_a = auth(key, a_pk)
+    t["msg1"] = hmac_a + a_pk
+    # 2: server hello
+    hmac_b = auth(key, b_pk)
+    t["msg2"] = hmac_b + b_pk
+    # 3: client authenticate
+    ab = sodium.crypto_scalarmult(eph_a_sk, b_pk)
+    assert ab == sodium.crypto_scalarmult(eph_b_sk, a_pk)
+    aB = sodium.crypto_scalarmult(eph_a_sk, B_curve)
+    sig_a = client.sign(key + B_pk + sha256(ab))
+    key3 = sha256(key, ab, aB)
+    t["msg3"] = secretbox(sig_a + client.pk, bytes(24), key3)
+    # 4: server accept
+    Ab = sodium.crypto_scalarmult(client.curve_sk, b_pk)
+    assert Ab == sodium.crypto_scalarmult(eph_b_sk, client.curve_pk)
+    key4 = sha256(key, ab, aB, Ab)
+    sig_b = server.sign(key + sig_a + client.pk + sha256(ab))
+    t["msg4"] = secretbox(sig_b, bytes(24), key4)
+    t.update(a_pk=a_pk, b_pk=b_pk, hmac_a=hmac_a, hmac_b=hmac_b, ab=ab, aB=aB, Ab=Ab,
+             sig_a=sig_a, sig_b=sig_b, key3=key3, key4=key4)
+    return t
+
+
+def session_keys(key4, local_pk, remote_pk, local_hmac, remote_hmac):
+    base = sha256(key4)
+    return {
+        "encrypt_key": h(sha256(base, remote_pk)),
+        "encrypt_nonce": h(remote_hmac[:24]),
+        "decrypt_key": h(sha256(base, local_pk)),
+        "decrypt_nonce": h(local_hmac[:24]),
+    }
+
+
+EPH_CLIENT = label_bytes("ephemeral/client")
+EPH_SERVER = label_bytes("ephemeral/server")
+
+
+def gen_handshake():
+    t = shs_transcript(ALICE, BOB, EPH_CLIENT, EPH_SERVER)
+    assert [len(t[m]) for m in ["msg1", "msg2", "msg3", "msg4"]] == [64, 64, 112, 80]
+    # The server can open message 3 with the key it computes itself.
+    aB_server = sodium.crypto_scalarmult(BOB.curve_sk, t["a_pk"])
+    assert aB_server == t["aB"]
+    assert sodium.crypto_secretbox_open_easy(t["msg3"], bytes(24), t["key3"]) == t["sig_a"] + ALICE.pk
+    client_keys = session_keys(t["key4"], ALICE.pk, BOB.pk, t["hmac_a"], t["hmac_b"])
+    server_keys = session_keys(t["key4"], BOB.pk, ALICE.pk, t["hmac_b"], t["hmac_a"])
+    assert client_keys["encrypt_key"] == server_keys["decrypt_key"]
+    assert client_keys["encrypt_nonce"] == server_keys["decrypt_nonce"]
+    assert client_keys["decrypt_key"] == server_keys["encrypt_key"]
+
+    # Failures the server (or client) must detect; each closes the connection without reply.
+    failures = []
+    other = shs_transcript(ALICE, BOB, EPH_CLIENT, EPH_SERVER, key=SSB_NETWORK_KEY)
+    failures.append({
+        "name": "client hello from another network (Scuttlebutt main network key)",
+        "side": "server", "feed": [h(other["msg1"])], "fails_at": 1,
+    })
+    failures.append({
+        "name": "server hello from another network (Scuttlebutt main network key)",
+        "side": "client", "feed": [h(other["msg2"])], "fails_at": 1,
+    })
+    zero = bytes(32)
+    failures.append({
+        "name": "client hello with a low-order ephemeral key (all zeros) and a valid HMAC",
+        "side": "server", "feed": [h(auth(NETWORK_KEY, zero) + zero)], "fails_at": 1,
+    })
+    wrong = shs_transcript(ALICE, BOB, EPH_CLIENT, EPH_SERVER, expected_server=CAROL)
+    failures.append({
+        "name": "client expected carol's key but reached bob: bob cannot open message 3",
+        "side": "server", "feed": [h(wrong["msg1"]), h(wrong["msg3"])], "fails_at": 2,
+    })
+    tampered3 = bytearray(t["msg3"])
+    tampered3[50] ^= 0x01
+    failures.append({
+        "name": "message 3 with one bit flipped",
+        "side": "server", "feed": [h(t["msg1"]), h(bytes(tampered3))], "fails_at": 2,
+    })
+    impostor = shs_transcript(ALICE, CAROL, EPH_CLIENT, EPH_SERVER, expected_server=BOB)
+    failures.append({
+        "name": "carol answers in bob's place: alice (expecting bob) rejects message 4",
+        "side": "client", "feed": [h(t["msg2"]), h(impostor["msg4"])], "fails_at": 2,
+        "note": "message 4 is boxed with the key alice expects (as if carol knew it) but signed by carol; "
+                "alice must refuse it because the signature is not bob's",
+    })
+
+    return {
+        "description": "A complete Secret Handshake with the Tandem network key, alice (keys.json) as client "
+                       "and bob as server. Ephemeral X25519 secret keys are fixed: SHA-256(\"tandem-vectors-v1/"
+                       "ephemeral/client\") and .../server. Byte strings are hex. 'failures' are inputs a side "
+                       "must refuse: 'feed' are the peer's messages in order (for a client, the first is the "
+                       "answer to its own message 1 built from the fixed client ephemeral key; for a server, "
+                       "its replies are ignored); 'fails_at' is the 1-based index of the fed message that must "
+                       "be rejected (the side's own fixed keys are those of the main transcript).",
+        "network_key": h(NETWORK_KEY),
+        "client": {
+            "name": "alice",
+            "seed": h(ALICE.seed),
+            "public_key": h(ALICE.pk),
+            "ephemeral_secret_key": h(EPH_CLIENT),
+            "ephemeral_public_key": h(t["a_pk"]),
+        },
+        "server": {
+            "name": "bob",
+            "seed": h(BOB.seed),
+            "public_key": h(BOB.pk),
+            "ephemeral_secret_key": h(EPH_SERVER),
+            "ephemeral_public_key": h(t["b_pk"]),
+        },
+        "intermediate": {
+            "client_hmac": h(t["hmac_a"]),
+            "server_hmac": h(t["hmac_b"]),
+            "shared_ab": h(t["ab"]),
+            "shared_aB": h(t["aB"]),
+            "shared_Ab": h(t["Ab"]),
+            "sha256_ab": h(sha256(t["ab"])),
+            "client_signature": h(t["sig_a"]),
+            "message3_box_key": h(t["key3"]),
+            "server_signature": h(t["sig_b"]),
+            "message4_box_key": h(t["key4"]),
+            "box_stream_base": h(sha256(t["key4"])),
+        },
+        "messages": [
+            {"step": 1, "from": "client", "name": "client hello", "hex": h(t["msg1"])},
+            {"step": 2, "from": "server", "name": "server hello", "hex": h(t["msg2"])},
+            {"step": 3, "from": "client", "name": "client authenticate", "hex": h(t["msg3"])},
+            {"step": 4, "from": "server", "name": "server accept", "hex": h(t["msg4"])},
+        ],
+        "client_session": client_keys,
+        "server_session": server_keys,
+        "failures": failures,
+    }, client_keys
+
+
+# ---------------------------------------------------------------------------------------------
+# boxstream.json
+
+def nonce_add(nonce, n):
+    v = (int.from_bytes(nonce, "big") + n) % (1 << 192)
+    return v.to_bytes(24, "big")
+
+
+class BoxWriter:
+    def __init__(self, key, nonce):
+        self.key, self.nonce = key, nonce
+
+    def box(self, body):
+        assert len(body) <= 4096
+        sealed = secretbox(body, nonce_add(self.nonce, 1), self.key)
+        mac, ct = sealed[:16], sealed[16:]
+        header = secretbox(struct.pack(">H", len(body)) + mac, self.nonce, self.key)
+        assert len(header) == 34
+        info = {"header_nonce": h(self.nonce), "body_length": len(body), "header": h(header)}
+        self.nonce = nonce_add(self.nonce, 2)
+        return header + ct, info
+
+    def write(self, data):
+        chunks = [data[i:i + 4096] for i in range(0, len(data), 4096)] or [b""]
+        out, boxes = b"", []
+        for c in chunks:
+            b, info = self.box(c)
+            out += b
+            boxes.append(info)
+        return out, boxes
+
+    def goodbye(self):
+        g = secretbox(bytes(18), self.nonce, self.key)
+        nonce = self.nonce
+        return g, nonce
+
+
+def pattern(n):
+    return bytes(i % 256 for i in range(n))
+
+
+def gen_boxstream(client_keys):
+    key = unhex(client_keys["encrypt_key"])
+    nonce = unhex(client_keys["encrypt_nonce"])
+    w = BoxWriter(key, nonce)
+    writes = []
+    for n in [0, 1, 4096, 4097]:
+        data = pattern(n)
+        out, boxes = w.write(data)
+        writes.append({"plaintext_length": n, "plaintext": h(data), "ciphertext": h(out), "boxes": boxes})
+    goodbye, goodbye_nonce = w.goodbye()
+
+    # Carry across bytes of the nonce.
+    carry_nonce = bytes(18) + b"\xff" * 5 + b"\xfe"
+    wc = BoxWriter(key, carry_nonce)
+    carry_writes = []
+    for data in [b"\x01", b"\x02"]:
+        out, boxes = wc.write(data)
+        carry_writes.append({"plaintext_length": 1, "plaintext": h(data), "ciphertext": h(out), "boxes": boxes})
+    carry_goodbye, carry_goodbye_nonce = wc.goodbye()
+    assert carry_goodbye_nonce == bytes(17) + b"\x01" + bytes(4) + b"\x00\x02"
+
+    # Invalid streams, each from the initial key and nonce.
+    invalid = []
+    fresh = BoxWriter(key, nonce)
+    one, _ = fresh.box(b"\x2a")
+    t = bytearray(one)
+    t[20] ^= 0x80
+    invalid.append({"name": "header bit flipped", "stream": h(bytes(t)), "error": "header_authentication"})
+    t = bytearray(one)
+    t[34] ^= 0x01
+    invalid.append({"name": "body bit flipped", "stream": h(bytes(t)), "error": "body_authentication"})
+    # A header that authenticates but announces 4097 body bytes.
+    fake_mac = bytes(16)
+    header = secretbox(struct.pack(">H", 4097) + fake_mac, nonce, key)
+    invalid.append({"name": "header announces 4097 bytes", "stream": h(header), "error": "body_too_long"})
+    # Boxes out of order: the second box first.
+    w2 = BoxWriter(key, nonce)
+    first, _ = w2.box(b"first")
+    second, _ = w2.box(b"second")
+    invalid.append({"name": "second box sent first", "stream": h(second + first), "error": "header_authentication"})
+    # Anything after goodbye.
+    w3 = BoxWriter(key, nonce)
+    bye, _ = w3.goodbye()
+    invalid.append({"name": "data after goodbye", "stream": h(bye + b"\x00"), "error": "data_after_goodbye"})
+
+    return {
+        "description": "Box-stream with the client's sending key and nonce from handshake.json. 'writes' are "
+                       "consecutive writes on one stream: each write of n bytes is cut into boxes of at most 4096 "
+                       "bytes (an empty write makes one empty box); 'ciphertext' is everything the write puts on "
+                       "the wire, 'boxes' its boxes (header_nonce is the nonce of the box's header, the body uses "
+                       "header_nonce + 1). After the writes the stream says goodbye. Plaintext byte i is i mod 256. "
+                       "'carry' starts from a nonce that makes the counter carry across bytes. Each 'invalid' "
+                       "stream (from the initial key and nonce) must be refused by a reader with the given error.",
+        "key": h(key),
+        "nonce": h(nonce),
+        "writes": writes,
+        "goodbye": {"nonce": h(goodbye_nonce), "bytes": h(goodbye)},
+        "carry": {
+            "key": h(key),
+            "nonce": h(carry_nonce),
+            "writes": carry_writes,
+            "goodbye": {"nonce": h(carry_goodbye_nonce), "bytes": h(carry_goodbye)},
+        },
+        "invalid": invalid,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# frames.json
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def pb_varint(field, value):
+    return b"" if value == 0 else varint(field << 3) + varint(value)
+
+
+def pb_bytes(field, value):
+    return b"" if len(value) == 0 else varint(field << 3 | 2) + varint(len(value)) + value
+
+
+def pb_packed(field, values):
+    if not values:
+        return b""
+    body = b"".join(varint(v) for v in values)
+    return varint(field << 3 | 2) + varint(len(body)) + body
+
+
+ERROR_CODES = {
+    "ERROR_CODE_UNSPECIFIED": 0, "UNSUPPORTED_VERSION": 1, "UNKNOWN_TYPE": 2, "BAD_SIGNATURE": 3,
+    "WRONG_RECIPIENT": 4, "REPLAYED": 5, "FROM_THE_FUTURE": 6, "MALFORMED": 7, "FRAME_TOO_LARGE": 8,
+    "STALE": 9,
+}
+
+
+def enc_ping(nonce, sent_at_ms):
+    return pb_varint(1, nonce) + pb_varint(2, sent_at_ms)
+
+
+def enc_pong(nonce, ping_sent_at_ms, received_at_ms):
+    return pb_varint(1, nonce) + pb_varint(2, ping_sent_at_ms) + pb_varint(3, received_at_ms)
+
+
+def enc_error(code, detail="", ref_message_id=b"", supported_versions=(), ref_type=0):
+    return (pb_varint(1, ERROR_CODES[code]) + pb_bytes(2, detail.encode()) + pb_bytes(3, ref_message_id)
+            + pb_packed(4, list(supported_versions)) + pb_varint(5, ref_type))
+
+
+TYPES = {"ERROR": 0x0001, "PING": 0x0002, "PONG": 0x0003}
+DOMAIN = b"tandem-frame-v1\x00"
+
+
+def envelope(author, recipient_pk, type_, msg_id, created_at, payload, version=1, length_field=None,
+             sign=True, signer=None):
+    assert len(msg_id) == 16 and len(recipient_pk) == 32
+    head = (struct.pack(">BH", version, type_) + msg_id + author.pk + recipient_pk
+            + struct.pack(">QI", created_at, len(payload) if length_field is None else length_field))
+    assert len(head) == 95
+    signed = head + payload
+    sig = (signer or author).sign(DOMAIN + signed) if sign else bytes(64)
+    return signed + sig
+
+
+def frame(env):
+    return struct.pack(">I", len(env)) + env
+
+
+def mid(label):
+    return label_bytes("message-id/" + label, 16)
+
+
+
+# A receiver written from Protocol/README.md ("Receiver rules"), used to double-check the
+# expectations written by hand in gen_frames.
+
+def pb_valid(payload):
+    """True when payload is a well-formed protobuf message (wire format only)."""
+    i = 0
+
+    def read_varint():
+        nonlocal i
+        v, shift = 0, 0
+        for _ in range(10):
+            if i >= len(payload):
+                return None
+            b = payload[i]
+            i += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return v
+        return None
+
+    while i < len(payload):
+        key = read_varint()
+        if key is None or key >> 3 == 0:
+            return False
+        wt = key & 7
+        if wt == 0:
+            if read_varint() is None:
+                return False
+        elif wt == 1 or wt == 5:
+            i += 8 if wt == 1 else 4
+            if i > len(payload):
+                return False
+        elif wt == 2:
+            n = read_varint()
+            if n is None or i + n > len(payload):
+                return False
+            i += n
+        else:
+            return False
+    return True
+
+
+class ReceiverModel:
+    def __init__(self, key, link_peer, capacity, max_env):
+        self.key, self.link_peer, self.capacity, self.max_env = key, link_peer, capacity, max_env
+        self.seen = {}
+        self.watermark = 0
+
+    def replay(self, msg_id, created, now):
+        cutoff = max(now - REPLAY_WINDOW_MS, 0)
+        for k in [k for k, v in self.seen.items() if v < cutoff]:
+            del self.seen[k]
+        if created < cutoff or created <= self.watermark:
+            return "STALE"
+        if msg_id in self.seen:
+            return "REPLAYED"
+        while len(self.seen) >= self.capacity:
+            oldest = min(self.seen, key=lambda k: self.seen[k])
+            self.watermark = max(self.watermark, self.seen.pop(oldest))
+        if created <= self.watermark:
+            return "STALE"
+        self.seen[msg_id] = created
+        return None
+
+    def feed(self, data, now):
+        """(verdict, stage, reply)"""
+        def reply(code, verified_author=None, ref=b"", type_=None):
+            if type_ == TYPES["ERROR"]:
+                return None
+            return {"code": code, "recipient": h(verified_author or self.link_peer), "ref_message_id": h(ref),
+                    "supported_versions": [1] if code == "UNSUPPORTED_VERSION" else [],
+                    "ref_type": type_ if code == "UNKNOWN_TYPE" else 0}
+
+        length = struct.unpack(">I", data[:4])[0]
+        if length > self.max_env:
+            return "FRAME_TOO_LARGE", "length", reply("FRAME_TOO_LARGE")
+        env = data[4:]
+        assert len(env) == length
+        if not env:
+            return "MALFORMED", "verify", reply("MALFORMED")
+        if env[0] != 1:
+            return "UNSUPPORTED_VERSION", "verify", reply("UNSUPPORTED_VERSION")
+        if len(env) < 159:
+            return "MALFORMED", "verify", reply("MALFORMED")
+        type_ = struct.unpack(">H", env[1:3])[0]
+        msg_id, author, recipient = env[3:19], env[19:51], env[51:83]
+        created, plen = struct.unpack(">QI", env[83:95])
+        if plen != len(env) - 159:
+            return "MALFORMED", "verify", reply("MALFORMED", None, msg_id, type_)
+        try:
+            nacl.signing.VerifyKey(author).verify(DOMAIN + env[:-64], env[-64:])
+        except Exception:
+            return "BAD_SIGNATURE", "verify", reply("BAD_SIGNATURE", None, msg_id, type_)
+        if recipient != self.key:
+            return "WRONG_RECIPIENT", "verify", reply("WRONG_RECIPIENT", author, msg_id, type_)
+        if created > now and created - now > MAX_SKEW_MS:
+            return "FROM_THE_FUTURE", "verify", reply("FROM_THE_FUTURE", author, msg_id, type_)
+        verdict = self.replay(msg_id, created, now)
+        if verdict:
+            return verdict, "verify", reply(verdict, author, msg_id, type_)
+        if type_ not in TYPES.values():
+            return "UNKNOWN_TYPE", "verify", reply("UNKNOWN_TYPE", author, msg_id, type_)
+        if not pb_valid(env[95:95 + plen]):
+            return "MALFORMED", "payload", reply("MALFORMED", author, msg_id, type_)
+        return "ACCEPT", "verify", None
+
+
+def check_cases(cases):
+    for c in cases:
+        r = ReceiverModel(unhex(c["receiver"]), unhex(c["link_peer"]), c["replay_capacity"],
+                          c["maximum_envelope_length"])
+        for i, s in enumerate(c["steps"]):
+            verdict, stage, rep = r.feed(unhex(s["frame"]), s["now"])
+            got = (verdict, stage, rep if verdict != "ACCEPT" else "-")
+            want = (s["expect"], s["stage"], s.get("reply", "-"))
+            assert got == want, (c["name"], i, got, want)
+
+def gen_frames():
+    created = NOW_MS - 1500
+    valid = []
+
+    def add_valid(name, author, recipient, type_name, type_, msg_label, created_at, payload, fields):
+        m = mid(msg_label)
+        env = envelope(author, recipient.pk, type_, m, created_at, payload)
+        valid.append({
+            "name": name,
+            "author_seed": h(author.seed),
+            "author": h(author.pk),
+            "recipient": h(recipient.pk),
+            "version": 1,
+            "type": type_,
+            "type_name": type_name,
+            "message_id": h(m),
+            "created_at": created_at,
+            "payload": h(payload),
+            "payload_fields": fields,
+            "signing_input": h(DOMAIN + env[:-64]),
+            "signature": h(env[-64:]),
+            "envelope": h(env),
+            "frame": h(frame(env)),
+        })
+
+    big = 0xFEDCBA9876543210
+    add_valid("ping", ALICE, BOB, "PING", 2, "ping", created, enc_ping(big, created),
+              {"message": "tandem.v1.Ping", "nonce": str(big), "sent_at_ms": str(created)})
+    add_valid("pong", BOB, ALICE, "PONG", 3, "pong", created + 20, enc_pong(big, created, created + 10),
+              {"message": "tandem.v1.Pong", "nonce": str(big), "ping_sent_at_ms": str(created),
+               "received_at_ms": str(created + 10)})
+    add_valid("ping with an empty payload (all fields default)", ALICE, BOB, "PING", 2, "ping-empty", created,
+              b"", {"message": "tandem.v1.Ping", "nonce": "0", "sent_at_ms": "0"})
+    add_valid("ping with small values (one-byte varints)", ALICE, BOB, "PING", 2, "ping-small", created,
+              enc_ping(1, 127), {"message": "tandem.v1.Ping", "nonce": "1", "sent_at_ms": "127"})
+    err_unknown = enc_error("UNKNOWN_TYPE", "unknown message type 0x0104", mid("unknown-type"), (), 0x0104)
+    add_valid("error UNKNOWN_TYPE", BOB, ALICE, "ERROR", 1, "error-unknown-type", created, err_unknown,
+              {"message": "tandem.v1.Error", "code": "UNKNOWN_TYPE", "detail": "unknown message type 0x0104",
+               "ref_message_id": h(mid("unknown-type")), "supported_versions": [], "ref_type": 0x0104})
+    err_version = enc_error("UNSUPPORTED_VERSION", "envelope version 2 is not supported", b"", (1,))
+    add_valid("error UNSUPPORTED_VERSION", BOB, ALICE, "ERROR", 1, "error-version", created, err_version,
+              {"message": "tandem.v1.Error", "code": "UNSUPPORTED_VERSION",
+               "detail": "envelope version 2 is not supported", "ref_message_id": "",
+               "supported_versions": [1], "ref_type": 0})
+    # Unknown protobuf fields are ignored: field 15 (varint 7) and field 16 (bytes "x") after the known ones.
+    extended = enc_ping(5, created) + pb_varint(15, 7) + pb_bytes(16, b"x")
+    add_valid("ping with unknown protobuf fields (15, 16): they are ignored", ALICE, BOB, "PING", 2,
+              "ping-extended", created, extended,
+              {"message": "tandem.v1.Ping", "nonce": "5", "sent_at_ms": str(created)})
+    add_valid("ping from carol to bob", CAROL, BOB, "PING", 2, "ping-carol", created, enc_ping(9, created),
+              {"message": "tandem.v1.Ping", "nonce": "9", "sent_at_ms": str(created)})
+
+    # Receiver checks: bob receives over a link whose authenticated peer is alice.
+    cases = []
+
+    def case(name, steps, capacity=100_000, max_env=MAX_ENVELOPE):
+        cases.append({"name": name, "receiver": h(BOB.pk), "link_peer": h(ALICE.pk),
+                      "replay_capacity": capacity, "maximum_envelope_length": max_env, "steps": steps})
+
+    def step(frame_bytes, now, expect, reply=None, stage="verify"):
+        s = {"frame": h(frame_bytes), "now": now, "stage": stage, "expect": expect}
+        if expect != "ACCEPT":
+            s["reply"] = reply
+        return s
+
+    def reply(code, recipient, ref=b"", versions=(), ref_type=0):
+        return {"code": code, "recipient": h(recipient), "ref_message_id": h(ref),
+                "supported_versions": list(versions), "ref_type": ref_type}
+
+    ping_env = unhex(valid[0]["envelope"])
+    m_ping = mid("ping")
+    case("valid ping is accepted", [step(frame(ping_env), NOW_MS, "ACCEPT")])
+
+    bad_sig = bytearray(ping_env)
+    bad_sig[-1] ^= 0x01
+    case("signature bit flipped", [step(frame(bytes(bad_sig)), NOW_MS, "BAD_SIGNATURE",
+                                        reply("BAD_SIGNATURE", ALICE.pk, m_ping))])
+    bad_payload = bytearray(ping_env)
+    bad_payload[96] ^= 0x01
+    case("payload byte changed after signing", [step(frame(bytes(bad_payload)), NOW_MS, "BAD_SIGNATURE",
+                                                     reply("BAD_SIGNATURE", ALICE.pk, m_ping))])
+    m = mid("forged")
+    forged = envelope(CAROL, BOB.pk, 2, m, created, enc_ping(1, created), signer=ALICE)
+    case("author field says carol, signed by alice", [step(frame(forged), NOW_MS, "BAD_SIGNATURE",
+                                                           reply("BAD_SIGNATURE", ALICE.pk, m))])
+    m = mid("wrong-recipient")
+    env = envelope(ALICE, CAROL.pk, 2, m, created, enc_ping(1, created))
+    case("addressed to carol", [step(frame(env), NOW_MS, "WRONG_RECIPIENT",
+                                     reply("WRONG_RECIPIENT", ALICE.pk, m))])
+    m = mid("v2")
+    env = envelope(ALICE, BOB.pk, 2, m, created, enc_ping(1, created), version=2)
+    case("version 2", [step(frame(env), NOW_MS, "UNSUPPORTED_VERSION",
+                            reply("UNSUPPORTED_VERSION", ALICE.pk, b"", (1,)))])
+    case("version 0, three bytes long (version is checked before length)",
+         [step(frame(b"\x00\x00\x02"), NOW_MS, "UNSUPPORTED_VERSION",
+               reply("UNSUPPORTED_VERSION", ALICE.pk, b"", (1,)))])
+    m = mid("unknown-type")
+    env = envelope(ALICE, BOB.pk, 0x0104, m, created, b"\x08\x01")
+    case("type 0x0104 (reserved, not known to this version)",
+         [step(frame(env), NOW_MS, "UNKNOWN_TYPE", reply("UNKNOWN_TYPE", ALICE.pk, m, (), 0x0104))])
+    m = mid("unknown-type-ffff")
+    env = envelope(ALICE, BOB.pk, 0xFFFF, m, created, b"")
+    case("type 0xffff", [step(frame(env), NOW_MS, "UNKNOWN_TYPE",
+                              reply("UNKNOWN_TYPE", ALICE.pk, m, (), 0xFFFF))])
+    m = mid("length-mismatch")
+    payload = enc_ping(1, created)
+    env = envelope(ALICE, BOB.pk, 2, m, created, payload, length_field=len(payload) + 1)
+    case("payload length field one more than the payload",
+         [step(frame(env), NOW_MS, "MALFORMED", reply("MALFORMED", ALICE.pk, m))])
+    env = envelope(ALICE, BOB.pk, 2, m, created, payload, length_field=len(payload) - 1)
+    case("payload length field one less than the payload",
+         [step(frame(env), NOW_MS, "MALFORMED", reply("MALFORMED", ALICE.pk, m))])
+    env = envelope(ALICE, BOB.pk, 2, m, created, payload, length_field=0xFFFFFFFF)
+    case("payload length field 0xffffffff",
+         [step(frame(env), NOW_MS, "MALFORMED", reply("MALFORMED", ALICE.pk, m))])
+    m = mid("length-mismatch-carol")
+    env = envelope(CAROL, BOB.pk, 2, m, created, payload, length_field=len(payload) + 1)
+    case("malformed frame whose author field says carol: the reply goes to the link peer (alice), "
+         "since no signature has vouched for the author",
+         [step(frame(env), NOW_MS, "MALFORMED", reply("MALFORMED", ALICE.pk, m))])
+    short = envelope(ALICE, BOB.pk, 2, mid("short"), created, b"")[:158]
+    case("158 bytes, one short of the minimum envelope",
+         [step(frame(short), NOW_MS, "MALFORMED", reply("MALFORMED", ALICE.pk))])
+    case("empty envelope (length prefix 0)", [step(frame(b""), NOW_MS, "MALFORMED", reply("MALFORMED", ALICE.pk))])
+    m = mid("malformed-ping")
+    env = envelope(ALICE, BOB.pk, 2, m, created, b"\x08\xff")
+    case("PING whose payload is not a tandem.v1.Ping (truncated varint)",
+         [step(frame(env), NOW_MS, "MALFORMED", reply("MALFORMED", ALICE.pk, m), stage="payload")])
+
+    # Time.
+    m = mid("future-edge")
+    env = envelope(ALICE, BOB.pk, 2, m, NOW_MS + MAX_SKEW_MS, enc_ping(1, NOW_MS))
+    case("created exactly 10 minutes ahead of the receiver: accepted", [step(frame(env), NOW_MS, "ACCEPT")])
+    m = mid("future")
+    env = envelope(ALICE, BOB.pk, 2, m, NOW_MS + MAX_SKEW_MS + 1, enc_ping(1, NOW_MS))
+    case("created 10 minutes and 1 ms ahead", [step(frame(env), NOW_MS, "FROM_THE_FUTURE",
+                                                    reply("FROM_THE_FUTURE", ALICE.pk, m))])
+    m = mid("stale-edge")
+    env = envelope(ALICE, BOB.pk, 2, m, NOW_MS - REPLAY_WINDOW_MS, enc_ping(1, NOW_MS))
+    case("created exactly 24 hours before: accepted", [step(frame(env), NOW_MS, "ACCEPT")])
+    m = mid("stale")
+    env = envelope(ALICE, BOB.pk, 2, m, NOW_MS - REPLAY_WINDOW_MS - 1, enc_ping(1, NOW_MS))
+    case("created 24 hours and 1 ms before", [step(frame(env), NOW_MS, "STALE", reply("STALE", ALICE.pk, m))])
+
+    # Replay.
+    case("the same frame twice", [
+        step(frame(ping_env), NOW_MS, "ACCEPT"),
+        step(frame(ping_env), NOW_MS + 1000, "REPLAYED", reply("REPLAYED", ALICE.pk, m_ping)),
+    ])
+    ids = [mid(f"watermark-{i}") for i in range(4)]
+    envs = [envelope(ALICE, BOB.pk, 2, ids[i], NOW_MS - 4000 + 1000 * i, enc_ping(i, NOW_MS)) for i in range(3)]
+    late = envelope(ALICE, BOB.pk, 2, ids[3], NOW_MS - 3500, enc_ping(3, NOW_MS))
+    case("replay cache of capacity 2: evicting the oldest raises the watermark", [
+        step(frame(envs[0]), NOW_MS, "ACCEPT"),            # created now-4000
+        step(frame(envs[1]), NOW_MS, "ACCEPT"),            # created now-3000
+        step(frame(envs[2]), NOW_MS, "ACCEPT"),            # created now-2000; evicts now-4000 -> watermark
+        step(frame(envs[0]), NOW_MS, "STALE", reply("STALE", ALICE.pk, ids[0])),
+        # now-3500 is above the watermark, but making room evicts now-3000, which becomes the
+        # watermark: the frame is now at or below it and is refused.
+        step(frame(late), NOW_MS, "STALE", reply("STALE", ALICE.pk, ids[3])),
+        step(frame(envs[1]), NOW_MS, "STALE", reply("STALE", ALICE.pk, ids[1])),
+        step(frame(envs[2]), NOW_MS, "REPLAYED", reply("REPLAYED", ALICE.pk, ids[2])),
+    ], capacity=2)
+
+    # Order of the rules: the first rule that fails decides.
+    m = mid("order-1")
+    env = bytearray(envelope(ALICE, CAROL.pk, 0x0104, m, NOW_MS + 3600_000, b""))
+    env[-5] ^= 0x10
+    case("bad signature, wrong recipient, future, unknown type: BAD_SIGNATURE first",
+         [step(frame(bytes(env)), NOW_MS, "BAD_SIGNATURE", reply("BAD_SIGNATURE", ALICE.pk, m))])
+    m = mid("order-2")
+    env = envelope(ALICE, CAROL.pk, 0x0104, m, NOW_MS + 3600_000, b"")
+    case("wrong recipient, future, unknown type: WRONG_RECIPIENT first",
+         [step(frame(env), NOW_MS, "WRONG_RECIPIENT", reply("WRONG_RECIPIENT", ALICE.pk, m))])
+    m = mid("order-3")
+    env = envelope(ALICE, BOB.pk, 0x0104, m, NOW_MS - REPLAY_WINDOW_MS - 1, b"")
+    case("stale and unknown type: STALE first",
+         [step(frame(env), NOW_MS, "STALE", reply("STALE", ALICE.pk, m))])
+    m = mid("order-4")
+    env = envelope(ALICE, BOB.pk, 0x0104, m, created, b"")
+    case("an unknown type is still remembered: the same frame again is REPLAYED", [
+        step(frame(env), NOW_MS, "UNKNOWN_TYPE", reply("UNKNOWN_TYPE", ALICE.pk, m, (), 0x0104)),
+        step(frame(env), NOW_MS, "REPLAYED", reply("REPLAYED", ALICE.pk, m)),
+    ])
+
+    # ERROR frames are never answered.
+    m = mid("error-to-carol")
+    env = envelope(ALICE, CAROL.pk, 1, m, created, enc_error("MALFORMED"))
+    case("an ERROR frame addressed to carol: rejected, no reply",
+         [step(frame(env), NOW_MS, "WRONG_RECIPIENT", None)])
+
+    # Length prefix limits (decided on the 4-byte prefix, before any of the body arrives).
+    case("length prefix 1 MiB + 1 (only the prefix is sent)",
+         [step(struct.pack(">I", MAX_ENVELOPE + 1), NOW_MS, "FRAME_TOO_LARGE",
+               reply("FRAME_TOO_LARGE", ALICE.pk), stage="length")])
+    case("length prefix 0xffffffff (only the prefix is sent)",
+         [step(b"\xff\xff\xff\xff", NOW_MS, "FRAME_TOO_LARGE", reply("FRAME_TOO_LARGE", ALICE.pk),
+               stage="length")])
+    m = mid("limit")
+    ping = enc_ping(7, created)
+    filler = 4096 - 159 - len(ping) - 4  # field 16: 2-byte tag, 2-byte length
+    env = envelope(ALICE, BOB.pk, 2, m, created, ping + pb_bytes(16, bytes(filler)))
+    assert len(env) == 4096
+    case("configured limit 4096: a 4096-byte envelope is accepted",
+         [step(frame(env), NOW_MS, "ACCEPT")], max_env=4096)
+    case("configured limit 4096: length prefix 4097",
+         [step(struct.pack(">I", 4097), NOW_MS, "FRAME_TOO_LARGE", reply("FRAME_TOO_LARGE", ALICE.pk),
+               stage="length")], max_env=4096)
+
+    check_cases(cases)
+    return {
+        "description": "Signed envelopes and frames. 'valid': author_seed signs an envelope with the given fields; "
+                       "'envelope' is the exact result, 'frame' the same with its u32 big-endian length prefix, "
+                       "'signing_input' what Ed25519 signs (\"tandem-frame-v1\\0\" then the envelope up to the "
+                       "signature). payload_fields are the decoded protobuf payload; 64-bit values are decimal "
+                       "strings. 'receiver_checks': each case is one receiver (its key 'receiver', a replay cache "
+                       "of 'replay_capacity', envelope length limit 'maximum_envelope_length', the link's "
+                       "authenticated peer 'link_peer'); each step feeds 'frame' (length prefix included) at "
+                       "receiver time 'now' (ms since the Unix epoch) and must end in 'expect' (ACCEPT or an "
+                       "error code name). 'stage' says which check decides: length (the 4-byte prefix alone), "
+                       "verify (the envelope rules), payload (the envelope is accepted, its protobuf payload "
+                       "is not: a PING whose payload is not a tandem.v1.Ping). 'reply' is the "
+                       "ERROR frame the receiver sends back (its payload fields and recipient), or null for none.",
+        "signing_domain": h(DOMAIN),
+        "maximum_clock_skew_ms": MAX_SKEW_MS,
+        "replay_window_ms": REPLAY_WINDOW_MS,
+        "valid": valid,
+        "receiver_checks": cases,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# identity.json
+
+def gen_identity():
+    seed = ALICE.seed
+    passphrase = "correct horse battery staple \u00e9t\u00e9".encode()
+    salt = label_bytes("identity/salt", 16)
+    nonce = label_bytes("identity/nonce", 24)
+    ops = nacl.pwhash.argon2id.OPSLIMIT_INTERACTIVE
+    mem = nacl.pwhash.argon2id.MEMLIMIT_INTERACTIVE
+    key = nacl.pwhash.argon2id.kdf(32, passphrase, salt, opslimit=ops, memlimit=mem)
+    ct = sodium.crypto_aead_xchacha20poly1305_ietf_encrypt(seed, ALICE.pk, nonce, key)
+    assert len(ct) == 48
+    plain_file = {"format": "tandem-identity-v1", "public_key": h(ALICE.pk), "seed": h(seed)}
+    sealed_file = {
+        "encrypted_seed": {
+            "aead": "xchacha20poly1305-ietf",
+            "ciphertext": h(ct),
+            "kdf": "argon2id13",
+            "memlimit": mem,
+            "nonce": h(nonce),
+            "opslimit": ops,
+            "salt": h(salt),
+        },
+        "format": "tandem-identity-v1",
+        "public_key": h(ALICE.pk),
+    }
+    return {
+        "description": "identity.key files for alice. 'plain' holds the seed in the clear; 'sealed' holds it "
+                       "encrypted: key = Argon2id13(passphrase UTF-8 bytes, salt, opslimit, memlimit, 32 bytes), "
+                       "ciphertext = XChaCha20-Poly1305-IETF(seed, additional data = the 32 public key bytes, "
+                       "nonce, key), 48 bytes. derived_key is given to check the KDF step alone.",
+        "passphrase": passphrase.decode(),
+        "derived_key": h(key),
+        "plain": plain_file,
+        "sealed": sealed_file,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main():
+    handshake, client_keys = gen_handshake()
+    files = {
+        "keys.json": gen_keys(),
+        "ids.json": gen_ids(),
+        "handshake.json": handshake,
+        "boxstream.json": gen_boxstream(client_keys),
+        "frames.json": gen_frames(),
+        "identity.json": gen_identity(),
+    }
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for name, content in files.items():
+        text = json.dumps(content, indent=2, ensure_ascii=False) + "\n"
+        path = os.path.join(HERE, name)
+        if check:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    if f.read() != text:
+                        stale.append(name)
+            except FileNotFoundError:
+                stale.append(name)
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+    if check:
+        if stale:
+            print("out of date: " + ", ".join(stale), file=sys.stderr)
+            sys.exit(1)
+        print("vectors up to date")
+    else:
+        print("wrote " + ", ".join(files))
+
+
+if __name__ == "__main__":
+    main()
