@@ -9,6 +9,10 @@ public struct SecureChannelEstablished: Sendable {
     public let remotePublicKey: [UInt8]
 }
 
+/// Fired through the pipeline when the peer says goodbye (end of its box-stream), just before the
+/// handler answers with its own goodbye (unless already said) and closes the channel.
+public struct SecureChannelGoodbye: Sendable {}
+
 /// Why a secure channel was closed early.
 public struct SecureChannelError: Error, CustomStringConvertible {
     public let description: String
@@ -161,9 +165,26 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
                     return
                 case .goodbye:
                     logger.debug("peer said goodbye")
+                    // Answer with our own goodbye (unless we said it already, e.g. after a
+                    // half-close), and close once it is written.
+                    var reply: ByteBuffer? = nil
+                    if !enc.saidGoodbye {
+                        var answering = enc
+                        var out = context.channel.allocator.buffer(capacity: BoxStream.headerLength)
+                        answering.goodbye(into: &out)
+                        reply = out
+                    }
                     state = .closed
                     inbound = nil
-                    context.close(promise: nil)
+                    context.fireUserInboundEventTriggered(SecureChannelGoodbye())
+                    if let reply {
+                        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+                        context.writeAndFlush(wrapOutboundOut(reply)).whenComplete { _ in
+                            loopBound.value.close(promise: nil)
+                        }
+                    } else {
+                        context.close(promise: nil)
+                    }
                     return
                 case .data(let plain):
                     context.fireChannelRead(wrapInboundOut(plain))
@@ -189,20 +210,26 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
             promise?.fail(ChannelError.ioOnClosedChannel)
             return
         }
+        guard !enc.saidGoodbye else {
+            // Half-closed: our goodbye is out, nothing may follow it.
+            promise?.fail(ChannelError.outputClosed)
+            return
+        }
         var out = context.channel.allocator.buffer(capacity: plaintext.readableBytes + 34 * (plaintext.readableBytes / 4096 + 1))
         enc.seal(plaintext, into: &out)
         state = .established(enc, dec)
         context.write(wrapOutboundOut(out), promise: promise)
     }
 
-    /// Closing a channel whose stream is established says goodbye first.
+    /// Closing a channel whose stream is established says goodbye first. Closing only the output
+    /// (half-close) says goodbye and keeps reading, so the peer's remaining boxes and its own
+    /// goodbye still arrive.
     public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
-        if case .established(var enc, let dec) = state, mode != .input {
-            var out = context.channel.allocator.buffer(capacity: 34)
+        if case .established(var enc, let dec) = state, mode != .input, !enc.saidGoodbye {
+            var out = context.channel.allocator.buffer(capacity: BoxStream.headerLength)
             enc.goodbye(into: &out)
             state = .established(enc, dec)
             context.writeAndFlush(wrapOutboundOut(out), promise: nil)
-            state = .closed
         }
         if mode == .all { state = .closed }
         context.close(mode: mode, promise: promise)
