@@ -59,7 +59,15 @@ let package = Package(
             name: "tandem",
             dependencies: [
                 "TandemNode",
+                "TandemProtocol",
+                "Sodium",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .executableTarget(
@@ -90,7 +98,10 @@ let package = Package(
             name: "TandemNodeTests",
             dependencies: [
                 "TandemNode",
-                "tandem",
+                "TandemProtocol",
+                "Sodium",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
