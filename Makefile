@@ -57,7 +57,7 @@ test-deps: deps
 
 unit-test: deps
 	$(SWIFT) build
-	$(SWIFT) test
+	$(SWIFT) test --disable-swift-testing
 
 py-test: test-deps
 	TANDEM_BIN=$(CURDIR)/$(TANDEM) $(PY) -m pytest -q -p no:cacheprovider Tests/interop Tests/cli
@@ -66,8 +66,13 @@ test: test-deps
 	$(MAKE) --no-print-directory unit-test
 	$(MAKE) --no-print-directory py-test
 
-proto:
-	protoc --swift_out=Sources/TandemProtocol/Generated --proto_path=Protocol Protocol/*.proto
+# protoc from apt; protoc-gen-swift built from the swift-protobuf checkout SwiftPM already resolved.
+proto: deps
+	@command -v protoc >/dev/null 2>&1 || $(SUDO) apt-get install -y -qq protobuf-compiler >/dev/null
+	$(SWIFT) package resolve
+	$(SWIFT) build -c release --package-path .build/checkouts/swift-protobuf --scratch-path .build-protoc --product protoc-gen-swift
+	protoc --plugin=protoc-gen-swift=.build-protoc/release/protoc-gen-swift --swift_opt=Visibility=Public \
+	  --swift_out=Sources/TandemProtocol/Generated --proto_path=Protocol Protocol/*.proto
 
 bench: deps
 	$(SWIFT) build -c release --product tandem-bench
@@ -78,4 +83,4 @@ fuzz: deps
 	.build-fuzz/release/tandem-fuzz -runs=$${RUNS:-1000000} -max_len=70000
 
 clean:
-	rm -rf .build .build-fuzz $(VENV)
+	rm -rf .build .build-fuzz .build-protoc $(VENV)

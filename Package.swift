@@ -95,6 +95,10 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "TandemStoreTests",
+            dependencies: ["TandemStore"]
+        ),
+        .testTarget(
             name: "TandemNodeTests",
             dependencies: [
                 "TandemNode",

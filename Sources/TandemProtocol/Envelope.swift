@@ -9,15 +9,31 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
     public static let error = MessageType(rawValue: 0x0001)
     public static let ping = MessageType(rawValue: 0x0002)
     public static let pong = MessageType(rawValue: 0x0003)
+    // Friends and presence (0x01xx).
+    public static let friendRequest = MessageType(rawValue: 0x0101)
+    public static let friendAccept = MessageType(rawValue: 0x0102)
+    public static let friendDecline = MessageType(rawValue: 0x0103)
+    public static let friendRemove = MessageType(rawValue: 0x0104)
+    public static let contactUpdate = MessageType(rawValue: 0x0105)
+    public static let presence = MessageType(rawValue: 0x0106)
+    public static let ack = MessageType(rawValue: 0x0107)
 
     /// Types this implementation understands.
-    public static let known: Set<MessageType> = [.error, .ping, .pong]
+    public static let known: Set<MessageType> = [.error, .ping, .pong, .friendRequest, .friendAccept, .friendDecline,
+                                                 .friendRemove, .contactUpdate, .presence, .ack]
 
     public var description: String {
         switch self {
         case .error: return "ERROR"
         case .ping: return "PING"
         case .pong: return "PONG"
+        case .friendRequest: return "FRIEND_REQUEST"
+        case .friendAccept: return "FRIEND_ACCEPT"
+        case .friendDecline: return "FRIEND_DECLINE"
+        case .friendRemove: return "FRIEND_REMOVE"
+        case .contactUpdate: return "CONTACT_UPDATE"
+        case .presence: return "PRESENCE"
+        case .ack: return "ACK"
         default: return "0x" + hexString([UInt8(rawValue >> 8), UInt8(rawValue & 0xff)])
         }
     }

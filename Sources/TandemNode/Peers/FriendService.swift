@@ -1,0 +1,545 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import Sodium
+import TandemProtocol
+import TandemStore
+
+/// Friends, contact records, presence and the outbox: the node's first L3 flows.
+///
+/// Every change a user asks for is one store transaction holding the new state and the signed
+/// frame that announces it; the outbox delivers that frame until the peer acknowledges it.
+public final class FriendService: FrameHandler, @unchecked Sendable {
+    public struct Configuration: Sendable {
+        /// Heartbeat: a PRESENCE frame on every friend link this often.
+        public var heartbeat: TimeAmount = .seconds(10)
+        /// A friend silent for this long is considered gone and its link is closed.
+        public var silenceLimit: TimeAmount = .seconds(30)
+        /// How often due outbox frames and offline friends are retried.
+        public var retryTick: TimeAmount = .milliseconds(500)
+        /// Friend requests accepted per sender key and per source address (burst, then refill per minute).
+        public var requestsPerSenderPerMinute = 5
+        public var requestsPerAddressPerMinute = 30
+        public var maximumMessageBytes = 280
+        public init() {}
+    }
+
+    static let handledWindowMs: Int64 = 7 * 24 * 3_600_000
+
+    let identity: SigningKeyPair
+    let store: NodeStore
+    let peers: PeerManager
+    let events: EventBus
+    let configuration: Configuration
+    let logger: Logger
+    private let listenPort: NIOLockedValueBox<Int> = NIOLockedValueBox(0)
+    private let status = NIOLockedValueBox(Tandem_V1_PresenceStatus.idle)
+    private let throttle = NIOLockedValueBox(RequestThrottle())
+    private let wake = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
+    /// Called when the friend set changes (discovery re-announces).
+    public var onFriendsChanged: (@Sendable () -> Void)?
+
+    public init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, events: EventBus,
+                configuration: Configuration = Configuration(), logger: Logger) {
+        self.identity = identity
+        self.store = store
+        self.peers = peers
+        self.events = events
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    public var id: NodeID { NodeID(publicKey: identity.publicKey) }
+
+    public func setListenPort(_ port: Int) { listenPort.withLockedValue { $0 = port } }
+
+    // MARK: - Identity data
+
+    public var displayName: String {
+        (try? store.setting("display_name")) ?? ""
+    }
+
+    /// Our signed contact record's content.
+    func contactRecord() -> Tandem_V1_ContactRecord {
+        var r = Tandem_V1_ContactRecord()
+        r.publicKey = Data(identity.publicKey)
+        r.displayName = displayName
+        let port = listenPort.withLockedValue { $0 }
+        if port > 0 { r.addresses = [":\(port)"] }
+        r.version = UInt64((try? store.setting("record_version")).flatMap { $0 }.flatMap(UInt64.init) ?? 1)
+        return r
+    }
+
+    func now() -> Int64 { Int64(wallClockMilliseconds()) }
+
+    /// Signs a frame for `recipient` and wraps it as an outbox row.
+    func outboxFrame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8]) -> OutboxItem {
+        let env = Envelope.sign(type: type, author: identity, recipient: recipient, createdAt: UInt64(now()), payload: payload)
+        return OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: now())
+    }
+
+    /// Nudges the delivery loop.
+    public func poke() {
+        if let c = wake.withLockedValue({ w -> CheckedContinuation<Void, Never>? in defer { w = nil }; return w }) { c.resume() }
+    }
+
+    // MARK: - User intents (control socket)
+
+    public func request(_ key: [UInt8], message: String, address: (String, Int)?) throws -> Contact {
+        guard key != identity.publicKey else { throw TandemError("that is your own ID", exitCode: TandemError.usageExitCode) }
+        guard message.utf8.count <= configuration.maximumMessageBytes else {
+            throw TandemError("the message is longer than \(configuration.maximumMessageBytes) bytes", exitCode: TandemError.usageExitCode)
+        }
+        var req = Tandem_V1_FriendRequest()
+        req.message = message
+        req.contact = contactRecord()
+        if let address {
+            try store.rememberAddress(key, host: address.0, port: address.1, source: "manual", nowMs: now())
+        }
+        if let existing = try store.contact(key), existing.relationship == .pending {
+            // They asked first: asking back is accepting.
+            return try accept(key)
+        }
+        let item = outboxFrame(.friendRequest, to: key, payload: try req.serializedBytes())
+        let contact = try mapStoreError { try store.requestFriend(key, message: message, frame: item, nowMs: now()) }
+        events.emit("friend.request.sent", ["id": .string(NodeID(publicKey: key).canonical), "message": .string(message)])
+        poke()
+        return contact
+    }
+
+    public func accept(_ key: [UInt8]) throws -> Contact {
+        var acc = Tandem_V1_FriendAccept()
+        acc.contact = contactRecord()
+        let item = outboxFrame(.friendAccept, to: key, payload: try acc.serializedBytes())
+        let c = try mapStoreError { try store.acceptFriend(key, frame: item, nowMs: now()) }
+        events.emit("friend.accepted", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(c.displayName), "by": "me"])
+        friendsChanged()
+        poke()
+        return c
+    }
+
+    public func decline(_ key: [UInt8]) throws {
+        let item = outboxFrame(.friendDecline, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes())
+        try mapStoreError { try store.declineFriend(key, frame: item, nowMs: now()) }
+        events.emit("friend.declined", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"])
+        poke()
+    }
+
+    public func remove(_ key: [UInt8]) throws {
+        let item = outboxFrame(.friendRemove, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes())
+        try mapStoreError { try store.removeFriend(key, frame: item, nowMs: now()) }
+        events.emit("friend.removed", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"])
+        friendsChanged()
+        poke()
+    }
+
+    public func block(_ key: [UInt8]) throws {
+        guard key != identity.publicKey else { throw TandemError("that is your own ID", exitCode: TandemError.usageExitCode) }
+        let wasFriend = try store.contact(key)?.relationship == .friend
+        try store.block(key, nowMs: now())
+        peers.link(to: key)?.close()
+        events.emit("friend.blocked", ["id": .string(NodeID(publicKey: key).canonical)])
+        if wasFriend { friendsChanged() }
+    }
+
+    public func unblock(_ key: [UInt8]) throws -> Bool {
+        let done = try store.unblock(key, nowMs: now())
+        if done { events.emit("friend.unblocked", ["id": .string(NodeID(publicKey: key).canonical)]) }
+        return done
+    }
+
+    /// Sets our display name and tells every friend.
+    public func setName(_ name: String) throws {
+        guard name.utf8.count <= 64 else { throw TandemError("a display name is at most 64 bytes", exitCode: TandemError.usageExitCode) }
+        guard !name.contains(where: { $0.isNewline }) else { throw TandemError("a display name is one line", exitCode: TandemError.usageExitCode) }
+        try store.setSetting("display_name", name)
+        try store.setSetting("record_version", String(now()))
+        var update = Tandem_V1_ContactUpdate()
+        update.contact = contactRecord()
+        let payload: [UInt8] = try update.serializedBytes()
+        for friend in try store.friendKeys() {
+            try store.enqueue(outboxFrame(.contactUpdate, to: friend, payload: payload))
+        }
+        events.emit("name.changed", ["name": .string(name)])
+        poke()
+    }
+
+    public func setStatus(_ s: Tandem_V1_PresenceStatus) {
+        status.withLockedValue { $0 = s }
+        for friend in (try? store.friendKeys()) ?? [] where peers.link(to: friend) != nil { sendPresence(to: friend) }
+    }
+
+    private func friendsChanged() { onFriendsChanged?() }
+
+    private func mapStoreError<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch let e as FriendStoreError {
+            switch e {
+            case .alreadyFriends: throw TandemError("you are already friends", exitCode: 1)
+            case .blocked: throw TandemError("that ID is blocked (tandem friend unblock ID first)", exitCode: 1)
+            case .noPendingRequest: throw TandemError("there is no pending friend request from that ID (see tandem friend requests)", exitCode: 8)
+            case .notAFriend: throw TandemError("that ID is not a friend", exitCode: 8)
+            case .isSelf: throw TandemError("that is your own ID", exitCode: TandemError.usageExitCode)
+            }
+        }
+    }
+
+    // MARK: - Frames from peers
+
+    public func handle(_ envelope: Envelope, from link: PeerLink) {
+        let author = envelope.author
+        let contact = try? store.contact(author)
+        if contact?.relationship == .blocked {
+            // Dropped silently; acknowledged so the sender stops retrying.
+            if Self.durable.contains(envelope.type) { sendAck(envelope, on: link) }
+            return
+        }
+        do {
+            switch envelope.type {
+            case .friendRequest: try receiveRequest(envelope, from: link)
+            case .friendAccept: try receiveAccept(envelope, from: link)
+            case .friendDecline, .friendRemove: try receiveFarewell(envelope, from: link)
+            case .contactUpdate: try receiveContactUpdate(envelope, from: link)
+            case .presence: receivePresence(envelope, contact: contact)
+            case .ack:
+                if let ack = try? Tandem_V1_Ack(serializedBytes: envelope.payload), ack.messageID.count == 16,
+                   (try? store.acknowledge(Array(ack.messageID))) == true {
+                    events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
+                                                     "message_id": .string(hexString(ack.messageID))])
+                }
+            default:
+                logger.debug("frame type not handled by friends", metadata: ["type": "\(envelope.type)"])
+            }
+        } catch let e as MalformedPayload {
+            logger.info("malformed payload", metadata: ["type": "\(envelope.type)", "detail": "\(e.detail)"])
+            let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: author, type: envelope.type)
+            if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: author, now: UInt64(now())) {
+                link.send(reply)
+            }
+        } catch {
+            logger.error("cannot handle frame", metadata: ["type": "\(envelope.type)", "error": "\(error)"])
+        }
+    }
+
+    static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate]
+
+    struct MalformedPayload: Error { let detail: String }
+
+    private func sendAck(_ envelope: Envelope, on link: PeerLink) {
+        var ack = Tandem_V1_Ack()
+        ack.messageID = Data(envelope.messageID.bytes)
+        link.send(type: .ack, payload: (try? ack.serializedBytes()) ?? [])
+    }
+
+    /// Runs `body` once per message id (a redelivered frame is only acknowledged again).
+    private func once(_ envelope: Envelope, on link: PeerLink, _ body: () throws -> Void) throws {
+        let fresh = try store.markHandled(envelope.messageID.bytes, createdAtMs: Int64(envelope.createdAt),
+                                          windowMs: Self.handledWindowMs, nowMs: now())
+        if fresh { try body() }
+        sendAck(envelope, on: link)
+    }
+
+    private func validRecord(_ record: Tandem_V1_ContactRecord, author: [UInt8]) throws -> Tandem_V1_ContactRecord {
+        guard Array(record.publicKey) == author else { throw MalformedPayload(detail: "contact record names another key") }
+        guard record.displayName.utf8.count <= 64, record.addresses.count <= 8,
+              record.addresses.allSatisfy({ $0.utf8.count <= 256 }), record.homeRelay.utf8.count <= 256 else {
+            throw MalformedPayload(detail: "contact record exceeds its limits")
+        }
+        return record
+    }
+
+    private func receiveRequest(_ envelope: Envelope, from link: PeerLink) throws {
+        let author = envelope.author
+        let host = link.channel.remoteAddress?.ipAddress ?? "?"
+        let allowed = throttle.withLockedValue {
+            $0.allow(sender: author, address: host, nowMs: now(), perSender: configuration.requestsPerSenderPerMinute,
+                     perAddress: configuration.requestsPerAddressPerMinute)
+        }
+        guard allowed else {
+            events.emit("friend.request.throttled", ["id": .string(NodeID(publicKey: author).canonical), "address": .string(host)])
+            return // not acknowledged: the sender retries later
+        }
+        guard let req = try? Tandem_V1_FriendRequest(serializedBytes: envelope.payload) else {
+            throw MalformedPayload(detail: "FRIEND_REQUEST payload is not a tandem.v1.FriendRequest")
+        }
+        guard req.message.utf8.count <= configuration.maximumMessageBytes else {
+            throw MalformedPayload(detail: "friend request message exceeds \(configuration.maximumMessageBytes) bytes")
+        }
+        let record = try validRecord(req.contact, author: author)
+        try once(envelope, on: link) {
+            var accept = Tandem_V1_FriendAccept()
+            accept.contact = contactRecord()
+            let reply = outboxFrame(.friendAccept, to: author, payload: try accept.serializedBytes())
+            rememberRecordAddresses(record, author: author, link: link)
+            let result = try store.receiveFriendRequest(from: author, displayName: record.displayName, message: req.message,
+                                                        record: envelope.bytes, recordVersion: Int64(record.version),
+                                                        reply: reply, nowMs: now())
+            let id = NodeID(publicKey: author).canonical
+            switch result {
+            case .stored(let dropped):
+                if let dropped {
+                    events.emit("friend.request.dropped", ["id": .string(NodeID(publicKey: dropped).canonical), "reason": "cap"])
+                }
+                events.emit("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
+                                                        "message": .string(req.message), "address": .string(host)])
+            case .refreshed:
+                events.emit("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
+                                                        "message": .string(req.message), "address": .string(host), "repeat": true])
+            case .mutual:
+                events.emit("friend.accepted", ["id": .string(id), "name": .string(record.displayName), "by": "both"])
+                friendsChanged()
+                poke()
+            case .alreadyFriends:
+                poke()
+            case .blocked:
+                break
+            }
+        }
+    }
+
+    private func receiveAccept(_ envelope: Envelope, from link: PeerLink) throws {
+        guard let acc = try? Tandem_V1_FriendAccept(serializedBytes: envelope.payload) else {
+            throw MalformedPayload(detail: "FRIEND_ACCEPT payload is not a tandem.v1.FriendAccept")
+        }
+        let record = try validRecord(acc.contact, author: envelope.author)
+        try once(envelope, on: link) {
+            rememberRecordAddresses(record, author: envelope.author, link: link)
+            if try store.receiveFriendAccept(from: envelope.author, displayName: record.displayName, record: envelope.bytes,
+                                             recordVersion: Int64(record.version), nowMs: now()) {
+                events.emit("friend.accepted", ["id": .string(NodeID(publicKey: envelope.author).canonical),
+                                                "name": .string(record.displayName), "by": "them"])
+                friendsChanged()
+                sendPresence(to: envelope.author)
+            }
+        }
+    }
+
+    private func receiveFarewell(_ envelope: Envelope, from link: PeerLink) throws {
+        guard (try? Tandem_V1_FriendFarewell(serializedBytes: envelope.payload)) != nil else {
+            throw MalformedPayload(detail: "payload is not a tandem.v1.FriendFarewell")
+        }
+        try once(envelope, on: link) {
+            guard let before = try store.receiveFarewell(from: envelope.author, nowMs: now()) else { return }
+            let id = NodeID(publicKey: envelope.author).canonical
+            if envelope.type == .friendDecline {
+                events.emit("friend.declined", ["id": .string(id), "by": "them"])
+            } else {
+                events.emit("friend.removed", ["id": .string(id), "by": "them"])
+            }
+            if before == .friend { friendsChanged() }
+        }
+    }
+
+    private func receiveContactUpdate(_ envelope: Envelope, from link: PeerLink) throws {
+        guard let update = try? Tandem_V1_ContactUpdate(serializedBytes: envelope.payload) else {
+            throw MalformedPayload(detail: "CONTACT_UPDATE payload is not a tandem.v1.ContactUpdate")
+        }
+        let record = try validRecord(update.contact, author: envelope.author)
+        try once(envelope, on: link) {
+            if try store.updateContactRecord(envelope.author, displayName: record.displayName, record: envelope.bytes,
+                                             version: Int64(record.version), nowMs: now()) {
+                rememberRecordAddresses(record, author: envelope.author, link: link)
+                events.emit("contact.updated", ["id": .string(NodeID(publicKey: envelope.author).canonical),
+                                                "name": .string(record.displayName)])
+            }
+        }
+    }
+
+    private func receivePresence(_ envelope: Envelope, contact: Contact?) {
+        guard contact?.relationship == .friend,
+              let p = try? Tandem_V1_Presence(serializedBytes: envelope.payload) else { return }
+        let name = Self.presenceName(p.status)
+        let changed = contact?.presence != name
+        try? store.setPresence(envelope.author, presence: name, lastSeenMs: now())
+        if changed {
+            events.emit("presence.changed", ["id": .string(NodeID(publicKey: envelope.author).canonical), "status": .string(name)])
+        }
+    }
+
+    static func presenceName(_ s: Tandem_V1_PresenceStatus) -> String {
+        switch s {
+        case .idle: return "idle"
+        case .focusing: return "focusing"
+        case .inChallenge: return "in_challenge"
+        case .unspecified, .UNRECOGNIZED: return "idle"
+        }
+    }
+
+    /// A record's ":port" addresses are paired with the host the link came from.
+    private func rememberRecordAddresses(_ record: Tandem_V1_ContactRecord, author: [UInt8], link: PeerLink) {
+        guard let remoteHost = link.channel.remoteAddress?.ipAddress else { return }
+        for a in record.addresses.prefix(8) {
+            guard let (h, p) = try? NodeConfiguration.parseHostPort(a, defaultHost: remoteHost), p > 0 else { continue }
+            let host = (h == "0.0.0.0" || h == "::") ? remoteHost : h
+            try? store.rememberAddress(author, host: host, port: p, source: "record", nowMs: now())
+        }
+    }
+
+    public func peerConnected(_ key: [UInt8], link: PeerLink) {
+        let contact = try? store.contact(key)
+        if contact?.relationship == .friend {
+            events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact?.displayName ?? "")])
+            sendPresence(to: key)
+        }
+        try? store.expediteOutbox(for: key, nowMs: now())
+        poke()
+    }
+
+    public func peerDisconnected(_ key: [UInt8]) {
+        if let contact = try? store.contact(key), contact.relationship == .friend {
+            try? store.setPresence(key, presence: nil, lastSeenMs: now())
+            events.emit("peer.offline", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)])
+        }
+    }
+
+    public func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8]) {
+        // A replay error about one of our outbox frames means the peer already has it.
+        if error.code == .replayed, error.refMessageID.count == 16 {
+            try? store.acknowledge(Array(error.refMessageID))
+        }
+    }
+
+    func sendPresence(to key: [UInt8]) {
+        var p = Tandem_V1_Presence()
+        p.status = status.withLockedValue { $0 }
+        p.heartbeatSeconds = UInt32(configuration.heartbeat.nanoseconds / 1_000_000_000)
+        peers.link(to: key)?.send(type: .presence, payload: (try? p.serializedBytes()) ?? [])
+    }
+
+    // MARK: - Delivery loop
+
+    /// Delivers due outbox frames, keeps friends connected, sends heartbeats, notices silence.
+    public func run() async {
+        var lastHeartbeat = ContinuousClock.now
+        while !Task.isCancelled {
+            await deliverDue()
+            if ContinuousClock.now - lastHeartbeat >= Duration.nanoseconds(configuration.heartbeat.nanoseconds) {
+                lastHeartbeat = ContinuousClock.now
+                heartbeat()
+            }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                    wake.withLockedValue { $0 = c }
+                    let ms = configuration.retryTick.nanoseconds / 1_000_000
+                    Task { [weak self] in
+                        try? await Task.sleep(for: .milliseconds(ms))
+                        self?.poke()
+                    }
+                }
+            } onCancel: { [weak self] in self?.poke() }
+        }
+    }
+
+    private func heartbeat() {
+        let limit = UInt64(configuration.silenceLimit.nanoseconds / 1_000_000)
+        let nowMs = UInt64(now())
+        for key in peers.connectedPeers {
+            guard (try? store.contact(key))?.relationship == .friend else { continue }
+            if let last = peers.lastFrame(from: key), nowMs > last + limit {
+                logger.info("friend went silent, closing link", metadata: ["peer": "\(NodeID(publicKey: key).short)"])
+                peers.link(to: key)?.close()
+                continue
+            }
+            sendPresence(to: key)
+        }
+    }
+
+    private func deliverDue() async {
+        let nowMs = now()
+        var recipients = (try? store.dueRecipients(nowMs: nowMs)) ?? []
+        // Friends without a link are tried too, with backoff, so they come online when reachable.
+        for friend in (try? store.friendKeys()) ?? [] where peers.link(to: friend) == nil && !recipients.contains(friend) {
+            if throttle.withLockedValue({ $0.shouldDial(friend, nowMs: nowMs) }) { recipients.append(friend) }
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for key in recipients {
+                group.addTask { await self.deliver(to: key) }
+            }
+        }
+    }
+
+    private func deliver(to key: [UInt8]) async {
+        let link: PeerLink
+        if let existing = peers.link(to: key) {
+            link = existing
+        } else {
+            guard let opened = await dial(key) else {
+                try? store.deferOutbox(for: key, error: "unreachable", nowMs: now())
+                return
+            }
+            link = opened
+        }
+        throttle.withLockedValue { $0.dialSucceeded(key) }
+        let items = (try? store.outbox(for: key)) ?? []
+        guard !items.isEmpty else { return }
+        for item in items {
+            guard let env = try? Envelope.parse(Array(item.frame)) else {
+                try? store.acknowledge(Array(item.messageId))
+                continue
+            }
+            link.send(env, flush: false)
+        }
+        link.channel.flush()
+        // Resend only if no ACK arrives in time.
+        try? store.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: now(), maximumDelayMs: 30_000)
+    }
+
+    /// Tries the peer's known addresses, newest first.
+    private func dial(_ key: [UInt8]) async -> PeerLink? {
+        let addresses = (try? store.addresses(key)) ?? []
+        for a in addresses.prefix(4) {
+            do {
+                return try await peers.connect(to: key, host: a.host, port: a.port, timeout: .seconds(3))
+            } catch {
+                logger.debug("dial failed", metadata: ["peer": "\(NodeID(publicKey: key).short)", "address": "\(a.host):\(a.port)",
+                                                       "error": "\(error)"])
+            }
+        }
+        throttle.withLockedValue { $0.dialFailed(key, nowMs: now()) }
+        return nil
+    }
+}
+
+/// Per-sender and per-address limits for friend requests, and dial backoff per peer. Bounded maps.
+struct RequestThrottle {
+    private var senders: [[UInt8]: (tokens: Double, at: Int64)] = [:]
+    private var addresses: [String: (tokens: Double, at: Int64)] = [:]
+    private var dialBackoff: [[UInt8]: (failures: Int, nextMs: Int64)] = [:]
+    static let maximumTracked = 10_000
+
+    mutating func allow(sender: [UInt8], address: String, nowMs: Int64, perSender: Int, perAddress: Int) -> Bool {
+        func take<K: Hashable>(_ map: inout [K: (tokens: Double, at: Int64)], _ key: K, rate: Int) -> Bool {
+            if map.count >= Self.maximumTracked, map[key] == nil {
+                // Forget the fullest buckets: they hold no debt worth remembering.
+                for k in map.filter({ $0.value.tokens >= Double(rate) - 1 }).keys.prefix(map.count / 2) { map[k] = nil }
+                if map.count >= Self.maximumTracked { return false }
+            }
+            var b = map[key] ?? (Double(rate), nowMs)
+            b.tokens = min(Double(rate), b.tokens + Double(nowMs - b.at) / 60_000 * Double(rate))
+            b.at = nowMs
+            guard b.tokens >= 1 else { map[key] = b; return false }
+            b.tokens -= 1
+            map[key] = b
+            return true
+        }
+        guard take(&addresses, address, rate: perAddress) else { return false }
+        return take(&senders, sender, rate: perSender)
+    }
+
+    func shouldDial(_ key: [UInt8], nowMs: Int64) -> Bool {
+        guard let b = dialBackoff[key] else { return true }
+        return nowMs >= b.nextMs
+    }
+
+    mutating func dialFailed(_ key: [UInt8], nowMs: Int64) {
+        var b = dialBackoff[key] ?? (0, 0)
+        b.failures += 1
+        b.nextMs = nowMs + min(60_000, 1000 << min(b.failures, 6))
+        dialBackoff[key] = b
+        if dialBackoff.count > Self.maximumTracked { dialBackoff.removeAll() }
+    }
+
+    mutating func dialSucceeded(_ key: [UInt8]) { dialBackoff[key] = nil }
+}

@@ -1,0 +1,158 @@
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import Sodium
+import TandemProtocol
+
+/// Receives every authenticated frame that the link layer did not handle itself.
+public protocol FrameHandler: AnyObject, Sendable {
+    func handle(_ envelope: Envelope, from link: PeerLink)
+    func peerConnected(_ key: [UInt8], link: PeerLink)
+    func peerDisconnected(_ key: [UInt8])
+    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8])
+}
+
+/// Keeps the node's authenticated links, at most a few per peer, and opens new ones on demand.
+/// Inbound links (accepted by the listener) and outbound ones (opened here) are treated alike.
+public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
+    private struct State {
+        var links: [[UInt8]: [PeerLink]] = [:]
+        var connecting: [[UInt8]: EventLoopPromise<PeerLink>] = [:]
+        var lastFrameAt: [[UInt8]: UInt64] = [:]
+    }
+
+    public let identity: SigningKeyPair
+    private let gate: FrameGate
+    private let options: PeerPipeline.Options
+    private let group: EventLoopGroup
+    private let logger: Logger
+    private let state = NIOLockedValueBox(State())
+    private let handlerBox = NIOLockedValueBox<FrameHandler?>(nil)
+    /// Links a node keeps open at most (inbound and outbound together); strangers past it are closed.
+    public let maximumLinks: Int
+
+    public init(identity: SigningKeyPair, gate: FrameGate, options: PeerPipeline.Options, group: EventLoopGroup,
+                logger: Logger, maximumLinks: Int = 1024) {
+        self.identity = identity
+        self.gate = gate
+        self.options = options
+        self.group = group
+        self.logger = logger
+        self.maximumLinks = maximumLinks
+    }
+
+    public var handler: FrameHandler? {
+        get { handlerBox.withLockedValue { $0 } }
+        set { handlerBox.withLockedValue { $0 = newValue } }
+    }
+
+    // MARK: PeerLinkDelegate
+
+    public func linkEstablished(_ link: PeerLink) {
+        guard let key = link.remotePublicKey else { return }
+        let (isFirst, tooMany) = state.withLockedValue { s -> (Bool, Bool) in
+            let total = s.links.values.reduce(0) { $0 + $1.count }
+            if total >= maximumLinks { return (false, true) }
+            let first = s.links[key, default: []].isEmpty
+            s.links[key, default: []].append(link)
+            s.lastFrameAt[key] = wallClockMilliseconds()
+            return (first, false)
+        }
+        if tooMany {
+            logger.notice("too many links, closing a new one", metadata: ["peer": "\(NodeID(publicKey: key).short)"])
+            link.close()
+            return
+        }
+        if isFirst { handler?.peerConnected(key, link: link) }
+    }
+
+    public func link(_ link: PeerLink, received envelope: Envelope) {
+        guard let key = link.remotePublicKey else { return }
+        state.withLockedValue { $0.lastFrameAt[key] = wallClockMilliseconds() }
+        if envelope.type == .ping || envelope.type == .pong { return }
+        handler?.handle(envelope, from: link)
+    }
+
+    public func link(_ link: PeerLink, receivedError error: Tandem_V1_Error, envelope: Envelope) {
+        guard let key = link.remotePublicKey else { return }
+        handler?.peerReportedError(error, from: key)
+    }
+
+    public func linkClosed(_ link: PeerLink, error: Error?) {
+        guard let key = link.remotePublicKey else { return }
+        let wasLast = state.withLockedValue { s -> Bool in
+            guard var list = s.links[key] else { return false }
+            list.removeAll { $0 === link }
+            if list.isEmpty {
+                s.links[key] = nil
+                s.lastFrameAt[key] = nil
+                return true
+            }
+            s.links[key] = list
+            return false
+        }
+        if wasLast { handler?.peerDisconnected(key) }
+    }
+
+    // MARK: using links
+
+    /// The newest open link to a peer.
+    public func link(to key: [UInt8]) -> PeerLink? {
+        state.withLockedValue { $0.links[key]?.last { $0.channel.isActive } }
+    }
+
+    public var connectedPeers: [[UInt8]] {
+        state.withLockedValue { Array($0.links.keys) }
+    }
+
+    /// When the last frame from a peer arrived (ms), while a link is up.
+    public func lastFrame(from key: [UInt8]) -> UInt64? {
+        state.withLockedValue { $0.lastFrameAt[key] }
+    }
+
+    /// The remote address of the peer's newest link.
+    public func remoteAddress(of key: [UInt8]) -> SocketAddress? {
+        link(to: key)?.channel.remoteAddress
+    }
+
+    /// Sends a signed envelope on the peer's link; false when there is none.
+    @discardableResult
+    public func send(_ envelope: Envelope, to key: [UInt8]) -> Bool {
+        guard let link = link(to: key) else { return false }
+        link.send(envelope)
+        return true
+    }
+
+    /// An open link to `key`, connecting to `host:port` when there is none. Concurrent calls for the
+    /// same peer share one attempt.
+    public func connect(to key: [UInt8], host: String, port: Int, timeout: TimeAmount = .seconds(5)) async throws -> PeerLink {
+        if let existing = link(to: key) { return existing }
+        let loop = group.next()
+        let (promise, isNew) = state.withLockedValue { s -> (EventLoopPromise<PeerLink>, Bool) in
+            if let p = s.connecting[key] { return (p, false) }
+            let p = loop.makePromise(of: PeerLink.self)
+            s.connecting[key] = p
+            return (p, true)
+        }
+        guard isNew else { return try await promise.futureResult.get() }
+        do {
+            let (link, _) = try await PeerConnector.connect(host: host, port: port, remote: key, identity: identity, gate: gate,
+                                                            delegate: self, options: options, group: group, logger: logger,
+                                                            connectTimeout: timeout)
+            state.withLockedValue { _ = $0.connecting.removeValue(forKey: key) }
+            promise.succeed(link)
+            return link
+        } catch {
+            state.withLockedValue { _ = $0.connecting.removeValue(forKey: key) }
+            promise.fail(error)
+            throw error
+        }
+    }
+
+    /// Closes every link (graceful: each says box-stream goodbye).
+    public func closeAll() {
+        let all = state.withLockedValue { s in s.links.values.flatMap { $0 } }
+        for l in all { l.close() }
+    }
+}

@@ -1,0 +1,392 @@
+import Foundation
+import GRDB
+
+// Intent-named writes: each is one transaction; a state change and the frames it must send
+// commit together.
+
+// MARK: - Settings
+
+extension NodeStore {
+    public func setting(_ key: String) throws -> String? {
+        try read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE key = ?", arguments: [key]) }
+    }
+
+    public func setSetting(_ key: String, _ value: String) throws {
+        try write { db in
+            try db.execute(sql: "INSERT INTO setting(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                           arguments: [key, value])
+        }
+    }
+}
+
+// MARK: - Contacts and friends
+
+extension NodeStore {
+    public func contact(_ key: [UInt8]) throws -> Contact? {
+        try read { db in try Contact.fetchOne(db, key: Data(key)) }
+    }
+
+    public func contacts(_ relationships: [Relationship]) throws -> [Contact] {
+        try read { db in
+            try Contact.filter(relationships.map(\.rawValue).contains(Contact.Columns.relationship))
+                .order(Contact.Columns.displayName, Contact.Columns.publicKey)
+                .fetchAll(db)
+        }
+    }
+
+    public func friendKeys() throws -> [[UInt8]] {
+        try contacts([.friend]).map(\.key)
+    }
+
+    /// We ask `key` to be friends: the contact becomes `requested` and the request frame is queued.
+    /// If they already asked us, the caller should accept instead.
+    public func requestFriend(_ key: [UInt8], message: String?, frame: OutboxItem, nowMs: Int64) throws -> Contact {
+        try write { db in
+            var c = try Contact.fetchOne(db, key: Data(key)) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
+            switch c.relationship {
+            case .friend: throw FriendStoreError.alreadyFriends
+            case .blocked: throw FriendStoreError.blocked
+            case .none, .requested, .pending: break
+            }
+            // Replace an earlier unanswered request to the same peer: one request in flight.
+            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key) && Column("type") == frame.type).deleteAll(db)
+            c.relationship = .requested
+            c.requestMessage = message
+            c.requestedAtMs = nowMs
+            c.updatedAtMs = nowMs
+            try c.save(db)
+            try frame.insert(db)
+            return c
+        }
+    }
+
+    public enum IncomingRequest: Equatable, Sendable {
+        /// A new pending request (`dropped` is the oldest pending request removed to stay under the cap).
+        case stored(dropped: [UInt8]?)
+        /// The same peer asked again; the request was refreshed.
+        case refreshed
+        /// We had asked them too: both asked, so they are friends now.
+        case mutual
+        case alreadyFriends
+        case blocked
+    }
+
+    /// A friend request arrived. Caps the pending requests; the oldest pending is dropped past it.
+    /// `reply` is queued when the request is mutual (our acceptance) or comes from a friend (we resend).
+    public func receiveFriendRequest(from key: [UInt8], displayName: String, message: String, record: [UInt8],
+                                     recordVersion: Int64, reply: OutboxItem?, nowMs: Int64) throws -> IncomingRequest {
+        try write { db in
+            var c = try Contact.fetchOne(db, key: Data(key)) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
+            let result: IncomingRequest
+            switch c.relationship {
+            case .blocked:
+                return .blocked
+            case .friend:
+                // They lost our friendship (reinstalled?): answer again so both agree.
+                if let reply { try reply.insert(db, onConflict: .replace) }
+                return .alreadyFriends
+            case .requested:
+                c.relationship = .friend
+                c.friendSinceMs = nowMs
+                try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+                if let reply { try reply.insert(db, onConflict: .replace) }
+                result = .mutual
+            case .pending:
+                result = .refreshed
+            case .none:
+                c.relationship = .pending
+                result = .stored(dropped: nil)
+            }
+            c.displayName = displayName
+            c.requestMessage = message
+            c.requestedAtMs = nowMs
+            c.lastSeenMs = nowMs
+            c.updatedAtMs = nowMs
+            if recordVersion >= c.recordVersion {
+                c.record = Data(record)
+                c.recordVersion = recordVersion
+            }
+            try c.save(db)
+            if case .stored = result {
+                let pending = try Contact.filter(Contact.Columns.relationship == Relationship.pending.rawValue).fetchCount(db)
+                if pending > limits.maximumPendingRequests {
+                    if let oldest = try Contact.filter(Contact.Columns.relationship == Relationship.pending.rawValue)
+                        .order(Contact.Columns.requestedAtMs.asc).fetchOne(db), oldest.publicKey != Data(key) {
+                        try Contact.deleteOne(db, key: oldest.publicKey)
+                        try KnownAddress.filter(Column("publicKey") == oldest.publicKey).deleteAll(db)
+                        return .stored(dropped: oldest.key)
+                    }
+                }
+            }
+            return result
+        }
+    }
+
+    /// We accept their pending request; `frame` (our acceptance) is queued.
+    public func acceptFriend(_ key: [UInt8], frame: OutboxItem, nowMs: Int64) throws -> Contact {
+        try write { db in
+            guard var c = try Contact.fetchOne(db, key: Data(key)) else { throw FriendStoreError.noPendingRequest }
+            switch c.relationship {
+            case .pending: break
+            case .friend: throw FriendStoreError.alreadyFriends
+            case .blocked: throw FriendStoreError.blocked
+            case .none, .requested: throw FriendStoreError.noPendingRequest
+            }
+            c.relationship = .friend
+            c.friendSinceMs = nowMs
+            c.updatedAtMs = nowMs
+            try c.save(db)
+            try frame.insert(db)
+            return c
+        }
+    }
+
+    /// Their acceptance arrived. True when it made us friends (we had asked).
+    public func receiveFriendAccept(from key: [UInt8], displayName: String, record: [UInt8], recordVersion: Int64,
+                                    nowMs: Int64) throws -> Bool {
+        try write { db in
+            guard var c = try Contact.fetchOne(db, key: Data(key)) else { return false }
+            switch c.relationship {
+            case .requested: break
+            case .friend, .pending, .none, .blocked: return false
+            }
+            c.relationship = .friend
+            c.friendSinceMs = nowMs
+            c.displayName = displayName
+            c.lastSeenMs = nowMs
+            c.updatedAtMs = nowMs
+            if recordVersion >= c.recordVersion {
+                c.record = Data(record)
+                c.recordVersion = recordVersion
+            }
+            try c.save(db)
+            // Our request is answered: stop retrying it.
+            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+            return true
+        }
+    }
+
+    /// We decline their pending request; `frame` tells them.
+    public func declineFriend(_ key: [UInt8], frame: OutboxItem, nowMs: Int64) throws {
+        try write { db in
+            guard var c = try Contact.fetchOne(db, key: Data(key)), c.relationship == .pending else {
+                throw FriendStoreError.noPendingRequest
+            }
+            c.relationship = .none
+            c.requestMessage = nil
+            c.updatedAtMs = nowMs
+            try c.save(db)
+            try frame.insert(db)
+        }
+    }
+
+    /// We end a friendship (or withdraw our request); `frame` tells them.
+    public func removeFriend(_ key: [UInt8], frame: OutboxItem, nowMs: Int64) throws {
+        try write { db in
+            guard var c = try Contact.fetchOne(db, key: Data(key)) else { throw FriendStoreError.notAFriend }
+            switch c.relationship {
+            case .friend, .requested: break
+            case .pending, .none, .blocked: throw FriendStoreError.notAFriend
+            }
+            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+            c.relationship = .none
+            c.friendSinceMs = nil
+            c.updatedAtMs = nowMs
+            try c.save(db)
+            try frame.insert(db)
+        }
+    }
+
+    /// They declined our request or removed us. Returns the relationship it ended, if any.
+    public func receiveFarewell(from key: [UInt8], nowMs: Int64) throws -> Relationship? {
+        try write { db in
+            guard var c = try Contact.fetchOne(db, key: Data(key)) else { return nil }
+            let before = c.relationship
+            switch before {
+            case .friend, .requested, .pending: break
+            case .none, .blocked: return nil
+            }
+            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+            c.relationship = .none
+            c.friendSinceMs = nil
+            c.updatedAtMs = nowMs
+            try c.save(db)
+            return before
+        }
+    }
+
+    public func block(_ key: [UInt8], nowMs: Int64) throws {
+        try write { db in
+            var c = try Contact.fetchOne(db, key: Data(key)) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
+            c.relationship = .blocked
+            c.friendSinceMs = nil
+            c.requestMessage = nil
+            c.updatedAtMs = nowMs
+            try c.save(db)
+            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+        }
+    }
+
+    /// Lifts a block; false when the key was not blocked.
+    public func unblock(_ key: [UInt8], nowMs: Int64) throws -> Bool {
+        try write { db in
+            guard var c = try Contact.fetchOne(db, key: Data(key)), c.relationship == .blocked else { return false }
+            c.relationship = .none
+            c.updatedAtMs = nowMs
+            try c.save(db)
+            return true
+        }
+    }
+
+    /// A friend's newer contact record (display name and version) replaces the stored one.
+    public func updateContactRecord(_ key: [UInt8], displayName: String, record: [UInt8], version: Int64, nowMs: Int64) throws -> Bool {
+        try write { db in
+            guard var c = try Contact.fetchOne(db, key: Data(key)), c.relationship == .friend, version > c.recordVersion else {
+                return false
+            }
+            c.displayName = displayName
+            c.record = Data(record)
+            c.recordVersion = version
+            c.updatedAtMs = nowMs
+            try c.save(db)
+            return true
+        }
+    }
+
+    public func setPresence(_ key: [UInt8], presence: String?, lastSeenMs: Int64) throws {
+        try write { db in
+            try db.execute(sql: "UPDATE contact SET presence = ?, lastSeenMs = ? WHERE publicKey = ?",
+                           arguments: [presence, lastSeenMs, Data(key)])
+        }
+    }
+}
+
+// MARK: - Addresses and LAN sightings
+
+extension NodeStore {
+    /// Remembers where a peer was reached or seen; keeps the most recent few per peer.
+    public func rememberAddress(_ key: [UInt8], host: String, port: Int, source: String, nowMs: Int64) throws {
+        try write { db in
+            try KnownAddress(publicKey: key, host: host, port: port, source: source, lastSeenMs: nowMs).save(db)
+            let all = try KnownAddress.filter(Column("publicKey") == Data(key)).order(Column("lastSeenMs").desc).fetchAll(db)
+            for stale in all.dropFirst(limits.maximumAddressesPerPeer) { try stale.delete(db) }
+        }
+    }
+
+    public func addresses(_ key: [UInt8]) throws -> [KnownAddress] {
+        try read { db in
+            try KnownAddress.filter(Column("publicKey") == Data(key)).order(Column("lastSeenMs").desc).fetchAll(db)
+        }
+    }
+
+    public func recordSighting(_ s: Sighting) throws {
+        try write { db in
+            try s.save(db)
+            let count = try Sighting.fetchCount(db)
+            if count > limits.maximumSightings {
+                try db.execute(sql: "DELETE FROM sighting WHERE publicKey IN (SELECT publicKey FROM sighting ORDER BY lastSeenMs ASC LIMIT ?)",
+                               arguments: [count - limits.maximumSightings])
+            }
+        }
+    }
+
+    public func sightings(since: Int64 = 0) throws -> [Sighting] {
+        try read { db in try Sighting.filter(Column("lastSeenMs") >= since).order(Column("lastSeenMs").desc).fetchAll(db) }
+    }
+}
+
+// MARK: - Outbox
+
+extension NodeStore {
+    public func enqueue(_ item: OutboxItem) throws {
+        try write { db in try item.insert(db, onConflict: .ignore) }
+    }
+
+    /// Recipients with frames due now.
+    public func dueRecipients(nowMs: Int64, limit: Int = 100) throws -> [[UInt8]] {
+        try read { db in
+            try Data.fetchAll(db, sql: "SELECT DISTINCT recipient FROM outbox WHERE nextAttemptMs <= ? LIMIT ?",
+                              arguments: [nowMs, limit]).map { Array($0) }
+        }
+    }
+
+    /// Every waiting frame for a recipient, oldest first.
+    public func outbox(for key: [UInt8]) throws -> [OutboxItem] {
+        try read { db in
+            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).order(OutboxItem.Columns.createdAtMs).fetchAll(db)
+        }
+    }
+
+    public func outboxCount() throws -> Int {
+        try read { db in try OutboxItem.fetchCount(db) }
+    }
+
+    /// Backs off a recipient's frames after a failed attempt: 1 s, 2 s, 4 s … capped at `maximumDelayMs`.
+    public func deferOutbox(for key: [UInt8], error: String, nowMs: Int64, maximumDelayMs: Int64 = 60_000) throws {
+        try write { db in
+            for var item in try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).fetchAll(db) {
+                item.attempts += 1
+                let delay = min(maximumDelayMs, 1000 << min(item.attempts - 1, 20))
+                item.nextAttemptMs = nowMs + delay
+                item.lastError = error
+                try item.update(db)
+            }
+        }
+    }
+
+    /// Makes a recipient's frames due now (the peer just appeared).
+    public func expediteOutbox(for key: [UInt8], nowMs: Int64) throws {
+        try write { db in
+            try db.execute(sql: "UPDATE outbox SET nextAttemptMs = ? WHERE recipient = ? AND nextAttemptMs > ?",
+                           arguments: [nowMs, Data(key), nowMs])
+        }
+    }
+
+    /// The recipient acknowledged a frame. True when it was still waiting.
+    @discardableResult
+    public func acknowledge(_ messageId: [UInt8]) throws -> Bool {
+        try write { db in try OutboxItem.deleteOne(db, key: Data(messageId)) }
+    }
+}
+
+// MARK: - Exactly-once handling of incoming frames
+
+extension NodeStore {
+    /// Records that a frame was handled. False when it had been handled before.
+    public func markHandled(_ messageId: [UInt8], createdAtMs: Int64, windowMs: Int64, nowMs: Int64) throws -> Bool {
+        try write { db in
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM seenMessage WHERE messageId = ?", arguments: [Data(messageId)]) != nil {
+                return false
+            }
+            try db.execute(sql: "INSERT INTO seenMessage(messageId, createdAtMs) VALUES (?, ?)",
+                           arguments: [Data(messageId), createdAtMs])
+            try db.execute(sql: "DELETE FROM seenMessage WHERE createdAtMs < ?", arguments: [nowMs - windowMs])
+            return true
+        }
+    }
+}
+
+// MARK: - Events
+
+extension NodeStore {
+    public func appendEvent(type: String, timeMs: Int64, fields: String) throws -> StoredEvent {
+        try write { db in
+            var e = StoredEvent(seq: nil, type: type, timeMs: timeMs, fields: fields)
+            try e.insert(db)
+            if let seq = e.seq, seq % 1000 == 0 {
+                try db.execute(sql: "DELETE FROM event WHERE seq <= ?", arguments: [seq - Int64(limits.maximumEvents)])
+            }
+            return e
+        }
+    }
+
+    public func events(since seq: Int64, limit: Int) throws -> [StoredEvent] {
+        try read { db in
+            try StoredEvent.filter(Column("seq") > seq).order(Column("seq")).limit(limit).fetchAll(db)
+        }
+    }
+
+    public func lastEventSeq() throws -> Int64 {
+        try read { db in try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM event") ?? 0 }
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import GRDB
+
+/// The node's embedded store: one SQLite file in WAL mode, owned by the node process.
+///
+/// Every write is one intent-named transaction, so a change and the frames it must send are
+/// durable together before anything is acknowledged (DESIGN.md, "A node").
+public struct NodeStore: Sendable {
+    private let writer: any DatabaseWriter
+
+    /// Limits that keep a stranger from growing the store without bound.
+    public struct Limits: Sendable {
+        /// Pending incoming friend requests kept; past it the oldest is dropped.
+        public var maximumPendingRequests = 100
+        /// Events kept; older ones are pruned.
+        public var maximumEvents = 100_000
+        /// Remembered message ids (for exactly-once handling), pruned by age too.
+        public var maximumSeenMessages = 200_000
+        /// Known addresses per peer.
+        public var maximumAddressesPerPeer = 8
+        /// LAN sightings of strangers kept.
+        public var maximumSightings = 1_000
+        public init() {}
+    }
+
+    public let limits: Limits
+
+    /// Opens (creating if needed) the store at `path` as a WAL database pool.
+    public init(path: String, limits: Limits = Limits()) throws {
+        var config = Configuration()
+        config.busyMode = .timeout(5)
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        let pool = try DatabasePool(path: path, configuration: config)
+        try self.init(writer: pool, limits: limits)
+    }
+
+    /// An in-memory store for tests.
+    public static func inMemory(limits: Limits = Limits()) throws -> NodeStore {
+        try NodeStore(writer: DatabaseQueue(), limits: limits)
+    }
+
+    init(writer: any DatabaseWriter, limits: Limits) throws {
+        self.writer = writer
+        self.limits = limits
+        try Self.migrator.migrate(writer)
+    }
+
+    static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.create(table: "setting") { t in
+                t.primaryKey("key", .text)
+                t.column("value", .text).notNull()
+            }
+            // Everyone the node knows about by key: friends, requesters, blocked IDs.
+            try db.create(table: "contact") { t in
+                t.primaryKey("publicKey", .blob)
+                t.column("displayName", .text).notNull().defaults(to: "")
+                // none | requested (we asked) | pending (they asked) | friend | blocked
+                t.column("relationship", .text).notNull()
+                t.column("requestMessage", .text)
+                t.column("requestedAtMs", .integer)
+                t.column("friendSinceMs", .integer)
+                t.column("record", .blob)            // the signed frame that carried their latest contact record
+                t.column("recordVersion", .integer).notNull().defaults(to: 0)
+                t.column("lastSeenMs", .integer)
+                t.column("presence", .text)
+                t.column("updatedAtMs", .integer).notNull()
+            }
+            try db.create(index: "contact_relationship", on: "contact", columns: ["relationship", "requestedAtMs"])
+            try db.create(table: "address") { t in
+                t.column("publicKey", .blob).notNull()
+                t.column("host", .text).notNull()
+                t.column("port", .integer).notNull()
+                t.column("source", .text).notNull()   // lan | manual | record
+                t.column("lastSeenMs", .integer).notNull()
+                t.primaryKey(["publicKey", "host", "port"])
+            }
+            // Frames waiting to be delivered; a row goes away when the recipient acknowledges it.
+            try db.create(table: "outbox") { t in
+                t.primaryKey("messageId", .blob)
+                t.column("recipient", .blob).notNull()
+                t.column("type", .integer).notNull()
+                t.column("frame", .blob).notNull()
+                t.column("createdAtMs", .integer).notNull()
+                t.column("attempts", .integer).notNull().defaults(to: 0)
+                t.column("nextAttemptMs", .integer).notNull()
+                t.column("lastError", .text)
+            }
+            try db.create(index: "outbox_due", on: "outbox", columns: ["nextAttemptMs"])
+            try db.create(table: "event") { t in
+                t.autoIncrementedPrimaryKey("seq")
+                t.column("type", .text).notNull()
+                t.column("timeMs", .integer).notNull()
+                t.column("fields", .text).notNull()
+            }
+            try db.create(table: "seenMessage") { t in
+                t.primaryKey("messageId", .blob)
+                t.column("createdAtMs", .integer).notNull()
+            }
+            try db.create(index: "seenMessage_age", on: "seenMessage", columns: ["createdAtMs"])
+            // Nodes seen on the LAN (strangers and friends), for `tandem peers`.
+            try db.create(table: "sighting") { t in
+                t.primaryKey("publicKey", .blob)
+                t.column("displayName", .text)
+                t.column("host", .text).notNull()
+                t.column("port", .integer).notNull()
+                t.column("isFriendBeacon", .boolean).notNull()
+                t.column("lastSeenMs", .integer).notNull()
+            }
+        }
+        return m
+    }
+
+    // MARK: reading and writing
+
+    /// Runs `body` in one write transaction.
+    public func write<T>(_ body: (Database) throws -> T) throws -> T {
+        try writer.write(body)
+    }
+
+    public func read<T>(_ body: (Database) throws -> T) throws -> T {
+        try writer.read(body)
+    }
+}

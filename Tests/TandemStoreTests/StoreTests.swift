@@ -1,0 +1,139 @@
+import Foundation
+import XCTest
+@testable import TandemStore
+
+final class StoreTests: XCTestCase {
+    let alice = [UInt8](repeating: 1, count: 32)
+    let bob = [UInt8](repeating: 2, count: 32)
+
+    private func frame(_ id: UInt8, to recipient: [UInt8], type: UInt16 = 0x0101, now: Int64 = 1000) -> OutboxItem {
+        OutboxItem(messageId: [UInt8](repeating: id, count: 16), recipient: recipient, type: type, frame: [id, id], nowMs: now)
+    }
+
+    func testRequestAcceptRoundTrip() throws {
+        let store = try NodeStore.inMemory()
+        _ = try store.requestFriend(bob, message: "hi", frame: frame(1, to: bob), nowMs: 1000)
+        XCTAssertEqual(try store.contact(bob)?.relationship, .requested)
+        XCTAssertEqual(try store.outboxCount(), 1)
+        // Asking again replaces the queued request: one request in flight.
+        _ = try store.requestFriend(bob, message: "hello?", frame: frame(2, to: bob), nowMs: 2000)
+        XCTAssertEqual(try store.outbox(for: bob).map { Array($0.messageId) }, [[UInt8](repeating: 2, count: 16)])
+        XCTAssertTrue(try store.receiveFriendAccept(from: bob, displayName: "Bob", record: [9], recordVersion: 5, nowMs: 3000))
+        XCTAssertEqual(try store.contact(bob)?.relationship, .friend)
+        XCTAssertEqual(try store.contact(bob)?.displayName, "Bob")
+        XCTAssertEqual(try store.outboxCount(), 0, "an answered request is no longer retried")
+        XCTAssertFalse(try store.receiveFriendAccept(from: bob, displayName: "Bob", record: [9], recordVersion: 5, nowMs: 3000))
+        XCTAssertThrowsError(try store.requestFriend(bob, message: "", frame: frame(3, to: bob), nowMs: 4000)) {
+            XCTAssertEqual($0 as? FriendStoreError, .alreadyFriends)
+        }
+    }
+
+    func testIncomingRequestsAreCappedOldestFirst() throws {
+        var limits = NodeStore.Limits()
+        limits.maximumPendingRequests = 3
+        let store = try NodeStore.inMemory(limits: limits)
+        var results: [NodeStore.IncomingRequest] = []
+        for i in 0..<5 {
+            let key = [UInt8](repeating: UInt8(10 + i), count: 32)
+            results.append(try store.receiveFriendRequest(from: key, displayName: "n\(i)", message: "m", record: [],
+                                                           recordVersion: 1, reply: nil, nowMs: Int64(1000 + i)))
+        }
+        XCTAssertEqual(try store.contacts([.pending]).count, 3)
+        XCTAssertEqual(results[3], .stored(dropped: [UInt8](repeating: 10, count: 32)))
+        XCTAssertEqual(results[4], .stored(dropped: [UInt8](repeating: 11, count: 32)))
+        XCTAssertNil(try store.contact([UInt8](repeating: 10, count: 32)))
+    }
+
+    func testMutualRequestsMakeFriendsAndBlockedPeersAreIgnored() throws {
+        let store = try NodeStore.inMemory()
+        _ = try store.requestFriend(bob, message: "", frame: frame(1, to: bob), nowMs: 1)
+        let r = try store.receiveFriendRequest(from: bob, displayName: "Bob", message: "", record: [], recordVersion: 1,
+                                               reply: frame(2, to: bob, type: 0x0102), nowMs: 2)
+        XCTAssertEqual(r, .mutual)
+        XCTAssertEqual(try store.contact(bob)?.relationship, .friend)
+        XCTAssertEqual(try store.outbox(for: bob).map(\.type), [0x0102], "our pending request is replaced by the acceptance")
+
+        try store.block(alice, nowMs: 3)
+        XCTAssertEqual(try store.receiveFriendRequest(from: alice, displayName: "", message: "", record: [], recordVersion: 1,
+                                                      reply: nil, nowMs: 4), .blocked)
+        XCTAssertEqual(try store.contact(alice)?.relationship, .blocked)
+        XCTAssertTrue(try store.unblock(alice, nowMs: 5))
+        XCTAssertFalse(try store.unblock(alice, nowMs: 6))
+    }
+
+    func testDeclineRemoveAndFarewell() throws {
+        let store = try NodeStore.inMemory()
+        _ = try store.receiveFriendRequest(from: alice, displayName: "A", message: "", record: [], recordVersion: 1, reply: nil, nowMs: 1)
+        try store.declineFriend(alice, frame: frame(1, to: alice, type: 0x0103), nowMs: 2)
+        XCTAssertEqual(try store.contact(alice)?.relationship, Relationship.none)
+        XCTAssertThrowsError(try store.declineFriend(alice, frame: frame(2, to: alice), nowMs: 3))
+        XCTAssertThrowsError(try store.acceptFriend(alice, frame: frame(3, to: alice), nowMs: 3))
+        XCTAssertThrowsError(try store.removeFriend(bob, frame: frame(4, to: bob), nowMs: 3))
+        _ = try store.requestFriend(bob, message: "", frame: frame(5, to: bob), nowMs: 4)
+        XCTAssertEqual(try store.receiveFarewell(from: bob, nowMs: 5), .requested)
+        XCTAssertEqual(try store.outboxCount(), 1, "only our decline to alice remains")
+        XCTAssertNil(try store.receiveFarewell(from: bob, nowMs: 6))
+    }
+
+    func testOutboxBackoffExpediteAndAcknowledge() throws {
+        let store = try NodeStore.inMemory()
+        try store.enqueue(frame(1, to: bob, now: 0))
+        try store.enqueue(frame(1, to: bob, now: 0)) // idempotent by message id
+        XCTAssertEqual(try store.outboxCount(), 1)
+        XCTAssertEqual(try store.dueRecipients(nowMs: 0), [bob])
+        try store.deferOutbox(for: bob, error: "unreachable", nowMs: 0)
+        XCTAssertEqual(try store.dueRecipients(nowMs: 999), [])
+        XCTAssertEqual(try store.dueRecipients(nowMs: 1000), [bob])
+        try store.deferOutbox(for: bob, error: "unreachable", nowMs: 1000)
+        XCTAssertEqual(try store.dueRecipients(nowMs: 2999), [], "the delay doubles")
+        for _ in 0..<30 { try store.deferOutbox(for: bob, error: "x", nowMs: 0) }
+        XCTAssertEqual(try store.outbox(for: bob).first?.nextAttemptMs, 60_000, "capped")
+        try store.expediteOutbox(for: bob, nowMs: 5)
+        XCTAssertEqual(try store.dueRecipients(nowMs: 5), [bob])
+        XCTAssertTrue(try store.acknowledge([UInt8](repeating: 1, count: 16)))
+        XCTAssertFalse(try store.acknowledge([UInt8](repeating: 1, count: 16)))
+    }
+
+    func testHandledMessagesAndEvents() throws {
+        let store = try NodeStore.inMemory()
+        let id = [UInt8](repeating: 7, count: 16)
+        XCTAssertTrue(try store.markHandled(id, createdAtMs: 100, windowMs: 1000, nowMs: 100))
+        XCTAssertFalse(try store.markHandled(id, createdAtMs: 100, windowMs: 1000, nowMs: 200))
+        _ = try store.markHandled([UInt8](repeating: 8, count: 16), createdAtMs: 5000, windowMs: 1000, nowMs: 5000)
+        XCTAssertTrue(try store.markHandled(id, createdAtMs: 100, windowMs: 1000, nowMs: 5000), "forgotten after the window")
+
+        let e1 = try store.appendEvent(type: "a", timeMs: 1, fields: "{}")
+        let e2 = try store.appendEvent(type: "b", timeMs: 2, fields: #"{"x":1}"#)
+        XCTAssertEqual(e2.seq, e1.seq! + 1)
+        XCTAssertEqual(try store.events(since: e1.seq!, limit: 10).map(\.type), ["b"])
+        XCTAssertEqual(try store.lastEventSeq(), e2.seq)
+    }
+
+    func testAddressesAndSightingsAreBounded() throws {
+        var limits = NodeStore.Limits()
+        limits.maximumAddressesPerPeer = 2
+        limits.maximumSightings = 3
+        let store = try NodeStore.inMemory(limits: limits)
+        for i in 0..<5 { try store.rememberAddress(bob, host: "10.0.0.\(i)", port: 7810, source: "lan", nowMs: Int64(i)) }
+        XCTAssertEqual(try store.addresses(bob).map(\.host), ["10.0.0.4", "10.0.0.3"])
+        for i in 0..<6 {
+            try store.recordSighting(Sighting(publicKey: [UInt8](repeating: UInt8(i), count: 32), displayName: nil,
+                                              host: "h", port: 1, isFriendBeacon: false, lastSeenMs: Int64(i)))
+        }
+        XCTAssertEqual(try store.sightings().count, 3)
+    }
+
+    func testDurableOnDiskAcrossReopen() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("store-\(UUID().uuidString).sqlite").path
+        defer { for s in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + s) } }
+        do {
+            let store = try NodeStore(path: path)
+            _ = try store.requestFriend(bob, message: "hi", frame: frame(1, to: bob), nowMs: 1)
+            try store.setSetting("display_name", "Alice")
+        }
+        let again = try NodeStore(path: path)
+        XCTAssertEqual(try again.contact(bob)?.relationship, .requested)
+        XCTAssertEqual(try again.outboxCount(), 1)
+        XCTAssertEqual(try again.setting("display_name"), "Alice")
+    }
+}
