@@ -48,7 +48,7 @@ struct Node: AsyncParsableCommand {
         var config = NodeConfiguration()
         (config.host, config.port) = try NodeConfiguration.parseHostPort(listen)
         config.link.maximumEnvelopeLength = maxFrame
-        let node = NodeRuntime(identity: identity, configuration: config, logger: logger)
+        let node = NodeRuntime(identity: identity, configuration: config, dataDirectory: dir, logger: logger)
         try await node.run()
         logger.info("node stopped")
     }

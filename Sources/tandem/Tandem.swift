@@ -15,7 +15,7 @@ struct Tandem: AsyncParsableCommand {
         5 authentication failed (wrong ID, network or passphrase), 6 timed out.
         """,
         version: TandemVersion.string,
-        subcommands: [Init.self, ID.self, Node.self, Ping.self, Demo.self, Dev.self]
+        subcommands: [Init.self, ID.self, Node.self, Ping.self, Demo.self, Dev.self, Events.self, Wait.self, Status.self]
     )
 
     /// Runs the command; every failure becomes one line on stderr and an exit code.

@@ -1,0 +1,197 @@
+import Foundation
+
+/// A JSON document as a Swift value: what control requests, responses and event fields carry.
+///
+/// Integers and fractional numbers are kept apart (`int` / `double`) so sequence numbers and
+/// millisecond timestamps survive a round trip exactly.
+public enum JSONValue: Codable, Sendable, Equatable, Hashable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let b = try? container.decode(Bool.self) {
+            self = .bool(b)
+        } else if let i = try? container.decode(Int64.self) {
+            self = .int(i)
+        } else if let d = try? container.decode(Double.self) {
+            self = .double(d)
+        } else if let s = try? container.decode(String.self) {
+            self = .string(s)
+        } else if let a = try? container.decode([JSONValue].self) {
+            self = .array(a)
+        } else if let o = try? container.decode([String: JSONValue].self) {
+            self = .object(o)
+        } else {
+            throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a JSON value")
+        }
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let b): try container.encode(b)
+        case .int(let i): try container.encode(i)
+        case .double(let d): try container.encode(d)
+        case .string(let s): try container.encode(s)
+        case .array(let a): try container.encode(a)
+        case .object(let o): try container.encode(o)
+        }
+    }
+
+    // MARK: Accessors
+
+    public var isNull: Bool {
+        if case .null = self { return true }
+        return false
+    }
+
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    public var boolValue: Bool? {
+        if case .bool(let b) = self { return b }
+        return nil
+    }
+
+    /// The value as an integer: an `int`, or a `double` with no fractional part that fits.
+    public var intValue: Int64? {
+        switch self {
+        case .int(let i): return i
+        case .double(let d):
+            guard d.rounded() == d, let i = Int64(exactly: d) else { return nil }
+            return i
+        case .null, .bool, .string, .array, .object: return nil
+        }
+    }
+
+    public var doubleValue: Double? {
+        switch self {
+        case .int(let i): return Double(i)
+        case .double(let d): return d
+        case .null, .bool, .string, .array, .object: return nil
+        }
+    }
+
+    public var arrayValue: [JSONValue]? {
+        if case .array(let a) = self { return a }
+        return nil
+    }
+
+    public var objectValue: [String: JSONValue]? {
+        if case .object(let o) = self { return o }
+        return nil
+    }
+
+    /// `value["key"]` on an object; nil for anything else or a missing key.
+    public subscript(key: String) -> JSONValue? {
+        if case .object(let o) = self { return o[key] }
+        return nil
+    }
+
+    /// `value[0]` on an array; nil for anything else or an index out of range.
+    public subscript(index: Int) -> JSONValue? {
+        if case .array(let a) = self, a.indices.contains(index) { return a[index] }
+        return nil
+    }
+
+    /// The value as text for comparisons (`tandem wait --match key=value`): a string as itself,
+    /// numbers and booleans as JSON spells them, null as "null", arrays and objects as compact JSON.
+    public var textValue: String {
+        switch self {
+        case .string(let s): return s
+        case .null, .bool, .int, .double, .array, .object: return compactJSON
+        }
+    }
+
+    // MARK: Encoding
+
+    private static let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return e
+    }()
+
+    /// One line of JSON, keys sorted. Non-finite doubles (which JSON cannot carry) become null.
+    public var compactJSON: String {
+        String(decoding: jsonData, as: UTF8.self)
+    }
+
+    /// The UTF-8 JSON bytes, keys sorted.
+    public var jsonData: Data {
+        (try? Self.encoder.encode(self.finite)) ?? Data("null".utf8)
+    }
+
+    /// The same value with NaN and infinities replaced by null.
+    private var finite: JSONValue {
+        switch self {
+        case .double(let d): return d.isFinite ? self : .null
+        case .array(let a): return .array(a.map(\.finite))
+        case .object(let o): return .object(o.mapValues(\.finite))
+        case .null, .bool, .int, .string: return self
+        }
+    }
+
+    /// Parses UTF-8 JSON text.
+    public static func parse(_ data: Data) throws -> JSONValue {
+        try JSONDecoder().decode(JSONValue.self, from: data)
+    }
+
+    public static func parse(_ text: String) throws -> JSONValue {
+        try parse(Data(text.utf8))
+    }
+}
+
+extension JSONValue: ExpressibleByNilLiteral {
+    public init(nilLiteral: ()) { self = .null }
+}
+
+extension JSONValue: ExpressibleByBooleanLiteral {
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+}
+
+extension JSONValue: ExpressibleByIntegerLiteral {
+    public init(integerLiteral value: Int64) { self = .int(value) }
+}
+
+extension JSONValue: ExpressibleByFloatLiteral {
+    public init(floatLiteral value: Double) { self = .double(value) }
+}
+
+extension JSONValue: ExpressibleByStringLiteral {
+    public init(stringLiteral value: String) { self = .string(value) }
+}
+
+extension JSONValue: ExpressibleByArrayLiteral {
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+}
+
+extension JSONValue: ExpressibleByDictionaryLiteral {
+    public init(dictionaryLiteral elements: (String, JSONValue)...) {
+        self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
+    }
+}
+
+extension JSONValue: CustomStringConvertible {
+    public var description: String { compactJSON }
+}
+
+extension JSONValue {
+    /// Convenience constructors for values held in Swift types.
+    public init(_ value: Int) { self = .int(Int64(value)) }
+    public init(_ value: Int64) { self = .int(value) }
+    public init(_ value: UInt64) { self = value <= UInt64(Int64.max) ? .int(Int64(value)) : .double(Double(value)) }
+    public init(_ value: String) { self = .string(value) }
+    public init(_ value: Bool) { self = .bool(value) }
+    public init(_ value: Double) { self = .double(value) }
+}
