@@ -28,8 +28,8 @@ public enum DemoScenario {
         var config = NodeConfiguration()
         config.host = "127.0.0.1"
         config.port = 0
-        let aliceNode = NodeRuntime(identity: alice, configuration: config, logger: logger)
-        let bobNode = NodeRuntime(identity: bob, configuration: config, logger: logger)
+        let aliceNode = try NodeRuntime(identity: alice, configuration: config, logger: logger)
+        let bobNode = try NodeRuntime(identity: bob, configuration: config, logger: logger)
 
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await aliceNode.run(signals: false) }

@@ -45,6 +45,7 @@ public struct DataDirectory: Sendable {
     public init(url: URL) { self.url = url }
 
     public var identityFile: URL { url.appendingPathComponent("identity.key") }
+    public var storeFile: URL { url.appendingPathComponent("node.sqlite") }
     public var path: String { url.path }
 
     /// Creates the directory with mode 0700 if it does not exist.

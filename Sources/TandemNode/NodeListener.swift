@@ -13,6 +13,7 @@ public struct NodeConfiguration: Sendable {
     public var port: Int = TandemConstants.defaultPort
     public var link = PeerPipeline.Options()
     public var replayCapacity = 100_000
+    public var friends = FriendService.Configuration()
     public init() {}
 
     /// Parses "host:port", ":port", "port" or "[v6]:port".

@@ -4,6 +4,7 @@ import NIOPosix
 import ServiceLifecycle
 import Sodium
 import TandemProtocol
+import TandemStore
 
 /// A running node: its identity, its shared frame rules and its services, in one service group.
 public final class NodeRuntime: Sendable {
@@ -22,6 +23,13 @@ public final class NodeRuntime: Sendable {
     public let router: ControlRouter
     /// The control socket (`<data-dir>/control.sock`), when there is a data directory.
     public let controlServer: ControlServer?
+    /// The node's store: `<data-dir>/node.sqlite`, or in memory for throwaway nodes.
+    public let store: NodeStore
+    /// Every authenticated link, inbound and outbound.
+    public let peers: PeerManager
+    /// Friends, presence and the outbox.
+    public let friends: FriendService
+    public let discoverable: DiscoverableSetting
     private let logger: Logger
 
     /// - Parameters:
@@ -30,7 +38,7 @@ public final class NodeRuntime: Sendable {
     public init(identity: SigningKeyPair, configuration: NodeConfiguration,
                 dataDirectory: DataDirectory? = nil, eventLog: EventLog? = nil,
                 group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-                delegate: PeerLinkDelegate? = nil, logger: Logger) {
+                logger: Logger) throws {
         self.identity = identity
         self.configuration = configuration
         self.group = group
@@ -38,15 +46,50 @@ public final class NodeRuntime: Sendable {
         self.dataDirectory = dataDirectory
         self.gate = FrameGate(localPublicKey: identity.publicKey, metrics: metrics,
                               replayCapacity: configuration.replayCapacity)
+        let store: NodeStore
+        do {
+            store = try dataDirectory.map { try NodeStore(path: $0.storeFile.path) } ?? NodeStore.inMemory()
+        } catch {
+            throw TandemError("cannot open the node's store in \(dataDirectory?.path ?? "memory"): \(error)")
+        }
+        self.store = store
+        let peers = PeerManager(identity: identity, gate: gate, options: configuration.link, group: group, logger: logger)
+        self.peers = peers
         self.listener = NodeListener(identity: identity, configuration: configuration, gate: gate,
-                                     delegate: delegate, group: group, logger: logger)
-        self.eventBus = EventBus(log: eventLog ?? InMemoryEventLog(), logger: logger)
+                                     delegate: peers, group: group, logger: logger)
+        self.eventBus = EventBus(log: eventLog ?? (dataDirectory == nil ? InMemoryEventLog() : StoreEventLog(store: store)),
+                                 logger: logger)
+        let friends = FriendService(identity: identity, store: store, peers: peers, events: eventBus,
+                                    configuration: configuration.friends, logger: logger)
+        self.friends = friends
+        peers.handler = friends
+        self.discoverable = DiscoverableSetting(store: store, onChange: {})
         let router = ControlRouter()
         self.router = router
         self.controlServer = dataDirectory.map {
             ControlServer(directory: $0, router: router, group: group, logger: logger)
         }
         eventBus.registerControlMethods(on: router)
+        friends.registerControlMethods(on: router, discoverable: discoverable)
+        registerStatus()
+    }
+
+    private func registerStatus() {
+        router.register("node.status") { [self] _ in
+            let address = try? await listener.boundAddress
+            var o: [String: JSONValue] = [:]
+            o["id"] = .string(id.canonical)
+            o["display"] = .string(id.display)
+            o["name"] = .string(friends.displayName)
+            o["listen"] = address.map { .string($0.hostPort) } ?? .null
+            o["data_dir"] = dataDirectory.map { .string($0.path) } ?? .null
+            o["friends"] = .int(Int64(try store.friendKeys().count))
+            o["pending_requests"] = .int(Int64(try store.contacts([.pending]).count))
+            o["outbox"] = .int(Int64(try store.outboxCount()))
+            o["links"] = .int(Int64(peers.connectedPeers.count))
+            o["discoverable"] = .bool(discoverable.isDiscoverable)
+            return .object(o)
+        }
     }
 
     public var id: NodeID { NodeID(publicKey: identity.publicKey) }
@@ -56,6 +99,7 @@ public final class NodeRuntime: Sendable {
     public var services: [Service] {
         var services: [Service] = [listener]
         if let controlServer { services.append(controlServer) }
+        services.append(FriendLoop(friends: friends, peers: peers, listener: listener))
         services.append(NodeAnnouncer(node: self))
         return services
     }
@@ -75,6 +119,19 @@ public final class NodeRuntime: Sendable {
         try await PeerConnector.connect(host: host, port: port, remote: remote.publicKey, identity: identity,
                                         gate: gate, delegate: delegate, options: configuration.link,
                                         group: group, logger: logger)
+    }
+}
+
+/// Runs the friends' delivery loop once the listener is bound; closes every link at shutdown.
+struct FriendLoop: Service {
+    let friends: FriendService
+    let peers: PeerManager
+    let listener: NodeListener
+
+    func run() async throws {
+        if let port = try? await listener.boundAddress.port { friends.setListenPort(port) }
+        await cancelWhenGracefulShutdown { await friends.run() }
+        peers.closeAll()
     }
 }
 

@@ -48,7 +48,7 @@ struct Node: AsyncParsableCommand {
         var config = NodeConfiguration()
         (config.host, config.port) = try NodeConfiguration.parseHostPort(listen)
         config.link.maximumEnvelopeLength = maxFrame
-        let node = NodeRuntime(identity: identity, configuration: config, dataDirectory: dir, logger: logger)
+        let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: dir, logger: logger)
         try await node.run()
         logger.info("node stopped")
     }
@@ -96,7 +96,7 @@ struct Ping: AsyncParsableCommand {
         logger.logLevel = .critical
         var config = NodeConfiguration()
         config.host = "127.0.0.1"
-        let node = NodeRuntime(identity: identity, configuration: config, logger: logger)
+        let node = try NodeRuntime(identity: identity, configuration: config, logger: logger)
         let (link, waiter) = try await node.connect(host: host, port: port, to: remote)
         defer { link.close() }
         var rtts: [Double] = []

@@ -15,7 +15,8 @@ struct Tandem: AsyncParsableCommand {
         5 authentication failed (wrong ID, network or passphrase), 6 timed out.
         """,
         version: TandemVersion.string,
-        subcommands: [Init.self, ID.self, Node.self, Ping.self, Demo.self, Dev.self, Events.self, Wait.self, Status.self]
+        subcommands: [Init.self, ID.self, Node.self, Name.self, Friend.self, Peers.self, Discoverable.self, Events.self, Wait.self,
+                      Status.self, Ping.self, Demo.self, Dev.self]
     )
 
     /// Runs the command; every failure becomes one line on stderr and an exit code.

@@ -21,7 +21,7 @@ final class LoopbackTests: XCTestCase {
         config.port = 0
         config.link.handshakeTimeout = handshakeTimeout
         config.link.maximumEnvelopeLength = maxFrame
-        let node = NodeRuntime(identity: .generate(), configuration: config, logger: logger)
+        let node = try NodeRuntime(identity: .generate(), configuration: config, logger: logger)
         let task = Task { try await node.run(signals: false) }
         defer { task.cancel() }
         let port = try await node.listener.boundAddress.port!
@@ -34,7 +34,7 @@ final class LoopbackTests: XCTestCase {
     private func client() -> NodeRuntime {
         var config = NodeConfiguration()
         config.host = "127.0.0.1"
-        return NodeRuntime(identity: .generate(), configuration: config, logger: logger)
+        return try! NodeRuntime(identity: .generate(), configuration: config, logger: logger)
     }
 
     /// Polls `condition` for up to `seconds`.
@@ -152,7 +152,7 @@ final class LoopbackTests: XCTestCase {
         var config = NodeConfiguration()
         config.host = "127.0.0.1"
         config.port = 0
-        let node = NodeRuntime(identity: .generate(), configuration: config, logger: logger)
+        let node = try NodeRuntime(identity: .generate(), configuration: config, logger: logger)
         let task = Task { try await node.run(signals: false) }
         let port = try await node.listener.boundAddress.port!
         let (link, waiter) = try await client().connect(host: "127.0.0.1", port: port, to: node.id)

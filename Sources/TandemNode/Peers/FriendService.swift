@@ -115,6 +115,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         let c = try mapStoreError { try store.acceptFriend(key, frame: item, nowMs: now()) }
         events.emit("friend.accepted", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(c.displayName), "by": "me"])
         friendsChanged()
+        becameFriend(key, name: c.displayName)
         poke()
         return c
     }
@@ -171,6 +172,13 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
     }
 
     private func friendsChanged() { onFriendsChanged?() }
+
+    /// A new friend whose link is already up is online from now on.
+    private func becameFriend(_ key: [UInt8], name: String) {
+        guard peers.link(to: key) != nil else { return }
+        events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(name)])
+        sendPresence(to: key)
+    }
 
     private func mapStoreError<T>(_ body: () throws -> T) throws -> T {
         do {
@@ -290,6 +298,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
             case .mutual:
                 events.emit("friend.accepted", ["id": .string(id), "name": .string(record.displayName), "by": "both"])
                 friendsChanged()
+                becameFriend(author, name: record.displayName)
                 poke()
             case .alreadyFriends:
                 poke()
@@ -311,7 +320,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
                 events.emit("friend.accepted", ["id": .string(NodeID(publicKey: envelope.author).canonical),
                                                 "name": .string(record.displayName), "by": "them"])
                 friendsChanged()
-                sendPresence(to: envelope.author)
+                becameFriend(envelope.author, name: record.displayName)
             }
         }
     }

@@ -1,0 +1,151 @@
+import Foundation
+import TandemProtocol
+import TandemStore
+
+/// The control-socket methods of the friends flow (documented in Protocol/control.md).
+extension FriendService {
+    static func key(_ params: JSONValue, _ name: String = "id") throws -> [UInt8] {
+        guard let text = params[name]?.stringValue else {
+            throw TandemError("missing parameter '\(name)'", exitCode: TandemError.usageExitCode)
+        }
+        do {
+            return try NodeID.parse(text)
+        } catch {
+            throw TandemError("'\(text)' is not a Tandem ID: \(error)", exitCode: TandemError.usageExitCode)
+        }
+    }
+
+    static func iso(_ ms: Int64?) -> JSONValue {
+        guard let ms else { return .null }
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return .string(f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))
+    }
+
+    func describe(_ c: Contact) -> JSONValue {
+        let key = c.key
+        let online = peers.link(to: key) != nil
+        var via: JSONValue = .null
+        if online {
+            let host = peers.remoteAddress(of: key)?.ipAddress ?? ""
+            let lan = ((try? store.sightings(since: now() - 60_000)) ?? []).contains { $0.publicKey == c.publicKey && $0.host == host }
+            via = .string(lan ? "lan" : "direct")
+        }
+        return .object([
+            "id": .string(NodeID(publicKey: key).canonical),
+            "name": .string(c.displayName),
+            "relationship": .string(c.relationship.rawValue),
+            "online": .bool(online),
+            "status": online ? .string(c.presence ?? "idle") : .string("offline"),
+            "via": via,
+            "last_seen": Self.iso(online ? now() : c.lastSeenMs),
+            "message": c.requestMessage.map(JSONValue.string) ?? .null,
+            "requested_at": Self.iso(c.requestedAtMs),
+            "friend_since": Self.iso(c.friendSinceMs),
+        ])
+    }
+
+    /// Registers the friend, name, peers and discoverability methods.
+    public func registerControlMethods(on router: ControlRouter, discoverable: DiscoverableSetting) {
+        router.register("friend.request") { [self] params in
+            let key = try Self.key(params)
+            var address: (String, Int)?
+            if let addr = params["addr"]?.stringValue, !addr.isEmpty {
+                let (h, p) = try NodeConfiguration.parseHostPort(addr, defaultHost: "127.0.0.1")
+                guard p > 0 else { throw TandemError("--addr needs a port", exitCode: TandemError.usageExitCode) }
+                address = (h, p)
+            }
+            let c = try request(key, message: params["message"]?.stringValue ?? "", address: address)
+            return describe(c)
+        }
+        router.register("friend.requests") { [self] _ in
+            .object([
+                "received": .array(try store.contacts([.pending]).map(describe)),
+                "sent": .array(try store.contacts([.requested]).map(describe)),
+            ])
+        }
+        router.register("friend.accept") { [self] params in describe(try accept(try Self.key(params))) }
+        router.register("friend.decline") { [self] params in
+            let key = try Self.key(params)
+            try decline(key)
+            return .object(["id": .string(NodeID(publicKey: key).canonical), "declined": true])
+        }
+        router.register("friend.remove") { [self] params in
+            let key = try Self.key(params)
+            try remove(key)
+            return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
+        }
+        router.register("friend.block") { [self] params in
+            let key = try Self.key(params)
+            try block(key)
+            return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": true])
+        }
+        router.register("friend.unblock") { [self] params in
+            let key = try Self.key(params)
+            guard try unblock(key) else { throw TandemError("that ID is not blocked", exitCode: 8) }
+            return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": false])
+        }
+        router.register("friend.list") { [self] _ in
+            .object(["friends": .array(try store.contacts([.friend]).map(describe)),
+                     "blocked": .array(try store.contacts([.blocked]).map { .string(NodeID(publicKey: $0.key).canonical) })])
+        }
+        router.register("name.get") { [self] _ in .object(["name": .string(displayName)]) }
+        router.register("name.set") { [self] params in
+            guard let name = params["name"]?.stringValue else { throw TandemError("missing parameter 'name'", exitCode: TandemError.usageExitCode) }
+            try setName(name)
+            return .object(["name": .string(name)])
+        }
+        router.register("peers.list") { [self] _ in
+            let friends = Set(try store.friendKeys().map { Data($0) })
+            let list = try store.sightings().map { s -> JSONValue in
+                .object([
+                    "id": .string(NodeID(publicKey: Array(s.publicKey)).canonical),
+                    "name": s.displayName.map(JSONValue.string) ?? .null,
+                    "address": .string("\(s.host):\(s.port)"),
+                    "last_seen": Self.iso(s.lastSeenMs),
+                    "friend": .bool(friends.contains(s.publicKey)),
+                ])
+            }
+            return .object(["peers": .array(list)])
+        }
+        router.register("discoverable.get") { _ in
+            .object(["mode": .string(discoverable.mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable)])
+        }
+        router.register("discoverable.set") { params in
+            guard let text = params["mode"]?.stringValue, let mode = DiscoverableSetting.Mode(rawValue: text) else {
+                throw TandemError("mode must be on, off or auto", exitCode: TandemError.usageExitCode)
+            }
+            try discoverable.set(mode)
+            return .object(["mode": .string(mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable)])
+        }
+    }
+}
+
+/// Whether the node sends open beacons: `on`, `off`, or `auto` (on until the first friend is added).
+public final class DiscoverableSetting: @unchecked Sendable {
+    public enum Mode: String, Sendable { case on, off, auto }
+    private let store: NodeStore
+    private let onChange: @Sendable () -> Void
+
+    public init(store: NodeStore, onChange: @escaping @Sendable () -> Void) {
+        self.store = store
+        self.onChange = onChange
+    }
+
+    public var mode: Mode {
+        (try? store.setting("discoverable")).flatMap { $0 }.flatMap(Mode.init(rawValue:)) ?? .auto
+    }
+
+    public var isDiscoverable: Bool {
+        switch mode {
+        case .on: return true
+        case .off: return false
+        case .auto: return ((try? store.friendKeys()) ?? []).isEmpty
+        }
+    }
+
+    public func set(_ mode: Mode) throws {
+        try store.setSetting("discoverable", mode.rawValue)
+        onChange()
+    }
+}

@@ -1,0 +1,23 @@
+import Foundation
+import TandemStore
+
+/// Keeps the node's events in its store, so `tandem events --since N` survives restarts.
+public struct StoreEventLog: EventLog {
+    let store: NodeStore
+
+    public init(store: NodeStore) { self.store = store }
+
+    public func append(type: String, timeMs: UInt64, fields: [String: JSONValue]) throws -> NodeEvent {
+        let stored = try store.appendEvent(type: type, timeMs: Int64(timeMs), fields: JSONValue.object(fields).compactJSON)
+        return NodeEvent(seq: stored.seq ?? 0, type: type, timeMs: timeMs, fields: fields)
+    }
+
+    public func events(since seq: Int64, limit: Int) throws -> [NodeEvent] {
+        try store.events(since: seq, limit: limit).map { e in
+            NodeEvent(seq: e.seq ?? 0, type: e.type, timeMs: UInt64(max(0, e.timeMs)),
+                      fields: (try? JSONValue.parse(e.fields))?.objectValue ?? [:])
+        }
+    }
+
+    public func lastSeq() throws -> Int64 { try store.lastEventSeq() }
+}

@@ -1,0 +1,216 @@
+import ArgumentParser
+import Foundation
+import TandemNode
+import TandemProtocol
+
+/// Checks an ID on the client side first, so a typo is a usage error even with no node running.
+func parseID(_ text: String) throws -> NodeID {
+    do {
+        return NodeID(publicKey: try NodeID.parse(text))
+    } catch {
+        throw TandemError("'\(text)' is not a Tandem ID: \(error)", exitCode: TandemError.usageExitCode)
+    }
+}
+
+/// Calls the running node and prints the result: JSON with --json, else `render`.
+func callNode(_ common: CommonOptions, _ method: String, _ params: JSONValue = .object([:]),
+              render: (JSONValue) -> Void) async throws {
+    let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
+    let result = try await client.call(method: method, params: params)
+    if common.json {
+        output(result.compactJSON)
+    } else {
+        render(result)
+    }
+}
+
+func friendLine(_ f: JSONValue) -> String {
+    let id = f["id"]?.stringValue ?? "?"
+    let name = f["name"]?.stringValue ?? ""
+    let short = NodeID(id).map { "tdm1-" + $0.short + "…" } ?? id
+    let who = name.isEmpty ? short : "\(name) (\(short))"
+    var line = who
+    if let status = f["status"]?.stringValue { line += "  \(status)" }
+    if let via = f["via"]?.stringValue { line += " via \(via)" }
+    if f["online"]?.boolValue == false, let seen = f["last_seen"]?.stringValue { line += "  last seen \(seen)" }
+    return line
+}
+
+struct Friend: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Friends: send, answer and manage friend requests.",
+        subcommands: [FriendRequest.self, FriendRequests.self, FriendAccept.self, FriendDecline.self, FriendList.self,
+                      FriendRemove.self, FriendBlock.self, FriendUnblock.self])
+}
+
+struct FriendRequest: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "request", abstract: "Ask someone to be your friend.",
+        discussion: "The request waits in your node's outbox until their node is reachable (found on the LAN, at --addr, or at an address you used before); it is retried with backoff and delivered once.")
+    @OptionGroup var common: CommonOptions
+    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+    @Option(help: "A short note for them (at most 280 bytes).") var message: String = ""
+    @Option(help: ArgumentHelp("Where their node listens, when it is not on your LAN.", valueName: "host:port")) var addr: String?
+
+    func run() async throws {
+        let nodeID = try parseID(id)
+        if let addr { _ = try NodeConfiguration.parseHostPort(addr, defaultHost: "127.0.0.1") }
+        var params: [String: JSONValue] = ["id": .string(nodeID.canonical), "message": .string(message)]
+        if let addr { params["addr"] = .string(addr) }
+        try await callNode(common, "friend.request", .object(params)) { r in
+            if r["relationship"]?.stringValue == "friend" {
+                output("You and \(nodeID.display) are friends now (they had asked you).")
+            } else {
+                output("Friend request to \(nodeID.display) queued; it is delivered when their node is reachable.")
+            }
+        }
+    }
+}
+
+struct FriendRequests: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "requests", abstract: "List friend requests you received and sent.")
+    @OptionGroup var common: CommonOptions
+
+    func run() async throws {
+        try await callNode(common, "friend.requests") { r in
+            let received = r["received"]?.arrayValue ?? []
+            let sent = r["sent"]?.arrayValue ?? []
+            output(received.isEmpty ? "No pending requests." : "Received:")
+            for f in received {
+                let msg = f["message"]?.stringValue ?? ""
+                output("  \(f["id"]?.stringValue ?? "?")  \(f["name"]?.stringValue ?? "")\(msg.isEmpty ? "" : "  “\(msg)”")")
+            }
+            if !sent.isEmpty {
+                output("Sent, waiting for an answer:")
+                for f in sent { output("  \(f["id"]?.stringValue ?? "?")") }
+            }
+        }
+    }
+}
+
+/// accept, decline, remove, block, unblock share one shape.
+protocol SimpleFriendCommand: AsyncParsableCommand {
+    static var method: String { get }
+    static func describe(_ id: NodeID) -> String
+    var common: CommonOptions { get }
+    var id: String { get }
+}
+
+extension SimpleFriendCommand {
+    func run() async throws {
+        let nodeID = try parseID(id)
+        try await callNode(common, Self.method, .object(["id": .string(nodeID.canonical)])) { _ in
+            output(Self.describe(nodeID))
+        }
+    }
+}
+
+struct FriendAccept: SimpleFriendCommand {
+    static let configuration = CommandConfiguration(commandName: "accept", abstract: "Accept a friend request.")
+    static let method = "friend.accept"
+    static func describe(_ id: NodeID) -> String { "You and \(id.display) are friends now." }
+    @OptionGroup var common: CommonOptions
+    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+}
+
+struct FriendDecline: SimpleFriendCommand {
+    static let configuration = CommandConfiguration(commandName: "decline", abstract: "Decline a friend request (they are told).")
+    static let method = "friend.decline"
+    static func describe(_ id: NodeID) -> String { "Declined the request from \(id.display)." }
+    @OptionGroup var common: CommonOptions
+    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+}
+
+struct FriendRemove: SimpleFriendCommand {
+    static let configuration = CommandConfiguration(commandName: "remove", abstract: "End a friendship or withdraw your request (they are told).")
+    static let method = "friend.remove"
+    static func describe(_ id: NodeID) -> String { "\(id.display) is no longer your friend." }
+    @OptionGroup var common: CommonOptions
+    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+}
+
+struct FriendBlock: SimpleFriendCommand {
+    static let configuration = CommandConfiguration(commandName: "block", abstract: "Drop everything from an ID, silently.")
+    static let method = "friend.block"
+    static func describe(_ id: NodeID) -> String { "Blocked \(id.display)." }
+    @OptionGroup var common: CommonOptions
+    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+}
+
+struct FriendUnblock: SimpleFriendCommand {
+    static let configuration = CommandConfiguration(commandName: "unblock", abstract: "Lift a block.")
+    static let method = "friend.unblock"
+    static func describe(_ id: NodeID) -> String { "Unblocked \(id.display)." }
+    @OptionGroup var common: CommonOptions
+    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+}
+
+struct FriendList: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "list", abstract: "Your friends: online or not, status, how connected (LAN or direct).")
+    @OptionGroup var common: CommonOptions
+
+    func run() async throws {
+        try await callNode(common, "friend.list") { r in
+            let friends = r["friends"]?.arrayValue ?? []
+            if friends.isEmpty { output("No friends yet: `tandem friend request ID`.") }
+            for f in friends { output(friendLine(f)) }
+        }
+    }
+}
+
+struct Name: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show or set the display name your friends see.")
+    @OptionGroup var common: CommonOptions
+    @Argument(help: ArgumentHelp("The new display name (at most 64 bytes).", valueName: "display name")) var name: [String] = []
+
+    func run() async throws {
+        if name.isEmpty {
+            try await callNode(common, "name.get") { r in output(r["name"]?.stringValue ?? "") }
+        } else {
+            let text = name.joined(separator: " ")
+            try await callNode(common, "name.set", .object(["name": .string(text)])) { _ in
+                output("Display name set to “\(text)”; your friends are told.")
+            }
+        }
+    }
+}
+
+struct Peers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Nodes seen on the LAN: ID, display name, address, last seen.")
+    @OptionGroup var common: CommonOptions
+
+    func run() async throws {
+        try await callNode(common, "peers.list") { r in
+            let peers = r["peers"]?.arrayValue ?? []
+            if peers.isEmpty { output("No nodes seen on the LAN yet.") }
+            for p in peers {
+                let name = p["name"]?.stringValue ?? ""
+                output("\(p["id"]?.stringValue ?? "?")  \(name.isEmpty ? "-" : name)  \(p["address"]?.stringValue ?? "")  \(p["last_seen"]?.stringValue ?? "")\(p["friend"]?.boolValue == true ? "  friend" : "")")
+            }
+        }
+    }
+}
+
+struct Discoverable: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show or set whether strangers on the LAN can find you (open beacons).",
+        discussion: "auto (the default) is on until your first friend is added, then off. Friends always recognise your private beacons.")
+    @OptionGroup var common: CommonOptions
+    @Argument(help: ArgumentHelp("on, off or auto.", valueName: "mode")) var mode: String?
+
+    func validate() throws {
+        if let mode, !["on", "off", "auto"].contains(mode) { throw ValidationError("mode must be on, off or auto") }
+    }
+
+    func run() async throws {
+        if let mode {
+            try await callNode(common, "discoverable.set", .object(["mode": .string(mode)])) { r in
+                output("Discoverable: \(mode)\(r["discoverable"]?.boolValue == true ? " (strangers on the LAN can find you)" : " (only friends recognise you)")")
+            }
+        } else {
+            try await callNode(common, "discoverable.get") { r in
+                output("Discoverable: \(r["mode"]?.stringValue ?? "?") (now \(r["discoverable"]?.boolValue == true ? "on" : "off"))")
+            }
+        }
+    }
+}
