@@ -1,0 +1,175 @@
+"""Two real `tandem node` processes on loopback become friends through the CLI only."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from clihelpers import TANDEM, free_port, run, wait_listening
+
+
+def cli(node, *args, check=True, timeout=30):
+    return run(*args, "--data-dir", node.data_dir, check=check, timeout=timeout)
+
+
+def cli_json(node, *args):
+    return json.loads(cli(node, *args, "--json").stdout)
+
+
+def wait_event(node, event, *matches, timeout="15s", since="0"):
+    args = ["wait", event, "--timeout", timeout, "--since", since, "--json"]
+    for m in matches:
+        args += ["--match", m]
+    return json.loads(cli(node, *args, timeout=60).stdout)
+
+
+def befriend(alice, bob):
+    cli(alice, "friend", "request", bob.id, "--message", "focus with me?", "--addr", bob.address)
+    wait_event(bob, "friend.request.received", f"id={alice.id}")
+    cli(bob, "friend", "accept", alice.id)
+    wait_event(alice, "friend.accepted", f"id={bob.id}")
+
+
+def friend_ids(node):
+    return [f["id"] for f in cli_json(node, "friend", "list")["friends"]]
+
+
+def test_request_accept_and_presence(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    cli(alice, "name", "Alice")
+    cli(bob, "name", "Bob")
+    cli(alice, "friend", "request", bob.id, "--message", "focus with me?", "--addr", bob.address)
+    got = wait_event(bob, "friend.request.received", f"id={alice.id}")
+    assert got["message"] == "focus with me?" and got["name"] == "Alice"
+    pending = cli_json(bob, "friend", "requests")
+    assert [r["id"] for r in pending["received"]] == [alice.id]
+    assert [r["id"] for r in cli_json(alice, "friend", "requests")["sent"]] == [bob.id]
+    cli(bob, "friend", "accept", alice.id)
+    accepted = wait_event(alice, "friend.accepted", f"id={bob.id}")
+    assert accepted["by"] == "them" and accepted["name"] == "Bob"
+    wait_event(alice, "peer.online", f"id={bob.id}")
+    friends = cli_json(alice, "friend", "list")["friends"]
+    assert len(friends) == 1
+    f = friends[0]
+    assert f["id"] == bob.id and f["name"] == "Bob" and f["online"] is True
+    assert f["via"] == "direct" and f["status"] == "idle"
+    assert friend_ids(bob) == [alice.id]
+    # Pending lists are empty afterwards, and the outbox is drained.
+    assert cli_json(bob, "friend", "requests")["received"] == []
+    assert cli_json(alice, "status")["outbox"] == 0
+    # A name change reaches the friend as a contact update.
+    cli(bob, "name", "Bobby")
+    wait_event(alice, "contact.updated", f"id={bob.id}", "name=Bobby")
+    # Offline is noticed when the friend's node stops.
+    bob.stop()
+    wait_event(alice, "peer.offline", f"id={bob.id}")
+    f = cli_json(alice, "friend", "list")["friends"][0]
+    assert f["online"] is False and f["status"] == "offline" and f["last_seen"]
+
+
+def test_decline_is_told(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    cli(alice, "friend", "request", bob.id, "--addr", bob.address)
+    wait_event(bob, "friend.request.received", f"id={alice.id}")
+    cli(bob, "friend", "decline", alice.id)
+    wait_event(alice, "friend.declined", f"id={bob.id}", "by=them")
+    assert cli_json(alice, "friend", "requests")["sent"] == []
+    assert friend_ids(alice) == [] and friend_ids(bob) == []
+    # Accepting a declined request is refused with one line.
+    proc = cli(bob, "friend", "accept", alice.id, check=False)
+    assert proc.returncode == 8 and "no pending friend request" in proc.stderr
+
+
+def test_remove_is_told_and_block_drops_silently(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    befriend(alice, bob)
+    cli(alice, "friend", "remove", bob.id)
+    wait_event(bob, "friend.removed", f"id={alice.id}", "by=them")
+    assert friend_ids(alice) == [] and friend_ids(bob) == []
+    # Bob blocks Alice; her new request is dropped silently (no request event on Bob's side).
+    cli(bob, "friend", "block", alice.id)
+    assert cli_json(bob, "status")["friends"] == 0
+    cli(alice, "friend", "request", bob.id, "--addr", bob.address)
+    wait_event(alice, "outbox.delivered", f"to={bob.id}")  # delivered (and acknowledged) …
+    assert cli_json(bob, "friend", "requests")["received"] == []  # … but dropped
+    events = [json.loads(l) for l in cli(bob, "events", "--json").stdout.splitlines()]
+    assert sum(1 for e in events if e["type"] == "friend.request.received") == 1  # only the one before the block
+    assert cli_json(bob, "friend", "list")["blocked"] == [alice.id]
+    cli(bob, "friend", "unblock", alice.id)
+    assert cli_json(bob, "friend", "list")["blocked"] == []
+
+
+def test_request_to_offline_peer_survives_kill_9(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob")  # initialised, not running
+    bob.port = free_port()
+    cli(alice, "friend", "request", bob.id, "--addr", f"127.0.0.1:{bob.port}", "--message", "later")
+    time.sleep(0.5)
+    assert cli_json(alice, "status")["outbox"] == 1
+    alice.proc.send_signal(signal.SIGKILL)
+    alice.proc.wait(timeout=10)
+    # Bob comes up on the port Alice knows; Alice restarts and delivers the stored request.
+    bob.proc = subprocess.Popen([TANDEM, "node", "--data-dir", bob.data_dir, "--listen", f"127.0.0.1:{bob.port}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_listening(bob.port, bob.proc)
+    alice.start()
+    got = wait_event(bob, "friend.request.received", f"id={alice.id}", timeout="30s")
+    assert got["message"] == "later"
+    wait_event(alice, "outbox.delivered", f"to={bob.id}", timeout="30s")
+    assert cli_json(alice, "status")["outbox"] == 0
+    # Exactly once: a later restart does not deliver it again.
+    events = [json.loads(l) for l in cli(bob, "events", "--json").stdout.splitlines()]
+    assert sum(1 for e in events if e["type"] == "friend.request.received") == 1
+
+
+def test_mutual_requests_make_friends(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    cli(alice, "friend", "request", bob.id, "--addr", bob.address)
+    wait_event(bob, "friend.request.received", f"id={alice.id}")
+    # Bob asks back instead of accepting: that is an acceptance.
+    out = cli(bob, "friend", "request", alice.id)
+    assert "friends now" in out.stdout
+    wait_event(alice, "friend.accepted", f"id={bob.id}")
+    assert friend_ids(alice) == [bob.id] and friend_ids(bob) == [alice.id]
+
+
+def test_bad_input_gets_one_line(make_node, tmp_path):
+    alice = make_node("alice").start()
+    for args, code in [
+        (["friend", "request", "tdm1nope"], 2),
+        (["friend", "request", alice.id], 2),                     # yourself
+        (["friend", "request", alice.id[:-1] + ("q" if alice.id[-1] != "q" else "p")], 2),
+        (["friend", "accept", make_node("x").id], 8),              # nothing pending
+        (["friend", "request", make_node("y").id, "--addr", "nowhere"], 2),
+        (["friend", "request", make_node("z").id, "--message", "x" * 300], 2),
+        (["discoverable", "maybe"], 2),
+    ]:
+        proc = cli(alice, *args, check=False)
+        assert proc.returncode == code, (args, proc.returncode, proc.stderr)
+        lines = [l for l in proc.stderr.splitlines() if l.strip()]
+        assert len(lines) == 1 and lines[0].startswith("tandem: error: "), (args, proc.stderr)
+    # Nothing above was stored.
+    status = cli_json(alice, "status")
+    assert status["outbox"] == 0 and status["friends"] == 0
+    # With no node running, commands say so in one line.
+    nobody = make_node("nobody")
+    proc = cli(nobody, "friend", "list", check=False)
+    assert proc.returncode == 7 and "tandem node" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_discoverable_setting(make_node):
+    alice = make_node("alice").start()
+    assert cli_json(alice, "discoverable")["mode"] == "auto"
+    assert cli_json(alice, "discoverable")["discoverable"] is True
+    cli(alice, "discoverable", "off")
+    assert cli_json(alice, "discoverable")["discoverable"] is False
+    bob = make_node("bob").start()
+    cli(alice, "discoverable", "auto")
+    befriend(alice, bob)
+    # auto turns off once there is a friend.
+    assert cli_json(alice, "discoverable")["discoverable"] is False
