@@ -238,19 +238,41 @@ public final class EventBus: Sendable {
             state.subscribers[id] = subscription
             return (id, subscription)
         }
-        return AsyncStream(unfolding: { [weak self] in
-            let event = await subscription.next()
-            if event == nil { self?.unsubscribe(id) }
+        // The token lives as long as the stream (its closure holds it): a consumer that simply stops
+        // iterating and drops the stream is unsubscribed too, not only one that is cancelled.
+        let token = SubscriptionToken(bus: self, id: id, subscription: subscription)
+        return AsyncStream(unfolding: {
+            let event = await token.subscription.next()
+            if event == nil { token.end() }
             return event
-        }, onCancel: { [weak self] in
-            subscription.cancel()
-            self?.unsubscribe(id)
+        }, onCancel: {
+            token.end()
         })
     }
 
-    private func unsubscribe(_ id: UInt64) {
+    fileprivate func unsubscribe(_ id: UInt64) {
         state.withLockedValue { _ = $0.subscribers.removeValue(forKey: id) }
     }
+}
+
+/// Ends a subscription when its stream ends, is cancelled, or is released.
+private final class SubscriptionToken: Sendable {
+    weak let bus: EventBus?
+    let id: UInt64
+    let subscription: EventSubscription
+
+    init(bus: EventBus, id: UInt64, subscription: EventSubscription) {
+        self.bus = bus
+        self.id = id
+        self.subscription = subscription
+    }
+
+    func end() {
+        subscription.cancel()
+        bus?.unsubscribe(id)
+    }
+
+    deinit { end() }
 }
 
 /// One subscriber's buffer and replay cursor. The bus lock may be held while this one is taken,

@@ -106,6 +106,8 @@ public final class NodeRuntime: Sendable {
 
     /// Runs until SIGINT/SIGTERM (when `signals`) or until the task is cancelled.
     public func run(signals: Bool = true) async throws {
+        // One node per data directory: refuse before the listener binds anything.
+        try controlServer?.claimDataDirectory()
         let serviceGroup = ServiceGroup(configuration: .init(
             services: services.map { .init(service: $0) },
             gracefulShutdownSignals: signals ? [.sigterm, .sigint] : [],

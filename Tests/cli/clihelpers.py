@@ -41,6 +41,22 @@ def wait_listening(port, proc, timeout=15.0):
     raise AssertionError(f"node did not listen on {port} within {timeout}s")
 
 
+def wait_control_socket(path, proc, timeout=15.0):
+    """Waits until the node accepts connections on its control socket."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"node exited early ({proc.returncode}): {proc.stderr.read()}")
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(0.5)
+                s.connect(path)
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"no control socket at {path} within {timeout}s")
+
+
 class Node:
     """A `tandem node` process with its own data dir."""
 
@@ -58,7 +74,19 @@ class Node:
             [TANDEM, "node", "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_listening(self.port, self.proc)
+        wait_control_socket(self.control_socket, self.proc)
         return self
+
+    @property
+    def control_socket(self):
+        return os.path.join(self.data_dir, "control.sock")
+
+    def control(self):
+        """A raw connection to the node's control socket (the caller closes it)."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(self.control_socket)
+        return s
 
     @property
     def address(self):

@@ -29,7 +29,7 @@ public final class ControlClient: Sendable {
                                group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
                                timeout: TimeAmount = .seconds(5)) async throws -> ControlClient {
         let path = dataDirectory.controlSocket.path
-        guard path.utf8.count < ControlSocketFile.maximumPathLength else {
+        guard path.utf8.count <= ControlSocketFile.maximumPathBytes else {
             throw TandemError("the data directory path \(dataDirectory.path) is too long for a Unix socket")
         }
         let channel: Channel

@@ -79,6 +79,8 @@ public final class ControlServer: Service, Sendable {
     private let logger: Logger
     private let readyPromise: EventLoopPromise<String>
     private let connections = NIOLockedValueBox(0)
+    /// The lock taken by `claimDataDirectory()`, until `run()` takes it over.
+    private let claim = NIOLockedValueBox<NodeLock?>(nil)
 
     public init(directory: DataDirectory, router: ControlRouter, configuration: Configuration = .init(),
                 group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger) {
@@ -92,6 +94,7 @@ public final class ControlServer: Service, Sendable {
 
     deinit {
         readyPromise.fail(TandemError("the control server was never started"))
+        claim.withLockedValue { $0?.release() }
     }
 
     public var socketPath: String { directory.controlSocket.path }
@@ -104,19 +107,39 @@ public final class ControlServer: Service, Sendable {
     /// Connections being served now.
     public var connectionCount: Int { connections.withLockedValue { $0 } }
 
+    /// Takes the data directory for this node (the lock, then a stale socket is cleared), so that a
+    /// second node fails with one clear line before any of its services start. `run()` does this
+    /// itself when it has not been done.
+    public func claimDataDirectory() throws {
+        try claim.withLockedValue { claimed in
+            guard claimed == nil else { return }
+            try directory.create()
+            let lock = try NodeLock.acquire(directory)
+            do {
+                try ControlSocketFile.removeStale(at: socketPath, directory: directory)
+            } catch {
+                lock.release()
+                throw error
+            }
+            claimed = lock
+        }
+    }
+
     public func run() async throws {
         let lock: NodeLock
         let server: NIOAsyncChannel<NIOAsyncChannel<ControlInbound, ByteBuffer>, Never>
         let socketInode: ino_t
         do {
-            try directory.create()
-            lock = try NodeLock.acquire(directory)
+            try claimDataDirectory()
+            lock = claim.withLockedValue { claimed in
+                defer { claimed = nil }
+                return claimed!
+            }
         } catch {
             readyPromise.fail(error)
             throw error
         }
         do {
-            try ControlSocketFile.removeStale(at: socketPath, directory: directory)
             (server, socketInode) = try await bindPrivately()
         } catch {
             lock.release()
@@ -145,10 +168,12 @@ public final class ControlServer: Service, Sendable {
     /// Binds at a temporary path inside a fresh 0700 directory, sets 0600, renames into place.
     private func bindPrivately() async throws -> (NIOAsyncChannel<NIOAsyncChannel<ControlInbound, ByteBuffer>, Never>, ino_t) {
         let finalPath = socketPath
-        let privateDir = directory.url.appendingPathComponent(".control-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
-        let tempPath = privateDir + "/" + ControlProtocol.socketFileName
-        for path in [finalPath, tempPath] where path.utf8.count >= ControlSocketFile.maximumPathLength {
-            throw TandemError("the data directory path \(directory.path) is too long for a Unix socket (\(path.utf8.count) bytes; the limit is \(ControlSocketFile.maximumPathLength - 1))")
+        // Short names: socket paths are limited to 103 bytes, and the temporary one must fit as well as the final one.
+        let suffix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+        let privateDir = directory.url.appendingPathComponent(".c\(suffix)").path
+        let tempPath = privateDir + "/s"
+        for path in [finalPath, tempPath] where path.utf8.count > ControlSocketFile.maximumPathBytes {
+            throw TandemError("the data directory path \(directory.path) is too long for a Unix socket (\(path.utf8.count) bytes; the limit is \(ControlSocketFile.maximumPathBytes))")
         }
         guard mkdir(privateDir, 0o700) == 0 else {
             throw TandemError("cannot create \(privateDir): \(String(cString: strerror(errno)))")
@@ -410,8 +435,8 @@ struct NodeLock: Sendable {
 
 /// The socket file itself: probing, removing.
 enum ControlSocketFile {
-    /// `sizeof(sockaddr_un.sun_path)`: a path must be shorter (it is NUL-terminated).
-    static var maximumPathLength: Int { MemoryLayout.size(ofValue: sockaddr_un().sun_path) }
+    /// The longest socket path, in bytes: what fits `sockaddr_un` on every platform NIO supports.
+    static let maximumPathBytes = 103
 
     /// If a socket file exists: when something answers on it, another node runs (refuse);
     /// otherwise it is left over from a node that died, and is removed.
@@ -454,7 +479,7 @@ enum ControlSocketFile {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
-        guard bytes.count < maximumPathLength else { return .failed("path too long") }
+        guard bytes.count <= maximumPathBytes else { return .failed("path too long") }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             raw.copyBytes(from: bytes)
             raw[bytes.count] = 0
