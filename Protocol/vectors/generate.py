@@ -791,10 +791,10 @@ def gen_frames():
               b"", {"message": "tandem.v1.Ping", "nonce": "0", "sent_at_ms": "0"})
     add_valid("ping with small values (one-byte varints)", ALICE, BOB, "PING", 2, "ping-small", created,
               enc_ping(1, 127), {"message": "tandem.v1.Ping", "nonce": "1", "sent_at_ms": "127"})
-    err_unknown = enc_error("UNKNOWN_TYPE", "unknown message type 0x0104", mid("unknown-type"), (), 0x0104)
+    err_unknown = enc_error("UNKNOWN_TYPE", "unknown message type 0x7f04", mid("unknown-type"), (), 0x7f04)
     add_valid("error UNKNOWN_TYPE", BOB, ALICE, "ERROR", 1, "error-unknown-type", created, err_unknown,
-              {"message": "tandem.v1.Error", "code": "UNKNOWN_TYPE", "detail": "unknown message type 0x0104",
-               "ref_message_id": h(mid("unknown-type")), "supported_versions": [], "ref_type": 0x0104})
+              {"message": "tandem.v1.Error", "code": "UNKNOWN_TYPE", "detail": "unknown message type 0x7f04",
+               "ref_message_id": h(mid("unknown-type")), "supported_versions": [], "ref_type": 0x7f04})
     err_version = enc_error("UNSUPPORTED_VERSION", "envelope version 2 is not supported", b"", (1,))
     add_valid("error UNSUPPORTED_VERSION", BOB, ALICE, "ERROR", 1, "error-version", created, err_version,
               {"message": "tandem.v1.Error", "code": "UNSUPPORTED_VERSION",
@@ -853,9 +853,9 @@ def gen_frames():
          [step(frame(b"\x00\x00\x02"), NOW_MS, "UNSUPPORTED_VERSION",
                reply("UNSUPPORTED_VERSION", ALICE.pk, b"", (1,)))])
     m = mid("unknown-type")
-    env = envelope(ALICE, BOB.pk, 0x0104, m, created, b"\x08\x01")
-    case("type 0x0104 (reserved, not known to this version)",
-         [step(frame(env), NOW_MS, "UNKNOWN_TYPE", reply("UNKNOWN_TYPE", ALICE.pk, m, (), 0x0104))])
+    env = envelope(ALICE, BOB.pk, 0x7f04, m, created, b"\x08\x01")
+    case("type 0x7f04 (reserved, not known to this version)",
+         [step(frame(env), NOW_MS, "UNKNOWN_TYPE", reply("UNKNOWN_TYPE", ALICE.pk, m, (), 0x7f04))])
     m = mid("unknown-type-ffff")
     env = envelope(ALICE, BOB.pk, 0xFFFF, m, created, b"")
     case("type 0xffff", [step(frame(env), NOW_MS, "UNKNOWN_TYPE",
@@ -922,22 +922,22 @@ def gen_frames():
 
     # Order of the rules: the first rule that fails decides.
     m = mid("order-1")
-    env = bytearray(envelope(ALICE, CAROL.pk, 0x0104, m, NOW_MS + 3600_000, b""))
+    env = bytearray(envelope(ALICE, CAROL.pk, 0x7f04, m, NOW_MS + 3600_000, b""))
     env[-5] ^= 0x10
     case("bad signature, wrong recipient, future, unknown type: BAD_SIGNATURE first",
          [step(frame(bytes(env)), NOW_MS, "BAD_SIGNATURE", reply("BAD_SIGNATURE", ALICE.pk, m))])
     m = mid("order-2")
-    env = envelope(ALICE, CAROL.pk, 0x0104, m, NOW_MS + 3600_000, b"")
+    env = envelope(ALICE, CAROL.pk, 0x7f04, m, NOW_MS + 3600_000, b"")
     case("wrong recipient, future, unknown type: WRONG_RECIPIENT first",
          [step(frame(env), NOW_MS, "WRONG_RECIPIENT", reply("WRONG_RECIPIENT", ALICE.pk, m))])
     m = mid("order-3")
-    env = envelope(ALICE, BOB.pk, 0x0104, m, NOW_MS - REPLAY_WINDOW_MS - 1, b"")
+    env = envelope(ALICE, BOB.pk, 0x7f04, m, NOW_MS - REPLAY_WINDOW_MS - 1, b"")
     case("stale and unknown type: STALE first",
          [step(frame(env), NOW_MS, "STALE", reply("STALE", ALICE.pk, m))])
     m = mid("order-4")
-    env = envelope(ALICE, BOB.pk, 0x0104, m, created, b"")
+    env = envelope(ALICE, BOB.pk, 0x7f04, m, created, b"")
     case("an unknown type is still remembered: the same frame again is REPLAYED", [
-        step(frame(env), NOW_MS, "UNKNOWN_TYPE", reply("UNKNOWN_TYPE", ALICE.pk, m, (), 0x0104)),
+        step(frame(env), NOW_MS, "UNKNOWN_TYPE", reply("UNKNOWN_TYPE", ALICE.pk, m, (), 0x7f04)),
         step(frame(env), NOW_MS, "REPLAYED", reply("REPLAYED", ALICE.pk, m)),
     ])
 

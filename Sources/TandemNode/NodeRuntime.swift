@@ -47,6 +47,7 @@ public final class NodeRuntime: Sendable {
         self.gate = FrameGate(localPublicKey: identity.publicKey, metrics: metrics,
                               replayCapacity: configuration.replayCapacity)
         let store: NodeStore
+        try dataDirectory?.create()
         do {
             store = try dataDirectory.map { try NodeStore(path: $0.storeFile.path) } ?? NodeStore.inMemory()
         } catch {

@@ -515,7 +515,7 @@ final class ControlTests: XCTestCase {
         var config = NodeConfiguration()
         config.host = "127.0.0.1"
         config.port = 0
-        let node = NodeRuntime(identity: .generate(), configuration: config, dataDirectory: dir, logger: logger)
+        let node = try NodeRuntime(identity: .generate(), configuration: config, dataDirectory: dir, logger: logger)
         let task = Task { try await node.run(signals: false) }
         defer { task.cancel() }
         _ = try await node.controlServer?.waitUntilReady()
@@ -532,7 +532,7 @@ final class ControlTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir.controlSocket.path))
 
         // Without a data directory there is no control server (the old initializer still works).
-        let plain = NodeRuntime(identity: .generate(), configuration: config, logger: logger)
+        let plain = try NodeRuntime(identity: .generate(), configuration: config, logger: logger)
         XCTAssertNil(plain.controlServer)
     }
 

@@ -104,3 +104,10 @@ class Node:
             raise AssertionError("node did not stop within the timeout after the signal")
 
 
+def one_line_error(proc):
+    """Bad input: one clear line on stderr, no stack trace (a node's structured log records aside)."""
+    lines = [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith("ts=")]
+    assert len(lines) == 1, f"expected one stderr line, got: {proc.stderr!r}"
+    assert lines[0].startswith("tandem: error: "), lines[0]
+    assert "Backtrac" not in proc.stderr and "Fatal error" not in proc.stderr
+    return lines[0]

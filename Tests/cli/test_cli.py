@@ -7,16 +7,9 @@ import stat
 import subprocess
 import time
 
-from clihelpers import TANDEM, Node, free_port, run, wait_listening
+from clihelpers import TANDEM, Node, free_port, one_line_error, run, wait_listening
 
 
-def one_line_error(proc):
-    """Bad input: one clear line on stderr, no stack trace."""
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, f"expected one stderr line, got: {proc.stderr!r}"
-    assert lines[0].startswith("tandem: error: "), lines[0]
-    assert "Backtrac" not in proc.stderr and "Fatal error" not in proc.stderr
-    return lines[0]
 
 
 def test_two_nodes_ping_each_other(make_node):

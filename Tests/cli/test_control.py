@@ -7,15 +7,9 @@ import stat
 import subprocess
 import time
 
-from clihelpers import TANDEM, Node, run, wait_control_socket
+from clihelpers import TANDEM, Node, one_line_error, run, wait_control_socket
 
 
-def one_line_error(proc):
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, f"expected one stderr line, got: {proc.stderr!r}"
-    assert lines[0].startswith("tandem: error: "), lines[0]
-    assert "Backtrac" not in proc.stderr and "Fatal error" not in proc.stderr
-    return lines[0]
 
 
 def read_json_line(sock, buf=b""):
@@ -199,7 +193,9 @@ def test_one_node_per_data_dir_and_stale_socket_after_a_crash(make_node):
     assert proc.returncode == 7
     one_line_error(proc)
     alice.start()
-    out = run("wait", "node.started", "--since", "0", "--json", "--data-dir", alice.data_dir)
+    # Events persist across restarts: pick this run's start by its address.
+    out = run("wait", "node.started", "--since", "0", "--match", f"address={alice.address}", "--json",
+              "--data-dir", alice.data_dir)
     assert json.loads(out.stdout)["address"] == alice.address
     # A clean stop removes the socket.
     assert alice.stop(signal.SIGTERM) == 0
