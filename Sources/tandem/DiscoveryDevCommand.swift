@@ -57,6 +57,9 @@ struct DevDiscover: AsyncParsableCommand {
     @Option(help: "Milliseconds between rounds of beacons.")
     var intervalMs: Int = 5000
 
+    @Option(help: "Milliseconds between reads of the interface list (address changes trigger beacons).")
+    var pollMs: Int = 3000
+
     @Option(help: "Seconds to run.")
     var seconds: Double = 5
 
@@ -67,6 +70,7 @@ struct DevDiscover: AsyncParsableCommand {
         guard (1...65535).contains(tcpPort) else { throw ValidationError("--tcp-port must be 1…65535") }
         guard (0...65535).contains(discoveryPort) else { throw ValidationError("--discovery-port must be 0…65535") }
         guard intervalMs >= 10 else { throw ValidationError("--interval-ms must be at least 10") }
+        guard pollMs >= 10 else { throw ValidationError("--poll-ms must be at least 10") }
         guard seconds > 0, seconds <= 86_400 else { throw ValidationError("--seconds must be above 0 and at most 86400") }
     }
 
@@ -78,6 +82,7 @@ struct DevDiscover: AsyncParsableCommand {
         config.port = discoveryPort
         config.bindHost = bind
         config.interval = .milliseconds(Int64(intervalMs))
+        config.devicePollInterval = .milliseconds(Int64(pollMs))
         if !targets.isEmpty {
             config.targets = try targets.map { text in
                 let (host, port) = try NodeConfiguration.parseHostPort(text, defaultHost: "127.0.0.1")
