@@ -159,6 +159,7 @@ public final class DiscoveryService: Service, Sendable {
     }
 
     public func run() async throws {
+        refreshKeyring(state()) // friends are recognised from the first datagram on
         let channel: Channel
         do {
             channel = try await DatagramBootstrap(group: group)
@@ -227,6 +228,8 @@ public final class DiscoveryService: Service, Sendable {
     // MARK: sending
 
     private func handle(_ trigger: Trigger, channel: Channel) {
+        let state = state()
+        refreshKeyring(state)
         let targets = configuration.targets ?? Self.broadcastTargets(port: configuration.port)
         let changed = core.withLockedValue { core -> Bool in
             defer { core.targets = targets }
@@ -234,35 +237,36 @@ public final class DiscoveryService: Service, Sendable {
         }
         switch trigger {
         case .start, .interval, .requested:
-            announce(to: targets, channel: channel)
+            announce(state, to: targets, channel: channel)
         case .poll:
             if changed {
                 logger.info("interface addresses changed", metadata: ["targets": "\(targets.map(Self.describe))"])
-                announce(to: targets, channel: channel)
+                announce(state, to: targets, channel: channel)
             }
         }
     }
 
-    private func announce(to targets: [SocketAddress], channel: Channel) {
+    /// Brings the pairwise keys up to date with the friends in `state`. Keys are derived only when
+    /// the friends change (one X25519 per friend), for receiving as well as sending.
+    private func refreshKeyring(_ state: DiscoveryState) {
+        guard core.withLockedValue({ $0.friends != state.friends }) else { return }
+        let keyring = BeaconKeyring(identity: identity, friends: state.friends)
+        if !keyring.rejected.isEmpty {
+            logger.warning("ignoring \(keyring.rejected.count) friend key(s) unusable for beacons")
+        }
+        core.withLockedValue {
+            $0.receiver.setKeyring(keyring)
+            $0.friends = state.friends
+        }
+    }
+
+    private func announce(_ state: DiscoveryState, to targets: [SocketAddress], channel: Channel) {
         guard !targets.isEmpty else { return }
-        let state = state()
         guard let tcpPort = UInt16(exactly: state.tcpPort), tcpPort != 0 else {
             logger.warning("not announcing: TCP port \(state.tcpPort) is not 1…65535")
             return
         }
         let now = configuration.wallClock()
-        // Pairwise keys are derived only when the friends change (one X25519 per friend).
-        let friendsChanged = core.withLockedValue { $0.friends != state.friends }
-        if friendsChanged {
-            let keyring = BeaconKeyring(identity: identity, friends: state.friends)
-            if !keyring.rejected.isEmpty {
-                logger.warning("ignoring \(keyring.rejected.count) friend key(s) unusable for beacons")
-            }
-            core.withLockedValue {
-                $0.receiver.setKeyring(keyring)
-                $0.friends = state.friends
-            }
-        }
         var datagrams: [[UInt8]] = []
         if state.discoverable {
             do {

@@ -15,7 +15,7 @@ struct DevDiscover: AsyncParsableCommand {
         abstract: "Send and receive LAN discovery beacons for a while; print sightings as JSON lines.",
         discussion: """
         Prints {"event":"listening","address":…,"id":…} once the discovery port is bound, then one line per
-        accepted beacon: {"id":"tdm1…","host":…,"port":…,"name":…|null,"friend":true|false,"seen_at_ms":…}
+        accepted beacon: {"id":"tdm1…","key":hex,"host":…,"port":…,"name":…|null,"friend":true|false,"seen_at_ms":…}
         (every beacon, repeats included), and at the end {"event":"metrics",…} with the counters.
         """)
 
@@ -97,7 +97,7 @@ struct DevDiscover: AsyncParsableCommand {
             identity: identity, configuration: config, group: MultiThreadedEventLoopGroup.singleton, logger: logger,
             state: { state },
             onSighting: { s in
-                printJSON(["id": NodeID(publicKey: s.publicKey).canonical, "host": s.host, "port": s.port,
+                printJSON(["id": NodeID(publicKey: s.publicKey).canonical, "key": hexString(s.publicKey), "host": s.host, "port": s.port,
                            "name": s.displayName.map { $0 as Any } ?? NSNull(), "friend": s.isFriendBeacon,
                            "seen_at_ms": s.seenAtMs])
             },

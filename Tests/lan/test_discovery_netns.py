@@ -286,3 +286,77 @@ def test_address_change_triggers_beacons(lan, identities, spawn):
     finally:
         ip("-n", host_c, "addr", "flush", "dev", "eth0", check=False)
         ip("-n", host_c, "addr", "add", f"{SUBNET}.3/24", "brd", BROADCAST, "dev", "eth0", check=False)
+
+
+# An independent implementation of Protocol/README.md section 11 (PyNaCl only), to check that the
+# spec alone is enough: beacons made here must be accepted, or dropped for the stated reason.
+INDEPENDENT_SENDER = r"""
+import json, os, sys, time, socket, random
+import nacl.bindings as nb
+from nacl.hash import blake2b
+from nacl.encoding import RawEncoder
+from nacl.signing import SigningKey
+
+dest, port, receiver_pk = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3])
+seed = bytes.fromhex(sys.argv[4])
+me = SigningKey(seed)
+pk = bytes(me.verify_key)
+sk64 = seed + pk
+MAGIC = b"TDMB"
+
+def b2b(data, size, key=b""):
+    return blake2b(data, digest_size=size, key=key, encoder=RawEncoder)
+
+def open_beacon(tcp_port, created_at, name):
+    n = name.encode()
+    body = MAGIC + bytes([1, 1]) + pk + tcp_port.to_bytes(2, "big") + created_at.to_bytes(8, "big") \
+        + os.urandom(8) + bytes([len(n)]) + n
+    return body + me.sign(b"tandem-beacon-v1\0" + body).signature
+
+def private_beacon(tcp_port, epoch):
+    shared = nb.crypto_scalarmult(nb.crypto_sign_ed25519_sk_to_curve25519(sk64),
+                                  nb.crypto_sign_ed25519_pk_to_curve25519(receiver_pk))
+    k = b2b(b"tandem-beacon-key-v1\0" + pk + receiver_pk, 32, key=shared)
+    n = 8
+    head = MAGIC + bytes([1, 2]) + epoch.to_bytes(4, "big") + os.urandom(16) + bytes([n])
+    slot = random.randrange(n)
+    pad = int.from_bytes(b2b(b"tandem-beacon-port-v1\0" + head, 16, key=k)[:2], "big")
+    ports = b"".join((tcp_port ^ pad).to_bytes(2, "big") if i == slot else os.urandom(2) for i in range(n))
+    covered = head + ports
+    loc = b2b(b"tandem-beacon-locator-v1\0" + covered, 16, key=k)
+    return covered + b"".join(loc if i == slot else os.urandom(16) for i in range(n))
+
+now = int(time.time() * 1000)
+good_open = open_beacon(40200, now, "Py ☀")
+bad_sig = bytearray(open_beacon(40200, now, "Py")); bad_sig[-1] ^= 1
+stale = open_beacon(40200, now - 6 * 60 * 1000, "Py")
+future = open_beacon(40200, now + 6 * 60 * 1000, "Py")
+priv = private_beacon(40201, now // 300000)
+old_priv = private_beacon(40201, now // 300000 - 2)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for d in [good_open, good_open, bytes(bad_sig), stale, future, priv, priv, old_priv]:
+    assert len(d) <= 512
+    s.sendto(d, (dest, port))
+    time.sleep(0.01)
+print(json.dumps({"key": pk.hex()}))
+"""
+
+
+def test_independent_implementation_of_the_spec(lan, identities, spawn):
+    signing = pytest.importorskip("nacl.signing", reason="PyNaCl is needed for the independent implementation")
+    b = identities["b"]
+    seed = secrets.token_bytes(32)
+    SigningKey = signing.SigningKey
+    py_key = bytes(SigningKey(seed).verify_key).hex()
+    pb = spawn(lan[1], b, "--private-only", "--friend", py_key, seconds=2.5)
+    assert pb.wait_for(listening)
+    r = subprocess.run(["ip", "netns", "exec", lan[2], sys.executable, "-c", INDEPENDENT_SENDER,
+                        f"{SUBNET}.2", str(PORT), b["key"], seed.hex()], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    sightings, metrics, _ = pb.finish()
+    mine = [s for s in sightings if s["key"] == py_key]
+    assert {(s["friend"], s["port"], s["name"], s["host"]) for s in mine} == {
+        (False, 40200, "Py ☀", f"{SUBNET}.3"), (True, 40201, None, f"{SUBNET}.3")}, sightings
+    assert len(mine) == 2
+    d = metrics["dropped"]
+    assert d.get("replayed") == 2 and d.get("bad_signature") == 1 and d.get("stale") == 2 and d.get("future") == 1, d
