@@ -24,7 +24,7 @@ struct Dev: AsyncParsableCommand {
         commandName: "dev",
         abstract: "Developer tools for interoperability tests.",
         shouldDisplay: false,
-        subcommands: [ShsServe.self, ShsConnect.self])
+        subcommands: [ShsServe.self, ShsConnect.self, DevDiscover.self])
 }
 
 // MARK: - shs-serve
