@@ -14,6 +14,8 @@ public struct NodeConfiguration: Sendable {
     public var link = PeerPipeline.Options()
     public var replayCapacity = 100_000
     public var friends = FriendService.Configuration()
+    /// LAN discovery; nil turns it off (throwaway nodes, tests that must not broadcast).
+    public var discovery: DiscoveryConfiguration? = nil
     public init() {}
 
     /// Parses "host:port", ":port", "port" or "[v6]:port".
@@ -48,6 +50,7 @@ public final class NodeListener: Service, Sendable {
     private let group: EventLoopGroup
     private let logger: Logger
     private let bound: EventLoopPromise<SocketAddress>
+    private let boundNow = NIOLockedValueBox<SocketAddress?>(nil)
 
     public init(identity: SigningKeyPair, configuration: NodeConfiguration, gate: FrameGate,
                 delegate: PeerLinkDelegate?, group: EventLoopGroup, logger: Logger) {
@@ -64,6 +67,9 @@ public final class NodeListener: Service, Sendable {
         // A listener that never ran must not leave its promise dangling (a completed promise ignores this).
         bound.fail(TandemError("the listener was never started"))
     }
+
+    /// The bound address if the listener is up already (nil before).
+    public var boundAddressNow: SocketAddress? { boundNow.withLockedValue { $0 } }
 
     /// The address actually bound (useful with port 0).
     public var boundAddress: SocketAddress {
@@ -97,6 +103,7 @@ public final class NodeListener: Service, Sendable {
             throw e
         }
         let address = channel.localAddress!
+        boundNow.withLockedValue { $0 = address }
         bound.succeed(address)
         logger.info("listening", metadata: ["address": "\(address.hostPort)", "id": "\(NodeID(publicKey: identity.publicKey))"])
 

@@ -1,4 +1,5 @@
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import ServiceLifecycle
@@ -30,6 +31,8 @@ public final class NodeRuntime: Sendable {
     /// Friends, presence and the outbox.
     public let friends: FriendService
     public let discoverable: DiscoverableSetting
+    /// UDP beacons on the LAN, when configured.
+    public let discovery: DiscoveryService?
     private let logger: Logger
 
     /// - Parameters:
@@ -64,7 +67,28 @@ public final class NodeRuntime: Sendable {
                                     configuration: configuration.friends, logger: logger)
         self.friends = friends
         peers.handler = friends
-        self.discoverable = DiscoverableSetting(store: store, onChange: {})
+        let announce = AnnounceHook()
+        let discoverable = DiscoverableSetting(store: store, onChange: { announce.fire() })
+        self.discoverable = discoverable
+        friends.onFriendsChanged = { announce.fire() }
+        if let discoveryConfig = configuration.discovery {
+            let listener = self.listener
+            let port = NIOLockedValueBox(0)
+            let discovery = DiscoveryService(
+                identity: identity, configuration: discoveryConfig, group: group, logger: logger,
+                state: {
+                    if port.withLockedValue({ $0 }) == 0, let p = listener.boundAddressNow?.port {
+                        port.withLockedValue { $0 = p }
+                    }
+                    return DiscoveryState(discoverable: discoverable.isDiscoverable, displayName: friends.displayName,
+                                          tcpPort: port.withLockedValue { $0 }, friends: (try? store.friendKeys()) ?? [])
+                },
+                onSighting: { friends.sighted($0) })
+            announce.target = { discovery.announceNow() }
+            self.discovery = discovery
+        } else {
+            self.discovery = nil
+        }
         let router = ControlRouter()
         self.router = router
         self.controlServer = dataDirectory.map {
@@ -101,6 +125,7 @@ public final class NodeRuntime: Sendable {
         var services: [Service] = [listener]
         if let controlServer { services.append(controlServer) }
         services.append(FriendLoop(friends: friends, peers: peers, listener: listener))
+        if let discovery { services.append(DiscoveryAfterListener(discovery: discovery, listener: listener)) }
         services.append(NodeAnnouncer(node: self))
         return services
     }
@@ -122,6 +147,27 @@ public final class NodeRuntime: Sendable {
         try await PeerConnector.connect(host: host, port: port, remote: remote.publicKey, identity: identity,
                                         gate: gate, delegate: delegate, options: configuration.link,
                                         group: group, logger: logger)
+    }
+}
+
+/// Lets the discoverable setting and the friend list re-announce once discovery exists.
+final class AnnounceHook: @unchecked Sendable {
+    private let lock = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
+    var target: (@Sendable () -> Void)? {
+        get { lock.withLockedValue { $0 } }
+        set { lock.withLockedValue { $0 = newValue } }
+    }
+    func fire() { target?() }
+}
+
+/// Starts beaconing once the TCP port is known (beacons announce it).
+struct DiscoveryAfterListener: Service {
+    let discovery: DiscoveryService
+    let listener: NodeListener
+
+    func run() async throws {
+        _ = try await listener.boundAddress
+        try await discovery.run()
     }
 }
 

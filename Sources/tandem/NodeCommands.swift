@@ -26,7 +26,20 @@ struct Node: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Read the identity passphrase from this file.", valueName: "file"))
     var passphraseFile: String?
 
+    @Option(help: ArgumentHelp("UDP port of LAN discovery beacons.", valueName: "port"))
+    var discoveryPort: Int = TandemConstants.discoveryPort
+
+    @Option(help: ArgumentHelp("Seconds between LAN beacons.", valueName: "seconds"))
+    var discoveryInterval: Double = 5
+
+    @Flag(help: "Send and listen for no LAN beacons (friends are then reached at known addresses only). Also set by a non-empty $TANDEM_NO_DISCOVERY.")
+    var noDiscovery = false
+
     func validate() throws {
+        guard (1...65535).contains(discoveryPort) else { throw ValidationError("--discovery-port must be between 1 and 65535") }
+        guard discoveryInterval >= 0.1, discoveryInterval <= 3600 else {
+            throw ValidationError("--discovery-interval must be between 0.1 and 3600 seconds")
+        }
         guard StructuredLogHandler.Format(rawValue: logFormat) != nil else {
             throw ValidationError("--log-format must be text or json")
         }
@@ -48,6 +61,13 @@ struct Node: AsyncParsableCommand {
         var config = NodeConfiguration()
         (config.host, config.port) = try NodeConfiguration.parseHostPort(listen)
         config.link.maximumEnvelopeLength = maxFrame
+        let discoveryOff = noDiscovery || !(ProcessInfo.processInfo.environment["TANDEM_NO_DISCOVERY"] ?? "").isEmpty
+        if !discoveryOff {
+            var discovery = DiscoveryConfiguration()
+            discovery.port = discoveryPort
+            discovery.interval = .milliseconds(Int64(discoveryInterval * 1000))
+            config.discovery = discovery
+        }
         let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: dir, logger: logger)
         try await node.run()
         logger.info("node stopped")

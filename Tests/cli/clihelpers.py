@@ -10,6 +10,10 @@ import time
 
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+# Loopback tests must not broadcast on the machine's real interfaces: every node they start runs
+# without LAN discovery (the namespace tests in Tests/lan turn it on inside their own network).
+os.environ["TANDEM_NO_DISCOVERY"] = "1"
+
 TANDEM = os.environ.get("TANDEM_BIN", str(REPO / ".build" / "debug" / "tandem"))
 
 
@@ -71,7 +75,7 @@ class Node:
     def start(self):
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [TANDEM, "node", "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}"],
+            [TANDEM, "node", "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}", "--no-discovery"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_listening(self.port, self.proc)
         wait_control_socket(self.control_socket, self.proc)

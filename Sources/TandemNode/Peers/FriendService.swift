@@ -386,6 +386,26 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         }
     }
 
+    /// A beacon from another node on the LAN: remember where it is; reach friends and waiting
+    /// recipients right away.
+    public func sighted(_ s: PeerSighting) {
+        let nowMs = now()
+        let known = ((try? store.sightings(since: nowMs - 60_000)) ?? []).contains { $0.publicKey == Data(s.publicKey) }
+        try? store.recordSighting(Sighting(publicKey: s.publicKey, displayName: s.displayName, host: s.host, port: s.port,
+                                           isFriendBeacon: s.isFriendBeacon, lastSeenMs: nowMs))
+        try? store.rememberAddress(s.publicKey, host: s.host, port: s.port, source: "lan", nowMs: nowMs)
+        if !known {
+            events.emit("peer.discovered", ["id": .string(NodeID(publicKey: s.publicKey).canonical),
+                                            "name": s.displayName.map(JSONValue.string) ?? .null,
+                                            "address": .string("\(s.host):\(s.port)"), "friend": .bool(s.isFriendBeacon)])
+        }
+        if peers.link(to: s.publicKey) == nil {
+            throttle.withLockedValue { $0.dialSucceeded(s.publicKey) } // a fresh address: retry now
+            try? store.expediteOutbox(for: s.publicKey, nowMs: nowMs)
+            poke()
+        }
+    }
+
     public func peerConnected(_ key: [UInt8], link: PeerLink) {
         let contact = try? store.contact(key)
         if contact?.relationship == .friend {
