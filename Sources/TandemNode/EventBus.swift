@@ -282,8 +282,10 @@ final class EventSubscription: Sendable {
         /// Reading the log after `cursor`; `page` holds fetched events not yet handed out,
         /// `live` the events emitted since subscribing.
         case replaying(cursor: Int64, page: CircularBuffer<NodeEvent>, live: CircularBuffer<NodeEvent>)
-        /// Caught up: `pending` not yet taken; `waiter` set while the consumer waits.
-        case live(pending: CircularBuffer<NodeEvent>, waiter: CheckedContinuation<NodeEvent?, Never>?)
+        /// Caught up: `pending` not yet taken; `waiter` set while the consumer waits; `after` the
+        /// highest seq already queued or handed out. An emit can store an event, be overtaken by a
+        /// replay page that reads it from the log, and deliver it only then: `after` drops that copy.
+        case live(pending: CircularBuffer<NodeEvent>, waiter: CheckedContinuation<NodeEvent?, Never>?, after: Int64)
         /// Ended (overflow or cancel): hand out what is left, then nil.
         case finished(pending: CircularBuffer<NodeEvent>)
     }
@@ -304,7 +306,7 @@ final class EventSubscription: Sendable {
         if let since {
             phase = NIOLockedValueBox(.replaying(cursor: since, page: [], live: []))
         } else {
-            phase = NIOLockedValueBox(.live(pending: [], waiter: nil))
+            phase = NIOLockedValueBox(.live(pending: [], waiter: nil, after: .min))
         }
     }
 
@@ -323,19 +325,20 @@ final class EventSubscription: Sendable {
                 live.append(event)
                 phase = .replaying(cursor: cursor, page: page, live: live)
                 return true
-            case .live(var pending, let waiter):
+            case .live(var pending, let waiter, let after):
+                if event.seq <= after { return true }  // already handed out by the replay
                 if let waiter {
-                    phase = .live(pending: pending, waiter: nil)
+                    phase = .live(pending: pending, waiter: nil, after: event.seq)
                     resume = (waiter, event)
                     return true
                 }
                 if pending.count >= limit {
-                    pending.append(overflowMarker(after: pending.last?.seq ?? event.seq - 1))
+                    pending.append(overflowMarker(after: pending.last?.seq ?? after))
                     phase = .finished(pending: pending)
                     return false
                 }
                 pending.append(event)
-                phase = .live(pending: pending, waiter: nil)
+                phase = .live(pending: pending, waiter: nil, after: event.seq)
                 return true
             case .finished:
                 return false
@@ -362,10 +365,10 @@ final class EventSubscription: Sendable {
                         return .yield(event)
                     }
                     return .fetch(cursor)
-                case .live(var pending, let waiter):
+                case .live(var pending, let waiter, let after):
                     precondition(waiter == nil, "EventSubscription.next() called concurrently")
                     if let event = pending.popFirst() {
-                        phase = .live(pending: pending, waiter: nil)
+                        phase = .live(pending: pending, waiter: nil, after: after)
                         return .yield(event)
                     }
                     return .wait
@@ -395,7 +398,7 @@ final class EventSubscription: Sendable {
                             // Caught up with the log: live events it already covered are dropped.
                             var pending = CircularBuffer<NodeEvent>()
                             for event in live where event.seq > cursor { pending.append(event) }
-                            phase = .live(pending: pending, waiter: nil)
+                            phase = .live(pending: pending, waiter: nil, after: pending.last?.seq ?? cursor)
                         }
                     case .live, .finished:
                         break  // overflowed or cancelled meanwhile
@@ -406,16 +409,16 @@ final class EventSubscription: Sendable {
                     await withCheckedContinuation { (continuation: CheckedContinuation<NodeEvent?, Never>) in
                         let immediate = phase.withLockedValue { phase -> NodeEvent?? in
                             switch phase {
-                            case .live(var pending, _):
+                            case .live(var pending, _, let after):
                                 if let event = pending.popFirst() {
-                                    phase = .live(pending: pending, waiter: nil)
+                                    phase = .live(pending: pending, waiter: nil, after: after)
                                     return .some(event)
                                 }
                                 if Task.isCancelled {
                                     phase = .finished(pending: [])
                                     return .some(nil)
                                 }
-                                phase = .live(pending: pending, waiter: continuation)
+                                phase = .live(pending: pending, waiter: continuation, after: after)
                                 return .none
                             case .finished(var pending):
                                 let event = pending.popFirst()
@@ -439,7 +442,7 @@ final class EventSubscription: Sendable {
     func cancel() {
         let waiter = phase.withLockedValue { phase -> CheckedContinuation<NodeEvent?, Never>? in
             switch phase {
-            case .live(_, let waiter):
+            case .live(_, let waiter, _):
                 phase = .finished(pending: [])
                 return waiter
             case .replaying:

@@ -91,8 +91,10 @@ public final class NodeRuntime: Sendable {
         }
         let router = ControlRouter()
         self.router = router
+        let listener = self.listener
         self.controlServer = dataDirectory.map {
-            ControlServer(directory: $0, router: router, group: group, logger: logger)
+            ControlServer(directory: $0, router: router, group: group, logger: logger,
+                          startAfter: { _ = try await listener.boundAddress })
         }
         eventBus.registerControlMethods(on: router)
         friends.registerControlMethods(on: router, discoverable: discoverable)

@@ -19,11 +19,13 @@ struct Events: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the node's events: the stored ones, and with --follow the live ones as they happen.",
         discussion: """
-        Text lines by default (`#seq time type key=value…`); with --json one JSON object per line:
+        Text lines by default (`#seq time type key=value…`); with --json one JSON object per line: \
         {"seq":…,"type":…,"time":"ISO 8601","time_ms":…, plus the event's fields}.
-        A script can remember where it was: seq=$(tandem events --json | tail -1 | jq .seq),
+
+        A script can remember where it was: seq=$(tandem events --json | tail -1 | jq .seq), \
         then `tandem events --since "$seq"` or `tandem wait TYPE --since "$seq"`.
-        --type takes an event type or a prefix pattern such as `friend.*`; repeat it for several.
+
+        --type takes an event type or a prefix pattern such as `friend.*`; repeat it for several. \
         Needs a running node (exit 7 without one).
         """)
 
@@ -80,13 +82,16 @@ struct Wait: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Wait for an event of a type (whose fields match every --match key=value), print it, exit 0.",
         discussion: """
-        Race-free for scripts: by default only events that happen after the command starts count
-        (it asks the node for its last sequence number first). To also catch events that happened
+        Race-free for scripts: by default only events that happen after the command starts count \
+        (it asks the node for its last sequence number first). To also catch events that happened \
         before, pass a sequence number captured earlier:
+
           seq=$(tandem events --json | tail -1 | jq .seq)
           … something that makes the node emit an event …
           tandem wait friend.accepted --since "$seq" --match name=bob
-        Field values are compared as text. Exits 6 on timeout. Durations: 500ms, 30s, 2m, 1h.
+
+        Field values are compared as text. Exits 6 on timeout, 7 when no node runs. \
+        Durations: 500ms, 30s, 2m, 1h (or combined, 1m30s).
         """)
 
     @OptionGroup var common: CommonOptions

@@ -317,6 +317,27 @@ final class ControlTests: XCTestCase {
         XCTAssertEqual(FileManager.default.contents(atPath: dir.controlSocket.path), Data("keep".utf8))
     }
 
+    func testTooLongDataDirectoryIsOneClearError() async throws {
+        let dir = DataDirectory(url: URL(fileURLWithPath: "/tmp/" + String(repeating: "d", count: 100)))
+        tempDirs.append(dir.url)
+        let server = ControlServer(directory: dir, router: ControlRouter(), logger: logger)
+        do {
+            try await server.run()
+            XCTFail("expected an error")
+        } catch let error as TandemError {
+            XCTAssertTrue(error.message.contains("too long for a Unix socket"), error.message)
+        }
+        do {
+            _ = try await ControlClient.connect(dataDirectory: dir)
+            XCTFail("expected an error")
+        } catch let error as TandemError {
+            XCTAssertTrue(error.message.contains("too long for a Unix socket"), error.message)
+        }
+        // The lock was released: nothing is left claiming the directory.
+        let again = ControlServer(directory: dir, router: ControlRouter(), logger: logger)
+        XCTAssertNoThrow(try again.claimDataDirectory())
+    }
+
     func testRestartAfterShutdown() async throws {
         let dir = makeDir()
         for _ in 0..<3 {
@@ -401,6 +422,11 @@ final class ControlTests: XCTestCase {
     // MARK: - Event bus
 
     func testReplayThenLiveWithoutGapsOrDuplicatesUnderConcurrentEmits() async throws {
+        // Several rounds: the race this guards against (an emit overtaken by a replay page) is rare.
+        for _ in 0..<8 { try await replayThenLiveRound() }
+    }
+
+    private func replayThenLiveRound() async throws {
         let bus = EventBus(log: InMemoryEventLog(capacity: 100_000))
         for i in 0..<500 { bus.emit("before", ["i": .int(Int64(i))]) }
         let emitters = 4, perEmitter = 500

@@ -82,8 +82,15 @@ public final class ControlServer: Service, Sendable {
     /// The lock taken by `claimDataDirectory()`, until `run()` takes it over.
     private let claim = NIOLockedValueBox<NodeLock?>(nil)
 
+    /// Awaited before the socket is bound (the node passes "the listener is bound", so a script
+    /// that sees the control socket can rely on the node listening, and a node that cannot listen
+    /// never opens its socket).
+    private let startAfter: (@Sendable () async throws -> Void)?
+
     public init(directory: DataDirectory, router: ControlRouter, configuration: Configuration = .init(),
-                group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger) {
+                group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger,
+                startAfter: (@Sendable () async throws -> Void)? = nil) {
+        self.startAfter = startAfter
         self.directory = directory
         self.router = router
         self.configuration = configuration
@@ -140,6 +147,7 @@ public final class ControlServer: Service, Sendable {
             throw error
         }
         do {
+            try await startAfter?()
             (server, socketInode) = try await bindPrivately()
         } catch {
             lock.release()
