@@ -60,7 +60,7 @@ unit-test: deps
 	$(SWIFT) test --disable-swift-testing
 
 py-test: test-deps
-	TANDEM_BIN=$(CURDIR)/$(TANDEM) $(PY) -m pytest -q -p no:cacheprovider Tests/interop Tests/cli
+	TANDEM_BIN=$(CURDIR)/$(TANDEM) $(PY) -m pytest -q -p no:cacheprovider Tests/interop Tests/cli Tests/lan
 
 test: test-deps
 	$(MAKE) --no-print-directory unit-test

@@ -109,6 +109,8 @@ public final class DiscoveryService: Service, Sendable {
         case interval
         case poll
         case requested
+        /// The socket closed (a send error can close a datagram socket, e.g. when the network goes away).
+        case socketClosed
     }
 
     /// Mutable state shared by the event loop (receive) and the announcing task.
@@ -148,7 +150,7 @@ public final class DiscoveryService: Service, Sendable {
                                      configuration: configuration.receiver, now: now),
             friends: [],
             sendBucket: TokenBucket(capacity: configuration.sendBurst, refillPerSecond: configuration.sendPerSecond, now: now)))
-        (triggers, triggerContinuation) = AsyncStream.makeStream(of: Trigger.self, bufferingPolicy: .bufferingNewest(4))
+        (triggers, triggerContinuation) = AsyncStream.makeStream(of: Trigger.self, bufferingPolicy: .bufferingNewest(16))
     }
 
     public var metrics: DiscoveryMetrics.Snapshot { metricsBox.snapshot }
@@ -160,6 +162,41 @@ public final class DiscoveryService: Service, Sendable {
 
     public func run() async throws {
         refreshKeyring(state()) // friends are recognised from the first datagram on
+        let stopping = NIOLockedValueBox(false)
+        let current = NIOLockedValueBox<Channel?>(nil)
+        let stop: @Sendable () -> Void = {
+            stopping.withLockedValue { $0 = true }
+            current.withLockedValue { $0 }?.close(promise: nil)
+        }
+        var firstBind = true
+        await withTaskCancellationHandler {
+            await withGracefulShutdownHandler {
+                while !stopping.withLockedValue({ $0 }) {
+                    let channel: Channel
+                    do {
+                        channel = try await bind()
+                    } catch {
+                        if firstBind { logger.error("\(error)") }
+                        firstBind = false
+                        try? await Task.sleep(for: .seconds(2))
+                        continue
+                    }
+                    firstBind = false
+                    current.withLockedValue { $0 = channel }
+                    if stopping.withLockedValue({ $0 }) { channel.close(promise: nil) }
+                    await serve(channel)
+                    current.withLockedValue { $0 = nil }
+                    if !stopping.withLockedValue({ $0 }) {
+                        logger.notice("discovery socket closed; reopening it")
+                        try? await Task.sleep(for: .seconds(1))
+                    }
+                }
+            } onGracefulShutdown: { stop() }
+        } onCancel: { stop() }
+        logger.info("discovery stopped")
+    }
+
+    private func bind() async throws -> Channel {
         let channel: Channel
         do {
             channel = try await DatagramBootstrap(group: group)
@@ -184,33 +221,30 @@ public final class DiscoveryService: Service, Sendable {
             logger.info("discovery listening", metadata: ["address": "\(address)"])
             onReady?(address)
         }
-        let continuation = triggerContinuation
-        continuation.yield(.start)
+        return channel
+    }
 
-        await withTaskCancellationHandler {
-            await withGracefulShutdownHandler {
-                await withTaskGroup(of: Void.self) { tasks in
-                    tasks.addTask { await Self.tick(every: self.configuration.interval, .interval, continuation) }
-                    if self.configuration.targets == nil {
-                        tasks.addTask { await Self.tick(every: self.configuration.devicePollInterval, .poll, continuation) }
-                    }
-                    tasks.addTask {
-                        try? await channel.closeFuture.get()
-                        continuation.finish()
-                    }
-                    for await trigger in self.triggers {
-                        self.handle(trigger, channel: channel)
-                    }
-                    channel.close(promise: nil)
-                    tasks.cancelAll()
-                }
-            } onGracefulShutdown: {
-                channel.close(promise: nil)
+    /// Beacons on `channel` until it closes.
+    private func serve(_ channel: Channel) async {
+        let continuation = triggerContinuation
+        core.withLockedValue { $0.targets = [] } // announce to the current interfaces at once
+        continuation.yield(.start)
+        await withTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { await Self.tick(every: self.configuration.interval, .interval, continuation) }
+            if self.configuration.targets == nil {
+                tasks.addTask { await Self.tick(every: self.configuration.devicePollInterval, .poll, continuation) }
             }
-        } onCancel: {
+            tasks.addTask {
+                try? await channel.closeFuture.get()
+                continuation.yield(.socketClosed)
+            }
+            for await trigger in self.triggers {
+                if case .socketClosed = trigger { break }
+                self.handle(trigger, channel: channel)
+            }
             channel.close(promise: nil)
+            tasks.cancelAll()
         }
-        logger.info("discovery stopped")
     }
 
     private static func tick(every amount: TimeAmount, _ trigger: Trigger, _ continuation: AsyncStream<Trigger>.Continuation) async {
@@ -238,6 +272,8 @@ public final class DiscoveryService: Service, Sendable {
         switch trigger {
         case .start, .interval, .requested:
             announce(state, to: targets, channel: channel)
+        case .socketClosed:
+            break
         case .poll:
             if changed {
                 logger.info("interface addresses changed", metadata: ["targets": "\(targets.map(Self.describe))"])
