@@ -24,7 +24,7 @@ struct Dev: AsyncParsableCommand {
         commandName: "dev",
         abstract: "Developer tools for interoperability tests.",
         shouldDisplay: false,
-        subcommands: [ShsServe.self, ShsConnect.self, DevDiscover.self])
+        subcommands: [ShsServe.self, ShsConnect.self, DevDiscover.self, DevFlood.self])
 }
 
 // MARK: - shs-serve

@@ -173,3 +173,31 @@ def test_discoverable_setting(make_node):
     befriend(alice, bob)
     # auto turns off once there is a friend.
     assert cli_json(alice, "discoverable")["discoverable"] is False
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+
+def test_flood_of_requests_from_throwaway_identities_is_capped(make_node):
+    bob = make_node("bob").start()
+    before = rss_kb(bob.proc.pid)
+    out = json.loads(run("dev", "flood", bob.address, bob.id, "--count", "10000", "--settle", "1", timeout=120).stdout)
+    assert out["sent"] == 10000
+    # Per-address limits let a few through, far below the flood and below the pending cap.
+    status = cli_json(bob, "status")
+    assert 0 < status["pending_requests"] <= 100
+    assert out["acknowledged"] == status["pending_requests"]
+    # Memory stays bounded and the CLI is answered promptly.
+    assert rss_kb(bob.proc.pid) - before < 50_000
+    t = time.monotonic()
+    cli(bob, "friend", "requests")
+    assert time.monotonic() - t < 5
+    # The event log got one throttling report, not thousands of lines.
+    events = [json.loads(l) for l in cli(bob, "events", "--json").stdout.splitlines()]
+    throttled = [e for e in events if e["type"] == "friend.request.throttled"]
+    assert 1 <= len(throttled) <= 3
+    # A legitimate request from another address-limited peer still gets through later (the node is healthy).
+    alice = make_node("alice").start()
+    assert "seq=1" in run("ping", "--data-dir", alice.data_dir, bob.address, bob.id).stdout

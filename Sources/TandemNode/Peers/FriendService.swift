@@ -266,8 +266,13 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
                      perAddress: configuration.requestsPerAddressPerMinute)
         }
         guard allowed else {
-            events.emit("friend.request.throttled", ["id": .string(NodeID(publicKey: author).canonical), "address": .string(host)])
-            return // not acknowledged: the sender retries later
+            // Not acknowledged: an honest sender retries later. One event per 10 s at most, so a flood
+            // cannot fill the event log either.
+            let report = throttle.withLockedValue { $0.noteThrottled(nowMs: now()) }
+            if let dropped = report {
+                events.emit("friend.request.throttled", ["address": .string(host), "dropped": .int(Int64(dropped))])
+            }
+            return
         }
         guard let req = try? Tandem_V1_FriendRequest(serializedBytes: envelope.payload) else {
             throw MalformedPayload(detail: "FRIEND_REQUEST payload is not a tandem.v1.FriendRequest")
@@ -536,7 +541,18 @@ struct RequestThrottle {
     private var senders: [[UInt8]: (tokens: Double, at: Int64)] = [:]
     private var addresses: [String: (tokens: Double, at: Int64)] = [:]
     private var dialBackoff: [[UInt8]: (failures: Int, nextMs: Int64)] = [:]
+    private var throttledSinceReport = 0
+    private var lastReportMs: Int64 = 0
     static let maximumTracked = 10_000
+
+    /// Counts a throttled request; returns how many were dropped since the last report when a new
+    /// report is due (at most one per 10 s).
+    mutating func noteThrottled(nowMs: Int64) -> Int? {
+        throttledSinceReport += 1
+        guard nowMs - lastReportMs >= 10_000 else { return nil }
+        defer { throttledSinceReport = 0; lastReportMs = nowMs }
+        return throttledSinceReport
+    }
 
     mutating func allow(sender: [UInt8], address: String, nowMs: Int64, perSender: Int, perAddress: Int) -> Bool {
         func take<K: Hashable>(_ map: inout [K: (tokens: Double, at: Int64)], _ key: K, rate: Int) -> Bool {
