@@ -5,6 +5,10 @@ import NIOPosix
 import Sodium
 import TandemProtocol
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// `tandem demo`: two throwaway nodes on loopback, told as a story.
 public enum DemoScenario {
     public static func run(say: @escaping @Sendable (String) -> Void) async throws {
@@ -25,30 +29,59 @@ public enum DemoScenario {
         say("   Alice  \(aliceID.display)")
         say("   Bob    \(bobID.display)")
 
-        var config = NodeConfiguration()
-        config.host = "127.0.0.1"
-        config.port = 0
-        let aliceNode = try NodeRuntime(identity: alice, configuration: config, logger: logger)
-        let bobNode = try NodeRuntime(identity: bob, configuration: config, logger: logger)
+        // Loopback has no broadcast address, so each node's beacons go straight to the other's
+        // discovery port; on a real LAN they go to every interface's broadcast address.
+        let (alicePort, bobPort) = (try freeUDPPort(), try freeUDPPort())
+        func config(discoveryPort: Int, target: Int) throws -> NodeConfiguration {
+            var c = NodeConfiguration()
+            c.host = "127.0.0.1"
+            c.port = 0
+            var d = DiscoveryConfiguration()
+            d.bindHost = "127.0.0.1"
+            d.port = discoveryPort
+            d.interval = .milliseconds(300)
+            d.targets = [try SocketAddress(ipAddress: "127.0.0.1", port: target)]
+            c.discovery = d
+            return c
+        }
+        let aliceNode = try NodeRuntime(identity: alice, configuration: try config(discoveryPort: alicePort, target: bobPort),
+                                        dataDirectory: aliceDir, logger: logger)
+        let bobNode = try NodeRuntime(identity: bob, configuration: try config(discoveryPort: bobPort, target: alicePort),
+                                      dataDirectory: bobDir, logger: logger)
+        try aliceNode.friends.setName("Alice")
+        try bobNode.friends.setName("Bob")
+        let aliceEvents = aliceNode.eventBus.subscribe(since: nil)
+        let bobEvents = bobNode.eventBus.subscribe(since: nil)
 
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await aliceNode.run(signals: false) }
             tasks.addTask { try await bobNode.run(signals: false) }
             let aliceAddr = try await aliceNode.listener.boundAddress
             let bobAddr = try await bobNode.listener.boundAddress
-            say("2. Both nodes listen on loopback: Alice at \(aliceAddr.hostPort), Bob at \(bobAddr.hostPort).")
+            say("2. Both nodes start: Alice listens at \(aliceAddr.hostPort), Bob at \(bobAddr.hostPort), and each sends")
+            say("   signed UDP beacons so nodes nearby can find it. Nobody tells either node where the other is.")
+
+            let seen = try await next(bobEvents, "peer.discovered", ["id": aliceID.canonical])
+            say("3. Bob's node hears Alice's beacon: \(seen.fields["name"]?.stringValue ?? "?") at \(seen.fields["address"]?.stringValue ?? "?").")
+
+            _ = try bobNode.friends.request(alice.publicKey, message: "Focus together this week?", address: nil)
+            say("4. Bob sends Alice a friend request (stored in his outbox first, then delivered over the link).")
+            let req = try await next(aliceEvents, "friend.request.received", ["id": bobID.canonical])
+            say("   Alice's node checks the signature and shows it: \(req.fields["name"]?.stringValue ?? "?") asks “\(req.fields["message"]?.stringValue ?? "")”.")
+
+            _ = try aliceNode.friends.accept(bob.publicKey)
+            _ = try await next(bobEvents, "friend.accepted", ["id": aliceID.canonical])
+            _ = try await next(bobEvents, "peer.online", ["id": aliceID.canonical])
+            say("5. Alice accepts. Bob's node gets her signed answer: they are friends, and each sees the other online.")
+            say("   From now on their beacons are private: only a friend can tell who sent them.")
 
             let (link, waiter) = try await aliceNode.connect(host: "127.0.0.1", port: bobAddr.port!, to: bobID)
-            say("3. Alice connects to Bob. The Secret Handshake proves both identities with the Tandem network key;")
-            say("   from now on every byte is encrypted with box-stream.")
+            say("6. Every connection starts with the Secret Handshake (both identities proven, Tandem network key);")
+            say("   then every byte is encrypted with box-stream. Alice pings Bob over a fresh link:")
             for i in 1...3 {
                 let (rtt, _) = try await waiter.ping()
-                say("   Alice → Bob: signed PING #\(i), Bob's signed PONG back in \(formatDuration(rtt)).")
+                say("   signed PING #\(i) → signed PONG in \(formatDuration(rtt))")
             }
-
-            let (_, bobWaiter) = try await bobNode.connect(host: "127.0.0.1", port: aliceAddr.port!, to: aliceID)
-            let (rtt, _) = try await bobWaiter.ping()
-            say("4. Bob connects to Alice the other way round and pings her: \(formatDuration(rtt)).")
 
             // A replayed frame is refused.
             var ping = Tandem_V1_Ping()
@@ -61,15 +94,56 @@ public enum DemoScenario {
             try await link.send(frame).get()
             try await link.send(frame).get()
             let code = try await errorSeen.first.futureResult.get()
-            say("5. Alice sends the very same signed frame twice: Bob answers the first and rejects the copy (\(code)).")
+            say("7. Alice sends the very same signed frame twice: Bob answers the first and rejects the copy (\(code)).")
 
             let m = bobNode.metrics.snapshot
-            say("6. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
+            say("8. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
             link.close()
             tasks.cancelAll()
             _ = try? await tasks.next()
         }
-        say("7. Both nodes shut down and their temporary data directories are removed. Done.")
+        say("9. Both nodes shut down and their temporary data directories are removed. Done.")
+    }
+
+    /// Waits for the next event of `type` whose fields include `match`.
+    static func next(_ events: AsyncStream<NodeEvent>, _ type: String, _ match: [String: String],
+                     timeout: Duration = .seconds(20)) async throws -> NodeEvent {
+        try await withThrowingTaskGroup(of: NodeEvent?.self) { group in
+            group.addTask {
+                for await e in events where e.type == type {
+                    if match.allSatisfy({ e.fields[$0.key]?.stringValue == $0.value }) { return e }
+                }
+                return nil
+            }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let event = first else {
+                throw TandemError("the demo timed out waiting for \(type)", exitCode: TandemError.timeoutExitCode)
+            }
+            return event
+        }
+    }
+
+    /// A UDP port that was free a moment ago.
+    static func freeUDPPort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        guard fd >= 0 else { throw TandemError("cannot open a UDP socket") }
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                bind(fd, sa, len) == 0 && getsockname(fd, sa, &len) == 0
+            }
+        }
+        guard ok else { throw TandemError("cannot find a free UDP port") }
+        return Int(UInt16(bigEndian: addr.sin_port))
     }
 
     public static func formatDuration(_ d: Duration) -> String {
