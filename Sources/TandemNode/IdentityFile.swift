@@ -26,6 +26,8 @@ public struct TandemError: Error, CustomStringConvertible, Sendable {
     public static let unreachableExitCode: Int32 = 4
     public static let authenticationExitCode: Int32 = 5
     public static let timeoutExitCode: Int32 = 6
+    /// The thing to act on is not there: no pending request, not a friend, not blocked.
+    public static let nothingToActOnExitCode: Int32 = 8
 }
 
 /// Where a node keeps its files: `--data-dir`, else `$TANDEM_HOME`, else `~/.tandem`.

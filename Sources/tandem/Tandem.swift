@@ -12,7 +12,8 @@ struct Tandem: AsyncParsableCommand {
         encrypted links. Start with `tandem init`, then run `tandem node`.
 
         Exit codes: 0 ok, 1 error, 2 usage, 3 not initialised, 4 peer unreachable,
-        5 authentication failed (wrong ID, network or passphrase), 6 timed out.
+        5 authentication failed (wrong ID, network or passphrase), 6 timed out,
+        7 no node running for the data directory, 8 nothing to act on (no such request, friend or block).
         """,
         version: TandemVersion.string,
         subcommands: [Init.self, ID.self, Node.self, Name.self, Friend.self, Peers.self, Discoverable.self, Events.self, Wait.self,

@@ -82,7 +82,7 @@ extension FriendService {
         }
         router.register("friend.unblock") { [self] params in
             let key = try Self.key(params)
-            guard try unblock(key) else { throw TandemError("that ID is not blocked", exitCode: 8) }
+            guard try unblock(key) else { throw TandemError("that ID is not blocked", exitCode: TandemError.nothingToActOnExitCode) }
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": false])
         }
         router.register("friend.list") { [self] _ in

@@ -187,8 +187,8 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
             switch e {
             case .alreadyFriends: throw TandemError("you are already friends", exitCode: 1)
             case .blocked: throw TandemError("that ID is blocked (tandem friend unblock ID first)", exitCode: 1)
-            case .noPendingRequest: throw TandemError("there is no pending friend request from that ID (see tandem friend requests)", exitCode: 8)
-            case .notAFriend: throw TandemError("that ID is not a friend", exitCode: 8)
+            case .noPendingRequest: throw TandemError("there is no pending friend request from that ID (see tandem friend requests)", exitCode: TandemError.nothingToActOnExitCode)
+            case .notAFriend: throw TandemError("that ID is not a friend", exitCode: TandemError.nothingToActOnExitCode)
             case .isSelf: throw TandemError("that is your own ID", exitCode: TandemError.usageExitCode)
             }
         }
