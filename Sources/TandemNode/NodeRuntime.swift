@@ -180,7 +180,10 @@ struct FriendLoop: Service {
     let listener: NodeListener
 
     func run() async throws {
-        if let port = try? await listener.boundAddress.port { friends.setListenPort(port) }
+        if let port = try? await listener.boundAddress.port {
+            friends.setListenPort(port)
+            try? friends.announceListenPortIfChanged()
+        }
         await cancelWhenGracefulShutdown { await friends.run() }
         peers.closeAll()
     }

@@ -201,3 +201,17 @@ def test_flood_of_requests_from_throwaway_identities_is_capped(make_node):
     # A legitimate request from another address-limited peer still gets through later (the node is healthy).
     alice = make_node("alice").start()
     assert "seq=1" in run("ping", "--data-dir", alice.data_dir, bob.address, bob.id).stdout
+
+
+def test_new_port_reaches_friends_as_a_contact_update(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    befriend(alice, bob)
+    bob.stop()
+    offline = wait_event(alice, "peer.offline", f"id={bob.id}")
+    bob.start()  # a new free port
+    got = json.loads(cli(alice, "wait", "contact.updated", "--match", f"id={bob.id}", "--since", str(offline["seq"]),
+                         "--timeout", "30s", "--json", timeout=60).stdout)
+    assert got["id"] == bob.id
+    wait_event(alice, "peer.online", f"id={bob.id}")
+    assert [f["online"] for f in cli_json(alice, "friend", "list")["friends"]] == [True]

@@ -54,6 +54,24 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
 
     public func setListenPort(_ port: Int) { listenPort.withLockedValue { $0 = port } }
 
+    /// Called once the listener is bound: when the port differs from the one friends were last
+    /// told, a newer contact record goes to every friend.
+    public func announceListenPortIfChanged() throws {
+        let port = listenPort.withLockedValue { $0 }
+        guard port > 0, try store.setting("advertised_port") != String(port) else { return }
+        let firstRun = try store.setting("advertised_port") == nil
+        try store.setSetting("advertised_port", String(port))
+        guard !firstRun else { return }
+        try store.setSetting("record_version", String(now()))
+        var update = Tandem_V1_ContactUpdate()
+        update.contact = contactRecord()
+        let payload: [UInt8] = try update.serializedBytes()
+        for friend in try store.friendKeys() {
+            try store.enqueue(outboxFrame(.contactUpdate, to: friend, payload: payload))
+        }
+        poke()
+    }
+
     // MARK: - Identity data
 
     public var displayName: String {
