@@ -73,7 +73,14 @@ let package = Package(
         .executableTarget(
             name: "tandem-bench",
             dependencies: [
+                "CSodium",
+                "Sodium",
+                "TandemProtocol",
                 "TandemNode",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -65,6 +65,15 @@ public struct SigningKeyPair: Sendable {
         }
     }
 
+    /// The X25519 secret key corresponding to this Ed25519 key pair: one SHA-512, without the
+    /// public-key conversion (and its subgroup check) that `curve25519()` also does.
+    public func curve25519SecretKey() throws -> SecretBytes {
+        var sk = [UInt8](repeating: 0, count: 32)
+        let rc = withSecret(secretKey) { crypto_sign_ed25519_sk_to_curve25519(&sk, $0) }
+        guard rc == 0 else { throw SodiumError(.keyConversionFailed, "Ed25519 secret key cannot be converted") }
+        return SecretBytes(consuming: &sk)
+    }
+
     /// The X25519 key pair corresponding to this Ed25519 key pair.
     public func curve25519() throws -> (publicKey: [UInt8], secretKey: SecretBytes) {
         let pk = try Ed25519.publicKeyToCurve25519(publicKey)

@@ -50,6 +50,31 @@ public enum SecretBox {
                                       key.assumingMemoryBound(to: UInt8.self))
     }
 
+    /// Encrypts `count` bytes from `plaintext` into `ciphertext` (which may be the same memory) and
+    /// writes the 16-byte MAC to `mac` (`crypto_secretbox_detached`). No allocation.
+    public static func sealDetached(_ plaintext: UnsafeRawPointer, count: Int, into ciphertext: UnsafeMutableRawPointer,
+                                    mac: UnsafeMutableRawPointer, nonce: UnsafeRawPointer, key: UnsafeRawPointer) {
+        Sodium.ensureInitialized()
+        _ = crypto_secretbox_detached(ciphertext.assumingMemoryBound(to: UInt8.self),
+                                      mac.assumingMemoryBound(to: UInt8.self),
+                                      plaintext.assumingMemoryBound(to: UInt8.self), UInt64(count),
+                                      nonce.assumingMemoryBound(to: UInt8.self),
+                                      key.assumingMemoryBound(to: UInt8.self))
+    }
+
+    /// Decrypts `count` bytes from `ciphertext` into `plaintext` (which may be the same memory),
+    /// checking `mac` first. False when it does not authenticate (`plaintext` is then left
+    /// unspecified). No allocation.
+    public static func openDetached(_ ciphertext: UnsafeRawPointer, count: Int, into plaintext: UnsafeMutableRawPointer,
+                                    mac: UnsafeRawPointer, nonce: UnsafeRawPointer, key: UnsafeRawPointer) -> Bool {
+        Sodium.ensureInitialized()
+        return crypto_secretbox_open_detached(plaintext.assumingMemoryBound(to: UInt8.self),
+                                              ciphertext.assumingMemoryBound(to: UInt8.self),
+                                              mac.assumingMemoryBound(to: UInt8.self), UInt64(count),
+                                              nonce.assumingMemoryBound(to: UInt8.self),
+                                              key.assumingMemoryBound(to: UInt8.self)) == 0
+    }
+
     /// Decrypts `count` bytes at `data` in place, checking `mac`. False when it does not authenticate
     /// (the data is then left unspecified).
     public static func openDetachedInPlace(_ data: UnsafeMutableRawPointer, count: Int,

@@ -32,7 +32,7 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
 
     private enum State {
         case handshaking(SecretHandshake)
-        case established(BoxStreamEncoder, BoxStreamDecoder)
+        case established(BoxStreamEncoder, BoxStreamReader)
         case closed
     }
 
@@ -96,6 +96,10 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var incoming = unwrapInboundIn(data)
+        if case .established = state {
+            receiveBoxes(context: context, &incoming)
+            return
+        }
         if inbound == nil {
             inbound = incoming
         } else {
@@ -139,7 +143,7 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
                     timeout?.cancel()
                     timeout = nil
                     state = .established(BoxStreamEncoder(key: keys.encryptKey, nonce: keys.encryptNonce),
-                                         BoxStreamDecoder(key: keys.decryptKey, nonce: keys.decryptNonce))
+                                         BoxStreamReader(key: keys.decryptKey, nonce: keys.decryptNonce))
                     metrics.handshakeSucceeded()
                     let queued = pendingWrites
                     pendingWrites = []
@@ -147,48 +151,56 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
                     context.flush()
                     context.fireUserInboundEventTriggered(SecureChannelEstablished(remotePublicKey: keys.remotePublicKey))
                 }
-            case .established(let enc, var dec):
+            case .established:
+                // Bytes that came with the end of the handshake.
                 guard var buffer = inbound, buffer.readableBytes > 0 else { return }
-                let message: BoxStreamDecoder.Message?
-                do {
-                    message = try dec.read(&buffer)
-                } catch {
-                    inbound = nil
-                    fail(context: context, reason: "\(error)", isHandshake: false)
-                    return
+                inbound = nil
+                receiveBoxes(context: context, &buffer)
+                return
+            }
+        }
+    }
+
+    /// Opens the boxes of one read (BoxStreamReader: no copy of the read, no allocation per box)
+    /// and passes their plaintext on in one buffer.
+    private func receiveBoxes(context: ChannelHandlerContext, _ incoming: inout ByteBuffer) {
+        guard case .established(let enc, var reader) = state else { return }
+        // Moved out while it reads, so its carry buffer is referenced once and grows in place
+        // (a copy left in `state` would make every append copy it). Put back below on every path.
+        state = .closed
+        var plaintext = context.channel.allocator.buffer(capacity: incoming.readableBytes + reader.bufferedBytes)
+        let status: BoxStreamDecoder.ReadStatus
+        do {
+            status = try reader.read(&incoming, into: &plaintext)
+        } catch {
+            // Boxes before the bad one were genuine: pass them on, then drop the connection.
+            state = .established(enc, reader)
+            if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
+            fail(context: context, reason: "\(error)", isHandshake: false)
+            return
+        }
+        state = .established(enc, reader)
+        if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
+        if status == .goodbye {
+            logger.debug("peer said goodbye")
+            // Answer with our own goodbye (unless we said it already, e.g. after a half-close),
+            // and close once it is written.
+            var reply: ByteBuffer? = nil
+            if !enc.saidGoodbye {
+                var answering = enc
+                var out = context.channel.allocator.buffer(capacity: BoxStream.headerLength)
+                answering.goodbye(into: &out)
+                reply = out
+            }
+            state = .closed
+            context.fireUserInboundEventTriggered(SecureChannelGoodbye())
+            if let reply {
+                let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+                context.writeAndFlush(wrapOutboundOut(reply)).whenComplete { _ in
+                    loopBound.value.close(promise: nil)
                 }
-                inbound = buffer.readableBytes > 0 ? buffer : nil
-                state = .established(enc, dec)
-                switch message {
-                case .none:
-                    if var b = inbound { b.discardReadBytes(); inbound = b }
-                    return
-                case .goodbye:
-                    logger.debug("peer said goodbye")
-                    // Answer with our own goodbye (unless we said it already, e.g. after a
-                    // half-close), and close once it is written.
-                    var reply: ByteBuffer? = nil
-                    if !enc.saidGoodbye {
-                        var answering = enc
-                        var out = context.channel.allocator.buffer(capacity: BoxStream.headerLength)
-                        answering.goodbye(into: &out)
-                        reply = out
-                    }
-                    state = .closed
-                    inbound = nil
-                    context.fireUserInboundEventTriggered(SecureChannelGoodbye())
-                    if let reply {
-                        let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-                        context.writeAndFlush(wrapOutboundOut(reply)).whenComplete { _ in
-                            loopBound.value.close(promise: nil)
-                        }
-                    } else {
-                        context.close(promise: nil)
-                    }
-                    return
-                case .data(let plain):
-                    context.fireChannelRead(wrapInboundOut(plain))
-                }
+            } else {
+                context.close(promise: nil)
             }
         }
     }

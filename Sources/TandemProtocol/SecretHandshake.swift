@@ -200,8 +200,9 @@ public struct SecretHandshake {
         let serverKey = serverPublicKey!
         let Ab: SecretBytes
         do {
-            let curve = try identity.curve25519()
-            Ab = try X25519.sharedSecret(secretKey: curve.secretKey, publicKey: s.remoteEphemeral)
+            // Only the secret half is needed: converting our own public key too would cost a
+            // point decompression and subgroup check per handshake for nothing.
+            Ab = try X25519.sharedSecret(secretKey: identity.curve25519SecretKey(), publicKey: s.remoteEphemeral)
         } catch {
             throw HandshakeError.weakKey
         }
@@ -240,8 +241,7 @@ public struct SecretHandshake {
         state = .finished
         let aB: SecretBytes
         do {
-            let curve = try identity.curve25519()
-            aB = try X25519.sharedSecret(secretKey: curve.secretKey, publicKey: s.remoteEphemeral)
+            aB = try X25519.sharedSecret(secretKey: identity.curve25519SecretKey(), publicKey: s.remoteEphemeral)
         } catch {
             throw HandshakeError.weakKey
         }

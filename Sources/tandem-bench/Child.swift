@@ -1,0 +1,105 @@
+import Foundation
+import TandemProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The second process of a benchmark: this executable run as `tandem-bench serve --mode …`.
+/// Its first stdout line is a JSON object with `port` and `public_key`; later lines are stats.
+/// It exits when its stdin closes (the parent went away) or after its own timeout.
+final class ChildProcess {
+    let process = Process()
+    private let stdinPipe = Pipe()
+    private let stdoutPipe = Pipe()
+    private var pending: [UInt8] = []
+    private(set) var port = 0
+    private(set) var publicKey: [UInt8] = []
+
+    init(mode: ServeMode, timeoutSeconds: Int) throws {
+        process.executableURL = URL(fileURLWithPath: ChildProcess.ownExecutable())
+        process.arguments = ["serve", "--mode", mode.rawValue, "--timeout", String(timeoutSeconds)]
+        process.standardInput = stdinPipe
+        process.standardOutput = stdoutPipe
+        process.standardError = FileHandle.standardError
+        try process.run()
+        guard let hello = readLine(timeoutSeconds: 30),
+              let object = try? JSONSerialization.jsonObject(with: Data(hello.utf8)) as? [String: Any],
+              let port = object["port"] as? Int,
+              let keyHex = object["public_key"] as? String else {
+            stop()
+            throw BenchError("the child process did not announce its port")
+        }
+        self.port = port
+        self.publicKey = parseHex(keyHex) ?? []
+    }
+
+    /// The path of this executable, so the child is the same build.
+    static func ownExecutable() -> String {
+        var buf = [CChar](repeating: 0, count: 4096)
+        let n = readlink("/proc/self/exe", &buf, buf.count - 1)
+        if n > 0 { return String(decoding: buf[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+        return CommandLine.arguments[0]
+    }
+
+    /// The next stdout line of the child, or nil on timeout or end of file.
+    func readLine(timeoutSeconds: Double) -> String? {
+        let fd = stdoutPipe.fileHandleForReading.fileDescriptor
+        let deadline = monotonicNanos() + UInt64(timeoutSeconds * 1e9)
+        while true {
+            if let nl = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = String(decoding: pending[..<nl], as: UTF8.self)
+                pending.removeSubrange(...nl)
+                return line
+            }
+            let now = monotonicNanos()
+            guard now < deadline else { return nil }
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let remainingMs = Int32(min(1000, (deadline - now) / 1_000_000 + 1))
+            let r = poll(&pfd, 1, remainingMs)
+            if r < 0, errno == EINTR { continue }
+            guard r >= 0 else { return nil }
+            if r == 0 { continue }
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let n = read(fd, &chunk, chunk.count)
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { return nil }
+            pending.append(contentsOf: chunk[..<n])
+        }
+    }
+
+    /// The child's counters now (it answers a newline on its stdin with one JSON line).
+    func stats(timeoutSeconds: Double = 30) throws -> ChildStats {
+        stdinPipe.fileHandleForWriting.write(Data("\n".utf8))
+        guard let line = readLine(timeoutSeconds: timeoutSeconds),
+              let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+            throw BenchError("the child process did not report its counters")
+        }
+        return ChildStats(object)
+    }
+
+    /// Closes the child's stdin (it exits) and waits for it, at most a few seconds.
+    func stop() {
+        try? stdinPipe.fileHandleForWriting.close()
+        let deadline = monotonicNanos() + 5_000_000_000
+        while process.isRunning, monotonicNanos() < deadline { usleep(10_000) }
+        if process.isRunning { process.terminate() }
+    }
+}
+
+/// One stats line of the child.
+struct ChildStats {
+    let raw: [String: Any]
+    init(_ raw: [String: Any]) { self.raw = raw }
+
+    var framesAccepted: Int { raw["frames_accepted"] as? Int ?? 0 }
+    var framesRejected: [String: Any] { raw["frames_rejected"] as? [String: Any] ?? [:] }
+    var handshakesSucceeded: Int { raw["handshakes_succeeded"] as? Int ?? 0 }
+    var bulkBytesReceived: Int { raw["bulk_bytes_received"] as? Int ?? 0 }
+    var cpuSeconds: Double { raw["cpu_seconds"] as? Double ?? 0 }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

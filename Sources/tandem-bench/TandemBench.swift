@@ -1,0 +1,142 @@
+import ArgumentParser
+import Foundation
+import TandemNode
+
+/// `tandem-bench`: release-build benchmarks of the node's three hot paths, each against a floor
+/// measured in the same process in the same run. JSON on stdout, a summary on stderr.
+@main
+struct TandemBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tandem-bench",
+        abstract: "Benchmark handshakes, signed frames and box-stream bulk transfer over loopback.",
+        discussion: """
+        Every figure comes with a floor measured in this process during the same run (raw libsodium
+        speed on one core), the ratio to it, and the target ratio. The peer is a child process
+        (this executable, hidden `serve` subcommand) on 127.0.0.1. Build with `-c release`.
+        """,
+        subcommands: [All.self, Handshakes.self, Frames.self, Bulk.self, Serve.self],
+        defaultSubcommand: All.self
+    )
+}
+
+/// Options every benchmark takes.
+struct BenchOptions: ParsableArguments {
+    @Option(help: "Seconds on the link per benchmark (split over the rounds).")
+    var seconds: Double = 6
+
+    @Option(help: "Seconds of floor measurement per benchmark (split over the rounds).")
+    var floorSeconds: Double = 2.1
+
+    @Option(help: "Rounds: each measures a floor slice, then a link slice.")
+    var rounds: Int = 7
+
+    @Flag(help: "Print JSON (the default; accepted for symmetry with `tandem`).")
+    var json = false
+
+    @Flag(help: "Indent the JSON.")
+    var pretty = false
+
+    func validate() throws {
+        guard (0.1...60).contains(seconds) else { throw ValidationError("--seconds must be between 0.1 and 60") }
+        guard (0.1...30).contains(floorSeconds) else { throw ValidationError("--floor-seconds must be between 0.1 and 30") }
+        guard (1...50).contains(rounds) else { throw ValidationError("--rounds must be between 1 and 50") }
+    }
+
+    var settings: BenchSettings {
+        var s = BenchSettings()
+        s.seconds = seconds
+        s.floorSeconds = floorSeconds
+        s.rounds = rounds
+        // Enough for the slowest benchmark (two link phases per round) with a wide margin.
+        s.childTimeout = Int(seconds * 3 + floorSeconds * 2) + 60
+        return s
+    }
+
+    func emit(_ object: [String: Any]) {
+        var options: JSONSerialization.WritingOptions = [.sortedKeys, .withoutEscapingSlashes]
+        if pretty { options.insert(.prettyPrinted) }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: options)) ?? Data("{}".utf8)
+        output(String(decoding: data, as: UTF8.self))
+    }
+}
+
+func say(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+/// Header fields every report carries.
+func environment() -> [String: Any] {
+    ["cores": ProcessInfo.processInfo.activeProcessorCount, "load_average": loadAverage(),
+     "build": isReleaseBuild ? "release" : "debug"]
+}
+
+#if DEBUG
+let isReleaseBuild = false
+#else
+let isReleaseBuild = true
+#endif
+
+func warnIfDebug() {
+    if !isReleaseBuild { say("tandem-bench: warning: debug build, figures are meaningless (use -c release)") }
+}
+
+struct Handshakes: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Handshakes/s between two processes vs the libsodium work of one handshake (target ≥ 50 %).")
+    @OptionGroup var options: BenchOptions
+
+    func run() async throws {
+        warnIfDebug()
+        let figure = try await HandshakeBenchmark.run(options.settings)
+        say(figure.summary)
+        options.emit(figure.json.merging(["environment": environment()]) { a, _ in a })
+    }
+}
+
+struct Frames: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Signed frames/s over a real link vs raw Ed25519 verify (target ≥ 70 %).")
+    @OptionGroup var options: BenchOptions
+
+    func run() async throws {
+        warnIfDebug()
+        let figure = try await FramesBenchmark.run(options.settings)
+        say(figure.summary)
+        options.emit(figure.json.merging(["environment": environment()]) { a, _ in a })
+    }
+}
+
+struct Bulk: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Box-stream MB/s between two processes vs raw crypto_secretbox on 4 KiB blocks (target ≥ 60 %).")
+    @OptionGroup var options: BenchOptions
+
+    func run() async throws {
+        warnIfDebug()
+        let figure = try await BulkBenchmark.run(options.settings)
+        say(figure.summary)
+        options.emit(figure.json.merging(["environment": environment()]) { a, _ in a })
+    }
+}
+
+struct All: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run handshakes, frames and bulk; one JSON object with all three.")
+    @OptionGroup var options: BenchOptions
+
+    func run() async throws {
+        warnIfDebug()
+        let settings = options.settings
+        let started = environment()
+        let figures = [
+            try await HandshakeBenchmark.run(settings),
+            try await FramesBenchmark.run(settings),
+            try await BulkBenchmark.run(settings),
+        ]
+        for f in figures { say(f.summary) }
+        var object: [String: Any] = [:]
+        for f in figures { object[f.name] = f.json }
+        object["all_met"] = figures.allSatisfy(\.met)
+        object["environment"] = started.merging(["load_average_end": loadAverage()]) { a, _ in a }
+        options.emit(object)
+    }
+}
