@@ -84,10 +84,17 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        // libFuzzer entry points; built only by `make fuzz` with -sanitize=fuzzer.
+        // libFuzzer entry points; fuzzing needs `-Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library`
+        // (see `make fuzz`). Without them the executable replays input files. --export-dynamic
+        // lets its main find libFuzzer's driver by name.
         .executableTarget(
             name: "tandem-fuzz",
-            dependencies: ["TandemProtocol"]
+            dependencies: [
+                "Sodium",
+                "TandemProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic"])]
         ),
         .testTarget(
             name: "SodiumTests",
