@@ -99,8 +99,11 @@ final class SecureChannelHandlerTests: XCTestCase {
         let pair = try makePair()
         try pair.client.writeAndFlush(ByteBuffer()).wait()
         let moved = try pump(pair)
+        // One header and no body on the wire; the receiver passes a byte stream on, so an empty
+        // box adds nothing to it and the link stays up.
         XCTAssertEqual(moved.toServer, BoxStream.headerLength)
-        XCTAssertEqual(pair.serverSeen.bodies.map(\.readableBytes), [0])
+        XCTAssertEqual(pair.serverSeen.bodies.reduce(0) { $0 + $1.readableBytes }, 0)
+        XCTAssertTrue(pair.server.isActive)
     }
 
     func testWritesAreSplitIntoBoxesOfAtMost4096Bytes() throws {
@@ -108,8 +111,8 @@ final class SecureChannelHandlerTests: XCTestCase {
         let data = (0..<4097).map { UInt8(truncatingIfNeeded: $0 * 7) }
         try pair.client.writeAndFlush(ByteBuffer(bytes: data)).wait()
         let moved = try pump(pair)
+        // Two boxes on the wire (4096 + 1 bytes of body); the receiver may hand them on in one read.
         XCTAssertEqual(moved.toServer, 4097 + 2 * BoxStream.headerLength)
-        XCTAssertEqual(pair.serverSeen.bodies.map(\.readableBytes), [4096, 1])
         XCTAssertEqual(pair.serverSeen.bodies.flatMap { Array($0.readableBytesView) }, data)
     }
 
