@@ -45,6 +45,9 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
     private let metrics: TransportMetrics
     private let logger: Logger
     private var started = false
+    /// Pass each box's body on as its own read (empty boxes too) instead of the plaintext of a
+    /// whole read at once. For the dev echo tools, whose peers count boxes; links leave it off.
+    public var deliversEachBox = false
 
     public init(client identity: SigningKeyPair, serverPublicKey: [UInt8],
                 networkKey: [UInt8] = TandemConstants.networkKey,
@@ -164,6 +167,10 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
     /// Opens the boxes of one read (BoxStreamReader: no copy of the read, no allocation per box)
     /// and passes their plaintext on in one buffer.
     private func receiveBoxes(context: ChannelHandlerContext, _ incoming: inout ByteBuffer) {
+        if deliversEachBox {
+            receiveEachBox(context: context, &incoming)
+            return
+        }
         guard case .established(let enc, var reader) = state else { return }
         // Moved out while it reads, so its carry buffer is referenced once and grows in place
         // (a copy left in `state` would make every append copy it). Put back below on every path.
@@ -181,27 +188,49 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
         }
         state = .established(enc, reader)
         if plaintext.readableBytes > 0 { context.fireChannelRead(wrapInboundOut(plaintext)) }
-        if status == .goodbye {
-            logger.debug("peer said goodbye")
-            // Answer with our own goodbye (unless we said it already, e.g. after a half-close),
-            // and close once it is written.
-            var reply: ByteBuffer? = nil
-            if !enc.saidGoodbye {
-                var answering = enc
-                var out = context.channel.allocator.buffer(capacity: BoxStream.headerLength)
-                answering.goodbye(into: &out)
-                reply = out
+        if status == .goodbye { answerGoodbye(context: context, enc) }
+    }
+
+    private func receiveEachBox(context: ChannelHandlerContext, _ incoming: inout ByteBuffer) {
+        guard case .established(let enc, var reader) = state else { return }
+        state = .closed
+        let boxes: [BoxStreamDecoder.Message]
+        do {
+            boxes = try reader.readBoxes(&incoming)
+        } catch {
+            state = .established(enc, reader)
+            fail(context: context, reason: "\(error)", isHandshake: false)
+            return
+        }
+        state = .established(enc, reader)
+        for box in boxes {
+            switch box {
+            case .data(let body): context.fireChannelRead(wrapInboundOut(body))
+            case .goodbye: answerGoodbye(context: context, enc)
             }
-            state = .closed
-            context.fireUserInboundEventTriggered(SecureChannelGoodbye())
-            if let reply {
-                let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
-                context.writeAndFlush(wrapOutboundOut(reply)).whenComplete { _ in
-                    loopBound.value.close(promise: nil)
-                }
-            } else {
-                context.close(promise: nil)
+        }
+    }
+
+    private func answerGoodbye(context: ChannelHandlerContext, _ enc: BoxStreamEncoder) {
+        logger.debug("peer said goodbye")
+        // Answer with our own goodbye (unless we said it already, e.g. after a half-close),
+        // and close once it is written.
+        var reply: ByteBuffer? = nil
+        if !enc.saidGoodbye {
+            var answering = enc
+            var out = context.channel.allocator.buffer(capacity: BoxStream.headerLength)
+            answering.goodbye(into: &out)
+            reply = out
+        }
+        state = .closed
+        context.fireUserInboundEventTriggered(SecureChannelGoodbye())
+        if let reply {
+            let loopBound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            context.writeAndFlush(wrapOutboundOut(reply)).whenComplete { _ in
+                loopBound.value.close(promise: nil)
             }
+        } else {
+            context.close(promise: nil)
         }
     }
 

@@ -334,4 +334,21 @@ public struct BoxStreamReader {
         }
         return status
     }
+
+    /// Box by box instead: every box completed by `incoming`, each body on its own (an empty box
+    /// gives an empty body), up to and including a goodbye. For tools that mirror boxes (the
+    /// interop echo server); frames use `read(_:into:)`. After a throw the stream is unusable.
+    public mutating func readBoxes(_ incoming: inout ByteBuffer) throws -> [BoxStreamDecoder.Message] {
+        var carry = carried ?? ByteBufferAllocator().buffer(capacity: incoming.readableBytes)
+        carried = nil
+        carry.writeBuffer(&incoming)
+        var boxes: [BoxStreamDecoder.Message] = []
+        while let box = try decoder.read(&carry) {
+            boxes.append(box)
+            if box == .goodbye { return boxes }
+        }
+        carry.discardReadBytes()
+        carried = carry
+        return boxes
+    }
 }

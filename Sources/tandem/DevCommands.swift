@@ -133,8 +133,10 @@ final class EchoServer: Service, Sendable {
                 .childChannelInitializer { ch in
                     ch.eventLoop.makeCompletedFuture {
                         let sync = ch.pipeline.syncOperations
-                        try sync.addHandler(SecureChannelHandler(server: identity, networkKey: TandemConstants.networkKey,
-                                                                 metrics: metrics, logger: logger))
+                        let secure = SecureChannelHandler(server: identity, networkKey: TandemConstants.networkKey,
+                                                          metrics: metrics, logger: logger)
+                        secure.deliversEachBox = true // echo box for box, empty boxes too
+                        try sync.addHandler(secure)
                         try sync.addHandler(BoxEchoHandler(stats: stats, logger: logger))
                     }
                 }
@@ -305,9 +307,11 @@ struct ShsConnect: AsyncParsableCommand {
                         let established = ch.eventLoop.makePromise(of: [UInt8].self)
                         let goodbye = NIOLockedValueBox(false)
                         let sync = ch.pipeline.syncOperations
-                        try sync.addHandler(SecureChannelHandler(client: identity, serverPublicKey: serverKey,
-                                                                 handshakeTimeout: .seconds(Int64(seconds)),
-                                                                 metrics: TransportMetrics(), logger: logger))
+                        let secure = SecureChannelHandler(client: identity, serverPublicKey: serverKey,
+                                                          handshakeTimeout: .seconds(Int64(seconds)),
+                                                          metrics: TransportMetrics(), logger: logger)
+                        secure.deliversEachBox = true // the echo is checked box for box
+                        try sync.addHandler(secure)
                         try sync.addHandler(SecureChannelWatcher(established: established, goodbye: goodbye))
                         let async = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
                             wrappingChannelSynchronously: ch,

@@ -449,7 +449,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
     public func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8]) {
         // A replay error about one of our outbox frames means the peer already has it.
         if error.code == .replayed, error.refMessageID.count == 16 {
-            try? store.acknowledge(Array(error.refMessageID))
+            _ = try? store.acknowledge(Array(error.refMessageID))
         }
     }
 
@@ -528,7 +528,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         guard !items.isEmpty else { return }
         for item in items {
             guard let env = try? Envelope.parse(Array(item.frame)) else {
-                try? store.acknowledge(Array(item.messageId))
+                _ = try? store.acknowledge(Array(item.messageId))
                 continue
             }
             link.send(env, flush: false)
