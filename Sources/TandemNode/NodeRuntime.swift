@@ -31,6 +31,10 @@ public final class NodeRuntime: Sendable {
     /// Friends, presence and the outbox.
     public let friends: FriendService
     public let discoverable: DiscoverableSetting
+    /// Clock offsets to peers.
+    public let clock: ClockSync
+    /// Challenges, solo sessions and the ledger.
+    public let challenges: ChallengeService
     /// UDP beacons on the LAN, when configured.
     public let discovery: DiscoveryService?
     private let logger: Logger
@@ -66,7 +70,12 @@ public final class NodeRuntime: Sendable {
         let friends = FriendService(identity: identity, store: store, peers: peers, events: eventBus,
                                     configuration: configuration.friends, logger: logger)
         self.friends = friends
-        peers.handler = friends
+        let clock = ClockSync(peers: peers)
+        self.clock = clock
+        let challenges = ChallengeService(identity: identity, store: store, peers: peers, events: eventBus, friends: friends,
+                                          clock: clock, logger: logger)
+        self.challenges = challenges
+        peers.handler = NodeFrameRouter(friends: friends, clock: clock, challenges: challenges)
         let announce = AnnounceHook()
         let discoverable = DiscoverableSetting(store: store, onChange: { announce.fire() })
         self.discoverable = discoverable
@@ -98,6 +107,7 @@ public final class NodeRuntime: Sendable {
         }
         eventBus.registerControlMethods(on: router)
         friends.registerControlMethods(on: router, discoverable: discoverable)
+        challenges.registerControlMethods(on: router)
         registerStatus()
     }
 
@@ -127,6 +137,7 @@ public final class NodeRuntime: Sendable {
         var services: [Service] = [listener]
         if let controlServer { services.append(controlServer) }
         services.append(FriendLoop(friends: friends, peers: peers, listener: listener))
+        services.append(ChallengeLoop(challenges: challenges, listener: listener))
         if let discovery { services.append(DiscoveryAfterListener(discovery: discovery, listener: listener)) }
         services.append(NodeAnnouncer(node: self))
         return services
@@ -186,6 +197,17 @@ struct FriendLoop: Service {
         }
         await cancelWhenGracefulShutdown { await friends.run() }
         peers.closeAll()
+    }
+}
+
+/// Resumes stored challenges and runs their timers once the listener is bound.
+struct ChallengeLoop: Service {
+    let challenges: ChallengeService
+    let listener: NodeListener
+
+    func run() async throws {
+        _ = try? await listener.boundAddress
+        await cancelWhenGracefulShutdown { await challenges.run() }
     }
 }
 

@@ -9,6 +9,8 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
     public static let error = MessageType(rawValue: 0x0001)
     public static let ping = MessageType(rawValue: 0x0002)
     public static let pong = MessageType(rawValue: 0x0003)
+    public static let clockProbe = MessageType(rawValue: 0x0004)
+    public static let clockReply = MessageType(rawValue: 0x0005)
     // Friends and presence (0x01xx).
     public static let friendRequest = MessageType(rawValue: 0x0101)
     public static let friendAccept = MessageType(rawValue: 0x0102)
@@ -17,10 +19,19 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
     public static let contactUpdate = MessageType(rawValue: 0x0105)
     public static let presence = MessageType(rawValue: 0x0106)
     public static let ack = MessageType(rawValue: 0x0107)
+    // Challenges (0x02xx).
+    public static let challengeInvite = MessageType(rawValue: 0x0201)
+    public static let challengeAnswer = MessageType(rawValue: 0x0202)
+    public static let challengeStart = MessageType(rawValue: 0x0203)
+    public static let challengeCancel = MessageType(rawValue: 0x0204)
+    public static let challengeQuit = MessageType(rawValue: 0x0205)
+    public static let challengeOutcome = MessageType(rawValue: 0x0206)
 
     /// Types this implementation understands.
     public static let known: Set<MessageType> = [.error, .ping, .pong, .friendRequest, .friendAccept, .friendDecline,
-                                                 .friendRemove, .contactUpdate, .presence, .ack]
+                                                 .friendRemove, .contactUpdate, .presence, .ack, .clockProbe, .clockReply,
+                                                 .challengeInvite, .challengeAnswer, .challengeStart, .challengeCancel,
+                                                 .challengeQuit, .challengeOutcome]
 
     public var description: String {
         switch self {
@@ -34,6 +45,14 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
         case .contactUpdate: return "CONTACT_UPDATE"
         case .presence: return "PRESENCE"
         case .ack: return "ACK"
+        case .clockProbe: return "CLOCK_PROBE"
+        case .clockReply: return "CLOCK_REPLY"
+        case .challengeInvite: return "CHALLENGE_INVITE"
+        case .challengeAnswer: return "CHALLENGE_ANSWER"
+        case .challengeStart: return "CHALLENGE_START"
+        case .challengeCancel: return "CHALLENGE_CANCEL"
+        case .challengeQuit: return "CHALLENGE_QUIT"
+        case .challengeOutcome: return "CHALLENGE_OUTCOME"
         default: return "0x" + hexString([UInt8(rawValue >> 8), UInt8(rawValue & 0xff)])
         }
     }

@@ -111,6 +111,29 @@ public struct NodeStore: Sendable {
                 t.column("lastSeenMs", .integer).notNull()
             }
         }
+        m.registerMigration("v2-challenges") { db in
+            // One row per challenge: the whole state machine value (TandemProtocol.Challenge) as JSON,
+            // rewritten in the same transaction as the frames each step sends.
+            try db.create(table: "challenge") { t in
+                t.primaryKey("id", .blob)
+                t.column("phase", .text).notNull()
+                t.column("solo", .boolean).notNull()
+                t.column("createdAtMs", .integer).notNull()
+                t.column("updatedAtMs", .integer).notNull()
+                t.column("state", .text).notNull()
+            }
+            try db.create(index: "challenge_phase", on: "challenge", columns: ["phase"])
+            // The accountability ledger: append-only, each entry holding the hash of the one before.
+            try db.create(table: "ledger") { t in
+                t.primaryKey("seq", .integer)
+                t.column("challengeId", .blob).notNull().unique()
+                t.column("record", .blob).notNull()
+                t.column("signatures", .blob).notNull()
+                t.column("previousHash", .blob).notNull()
+                t.column("hash", .blob).notNull()
+                t.column("committedAtMs", .integer).notNull()
+            }
+        }
         return m
     }
 

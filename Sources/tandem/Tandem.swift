@@ -16,7 +16,8 @@ struct Tandem: AsyncParsableCommand {
         7 no node running for the data directory, 8 nothing to act on (no such request, friend or block).
         """,
         version: TandemVersion.string,
-        subcommands: [Init.self, ID.self, Node.self, Name.self, Friend.self, Peers.self, Discoverable.self, Events.self, Wait.self,
+        subcommands: [Init.self, ID.self, Node.self, Name.self, Friend.self, ChallengeCommand.self, Focus.self, LedgerCommand.self,
+                      Stats.self, Peers.self, Discoverable.self, Events.self, Wait.self,
                       Status.self, Ping.self, Demo.self, Dev.self]
     )
 

@@ -39,6 +39,8 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
     private let wake = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
     /// Called when the friend set changes (discovery re-announces).
     public var onFriendsChanged: (@Sendable () -> Void)?
+    /// Peers other than friends to keep links to (partners in a group challenge).
+    var keepConnected: (@Sendable () -> [[UInt8]])?
 
     public init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, events: EventBus,
                 configuration: Configuration = Configuration(), logger: Logger) {
@@ -191,6 +193,8 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
 
     private func friendsChanged() { onFriendsChanged?() }
 
+    func isFriend(_ key: [UInt8]) -> Bool { (try? store.contact(key))?.relationship == .friend }
+
     /// A new friend whose link is already up is online from now on.
     private func becameFriend(_ key: [UInt8], name: String) {
         guard peers.link(to: key) != nil else { return }
@@ -253,14 +257,14 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
 
     struct MalformedPayload: Error { let detail: String }
 
-    private func sendAck(_ envelope: Envelope, on link: PeerLink) {
+    func sendAck(_ envelope: Envelope, on link: PeerLink) {
         var ack = Tandem_V1_Ack()
         ack.messageID = Data(envelope.messageID.bytes)
         link.send(type: .ack, payload: (try? ack.serializedBytes()) ?? [])
     }
 
     /// Runs `body` once per message id (a redelivered frame is only acknowledged again).
-    private func once(_ envelope: Envelope, on link: PeerLink, _ body: () throws -> Void) throws {
+    func once(_ envelope: Envelope, on link: PeerLink, _ body: () throws -> Void) throws {
         let fresh = try store.markHandled(envelope.messageID.bytes, createdAtMs: Int64(envelope.createdAt),
                                           windowMs: Self.handledWindowMs, nowMs: now())
         if fresh { try body() }
@@ -502,7 +506,8 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         let nowMs = now()
         var recipients = (try? store.dueRecipients(nowMs: nowMs)) ?? []
         // Friends without a link are tried too, with backoff, so they come online when reachable.
-        for friend in (try? store.friendKeys()) ?? [] where peers.link(to: friend) == nil && !recipients.contains(friend) {
+        let wanted = ((try? store.friendKeys()) ?? []) + (keepConnected?() ?? [])
+        for friend in wanted where peers.link(to: friend) == nil && !recipients.contains(friend) {
             if throttle.withLockedValue({ $0.shouldDial(friend, nowMs: nowMs) }) { recipients.append(friend) }
         }
         await withTaskGroup(of: Void.self) { group in

@@ -25,7 +25,7 @@ public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
     public let identity: SigningKeyPair
     private let gate: FrameGate
     private let options: PeerPipeline.Options
-    private let group: EventLoopGroup
+    let group: EventLoopGroup
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
     private let handlerBox = NIOLockedValueBox<FrameHandler?>(nil)

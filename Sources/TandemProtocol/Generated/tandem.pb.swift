@@ -137,6 +137,48 @@ public nonisolated enum Tandem_V1_PresenceStatus: SwiftProtobuf.Enum, Swift.Case
 
 }
 
+public nonisolated enum Tandem_V1_ParticipantResult: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+  case completed // = 1
+  case quit // = 2
+  case outOfContact // = 3
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .completed
+    case 2: self = .quit
+    case 3: self = .outOfContact
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .completed: return 1
+    case .quit: return 2
+    case .outOfContact: return 3
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Tandem_V1_ParticipantResult] = [
+    .unspecified,
+    .completed,
+    .quit,
+    .outOfContact,
+  ]
+
+}
+
 /// Envelope message type 0x0001.
 public nonisolated struct Tandem_V1_Error: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -338,6 +380,202 @@ public nonisolated struct Tandem_V1_Ack: Sendable {
   public init() {}
 }
 
+/// 0x0004: sent directly on a link, never queued.
+public nonisolated struct Tandem_V1_ClockProbe: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// t1: the prober's clock when it sent this probe.
+  public var t1Us: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0005: the answer, sent at once on the link the probe came in on.
+public nonisolated struct Tandem_V1_ClockReply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// t1 copied from the probe.
+  public var t1Us: UInt64 = 0
+
+  /// t2: the replier's clock when the probe arrived; t3: when this reply was sent.
+  public var t2Us: UInt64 = 0
+
+  public var t3Us: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0201: "focus with me". From the inviter to each invitee (each must be the inviter's friend).
+public nonisolated struct Tandem_V1_ChallengeInvite: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// 16 random bytes chosen by the inviter; names the challenge in every later message.
+  public var challengeID: Data = Data()
+
+  /// Every participant's public key, the inviter first; 2 to 16 keys, no duplicates.
+  public var participants: [Data] = []
+
+  /// 1 s to 24 h.
+  public var durationMs: UInt64 = 0
+
+  /// The agreed start instant on the timebase; 0: "as soon as the invitee accepts" (two people only).
+  public var startAtUs: UInt64 = 0
+
+  /// Unanswered invites expire at this instant on the timebase.
+  public var expiresAtUs: UInt64 = 0
+
+  /// At most 280 bytes of UTF-8; may be empty.
+  public var message: String = String()
+
+  /// A participant silent for longer than this is out of contact (default 60 s).
+  public var graceMs: UInt64 = 0
+
+  /// Where the inviter last reached each other participant, "host:port", as hints for group
+  /// members that do not know each other. Parallel to `participants`; entries may be empty.
+  public var addressHints: [String] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0202: an invitee's answer, to the inviter and every other participant.
+public nonisolated struct Tandem_V1_ChallengeAnswer: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var challengeID: Data = Data()
+
+  public var accept: Bool = false
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0203: from the inviter: the challenge starts at `start_at_us` with these participants
+/// (the inviter and everyone who accepted in time). Invitees not in `roster` have expired.
+public nonisolated struct Tandem_V1_ChallengeStart: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var challengeID: Data = Data()
+
+  public var startAtUs: UInt64 = 0
+
+  public var roster: [Data] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0204: from the inviter, before the start: the challenge is off.
+public nonisolated struct Tandem_V1_ChallengeCancel: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var challengeID: Data = Data()
+
+  /// At most 280 bytes; may be empty.
+  public var reason: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0205: the early-exit notice: the author quit, `elapsed_ms` after the start. To every participant.
+public nonisolated struct Tandem_V1_ChallengeQuit: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var challengeID: Data = Data()
+
+  public var elapsedMs: UInt64 = 0
+
+  /// At most 280 bytes; may be empty.
+  public var reason: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Tandem_V1_ParticipantOutcome: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var publicKey: Data = Data()
+
+  public var result: Tandem_V1_ParticipantResult = .unspecified
+
+  /// For QUIT: how long after the start.
+  public var elapsedMs: UInt64 = 0
+
+  public var reason: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// What a ledger entry records. Canonical: participants sorted by public key (bytewise), fields
+/// in field-number order, default values omitted, no unknown fields. Signed as
+/// "tandem/outcome/v1" || 0x00 || the record's bytes.
+public nonisolated struct Tandem_V1_OutcomeRecord: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var challengeID: Data = Data()
+
+  public var startAtUs: UInt64 = 0
+
+  public var durationMs: UInt64 = 0
+
+  public var outcomes: [Tandem_V1_ParticipantOutcome] = []
+
+  /// The inviter (the timebase); for a solo session, the only participant.
+  public var inviter: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0206: the author's signature over an outcome record, to every participant.
+public nonisolated struct Tandem_V1_ChallengeOutcome: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The record's exact bytes.
+  public var record: Data = Data()
+
+  /// Ed25519 by the frame's author over "tandem/outcome/v1" || 0x00 || record.
+  public var signature: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "tandem.v1"
@@ -348,6 +586,10 @@ nonisolated extension Tandem_V1_ErrorCode: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Tandem_V1_PresenceStatus: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PRESENCE_STATUS_UNSPECIFIED\0\u{1}IDLE\0\u{1}FOCUSING\0\u{1}IN_CHALLENGE\0")
+}
+
+nonisolated extension Tandem_V1_ParticipantResult: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PARTICIPANT_RESULT_UNSPECIFIED\0\u{1}COMPLETED\0\u{1}QUIT\0\u{1}OUT_OF_CONTACT\0")
 }
 
 nonisolated extension Tandem_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -722,6 +964,421 @@ nonisolated extension Tandem_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
   public static func ==(lhs: Tandem_V1_Ack, rhs: Tandem_V1_Ack) -> Bool {
     if lhs.messageID != rhs.messageID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ClockProbe: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ClockProbe"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}t1_us\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.t1Us) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.t1Us != 0 {
+      try visitor.visitSingularUInt64Field(value: self.t1Us, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ClockProbe, rhs: Tandem_V1_ClockProbe) -> Bool {
+    if lhs.t1Us != rhs.t1Us {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ClockReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ClockReply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}t1_us\0\u{3}t2_us\0\u{3}t3_us\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.t1Us) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.t2Us) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.t3Us) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.t1Us != 0 {
+      try visitor.visitSingularUInt64Field(value: self.t1Us, fieldNumber: 1)
+    }
+    if self.t2Us != 0 {
+      try visitor.visitSingularUInt64Field(value: self.t2Us, fieldNumber: 2)
+    }
+    if self.t3Us != 0 {
+      try visitor.visitSingularUInt64Field(value: self.t3Us, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ClockReply, rhs: Tandem_V1_ClockReply) -> Bool {
+    if lhs.t1Us != rhs.t1Us {return false}
+    if lhs.t2Us != rhs.t2Us {return false}
+    if lhs.t3Us != rhs.t3Us {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChallengeInvite: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChallengeInvite"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{1}participants\0\u{3}duration_ms\0\u{3}start_at_us\0\u{3}expires_at_us\0\u{1}message\0\u{3}grace_ms\0\u{3}address_hints\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeRepeatedBytesField(value: &self.participants) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.durationMs) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.startAtUs) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.expiresAtUs) }()
+      case 6: try { try decoder.decodeSingularStringField(value: &self.message) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.graceMs) }()
+      case 8: try { try decoder.decodeRepeatedStringField(value: &self.addressHints) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if !self.participants.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.participants, fieldNumber: 2)
+    }
+    if self.durationMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.durationMs, fieldNumber: 3)
+    }
+    if self.startAtUs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.startAtUs, fieldNumber: 4)
+    }
+    if self.expiresAtUs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.expiresAtUs, fieldNumber: 5)
+    }
+    if !self.message.isEmpty {
+      try visitor.visitSingularStringField(value: self.message, fieldNumber: 6)
+    }
+    if self.graceMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.graceMs, fieldNumber: 7)
+    }
+    if !self.addressHints.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.addressHints, fieldNumber: 8)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChallengeInvite, rhs: Tandem_V1_ChallengeInvite) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.participants != rhs.participants {return false}
+    if lhs.durationMs != rhs.durationMs {return false}
+    if lhs.startAtUs != rhs.startAtUs {return false}
+    if lhs.expiresAtUs != rhs.expiresAtUs {return false}
+    if lhs.message != rhs.message {return false}
+    if lhs.graceMs != rhs.graceMs {return false}
+    if lhs.addressHints != rhs.addressHints {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChallengeAnswer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChallengeAnswer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{1}accept\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularBoolField(value: &self.accept) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if self.accept != false {
+      try visitor.visitSingularBoolField(value: self.accept, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChallengeAnswer, rhs: Tandem_V1_ChallengeAnswer) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.accept != rhs.accept {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChallengeStart: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChallengeStart"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{3}start_at_us\0\u{1}roster\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.startAtUs) }()
+      case 3: try { try decoder.decodeRepeatedBytesField(value: &self.roster) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if self.startAtUs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.startAtUs, fieldNumber: 2)
+    }
+    if !self.roster.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.roster, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChallengeStart, rhs: Tandem_V1_ChallengeStart) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.startAtUs != rhs.startAtUs {return false}
+    if lhs.roster != rhs.roster {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChallengeCancel: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChallengeCancel"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{1}reason\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.reason) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if !self.reason.isEmpty {
+      try visitor.visitSingularStringField(value: self.reason, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChallengeCancel, rhs: Tandem_V1_ChallengeCancel) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChallengeQuit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChallengeQuit"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{3}elapsed_ms\0\u{1}reason\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.elapsedMs) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.reason) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if self.elapsedMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.elapsedMs, fieldNumber: 2)
+    }
+    if !self.reason.isEmpty {
+      try visitor.visitSingularStringField(value: self.reason, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChallengeQuit, rhs: Tandem_V1_ChallengeQuit) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.elapsedMs != rhs.elapsedMs {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ParticipantOutcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ParticipantOutcome"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}public_key\0\u{1}result\0\u{3}elapsed_ms\0\u{1}reason\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.publicKey) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.result) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.elapsedMs) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.reason) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.publicKey.isEmpty {
+      try visitor.visitSingularBytesField(value: self.publicKey, fieldNumber: 1)
+    }
+    if self.result != .unspecified {
+      try visitor.visitSingularEnumField(value: self.result, fieldNumber: 2)
+    }
+    if self.elapsedMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.elapsedMs, fieldNumber: 3)
+    }
+    if !self.reason.isEmpty {
+      try visitor.visitSingularStringField(value: self.reason, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ParticipantOutcome, rhs: Tandem_V1_ParticipantOutcome) -> Bool {
+    if lhs.publicKey != rhs.publicKey {return false}
+    if lhs.result != rhs.result {return false}
+    if lhs.elapsedMs != rhs.elapsedMs {return false}
+    if lhs.reason != rhs.reason {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_OutcomeRecord: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".OutcomeRecord"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{3}start_at_us\0\u{3}duration_ms\0\u{1}outcomes\0\u{1}inviter\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.startAtUs) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.durationMs) }()
+      case 4: try { try decoder.decodeRepeatedMessageField(value: &self.outcomes) }()
+      case 5: try { try decoder.decodeSingularBytesField(value: &self.inviter) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if self.startAtUs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.startAtUs, fieldNumber: 2)
+    }
+    if self.durationMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.durationMs, fieldNumber: 3)
+    }
+    if !self.outcomes.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.outcomes, fieldNumber: 4)
+    }
+    if !self.inviter.isEmpty {
+      try visitor.visitSingularBytesField(value: self.inviter, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_OutcomeRecord, rhs: Tandem_V1_OutcomeRecord) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.startAtUs != rhs.startAtUs {return false}
+    if lhs.durationMs != rhs.durationMs {return false}
+    if lhs.outcomes != rhs.outcomes {return false}
+    if lhs.inviter != rhs.inviter {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChallengeOutcome: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChallengeOutcome"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}record\0\u{1}signature\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.record) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.signature) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.record.isEmpty {
+      try visitor.visitSingularBytesField(value: self.record, fieldNumber: 1)
+    }
+    if !self.signature.isEmpty {
+      try visitor.visitSingularBytesField(value: self.signature, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChallengeOutcome, rhs: Tandem_V1_ChallengeOutcome) -> Bool {
+    if lhs.record != rhs.record {return false}
+    if lhs.signature != rhs.signature {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

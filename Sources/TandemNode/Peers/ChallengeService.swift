@@ -1,0 +1,436 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import Sodium
+import TandemProtocol
+import TandemStore
+
+/// Focus challenges and solo sessions (Protocol/README.md, section 13): invites and answers
+/// through the outbox, a start and end scheduled on the monotonic clock at an instant every
+/// participant agrees on, early-exit notices, out-of-contact detection, co-signed outcomes and
+/// the ledger.
+///
+/// The rules live in `TandemProtocol.Challenge` (pure); this service loads a challenge, applies
+/// one step, stores the new state together with the frames the step sends, then emits events
+/// and (re)arms timers.
+public final class ChallengeService: @unchecked Sendable {
+    let identity: SigningKeyPair
+    let store: NodeStore
+    let peers: PeerManager
+    let events: EventBus
+    let friends: FriendService
+    let clock: ClockSync
+    let logger: Logger
+    /// One step at a time: load, apply, store.
+    let mutex = NIOLock()
+    private let timers = NIOLockedValueBox<[[UInt8]: [Scheduled<Void>]]>([:])
+    /// When we last heard from a peer (monotonic µs); bounded.
+    private let lastHeard = NIOLockedValueBox<[[UInt8]: Int64]>([:])
+    private let lastProbe = NIOLockedValueBox<[[UInt8]: Int64]>([:])
+    private let presence = NIOLockedValueBox(Tandem_V1_PresenceStatus.idle)
+    /// How often partners are re-measured (and so hear from us) while a challenge is on.
+    let probeIntervalUs: Int64 = 2_000_000
+
+    init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, events: EventBus, friends: FriendService,
+         clock: ClockSync, logger: Logger) {
+        self.identity = identity
+        self.store = store
+        self.peers = peers
+        self.events = events
+        self.friends = friends
+        self.clock = clock
+        self.logger = logger
+        clock.onSample = { [weak self] key in self?.clockSampled(key) }
+        friends.keepConnected = { [weak self] in self?.partnersToKeep() ?? [] }
+    }
+
+    /// Partners in challenges that are on, who are not friends (the friends flow keeps those).
+    func partnersToKeep() -> [[UInt8]] {
+        let on = (try? store.challenges(phases: [.accepted, .scheduled, .running])) ?? []
+        var keys: [[UInt8]] = []
+        for c in on {
+            for k in (c.roster.isEmpty ? c.others : c.rosterOthers) where !keys.contains(k) && !friends.isFriend(k) { keys.append(k) }
+        }
+        return keys
+    }
+
+    var me: [UInt8] { identity.publicKey }
+
+    // MARK: - Time
+
+    /// The inviter's clock minus ours (µs): measured, or what we used before a restart.
+    func offset(_ c: Challenge) -> Int64 {
+        if c.isInviter { return 0 }
+        if let o = clock.offset(to: c.inviter) { return o }
+        if let start = c.startAtUs, let local = c.localStartUs { return start - local }
+        return 0
+    }
+
+    func timebaseNow(_ c: Challenge) -> Int64 { wallClockMicros() + offset(c) }
+
+    func elapsedMs(_ c: Challenge) -> Int64 {
+        guard let start = c.startAtUs else { return 0 }
+        return max(0, min(c.durationMs, (timebaseNow(c) - start) / 1000))
+    }
+
+    // MARK: - One step
+
+    struct NotFound: Error {}
+
+    /// Applies `body` to the stored challenge and keeps the result (state and frames in one transaction).
+    @discardableResult
+    func mutate(_ id: [UInt8], _ body: (inout Challenge) throws -> [Challenge.Action]) throws -> Challenge {
+        let (c, actions) = try mutex.withLock { () throws -> (Challenge, [Challenge.Action]) in
+            guard var c = try store.challenge(id) else { throw NotFound() }
+            let actions = try body(&c)
+            try persist(&c, actions)
+            return (c, actions)
+        }
+        after(c, actions)
+        return c
+    }
+
+    /// Stores a challenge with the frames its actions send.
+    func persist(_ c: inout Challenge, _ actions: [Challenge.Action]) throws {
+        if let start = c.startAtUs, c.isInviter || clock.hasSample(for: c.inviter) {
+            c.localStartUs = start - offset(c)
+        }
+        var frames: [OutboxItem] = []
+        for case .send(let type, let payload, let recipients) in actions {
+            for r in recipients { frames.append(friends.outboxFrame(type, to: r, payload: payload)) }
+        }
+        try store.saveChallenge(c, frames: frames, nowMs: friends.now())
+    }
+
+    func after(_ c: Challenge, _ actions: [Challenge.Action]) {
+        for case .notify(let n) in actions { emit(n, c) }
+        if actions.contains(where: { if case .send = $0 { return true } else { return false } }) { friends.poke() }
+        schedule(c)
+        refreshPresence()
+    }
+
+    func idText(_ key: [UInt8]) -> JSONValue { .string(NodeID(publicKey: key).canonical) }
+
+    func emit(_ n: Challenge.Notice, _ c: Challenge) {
+        let id: JSONValue = .string(c.idHex)
+        switch n {
+        case .inviteSent:
+            events.emit("challenge.invite.sent", ["id": id, "to": .array(c.others.map(idText)), "duration_ms": .int(c.durationMs)])
+        case .invited:
+            events.emit("challenge.invited", ["id": id, "from": idText(c.inviter), "name": .string(name(c.inviter)),
+                                              "participants": .array(c.participants.map { idText($0.key) }),
+                                              "duration_ms": .int(c.durationMs), "message": .string(c.message),
+                                              "start_at": c.requestedStartUs > 0 ? isoLocal(c.requestedStartUs - offset(c)) : .null])
+        case .accepted(let by):
+            events.emit("challenge.accepted", ["id": id, "by": idText(by), "name": .string(name(by))])
+        case .declined(let by):
+            events.emit("challenge.declined", ["id": id, "by": idText(by), "name": .string(name(by))])
+        case .allDeclined:
+            events.emit("challenge.declined", ["id": id, "by": "everyone"])
+        case .expired:
+            events.emit("challenge.expired", ["id": id])
+        case .cancelled(let by):
+            events.emit("challenge.cancelled", ["id": id, "by": by == me ? "me" : idText(by)])
+        case .scheduled:
+            events.emit("challenge.scheduled", ["id": id, "start_at": c.startAtUs.map { isoLocal($0 - offset(c)) } ?? .null,
+                                                "roster": .array(c.roster.map(idText)), "offset_us": .int(offset(c))])
+        case .quit(let elapsed, let reason):
+            events.emit("challenge.quit", ["id": id, "elapsed_ms": .int(elapsed), "reason": .string(reason)])
+        case .partnerQuit(let key, let elapsed, let reason):
+            events.emit("challenge.partner.quit", ["id": id, "who": idText(key), "name": .string(name(key)),
+                                                   "elapsed_ms": .int(elapsed), "reason": .string(reason)])
+        }
+    }
+
+    func name(_ key: [UInt8]) -> String {
+        if key == me { return friends.displayName }
+        return (try? store.contact(key))?.displayName ?? ""
+    }
+
+    func isoLocal(_ us: Int64) -> JSONValue { FriendService.iso(us / 1000) }
+
+    // MARK: - Timers
+
+    /// Arms the start and end timers of a scheduled or running challenge on the monotonic clock.
+    func schedule(_ c: Challenge) {
+        let old = timers.withLockedValue { $0.removeValue(forKey: c.id) } ?? []
+        for t in old { t.cancel() }
+        guard c.phase == .scheduled || c.phase == .running, let start = c.startAtUs, let end = c.endAtUs else { return }
+        let loop = peers.groupNext()
+        let now = wallClockMicros()
+        let off = offset(c)
+        var armed: [Scheduled<Void>] = []
+        let id = c.id
+        if c.phase == .scheduled {
+            armed.append(loop.scheduleTask(in: .microseconds(max(0, start - off - now))) { [weak self] in self?.fireStart(id) })
+        }
+        armed.append(loop.scheduleTask(in: .microseconds(max(0, end - off - now))) { [weak self] in self?.fireEnd(id) })
+        timers.withLockedValue { $0[id] = armed }
+    }
+
+    private func fireStart(_ id: [UInt8]) {
+        let wall = wallClockMicros()
+        let mono = monotonicMicros()
+        do {
+            var started = false
+            let c = try mutate(id) { c in
+                guard c.phase == .scheduled else { return [] }
+                c.markStarted(localUs: wall)
+                started = true
+                return []
+            }
+            guard started, let start = c.startAtUs else { return }
+            let late = (wall + offset(c) - start) / 1000
+            for k in c.rosterOthers { noteHeard(k, at: mono) }
+            events.emit("challenge.started", ["id": .string(c.idHex), "at_us": .int(wall), "mono_us": .int(mono),
+                                              "offset_us": .int(offset(c)), "late_ms": .int(max(0, late)),
+                                              "duration_ms": .int(c.durationMs), "solo": .bool(c.solo),
+                                              "roster": .array(c.roster.map(idText))])
+        } catch {
+            logger.error("cannot start challenge", metadata: ["challenge": "\(hexString(id))", "error": "\(error)"])
+        }
+    }
+
+    private func fireEnd(_ id: [UInt8]) {
+        let wall = wallClockMicros()
+        let mono = monotonicMicros()
+        do {
+            var ended = false
+            let c = try mutate(id) { c in
+                guard c.phase == .running || c.phase == .scheduled else { return [] }
+                if c.phase == .scheduled { c.markStarted(localUs: wall) }
+                ended = true
+                return try c.markEnded(localUs: wall, signer: identity)
+            }
+            guard ended else { return }
+            events.emit("challenge.ended", ["id": .string(c.idHex), "result": .string(c.participant(me)?.result?.rawValue ?? "completed"),
+                                            "at_us": .int(wall), "mono_us": .int(mono), "solo": .bool(c.solo)])
+            commitIfReady(c)
+        } catch {
+            logger.error("cannot end challenge", metadata: ["challenge": "\(hexString(id))", "error": "\(error)"])
+        }
+    }
+
+    /// A new clock sample from `key`: challenges timed by its clock are re-armed.
+    private func clockSampled(_ key: [UInt8]) {
+        noteHeard(key, at: monotonicMicros())
+        for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] where c.inviter == key {
+            schedule(c)
+        }
+    }
+
+    func refreshPresence() {
+        let running = (try? store.challenges(phases: [.running, .scheduled])) ?? []
+        let status: Tandem_V1_PresenceStatus
+        if running.contains(where: { !$0.solo && $0.phase == .running }) {
+            status = .inChallenge
+        } else if running.contains(where: { $0.solo && $0.phase == .running }) {
+            status = .focusing
+        } else {
+            status = .idle
+        }
+        let changed = presence.withLockedValue { p -> Bool in
+            defer { p = status }
+            return p != status
+        }
+        if changed { friends.setStatus(status) }
+    }
+
+    // MARK: - Hearing from peers
+
+    func heard(_ key: [UInt8]) { noteHeard(key, at: monotonicMicros()) }
+
+    private func noteHeard(_ key: [UInt8], at mono: Int64) {
+        lastHeard.withLockedValue { m in
+            if m.count >= 4096, m[key] == nil { m.removeAll() }
+            m[key] = mono
+        }
+    }
+
+    func peerConnected(_ key: [UInt8]) {
+        // Partners in a challenge get measured at once.
+        let active = (try? store.activeChallenges()) ?? []
+        if active.contains(where: { $0.participant(key) != nil && $0.phase != .ended }) {
+            clock.probe(key, count: 8)
+        }
+    }
+
+    // MARK: - The loop
+
+    /// Resumes stored challenges, then ticks: expiries, starts of groups, out-of-contact partners,
+    /// periodic re-measurement, commits to the ledger.
+    public func run() async {
+        resume()
+        while !Task.isCancelled {
+            tick()
+            try? await Task.sleep(for: .milliseconds(200))
+        }
+    }
+
+    func resume() {
+        for c in (try? store.activeChallenges()) ?? [] {
+            if c.phase == .running, let end = c.endAtUs {
+                let remaining = max(0, (end - timebaseNow(c)) / 1000)
+                events.emit("challenge.resumed", ["id": .string(c.idHex), "remaining_ms": .int(remaining)])
+            }
+            let mono = monotonicMicros()
+            for k in c.rosterOthers { noteHeard(k, at: mono) }
+            schedule(c)
+        }
+        refreshPresence()
+    }
+
+    func tick() {
+        let active = (try? store.activeChallenges()) ?? []
+        let mono = monotonicMicros()
+        for c in active {
+            do {
+                switch c.phase {
+                case .invited, .accepted:
+                    try mutate(c.id) { c in try c.tick(nowUs: timebaseNow(c)) }
+                case .scheduled, .running:
+                    if timers.withLockedValue({ $0[c.id] == nil }) { schedule(c) }
+                    probePartners(c, mono: mono)
+                    if c.phase == .running { checkContact(c, mono: mono) }
+                case .ended:
+                    commitIfReady(c)
+                default:
+                    break
+                }
+            } catch {
+                logger.error("challenge tick failed", metadata: ["challenge": "\(c.idHex)", "error": "\(error)"])
+            }
+        }
+    }
+
+    private func probePartners(_ c: Challenge, mono: Int64) {
+        for k in c.rosterOthers {
+            let due = lastProbe.withLockedValue { m -> Bool in
+                if let last = m[k], mono - last < probeIntervalUs { return false }
+                if m.count >= 4096 { m.removeAll() }
+                m[k] = mono
+                return true
+            }
+            guard due else { continue }
+            if peers.link(to: k) != nil { clock.probe(k, count: clock.hasSample(for: k) ? 1 : 8) }
+        }
+    }
+
+    private func checkContact(_ c: Challenge, mono: Int64) {
+        for p in c.participants where c.rosterOthers.contains(p.key) && p.result != .quit {
+            let last = lastHeard.withLockedValue { $0[p.key] } ?? 0
+            let silent = mono - last > c.graceMs * 1000
+            guard silent != p.outOfContact else { continue }
+            _ = try? mutate(c.id) { c in
+                c.update(p.key) { $0.outOfContact = silent }
+                return []
+            }
+            events.emit(silent ? "challenge.partner.out_of_contact" : "challenge.partner.back",
+                        ["id": .string(c.idHex), "who": idText(p.key), "name": .string(name(p.key))])
+        }
+    }
+
+    func commitIfReady(_ c: Challenge) {
+        guard c.readyToCommit(nowUs: timebaseNow(c)) else { return }
+        do {
+            let entry = try mutex.withLock { try store.commitToLedger(c, nowMs: friends.now()) }
+            if let entry {
+                events.emit("ledger.appended", ["seq": .int(entry.seq), "challenge_id": .string(c.idHex),
+                                                "hash": .string(hexString(entry.hash)),
+                                                "signers": .int(Int64(entry.signatures.count))])
+            }
+        } catch {
+            logger.error("cannot append to the ledger", metadata: ["challenge": "\(c.idHex)", "error": "\(error)"])
+        }
+    }
+
+    // MARK: - Frames
+
+    func handle(_ envelope: Envelope, from link: PeerLink) {
+        do {
+            switch envelope.type {
+            case .challengeInvite: try receiveInvite(envelope, from: link)
+            case .challengeAnswer:
+                let m = try Tandem_V1_ChallengeAnswer(serializedBytes: envelope.payload)
+                try step(envelope, link, m.challengeID) { c in try c.receiveAnswer(from: envelope.author, accept: m.accept, nowUs: timebaseNow(c)) }
+            case .challengeStart:
+                let m = try Tandem_V1_ChallengeStart(serializedBytes: envelope.payload)
+                try step(envelope, link, m.challengeID) { c in try c.receiveStart(from: envelope.author, m) }
+            case .challengeCancel:
+                let m = try Tandem_V1_ChallengeCancel(serializedBytes: envelope.payload)
+                try step(envelope, link, m.challengeID) { c in try c.receiveCancel(from: envelope.author) }
+            case .challengeQuit:
+                let m = try Tandem_V1_ChallengeQuit(serializedBytes: envelope.payload)
+                try step(envelope, link, m.challengeID) { c in
+                    try c.receiveQuit(from: envelope.author, elapsedMs: Int64(clamping: m.elapsedMs), reason: m.reason)
+                }
+            case .challengeOutcome:
+                let m = try Tandem_V1_ChallengeOutcome(serializedBytes: envelope.payload)
+                var id: [UInt8] = []
+                if let r = Outcome.decode(Array(m.record)) { id = Array(r.challengeID) }
+                try step(envelope, link, Data(id)) { c in try c.receiveOutcome(from: envelope.author, m, signer: identity) }
+                if let c = try? store.challenge(id) { commitIfReady(c) }
+            default:
+                logger.debug("challenge frame type not handled", metadata: ["type": "\(envelope.type)"])
+            }
+        } catch {
+            logger.info("challenge frame refused", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
+                                                              "error": "\(error)"])
+        }
+    }
+
+    /// Handles a durable challenge frame once (acknowledging it either way); frames about unknown
+    /// challenges are acknowledged and dropped.
+    private func step(_ envelope: Envelope, _ link: PeerLink, _ id: Data,
+                      _ body: (inout Challenge) throws -> [Challenge.Action]) throws {
+        var refusal: Error?
+        try friends.once(envelope, on: link) {
+            guard id.count == 16 else { return }
+            do {
+                try mutate(Array(id), body)
+            } catch is NotFound {
+                logger.debug("frame about an unknown challenge", metadata: ["challenge": "\(hexString(id))"])
+            } catch {
+                refusal = error
+            }
+        }
+        if let refusal { throw refusal }
+    }
+
+    private func receiveInvite(_ envelope: Envelope, from link: PeerLink) throws {
+        let author = envelope.author
+        guard friends.isFriend(author) else {
+            // Only friends may invite; acknowledged so the sender stops, then dropped.
+            friends.sendAck(envelope, on: link)
+            logger.info("challenge invite from a stranger dropped", metadata: ["from": "\(NodeID(publicKey: author).short)"])
+            return
+        }
+        let inv = try Tandem_V1_ChallengeInvite(serializedBytes: envelope.payload)
+        var refusal: Error?
+        try friends.once(envelope, on: link) {
+            do {
+                var c = try Challenge.received(inv, author: author, me: me)
+                if try store.challenge(c.id) != nil { return }
+                let open = try store.challenges(phases: [.invited]).filter { !$0.isInviter }.count
+                guard open < 100 else { throw Challenge.Refusal("too many unanswered invites (100)") }
+                // Hints let group members who are not friends reach each other.
+                for p in c.participants where p.key != me && !p.addressHint.isEmpty && !friends.isFriend(p.key) {
+                    if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: link.channel.remoteAddress?.ipAddress ?? "127.0.0.1"), port > 0 {
+                        try? store.rememberAddress(p.key, host: h, port: port, source: "hint", nowMs: friends.now())
+                    }
+                }
+                try mutex.withLock { try persist(&c, []) }
+                after(c, [.notify(.invited)])
+            } catch {
+                refusal = error
+            }
+        }
+        clock.probe(author, count: 8)
+        if let refusal { throw refusal }
+    }
+}
+
+extension PeerManager {
+    func groupNext() -> EventLoop { group.next() }
+}

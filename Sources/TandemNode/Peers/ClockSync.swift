@@ -1,0 +1,134 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import TandemProtocol
+
+/// Our wall clock in µs since the epoch (what a faked clock shifts).
+public func wallClockMicros() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1000
+}
+
+/// CLOCK_MONOTONIC in µs: what the node schedules on, and what tests compare across processes on
+/// one machine (it is shared by every process and namespace, and not shifted by a faked wall clock).
+public func monotonicMicros() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1000
+}
+
+/// Measures the offset of each peer's wall clock to ours over the peer links (CLOCK_PROBE /
+/// CLOCK_REPLY, Protocol/README.md 13.4). Answers every probe; keeps a bounded estimator per peer.
+public final class ClockSync: @unchecked Sendable {
+    private struct State {
+        var estimators: [[UInt8]: ClockEstimator] = [:]
+        /// Offsets learnt in an earlier run (from the store), used until a fresh sample exists.
+        var remembered: [[UInt8]: Int64] = [:]
+    }
+    private let state = NIOLockedValueBox(State())
+    let peers: PeerManager
+    static let maximumPeers = 1024
+    /// Called after every accepted sample (challenges reschedule).
+    var onSample: (@Sendable ([UInt8]) -> Void)?
+
+    init(peers: PeerManager) { self.peers = peers }
+
+    /// Their clock minus ours (µs), when measured (or remembered).
+    public func offset(to key: [UInt8]) -> Int64? {
+        state.withLockedValue { s in s.estimators[key]?.offset(nowMicros: wallClockMicros()) ?? s.remembered[key] }
+    }
+
+    /// The round trip of the best sample (µs).
+    public func delay(to key: [UInt8]) -> Int64? {
+        state.withLockedValue { $0.estimators[key]?.best(nowMicros: wallClockMicros())?.delayMicros }
+    }
+
+    public func hasSample(for key: [UInt8]) -> Bool {
+        state.withLockedValue { !($0.estimators[key]?.samples.isEmpty ?? true) }
+    }
+
+    func remember(_ key: [UInt8], offset: Int64) {
+        state.withLockedValue { $0.remembered[key] = offset }
+    }
+
+    /// Sends `count` probes to the peer, `spacing` apart, on its current link.
+    func probe(_ key: [UInt8], count: Int = 1, spacing: TimeAmount = .milliseconds(15)) {
+        guard let link = peers.link(to: key) else { return }
+        for i in 0..<count {
+            link.channel.eventLoop.scheduleTask(in: spacing * Int64(i)) {
+                var p = Tandem_V1_ClockProbe()
+                p.t1Us = UInt64(wallClockMicros())
+                link.send(type: .clockProbe, payload: (try? p.serializedBytes()) ?? [])
+            }
+        }
+    }
+
+    func handle(_ envelope: Envelope, from link: PeerLink) {
+        switch envelope.type {
+        case .clockProbe:
+            let t2 = wallClockMicros()
+            guard let p = try? Tandem_V1_ClockProbe(serializedBytes: envelope.payload) else { return }
+            var r = Tandem_V1_ClockReply()
+            r.t1Us = p.t1Us
+            r.t2Us = UInt64(t2)
+            r.t3Us = UInt64(wallClockMicros())
+            link.send(type: .clockReply, payload: (try? r.serializedBytes()) ?? [])
+        case .clockReply:
+            let t4 = wallClockMicros()
+            guard let r = try? Tandem_V1_ClockReply(serializedBytes: envelope.payload) else { return }
+            let key = envelope.author
+            let added = state.withLockedValue { s -> Bool in
+                if s.estimators[key] == nil, s.estimators.count >= Self.maximumPeers { s.estimators.removeAll() }
+                return s.estimators[key, default: ClockEstimator()].add(t1: Int64(clamping: r.t1Us), t2: Int64(clamping: r.t2Us),
+                                                                      t3: Int64(clamping: r.t3Us), t4: t4)
+            }
+            if added { onSample?(key) }
+        default:
+            break
+        }
+    }
+}
+
+/// TimeAmount × Int64.
+func * (lhs: TimeAmount, rhs: Int64) -> TimeAmount { .nanoseconds(lhs.nanoseconds * rhs) }
+
+/// Sends every frame to the flow it belongs to: clock sync, challenges, or friends (the rest).
+/// Frames from blocked IDs go to the friends flow, which drops them.
+final class NodeFrameRouter: FrameHandler, @unchecked Sendable {
+    let friends: FriendService
+    let clock: ClockSync
+    let challenges: ChallengeService
+
+    init(friends: FriendService, clock: ClockSync, challenges: ChallengeService) {
+        self.friends = friends
+        self.clock = clock
+        self.challenges = challenges
+    }
+
+    func handle(_ envelope: Envelope, from link: PeerLink) {
+        challenges.heard(envelope.author)
+        let blocked = (try? friends.store.contact(envelope.author))?.relationship == .blocked
+        switch envelope.type.rawValue {
+        case 0x0004...0x0005 where !blocked:
+            clock.handle(envelope, from: link)
+        case 0x0200...0x02ff where !blocked:
+            challenges.handle(envelope, from: link)
+        default:
+            friends.handle(envelope, from: link)
+        }
+    }
+
+    func peerConnected(_ key: [UInt8], link: PeerLink) {
+        friends.peerConnected(key, link: link)
+        challenges.peerConnected(key)
+    }
+
+    func peerDisconnected(_ key: [UInt8]) {
+        friends.peerDisconnected(key)
+    }
+
+    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8]) {
+        friends.peerReportedError(error, from: key)
+    }
+}

@@ -1,0 +1,472 @@
+import Foundation
+import Sodium
+import SwiftProtobuf
+
+/// One focus challenge as one node sees it, and the rules that move it (Protocol/README.md,
+/// section 13). Pure: every method takes the facts (a message, the time on the challenge's
+/// timebase) and returns what to send and what to tell the user. The node stores the value whole
+/// after every step, so a restarted node resumes exactly where it stopped.
+///
+/// Instants ending in `Us` are on the *timebase* (the inviter's wall clock, µs since the epoch);
+/// durations and elapsed times are clock-free.
+public struct Challenge: Codable, Sendable, Equatable {
+    public enum Phase: String, Codable, Sendable {
+        /// Waiting for answers (inviter) or for ours (invitee).
+        case invited
+        /// We accepted and wait for the inviter's START.
+        case accepted
+        case declined, expired, cancelled
+        /// The start instant is fixed and still ahead.
+        case scheduled
+        case running
+        /// Over; `result(of: me)` says how it went for us.
+        case ended
+    }
+
+    public enum Answer: String, Codable, Sendable { case pending, accepted, declined, expired }
+
+    public enum Result: String, Codable, Sendable {
+        case running, completed, quit
+        case outOfContact = "out_of_contact"
+    }
+
+    public struct Participant: Codable, Sendable, Equatable {
+        public var key: [UInt8]
+        public var answer: Answer
+        public var result: Result?
+        public var quitElapsedMs: Int64?
+        public var reason: String?
+        /// Shown while a partner has been silent for longer than the grace period.
+        public var outOfContact: Bool
+        public var addressHint: String
+    }
+
+    public var id: [UInt8]
+    public var me: [UInt8]
+    public var inviter: [UInt8]
+    /// The inviter first.
+    public var participants: [Participant]
+    public var durationMs: Int64
+    /// The start asked for in the invite; 0: when the invitee accepts (two people).
+    public var requestedStartUs: Int64
+    public var startAtUs: Int64?
+    public var expiresAtUs: Int64
+    public var graceMs: Int64
+    public var message: String
+    public var phase: Phase
+    /// Who takes part once started: the inviter and everyone who accepted in time.
+    public var roster: [[UInt8]]
+    public var solo: Bool
+    /// The start converted to our clock when last scheduled (µs), for a restart before re-sync.
+    public var localStartUs: Int64?
+    /// When we entered `running` and `ended`, on our clock (µs).
+    public var startedLocalUs: Int64?
+    public var endedLocalUs: Int64?
+
+    // Outcome collection (13.6).
+    /// Our current view of the outcome, canonical bytes.
+    public var record: [UInt8]?
+    /// Signatures over `record`, by hex key.
+    public var signatures: [String: [UInt8]]
+    /// Everyone who signed any record of this challenge (they were in contact at the end).
+    public var signers: [String]
+    public var committed: Bool
+    /// Outcome messages that arrived before we ended (their clock ran a little ahead), by hex key;
+    /// handled when we end. At most one per participant.
+    public var early: [String: [UInt8]] = [:]
+
+    public static let startLeadUs: Int64 = 2_000_000
+    public static let defaultGraceMs: Int64 = 60_000
+    public static let defaultExpiryUs: Int64 = 600_000_000
+    public static let maximumParticipants = 16
+    public static let durationRange: ClosedRange<Int64> = 1_000...86_400_000
+    public static let maximumTextBytes = 280
+
+    public var isInviter: Bool { me == inviter }
+    public var endAtUs: Int64? { startAtUs.map { $0 + durationMs * 1000 } }
+    public var isActive: Bool { [.invited, .accepted, .scheduled, .running].contains(phase) || (phase == .ended && !committed) }
+    public var idHex: String { hexString(id) }
+
+    public func participant(_ key: [UInt8]) -> Participant? { participants.first { $0.key == key } }
+    public var others: [[UInt8]] { participants.map(\.key).filter { $0 != me } }
+    public var rosterOthers: [[UInt8]] { roster.filter { $0 != me } }
+
+    public mutating func update(_ key: [UInt8], _ body: (inout Participant) -> Void) {
+        if let i = participants.firstIndex(where: { $0.key == key }) { body(&participants[i]) }
+    }
+
+    // MARK: - Actions
+
+    public enum Notice: Equatable, Sendable {
+        case inviteSent
+        case invited
+        case accepted(by: [UInt8])
+        case declined(by: [UInt8])
+        /// Every invitee declined.
+        case allDeclined
+        case expired
+        case cancelled(by: [UInt8])
+        case scheduled
+        case quit(elapsedMs: Int64, reason: String)
+        case partnerQuit(key: [UInt8], elapsedMs: Int64, reason: String)
+    }
+
+    public enum Action: Equatable, Sendable {
+        /// Queue a frame of this type and payload for each recipient (durable, acknowledged).
+        case send(MessageType, [UInt8], to: [[UInt8]])
+        case notify(Notice)
+    }
+
+    public struct Refusal: Error, Equatable, CustomStringConvertible {
+        public let description: String
+        public init(_ d: String) { description = d }
+    }
+
+    // MARK: - Creating
+
+    /// A new invite from us. `startAtUs` 0 means "when accepted" (two people only).
+    public static func invite(id: [UInt8], me: [UInt8], invitees: [[UInt8]], durationMs: Int64, startAtUs: Int64,
+                              nowUs: Int64, graceMs: Int64 = defaultGraceMs, message: String,
+                              addressHints: [[UInt8]: String] = [:]) throws -> (Challenge, [Action]) {
+        guard !invitees.isEmpty else { throw Refusal("invite at least one friend") }
+        guard invitees.count < maximumParticipants else { throw Refusal("at most \(maximumParticipants - 1) friends in one challenge") }
+        guard Set(invitees).count == invitees.count, !invitees.contains(me) else { throw Refusal("each friend once, and not yourself") }
+        guard durationRange.contains(durationMs) else { throw Refusal("a challenge lasts from 1 second to 24 hours") }
+        guard message.utf8.count <= maximumTextBytes else { throw Refusal("the message is longer than \(maximumTextBytes) bytes") }
+        guard startAtUs == 0 || startAtUs >= nowUs else { throw Refusal("the start time is in the past") }
+        guard startAtUs == 0 || startAtUs - nowUs <= 7 * 86_400_000_000 else { throw Refusal("the start is more than 7 days away") }
+        if startAtUs == 0, invitees.count > 1 { throw Refusal("a group challenge needs a start time (--start-in or --start-at)") }
+        let expires = startAtUs == 0 ? nowUs + defaultExpiryUs : startAtUs
+        var c = Challenge(id: id, me: me, inviter: me,
+                          participants: ([me] + invitees).map {
+                              Participant(key: $0, answer: $0 == me ? .accepted : .pending, outOfContact: false,
+                                          addressHint: addressHints[$0] ?? "")
+                          },
+                          durationMs: durationMs, requestedStartUs: startAtUs, startAtUs: nil, expiresAtUs: expires,
+                          graceMs: graceMs, message: message, phase: .invited, roster: [], solo: false,
+                          signatures: [:], signers: [], committed: false)
+        c.roster = []
+        var inv = Tandem_V1_ChallengeInvite()
+        inv.challengeID = Data(id)
+        inv.participants = c.participants.map { Data($0.key) }
+        inv.durationMs = UInt64(durationMs)
+        inv.startAtUs = UInt64(startAtUs)
+        inv.expiresAtUs = UInt64(expires)
+        inv.message = message
+        inv.graceMs = UInt64(graceMs)
+        inv.addressHints = c.participants.map(\.addressHint)
+        return (c, [.send(.challengeInvite, try inv.serializedBytes(), to: invitees), .notify(.inviteSent)])
+    }
+
+    /// A solo focus session: only us, starting at `nowUs` on our own clock.
+    public static func solo(id: [UInt8], me: [UInt8], durationMs: Int64, nowUs: Int64) throws -> Challenge {
+        guard durationRange.contains(durationMs) else { throw Refusal("a session lasts from 1 second to 24 hours") }
+        return Challenge(id: id, me: me, inviter: me,
+                         participants: [Participant(key: me, answer: .accepted, outOfContact: false, addressHint: "")],
+                         durationMs: durationMs, requestedStartUs: nowUs, startAtUs: nowUs, expiresAtUs: nowUs, graceMs: defaultGraceMs,
+                         message: "", phase: .scheduled, roster: [me], solo: true, localStartUs: nowUs,
+                         signatures: [:], signers: [], committed: false)
+    }
+
+    /// An invite that arrived from `author`. Throws when it breaks the rules.
+    public static func received(_ inv: Tandem_V1_ChallengeInvite, author: [UInt8], me: [UInt8]) throws -> Challenge {
+        let keys = inv.participants.map { Array($0) }
+        guard inv.challengeID.count == 16 else { throw Refusal("challenge id is not 16 bytes") }
+        guard (2...maximumParticipants).contains(keys.count), keys.allSatisfy({ $0.count == 32 }),
+              Set(keys).count == keys.count else { throw Refusal("participants must be 2 to 16 distinct keys") }
+        guard keys.first == author else { throw Refusal("the inviter must be the first participant") }
+        guard keys.contains(me) else { throw Refusal("we are not a participant") }
+        guard durationRange.contains(Int64(clamping: inv.durationMs)) else { throw Refusal("duration out of range") }
+        guard inv.message.utf8.count <= maximumTextBytes else { throw Refusal("message too long") }
+        guard inv.addressHints.count <= keys.count, inv.addressHints.allSatisfy({ $0.utf8.count <= 256 }) else {
+            throw Refusal("address hints exceed their limits")
+        }
+        guard inv.startAtUs != 0 || keys.count == 2 else { throw Refusal("a group challenge needs a start time") }
+        guard inv.graceMs <= 3_600_000 else { throw Refusal("grace period too long") }
+        let hints = inv.addressHints + Array(repeating: "", count: keys.count - inv.addressHints.count)
+        return Challenge(id: Array(inv.challengeID), me: me, inviter: author,
+                         participants: zip(keys, hints).map {
+                             Participant(key: $0.0, answer: $0.0 == author ? .accepted : .pending, outOfContact: false, addressHint: $0.1)
+                         },
+                         durationMs: Int64(inv.durationMs), requestedStartUs: Int64(clamping: inv.startAtUs), startAtUs: nil,
+                         expiresAtUs: Int64(clamping: inv.expiresAtUs),
+                         graceMs: inv.graceMs == 0 ? defaultGraceMs : Int64(inv.graceMs), message: inv.message,
+                         phase: .invited, roster: [], solo: false, signatures: [:], signers: [], committed: false)
+    }
+
+    // MARK: - Our own moves
+
+    public mutating func accept() throws -> [Action] {
+        guard !isInviter else { throw Refusal("you sent this invite") }
+        guard phase == .invited else { throw Refusal("the challenge is \(phase.rawValue), not waiting for your answer") }
+        phase = .accepted
+        update(me) { $0.answer = .accepted }
+        var a = Tandem_V1_ChallengeAnswer()
+        a.challengeID = Data(id)
+        a.accept = true
+        return [.send(.challengeAnswer, try a.serializedBytes(), to: others)]
+    }
+
+    public mutating func decline() throws -> [Action] {
+        guard !isInviter else { throw Refusal("you sent this invite; use cancel") }
+        guard phase == .invited || phase == .accepted else { throw Refusal("the challenge is \(phase.rawValue); nothing to decline") }
+        phase = .declined
+        update(me) { $0.answer = .declined }
+        var a = Tandem_V1_ChallengeAnswer()
+        a.challengeID = Data(id)
+        a.accept = false
+        return [.send(.challengeAnswer, try a.serializedBytes(), to: others)]
+    }
+
+    public mutating func cancel(reason: String) throws -> [Action] {
+        guard isInviter, !solo else { throw Refusal("only the inviter can cancel (use decline or quit)") }
+        guard phase == .invited || phase == .scheduled else { throw Refusal("the challenge is \(phase.rawValue); only one that has not started can be cancelled") }
+        guard reason.utf8.count <= Self.maximumTextBytes else { throw Refusal("the reason is longer than \(Self.maximumTextBytes) bytes") }
+        phase = .cancelled
+        var m = Tandem_V1_ChallengeCancel()
+        m.challengeID = Data(id)
+        m.reason = reason
+        return [.send(.challengeCancel, try m.serializedBytes(), to: others), .notify(.cancelled(by: me))]
+    }
+
+    /// We quit, `elapsedMs` after the start.
+    public mutating func quit(elapsedMs: Int64, reason: String) throws -> [Action] {
+        guard phase == .running || phase == .scheduled else {
+            throw Refusal("the challenge is \(phase.rawValue); only a running one can be quit")
+        }
+        guard participant(me)?.result != .quit else { throw Refusal("you already quit this challenge") }
+        guard reason.utf8.count <= Self.maximumTextBytes else { throw Refusal("the reason is longer than \(Self.maximumTextBytes) bytes") }
+        let elapsed = max(0, min(elapsedMs, durationMs))
+        update(me) { $0.result = .quit; $0.quitElapsedMs = elapsed; $0.reason = reason }
+        var q = Tandem_V1_ChallengeQuit()
+        q.challengeID = Data(id)
+        q.elapsedMs = UInt64(elapsed)
+        q.reason = reason
+        var actions: [Action] = []
+        if !rosterOthers.isEmpty { actions.append(.send(.challengeQuit, try q.serializedBytes(), to: rosterOthers)) }
+        actions.append(.notify(.quit(elapsedMs: elapsed, reason: reason)))
+        return actions
+    }
+
+    // MARK: - Messages from the others
+
+    public mutating func receiveAnswer(from key: [UInt8], accept: Bool, nowUs: Int64) throws -> [Action] {
+        guard key != inviter, let p = participant(key) else { throw Refusal("an answer from someone not invited") }
+        guard p.answer == .pending else { return [] }
+        guard phase == .invited || phase == .accepted else {
+            // Too late (started, expired, cancelled): the START or CANCEL already told them.
+            return []
+        }
+        update(key) { $0.answer = accept ? .accepted : .declined }
+        var actions: [Action] = [.notify(accept ? .accepted(by: key) : .declined(by: key))]
+        guard isInviter else { return actions }
+        let invitees = participants.dropFirst()
+        if invitees.allSatisfy({ $0.answer == .declined }) {
+            phase = .declined
+            actions.append(.notify(.allDeclined))
+            return actions
+        }
+        if accept, requestedStartUs == 0, participants.count == 2 {
+            actions += try fixStart(at: nowUs + Self.startLeadUs)
+        }
+        return actions
+    }
+
+    /// The inviter fixes the start and the roster, and tells every invitee.
+    mutating func fixStart(at startUs: Int64) throws -> [Action] {
+        for i in participants.indices where participants[i].answer == .pending { participants[i].answer = .expired }
+        roster = participants.filter { $0.answer == .accepted }.map(\.key)
+        var s = Tandem_V1_ChallengeStart()
+        s.challengeID = Data(id)
+        s.startAtUs = UInt64(startUs)
+        s.roster = roster.map { Data($0) }
+        let payload: [UInt8] = try s.serializedBytes()
+        if roster.count < 2 {
+            phase = .expired
+            return [.send(.challengeStart, payload, to: others), .notify(.expired)]
+        }
+        startAtUs = startUs
+        phase = .scheduled
+        for k in roster { update(k) { $0.result = .running } }
+        return [.send(.challengeStart, payload, to: others), .notify(.scheduled)]
+    }
+
+    public mutating func receiveStart(from key: [UInt8], _ s: Tandem_V1_ChallengeStart) throws -> [Action] {
+        guard key == inviter, !isInviter else { throw Refusal("START from someone other than the inviter") }
+        let keys = s.roster.map { Array($0) }
+        guard keys.allSatisfy({ participant($0) != nil }), Set(keys).count == keys.count, keys.contains(inviter) else {
+            throw Refusal("the roster names someone not invited")
+        }
+        guard phase == .invited || phase == .accepted else { return [] }
+        guard keys.contains(me), phase == .accepted else {
+            phase = .expired
+            update(me) { $0.answer = .expired }
+            return [.notify(.expired)]
+        }
+        roster = keys
+        for i in participants.indices where !keys.contains(participants[i].key) && participants[i].answer == .pending {
+            participants[i].answer = .expired
+        }
+        for k in keys { update(k) { $0.answer = .accepted; $0.result = .running } }
+        startAtUs = Int64(clamping: s.startAtUs)
+        phase = .scheduled
+        return [.notify(.scheduled)]
+    }
+
+    public mutating func receiveCancel(from key: [UInt8]) throws -> [Action] {
+        guard key == inviter, !isInviter else { throw Refusal("CANCEL from someone other than the inviter") }
+        guard [.invited, .accepted, .scheduled].contains(phase) else { return [] }
+        phase = .cancelled
+        return [.notify(.cancelled(by: key))]
+    }
+
+    public mutating func receiveQuit(from key: [UInt8], elapsedMs: Int64, reason: String) throws -> [Action] {
+        guard roster.contains(key), key != me else { throw Refusal("QUIT from someone not taking part") }
+        guard participant(key)?.result != .quit else { return [] }
+        guard phase == .scheduled || phase == .running || (phase == .ended && !committed) else { return [] }
+        let elapsed = max(0, min(elapsedMs, durationMs))
+        let text = String(reason.utf8.prefix(Self.maximumTextBytes)) ?? ""
+        update(key) { $0.result = .quit; $0.quitElapsedMs = elapsed; $0.reason = text; $0.outOfContact = false }
+        return [.notify(.partnerQuit(key: key, elapsedMs: elapsed, reason: text))]
+    }
+
+    // MARK: - Time
+
+    /// What the passing of time does by `nowUs` on the timebase: the inviter fixes a group's
+    /// start a little ahead of it; unanswered invites expire.
+    public mutating func tick(nowUs: Int64) throws -> [Action] {
+        switch phase {
+        case .invited where isInviter && requestedStartUs > 0 && nowUs >= requestedStartUs - Self.startLeadUs:
+            return try fixStart(at: requestedStartUs)
+        case .invited, .accepted:
+            // No START by then: the inviter is gone or answered without us.
+            let deadline = requestedStartUs > 0 ? requestedStartUs + graceMs * 1000 : expiresAtUs
+            if nowUs >= deadline {
+                phase = .expired
+                if !isInviter { update(me) { $0.answer = .expired } }
+                return [.notify(.expired)]
+            }
+            return []
+        default:
+            return []
+        }
+    }
+
+    public mutating func markStarted(localUs: Int64) {
+        guard phase == .scheduled else { return }
+        phase = .running
+        startedLocalUs = localUs
+    }
+
+    /// The end: our result is completed unless we quit; partners silent past the grace period are
+    /// out of contact. Builds and signs our view of the outcome and sends it to the others.
+    public mutating func markEnded(localUs: Int64, signer: SigningKeyPair) throws -> [Action] {
+        guard phase == .running || phase == .scheduled else { return [] }
+        phase = .ended
+        endedLocalUs = localUs
+        for i in participants.indices where roster.contains(participants[i].key) {
+            if participants[i].result != .quit {
+                participants[i].result = participants[i].key == me || !participants[i].outOfContact ? .completed : .outOfContact
+            }
+        }
+        let signerSet = Set(signers.compactMap { parseHex($0).map { Data($0) } })
+        let view = viewRecord()
+        var actions = try adoptRecord(Outcome.merge(view, view, signers: signerSet), signer: signer)
+        let waiting = early
+        early = [:]
+        for (keyHex, message) in waiting.sorted(by: { $0.key < $1.key }) {
+            guard let key = parseHex(keyHex), let m = try? Tandem_V1_ChallengeOutcome(serializedBytes: message) else { continue }
+            actions += (try? receiveOutcome(from: key, m, signer: signer)) ?? []
+        }
+        return actions
+    }
+
+    /// Our view as an outcome record.
+    func viewRecord() -> Tandem_V1_OutcomeRecord {
+        var r = Tandem_V1_OutcomeRecord()
+        r.challengeID = Data(id)
+        r.startAtUs = UInt64(startAtUs ?? 0)
+        r.durationMs = UInt64(durationMs)
+        r.inviter = Data(inviter)
+        r.outcomes = participants.filter { roster.contains($0.key) }.map { p in
+            var o = Tandem_V1_ParticipantOutcome()
+            o.publicKey = Data(p.key)
+            switch p.result {
+            case .quit:
+                o.result = .quit
+                o.elapsedMs = UInt64(p.quitElapsedMs ?? 0)
+                o.reason = p.reason ?? ""
+            case .outOfContact: o.result = .outOfContact
+            default: o.result = .completed
+            }
+            return o
+        }
+        return r
+    }
+
+    /// Makes `record` our view: sign it, send the signature to the others.
+    mutating func adoptRecord(_ r: Tandem_V1_OutcomeRecord, signer: SigningKeyPair) throws -> [Action] {
+        let bytes = Outcome.encode(r)
+        guard bytes != record else { return [] }
+        record = bytes
+        let sig = Outcome.sign(bytes, with: signer)
+        signatures = [hexString(me): sig]
+        let meHex = hexString(me)
+        if !signers.contains(meHex) { signers.append(meHex) }
+        // Results follow the record.
+        for o in r.outcomes {
+            update(Array(o.publicKey)) {
+                switch o.result {
+                case .quit: $0.result = .quit; $0.quitElapsedMs = Int64(o.elapsedMs); $0.reason = o.reason
+                case .outOfContact: $0.result = .outOfContact
+                default: $0.result = .completed; $0.outOfContact = false
+                }
+            }
+        }
+        var m = Tandem_V1_ChallengeOutcome()
+        m.record = Data(bytes)
+        m.signature = Data(sig)
+        return rosterOthers.isEmpty ? [] : [.send(.challengeOutcome, try m.serializedBytes(), to: rosterOthers)]
+    }
+
+    /// Another participant's signed view. Merges it into ours (re-signing when ours changes) and
+    /// keeps their signature when they signed exactly our record.
+    public mutating func receiveOutcome(from key: [UInt8], _ m: Tandem_V1_ChallengeOutcome, signer: SigningKeyPair) throws -> [Action] {
+        guard roster.contains(key), key != me else { throw Refusal("an outcome from someone not taking part") }
+        let bytes = Array(m.record)
+        guard let theirs = Outcome.decode(bytes) else { throw Refusal("the outcome record is malformed") }
+        guard Outcome.verify(bytes, signature: Array(m.signature), by: key) else { throw Refusal("the outcome signature does not verify") }
+        guard theirs.challengeID == Data(id), theirs.inviter == Data(inviter),
+              Set(theirs.outcomes.map { Array($0.publicKey) }) == Set(roster) else {
+            throw Refusal("the outcome record describes another challenge")
+        }
+        guard !committed else { return [] }
+        let keyHex = hexString(key)
+        if !signers.contains(keyHex) { signers.append(keyHex) }
+        guard phase == .ended, let mineBytes = record, let mine = Outcome.decode(mineBytes) else {
+            // We have not ended yet (their clock ran ahead): keep it for when we do.
+            early[keyHex] = try m.serializedBytes()
+            return []
+        }
+        guard Outcome.sameChallenge(mine, theirs) else { throw Refusal("the outcome record disagrees on the start or duration") }
+        let signerSet = Set(signers.compactMap { parseHex($0).map { Data($0) } })
+        let merged = Outcome.merge(mine, theirs, signers: signerSet)
+        let actions = try adoptRecord(merged, signer: signer)
+        if bytes == record { signatures[keyHex] = Array(m.signature) }
+        return actions
+    }
+
+    /// Whether our record can go into the ledger: everyone signed it, or the grace period after
+    /// the end has passed and everyone not out of contact signed it.
+    public func readyToCommit(nowUs: Int64) -> Bool {
+        guard phase == .ended, !committed, let bytes = record, let r = Outcome.decode(bytes) else { return false }
+        let signed = Set(signatures.keys)
+        if roster.allSatisfy({ signed.contains(hexString($0)) }) { return true }
+        guard let end = endAtUs, nowUs >= end + graceMs * 1000 else { return false }
+        return r.outcomes.allSatisfy { $0.result == .outOfContact || signed.contains(hexString($0.publicKey)) }
+    }
+
+    public var signatureList: [(key: [UInt8], signature: [UInt8])] {
+        signatures.compactMap { k, v in parseHex(k).map { ($0, v) } }
+    }
+}
