@@ -114,6 +114,9 @@ public final class ChallengeService: @unchecked Sendable {
 
     func emit(_ n: Challenge.Notice, _ c: Challenge) {
         let id: JSONValue = .string(c.idHex)
+        // Quit notices carry CLOCK_MONOTONIC too, so the notice's latency between two processes
+        // on one machine can be measured whatever their wall clocks say.
+        let mono = monotonicMicros()
         switch n {
         case .inviteSent:
             events.emit("challenge.invite.sent", ["id": id, "to": .array(c.others.map(idText)), "duration_ms": .int(c.durationMs)])
@@ -136,10 +139,10 @@ public final class ChallengeService: @unchecked Sendable {
             events.emit("challenge.scheduled", ["id": id, "start_at": c.startAtUs.map { isoLocal($0 - offset(c)) } ?? .null,
                                                 "roster": .array(c.roster.map(idText)), "offset_us": .int(offset(c))])
         case .quit(let elapsed, let reason):
-            events.emit("challenge.quit", ["id": id, "elapsed_ms": .int(elapsed), "reason": .string(reason)])
+            events.emit("challenge.quit", ["id": id, "elapsed_ms": .int(elapsed), "reason": .string(reason), "mono_us": .int(mono)])
         case .partnerQuit(let key, let elapsed, let reason):
             events.emit("challenge.partner.quit", ["id": id, "who": idText(key), "name": .string(name(key)),
-                                                   "elapsed_ms": .int(elapsed), "reason": .string(reason)])
+                                                   "elapsed_ms": .int(elapsed), "reason": .string(reason), "mono_us": .int(mono)])
         }
     }
 
