@@ -339,7 +339,7 @@ public final class ChallengeService: @unchecked Sendable {
         do {
             let entry = try mutex.withLock { try store.commitToLedger(c, nowMs: friends.now()) }
             if let entry {
-                events.emit("ledger.appended", ["seq": .int(entry.seq), "challenge_id": .string(c.idHex),
+                events.emit("ledger.appended", ["entry": .int(entry.seq), "challenge_id": .string(c.idHex),
                                                 "hash": .string(hexString(entry.hash)),
                                                 "signers": .int(Int64(entry.signatures.count))])
             }
