@@ -2,6 +2,8 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
+import Dispatch
 import Sodium
 import TandemProtocol
 import TandemStore
@@ -83,8 +85,10 @@ public final class ChallengeService: @unchecked Sendable {
     func mutate(_ id: [UInt8], _ body: (inout Challenge) throws -> [Challenge.Action]) throws -> Challenge {
         let (c, actions) = try mutex.withLock { () throws -> (Challenge, [Challenge.Action]) in
             guard var c = try store.challenge(id) else { throw NotFound() }
+            let before = c
             let actions = try body(&c)
-            try persist(&c, actions)
+            // Most ticks change nothing: no write then.
+            if c != before || !actions.isEmpty { try persist(&c, actions) }
             return (c, actions)
         }
         after(c, actions)
@@ -160,21 +164,34 @@ public final class ChallengeService: @unchecked Sendable {
         let old = timers.withLockedValue { $0.removeValue(forKey: c.id) } ?? []
         for t in old { t.cancel() }
         guard c.phase == .scheduled || c.phase == .running, let start = c.startAtUs, let end = c.endAtUs else { return }
-        let loop = peers.groupNext()
+        let loop = Self.timerLoop
         let now = wallClockMicros()
         let off = offset(c)
         var armed: [Scheduled<Void>] = []
         let id = c.id
+        // The timer only notes the instant; the work (a store write, events) happens elsewhere, so a
+        // start and an end due together, or a slow disk, do not delay each other's timestamps.
         if c.phase == .scheduled {
-            armed.append(loop.scheduleTask(in: .microseconds(max(0, start - off - now))) { [weak self] in self?.fireStart(id) })
+            armed.append(loop.scheduleTask(in: .microseconds(max(0, start - off - now))) { [weak self] in
+                let (wall, mono) = (wallClockMicros(), monotonicMicros())
+                guard let service = self else { return }
+                Self.work.async { service.fireStart(id, wall: wall, mono: mono) }
+            })
         }
-        armed.append(loop.scheduleTask(in: .microseconds(max(0, end - off - now))) { [weak self] in self?.fireEnd(id) })
+        armed.append(loop.scheduleTask(in: .microseconds(max(0, end - off - now))) { [weak self] in
+            let (wall, mono) = (wallClockMicros(), monotonicMicros())
+            guard let service = self else { return }
+            Self.work.async { service.fireEnd(id, wall: wall, mono: mono) }
+        })
         timers.withLockedValue { $0[id] = armed }
     }
 
-    private func fireStart(_ id: [UInt8]) {
-        let wall = wallClockMicros()
-        let mono = monotonicMicros()
+    /// A thread that only runs challenge timers, so nothing else on an event loop (a link's
+    /// frames, a store write) can hold a start or an end back.
+    static let timerLoop: EventLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1).next()
+    static let work = DispatchQueue(label: "tandem.challenge-timers")
+
+    private func fireStart(_ id: [UInt8], wall: Int64, mono: Int64) {
         do {
             var started = false
             let c = try mutate(id) { c in
@@ -195,9 +212,7 @@ public final class ChallengeService: @unchecked Sendable {
         }
     }
 
-    private func fireEnd(_ id: [UInt8]) {
-        let wall = wallClockMicros()
-        let mono = monotonicMicros()
+    private func fireEnd(_ id: [UInt8], wall: Int64, mono: Int64) {
         do {
             var ended = false
             let c = try mutate(id) { c in
@@ -434,6 +449,3 @@ public final class ChallengeService: @unchecked Sendable {
     }
 }
 
-extension PeerManager {
-    func groupNext() -> EventLoop { group.next() }
-}
