@@ -162,7 +162,7 @@ public struct Challenge: Codable, Sendable, Equatable {
     public static func solo(id: [UInt8], me: [UInt8], durationMs: Int64, nowUs: Int64) throws -> Challenge {
         guard durationRange.contains(durationMs) else { throw Refusal("a session lasts from 1 second to 24 hours") }
         return Challenge(id: id, me: me, inviter: me,
-                         participants: [Participant(key: me, answer: .accepted, outOfContact: false, addressHint: "")],
+                         participants: [Participant(key: me, answer: .accepted, result: .running, outOfContact: false, addressHint: "")],
                          durationMs: durationMs, requestedStartUs: nowUs, startAtUs: nowUs, expiresAtUs: nowUs, graceMs: defaultGraceMs,
                          message: "", phase: .scheduled, roster: [me], solo: true, localStartUs: nowUs,
                          signatures: [:], signers: [], committed: false)

@@ -222,11 +222,7 @@ func watchChallenge(_ common: CommonOptions, method: String, params: JSONValue) 
     let tty = isatty(STDOUT_FILENO) == 1 && !common.json
     var drawn = 0
     while true {
-        var c = try await client.call(method: method, params: params)
-        if method == "focus.status" {
-            guard let s = c["session"], !s.isNull else { throw TandemError("no focus session is running", exitCode: TandemError.nothingToActOnExitCode) }
-            c = s
-        }
+        let c = try await client.call(method: method, params: params)
         let phase = c["phase"]?.stringValue ?? "?"
         let over = ["ended", "declined", "expired", "cancelled"].contains(phase)
         if common.json {
@@ -299,10 +295,12 @@ struct FocusStart: AsyncParsableCommand {
 
     func run() async throws {
         let ms = try durationMs(duration, what: "--duration")
+        var id = ""
         try await callNode(common, "focus.start", .object(["duration_ms": .int(ms)])) { c in
+            id = c["id"]?.stringValue ?? ""
             output("Focus session started: \(clockText(ms)); quit early with `tandem focus quit`.")
         }
-        if watch { try await watchChallenge(common, method: "focus.status", params: .object([:])) }
+        if watch { try await watchChallenge(common, method: "challenge.show", params: .object(["id": .string(id)])) }
     }
 }
 
@@ -325,7 +323,8 @@ struct FocusQuit: AsyncParsableCommand {
 
     func run() async throws {
         try await callNode(common, "focus.quit", .object(["reason": .string(reason)])) { c in
-            output("Focus session quit after \(clockText(c["elapsed_ms"]?.intValue ?? 0)).")
+            let me = (c["participants"]?.arrayValue ?? []).first { $0["me"]?.boolValue == true }
+            output("Focus session quit after \(clockText(me?["quit_elapsed_ms"]?.intValue ?? 0)); it is in your ledger.")
         }
     }
 }

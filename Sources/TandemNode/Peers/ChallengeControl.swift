@@ -156,7 +156,7 @@ extension ChallengeService {
             var c = try refusing { try Challenge.solo(id: Sodium.randomBytes(16), me: me, durationMs: duration, nowUs: wallClockMicros()) }
             try mutex.withLock { try persist(&c, []) }
             after(c, [])
-            return describe(c)
+            return describe((try? store.challenge(c.id)) ?? c)
         }
         router.register("focus.status") { [self] _ in
             let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo)
@@ -184,9 +184,13 @@ extension ChallengeService {
     }
 
     func quit(_ c: Challenge, reason: String) throws -> Challenge {
-        try refusing {
+        let quit = try refusing {
             try mutate(c.id) { c in try c.quit(elapsedMs: elapsedMs(c), reason: reason) }
         }
+        // Alone, there is nobody to keep the countdown for: a solo session ends at once.
+        guard quit.solo else { return quit }
+        endNow(quit.id)
+        return (try? store.challenge(quit.id)) ?? quit
     }
 
     func describeEntry(_ e: LedgerEntry, committedAtMs: Int64) -> JSONValue {

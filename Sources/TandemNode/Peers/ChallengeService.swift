@@ -212,6 +212,11 @@ public final class ChallengeService: @unchecked Sendable {
         }
     }
 
+    /// Ends a challenge now instead of at its end instant (a quit solo session).
+    func endNow(_ id: [UInt8]) {
+        fireEnd(id, wall: wallClockMicros(), mono: monotonicMicros())
+    }
+
     private func fireEnd(_ id: [UInt8], wall: Int64, mono: Int64) {
         do {
             var ended = false
