@@ -457,13 +457,33 @@ public struct Challenge: Codable, Sendable, Equatable {
     }
 
     /// Whether our record can go into the ledger: everyone signed it, or the grace period after
-    /// the end has passed and everyone not out of contact signed it.
+    /// the end has passed and everyone it records as completed signed it.
     public func readyToCommit(nowUs: Int64) -> Bool {
         guard phase == .ended, !committed, let bytes = record, let r = Outcome.decode(bytes) else { return false }
         let signed = Set(signatures.keys)
         if roster.allSatisfy({ signed.contains(hexString($0)) }) { return true }
         guard let end = endAtUs, nowUs >= end + graceMs * 1000 else { return false }
-        return r.outcomes.allSatisfy { $0.result == .outOfContact || signed.contains(hexString($0.publicKey)) }
+        return r.outcomes.allSatisfy { $0.result != .completed || signed.contains(hexString($0.publicKey)) }
+    }
+
+    /// Once the grace period after the end has passed, a participant our record calls completed
+    /// who has still not signed it is out of contact after all: we re-sign without them, so the
+    /// challenge can go into the ledger. (Their node, if it comes back, may record it otherwise.)
+    public mutating func settleAfterGrace(nowUs: Int64, signer: SigningKeyPair) throws -> [Action] {
+        guard phase == .ended, !committed, let end = endAtUs, nowUs >= end + graceMs * 1000,
+              let bytes = record, var r = Outcome.decode(bytes) else { return [] }
+        let signed = Set(signatures.keys)
+        var changed = false
+        for i in r.outcomes.indices where r.outcomes[i].result == .completed && !signed.contains(hexString(r.outcomes[i].publicKey)) {
+            r.outcomes[i].result = .outOfContact
+            changed = true
+        }
+        guard changed else { return [] }
+        let kept = signatures
+        let actions = try adoptRecord(r, signer: signer)
+        // Signatures others made over this exact record stay valid.
+        for (k, v) in kept where Outcome.verify(record ?? [], signature: v, by: parseHex(k) ?? []) { signatures[k] = v }
+        return actions
     }
 
     public var signatureList: [(key: [UInt8], signature: [UInt8])] {

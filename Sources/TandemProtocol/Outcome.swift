@@ -141,7 +141,8 @@ public enum Ledger {
     }
 
     /// Checks entries in order: numbering, the chain of hashes, each record canonical, every
-    /// signature valid and by a participant, and every participant not out of contact signed.
+    /// signature valid and by a participant, and every participant recorded as completed signed
+    /// (a quit or an absence is attested by the others' signatures).
     /// Returns the first break, or nil when the whole ledger holds.
     public static func verify(_ entries: [LedgerEntry]) -> Break? {
         var previous = genesis
@@ -159,7 +160,7 @@ public enum Ledger {
                 }
                 signed.insert(s.key)
             }
-            for o in record.outcomes where o.result != .outOfContact && !signed.contains(Array(o.publicKey)) {
+            for o in record.outcomes where o.result == .completed && !signed.contains(Array(o.publicKey)) {
                 return Break(seq: e.seq, reason: "\(NodeID(publicKey: Array(o.publicKey)).short) did not sign")
             }
             guard hash(previous: e.previousHash, record: e.record, signatures: e.signatures) == e.hash else {

@@ -230,6 +230,20 @@ final class ChallengeTests: XCTestCase {
         XCTAssertNil(Ledger.verify([e]), "an out-of-contact participant need not sign")
     }
 
+    func testAPartnerWhoNeverSignsIsSettledAsOutOfContact() throws {
+        var (a, _) = try running()
+        _ = try a.markEnded(localUs: 0, signer: alice)
+        XCTAssertEqual(a.participant(bob.publicKey)?.result, .completed, "in contact at the end")
+        let end = a.endAtUs!
+        XCTAssertEqual(try a.settleAfterGrace(nowUs: end + a.graceMs * 1000 - 1, signer: alice), [])
+        XCTAssertFalse(a.readyToCommit(nowUs: end + a.graceMs * 1000 - 1))
+        let acts = try a.settleAfterGrace(nowUs: end + a.graceMs * 1000, signer: alice)
+        XCTAssertEqual(sends(acts).map(\.0), [.challengeOutcome], "the new view is signed and sent")
+        XCTAssertEqual(a.participant(bob.publicKey)?.result, .outOfContact)
+        XCTAssertTrue(a.readyToCommit(nowUs: end + a.graceMs * 1000))
+        XCTAssertNil(Ledger.verify([Ledger.append(after: nil, record: a.record!, signatures: a.signatureList)]))
+    }
+
     func testSoloSessionSignsItsOwnRecord() throws {
         var s = try Challenge.solo(id: Sodium.randomBytes(16), me: alice.publicKey, durationMs: 1500, nowUs: t0)
         XCTAssertEqual(s.phase, .scheduled)

@@ -317,7 +317,8 @@ public final class ChallengeService: @unchecked Sendable {
                     probePartners(c, mono: mono)
                     if c.phase == .running { checkContact(c, mono: mono) }
                 case .ended:
-                    commitIfReady(c)
+                    let settled = try mutate(c.id) { c in try c.settleAfterGrace(nowUs: timebaseNow(c), signer: identity) }
+                    commitIfReady(settled)
                 default:
                     break
                 }
