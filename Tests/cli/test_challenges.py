@@ -1,0 +1,489 @@
+"""Focus challenges (issue 4) between real `tandem node` processes on loopback, driven only through
+the CLI and `tandem wait`.
+
+Start and end instants are compared with the `mono_us` field of `challenge.started` and
+`challenge.ended`: CLOCK_MONOTONIC, which every process on this machine shares and which a faked
+wall clock (libfaketime with FAKETIME_DONT_FAKE_MONOTONIC=1) leaves alone. So "started together"
+is measured on one clock, whatever each node believes the time is.
+"""
+import glob
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from clihelpers import TANDEM, Node, free_port, one_line_error, run, wait_control_socket, wait_listening
+
+LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
+# Start and end on every node within this much of each other (µs of CLOCK_MONOTONIC).
+SKEW_US = 5_000
+
+
+class ChallengeNode(Node):
+    """A node that can be started with extra environment (libfaketime) and again on the same port."""
+
+    env = None
+
+    def start(self, env=None, port=None):
+        self.port = port or self.port or free_port()
+        self.env = env if env is not None else self.env
+        command = [TANDEM, "node", "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}", "--no-discovery"]
+        if self.env and "LD_PRELOAD" in self.env:
+            # Through env(1), which execs the node in place (same pid): libfaketime, loaded first into
+            # env, sets up its shared memory and exports FAKETIME_SHARED there. Loaded straight into
+            # the node, its constructor setenv()s that variable, which moves `environ` before the
+            # Swift runtime finds argv from it: the node would see no arguments at all.
+            command = ["env", *command]
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(self.env or {})})
+        wait_listening(self.port, self.proc)
+        wait_control_socket(self.control_socket, self.proc)
+        return self
+
+    def _forget_faketime(self):
+        # libfaketime's shared memory and semaphore, named after the process that made them.
+        if self.env and "LD_PRELOAD" in self.env and self.proc is not None:
+            for name in (f"faketime_shm_{self.proc.pid}", f"sem.faketime_sem_{self.proc.pid}"):
+                Path("/dev/shm", name).unlink(missing_ok=True)
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        try:
+            return super().stop(sig, timeout)
+        finally:
+            self._forget_faketime()
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self._forget_faketime()
+
+
+def cli(node, *args, check=True, timeout=30):
+    return run(*args, "--data-dir", node.data_dir, check=check, timeout=timeout)
+
+
+def cli_json(node, *args):
+    return json.loads(cli(node, *args, "--json").stdout)
+
+
+def events(node, type_=None):
+    out = [json.loads(l) for l in cli(node, "events", "--json").stdout.splitlines() if l.strip()]
+    return [e for e in out if type_ is None or e["type"] == type_]
+
+
+def last_seq(node):
+    evs = events(node)
+    return evs[-1]["seq"] if evs else 0
+
+
+def wait_event(node, type_, *matches, since=0, timeout="20s"):
+    args = ["wait", type_, "--since", str(since), "--timeout", timeout, "--json"]
+    for m in matches:
+        args += ["--match", m]
+    return json.loads(cli(node, *args, timeout=120).stdout)
+
+
+def befriend(a, b):
+    cli(a, "friend", "request", b.id, "--addr", b.address)
+    wait_event(b, "friend.request.received", f"id={a.id}")
+    cli(b, "friend", "accept", a.id)
+    wait_event(a, "friend.accepted", f"id={b.id}")
+    wait_event(a, "peer.online", f"id={b.id}")
+    wait_event(b, "peer.online", f"id={a.id}")
+
+
+def invite(inviter, *invitees, duration="3s", extra=()):
+    """Sends an invite; returns the challenge id after every invitee has it."""
+    c = cli_json(inviter, "challenge", "invite", *[n.id for n in invitees], "--duration", duration, *extra)
+    cid = c["id"]
+    assert len(cid) == 32 and all(ch in "0123456789abcdef" for ch in cid)
+    sent = wait_event(inviter, "challenge.invite.sent", f"id={cid}")
+    assert sorted(sent["to"]) == sorted(n.id for n in invitees)
+    for n in invitees:
+        got = wait_event(n, "challenge.invited", f"id={cid}")
+        assert got["from"] == inviter.id
+        assert sorted(got["participants"]) == sorted([inviter.id] + [m.id for m in invitees])
+    return cid
+
+
+def started_and_ended(nodes, cid, timeout="30s"):
+    """challenge.started and challenge.ended of each node."""
+    started = [wait_event(n, "challenge.started", f"id={cid}", timeout=timeout) for n in nodes]
+    ended = [wait_event(n, "challenge.ended", f"id={cid}", timeout=timeout) for n in nodes]
+    return started, ended
+
+
+def mono_skew(evs):
+    monos = [e["mono_us"] for e in evs]
+    return max(monos) - min(monos)
+
+
+def ledger_entries(nodes, cid, signers):
+    """Waits until every node committed the challenge; returns each node's ledger entry for it."""
+    appended = [wait_event(n, "ledger.appended", f"challenge_id={cid}", timeout="30s") for n in nodes]
+    assert [a["signers"] for a in appended] == [signers] * len(nodes), appended
+    assert len({a["hash"] for a in appended}) == 1, appended
+    entries = []
+    for n, a in zip(nodes, appended):
+        mine = [e for e in cli_json(n, "ledger", "list")["entries"] if e.get("challenge_id") == cid]
+        assert len(mine) == 1, mine
+        assert mine[0]["hash"] == a["hash"] and mine[0]["seq"] == a["entry"]
+        assert sorted(mine[0]["signers"]) == sorted(m.id for m in nodes)
+        entries.append(mine[0])
+    return entries
+
+
+def results(entry):
+    return {o["id"]: o for o in entry["outcomes"]}
+
+
+def verify_ok(node):
+    proc = cli(node, "ledger", "verify", check=False)
+    assert proc.returncode == 0, proc.stderr
+    r = cli_json(node, "ledger", "verify")
+    assert r["ok"] is True
+    return r
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """Alice and Bob, friends, shared by the tests that do not restart or tamper with a node."""
+    root = tmp_path_factory.mktemp("pair")
+    nodes = [ChallengeNode(root / "alice").start(), ChallengeNode(root / "bob").start()]
+    try:
+        befriend(*nodes)
+        yield nodes
+    finally:
+        for n in nodes:
+            n.kill()
+
+
+@pytest.fixture
+def make_friends(tmp_path):
+    """make_friends(n, env={index: environment}) -> n fresh running nodes; the first is friends with each other one."""
+    made = []
+
+    def factory(count, env=None):
+        nodes = []
+        for i in range(count):
+            n = ChallengeNode(tmp_path / f"n{i}")
+            made.append(n)
+            nodes.append(n.start(env=(env or {}).get(i)))
+        for other in nodes[1:]:
+            befriend(nodes[0], other)
+        return nodes
+
+    yield factory
+    for n in made:
+        n.kill()
+
+
+# 1
+def test_two_start_and_end_together_and_co_sign_the_ledger(pair):
+    alice, bob = pair
+    before = [cli_json(n, "stats") for n in pair]
+    cid = invite(alice, bob, duration="3s", extra=("--message", "deep work"))
+    assert wait_event(bob, "challenge.invited", f"id={cid}")["message"] == "deep work"
+    cli(bob, "challenge", "accept", cid[:6])
+    assert wait_event(alice, "challenge.accepted", f"id={cid}")["by"] == bob.id
+    scheduled = [wait_event(n, "challenge.scheduled", f"id={cid}") for n in pair]
+    assert all(sorted(s["roster"]) == sorted([alice.id, bob.id]) for s in scheduled)
+    started, ended = started_and_ended(pair, cid)
+    assert mono_skew(started) <= SKEW_US, started
+    assert mono_skew(ended) <= SKEW_US, ended
+    # Three seconds apart, on the shared clock.
+    for s, e in zip(started, ended):
+        assert abs(e["mono_us"] - s["mono_us"] - 3_000_000) <= SKEW_US, (s, e)
+        assert e["result"] == "completed"
+    entries = ledger_entries(pair, cid, signers=2)
+    assert all(o["result"] == "completed" for o in entries[0]["outcomes"])
+    assert entries[0]["duration_ms"] == 3000
+    for n in pair:
+        verify_ok(n)
+        shown = cli_json(n, "challenge", "show", cid)
+        assert shown["phase"] == "ended" and shown["result"] == "completed" and shown["committed"] is True
+    for n, b in zip(pair, before):
+        stats = cli_json(n, "stats")
+        assert stats["challenges_completed"] == b["challenges_completed"] + 1, stats
+        assert stats["challenges_failed"] == b["challenges_failed"], stats
+
+
+# 2
+def test_decline_is_told_and_nothing_starts(pair):
+    alice, bob = pair
+    cid = invite(alice, bob, duration="2s")
+    cli(bob, "challenge", "decline", cid)
+    declined = wait_event(alice, "challenge.declined", f"id={cid}", f"by={bob.id}")
+    assert declined["id"] == cid
+    # Well past the 2 s lead a two-person start would have: nothing was scheduled or started.
+    time.sleep(3)
+    for n in pair:
+        for t in ("challenge.scheduled", "challenge.started", "challenge.ended"):
+            assert [e for e in events(n, t) if e["id"] == cid] == [], (n.data_dir, t)
+        assert cli_json(n, "challenge", "show", cid)["phase"] == "declined"
+    # And accepting it now is refused.
+    proc = cli(bob, "challenge", "accept", cid, check=False)
+    assert proc.returncode == 1
+    one_line_error(proc)
+
+
+# 3
+def test_quit_early_is_told_at_once_and_recorded_by_both(pair):
+    alice, bob = pair
+    cid = invite(alice, bob, duration="5s")
+    cli(bob, "challenge", "accept", cid)
+    start_b = wait_event(bob, "challenge.started", f"id={cid}")
+    time.sleep(1.5)
+    cli(bob, "challenge", "quit", cid, "--reason", "phone call")
+    quit_b = wait_event(bob, "challenge.quit", f"id={cid}")
+    told = wait_event(alice, "challenge.partner.quit", f"id={cid}", f"who={bob.id}", timeout="5s")
+    # Both nodes stamp events with the machine's (unfaked) wall clock.
+    assert 0 <= told["time_ms"] - quit_b["time_ms"] <= 1000, (quit_b, told)
+    assert told["reason"] == "phone call" and quit_b["reason"] == "phone call"
+    assert 1300 <= quit_b["elapsed_ms"] <= 2500 and abs(told["elapsed_ms"] - quit_b["elapsed_ms"]) <= 50
+    # Alice goes on to the end; Bob's node still ends (and signs) at the same instant.
+    ended = [wait_event(n, "challenge.ended", f"id={cid}") for n in pair]
+    assert mono_skew(ended) <= SKEW_US
+    assert ended[0]["result"] == "completed" and ended[1]["result"] == "quit"
+    assert abs(ended[1]["mono_us"] - start_b["mono_us"] - 5_000_000) <= SKEW_US
+    entries = ledger_entries(pair, cid, signers=2)
+    for entry in entries:
+        r = results(entry)
+        assert r[alice.id]["result"] == "completed"
+        assert r[bob.id]["result"] == "quit" and r[bob.id]["reason"] == "phone call"
+        assert r[bob.id]["elapsed_ms"] == quit_b["elapsed_ms"]
+    for n in pair:
+        verify_ok(n)
+    assert cli_json(bob, "stats")["challenges_failed"] >= 1
+
+
+# 4
+def test_group_of_three_with_one_quitter(make_friends):
+    alice, bob, carol = make_friends(3)  # Bob and Carol are friends of Alice only
+    group = [alice, bob, carol]
+    cid = invite(alice, bob, carol, duration="4s", extra=("--start-in", "4s"))
+    for n in (bob, carol):
+        cli(n, "challenge", "accept", cid)
+    # Everyone hears every answer (Bob and Carol too, who are not friends).
+    for n in group:
+        for who in (bob, carol):
+            if n is not who:
+                wait_event(n, "challenge.accepted", f"id={cid}", f"by={who.id}")
+    started = [wait_event(n, "challenge.started", f"id={cid}") for n in group]
+    assert mono_skew(started) <= SKEW_US, started
+    assert all(sorted(s["roster"]) == sorted(n.id for n in group) for s in started)
+    time.sleep(1.0)
+    cli(carol, "challenge", "quit", cid, "--reason", "tired")
+    quit_c = wait_event(carol, "challenge.quit", f"id={cid}")
+    for n in (alice, bob):
+        told = wait_event(n, "challenge.partner.quit", f"id={cid}", f"who={carol.id}", timeout="5s")
+        assert told["time_ms"] - quit_c["time_ms"] <= 1000, (n.data_dir, told, quit_c)
+    ended = [wait_event(n, "challenge.ended", f"id={cid}") for n in group]
+    assert mono_skew(ended) <= SKEW_US, ended
+    assert [e["result"] for e in ended] == ["completed", "completed", "quit"]
+    entries = ledger_entries(group, cid, signers=3)
+    for entry in entries:
+        r = results(entry)
+        assert r[alice.id]["result"] == "completed" and r[bob.id]["result"] == "completed"
+        assert r[carol.id]["result"] == "quit" and r[carol.id]["reason"] == "tired"
+    for n in group:
+        verify_ok(n)
+
+
+# 5
+def test_kill_9_mid_challenge_resumes_and_ends_on_time(make_friends):
+    alice, bob = make_friends(2)
+    cid = invite(alice, bob, duration="7s")
+    cli(bob, "challenge", "accept", cid)
+    started = [wait_event(n, "challenge.started", f"id={cid}") for n in (alice, bob)]
+    assert mono_skew(started) <= SKEW_US
+    time.sleep(1.5)
+    bob.kill()
+    seq = last_seq(alice)
+    bob.start(port=bob.port)
+    resumed = wait_event(bob, "challenge.resumed", f"id={cid}")
+    elapsed_ms = (time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000 - started[0]["mono_us"]) // 1000
+    assert abs(resumed["remaining_ms"] - (7000 - elapsed_ms)) <= 500, (resumed, elapsed_ms)
+    wait_event(alice, "peer.online", f"id={bob.id}", since=seq)
+    ended = [wait_event(n, "challenge.ended", f"id={cid}") for n in (alice, bob)]
+    assert mono_skew(ended) <= 50_000, ended
+    assert abs(ended[0]["mono_us"] - started[0]["mono_us"] - 7_000_000) <= SKEW_US
+    assert [e["result"] for e in ended] == ["completed", "completed"]
+    # Bob started (and ended) once: the restart resumed, it did not start again.
+    assert len([e for e in events(bob, "challenge.started") if e["id"] == cid]) == 1
+    entries = ledger_entries([alice, bob], cid, signers=2)
+    assert all(o["result"] == "completed" for o in entries[0]["outcomes"])
+    for n in (alice, bob):
+        verify_ok(n)
+
+
+# 6
+@pytest.mark.parametrize("shift,offset_us", [("+5s", -5_000_000), ("-5s", 5_000_000)])
+@pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime is not installed (apt-get install faketime)")
+def test_a_wrong_clock_does_not_matter(make_friends, shift, offset_us):
+    fake = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": shift, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    alice, bob = make_friends(2, env={1: fake})  # Bob's wall clock is 5 s off
+    # The fake took: Bob's node stamps its events with its own (shifted) clock.
+    online = wait_event(bob, "peer.online", f"id={alice.id}")
+    assert abs(online["time_ms"] - time.time() * 1000 + offset_us / 1000) < 2000, online
+    cid = invite(alice, bob, duration="3s")
+    cli(bob, "challenge", "accept", cid)
+    started, ended = started_and_ended([alice, bob], cid)
+    assert abs(started[1]["offset_us"] - offset_us) <= 20_000, started[1]
+    assert mono_skew(started) <= SKEW_US, started
+    assert mono_skew(ended) <= SKEW_US, ended
+    # Bob's wall clock says he started 5 s away from Alice.
+    assert abs((started[1]["at_us"] - started[0]["at_us"]) + offset_us) <= 50_000
+    ledger_entries([alice, bob], cid, signers=2)
+    for n in (alice, bob):
+        verify_ok(n)
+
+
+def db_rows(path, table):
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return db.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
+
+
+def db_keys(path):
+    """Every stored row's key, by table (the primary key, or the rowid)."""
+    out = {}
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"):
+            pk = [r[1] for r in sorted(db.execute(f"PRAGMA table_info({table})"), key=lambda r: r[5]) if r[5] > 0]
+            cols = ", ".join(pk) if pk else "rowid"
+            out[table] = set(db.execute(f"SELECT {cols} FROM {table}").fetchall())
+    return out
+
+
+def patch_ledger(path, seq, column, offset):
+    """Flips one bit of one byte of a ledger blob; returns the original blob."""
+    db = sqlite3.connect(path)
+    try:
+        (blob,) = db.execute(f"SELECT {column} FROM ledger WHERE seq = ?", (seq,)).fetchone()
+        changed = bytearray(blob)
+        changed[offset] ^= 0x01
+        db.execute(f"UPDATE ledger SET {column} = ? WHERE seq = ?", (bytes(changed), seq))
+        db.commit()
+        return bytes(blob)
+    finally:
+        db.close()
+
+
+def restore_ledger(path, seq, column, blob):
+    db = sqlite3.connect(path)
+    try:
+        db.execute(f"UPDATE ledger SET {column} = ? WHERE seq = ?", (blob, seq))
+        db.commit()
+    finally:
+        db.close()
+
+
+# 7
+def test_a_tampered_ledger_is_caught(make_friends):
+    alice, bob = make_friends(2)
+    cid = invite(alice, bob, duration="2s")
+    cli(bob, "challenge", "accept", cid)
+    ledger_entries([alice, bob], cid, signers=2)
+    # A second entry after it: a solo session.
+    cli(alice, "focus", "start", "--duration", "1s")
+    wait_event(alice, "ledger.appended", "entry=2")
+    verify_ok(alice)
+    ledger_before = cli_json(alice, "ledger", "list")["entries"]
+    assert [e["seq"] for e in ledger_before] == [1, 2]
+    alice.stop()
+    db = os.path.join(alice.data_dir, "node.sqlite")
+    ledger_rows = db_rows(db, "ledger")
+    challenge_rows = db_rows(db, "challenge")
+    keys = db_keys(db)
+    assert keys["contact"] and keys["event"] and len(keys["challenge"]) == 2
+
+    def broken(expect_seq, *expect_text):
+        alice.start()
+        try:
+            proc = cli(alice, "ledger", "verify", check=False)
+            assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+            line = one_line_error(proc)
+            assert f"broken at entry {expect_seq}:" in line, line
+            assert all(t in line for t in expect_text), line
+            assert proc.stdout == ""
+            proc = cli(alice, "ledger", "verify", "--json", check=False)
+            assert proc.returncode == 1
+            r = json.loads(proc.stdout)
+            assert r["ok"] is False and r["break"]["seq"] == expect_seq and r["entries"] == 2
+            # The node is otherwise fine: its ledger still lists, its friend is still there.
+            assert [e["seq"] for e in cli_json(alice, "ledger", "list")["entries"]] == [1, 2]
+            assert [f["id"] for f in cli_json(alice, "friend", "list")["friends"]] == [bob.id]
+        finally:
+            alice.stop()
+
+    # A byte of the first record.
+    record = ledger_rows[0][2]
+    original = patch_ledger(db, 1, "record", len(record) // 2)
+    broken(1)
+    restore_ledger(db, 1, "record", original)
+    # A byte of the first signature of entry 1 (96 bytes per signer: key, then signature).
+    original = patch_ledger(db, 1, "signatures", 32 + 10)
+    broken(1, "signature", "does not verify")
+    restore_ledger(db, 1, "signatures", original)
+    # The link of entry 2 to entry 1.
+    original = patch_ledger(db, 2, "previousHash", 0)
+    broken(2, "previous hash")
+    restore_ledger(db, 2, "previousHash", original)
+
+    # Restored, it holds again, and nothing else was lost.
+    assert db_rows(db, "ledger") == ledger_rows
+    alice.start()
+    verify_ok(alice)
+    assert cli_json(alice, "ledger", "list")["entries"] == ledger_before
+    assert cli_json(alice, "challenge", "show", cid)["phase"] == "ended"
+    alice.stop()
+    assert db_rows(db, "challenge") == challenge_rows
+    after = db_keys(db)
+    for table, rows in keys.items():
+        if table != "outbox":  # frames go away when acknowledged
+            assert rows <= after[table], table
+
+
+# 8
+def test_bad_input_gets_one_line_and_the_right_exit_code(pair, tmp_path):
+    alice, bob = pair
+    stranger = Node(tmp_path / "stranger")  # a valid ID, not a friend
+    pending = cli_json(alice, "challenge", "invite", bob.id, "--duration", "1m", "--start-in", "1h")["id"]
+    cases = [
+        (bob, ["challenge", "accept", "zzzz"], 2),
+        (bob, ["challenge", "accept", "abc"], 2),                     # too short a prefix
+        (bob, ["challenge", "accept", "0123abcd0123abcd"], 8),        # no such challenge
+        (bob, ["challenge", "show", "ffffffffffffffffffffffffffffffff"], 8),
+        (alice, ["challenge", "invite", stranger.id, "--duration", "3s"], 1),
+        (alice, ["challenge", "invite", alice.id, "--duration", "3s"], 2),
+        (alice, ["challenge", "invite", bob.id, "--duration", "0s"], 2),
+        (alice, ["challenge", "invite", bob.id, "--duration", "soon"], 2),
+        (alice, ["challenge", "invite", "tdm1nope", "--duration", "3s"], 2),
+        (alice, ["challenge", "invite", bob.id, "--duration", "3s", "--start-in", "1m", "--start-at", "12:00"], 2),
+        (alice, ["challenge", "quit", pending], 1),                   # invited, not running
+        (alice, ["challenge", "accept", pending], 1),                 # your own invite
+        (alice, ["focus", "start", "--duration", "0s"], 2),
+        (alice, ["focus", "quit"], 8),
+    ]
+    for node, args, code in cases:
+        proc = cli(node, *args, check=False)
+        assert proc.returncode == code, (args, proc.returncode, proc.stderr)
+        one_line_error(proc)
+        assert proc.stdout == "", (args, proc.stdout)
+    # Bob's copy of the pending invite is there; quitting it there is refused as well.
+    wait_event(bob, "challenge.invited", f"id={pending}")
+    proc = cli(bob, "challenge", "quit", pending, check=False)
+    assert proc.returncode == 1
+    one_line_error(proc)
+    # Nothing above started anything; cancel the pending one and Bob is told.
+    cli(alice, "challenge", "cancel", pending)
+    wait_event(bob, "challenge.cancelled", f"id={pending}")
+    assert cli_json(bob, "challenge", "show", pending)["phase"] == "cancelled"
+    invited_to_stranger = [e for e in events(alice, "challenge.invite.sent") if stranger.id in e["to"]]
+    assert invited_to_stranger == []

@@ -1,0 +1,141 @@
+"""Focus challenges on a namespace LAN: two hosts find each other by broadcast, become friends
+without any address being given, and run a challenge that starts and ends on both at the same
+instant, also when one host's wall clock is 5 s off (libfaketime).
+
+Instants are compared with `mono_us` (CLOCK_MONOTONIC) from `challenge.started` / `challenge.ended`:
+network namespaces share it with the whole machine, and libfaketime leaves it alone with
+FAKETIME_DONT_FAKE_MONOTONIC=1."""
+import glob
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from netns import SUBNET, TANDEM_BIN
+
+NODE_ENV = {k: v for k, v in os.environ.items() if k != "TANDEM_NO_DISCOVERY"}
+LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
+SKEW_US = 5_000
+
+
+def cli(node, *args, timeout=30):
+    proc = subprocess.run([TANDEM_BIN, *args, "--data-dir", node["dir"]], capture_output=True, text=True,
+                          timeout=timeout, env=NODE_ENV)
+    assert proc.returncode == 0, f"tandem {' '.join(args)}: {proc.stderr.strip()}"
+    return proc.stdout
+
+
+def cli_json(node, *args, timeout=30):
+    return json.loads(cli(node, *args, "--json", timeout=timeout))
+
+
+def wait_event(node, event, *matches, timeout="20s"):
+    args = ["wait", event, "--since", "0", "--timeout", timeout]
+    for m in matches:
+        args += ["--match", m]
+    return cli_json(node, *args, timeout=90)
+
+
+def until(predicate, timeout=15.0, step=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def start_node(ns, d, fake=None):
+    command = ["ip", "netns", "exec", ns]
+    if fake:
+        # env(1) twice: the first sets the variables, the second (with libfaketime loaded) sets up
+        # libfaketime's shared memory before it execs the node. Loaded straight into the node,
+        # libfaketime's constructor setenv()s FAKETIME_SHARED, which moves `environ` before the
+        # Swift runtime finds argv from it, and the node would start without its arguments.
+        command += ["env", f"LD_PRELOAD={LIBFAKETIME}", f"FAKETIME={fake}", "FAKETIME_DONT_FAKE_MONOTONIC=1", "env"]
+    command += [TANDEM_BIN, "node", "--data-dir", str(d), "--listen", "0.0.0.0:7810", "--discovery-interval", "0.3"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=NODE_ENV)
+
+
+@pytest.fixture
+def two_hosts(lan, tmp_path):
+    """start(fake_for_bob=None) -> Alice and Bob, each in a namespace, friends by LAN discovery alone."""
+    procs = []
+
+    def start(bob_clock=None):
+        nodes = []
+        for i, (ns, name, fake) in enumerate(zip(lan[:2], ["Alice", "Bob"], [None, bob_clock]), 1):
+            d = tmp_path / name.lower()
+            info = json.loads(subprocess.run([TANDEM_BIN, "init", "--json", "--data-dir", str(d)], capture_output=True,
+                                             text=True, timeout=30, check=True).stdout)
+            proc = start_node(ns, d, fake)
+            procs.append((proc, fake))
+            nodes.append({"dir": str(d), "id": info["id"], "ip": f"{SUBNET}.{i}", "name": name, "proc": proc})
+        for node in nodes:
+            assert until(lambda: subprocess.run([TANDEM_BIN, "status", "--data-dir", node["dir"]], capture_output=True,
+                                                env=NODE_ENV).returncode == 0), node["proc"].stderr.read()
+            cli(node, "name", node["name"])
+        alice, bob = nodes
+        # Found by broadcast, asked without an address.
+        assert until(lambda: alice["id"] in {p["id"] for p in cli_json(bob, "peers")["peers"]})
+        cli(bob, "friend", "request", alice["id"])
+        assert wait_event(alice, "friend.request.received", f"id={bob['id']}")["address"] == bob["ip"]
+        cli(alice, "friend", "accept", bob["id"])
+        wait_event(bob, "friend.accepted", f"id={alice['id']}")
+        wait_event(alice, "peer.online", f"id={bob['id']}")
+        wait_event(bob, "peer.online", f"id={alice['id']}")
+        return alice, bob
+
+    yield start
+    for proc, _ in procs:
+        proc.terminate()
+    for proc, fake in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if fake:
+            for name in (f"faketime_shm_{proc.pid}", f"sem.faketime_sem_{proc.pid}"):
+                Path("/dev/shm", name).unlink(missing_ok=True)
+
+
+def run_challenge(alice, bob, duration_s=3):
+    out = cli_json(alice, "challenge", "invite", bob["id"], "--duration", f"{duration_s}s")
+    cid = out["id"]
+    assert wait_event(bob, "challenge.invited", f"id={cid}")["from"] == alice["id"]
+    cli(bob, "challenge", "accept", cid)
+    started = [wait_event(n, "challenge.started", f"id={cid}") for n in (alice, bob)]
+    ended = [wait_event(n, "challenge.ended", f"id={cid}") for n in (alice, bob)]
+    for n, s, e in zip((alice, bob), started, ended):
+        assert e["result"] == "completed", (n["name"], e)
+        assert abs(e["mono_us"] - s["mono_us"] - duration_s * 1_000_000) <= SKEW_US, (n["name"], s, e)
+    assert abs(started[0]["mono_us"] - started[1]["mono_us"]) <= SKEW_US, started
+    assert abs(ended[0]["mono_us"] - ended[1]["mono_us"]) <= SKEW_US, ended
+    appended = [wait_event(n, "ledger.appended", f"challenge_id={cid}", timeout="30s") for n in (alice, bob)]
+    assert [a["signers"] for a in appended] == [2, 2] and appended[0]["hash"] == appended[1]["hash"], appended
+    for n in (alice, bob):
+        assert cli_json(n, "ledger", "verify")["ok"] is True
+    return started, ended
+
+
+def test_challenge_between_two_hosts_on_a_lan(two_hosts):
+    alice, bob = two_hosts()
+    started, _ = run_challenge(alice, bob)
+    # Same wall clock on both hosts: the measured offset is tiny.
+    assert abs(started[1]["offset_us"]) <= 5_000, started[1]
+
+
+@pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime is not installed (apt-get install faketime)")
+def test_challenge_with_a_host_whose_clock_is_5_s_ahead(two_hosts):
+    alice, bob = two_hosts(bob_clock="+5s")
+    # The fake took: Bob's node stamps its events 5 s ahead of the machine's clock.
+    assert abs(wait_event(bob, "peer.online", f"id={alice['id']}")["time_ms"] - time.time() * 1000 - 5000) < 3000
+    started, _ = run_challenge(alice, bob)
+    # Alice's clock minus Bob's, measured over the LAN.
+    assert abs(started[1]["offset_us"] + 5_000_000) <= 20_000, started[1]
+    assert abs((started[1]["at_us"] - started[0]["at_us"]) - 5_000_000) <= 50_000, started
