@@ -227,7 +227,7 @@ func watchChallenge(_ common: CommonOptions, method: String, params: JSONValue) 
         let over = ["ended", "declined", "expired", "cancelled"].contains(phase)
         if common.json {
             var tick = c
-            if case .object(var o) = tick { o["tick_at"] = FriendServiceTime.now(); tick = .object(o) }
+            if case .object(var o) = tick { o["tick_at"] = FriendService.iso(Int64(Date().timeIntervalSince1970 * 1000)); tick = .object(o) }
             output(tick.compactJSON)
         } else {
             let lines = countdownLines(c, width: terminalWidth())
@@ -238,14 +238,6 @@ func watchChallenge(_ common: CommonOptions, method: String, params: JSONValue) 
         }
         if over { return }
         try await Task.sleep(for: .seconds(1))
-    }
-}
-
-enum FriendServiceTime {
-    static func now() -> JSONValue {
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return .string(f.string(from: Date()))
     }
 }
 

@@ -15,7 +15,7 @@ extension FriendService {
         }
     }
 
-    static func iso(_ ms: Int64?) -> JSONValue {
+    public static func iso(_ ms: Int64?) -> JSONValue {
         guard let ms else { return .null }
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
