@@ -1,0 +1,367 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Sodium
+import TandemNode
+import TandemProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tandem-bench countdown`: how closely two nodes whose wall clocks disagree by 5 s start and end
+/// a shared challenge, and how fast an early exit reaches the partner.
+///
+/// Three real `tandem node` processes on loopback: an anchor on the true clock, and two friends of
+/// it whose wall clocks libfaketime shifts by +N s and −N s (CLOCK_MONOTONIC is left alone). Runs
+/// alternate the partner (ahead, behind) and who invites, so both the anchor's and a shifted clock
+/// serve as the timebase. Every `challenge.started` / `challenge.ended` event carries `mono_us`
+/// (CLOCK_MONOTONIC µs, one clock for every process on the machine): the skew of a run is the
+/// difference between the two nodes' values. In the extra quit runs one side quits mid-challenge;
+/// the notice latency is `challenge.partner.quit` minus `challenge.quit` (both `mono_us`).
+///
+/// Same-run baselines: how late a plain 2 ms sleep wakes up here (the timer noise two processes
+/// add), and the round trip of a signed ping on a secure loopback link.
+struct CountdownBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "countdown",
+        abstract: "Start/end skew of two-node challenges with wall clocks 5 s apart (libfaketime), and quit-notice latency.")
+
+    @Option(help: "Challenges run to the end.") var runs: Int = 20
+    @Option(help: "Extra challenges in which one side quits mid-way (for the notice latency).") var quitRuns: Int = 10
+    @Option(help: "Length of each challenge (ms).") var durationMs: Int64 = 2000
+    @Option(help: "Seconds the shifted nodes' wall clocks are ahead of and behind the anchor's.") var shift: Int = 5
+    @Option(help: "Goal for the p99 start and end skew (ms).") var goalMs: Double = 5
+    @Option(help: ArgumentHelp("The tandem binary (default: next to tandem-bench).", valueName: "path")) var tandem: String?
+    @Option(help: ArgumentHelp("The faketime wrapper (apt package faketime).", valueName: "path")) var faketime = "/usr/bin/faketime"
+    @Flag(help: "Keep the nodes' data directories and logs (they are kept anyway when a run fails).") var keep = false
+
+    func validate() throws {
+        guard (1...1000).contains(runs) else { throw ValidationError("--runs must be between 1 and 1000") }
+        guard (0...1000).contains(quitRuns) else { throw ValidationError("--quit-runs must be between 0 and 1000") }
+        guard (1000...60_000).contains(durationMs) else { throw ValidationError("--duration-ms must be between 1000 and 60000") }
+        guard (1...3600).contains(shift) else { throw ValidationError("--shift must be between 1 and 3600 seconds") }
+    }
+
+    func run() async throws {
+        warnIfDebug()
+        let binary = tandem.map { URL(fileURLWithPath: $0).path }
+            ?? URL(fileURLWithPath: ChildProcess.ownExecutable()).deletingLastPathComponent().appendingPathComponent("tandem").path
+        guard FileManager.default.isExecutableFile(atPath: binary) else {
+            throw ValidationError("no tandem binary at \(binary) (build it: swift build -c release --product tandem)")
+        }
+        guard FileManager.default.isExecutableFile(atPath: faketime) else {
+            throw ValidationError("no faketime at \(faketime) (apt-get install faketime)")
+        }
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-countdown-\(getpid())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        var succeeded = false
+        var nodes: [BenchNode] = []
+        defer {
+            for n in nodes { n.stop() }
+            if succeeded && !keep {
+                try? FileManager.default.removeItem(at: root)
+            } else {
+                say("countdown: data directories and logs kept in \(root.path)")
+            }
+        }
+
+        // A plain node and two shifted ones, each a friend of the plain one.
+        let anchor = try BenchNode(name: "anchor", shift: 0, tandem: binary, faketime: faketime, root: root)
+        nodes.append(anchor)
+        let ahead = try BenchNode(name: "ahead", shift: shift, tandem: binary, faketime: faketime, root: root)
+        nodes.append(ahead)
+        let behind = try BenchNode(name: "behind", shift: -shift, tandem: binary, faketime: faketime, root: root)
+        nodes.append(behind)
+        for n in nodes { try await n.connect() }
+        for partner in [ahead, behind] { try await befriend(anchor, partner) }
+        say("countdown: 3 nodes up (wall clocks +0 s, +\(shift) s, -\(shift) s), friends; \(runs) runs + \(quitRuns) quit runs of \(durationMs) ms")
+
+        let sleepBefore = Self.sleepOvershoots(count: 200)
+        var results: [RunResult] = []
+        for i in 0..<(runs + quitRuns) {
+            // Independent bits: which shifted partner, who invites, and (quit runs) who quits.
+            let partner = i % 2 == 0 ? ahead : behind
+            let (inviter, invitee) = (i / 2) % 2 == 0 ? (anchor, partner) : (partner, anchor)
+            let quitter: BenchNode? = i < runs ? nil : ((i - runs) / 4) % 2 == 0 ? invitee : inviter
+            let r = try await challenge(run: i, inviter: inviter, invitee: invitee, quitter: quitter)
+            results.append(r)
+            say(String(format: "countdown: run %2d  %@ → %@  start skew %.3f ms  end skew %.3f ms  offset error %.0f µs%@", i + 1,
+                       inviter.name, invitee.name, r.startSkewMs, r.endSkewMs, r.offsetErrorUs,
+                       r.quitLatencyMs.map { String(format: "  quit notice %.3f ms", $0) } ?? ""))
+        }
+        let sleepAfter = Self.sleepOvershoots(count: 200)
+        let pings = try await Self.pingRoundTrips(to: anchor, count: 50)
+
+        var ledgers: [String: Any] = [:]
+        var ledgersOK = true
+        for n in nodes {
+            let v = try await n.call("ledger.verify")
+            let ok = v["ok"]?.boolValue ?? false
+            ledgersOK = ledgersOK && ok
+            ledgers[n.name] = ["entries": v["entries"]?.intValue ?? 0, "verified": ok]
+        }
+
+        let start = Percentiles(results.map(\.startSkewMs)), end = Percentiles(results.map(\.endSkewMs))
+        let quit = Percentiles(results.compactMap(\.quitLatencyMs))
+        let offsetError = Percentiles(results.map(\.offsetErrorUs))
+        let sleeps = sleepBefore + sleepAfter
+        let overshoot = Percentiles(sleeps)
+        // Two timers set for the same instant in two processes: how far apart they fire.
+        let pairs = Percentiles(stride(from: 0, to: sleeps.count - 1, by: 2).map { abs(sleeps[$0] - sleeps[$0 + 1]) })
+        let ping = Percentiles(pings)
+        let consistent = results.allSatisfy(\.consistent)
+        let pass = start.p99 <= goalMs && end.p99 <= goalMs && consistent && ledgersOK
+        let report: [String: Any] = [
+            "benchmark": "countdown",
+            "runs": results.count,
+            "completed_runs": runs,
+            "quit_runs": quitRuns,
+            "duration_ms": durationMs,
+            "clock_shift_s": shift,
+            "start_skew_ms": start.json,
+            "end_skew_ms": end.json,
+            "quit_notice_latency_ms": quitRuns > 0 ? quit.json : NSNull(),
+            "offset_estimate_error_us": offsetError.json,
+            "goal_p99_ms": goalMs,
+            "pass": pass,
+            "results_as_expected": consistent,
+            "ledgers": ledgers,
+            "baseline_sleep_2ms_overshoot_ms": overshoot.json,
+            "baseline_timer_pair_difference_ms": pairs.json,
+            "baseline_signed_ping_rtt_ms": ping.json,
+            "ratio_start_skew_p99_to_timer_pair_p99": start.p99 / max(pairs.p99, 1e-6),
+            "ratio_end_skew_p99_to_timer_pair_p99": end.p99 / max(pairs.p99, 1e-6),
+            "ratio_quit_latency_p50_to_ping_rtt_p50": quitRuns > 0 ? quit.p50 / max(ping.p50, 1e-6) : NSNull(),
+            "environment": environment().merging(["load_average_end": loadAverage()]) { a, _ in a },
+            "note": "skew = |mono_us(A) - mono_us(B)| of challenge.started / challenge.ended; quit latency = partner.quit - quit (mono_us); one node's wall clock is shifted by ±clock_shift_s with libfaketime, the monotonic clock is not",
+        ]
+        let data = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
+        print(String(decoding: data, as: UTF8.self))
+        say(String(format: "countdown: start skew p50 %.3f / p99 %.3f ms, end skew p50 %.3f / p99 %.3f ms, quit notice p50 %.3f / p99 %.3f ms; %@ (goal p99 ≤ %.0f ms)",
+                   start.p50, start.p99, end.p50, end.p99, quit.p50, quit.p99, pass ? "pass" : "FAIL", goalMs))
+        succeeded = true
+    }
+
+    struct RunResult {
+        var startSkewMs: Double
+        var endSkewMs: Double
+        var quitLatencyMs: Double?
+        /// |measured offset − the true shift| on the invitee (µs).
+        var offsetErrorUs: Double
+        /// Both nodes ended with the results the run called for, and both committed it to their ledger.
+        var consistent: Bool
+    }
+
+    /// The anchor asks, the partner accepts; returns once the anchor sees the acceptance.
+    func befriend(_ anchor: BenchNode, _ partner: BenchNode) async throws {
+        _ = try await anchor.call("friend.request", ["id": .string(partner.id), "addr": .string("127.0.0.1:\(partner.port)"),
+                                                     "message": "countdown bench"])
+        _ = try await partner.feed.first("friend.request.received", ["id": anchor.id], timeout: 20)
+        _ = try await partner.call("friend.accept", ["id": .string(anchor.id)])
+        _ = try await anchor.feed.first("friend.accepted", ["id": partner.id], timeout: 20)
+    }
+
+    /// One challenge: invite, accept, both starts and ends (and a quit), both ledger entries.
+    func challenge(run: Int, inviter: BenchNode, invitee: BenchNode, quitter: BenchNode?) async throws -> RunResult {
+        let wait = Double(durationMs) / 1000 + 20
+        let invite = try await inviter.call("challenge.invite", ["ids": [.string(invitee.id)], "duration_ms": .int(durationMs),
+                                                                 "message": .string("bench run \(run + 1)")])
+        guard let cid = invite["id"]?.stringValue else { throw TandemBenchError("challenge.invite returned no id") }
+        _ = try await invitee.feed.first("challenge.invited", ["id": cid], timeout: wait)
+        _ = try await invitee.call("challenge.accept", ["id": .string(cid)])
+        let startA = try await inviter.feed.first("challenge.started", ["id": cid], timeout: wait)
+        let startB = try await invitee.feed.first("challenge.started", ["id": cid], timeout: wait)
+
+        var quitLatency: Double?
+        if let quitter {
+            let other = quitter === inviter ? invitee : inviter
+            try await Task.sleep(for: .milliseconds(durationMs / 4))
+            _ = try await quitter.call("challenge.quit", ["id": .string(cid), "reason": "bench"])
+            let q = try await quitter.feed.first("challenge.quit", ["id": cid], timeout: wait)
+            let pq = try await other.feed.first("challenge.partner.quit", ["id": cid], timeout: wait)
+            quitLatency = try Double(pq.mono() - q.mono()) / 1000
+        }
+        let endA = try await inviter.feed.first("challenge.ended", ["id": cid], timeout: wait)
+        let endB = try await invitee.feed.first("challenge.ended", ["id": cid], timeout: wait)
+        _ = try await inviter.feed.first("ledger.appended", ["challenge_id": cid], timeout: wait)
+        _ = try await invitee.feed.first("ledger.appended", ["challenge_id": cid], timeout: wait)
+
+        func expected(_ n: BenchNode) -> String { n === quitter ? "quit" : "completed" }
+        let consistent = endA.fields["result"]?.stringValue == expected(inviter) && endB.fields["result"]?.stringValue == expected(invitee)
+        // The invitee's estimate of (inviter's clock − its own) against the shift libfaketime applies.
+        let trueOffsetUs = Int64(inviter.shift - invitee.shift) * 1_000_000
+        let measured = startB.fields["offset_us"]?.intValue ?? 0
+        return RunResult(startSkewMs: Double(abs(try startA.mono() - startB.mono())) / 1000,
+                         endSkewMs: Double(abs(try endA.mono() - endB.mono())) / 1000,
+                         quitLatencyMs: quitLatency,
+                         offsetErrorUs: Double(abs(measured - trueOffsetUs)),
+                         consistent: consistent)
+    }
+
+    /// How late a plain 2 ms sleep wakes up on this machine now (ms), `count` times.
+    static func sleepOvershoots(count: Int) -> [Double] {
+        (0..<count).map { _ in
+            let t0 = monotonicMicros()
+            usleep(2000)
+            return Double(monotonicMicros() - t0 - 2000) / 1000
+        }
+    }
+
+    /// Signed ping/pong round trips (ms) from a throwaway in-process node to `node`, over one
+    /// secure loopback link; the first few (link warm-up) are left out.
+    static func pingRoundTrips(to node: BenchNode, count: Int) async throws -> [Double] {
+        var logger = Logger(label: "bench")
+        logger.logLevel = .critical
+        var config = NodeConfiguration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        let probe = try NodeRuntime(identity: SigningKeyPair.generate(), configuration: config, logger: logger)
+        guard let remote = NodeID(node.id) else { throw TandemBenchError("unreadable node id \(node.id)") }
+        let (link, waiter) = try await probe.connect(host: "127.0.0.1", port: node.port, to: remote)
+        defer { link.close() }
+        var times: [Double] = []
+        for i in 0..<(count + 3) {
+            let (rtt, _) = try await waiter.ping()
+            if i >= 3 { times.append(rtt.milliseconds) }
+        }
+        return times
+    }
+}
+
+/// One `tandem node` child process on loopback (no discovery), its wall clock shifted by `shift`
+/// seconds through the faketime wrapper when not 0, with a control connection and its events.
+///
+/// The wrapper is used rather than LD_PRELOAD alone: a preloaded libfaketime that creates its
+/// shared memory calls setenv() before the Swift runtime reads the arguments (which it finds next
+/// to the environment), and the node would start without them. Under the wrapper the child finds
+/// FAKETIME_SHARED already set.
+final class BenchNode: @unchecked Sendable {
+    let name: String
+    let shift: Int
+    let directory: DataDirectory
+    let process = Process()
+    private(set) var client: ControlClient?
+    private(set) var feed: EventFeed!
+    private(set) var id = ""
+    private(set) var port = 0
+
+    init(name: String, shift: Int, tandem: String, faketime: String, root: URL) throws {
+        self.name = name
+        self.shift = shift
+        let dir = root.appendingPathComponent(name)
+        directory = DataDirectory(explicit: dir.path)
+        try sh(tandem, "init", "--data-dir", dir.path)
+        let nodeArgs = [tandem, "node", "--data-dir", dir.path, "--listen", "127.0.0.1:0", "--no-discovery", "--log-level", "notice"]
+        var env = ProcessInfo.processInfo.environment
+        env["TANDEM_NO_DISCOVERY"] = "1"
+        if shift == 0 {
+            process.executableURL = URL(fileURLWithPath: tandem)
+            process.arguments = Array(nodeArgs.dropFirst())
+        } else {
+            process.executableURL = URL(fileURLWithPath: faketime)
+            process.arguments = ["-f", shift > 0 ? "+\(shift)s" : "\(shift)s"] + nodeArgs
+            env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+        }
+        process.environment = env
+        let log = root.appendingPathComponent("\(name).log")
+        guard FileManager.default.createFile(atPath: log.path, contents: nil) else { throw TandemBenchError("cannot create \(log.path)") }
+        process.standardError = try FileHandle(forWritingTo: log)
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+    }
+
+    /// Waits for the control socket, learns the node's ID and port, follows its events.
+    func connect() async throws {
+        let deadline = monotonicMicros() + 30_000_000
+        while client == nil {
+            guard process.isRunning else { throw TandemBenchError("node \(name) exited (see \(name).log)") }
+            if let c = try? await ControlClient.connect(dataDirectory: directory) {
+                client = c
+            } else {
+                guard monotonicMicros() < deadline else { throw TandemBenchError("node \(name) has no control socket after 30 s") }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        let status = try await call("node.status")
+        id = status["id"]?.stringValue ?? ""
+        let listen = status["listen"]?.stringValue ?? ""
+        port = listen.split(separator: ":").last.flatMap { Int($0) } ?? 0
+        guard !id.isEmpty, port > 0 else { throw TandemBenchError("node \(name) reports no ID or port") }
+        feed = EventFeed(name: name, client: client!)
+    }
+
+    func call(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
+        guard let client else { throw TandemBenchError("node \(name) is not connected") }
+        return try await client.call(method: method, params: params)
+    }
+
+    /// SIGTERM to the node (a graceful stop; under the wrapper, to its child, after which the
+    /// wrapper exits and removes its shared memory); SIGKILL after 10 s.
+    func stop() {
+        client?.close()
+        guard process.isRunning else { return }
+        let target = shift == 0 ? process.processIdentifier : (Self.children(of: process.processIdentifier).first ?? process.processIdentifier)
+        kill(target, SIGTERM)
+        let deadline = monotonicMicros() + 10_000_000
+        while process.isRunning, monotonicMicros() < deadline { usleep(10_000) }
+        if process.isRunning {
+            kill(target, SIGKILL)
+            if target != process.processIdentifier { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
+    }
+
+    static func children(of pid: Int32) -> [Int32] {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+        return text.split(separator: " ").compactMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+}
+
+/// The challenge, ledger and friend events of one node as they arrive, kept for waiting on.
+final class EventFeed: @unchecked Sendable {
+    let name: String
+    private let lock = NSLock()
+    private var events: [NodeEvent] = []
+    private var failure: Error?
+
+    init(name: String, client: ControlClient) {
+        self.name = name
+        let stream = client.stream(method: "events.subscribe",
+                                   params: ["since": .int(0), "types": ["challenge.*", "ledger.*", "friend.*"]])
+        Task { [weak self] in
+            do {
+                for try await item in stream {
+                    guard let e = NodeEvent(json: item) else { continue }
+                    self?.lock.withLock { self?.events.append(e) }
+                }
+            } catch {
+                self?.lock.withLock { self?.failure = error }
+            }
+        }
+    }
+
+    /// The first event of `type` whose fields include `match` (as text), waiting up to `timeout` s.
+    func first(_ type: String, _ match: [String: String], timeout: Double) async throws -> NodeEvent {
+        let deadline = monotonicMicros() + Int64(timeout * 1e6)
+        while true {
+            let (hit, failure) = lock.withLock {
+                (events.first { e in e.type == type && match.allSatisfy { e.fields[$0.key]?.stringValue == $0.value } }, self.failure)
+            }
+            if let hit { return hit }
+            if let failure { throw TandemBenchError("the event stream of \(name) ended: \(failure)") }
+            guard monotonicMicros() < deadline else {
+                throw TandemBenchError("\(name): no \(type) \(match) within \(Int(timeout)) s")
+            }
+            try await Task.sleep(for: .milliseconds(2))
+        }
+    }
+}
+
+extension NodeEvent {
+    /// The event's CLOCK_MONOTONIC stamp (µs).
+    func mono() throws -> Int64 {
+        guard let v = fields["mono_us"]?.intValue else { throw TandemBenchError("\(type) has no mono_us (an older tandem binary?)") }
+        return v
+    }
+}
