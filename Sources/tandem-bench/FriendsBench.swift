@@ -6,6 +6,7 @@ import NIOPosix
 import Sodium
 import TandemNode
 import TandemProtocol
+import TandemStore
 
 /// `tandem-bench friends`: friend request → accepted round trip between two nodes on loopback
 /// (each request durably queued, delivered, handled and acknowledged, the acceptance likewise),
@@ -58,7 +59,7 @@ struct FriendsBench: AsyncParsableCommand {
                 if round >= 3 { friendTimes.append(elapsed.milliseconds) } // the first rounds open the link
                 // Back to strangers for the next round; wait until Bob has been told.
                 try alice.friends.remove(bobKey.publicKey)
-                try await waitUntil { (try? bob.store.contact(aliceKey.publicKey))?.relationship == .none }
+                try await waitUntil { (try? bob.store.contact(aliceKey.publicKey))?.relationship == Relationship.none }
             }
             let (link, waiter) = try await alice.connect(host: "127.0.0.1", port: bobPort, to: NodeID(publicKey: bobKey.publicKey))
             for round in 0..<(rounds + 3) {
