@@ -8,6 +8,7 @@ FAKETIME_DONT_FAKE_MONOTONIC=1."""
 import glob
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +20,21 @@ from netns import SUBNET, TANDEM_BIN
 NODE_ENV = {k: v for k, v in os.environ.items() if k != "TANDEM_NO_DISCOVERY"}
 LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
 SKEW_US = 5_000
+
+
+def realtime_prefix():
+    """`chrt --fifo 10` unless TANDEM_TEST_REALTIME=0 or not allowed: the nodes' timers must not be
+    woken late by whatever else the machine runs (see Tests/cli/test_challenges.py)."""
+    if os.environ.get("TANDEM_TEST_REALTIME", "1") == "0" or shutil.which("chrt") is None:
+        return []
+    try:
+        ok = subprocess.run(["chrt", "--fifo", "10", "true"], capture_output=True, timeout=10).returncode == 0
+    except OSError:
+        ok = False
+    return ["chrt", "--fifo", "10"] if ok else []
+
+
+REALTIME = realtime_prefix()
 
 
 def cli(node, *args, timeout=30):
@@ -50,7 +66,7 @@ def until(predicate, timeout=15.0, step=0.2):
 
 
 def start_node(ns, d, fake=None):
-    command = ["ip", "netns", "exec", ns]
+    command = ["ip", "netns", "exec", ns, *REALTIME]
     if fake:
         # env(1) twice: the first sets the variables, the second (with libfaketime loaded) sets up
         # libfaketime's shared memory before it execs the node. Loaded straight into the node,
@@ -109,6 +125,10 @@ def run_challenge(alice, bob, duration_s=3):
     cid = out["id"]
     assert wait_event(bob, "challenge.invited", f"id={cid}")["from"] == alice["id"]
     cli(bob, "challenge", "accept", cid)
+    for n in (alice, bob):
+        wait_event(n, "challenge.scheduled", f"id={cid}")
+    # Sleep through the challenge, then read what happened.
+    time.sleep(cli_json(alice, "challenge", "show", cid)["starts_in_ms"] / 1000 + duration_s + 0.4)
     started = [wait_event(n, "challenge.started", f"id={cid}") for n in (alice, bob)]
     ended = [wait_event(n, "challenge.ended", f"id={cid}") for n in (alice, bob)]
     for n, s, e in zip((alice, bob), started, ended):
