@@ -252,7 +252,8 @@ public struct Challenge: Codable, Sendable, Equatable {
 
     public mutating func receiveAnswer(from key: [UInt8], accept: Bool, nowUs: Int64) throws -> [Action] {
         guard key != inviter, let p = participant(key) else { throw Refusal("an answer from someone not invited") }
-        guard p.answer == .pending else { return [] }
+        // A yes may still become a no before the start; nothing else changes an answer.
+        guard p.answer == .pending || (p.answer == .accepted && !accept) else { return [] }
         guard phase == .invited || phase == .accepted else {
             // Too late (started, expired, cancelled): the START or CANCEL already told them.
             return []
@@ -313,21 +314,31 @@ public struct Challenge: Codable, Sendable, Equatable {
         return [.notify(.scheduled)]
     }
 
-    public mutating func receiveCancel(from key: [UInt8]) throws -> [Action] {
+    /// `sentAtUs`: when the inviter sent it, on the timebase (the frame's created-at). A cancel sent
+    /// before the start still counts when it arrives late, after we started.
+    public mutating func receiveCancel(from key: [UInt8], sentAtUs: Int64) throws -> [Action] {
         guard key == inviter, !isInviter else { throw Refusal("CANCEL from someone other than the inviter") }
-        guard [.invited, .accepted, .scheduled].contains(phase) else { return [] }
+        let sentBeforeStart = startAtUs.map { sentAtUs < $0 } ?? true
+        guard [.invited, .accepted, .scheduled].contains(phase) || (phase == .running && sentBeforeStart) else { return [] }
         phase = .cancelled
         return [.notify(.cancelled(by: key))]
     }
 
-    public mutating func receiveQuit(from key: [UInt8], elapsedMs: Int64, reason: String) throws -> [Action] {
+    /// `signer`: when the notice arrives after our end (it was delayed), our record changes and is
+    /// signed again.
+    public mutating func receiveQuit(from key: [UInt8], elapsedMs: Int64, reason: String,
+                                     signer: SigningKeyPair? = nil) throws -> [Action] {
         guard roster.contains(key), key != me else { throw Refusal("QUIT from someone not taking part") }
         guard participant(key)?.result != .quit else { return [] }
         guard phase == .scheduled || phase == .running || (phase == .ended && !committed) else { return [] }
         let elapsed = max(0, min(elapsedMs, durationMs))
         let text = String(reason.utf8.prefix(Self.maximumTextBytes)) ?? ""
         update(key) { $0.result = .quit; $0.quitElapsedMs = elapsed; $0.reason = text; $0.outOfContact = false }
-        return [.notify(.partnerQuit(key: key, elapsedMs: elapsed, reason: text))]
+        var actions: [Action] = [.notify(.partnerQuit(key: key, elapsedMs: elapsed, reason: text))]
+        if phase == .ended, let signer, let mine = record.flatMap(Outcome.decode) {
+            actions += try adoptRecord(Outcome.merge(mine, viewRecord(), signers: signerSet), signer: signer)
+        }
+        return actions
     }
 
     // MARK: - Time
@@ -369,7 +380,6 @@ public struct Challenge: Codable, Sendable, Equatable {
                 participants[i].result = participants[i].key == me || !participants[i].outOfContact ? .completed : .outOfContact
             }
         }
-        let signerSet = Set(signers.compactMap { parseHex($0).map { Data($0) } })
         let view = viewRecord()
         var actions = try adoptRecord(Outcome.merge(view, view, signers: signerSet), signer: signer)
         let waiting = early
@@ -442,15 +452,22 @@ public struct Challenge: Codable, Sendable, Equatable {
         }
         guard !committed else { return [] }
         let keyHex = hexString(key)
-        if !signers.contains(keyHex) { signers.append(keyHex) }
         guard phase == .ended, let mineBytes = record, let mine = Outcome.decode(mineBytes) else {
             // We have not ended yet (their clock ran ahead): keep it for when we do.
             early[keyHex] = try m.serializedBytes()
             return []
         }
         guard Outcome.sameChallenge(mine, theirs) else { throw Refusal("the outcome record disagrees on the start or duration") }
-        let signerSet = Set(signers.compactMap { parseHex($0).map { Data($0) } })
-        let merged = Outcome.merge(mine, theirs, signers: signerSet)
+        if !signers.contains(keyHex) { signers.append(keyHex) }
+        // Only a participant's own signed word (its QUIT notice, its own record) makes it a
+        // quitter: someone else's claim that it quit is not taken over.
+        var claimed = theirs
+        for i in claimed.outcomes.indices where claimed.outcomes[i].result == .quit && Array(claimed.outcomes[i].publicKey) != key {
+            if let own = mine.outcomes.first(where: { $0.publicKey == claimed.outcomes[i].publicKey }), own.result != .quit {
+                claimed.outcomes[i] = own
+            }
+        }
+        let merged = Outcome.merge(mine, claimed, signers: signerSet)
         let actions = try adoptRecord(merged, signer: signer)
         if bytes == record { signatures[keyHex] = Array(m.signature) }
         return actions
@@ -474,7 +491,10 @@ public struct Challenge: Codable, Sendable, Equatable {
               let bytes = record, var r = Outcome.decode(bytes) else { return [] }
         let signed = Set(signatures.keys)
         var changed = false
-        for i in r.outcomes.indices where r.outcomes[i].result == .completed && !signed.contains(hexString(r.outcomes[i].publicKey)) {
+        // Only those who never signed any view of it: a partner whose signature on our newest view is
+        // merely still on its way has shown it is there.
+        for i in r.outcomes.indices where r.outcomes[i].result == .completed && !signed.contains(hexString(r.outcomes[i].publicKey))
+            && !signers.contains(hexString(r.outcomes[i].publicKey)) {
             r.outcomes[i].result = .outOfContact
             changed = true
         }
@@ -485,6 +505,8 @@ public struct Challenge: Codable, Sendable, Equatable {
         for (k, v) in kept where Outcome.verify(record ?? [], signature: v, by: parseHex(k) ?? []) { signatures[k] = v }
         return actions
     }
+
+    var signerSet: Set<Data> { Set(signers.compactMap { parseHex($0).map { Data($0) } }) }
 
     public var signatureList: [(key: [UInt8], signature: [UInt8])] {
         signatures.compactMap { k, v in parseHex(k).map { ($0, v) } }

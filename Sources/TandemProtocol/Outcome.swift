@@ -29,7 +29,7 @@ public enum Outcome {
     public static func decode(_ bytes: [UInt8]) -> Tandem_V1_OutcomeRecord? {
         guard bytes.count <= 8192, let r = try? Tandem_V1_OutcomeRecord(serializedBytes: bytes), r.unknownFields.data.isEmpty,
               encode(r) == bytes, r.challengeID.count == 16, (1...16).contains(r.outcomes.count),
-              r.outcomes.allSatisfy({ $0.publicKey.count == 32 && $0.reason.utf8.count <= 280 }),
+              r.outcomes.allSatisfy({ $0.publicKey.count == 32 && $0.reason.utf8.count <= 280 && $0.unknownFields.data.isEmpty }),
               Set(r.outcomes.map(\.publicKey)).count == r.outcomes.count,
               r.outcomes.contains(where: { $0.publicKey == r.inviter }) else { return nil }
         return r

@@ -131,9 +131,9 @@ final class ChallengeTests: XCTestCase {
         let acts = try a.cancel(reason: "sorry")
         XCTAssertEqual(a.phase, .cancelled)
         XCTAssertEqual(sends(acts).map(\.0), [.challengeCancel])
-        XCTAssertEqual(notices(try b.receiveCancel(from: alice.publicKey)), [.cancelled(by: alice.publicKey)])
+        XCTAssertEqual(notices(try b.receiveCancel(from: alice.publicKey, sentAtUs: t0)), [.cancelled(by: alice.publicKey)])
         XCTAssertEqual(b.phase, .cancelled)
-        XCTAssertThrowsError(try b.receiveCancel(from: bob.publicKey))
+        XCTAssertThrowsError(try b.receiveCancel(from: bob.publicKey, sentAtUs: t0))
     }
 
     /// Runs a two-person challenge to `.running` on both sides.
@@ -242,6 +242,67 @@ final class ChallengeTests: XCTestCase {
         XCTAssertEqual(a.participant(bob.publicKey)?.result, .outOfContact)
         XCTAssertTrue(a.readyToCommit(nowUs: end + a.graceMs * 1000))
         XCTAssertNil(Ledger.verify([Ledger.append(after: nil, record: a.record!, signatures: a.signatureList)]))
+    }
+
+    func testACancelSentBeforeTheStartCountsWhenItArrivesLate() throws {
+        var (_, b) = try running()
+        let start = b.startAtUs!
+        XCTAssertEqual(try b.receiveCancel(from: alice.publicKey, sentAtUs: start + 1), [], "sent after the start: too late")
+        XCTAssertEqual(b.phase, .running)
+        XCTAssertEqual(notices(try b.receiveCancel(from: alice.publicKey, sentAtUs: start - 1)), [.cancelled(by: alice.publicKey)])
+        XCTAssertEqual(b.phase, .cancelled)
+    }
+
+    func testAYesCanBecomeANoBeforeTheStart() throws {
+        let (a0, copies) = try invite([bob, carol], startAtUs: t0 + 60_000_000)
+        var a = a0
+        var b = copies[0]
+        _ = try b.accept()
+        _ = try a.receiveAnswer(from: bob.publicKey, accept: true, nowUs: t0)
+        _ = try b.decline()
+        XCTAssertEqual(notices(try a.receiveAnswer(from: bob.publicKey, accept: false, nowUs: t0)), [.declined(by: bob.publicKey)], "Carol may still come")
+        XCTAssertEqual(a.participant(bob.publicKey)?.answer, .declined)
+        XCTAssertEqual(try a.receiveAnswer(from: bob.publicKey, accept: true, nowUs: t0), [], "a no stays a no")
+    }
+
+    func testNobodyCanMakeAnotherParticipantAQuitter() throws {
+        var (a, b) = try running()
+        _ = try a.markEnded(localUs: 0, signer: alice)
+        _ = try b.markEnded(localUs: 0, signer: bob)
+        // Bob signs a view in which Alice quit; Alice never sent a QUIT.
+        var forged = Outcome.decode(b.record!)!
+        for i in forged.outcomes.indices where Array(forged.outcomes[i].publicKey) == alice.publicKey {
+            forged.outcomes[i].result = .quit
+            forged.outcomes[i].elapsedMs = 10
+        }
+        let bytes = Outcome.encode(forged)
+        var m = Tandem_V1_ChallengeOutcome()
+        m.record = Data(bytes)
+        m.signature = Data(Outcome.sign(bytes, with: bob))
+        _ = try a.receiveOutcome(from: bob.publicKey, m, signer: alice)
+        XCTAssertEqual(a.participant(alice.publicKey)?.result, .completed)
+        XCTAssertNil(a.signatures[hexString(bob.publicKey)], "a signature over another record does not count")
+    }
+
+    func testALateQuitNoticeChangesAnEndedRecord() throws {
+        var (a, _) = try running()
+        _ = try a.markEnded(localUs: 0, signer: alice)
+        let acts = try a.receiveQuit(from: bob.publicKey, elapsedMs: 500, reason: "late", signer: alice)
+        XCTAssertEqual(sends(acts).map(\.0), [.challengeOutcome])
+        XCTAssertEqual(Outcome.decode(a.record!)!.outcomes.first { Array($0.publicKey) == bob.publicKey }?.result, .quit)
+    }
+
+    func testSettlingKeepsAPartnerWhoSignedAnEarlierView() throws {
+        var (a, b) = try running()
+        a.update(bob.publicKey) { $0.outOfContact = true }
+        _ = try a.markEnded(localUs: 0, signer: alice)
+        let eb = try b.markEnded(localUs: 0, signer: bob)
+        // Bob's view reaches Alice; hers changes (Bob completed) and she re-signs; Bob's signature
+        // over her new view has not arrived when the grace period ends.
+        _ = try a.receiveOutcome(from: bob.publicKey, Tandem_V1_ChallengeOutcome(serializedBytes: payload(eb, .challengeOutcome)!), signer: alice)
+        a.signatures[hexString(bob.publicKey)] = nil
+        XCTAssertEqual(try a.settleAfterGrace(nowUs: a.endAtUs! + a.graceMs * 1000, signer: alice), [])
+        XCTAssertEqual(a.participant(bob.publicKey)?.result, .completed)
     }
 
     func testSoloSessionSignsItsOwnRecord() throws {

@@ -109,7 +109,11 @@ extension ChallengeService {
             if start == 0, invitees.count > 1 { start = now + 60_000_000 } // a group starts in a minute by default
             let message = params["message"]?.stringValue ?? ""
             let grace = params["grace_ms"]?.intValue ?? Challenge.defaultGraceMs
-            guard (1_000...3_600_000).contains(grace) else { throw Self.usage("the grace period is from 1 s to 1 h") }
+            // Partners are heard from every 2 s (clock probes): a grace below 10 s would flap.
+            guard (10_000...3_600_000).contains(grace) else { throw Self.usage("the grace period is from 10 s to 1 h") }
+            guard message.utf8.count <= Challenge.maximumTextBytes else {
+                throw Self.usage("the message is longer than \(Challenge.maximumTextBytes) bytes")
+            }
             var hints: [[UInt8]: String] = [:]
             for k in invitees {
                 if let a = (try? store.addresses(k))?.first { hints[k] = a.host.contains(":") ? "[\(a.host)]:\(a.port)" : "\(a.host):\(a.port)" }

@@ -383,11 +383,13 @@ public final class ChallengeService: @unchecked Sendable {
                 try step(envelope, link, m.challengeID) { c in try c.receiveStart(from: envelope.author, m) }
             case .challengeCancel:
                 let m = try Tandem_V1_ChallengeCancel(serializedBytes: envelope.payload)
-                try step(envelope, link, m.challengeID) { c in try c.receiveCancel(from: envelope.author) }
+                try step(envelope, link, m.challengeID) { c in
+                    try c.receiveCancel(from: envelope.author, sentAtUs: Int64(clamping: envelope.createdAt) * 1000)
+                }
             case .challengeQuit:
                 let m = try Tandem_V1_ChallengeQuit(serializedBytes: envelope.payload)
                 try step(envelope, link, m.challengeID) { c in
-                    try c.receiveQuit(from: envelope.author, elapsedMs: Int64(clamping: m.elapsedMs), reason: m.reason)
+                    try c.receiveQuit(from: envelope.author, elapsedMs: Int64(clamping: m.elapsedMs), reason: m.reason, signer: identity)
                 }
             case .challengeOutcome:
                 let m = try Tandem_V1_ChallengeOutcome(serializedBytes: envelope.payload)

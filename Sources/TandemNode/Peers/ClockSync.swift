@@ -23,8 +23,6 @@ public func monotonicMicros() -> Int64 {
 public final class ClockSync: @unchecked Sendable {
     private struct State {
         var estimators: [[UInt8]: ClockEstimator] = [:]
-        /// Offsets learnt in an earlier run (from the store), used until a fresh sample exists.
-        var remembered: [[UInt8]: Int64] = [:]
     }
     private let state = NIOLockedValueBox(State())
     let peers: PeerManager
@@ -34,9 +32,9 @@ public final class ClockSync: @unchecked Sendable {
 
     init(peers: PeerManager) { self.peers = peers }
 
-    /// Their clock minus ours (µs), when measured (or remembered).
+    /// Their clock minus ours (µs), when measured.
     public func offset(to key: [UInt8]) -> Int64? {
-        state.withLockedValue { s in s.estimators[key]?.offset(nowMicros: wallClockMicros()) ?? s.remembered[key] }
+        state.withLockedValue { $0.estimators[key]?.offset(nowMicros: wallClockMicros()) }
     }
 
     /// The round trip of the best sample (µs).
@@ -46,10 +44,6 @@ public final class ClockSync: @unchecked Sendable {
 
     public func hasSample(for key: [UInt8]) -> Bool {
         state.withLockedValue { !($0.estimators[key]?.samples.isEmpty ?? true) }
-    }
-
-    func remember(_ key: [UInt8], offset: Int64) {
-        state.withLockedValue { $0.remembered[key] = offset }
     }
 
     /// Sends `count` probes to the peer, `spacing` apart, on its current link.

@@ -223,7 +223,9 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         let contact = try? store.contact(author)
         if contact?.relationship == .blocked {
             // Dropped silently; acknowledged so the sender stops retrying.
-            if Self.durable.contains(envelope.type) { sendAck(envelope, on: link) }
+            if Self.durable.contains(envelope.type) || (0x0201...0x02ff).contains(envelope.type.rawValue) {
+                sendAck(envelope, on: link)
+            }
             return
         }
         do {
