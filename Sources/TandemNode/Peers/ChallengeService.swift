@@ -81,14 +81,19 @@ public final class ChallengeService: @unchecked Sendable {
     struct NotFound: Error {}
 
     /// Applies `body` to the stored challenge and keeps the result (state and frames in one transaction).
+    /// `announce` runs once the result is stored, before the next step can begin: an event it emits
+    /// comes before any event of a later step (a partner's outcome arriving at once cannot get the
+    /// entry's `ledger.appended` out ahead of our `challenge.ended`).
     @discardableResult
-    func mutate(_ id: [UInt8], _ body: (inout Challenge) throws -> [Challenge.Action]) throws -> Challenge {
+    func mutate(_ id: [UInt8], announce: ((Challenge) -> Void)? = nil,
+                _ body: (inout Challenge) throws -> [Challenge.Action]) throws -> Challenge {
         let (c, actions) = try mutex.withLock { () throws -> (Challenge, [Challenge.Action]) in
             guard var c = try store.challenge(id) else { throw NotFound() }
             let before = c
             let actions = try body(&c)
             // Most ticks change nothing: no write then.
             if c != before || !actions.isEmpty { try persist(&c, actions) }
+            announce?(c)
             return (c, actions)
         }
         after(c, actions)
@@ -220,15 +225,17 @@ public final class ChallengeService: @unchecked Sendable {
     private func fireEnd(_ id: [UInt8], wall: Int64, mono: Int64) {
         do {
             var ended = false
-            let c = try mutate(id) { c in
+            let c = try mutate(id, announce: { [self] c in
+                guard ended else { return }
+                events.emit("challenge.ended", ["id": .string(c.idHex), "result": .string(c.participant(me)?.result?.rawValue ?? "completed"),
+                                                "at_us": .int(wall), "mono_us": .int(mono), "solo": .bool(c.solo)])
+            }) { c in
                 guard c.phase == .running || c.phase == .scheduled else { return [] }
                 if c.phase == .scheduled { c.markStarted(localUs: wall) }
                 ended = true
                 return try c.markEnded(localUs: wall, signer: identity)
             }
             guard ended else { return }
-            events.emit("challenge.ended", ["id": .string(c.idHex), "result": .string(c.participant(me)?.result?.rawValue ?? "completed"),
-                                            "at_us": .int(wall), "mono_us": .int(mono), "solo": .bool(c.solo)])
             commitIfReady(c)
         } catch {
             logger.error("cannot end challenge", metadata: ["challenge": "\(hexString(id))", "error": "\(error)"])
