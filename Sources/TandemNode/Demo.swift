@@ -9,7 +9,9 @@ import TandemProtocol
 import Glibc
 #endif
 
-/// `tandem demo`: two throwaway nodes on loopback, told as a story.
+/// `tandem demo`: two throwaway nodes on loopback, told as a story: they find each other, become
+/// friends, prove who they are, focus together (both countdowns side by side), one quits early,
+/// and both end up with the same co-signed ledger.
 public enum DemoScenario {
     public static func run(say: @escaping @Sendable (String) -> Void) async throws {
         let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tandem-demo-\(getpid())-\(Sodium.randomUInt64() % 100_000)")
@@ -95,14 +97,153 @@ public enum DemoScenario {
             try await link.send(frame).get()
             let code = try await errorSeen.first.futureResult.get()
             say("7. Alice sends the very same signed frame twice: Bob answers the first and rejects the copy (\(code)).")
+            link.close()
+
+            // The challenges go through the same control methods the CLI calls over the socket.
+            let a = DemoNode(name: "Alice", node: aliceNode, events: aliceEvents)
+            let b = DemoNode(name: "Bob", node: bobNode, events: bobEvents)
+            say("8. Alice invites Bob to focus together for 5 seconds (`tandem challenge invite`).")
+            try await challenge(inviter: a, invitee: b, durationMs: 5000, message: "5 seconds, no phone", say: say)
+
+            say("9. Now Bob invites Alice, and this time Bob gives up early (`tandem challenge quit`).")
+            try await challenge(inviter: b, invitee: a, durationMs: 5000, message: "one more?", quitter: b, quitAfterSeconds: 2, say: say)
+
+            try showLedgers(a, b, say: say)
 
             let m = bobNode.metrics.snapshot
-            say("8. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
-            link.close()
+            say("11. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
             tasks.cancelAll()
             _ = try? await tasks.next()
         }
-        say("9. Both nodes shut down and their temporary data directories are removed. Done.")
+        say("12. Both nodes shut down and their temporary data directories are removed. Done.")
+    }
+
+    /// One challenge between two friends: invite, accept, both countdowns printed side by side
+    /// once a second until the end; `quitter` (when set) quits `quitAfterSeconds` in. Returns
+    /// once both nodes have written the co-signed outcome to their ledgers.
+    static func challenge(inviter: DemoNode, invitee: DemoNode, durationMs: Int64, message: String,
+                          quitter: DemoNode? = nil, quitAfterSeconds: Int = 0,
+                          say: @escaping @Sendable (String) -> Void) async throws {
+        let invite = try await inviter.call("challenge.invite", ["ids": [.string(invitee.node.id.canonical)],
+                                                                 "duration_ms": .int(durationMs), "message": .string(message)])
+        guard let id = invite["id"]?.stringValue else { throw TandemError("the invite has no id") }
+        let match = ["id": id]
+        let invited = try await next(invitee.events, "challenge.invited", match)
+        say("   \(invitee.name)'s node receives the signed invite (“\(invited.fields["message"]?.stringValue ?? "")”, " +
+            "\((invited.fields["duration_ms"]?.intValue ?? 0) / 1000) s), and \(invitee.name) accepts (`tandem challenge accept`).")
+        _ = try await invitee.call("challenge.accept", ["id": .string(id)])
+        _ = try await next(inviter.events, "challenge.scheduled", match)
+        let scheduled = try await next(invitee.events, "challenge.scheduled", match)
+        let offset = Double(scheduled.fields["offset_us"]?.intValue ?? 0) / 1000
+        say("   \(inviter.name)'s node fixes the start 2 s ahead on its own clock and sends it. \(invitee.name)'s node has measured")
+        say(String(format: "   %@'s clock over the link (%+.3f ms from its own: same machine here; across a LAN it may be", inviter.name, offset))
+        say("   seconds off) and sets its timer on its monotonic clock for the same instant.")
+
+        let startedA = try await next(inviter.events, "challenge.started", match)
+        let startedB = try await next(invitee.events, "challenge.started", match)
+        say("   Both countdowns start \(gap(startedA, startedB)) apart:")
+        let startMono = startedA.fields["mono_us"]?.intValue ?? monotonicMicros()
+        let width = max(inviter.name.count, invitee.name.count)
+        for second in 0..<Int(durationMs / 1000) {
+            // A little after each whole second, so a display rounds to the second it shows.
+            let wait = startMono + Int64(second) * 1_000_000 + 100_000 - monotonicMicros()
+            if wait > 0 { try await Task.sleep(for: .microseconds(wait)) }
+            if let quitter, second == quitAfterSeconds {
+                let other = quitter.node === inviter.node ? invitee : inviter
+                _ = try await quitter.call("challenge.quit", ["id": .string(id), "reason": "a phone call"])
+                let quit = try await next(quitter.events, "challenge.quit", match)
+                let told = try await next(other.events, "challenge.partner.quit", match)
+                say("   \(quitter.name) quits (“a phone call”). \(other.name)'s node is told at once: \(gap(quit, told)) after")
+                say("   \(quitter.name)'s own node recorded it. \(other.name) keeps going.")
+            }
+            var cells: [String] = []
+            for side in [inviter, invitee] {
+                cells.append(countdownCell(try await side.call("challenge.show", ["id": .string(id)]), name: side.name, width: width))
+            }
+            say(countdownLine(cells, nameWidth: width))
+        }
+        let endedA = try await next(inviter.events, "challenge.ended", match)
+        let endedB = try await next(invitee.events, "challenge.ended", match)
+        say(countdownLine([(inviter, endedA), (invitee, endedB)].map { side, ended in
+            "\(pad(side.name, width)) \(clock(0)) \(bar(0)) \(ended.fields["result"]?.stringValue ?? "?")"
+        }, nameWidth: width))
+        say("   Both end \(gap(endedA, endedB)) apart. Each node signs its view of the outcome and sends it to the other;")
+        _ = try await next(inviter.events, "ledger.appended", ["challenge_id": id])
+        _ = try await next(invitee.events, "ledger.appended", ["challenge_id": id])
+        say("   once both signatures are on the same record, each node appends it to its ledger.")
+    }
+
+    /// "Alice 00:04 [########..]", or "Bob   quit after 00:02", from a `challenge.show` answer.
+    static func countdownCell(_ c: JSONValue, name: String, width: Int) -> String {
+        if c["result"]?.stringValue == "quit" {
+            let me = c["participants"]?.arrayValue?.first { $0["me"]?.boolValue == true }
+            return "\(pad(name, width)) quit after \(clock(me?["quit_elapsed_ms"]?.intValue ?? 0))"
+        }
+        let remaining = c["remaining_ms"]?.intValue ?? 0, duration = max(1, c["duration_ms"]?.intValue ?? 1)
+        return "\(pad(name, width)) \(clock(remaining)) \(bar(Double(remaining) / Double(duration)))"
+    }
+
+    /// Countdown cells side by side, in columns as wide as "Alice 00:00 [..........] completed".
+    static func countdownLine(_ cells: [String], nameWidth: Int) -> String {
+        let line = "   " + cells.map { pad($0, nameWidth + 29) }.joined(separator: "   ")
+        return String(line.reversed().drop(while: { $0 == " " }).reversed())
+    }
+
+    static func pad(_ text: String, _ width: Int) -> String { text.padding(toLength: max(width, text.count), withPad: " ", startingAt: 0) }
+
+    /// mm:ss, rounded to the nearest second.
+    static func clock(_ ms: Int64) -> String {
+        let s = (max(0, ms) + 500) / 1000
+        return String(format: "%02d:%02d", s / 60, s % 60)
+    }
+
+    /// A 10-cell bar of the time left.
+    static func bar(_ fraction: Double) -> String {
+        let full = Int((min(1, max(0, fraction)) * 10).rounded())
+        return "[" + String(repeating: "#", count: full) + String(repeating: ".", count: 10 - full) + "]"
+    }
+
+    /// How far apart two events happened, by their CLOCK_MONOTONIC stamps (`mono_us`).
+    static func gap(_ a: NodeEvent, _ b: NodeEvent) -> String {
+        let us = abs((a.fields["mono_us"]?.intValue ?? 0) - (b.fields["mono_us"]?.intValue ?? 0))
+        return formatDuration(.microseconds(us))
+    }
+
+    /// Both ledgers, entry by entry: the record, each signature (checked), the chained hashes;
+    /// then whether the two ledgers are identical and whether each verifies.
+    static func showLedgers(_ a: DemoNode, _ b: DemoNode, say: @escaping @Sendable (String) -> Void) throws {
+        let names = [a.node.identity.publicKey: a.name, b.node.identity.publicKey: b.name]
+        func name(_ key: [UInt8]) -> String { names[key] ?? NodeID(publicKey: key).short }
+        let ledgerA = try a.node.store.ledger().map(\.entry), ledgerB = try b.node.store.ledger().map(\.entry)
+        say("10. \(a.name)'s ledger (`tandem ledger`): one entry per challenge, co-signed, each hash chained to the one before.")
+        for e in ledgerA {
+            guard let r = Outcome.decode(e.record) else { continue }
+            say("   #\(e.seq)  challenge \(hexString(r.challengeID).prefix(8)), \(r.durationMs / 1000) s, invited by \(name(Array(r.inviter)))")
+            for o in r.outcomes {
+                let result: String
+                switch o.result {
+                case .quit: result = "quit after \(clock(Int64(o.elapsedMs))) (“\(o.reason)”)"
+                case .completed: result = "completed"
+                case .outOfContact: result = "out of contact"
+                case .unspecified, .UNRECOGNIZED(_): result = "?"
+                }
+                say("       \(name(Array(o.publicKey)).padding(toLength: 6, withPad: " ", startingAt: 0)) \(result)")
+            }
+            for s in e.signatures {
+                let valid = Outcome.verify(e.record, signature: s.signature, by: s.key)
+                say("       signed by \(pad(name(s.key) + ":", 6)) \(hexString(s.signature).prefix(24))…  \(valid ? "valid" : "INVALID")")
+            }
+            say("       hash \(hexString(e.hash).prefix(24))…  previous \(hexString(e.previousHash).prefix(24))…")
+        }
+        let same = ledgerA == ledgerB
+        say("   \(b.name)'s ledger: \(ledgerB.count) entries, " + (same
+            ? "identical: the same records, signatures and hashes (head \(hexString(ledgerB.last?.hash ?? []).prefix(24))…)."
+            : "DIFFERENT from \(a.name)'s."))
+        for (side, ledger) in [(a, ledgerA), (b, ledgerB)] {
+            let broken = Ledger.verify(ledger)
+            say("   `tandem ledger verify` on \(side.name)'s node: " + (broken.map { "BROKEN at \($0)" }
+                ?? "every hash and every signature holds, and everyone who completed signed."))
+        }
     }
 
     /// Waits for the next event of `type` whose fields include `match`.
@@ -150,6 +291,19 @@ public enum DemoScenario {
         let us = Double(d.components.seconds) * 1e6 + Double(d.components.attoseconds) / 1e12
         if us < 1000 { return String(format: "%.0f µs", us) }
         return String(format: "%.2f ms", us / 1000)
+    }
+}
+
+/// One node of the demo, its name and its event stream.
+struct DemoNode: Sendable {
+    let name: String
+    let node: NodeRuntime
+    let events: AsyncStream<NodeEvent>
+
+    /// Calls a control method in-process, with the same parameters the CLI sends over the socket.
+    func call(_ method: String, _ params: JSONValue) async throws -> JSONValue {
+        guard case .unary(let handler)? = node.router.entry(method) else { throw TandemError("no control method \(method)") }
+        return try await handler(params)
     }
 }
 

@@ -1,6 +1,7 @@
 """Real `tandem` processes on loopback, driven through the CLI as a user's script would."""
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -171,4 +172,10 @@ def test_help_on_every_command():
 def test_demo_runs_and_cleans_up():
     proc = run("demo", timeout=60)
     assert "REPLAYED" in proc.stdout
+    # The challenge story: both countdowns side by side, an early quit, the same verified ledger on both.
+    assert re.search(r"Alice 00:0\d \[[#.]{10}\] +Bob +00:0\d \[[#.]{10}\]", proc.stdout)
+    assert re.search(r"Bob +quit after 00:0\d +Alice 00:0\d", proc.stdout)
+    assert "identical: the same records, signatures and hashes" in proc.stdout
+    assert proc.stdout.count("every hash and every signature holds") == 2
+    assert "INVALID" not in proc.stdout and "BROKEN" not in proc.stdout
     assert "Done." in proc.stdout
