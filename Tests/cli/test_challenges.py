@@ -314,6 +314,8 @@ def test_quit_early_is_told_at_once_and_recorded_by_both(pair):
 def test_group_of_three_with_one_quitter(make_friends):
     alice, bob, carol = make_friends(3)  # Bob and Carol are friends of Alice only
     group = [alice, bob, carol]
+    assert [f["id"] for f in cli_json(bob, "friend", "list")["friends"]] == [alice.id]
+    assert [f["id"] for f in cli_json(carol, "friend", "list")["friends"]] == [alice.id]
     cid = invite(alice, bob, carol, duration="4s", extra=("--start-in", "5s"))
     for n in (bob, carol):
         cli(n, "challenge", "accept", cid)
