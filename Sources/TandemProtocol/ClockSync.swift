@@ -46,13 +46,25 @@ public struct ClockEstimator: Sendable {
         self.maximumDelayMicros = maximumDelayMicros
     }
 
+    /// Slack on top of the half delays when two samples are compared (timestamp rounding, drift).
+    public static let consistencyToleranceMicros: Int64 = 1_000
+
     /// Adds the result of one exchange; false when it was refused (negative or too long a round
     /// trip, or t4 before t1: the reply answers a probe we did not send in this order).
+    ///
+    /// Each sample's offset is within half its delay of the truth, so two samples whose offsets
+    /// differ by more than their half delays together cannot both hold: the peer's clock was
+    /// stepped (or the peer restarted with another clock) in between. The older samples that
+    /// disagree with the new one are dropped; otherwise a quick exchange from before the step would
+    /// keep winning on delay, and the estimate would stay off by the step for `maximumAgeMicros`.
     @discardableResult
     public mutating func add(t1: Int64, t2: Int64, t3: Int64, t4: Int64) -> Bool {
         guard t4 >= t1, t3 >= t2 else { return false }
         let sample = ClockSample(t1: t1, t2: t2, t3: t3, t4: t4)
         guard sample.delayMicros <= maximumDelayMicros else { return false }
+        samples.removeAll {
+            abs($0.offsetMicros - sample.offsetMicros) > ($0.delayMicros + sample.delayMicros) / 2 + Self.consistencyToleranceMicros
+        }
         samples.append(sample)
         if samples.count > capacity { samples.removeFirst(samples.count - capacity) }
         return true

@@ -350,6 +350,22 @@ final class ChallengeTests: XCTestCase {
         XCTAssertEqual(e.best(nowMicros: 5_010_000)?.takenAtMicros, 5_010_000)
     }
 
+    func testAStepInTheirClockReplacesOlderSamples() {
+        var e = ClockEstimator()
+        // Quick exchanges while their clock is 5 s ahead…
+        for i in 0..<4 { e.add(t1: Int64(i) * 1_000_000, t2: Int64(i) * 1_000_000 + 5_000_100, t3: Int64(i) * 1_000_000 + 5_000_100,
+                               t4: Int64(i) * 1_000_000 + 200) }
+        XCTAssertEqual(e.offset(nowMicros: 4_000_000), 5_000_000)
+        // …then it restarts 5 s behind: a slower exchange cannot agree with the older ones, and wins.
+        XCTAssertTrue(e.add(t1: 10_000_000, t2: 5_001_000, t3: 5_001_000, t4: 10_002_000))
+        XCTAssertEqual(e.offset(nowMicros: 10_002_000), -5_000_000)
+        XCTAssertEqual(e.samples.count, 1)
+        // A noisy exchange that agrees within its delay keeps the better one.
+        XCTAssertTrue(e.add(t1: 11_000_000, t2: 6_009_000, t3: 6_009_000, t4: 11_010_000))
+        XCTAssertEqual(e.samples.count, 2)
+        XCTAssertEqual(e.offset(nowMicros: 11_010_000), -5_000_000)
+    }
+
     // MARK: - Ledger
 
     func signedRecord(_ result: Tandem_V1_ParticipantResult = .completed) -> ([UInt8], [(key: [UInt8], signature: [UInt8])]) {
