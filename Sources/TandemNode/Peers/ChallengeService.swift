@@ -193,7 +193,18 @@ public final class ChallengeService: @unchecked Sendable {
 
     /// A thread that only runs challenge timers, so nothing else on an event loop (a link's
     /// frames, a store write) can hold a start or an end back.
-    static let timerLoop: EventLoop = MultiThreadedEventLoopGroup(numberOfThreads: 1).next()
+    static let timerLoop: EventLoop = {
+        let loop = MultiThreadedEventLoopGroup(numberOfThreads: 1).next()
+        // Where allowed (root, CAP_SYS_NICE), the thread runs in the real-time class so a busy
+        // machine does not wake it late; it only notes the time and hands the work on, so it
+        // cannot starve anything. Elsewhere it stays an ordinary thread.
+        loop.execute {
+            var param = sched_param()
+            param.sched_priority = 10
+            _ = pthread_setschedparam(pthread_self(), SCHED_FIFO, &param)
+        }
+        return loop
+    }()
     static let work = DispatchQueue(label: "tandem.challenge-timers")
 
     private func fireStart(_ id: [UInt8], wall: Int64, mono: Int64) {

@@ -58,10 +58,12 @@ public final class ClockSync: @unchecked Sendable {
         }
     }
 
-    func handle(_ envelope: Envelope, from link: PeerLink) {
+    /// `receivedAt`: our clock when the frame came in, taken before anything else is done with it
+    /// (a store read on the way would count as network delay on one leg only).
+    func handle(_ envelope: Envelope, from link: PeerLink, receivedAt: Int64) {
         switch envelope.type {
         case .clockProbe:
-            let t2 = wallClockMicros()
+            let t2 = receivedAt
             guard let p = try? Tandem_V1_ClockProbe(serializedBytes: envelope.payload) else { return }
             var r = Tandem_V1_ClockReply()
             r.t1Us = p.t1Us
@@ -69,7 +71,7 @@ public final class ClockSync: @unchecked Sendable {
             r.t3Us = UInt64(wallClockMicros())
             link.send(type: .clockReply, payload: (try? r.serializedBytes()) ?? [])
         case .clockReply:
-            let t4 = wallClockMicros()
+            let t4 = receivedAt
             guard let r = try? Tandem_V1_ClockReply(serializedBytes: envelope.payload) else { return }
             let key = envelope.author
             let added = state.withLockedValue { s -> Bool in
@@ -101,11 +103,16 @@ final class NodeFrameRouter: FrameHandler, @unchecked Sendable {
     }
 
     func handle(_ envelope: Envelope, from link: PeerLink) {
+        if envelope.type == .clockProbe || envelope.type == .clockReply {
+            // Timestamped first. A blocked peer has no link (blocking closes it), and answering a
+            // probe costs one signature.
+            clock.handle(envelope, from: link, receivedAt: wallClockMicros())
+            challenges.heard(envelope.author)
+            return
+        }
         challenges.heard(envelope.author)
         let blocked = (try? friends.store.contact(envelope.author))?.relationship == .blocked
         switch envelope.type.rawValue {
-        case 0x0004...0x0005 where !blocked:
-            clock.handle(envelope, from: link)
         case 0x0200...0x02ff where !blocked:
             challenges.handle(envelope, from: link)
         default:
