@@ -12,16 +12,22 @@ import Glibc
 /// `tandem-bench countdown`: how closely two nodes whose wall clocks disagree by 5 s start and end
 /// a shared challenge, and how fast an early exit reaches the partner.
 ///
-/// Three real `tandem node` processes on loopback: an anchor on the true clock, and two friends of
-/// it whose wall clocks libfaketime shifts by +N s and −N s (CLOCK_MONOTONIC is left alone). Runs
-/// alternate the partner (ahead, behind) and who invites, so both the anchor's and a shifted clock
-/// serve as the timebase. Every `challenge.started` / `challenge.ended` event carries `mono_us`
-/// (CLOCK_MONOTONIC µs, one clock for every process on the machine): the skew of a run is the
-/// difference between the two nodes' values. In the extra quit runs one side quits mid-challenge;
-/// the notice latency is `challenge.partner.quit` minus `challenge.quit` (both `mono_us`).
+/// Two real `tandem node` processes on loopback, friends: an anchor on the true clock, and a
+/// partner whose wall clock libfaketime shifts by +N s in one run and −N s in the next (the partner
+/// is restarted on the same data directory and port in between; CLOCK_MONOTONIC is left alone).
+/// Who invites alternates every two runs, so both the anchor's and a shifted clock serve as the
+/// timebase. Every `challenge.started` / `challenge.ended` event carries `mono_us` (CLOCK_MONOTONIC
+/// µs, one clock for every process on the machine): the skew of a run is the difference between the
+/// two nodes' values. In the extra quit runs one side quits mid-challenge; the notice latency is
+/// `challenge.partner.quit` minus `challenge.quit` (both `mono_us`).
 ///
-/// Same-run baselines: how late a plain 2 ms sleep wakes up here (the timer noise two processes
-/// add), and the round trip of a signed ping on a secure loopback link.
+/// Same-run baselines: how late a plain 2 ms sleep wakes up here and how far apart two such
+/// wake-ups are (the timer noise two processes add), the round trip of a signed ping on a secure
+/// loopback link, and one synced 4 KiB write (each step of a quit is stored with `synchronous =
+/// FULL` before it is announced). The report also gives each node's CPU use: libfaketime 0.9.10
+/// shifts the absolute CLOCK_MONOTONIC deadlines libdispatch gives `timerfd_settime` even with
+/// FAKETIME_DONT_FAKE_MONOTONIC=1, so a faked node's dispatch manager thread spins on timers that
+/// fire early (about one core), which is why only one shifted node runs at a time.
 struct CountdownBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "countdown",
@@ -30,7 +36,7 @@ struct CountdownBench: AsyncParsableCommand {
     @Option(help: "Challenges run to the end.") var runs: Int = 20
     @Option(help: "Extra challenges in which one side quits mid-way (for the notice latency).") var quitRuns: Int = 10
     @Option(help: "Length of each challenge (ms).") var durationMs: Int64 = 2000
-    @Option(help: "Seconds the shifted nodes' wall clocks are ahead of and behind the anchor's.") var shift: Int = 5
+    @Option(help: "Seconds the partner's wall clock is ahead of (even runs) and behind (odd runs) the anchor's.") var shift: Int = 5
     @Option(help: "Goal for the p99 start and end skew (ms).") var goalMs: Double = 5
     @Option(help: ArgumentHelp("The tandem binary (default: next to tandem-bench).", valueName: "path")) var tandem: String?
     @Option(help: ArgumentHelp("The faketime wrapper (apt package faketime).", valueName: "path")) var faketime = "/usr/bin/faketime"
@@ -55,52 +61,61 @@ struct CountdownBench: AsyncParsableCommand {
         }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-countdown-\(getpid())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        let anchor = try BenchNode(name: "anchor", tandem: binary, faketime: faketime, root: root, port: try Self.freeTCPPort())
+        let partner = try BenchNode(name: "partner", tandem: binary, faketime: faketime, root: root, port: try Self.freeTCPPort())
         var succeeded = false
-        var nodes: [BenchNode] = []
         defer {
-            for n in nodes { n.stop() }
+            anchor.stop()
+            partner.stop()
             if succeeded && !keep {
                 try? FileManager.default.removeItem(at: root)
             } else {
                 say("countdown: data directories and logs kept in \(root.path)")
             }
         }
-
-        // A plain node and two shifted ones, each a friend of the plain one.
-        let anchor = try BenchNode(name: "anchor", shift: 0, tandem: binary, faketime: faketime, root: root)
-        nodes.append(anchor)
-        let ahead = try BenchNode(name: "ahead", shift: shift, tandem: binary, faketime: faketime, root: root)
-        nodes.append(ahead)
-        let behind = try BenchNode(name: "behind", shift: -shift, tandem: binary, faketime: faketime, root: root)
-        nodes.append(behind)
-        for n in nodes { try await n.connect() }
-        for partner in [ahead, behind] { try await befriend(anchor, partner) }
-        say("countdown: 3 nodes up (wall clocks +0 s, +\(shift) s, -\(shift) s), friends; \(runs) runs + \(quitRuns) quit runs of \(durationMs) ms")
+        let began = monotonicMicros()
+        try await anchor.start(shift: 0)
+        try await partner.start(shift: shift)
+        try await befriend(anchor, partner)
+        say("countdown: anchor and partner (wall clock ±\(shift) s) are friends; \(runs) runs + \(quitRuns) quit runs of \(durationMs) ms")
 
         let sleepBefore = Self.sleepOvershoots(count: 200)
         var results: [RunResult] = []
         for i in 0..<(runs + quitRuns) {
-            // Independent bits: which shifted partner, who invites, and (quit runs) who quits.
-            let partner = i % 2 == 0 ? ahead : behind
+            // Independent bits: the partner's shift, who invites, and (quit runs) who quits.
+            let wanted = i % 2 == 0 ? shift : -shift
+            if partner.shift != wanted {
+                let mark = anchor.feed.count
+                try await partner.restart(shift: wanted)
+                _ = try await anchor.feed.first("peer.online", ["id": partner.id], after: mark, timeout: 20)
+            }
             let (inviter, invitee) = (i / 2) % 2 == 0 ? (anchor, partner) : (partner, anchor)
             let quitter: BenchNode? = i < runs ? nil : ((i - runs) / 4) % 2 == 0 ? invitee : inviter
             let r = try await challenge(run: i, inviter: inviter, invitee: invitee, quitter: quitter)
             results.append(r)
-            say(String(format: "countdown: run %2d  %@ → %@  start skew %.3f ms  end skew %.3f ms  offset error %.0f µs%@", i + 1,
-                       inviter.name, invitee.name, r.startSkewMs, r.endSkewMs, r.offsetErrorUs,
+            say(String(format: "countdown: run %2d  partner %+ds  %@ invites  start skew %.3f ms  end skew %.3f ms  offset error %.0f µs%@",
+                       i + 1, wanted, inviter.name, r.startSkewMs, r.endSkewMs, r.offsetErrorUs,
                        r.quitLatencyMs.map { String(format: "  quit notice %.3f ms", $0) } ?? ""))
         }
         let sleepAfter = Self.sleepOvershoots(count: 200)
         let pings = try await Self.pingRoundTrips(to: anchor, count: 50)
+        let syncs = try Self.syncedWrites(in: root, count: 50)
 
         var ledgers: [String: Any] = [:]
         var ledgersOK = true
-        for n in nodes {
+        for n in [anchor, partner] {
             let v = try await n.call("ledger.verify")
             let ok = v["ok"]?.boolValue ?? false
             ledgersOK = ledgersOK && ok
             ledgers[n.name] = ["entries": v["entries"]?.intValue ?? 0, "verified": ok]
         }
+        let wallSeconds = Double(monotonicMicros() - began) / 1e6
+        let cpu: [String: Any] = [
+            "wall_s": wallSeconds,
+            "anchor_cpu_s": anchor.cpuSeconds,
+            "partner_cpu_s": partner.cpuSeconds,
+            "partner_cpu_share": partner.cpuSeconds / wallSeconds,
+        ]
 
         let start = Percentiles(results.map(\.startSkewMs)), end = Percentiles(results.map(\.endSkewMs))
         let quit = Percentiles(results.compactMap(\.quitLatencyMs))
@@ -109,7 +124,7 @@ struct CountdownBench: AsyncParsableCommand {
         let overshoot = Percentiles(sleeps)
         // Two timers set for the same instant in two processes: how far apart they fire.
         let pairs = Percentiles(stride(from: 0, to: sleeps.count - 1, by: 2).map { abs(sleeps[$0] - sleeps[$0 + 1]) })
-        let ping = Percentiles(pings)
+        let ping = Percentiles(pings), sync = Percentiles(syncs)
         let consistent = results.allSatisfy(\.consistent)
         let pass = start.p99 <= goalMs && end.p99 <= goalMs && consistent && ledgersOK
         let report: [String: Any] = [
@@ -127,14 +142,17 @@ struct CountdownBench: AsyncParsableCommand {
             "pass": pass,
             "results_as_expected": consistent,
             "ledgers": ledgers,
+            "cpu": cpu,
             "baseline_sleep_2ms_overshoot_ms": overshoot.json,
             "baseline_timer_pair_difference_ms": pairs.json,
             "baseline_signed_ping_rtt_ms": ping.json,
+            "baseline_synced_write_ms": sync.json,
             "ratio_start_skew_p99_to_timer_pair_p99": start.p99 / max(pairs.p99, 1e-6),
             "ratio_end_skew_p99_to_timer_pair_p99": end.p99 / max(pairs.p99, 1e-6),
             "ratio_quit_latency_p50_to_ping_rtt_p50": quitRuns > 0 ? quit.p50 / max(ping.p50, 1e-6) : NSNull(),
+            "ratio_quit_latency_p50_to_synced_write_p50": quitRuns > 0 ? quit.p50 / max(sync.p50, 1e-6) : NSNull(),
             "environment": environment().merging(["load_average_end": loadAverage()]) { a, _ in a },
-            "note": "skew = |mono_us(A) - mono_us(B)| of challenge.started / challenge.ended; quit latency = partner.quit - quit (mono_us); one node's wall clock is shifted by ±clock_shift_s with libfaketime, the monotonic clock is not",
+            "note": "skew = |mono_us(A) - mono_us(B)| of challenge.started / challenge.ended; quit latency = partner.quit - quit (mono_us); the partner's wall clock is shifted by +clock_shift_s and -clock_shift_s in alternate runs with libfaketime, the monotonic clock is not",
         ]
         let data = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes])
         print(String(decoding: data, as: UTF8.self))
@@ -208,6 +226,39 @@ struct CountdownBench: AsyncParsableCommand {
         }
     }
 
+    /// How long a 4 KiB write followed by fdatasync takes in `directory` (ms), `count` times: the
+    /// floor under every step a node stores before it tells anyone.
+    static func syncedWrites(in directory: URL, count: Int) throws -> [Double] {
+        let path = directory.appendingPathComponent("sync-probe").path
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        guard fd >= 0 else { throw TandemBenchError("cannot open \(path)") }
+        defer { close(fd); unlink(path) }
+        let block = [UInt8](repeating: 0x5a, count: 4096)
+        return try (0..<count).map { i in
+            let t0 = monotonicMicros()
+            guard pwrite(fd, block, block.count, off_t(i % 16) * 4096) == block.count, fdatasync(fd) == 0 else {
+                throw TandemBenchError("cannot write \(path)")
+            }
+            return Double(monotonicMicros() - t0) / 1000
+        }
+    }
+
+    /// A TCP port on 127.0.0.1 that was free a moment ago (the partner keeps it across restarts).
+    static func freeTCPPort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TandemBenchError("cannot open a TCP socket") }
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in bind(fd, sa, len) == 0 && getsockname(fd, sa, &len) == 0 }
+        }
+        guard ok else { throw TandemBenchError("cannot find a free TCP port") }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
     /// Signed ping/pong round trips (ms) from a throwaway in-process node to `node`, over one
     /// secure loopback link; the first few (link warm-up) are left out.
     static func pingRoundTrips(to node: BenchNode, count: Int) async throws -> [Double] {
@@ -229,8 +280,9 @@ struct CountdownBench: AsyncParsableCommand {
     }
 }
 
-/// One `tandem node` child process on loopback (no discovery), its wall clock shifted by `shift`
-/// seconds through the faketime wrapper when not 0, with a control connection and its events.
+/// One `tandem node` child process on loopback (no discovery) on a fixed port, its wall clock
+/// shifted by `shift` seconds through the faketime wrapper when not 0, with a control connection
+/// and its events. It can be restarted with another shift on the same data directory.
 ///
 /// The wrapper is used rather than LD_PRELOAD alone: a preloaded libfaketime that creates its
 /// shared memory calls setenv() before the Swift runtime reads the arguments (which it finds next
@@ -238,57 +290,77 @@ struct CountdownBench: AsyncParsableCommand {
 /// FAKETIME_SHARED already set.
 final class BenchNode: @unchecked Sendable {
     let name: String
-    let shift: Int
+    let tandem: String
+    let faketime: String
+    let root: URL
+    let port: Int
     let directory: DataDirectory
-    let process = Process()
+    private(set) var shift = 0
+    private(set) var process: Process?
     private(set) var client: ControlClient?
     private(set) var feed: EventFeed!
     private(set) var id = ""
-    private(set) var port = 0
+    /// CPU time of the node processes that have exited so far (s).
+    private var cpuOfStopped = 0.0
 
-    init(name: String, shift: Int, tandem: String, faketime: String, root: URL) throws {
+    init(name: String, tandem: String, faketime: String, root: URL, port: Int) throws {
         self.name = name
-        self.shift = shift
+        self.tandem = tandem
+        self.faketime = faketime
+        self.root = root
+        self.port = port
         let dir = root.appendingPathComponent(name)
         directory = DataDirectory(explicit: dir.path)
         try sh(tandem, "init", "--data-dir", dir.path)
-        let nodeArgs = [tandem, "node", "--data-dir", dir.path, "--listen", "127.0.0.1:0", "--no-discovery", "--log-level", "notice"]
+    }
+
+    /// Launches the node, waits for its control socket, learns its ID, follows its events.
+    func start(shift: Int) async throws {
+        self.shift = shift
+        let p = Process()
+        let nodeArgs = [tandem, "node", "--data-dir", directory.url.path, "--listen", "127.0.0.1:\(port)", "--no-discovery",
+                        "--log-level", "notice"]
         var env = ProcessInfo.processInfo.environment
         env["TANDEM_NO_DISCOVERY"] = "1"
         if shift == 0 {
-            process.executableURL = URL(fileURLWithPath: tandem)
-            process.arguments = Array(nodeArgs.dropFirst())
+            p.executableURL = URL(fileURLWithPath: tandem)
+            p.arguments = Array(nodeArgs.dropFirst())
         } else {
-            process.executableURL = URL(fileURLWithPath: faketime)
-            process.arguments = ["-f", shift > 0 ? "+\(shift)s" : "\(shift)s"] + nodeArgs
+            p.executableURL = URL(fileURLWithPath: faketime)
+            p.arguments = ["-f", shift > 0 ? "+\(shift)s" : "\(shift)s"] + nodeArgs
             env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
         }
-        process.environment = env
+        p.environment = env
         let log = root.appendingPathComponent("\(name).log")
-        guard FileManager.default.createFile(atPath: log.path, contents: nil) else { throw TandemBenchError("cannot create \(log.path)") }
-        process.standardError = try FileHandle(forWritingTo: log)
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-    }
+        if !FileManager.default.fileExists(atPath: log.path) {
+            guard FileManager.default.createFile(atPath: log.path, contents: nil) else { throw TandemBenchError("cannot create \(log.path)") }
+        }
+        let handle = try FileHandle(forWritingTo: log)
+        handle.seekToEndOfFile()
+        p.standardError = handle
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        process = p
 
-    /// Waits for the control socket, learns the node's ID and port, follows its events.
-    func connect() async throws {
         let deadline = monotonicMicros() + 30_000_000
         while client == nil {
-            guard process.isRunning else { throw TandemBenchError("node \(name) exited (see \(name).log)") }
+            guard p.isRunning else { throw TandemBenchError("node \(name) exited (see \(log.path))") }
             if let c = try? await ControlClient.connect(dataDirectory: directory) {
                 client = c
             } else {
                 guard monotonicMicros() < deadline else { throw TandemBenchError("node \(name) has no control socket after 30 s") }
-                try await Task.sleep(for: .milliseconds(100))
+                try await Task.sleep(for: .milliseconds(50))
             }
         }
         let status = try await call("node.status")
         id = status["id"]?.stringValue ?? ""
-        let listen = status["listen"]?.stringValue ?? ""
-        port = listen.split(separator: ":").last.flatMap { Int($0) } ?? 0
-        guard !id.isEmpty, port > 0 else { throw TandemBenchError("node \(name) reports no ID or port") }
+        guard !id.isEmpty else { throw TandemBenchError("node \(name) reports no ID") }
         feed = EventFeed(name: name, client: client!)
+    }
+
+    func restart(shift: Int) async throws {
+        stop()
+        try await start(shift: shift)
     }
 
     func call(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
@@ -296,25 +368,42 @@ final class BenchNode: @unchecked Sendable {
         return try await client.call(method: method, params: params)
     }
 
+    /// The node's own pid (under the wrapper: the wrapper's child).
+    var nodePID: Int32? {
+        guard let p = process, p.isRunning else { return nil }
+        if shift == 0 { return p.processIdentifier }
+        let text = (try? String(contentsOfFile: "/proc/\(p.processIdentifier)/task/\(p.processIdentifier)/children", encoding: .utf8)) ?? ""
+        return text.split(separator: " ").compactMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }.first
+    }
+
+    /// CPU time (user + system, s) of every run of this node so far.
+    var cpuSeconds: Double { cpuOfStopped + (nodePID.map(Self.cpuSeconds) ?? 0) }
+
+    static func cpuSeconds(_ pid: Int32) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return 0 }
+        // Fields after the command name: state is field 3, utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     /// SIGTERM to the node (a graceful stop; under the wrapper, to its child, after which the
     /// wrapper exits and removes its shared memory); SIGKILL after 10 s.
     func stop() {
         client?.close()
-        guard process.isRunning else { return }
-        let target = shift == 0 ? process.processIdentifier : (Self.children(of: process.processIdentifier).first ?? process.processIdentifier)
+        client = nil
+        guard let p = process, p.isRunning else { return }
+        let target = nodePID ?? p.processIdentifier
+        cpuOfStopped += Self.cpuSeconds(target)
         kill(target, SIGTERM)
         let deadline = monotonicMicros() + 10_000_000
-        while process.isRunning, monotonicMicros() < deadline { usleep(10_000) }
-        if process.isRunning {
+        while p.isRunning, monotonicMicros() < deadline { usleep(5_000) }
+        if p.isRunning {
             kill(target, SIGKILL)
-            if target != process.processIdentifier { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
+            if target != p.processIdentifier { kill(p.processIdentifier, SIGKILL) }
+            p.waitUntilExit()
         }
-    }
-
-    static func children(of pid: Int32) -> [Int32] {
-        let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
-        return text.split(separator: " ").compactMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 }
 
@@ -328,7 +417,7 @@ final class EventFeed: @unchecked Sendable {
     init(name: String, client: ControlClient) {
         self.name = name
         let stream = client.stream(method: "events.subscribe",
-                                   params: ["since": .int(0), "types": ["challenge.*", "ledger.*", "friend.*"]])
+                                   params: ["since": .int(0), "types": ["challenge.*", "ledger.*", "friend.*", "peer.*"]])
         Task { [weak self] in
             do {
                 for try await item in stream {
@@ -341,12 +430,17 @@ final class EventFeed: @unchecked Sendable {
         }
     }
 
-    /// The first event of `type` whose fields include `match` (as text), waiting up to `timeout` s.
-    func first(_ type: String, _ match: [String: String], timeout: Double) async throws -> NodeEvent {
+    /// How many events arrived so far (a mark for `first(…, after:)`).
+    var count: Int { lock.withLock { events.count } }
+
+    /// The first event of `type` whose fields include `match` (as text), among those after the
+    /// first `after`, waiting up to `timeout` s.
+    func first(_ type: String, _ match: [String: String], after: Int = 0, timeout: Double) async throws -> NodeEvent {
         let deadline = monotonicMicros() + Int64(timeout * 1e6)
         while true {
             let (hit, failure) = lock.withLock {
-                (events.first { e in e.type == type && match.allSatisfy { e.fields[$0.key]?.stringValue == $0.value } }, self.failure)
+                (events.dropFirst(after).first { e in e.type == type && match.allSatisfy { e.fields[$0.key]?.stringValue == $0.value } },
+                 self.failure)
             }
             if let hit { return hit }
             if let failure { throw TandemBenchError("the event stream of \(name) ended: \(failure)") }
