@@ -24,7 +24,7 @@ struct Tandem: AsyncParsableCommand {
     /// Runs the command; every failure becomes one line on stderr and an exit code.
     static func main() async {
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(commandLineArguments())
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
@@ -45,6 +45,16 @@ struct Tandem: AsyncParsableCommand {
             Foundation.exit(code.rawValue == 64 ? TandemError.usageExitCode : code.rawValue)
         }
     }
+}
+
+/// The arguments after the program name. Under some LD_PRELOAD libraries (libfaketime moves the
+/// environment at start-up) the runtime finds no arguments at all; /proc/self/cmdline still has them.
+func commandLineArguments() -> [String] {
+    let args = Array(CommandLine.arguments.dropFirst())
+    guard args.isEmpty, let data = FileManager.default.contents(atPath: "/proc/self/cmdline") else { return args }
+    var parts = data.split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+    if parts.last == "" { parts.removeLast() } // the NUL that ends the last argument
+    return Array(parts.dropFirst())
 }
 
 enum TandemVersion {
