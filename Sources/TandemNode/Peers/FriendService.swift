@@ -36,7 +36,13 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
     private let listenPort: NIOLockedValueBox<Int> = NIOLockedValueBox(0)
     private let status = NIOLockedValueBox(Tandem_V1_PresenceStatus.idle)
     private let throttle = NIOLockedValueBox(RequestThrottle())
-    private let wake = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
+    /// The delivery loop's wake-up: the loop's continuation while it waits, or a poke that came
+    /// while it was busy (kept, so the loop goes round again instead of sleeping through it).
+    private struct Wake {
+        var waiter: CheckedContinuation<Void, Never>?
+        var pending = false
+    }
+    private let wake = NIOLockedValueBox(Wake())
     /// Called when the friend set changes (discovery re-announces).
     public var onFriendsChanged: (@Sendable () -> Void)?
     /// Peers other than friends to keep links to (partners in a group challenge).
@@ -99,9 +105,17 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         return OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: now())
     }
 
-    /// Nudges the delivery loop.
+    /// Nudges the delivery loop: at once when it waits, else as soon as its current round ends.
     public func poke() {
-        if let c = wake.withLockedValue({ w -> CheckedContinuation<Void, Never>? in defer { w = nil }; return w }) { c.resume() }
+        let waiter = wake.withLockedValue { w -> CheckedContinuation<Void, Never>? in
+            guard let c = w.waiter else {
+                w.pending = true
+                return nil
+            }
+            w.waiter = nil
+            return c
+        }
+        waiter?.resume()
     }
 
     // MARK: - User intents (control socket)
@@ -479,7 +493,16 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
             }
             await withTaskCancellationHandler {
                 await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                    wake.withLockedValue { $0 = c }
+                    // A frame queued during the round just done must not wait for the next tick.
+                    let poked = wake.withLockedValue { w -> Bool in
+                        if w.pending {
+                            w.pending = false
+                            return true
+                        }
+                        w.waiter = c
+                        return false
+                    }
+                    if poked { return c.resume() }
                     let ms = configuration.retryTick.nanoseconds / 1_000_000
                     Task { [weak self] in
                         try? await Task.sleep(for: .milliseconds(ms))
