@@ -322,9 +322,13 @@ extension NodeStore {
     }
 
     /// Backs off a recipient's frames after a failed attempt: 1 s, 2 s, 4 s … capped at `maximumDelayMs`.
-    public func deferOutbox(for key: [UInt8], error: String, nowMs: Int64, maximumDelayMs: Int64 = 60_000) throws {
+    /// `only`: just these frames (by message id), those an attempt actually sent; a frame queued
+    /// meanwhile stays due.
+    public func deferOutbox(for key: [UInt8], error: String, nowMs: Int64, maximumDelayMs: Int64 = 60_000,
+                            only messageIds: Set<[UInt8]>? = nil) throws {
         try write { db in
-            for var item in try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).fetchAll(db) {
+            for var item in try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).fetchAll(db)
+            where messageIds?.contains(Array(item.messageId)) ?? true {
                 item.attempts += 1
                 let delay = min(maximumDelayMs, 1000 << min(item.attempts - 1, 20))
                 item.nextAttemptMs = nowMs + delay

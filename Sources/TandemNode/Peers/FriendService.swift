@@ -564,8 +564,10 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
             link.send(env, flush: false)
         }
         link.channel.flush()
-        // Resend only if no ACK arrives in time.
-        try? store.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: now(), maximumDelayMs: 30_000)
+        // Resend only if no ACK arrives in time; frames queued since the read above were not sent
+        // and stay due (a quit notice queued just now goes out on the next round, not a second later).
+        try? store.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: now(), maximumDelayMs: 30_000,
+                               only: Set(items.map { Array($0.messageId) }))
     }
 
     /// Tries the peer's known addresses, newest first.
