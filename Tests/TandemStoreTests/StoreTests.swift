@@ -94,6 +94,16 @@ final class StoreTests: XCTestCase {
         XCTAssertFalse(try store.acknowledge([UInt8](repeating: 1, count: 16)))
     }
 
+    func testBackOffOnlyWhatWasSent() throws {
+        let store = try NodeStore.inMemory()
+        try store.enqueue(frame(1, to: bob, now: 0))
+        try store.enqueue(frame(2, to: bob, now: 0)) // queued after the attempt read the outbox
+        try store.deferOutbox(for: bob, error: "awaiting acknowledgement", nowMs: 0, only: [[UInt8](repeating: 1, count: 16)])
+        let items = try store.outbox(for: bob)
+        XCTAssertEqual(items.map(\.nextAttemptMs).sorted(), [0, 1000])
+        XCTAssertEqual(try store.dueRecipients(nowMs: 0), [bob], "the frame that was not sent stays due")
+    }
+
     func testHandledMessagesAndEvents() throws {
         let store = try NodeStore.inMemory()
         let id = [UInt8](repeating: 7, count: 16)
