@@ -36,7 +36,8 @@ struct CountdownBench: AsyncParsableCommand {
     @Option(help: "Challenges run to the end.") var runs: Int = 20
     @Option(help: "Extra challenges in which one side quits mid-way (for the notice latency).") var quitRuns: Int = 10
     @Option(help: "Length of each challenge (ms).") var durationMs: Int64 = 2000
-    @Option(help: "Seconds the partner's wall clock is ahead of (even runs) and behind (odd runs) the anchor's.") var shift: Int = 5
+    @Option(help: "Seconds the partner's wall clock is ahead of (even runs) and behind (odd runs) the anchor's; 0 for a control run without libfaketime.")
+    var shift: Int = 5
     @Option(help: "Goal for the p99 start and end skew (ms).") var goalMs: Double = 5
     @Option(help: ArgumentHelp("The tandem binary (default: next to tandem-bench).", valueName: "path")) var tandem: String?
     @Option(help: ArgumentHelp("The faketime wrapper (apt package faketime).", valueName: "path")) var faketime = "/usr/bin/faketime"
@@ -46,7 +47,7 @@ struct CountdownBench: AsyncParsableCommand {
         guard (1...1000).contains(runs) else { throw ValidationError("--runs must be between 1 and 1000") }
         guard (0...1000).contains(quitRuns) else { throw ValidationError("--quit-runs must be between 0 and 1000") }
         guard (1000...60_000).contains(durationMs) else { throw ValidationError("--duration-ms must be between 1000 and 60000") }
-        guard (1...3600).contains(shift) else { throw ValidationError("--shift must be between 1 and 3600 seconds") }
+        guard (0...3600).contains(shift) else { throw ValidationError("--shift must be between 0 and 3600 seconds") }
     }
 
     func run() async throws {
@@ -56,7 +57,7 @@ struct CountdownBench: AsyncParsableCommand {
         guard FileManager.default.isExecutableFile(atPath: binary) else {
             throw ValidationError("no tandem binary at \(binary) (build it: swift build -c release --product tandem)")
         }
-        guard FileManager.default.isExecutableFile(atPath: faketime) else {
+        guard shift == 0 || FileManager.default.isExecutableFile(atPath: faketime) else {
             throw ValidationError("no faketime at \(faketime) (apt-get install faketime)")
         }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-countdown-\(getpid())")
