@@ -26,13 +26,16 @@ SKEW_US = 5_000
 
 
 def realtime_prefix():
-    """`chrt --fifo 10` when we may use it (root), else nothing; TANDEM_TEST_REALTIME=0 turns it off.
+    """`chrt --fifo 10` with TANDEM_TEST_REALTIME=1 when we may use it (root), else nothing.
 
     The skew bounds are about the nodes: how well they agree on an instant and arm their timers.
     On a small machine busy with other work (two CPUs and a compiler, say) a thread that sleeps
     until a deadline is routinely woken 10-40 ms late by the kernel, whatever the node does, so
-    nodes under test run in the real-time class; their timers then wake within a fraction of a ms."""
-    if os.environ.get("TANDEM_TEST_REALTIME", "1") == "0" or shutil.which("chrt") is None:
+    the node asks for the real-time class for its challenge timer thread itself (where allowed), and
+    TANDEM_TEST_REALTIME=1 puts the whole node there for a machine busier still. Never for a node
+    under libfaketime: it can make a dispatch thread spin, which the real-time class would let
+    starve the machine."""
+    if os.environ.get("TANDEM_TEST_REALTIME", "0") != "1" or shutil.which("chrt") is None:
         return []
     try:
         ok = subprocess.run(["chrt", "--fifo", "10", "true"], capture_output=True, timeout=10).returncode == 0
@@ -59,7 +62,8 @@ class ChallengeNode(Node):
             # the node, its constructor setenv()s that variable, which moves `environ` off the stack
             # before the Swift runtime looks for argv next to it: the node would get no arguments.
             command = ["env", *command]
-        command = [*REALTIME, *command]  # chrt execs in place too
+        if not (self.env and "LD_PRELOAD" in self.env):
+            command = [*REALTIME, *command]  # chrt execs in place too
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(self.env or {})})
         wait_listening(self.port, self.proc)

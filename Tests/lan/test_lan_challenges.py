@@ -23,9 +23,9 @@ SKEW_US = 5_000
 
 
 def realtime_prefix():
-    """`chrt --fifo 10` unless TANDEM_TEST_REALTIME=0 or not allowed: the nodes' timers must not be
-    woken late by whatever else the machine runs (see Tests/cli/test_challenges.py)."""
-    if os.environ.get("TANDEM_TEST_REALTIME", "1") == "0" or shutil.which("chrt") is None:
+    """`chrt --fifo 10` with TANDEM_TEST_REALTIME=1 when allowed (see Tests/cli/test_challenges.py;
+    never for a node under libfaketime)."""
+    if os.environ.get("TANDEM_TEST_REALTIME", "0") != "1" or shutil.which("chrt") is None:
         return []
     try:
         ok = subprocess.run(["chrt", "--fifo", "10", "true"], capture_output=True, timeout=10).returncode == 0
@@ -66,7 +66,7 @@ def until(predicate, timeout=15.0, step=0.2):
 
 
 def start_node(ns, d, fake=None):
-    command = ["ip", "netns", "exec", ns, *REALTIME]
+    command = ["ip", "netns", "exec", ns, *([] if fake else REALTIME)]
     if fake:
         # env(1) twice: the first sets the variables, the second (with libfaketime loaded) sets up
         # libfaketime's shared memory before it execs the node. Loaded straight into the node,
