@@ -376,7 +376,11 @@ public final class ChallengeService: @unchecked Sendable {
     func commitIfReady(_ c: Challenge) {
         guard c.readyToCommit(nowUs: timebaseNow(c)) else { return }
         do {
-            let entry = try mutex.withLock { try store.commitToLedger(c, nowMs: friends.now()) }
+            // Re-read under the lock: `c` may be older than what another step stored meanwhile.
+            let entry = try mutex.withLock { () throws -> LedgerEntry? in
+                guard let current = try store.challenge(c.id), current.readyToCommit(nowUs: timebaseNow(current)) else { return nil }
+                return try store.commitToLedger(current, nowMs: friends.now())
+            }
             if let entry {
                 events.emit("ledger.appended", ["entry": .int(entry.seq), "challenge_id": .string(c.idHex),
                                                 "hash": .string(hexString(entry.hash)),
