@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from lancli import NODE_ENV, cli, cli_json, until, wait_event
 from netns import SUBNET, TANDEM_BIN
 
-NODE_ENV = {k: v for k, v in os.environ.items() if k != "TANDEM_NO_DISCOVERY"}
 LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
 SKEW_US = 5_000
 
@@ -35,35 +35,6 @@ def realtime_prefix():
 
 
 REALTIME = realtime_prefix()
-
-
-def cli(node, *args, timeout=30):
-    proc = subprocess.run([TANDEM_BIN, *args, "--data-dir", node["dir"]], capture_output=True, text=True,
-                          timeout=timeout, env=NODE_ENV)
-    assert proc.returncode == 0, f"tandem {' '.join(args)}: {proc.stderr.strip()}"
-    return proc.stdout
-
-
-def cli_json(node, *args, timeout=30):
-    return json.loads(cli(node, *args, "--json", timeout=timeout))
-
-
-def wait_event(node, event, *matches, timeout="20s"):
-    args = ["wait", event, "--since", "0", "--timeout", timeout]
-    for m in matches:
-        args += ["--match", m]
-    return cli_json(node, *args, timeout=90)
-
-
-def until(predicate, timeout=15.0, step=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
-
 
 def start_node(ns, d, fake=None):
     command = ["ip", "netns", "exec", ns, *([] if fake else REALTIME)]
