@@ -145,7 +145,6 @@ public struct Challenge: Codable, Sendable, Equatable {
                           durationMs: durationMs, requestedStartUs: startAtUs, startAtUs: nil, expiresAtUs: expires,
                           graceMs: graceMs, message: message, phase: .invited, roster: [], solo: false,
                           signatures: [:], signers: [], committed: false)
-        c.roster = []
         var inv = Tandem_V1_ChallengeInvite()
         inv.challengeID = Data(id)
         inv.participants = c.participants.map { Data($0.key) }
