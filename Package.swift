@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .executable(name: "tandem", targets: ["tandem"]),
         .executable(name: "tandem-bench", targets: ["tandem-bench"]),
+        .executable(name: "tandem-relay", targets: ["tandem-relay"]),
         .library(name: "TandemProtocol", targets: ["TandemProtocol"]),
         .library(name: "TandemNode", targets: ["TandemNode"]),
     ],
@@ -55,6 +56,36 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        .target(
+            name: "TandemRelay",
+            dependencies: [
+                "Sodium",
+                "TandemProtocol",
+                "TandemNode",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .executableTarget(
+            name: "tandem-relay",
+            dependencies: [
+                "TandemRelay",
+                "TandemNode",
+                "TandemProtocol",
+                "Sodium",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .executableTarget(
             name: "tandem",
             dependencies: [
@@ -74,6 +105,7 @@ let package = Package(
             name: "tandem-bench",
             dependencies: [
                 "CSodium",
+                "TandemRelay",
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
@@ -111,6 +143,18 @@ let package = Package(
         .testTarget(
             name: "TandemStoreTests",
             dependencies: ["TandemStore"]
+        ),
+        .testTarget(
+            name: "TandemRelayTests",
+            dependencies: [
+                "TandemRelay",
+                "TandemNode",
+                "TandemProtocol",
+                "Sodium",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
         ),
         .testTarget(
             name: "TandemNodeTests",

@@ -26,12 +26,24 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
     public static let challengeCancel = MessageType(rawValue: 0x0204)
     public static let challengeQuit = MessageType(rawValue: 0x0205)
     public static let challengeOutcome = MessageType(rawValue: 0x0206)
+    // Relay links (0x03xx): between a node and a tandem-relay.
+    public static let relayRegister = MessageType(rawValue: 0x0301)
+    public static let relayRegistered = MessageType(rawValue: 0x0302)
+    public static let tunnelOpen = MessageType(rawValue: 0x0303)
+    public static let relayReply = MessageType(rawValue: 0x0304)
+    public static let tunnelIncoming = MessageType(rawValue: 0x0305)
+    public static let mailboxPut = MessageType(rawValue: 0x0306)
+    public static let mailboxItem = MessageType(rawValue: 0x0307)
+    public static let mailboxAck = MessageType(rawValue: 0x0308)
+    public static let relayGoodbye = MessageType(rawValue: 0x0309)
 
     /// Types this implementation understands.
     public static let known: Set<MessageType> = [.error, .ping, .pong, .friendRequest, .friendAccept, .friendDecline,
                                                  .friendRemove, .contactUpdate, .presence, .ack, .clockProbe, .clockReply,
                                                  .challengeInvite, .challengeAnswer, .challengeStart, .challengeCancel,
-                                                 .challengeQuit, .challengeOutcome]
+                                                 .challengeQuit, .challengeOutcome, .relayRegister, .relayRegistered,
+                                                 .tunnelOpen, .relayReply, .tunnelIncoming, .mailboxPut, .mailboxItem,
+                                                 .mailboxAck, .relayGoodbye]
 
     public var description: String {
         switch self {
@@ -53,6 +65,15 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
         case .challengeCancel: return "CHALLENGE_CANCEL"
         case .challengeQuit: return "CHALLENGE_QUIT"
         case .challengeOutcome: return "CHALLENGE_OUTCOME"
+        case .relayRegister: return "RELAY_REGISTER"
+        case .relayRegistered: return "RELAY_REGISTERED"
+        case .tunnelOpen: return "TUNNEL_OPEN"
+        case .relayReply: return "RELAY_REPLY"
+        case .tunnelIncoming: return "TUNNEL_INCOMING"
+        case .mailboxPut: return "MAILBOX_PUT"
+        case .mailboxItem: return "MAILBOX_ITEM"
+        case .mailboxAck: return "MAILBOX_ACK"
+        case .relayGoodbye: return "RELAY_GOODBYE"
         default: return "0x" + hexString([UInt8(rawValue >> 8), UInt8(rawValue & 0xff)])
         }
     }

@@ -179,6 +179,70 @@ public nonisolated enum Tandem_V1_ParticipantResult: SwiftProtobuf.Enum, Swift.C
 
 }
 
+public nonisolated enum Tandem_V1_RelayStatus: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+  case ok // = 1
+
+  /// The target is not connected and registered at this relay.
+  case offline // = 2
+
+  /// A limit was reached (tunnels per client, mailbox quota, ...); `detail` says which.
+  case limit // = 3
+
+  /// The mailbox recipient never registered at this relay.
+  case unknownRecipient // = 4
+
+  /// The request is malformed (wrong key length, item too large, ...).
+  case badRequest // = 5
+
+  /// The relay is shutting down or full.
+  case unavailable // = 6
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .ok
+    case 2: self = .offline
+    case 3: self = .limit
+    case 4: self = .unknownRecipient
+    case 5: self = .badRequest
+    case 6: self = .unavailable
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .ok: return 1
+    case .offline: return 2
+    case .limit: return 3
+    case .unknownRecipient: return 4
+    case .badRequest: return 5
+    case .unavailable: return 6
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Tandem_V1_RelayStatus] = [
+    .unspecified,
+    .ok,
+    .offline,
+    .limit,
+    .unknownRecipient,
+    .badRequest,
+    .unavailable,
+  ]
+
+}
+
 /// Envelope message type 0x0001.
 public nonisolated struct Tandem_V1_Error: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -576,6 +640,167 @@ public nonisolated struct Tandem_V1_ChallengeOutcome: Sendable {
   public init() {}
 }
 
+/// 0x0301 node -> relay: "this is my home relay": hold mail for me and let others open tunnels to me.
+/// The key registered is the one the handshake proved; there is nothing else to claim.
+public nonisolated struct Tandem_V1_RelayRegister: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The client's software, for the operator's logs (at most 64 bytes).
+  public var agent: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0302 relay -> node: registration done.
+public nonisolated struct Tandem_V1_RelayRegistered: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Mail waiting for the node; it follows as MAILBOX_ITEM frames.
+  public var mailboxItems: UInt32 = 0
+
+  /// Limits that apply to this client.
+  public var maxTunnels: UInt32 = 0
+
+  public var maxBytesPerSecond: UInt64 = 0
+
+  public var mailboxMaxItems: UInt32 = 0
+
+  public var mailboxMaxBytes: UInt64 = 0
+
+  public var mailboxMaxItemBytes: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0303 node -> relay: join me to `target`, who must be registered here and online.
+public nonisolated struct Tandem_V1_TunnelOpen: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: UInt64 = 0
+
+  public var target: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0304 relay -> node: the answer to TUNNEL_OPEN or MAILBOX_PUT.
+public nonisolated struct Tandem_V1_RelayReply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: UInt64 = 0
+
+  public var status: Tandem_V1_RelayStatus = .unspecified
+
+  public var detail: String = String()
+
+  /// TUNNEL_OPEN with OK: the 32-byte join token for the new connection.
+  public var token: Data = Data()
+
+  /// MAILBOX_PUT with OK: the item's id at the relay.
+  public var itemID: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0305 relay -> node: `from` wants a tunnel; open a new connection to the relay and join with `token`.
+public nonisolated struct Tandem_V1_TunnelIncoming: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var from: Data = Data()
+
+  public var token: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0306 node -> relay: keep `sealed` for `recipient` until it comes online.
+public nonisolated struct Tandem_V1_MailboxPut: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: UInt64 = 0
+
+  public var recipient: Data = Data()
+
+  /// crypto_box_seal to the recipient's X25519 key (converted from its Ed25519 key) of one
+  /// complete signed envelope (author = the sender, recipient = the mailbox owner).
+  public var sealed: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0307 relay -> node: one held item. Delivered again after a reconnect until acknowledged.
+public nonisolated struct Tandem_V1_MailboxItem: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var itemID: UInt64 = 0
+
+  /// The client that deposited it (as the relay's handshake proved).
+  public var sender: Data = Data()
+
+  public var sealed: Data = Data()
+
+  public var storedAtMs: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0308 node -> relay: these items are durably handled; forget them.
+public nonisolated struct Tandem_V1_MailboxAck: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var itemIds: [UInt64] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0309 relay -> node: the relay is closing this link (shutdown, replaced by a newer link, idle).
+public nonisolated struct Tandem_V1_RelayGoodbye: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var reason: String = String()
+
+  /// Reconnect no sooner than this (0: use your own backoff).
+  public var retryAfterMs: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "tandem.v1"
@@ -590,6 +815,10 @@ nonisolated extension Tandem_V1_PresenceStatus: SwiftProtobuf._ProtoNameProvidin
 
 nonisolated extension Tandem_V1_ParticipantResult: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0PARTICIPANT_RESULT_UNSPECIFIED\0\u{1}COMPLETED\0\u{1}QUIT\0\u{1}OUT_OF_CONTACT\0")
+}
+
+nonisolated extension Tandem_V1_RelayStatus: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0RELAY_STATUS_UNSPECIFIED\0\u{1}OK\0\u{1}OFFLINE\0\u{1}LIMIT\0\u{1}UNKNOWN_RECIPIENT\0\u{1}BAD_REQUEST\0\u{1}UNAVAILABLE\0")
 }
 
 nonisolated extension Tandem_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -1379,6 +1608,361 @@ nonisolated extension Tandem_V1_ChallengeOutcome: SwiftProtobuf.Message, SwiftPr
   public static func ==(lhs: Tandem_V1_ChallengeOutcome, rhs: Tandem_V1_ChallengeOutcome) -> Bool {
     if lhs.record != rhs.record {return false}
     if lhs.signature != rhs.signature {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_RelayRegister: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RelayRegister"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}agent\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.agent) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.agent.isEmpty {
+      try visitor.visitSingularStringField(value: self.agent, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_RelayRegister, rhs: Tandem_V1_RelayRegister) -> Bool {
+    if lhs.agent != rhs.agent {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_RelayRegistered: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RelayRegistered"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}mailbox_items\0\u{3}max_tunnels\0\u{3}max_bytes_per_second\0\u{3}mailbox_max_items\0\u{3}mailbox_max_bytes\0\u{3}mailbox_max_item_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.mailboxItems) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.maxTunnels) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.maxBytesPerSecond) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.mailboxMaxItems) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.mailboxMaxBytes) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.mailboxMaxItemBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.mailboxItems != 0 {
+      try visitor.visitSingularUInt32Field(value: self.mailboxItems, fieldNumber: 1)
+    }
+    if self.maxTunnels != 0 {
+      try visitor.visitSingularUInt32Field(value: self.maxTunnels, fieldNumber: 2)
+    }
+    if self.maxBytesPerSecond != 0 {
+      try visitor.visitSingularUInt64Field(value: self.maxBytesPerSecond, fieldNumber: 3)
+    }
+    if self.mailboxMaxItems != 0 {
+      try visitor.visitSingularUInt32Field(value: self.mailboxMaxItems, fieldNumber: 4)
+    }
+    if self.mailboxMaxBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.mailboxMaxBytes, fieldNumber: 5)
+    }
+    if self.mailboxMaxItemBytes != 0 {
+      try visitor.visitSingularUInt32Field(value: self.mailboxMaxItemBytes, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_RelayRegistered, rhs: Tandem_V1_RelayRegistered) -> Bool {
+    if lhs.mailboxItems != rhs.mailboxItems {return false}
+    if lhs.maxTunnels != rhs.maxTunnels {return false}
+    if lhs.maxBytesPerSecond != rhs.maxBytesPerSecond {return false}
+    if lhs.mailboxMaxItems != rhs.mailboxMaxItems {return false}
+    if lhs.mailboxMaxBytes != rhs.mailboxMaxBytes {return false}
+    if lhs.mailboxMaxItemBytes != rhs.mailboxMaxItemBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_TunnelOpen: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TunnelOpen"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}target\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.target) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.requestID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.target.isEmpty {
+      try visitor.visitSingularBytesField(value: self.target, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_TunnelOpen, rhs: Tandem_V1_TunnelOpen) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.target != rhs.target {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_RelayReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RelayReply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}status\0\u{1}detail\0\u{1}token\0\u{3}item_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.status) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.detail) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.token) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.itemID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.requestID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.requestID, fieldNumber: 1)
+    }
+    if self.status != .unspecified {
+      try visitor.visitSingularEnumField(value: self.status, fieldNumber: 2)
+    }
+    if !self.detail.isEmpty {
+      try visitor.visitSingularStringField(value: self.detail, fieldNumber: 3)
+    }
+    if !self.token.isEmpty {
+      try visitor.visitSingularBytesField(value: self.token, fieldNumber: 4)
+    }
+    if self.itemID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.itemID, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_RelayReply, rhs: Tandem_V1_RelayReply) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.status != rhs.status {return false}
+    if lhs.detail != rhs.detail {return false}
+    if lhs.token != rhs.token {return false}
+    if lhs.itemID != rhs.itemID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_TunnelIncoming: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".TunnelIncoming"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}from\0\u{1}token\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.from) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.token) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.from.isEmpty {
+      try visitor.visitSingularBytesField(value: self.from, fieldNumber: 1)
+    }
+    if !self.token.isEmpty {
+      try visitor.visitSingularBytesField(value: self.token, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_TunnelIncoming, rhs: Tandem_V1_TunnelIncoming) -> Bool {
+    if lhs.from != rhs.from {return false}
+    if lhs.token != rhs.token {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_MailboxPut: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".MailboxPut"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}recipient\0\u{1}sealed\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.recipient) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.sealed) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.requestID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.recipient.isEmpty {
+      try visitor.visitSingularBytesField(value: self.recipient, fieldNumber: 2)
+    }
+    if !self.sealed.isEmpty {
+      try visitor.visitSingularBytesField(value: self.sealed, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_MailboxPut, rhs: Tandem_V1_MailboxPut) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.recipient != rhs.recipient {return false}
+    if lhs.sealed != rhs.sealed {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_MailboxItem: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".MailboxItem"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}item_id\0\u{1}sender\0\u{1}sealed\0\u{3}stored_at_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.itemID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.sender) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.sealed) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.storedAtMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.itemID != 0 {
+      try visitor.visitSingularUInt64Field(value: self.itemID, fieldNumber: 1)
+    }
+    if !self.sender.isEmpty {
+      try visitor.visitSingularBytesField(value: self.sender, fieldNumber: 2)
+    }
+    if !self.sealed.isEmpty {
+      try visitor.visitSingularBytesField(value: self.sealed, fieldNumber: 3)
+    }
+    if self.storedAtMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.storedAtMs, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_MailboxItem, rhs: Tandem_V1_MailboxItem) -> Bool {
+    if lhs.itemID != rhs.itemID {return false}
+    if lhs.sender != rhs.sender {return false}
+    if lhs.sealed != rhs.sealed {return false}
+    if lhs.storedAtMs != rhs.storedAtMs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_MailboxAck: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".MailboxAck"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}item_ids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedUInt64Field(value: &self.itemIds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.itemIds.isEmpty {
+      try visitor.visitPackedUInt64Field(value: self.itemIds, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_MailboxAck, rhs: Tandem_V1_MailboxAck) -> Bool {
+    if lhs.itemIds != rhs.itemIds {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_RelayGoodbye: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RelayGoodbye"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}reason\0\u{3}retry_after_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularStringField(value: &self.reason) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.retryAfterMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.reason.isEmpty {
+      try visitor.visitSingularStringField(value: self.reason, fieldNumber: 1)
+    }
+    if self.retryAfterMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.retryAfterMs, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_RelayGoodbye, rhs: Tandem_V1_RelayGoodbye) -> Bool {
+    if lhs.reason != rhs.reason {return false}
+    if lhs.retryAfterMs != rhs.retryAfterMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
