@@ -148,11 +148,19 @@ extension PeerLinkDelegate {
 public final class PeerLink: Sendable {
     public let channel: Channel
     public let identity: SigningKeyPair
+    /// The relay whose tunnel carries this link (nil: a direct TCP connection).
+    public let relay: [UInt8]?
     private let remote = NIOLockedValueBox<[UInt8]?>(nil)
 
-    init(channel: Channel, identity: SigningKeyPair) {
+    init(channel: Channel, identity: SigningKeyPair, relay: [UInt8]? = nil) {
         self.channel = channel
         self.identity = identity
+        self.relay = relay
+    }
+
+    /// The peer's address as seen on the socket, or nil for a tunnel (the socket's far end is the relay).
+    public var directRemoteHost: String? {
+        relay == nil ? channel.remoteAddress?.ipAddress : nil
     }
 
     /// The peer's proven key (nil before the handshake finishes).
@@ -293,7 +301,7 @@ public enum PeerPipeline {
     @discardableResult
     public static func configure(channel: Channel, identity: SigningKeyPair, serverPublicKey: [UInt8]?,
                                  gate: FrameGate, delegate: PeerLinkDelegate?, options: Options,
-                                 logger: Logger) throws -> PeerLink {
+                                 logger: Logger, relay: [UInt8]? = nil) throws -> PeerLink {
         let secure: SecureChannelHandler
         if let serverPublicKey {
             secure = SecureChannelHandler(client: identity, serverPublicKey: serverPublicKey, networkKey: options.networkKey,
@@ -302,7 +310,7 @@ public enum PeerPipeline {
             secure = SecureChannelHandler(server: identity, networkKey: options.networkKey,
                                           handshakeTimeout: options.handshakeTimeout, metrics: gate.metrics, logger: logger)
         }
-        let link = PeerLink(channel: channel, identity: identity)
+        let link = PeerLink(channel: channel, identity: identity, relay: relay)
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(secure)
         try sync.addHandler(ByteToMessageHandler(FrameByteDecoder(maximumEnvelopeLength: options.maximumEnvelopeLength)))

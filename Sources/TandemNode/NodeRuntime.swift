@@ -37,6 +37,8 @@ public final class NodeRuntime: Sendable {
     public let challenges: ChallengeService
     /// UDP beacons on the LAN, when configured.
     public let discovery: DiscoveryService?
+    /// Home relays, tunnels and mailboxes.
+    public let relays: RelayClient
     private let logger: Logger
 
     /// - Parameters:
@@ -75,7 +77,14 @@ public final class NodeRuntime: Sendable {
         let challenges = ChallengeService(identity: identity, store: store, peers: peers, events: eventBus, friends: friends,
                                           clock: clock, logger: logger)
         self.challenges = challenges
-        peers.handler = NodeFrameRouter(friends: friends, clock: clock, challenges: challenges)
+        let frameRouter = NodeFrameRouter(friends: friends, clock: clock, challenges: challenges)
+        peers.handler = frameRouter
+        let relays = RelayClient(identity: identity, store: store, peers: peers, gate: gate, options: configuration.link,
+                                 events: eventBus, logger: logger)
+        relays.onMail = { frameRouter.handleMail($0) }
+        relays.onReachable = { friends.poke() }
+        friends.relays = relays
+        self.relays = relays
         let announce = AnnounceHook()
         let discoverable = DiscoverableSetting(store: store, onChange: { announce.fire() })
         self.discoverable = discoverable
@@ -108,6 +117,7 @@ public final class NodeRuntime: Sendable {
         eventBus.registerControlMethods(on: router)
         friends.registerControlMethods(on: router, discoverable: discoverable)
         challenges.registerControlMethods(on: router)
+        relays.registerControlMethods(on: router, friends: friends)
         registerStatus()
     }
 
@@ -125,6 +135,7 @@ public final class NodeRuntime: Sendable {
             o["outbox"] = .int(Int64(try store.outboxCount()))
             o["links"] = .int(Int64(peers.connectedPeers.count))
             o["discoverable"] = .bool(discoverable.isDiscoverable)
+            o["relays"] = .array(relays.status())
             return .object(o)
         }
     }
@@ -138,6 +149,7 @@ public final class NodeRuntime: Sendable {
         if let controlServer { services.append(controlServer) }
         services.append(FriendLoop(friends: friends, peers: peers, listener: listener))
         services.append(ChallengeLoop(challenges: challenges, listener: listener))
+        services.append(RelayLoop(relays: relays, listener: listener))
         if let discovery { services.append(DiscoveryAfterListener(discovery: discovery, listener: listener)) }
         services.append(NodeAnnouncer(node: self))
         return services
@@ -208,6 +220,17 @@ struct ChallengeLoop: Service {
     func run() async throws {
         _ = try? await listener.boundAddress
         await cancelWhenGracefulShutdown { await challenges.run() }
+    }
+}
+
+/// Keeps the home relays connected once the listener is bound.
+struct RelayLoop: Service {
+    let relays: RelayClient
+    let listener: NodeListener
+
+    func run() async throws {
+        _ = try? await listener.boundAddress
+        await cancelWhenGracefulShutdown { await relays.run() }
     }
 }
 

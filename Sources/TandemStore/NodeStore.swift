@@ -134,6 +134,25 @@ public struct NodeStore: Sendable {
                 t.column("committedAtMs", .integer).notNull()
             }
         }
+        m.registerMigration("v3-relays") { db in
+            // This node's home relays (`tandem relay add`), in the order they were added.
+            try db.create(table: "relay") { t in
+                t.primaryKey("publicKey", .blob)
+                t.column("host", .text).notNull()
+                t.column("port", .integer).notNull()
+                t.column("addedAtMs", .integer).notNull()
+            }
+            // Where other nodes can be reached through a relay: from their contact record, or
+            // from the share code a user pasted.
+            try db.create(table: "peerRelay") { t in
+                t.primaryKey("publicKey", .blob)
+                t.column("relayKey", .blob).notNull()
+                t.column("host", .text).notNull()
+                t.column("port", .integer).notNull()
+                t.column("source", .text).notNull()   // manual | record
+                t.column("updatedAtMs", .integer).notNull()
+            }
+        }
         return m
     }
 

@@ -46,17 +46,36 @@ struct Friend: AsyncParsableCommand {
 struct FriendRequest: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "request", abstract: "Ask someone to be your friend.",
-        discussion: "The request waits in your node's outbox until their node is reachable (found on the LAN, at --addr, or at an address you used before); it is retried with backoff and delivered once.")
+        discussion: """
+        The request waits in your node's outbox until their node is reachable (found on the LAN, at --addr, at an \
+        address you used before, or through their home relay); it is retried with backoff and delivered once. \
+        When their relay says they are offline, it waits in their mailbox there instead.
+
+        Off the LAN, paste their share code (`tandem id --share` on their side): tandem:ID?relay=RELAYID@host:port.
+        """)
     @OptionGroup var common: CommonOptions
-    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+    @Argument(help: ArgumentHelp("Their Tandem ID or share code.", valueName: "ID|share-code")) var id: String
     @Option(help: "A short note for them (at most 280 bytes).") var message: String = ""
     @Option(help: ArgumentHelp("Where their node listens, when it is not on your LAN.", valueName: "host:port")) var addr: String?
+    @Option(help: ArgumentHelp("Their home relay, when the ID is not a share code that names it.", valueName: "ID@host:port")) var relay: String?
 
     func run() async throws {
-        let nodeID = try parseID(id)
+        let code: ShareCode
+        do {
+            code = try ShareCode(parsing: id)
+        } catch {
+            throw TandemError("'\(id)' is not a Tandem ID or share code: \(error)", exitCode: TandemError.usageExitCode)
+        }
+        let nodeID = code.id
         if let addr { _ = try NodeConfiguration.parseHostPort(addr, defaultHost: "127.0.0.1") }
-        var params: [String: JSONValue] = ["id": .string(nodeID.canonical), "message": .string(message)]
+        if let relay {
+            do { _ = try RelayAddress(parsing: relay) } catch {
+                throw TandemError("'\(relay)' is not a relay address: \(error)", exitCode: TandemError.usageExitCode)
+            }
+        }
+        var params: [String: JSONValue] = ["id": .string(id), "message": .string(message)]
         if let addr { params["addr"] = .string(addr) }
+        if let relay { params["relay"] = .string(relay) }
         try await callNode(common, "friend.request", .object(params)) { r in
             if r["relationship"]?.stringValue == "friend" {
                 output("You and \(nodeID.display) are friends now (they had asked you).")

@@ -53,7 +53,19 @@ struct ID: AsyncParsableCommand {
     @Flag(help: "Print the canonical form without separators.")
     var canonical = false
 
+    @Flag(help: "Print a share code for friends off your LAN: your ID and your home relay (asks the running node).")
+    var share = false
+
     func run() async throws {
+        if share {
+            try await callNode(common, "node.share") { r in
+                output(r["share"]?.stringValue ?? "")
+                if r["relay"] == .null {
+                    FileHandle.standardError.write(Data("tandem: note: no home relay yet (tandem relay add ID@host:port), so this code only works on your LAN or with --addr\n".utf8))
+                }
+            }
+            return
+        }
         let dir = common.dataDirectory
         let pk = try IdentityFile.publicKey(in: dir)
         let id = NodeID(publicKey: pk)

@@ -393,7 +393,7 @@ public final class ChallengeService: @unchecked Sendable {
 
     // MARK: - Frames
 
-    func handle(_ envelope: Envelope, from link: PeerLink) {
+    func handle(_ envelope: Envelope, from link: PeerLink?) {
         do {
             switch envelope.type {
             case .challengeInvite: try receiveInvite(envelope, from: link)
@@ -430,7 +430,7 @@ public final class ChallengeService: @unchecked Sendable {
 
     /// Handles a durable challenge frame once (acknowledging it either way); frames about unknown
     /// challenges are acknowledged and dropped.
-    private func step(_ envelope: Envelope, _ link: PeerLink, _ id: Data,
+    private func step(_ envelope: Envelope, _ link: PeerLink?, _ id: Data,
                       _ body: (inout Challenge) throws -> [Challenge.Action]) throws {
         var refusal: Error?
         try friends.once(envelope, on: link) {
@@ -446,7 +446,7 @@ public final class ChallengeService: @unchecked Sendable {
         if let refusal { throw refusal }
     }
 
-    private func receiveInvite(_ envelope: Envelope, from link: PeerLink) throws {
+    private func receiveInvite(_ envelope: Envelope, from link: PeerLink?) throws {
         let author = envelope.author
         guard friends.isFriend(author) else {
             // Only friends may invite; acknowledged so the sender stops, then dropped.
@@ -464,7 +464,7 @@ public final class ChallengeService: @unchecked Sendable {
                 guard open < 100 else { throw Challenge.Refusal("too many unanswered invites (100)") }
                 // Hints let group members who are not friends reach each other.
                 for p in c.participants where p.key != me && !p.addressHint.isEmpty && !friends.isFriend(p.key) {
-                    if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: link.channel.remoteAddress?.ipAddress ?? "127.0.0.1"), port > 0 {
+                    if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: link?.directRemoteHost ?? ""), port > 0, !h.isEmpty {
                         try? store.rememberAddress(p.key, host: h, port: port, source: "hint", nowMs: friends.now())
                     }
                 }

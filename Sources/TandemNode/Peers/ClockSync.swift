@@ -120,6 +120,19 @@ final class NodeFrameRouter: FrameHandler, @unchecked Sendable {
         }
     }
 
+    /// A frame that came as mail from a relay (opened and checked): the same flows, with no
+    /// link to answer on (the relay client acknowledges the item to the relay).
+    func handleMail(_ envelope: Envelope) {
+        challenges.heard(envelope.author)
+        let blocked = (try? friends.store.contact(envelope.author))?.relationship == .blocked
+        switch envelope.type.rawValue {
+        case 0x0200...0x02ff where !blocked:
+            challenges.handle(envelope, from: nil)
+        default:
+            friends.handle(envelope, from: nil)
+        }
+    }
+
     func peerConnected(_ key: [UInt8], link: PeerLink) {
         friends.peerConnected(key, link: link)
         challenges.peerConnected(key)

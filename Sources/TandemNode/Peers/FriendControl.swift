@@ -26,7 +26,9 @@ extension FriendService {
         let key = c.key
         let online = peers.link(to: key) != nil
         var via: JSONValue = .null
-        if online {
+        if online, peers.isRelayed(key) {
+            via = .string("relay")
+        } else if online {
             let host = peers.remoteAddress(of: key)?.ipAddress ?? ""
             let lan = ((try? store.sightings(since: now() - 60_000)) ?? []).contains { $0.publicKey == c.publicKey && $0.host == host }
             via = .string(lan ? "lan" : "direct")
@@ -42,20 +44,39 @@ extension FriendService {
             "message": c.requestMessage.map(JSONValue.string) ?? .null,
             "requested_at": Self.iso(c.requestedAtMs),
             "friend_since": Self.iso(c.friendSinceMs),
+            "relay": ((try? store.peerRelay(key)) ?? nil).map {
+                .string(RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port).description)
+            } ?? .null,
         ])
     }
 
     /// Registers the friend, name, peers and discoverability methods.
     public func registerControlMethods(on router: ControlRouter, discoverable: DiscoverableSetting) {
         router.register("friend.request") { [self] params in
-            let key = try Self.key(params)
+            // The ID may be a share code ("tandem:ID?relay=RELAY@host:port"); --relay names one too.
+            guard let idText = params["id"]?.stringValue else {
+                throw TandemError("missing parameter 'id'", exitCode: TandemError.usageExitCode)
+            }
+            let code: ShareCode
+            do {
+                code = try ShareCode(parsing: idText)
+            } catch {
+                throw TandemError("'\(idText)' is not a Tandem ID or share code: \(error)", exitCode: TandemError.usageExitCode)
+            }
+            let key = code.id.publicKey
+            var relay = code.relay
+            if let r = params["relay"]?.stringValue, !r.isEmpty {
+                do { relay = try RelayAddress(parsing: r) } catch {
+                    throw TandemError("'\(r)' is not a relay address: \(error)", exitCode: TandemError.usageExitCode)
+                }
+            }
             var address: (String, Int)?
             if let addr = params["addr"]?.stringValue, !addr.isEmpty {
                 let (h, p) = try NodeConfiguration.parseHostPort(addr, defaultHost: "127.0.0.1")
                 guard p > 0 else { throw TandemError("--addr needs a port", exitCode: TandemError.usageExitCode) }
                 address = (h, p)
             }
-            let c = try request(key, message: params["message"]?.stringValue ?? "", address: address)
+            let c = try request(key, message: params["message"]?.stringValue ?? "", address: address, relay: relay)
             return describe(c)
         }
         router.register("friend.requests") { [self] _ in

@@ -10,7 +10,7 @@ import TandemStore
 ///
 /// Every change a user asks for is one store transaction holding the new state and the signed
 /// frame that announces it; the outbox delivers that frame until the peer acknowledges it.
-public final class FriendService: FrameHandler, @unchecked Sendable {
+public final class FriendService: @unchecked Sendable {
     public struct Configuration: Sendable {
         /// Heartbeat: a PRESENCE frame on every friend link this often.
         public var heartbeat: TimeAmount = .seconds(10)
@@ -47,6 +47,8 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
     public var onFriendsChanged: (@Sendable () -> Void)?
     /// Peers other than friends to keep links to (partners in a group challenge).
     var keepConnected: (@Sendable () -> [[UInt8]])?
+    /// Tunnels and mailboxes through relays, when the node has the relay client.
+    var relays: RelayClient?
 
     public init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, events: EventBus,
                 configuration: Configuration = Configuration(), logger: Logger) {
@@ -93,6 +95,9 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         r.displayName = displayName
         let port = listenPort.withLockedValue { $0 }
         if port > 0 { r.addresses = [":\(port)"] }
+        if let home = try? store.relays().first {
+            r.homeRelay = RelayAddress(id: NodeID(publicKey: home.publicKey), host: home.host, port: home.port).description
+        }
         r.version = UInt64((try? store.setting("record_version")).flatMap { $0 }.flatMap(UInt64.init) ?? 1)
         return r
     }
@@ -120,7 +125,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
 
     // MARK: - User intents (control socket)
 
-    public func request(_ key: [UInt8], message: String, address: (String, Int)?) throws -> Contact {
+    public func request(_ key: [UInt8], message: String, address: (String, Int)?, relay: RelayAddress? = nil) throws -> Contact {
         guard key != identity.publicKey else { throw TandemError("that is your own ID", exitCode: TandemError.usageExitCode) }
         guard message.utf8.count <= configuration.maximumMessageBytes else {
             throw TandemError("the message is longer than \(configuration.maximumMessageBytes) bytes", exitCode: TandemError.usageExitCode)
@@ -130,6 +135,9 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         req.contact = contactRecord()
         if let address {
             try store.rememberAddress(key, host: address.0, port: address.1, source: "manual", nowMs: now())
+        }
+        if let relay {
+            try store.setPeerRelay(key, relay: relay.id.publicKey, host: relay.host, port: relay.port, source: "manual", nowMs: now())
         }
         if let existing = try store.contact(key), existing.relationship == .pending {
             // They asked first: asking back is accepting.
@@ -200,6 +208,18 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         poke()
     }
 
+    /// Tells every friend our newer contact record (after the home relay changed).
+    func announceRecord() throws {
+        try store.setSetting("record_version", String(now()))
+        var update = Tandem_V1_ContactUpdate()
+        update.contact = contactRecord()
+        let payload: [UInt8] = try update.serializedBytes()
+        for friend in try store.friendKeys() {
+            try store.enqueue(outboxFrame(.contactUpdate, to: friend, payload: payload))
+        }
+        poke()
+    }
+
     public func setStatus(_ s: Tandem_V1_PresenceStatus) {
         status.withLockedValue { $0 = s }
         for friend in (try? store.friendKeys()) ?? [] where peers.link(to: friend) != nil { sendPresence(to: friend) }
@@ -232,7 +252,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
 
     // MARK: - Frames from peers
 
-    public func handle(_ envelope: Envelope, from link: PeerLink) {
+    public func handle(_ envelope: Envelope, from link: PeerLink?) {
         let author = envelope.author
         let contact = try? store.contact(author)
         if contact?.relationship == .blocked {
@@ -261,7 +281,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         } catch let e as MalformedPayload {
             logger.info("malformed payload", metadata: ["type": "\(envelope.type)", "detail": "\(e.detail)"])
             let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: author, type: envelope.type)
-            if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: author, now: UInt64(now())) {
+            if let link, let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: author, now: UInt64(now())) {
                 link.send(reply)
             }
         } catch {
@@ -273,14 +293,17 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
 
     struct MalformedPayload: Error { let detail: String }
 
-    func sendAck(_ envelope: Envelope, on link: PeerLink) {
+    /// Acknowledges a durable frame on the link it came by (frames from a relay mailbox are
+    /// acknowledged to the relay instead, by the relay client).
+    func sendAck(_ envelope: Envelope, on link: PeerLink?) {
+        guard let link else { return }
         var ack = Tandem_V1_Ack()
         ack.messageID = Data(envelope.messageID.bytes)
         link.send(type: .ack, payload: (try? ack.serializedBytes()) ?? [])
     }
 
     /// Runs `body` once per message id (a redelivered frame is only acknowledged again).
-    func once(_ envelope: Envelope, on link: PeerLink, _ body: () throws -> Void) throws {
+    func once(_ envelope: Envelope, on link: PeerLink?, _ body: () throws -> Void) throws {
         let fresh = try store.markHandled(envelope.messageID.bytes, createdAtMs: Int64(envelope.createdAt),
                                           windowMs: Self.handledWindowMs, nowMs: now())
         if fresh { try body() }
@@ -296,9 +319,9 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         return record
     }
 
-    private func receiveRequest(_ envelope: Envelope, from link: PeerLink) throws {
+    private func receiveRequest(_ envelope: Envelope, from link: PeerLink?) throws {
         let author = envelope.author
-        let host = link.channel.remoteAddress?.ipAddress ?? "?"
+        let host = Self.origin(of: link)
         let allowed = throttle.withLockedValue {
             $0.allow(sender: author, address: host, nowMs: now(), perSender: configuration.requestsPerSenderPerMinute,
                      perAddress: configuration.requestsPerAddressPerMinute)
@@ -351,7 +374,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         }
     }
 
-    private func receiveAccept(_ envelope: Envelope, from link: PeerLink) throws {
+    private func receiveAccept(_ envelope: Envelope, from link: PeerLink?) throws {
         guard let acc = try? Tandem_V1_FriendAccept(serializedBytes: envelope.payload) else {
             throw MalformedPayload(detail: "FRIEND_ACCEPT payload is not a tandem.v1.FriendAccept")
         }
@@ -368,7 +391,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         }
     }
 
-    private func receiveFarewell(_ envelope: Envelope, from link: PeerLink) throws {
+    private func receiveFarewell(_ envelope: Envelope, from link: PeerLink?) throws {
         guard (try? Tandem_V1_FriendFarewell(serializedBytes: envelope.payload)) != nil else {
             throw MalformedPayload(detail: "payload is not a tandem.v1.FriendFarewell")
         }
@@ -384,7 +407,7 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         }
     }
 
-    private func receiveContactUpdate(_ envelope: Envelope, from link: PeerLink) throws {
+    private func receiveContactUpdate(_ envelope: Envelope, from link: PeerLink?) throws {
         guard let update = try? Tandem_V1_ContactUpdate(serializedBytes: envelope.payload) else {
             throw MalformedPayload(detail: "CONTACT_UPDATE payload is not a tandem.v1.ContactUpdate")
         }
@@ -419,9 +442,21 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         }
     }
 
-    /// A record's ":port" addresses are paired with the host the link came from.
-    private func rememberRecordAddresses(_ record: Tandem_V1_ContactRecord, author: [UInt8], link: PeerLink) {
-        guard let remoteHost = link.channel.remoteAddress?.ipAddress else { return }
+    /// Where a frame came from, for throttles and events: the peer's IP address on a direct
+    /// link, "relay:<relay>" for a tunnel, "mailbox" for mail.
+    static func origin(of link: PeerLink?) -> String {
+        guard let link else { return "mailbox" }
+        if let relay = link.relay { return "relay:" + NodeID(publicKey: relay).short }
+        return link.channel.remoteAddress?.ipAddress ?? "?"
+    }
+
+    /// A record's ":port" addresses are paired with the host the link came from (not for tunnels
+    /// and mail, whose far end is a relay); its home relay is remembered too.
+    private func rememberRecordAddresses(_ record: Tandem_V1_ContactRecord, author: [UInt8], link: PeerLink?) {
+        if !record.homeRelay.isEmpty, let relay = try? RelayAddress(parsing: record.homeRelay) {
+            try? store.setPeerRelay(author, relay: relay.id.publicKey, host: relay.host, port: relay.port, source: "record", nowMs: now())
+        }
+        guard let remoteHost = link?.directRemoteHost else { return }
         for a in record.addresses.prefix(8) {
             guard let (h, p) = try? NodeConfiguration.parseHostPort(a, defaultHost: remoteHost), p > 0 else { continue }
             let host = (h == "0.0.0.0" || h == "::") ? remoteHost : h
@@ -547,11 +582,16 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
         if let existing = peers.link(to: key) {
             link = existing
         } else {
-            guard let opened = await dial(key) else {
+            switch await dial(key) {
+            case .link(let opened):
+                link = opened
+            case .offline(let relay):
+                await depositMail(for: key, at: relay)
+                return
+            case .unreachable:
                 try? store.deferOutbox(for: key, error: "unreachable", nowMs: now())
                 return
             }
-            link = opened
         }
         throttle.withLockedValue { $0.dialSucceeded(key) }
         let items = (try? store.outbox(for: key)) ?? []
@@ -570,19 +610,65 @@ public final class FriendService: FrameHandler, @unchecked Sendable {
                                only: Set(items.map { Array($0.messageId) }))
     }
 
-    /// Tries the peer's known addresses, newest first.
-    private func dial(_ key: [UInt8]) async -> PeerLink? {
+    enum DialOutcome {
+        case link(PeerLink)
+        /// Unreachable, and its home relay says it is offline: its mailbox there takes mail.
+        case offline(RelayAddress)
+        case unreachable
+    }
+
+    /// Tries, in order: the peer's LAN and other known addresses (newest first), then a tunnel
+    /// through its home relay.
+    private func dial(_ key: [UInt8]) async -> DialOutcome {
         let addresses = (try? store.addresses(key)) ?? []
-        for a in addresses.prefix(4) {
+        let lan = addresses.filter { $0.source == "lan" }
+        for a in (lan + addresses.filter { $0.source != "lan" }).prefix(4) {
             do {
-                return try await peers.connect(to: key, host: a.host, port: a.port, timeout: .seconds(3))
+                return .link(try await peers.connect(to: key, host: a.host, port: a.port, timeout: .seconds(3)))
             } catch {
                 logger.debug("dial failed", metadata: ["peer": "\(NodeID(publicKey: key).short)", "address": "\(a.host):\(a.port)",
                                                        "error": "\(error)"])
             }
         }
+        if let relays, let r = try? store.peerRelay(key) {
+            let relay = RelayAddress(id: NodeID(publicKey: r.publicKey), host: r.host, port: r.port)
+            do {
+                return .link(try await relays.openTunnel(to: key, via: relay))
+            } catch is RelayClient.Offline {
+                throttle.withLockedValue { $0.dialFailed(key, nowMs: now()) }
+                return .offline(relay)
+            } catch {
+                logger.debug("tunnel failed", metadata: ["peer": "\(NodeID(publicKey: key).short)", "relay": "\(relay)",
+                                                         "error": "\(error)"])
+            }
+        }
         throttle.withLockedValue { $0.dialFailed(key, nowMs: now()) }
-        return nil
+        return .unreachable
+    }
+
+    /// Moves the peer's waiting frames into its mailbox at its home relay; each one the relay
+    /// stored leaves the outbox (the relay delivers it when the peer comes back).
+    private func depositMail(for key: [UInt8], at relay: RelayAddress) async {
+        guard let relays else { return }
+        let items = (try? store.outbox(for: key)) ?? []
+        let envelopes = items.compactMap { try? Envelope.parse(Array($0.frame)) }.filter { MailboxSeal.isMailable($0.type) }
+        guard !envelopes.isEmpty else {
+            try? store.deferOutbox(for: key, error: "offline", nowMs: now())
+            return
+        }
+        do {
+            let stored = try await relays.deposit(envelopes, via: relay)
+            for id in stored {
+                if (try? store.acknowledge(id)) == true {
+                    events.emit("outbox.deposited", ["to": .string(NodeID(publicKey: key).canonical), "message_id": .string(hexString(id)),
+                                                     "relay": .string(relay.description)])
+                }
+            }
+            if stored.count < items.count { try? store.deferOutbox(for: key, error: "offline", nowMs: now()) }
+        } catch {
+            logger.info("cannot leave mail at the relay", metadata: ["relay": "\(relay)", "error": "\(error)"])
+            try? store.deferOutbox(for: key, error: "offline; mailbox: \(error)", nowMs: now())
+        }
     }
 }
 

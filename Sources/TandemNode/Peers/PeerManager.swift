@@ -97,9 +97,17 @@ public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
 
     // MARK: using links
 
-    /// The newest open link to a peer.
+    /// The newest open direct link to a peer, else its newest tunnel through a relay.
     public func link(to key: [UInt8]) -> PeerLink? {
-        state.withLockedValue { $0.links[key]?.last { $0.channel.isActive } }
+        state.withLockedValue { s in
+            guard let list = s.links[key] else { return nil }
+            return list.last { $0.channel.isActive && $0.relay == nil } ?? list.last { $0.channel.isActive }
+        }
+    }
+
+    /// True when the peer's only links are relay tunnels.
+    public func isRelayed(_ key: [UInt8]) -> Bool {
+        link(to: key).map { $0.relay != nil } ?? false
     }
 
     public var connectedPeers: [[UInt8]] {

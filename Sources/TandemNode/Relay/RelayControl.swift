@@ -1,0 +1,68 @@
+import Foundation
+import TandemProtocol
+import TandemStore
+
+/// The control-socket methods for relays (Protocol/control.md): relay.add, relay.remove,
+/// relay.list and node.share.
+extension RelayClient {
+    func registerControlMethods(on router: ControlRouter, friends: FriendService) {
+        router.register("relay.add") { [self] params in
+            guard let text = params["address"]?.stringValue else {
+                throw TandemError("missing parameter 'address'", exitCode: TandemError.usageExitCode)
+            }
+            let relay: RelayAddress
+            do {
+                relay = try RelayAddress(parsing: text)
+            } catch {
+                throw TandemError("'\(text)' is not a relay address: \(error)", exitCode: TandemError.usageExitCode)
+            }
+            guard relay.id.publicKey != identity.publicKey else {
+                throw TandemError("that is this node's own ID, not a relay's", exitCode: TandemError.usageExitCode)
+            }
+            let wasFirst = ((try? store.relays()) ?? []).isEmpty
+            let changed: Bool
+            do {
+                changed = try store.addRelay(relay.id.publicKey, host: relay.host, port: relay.port, nowMs: now())
+            } catch let e as RelayStoreError {
+                throw TandemError(e.description, exitCode: TandemError.usageExitCode)
+            }
+            if changed {
+                disconnect(relay.id.publicKey)
+                if wasFirst || (try? store.relays().first?.publicKey) == relay.id.publicKey { try friends.announceRecord() }
+                events.emit("relay.added", ["relay": .string(relay.description)])
+                poke()
+            }
+            return .object(["id": .string(relay.id.canonical), "address": .string(relay.description), "added": .bool(changed)])
+        }
+        router.register("relay.remove") { [self] params in
+            guard let text = params["id"]?.stringValue else {
+                throw TandemError("missing parameter 'id'", exitCode: TandemError.usageExitCode)
+            }
+            let key: [UInt8]
+            if let r = try? RelayAddress(parsing: text) {
+                key = r.id.publicKey
+            } else {
+                do { key = try NodeID.parse(text) } catch {
+                    throw TandemError("'\(text)' is not a relay ID or address: \(error)", exitCode: TandemError.usageExitCode)
+                }
+            }
+            let wasHome = (try? store.relays().first?.publicKey) == key
+            guard try store.removeRelay(key) else {
+                throw TandemError("that relay is not one of this node's relays (see tandem relay list)", exitCode: TandemError.nothingToActOnExitCode)
+            }
+            disconnect(key)
+            if wasHome { try friends.announceRecord() }
+            events.emit("relay.removed", ["relay": .string(NodeID(publicKey: key).canonical)])
+            return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
+        }
+        router.register("relay.list") { [self] _ in
+            .object(["relays": .array(status())])
+        }
+        router.register("node.share") { [self] _ in
+            let home = homeRelays().first
+            let code = ShareCode(id: NodeID(publicKey: identity.publicKey), relay: home)
+            return .object(["share": .string(code.description), "id": .string(code.id.canonical),
+                            "relay": home.map { .string($0.description) } ?? .null])
+        }
+    }
+}
