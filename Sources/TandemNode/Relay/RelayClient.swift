@@ -66,7 +66,7 @@ public final class RelayClient: @unchecked Sendable {
 
     /// An open session with `relay`, connecting (and registering, for a home relay) when there is none.
     func session(for relay: RelayAddress, home: Bool) async throws -> RelaySession {
-        if let s = session(relay.id.publicKey), s.relay == relay { return s }
+        if let s = session(relay.id.publicKey), s.relay == relay, !home || s.home { return s }
         let task = connecting.withLockedValue { c -> Task<RelaySession, Error> in
             if let t = c[relay.id.publicKey] { return t }
             let t = Task { try await self.open(relay, home: home) }
@@ -90,7 +90,13 @@ public final class RelayClient: @unchecked Sendable {
         if home {
             var r = Tandem_V1_RelayRegister()
             r.agent = "tandem/0.1.0"
-            let registered = try await session.register(r)
+            let registered: Tandem_V1_RelayRegistered
+            do {
+                registered = try await session.register(r)
+            } catch {
+                session.close()
+                throw error
+            }
             backoff.withLockedValue { _ = $0.removeValue(forKey: relay.id.publicKey) }
             events.emit("relay.connected", ["relay": .string(relay.description), "mailbox_items": .int(Int64(registered.mailboxItems))])
             logger.info("registered at relay", metadata: ["relay": "\(relay)", "mail": "\(registered.mailboxItems)"])
@@ -233,7 +239,7 @@ public final class RelayClient: @unchecked Sendable {
             let nowMs = now()
             let homes = homeRelays()
             for relay in homes {
-                if let s = session(relay.id.publicKey), s.relay == relay, s.home {
+                if let s = session(relay.id.publicKey), s.relay == relay, s.home, s.isRegistered {
                     if nowMs - (lastPing[relay.id.publicKey] ?? 0) >= Int64(keepalive.nanoseconds / 1_000_000) {
                         lastPing[relay.id.publicKey] = nowMs
                         s.ping()
