@@ -1027,6 +1027,265 @@ def gen_identity():
 
 
 # ---------------------------------------------------------------------------------------------
+# relay.json (Protocol/README.md section 14)
+
+RELAY = IDENTITIES["dave"]          # the relay's identity in these vectors
+RELAY_DEFAULT_PORT = 7820
+JOIN_MAGIC = b"TDMJOIN1"
+MAILBOX_MAX_AGE_MS = 8 * 24 * 60 * 60 * 1000
+MAILABLE_TYPES = set(range(0x0101, 0x0106)) | set(range(0x0201, 0x0207))
+
+
+def parse_relay_address(text):
+    """Returns ((key, host, port), None) or (None, reason). Follows section 14.1."""
+    text = text.strip()
+    if "@" not in text:
+        return None, "no-at"
+    id_part, host_part = text.rsplit("@", 1)
+    key, _ = parse_id(id_part)
+    if key is None:
+        return None, "id"
+    if host_part == "":
+        return None, "host"
+    port_text = None
+    if host_part.startswith("["):
+        close = host_part.find("]")
+        if close < 0:
+            return None, "host"
+        host, rest = host_part[1:close], host_part[close + 1:]
+        if rest:
+            if not rest.startswith(":"):
+                return None, "port"
+            port_text = rest[1:]
+    elif ":" in host_part:
+        host, port_text = host_part.rsplit(":", 1)
+    else:
+        host = host_part
+    port = RELAY_DEFAULT_PORT
+    if port_text is not None:
+        if not port_text or not all(c in "0123456789" for c in port_text):
+            return None, "port"
+        port = int(port_text)
+    if not 1 <= port <= 65535:
+        return None, "port"
+    if not host or len(host.encode()) > 253 or any(c in host for c in " /@"):
+        return None, "host"
+    return (key, host, port), None
+
+
+def relay_address_text(key, host, port):
+    return text_id(key) + "@" + ("[" + host + "]" if ":" in host else host) + ":" + str(port)
+
+
+def parse_share_code(text):
+    """Returns ((key, relay or None), None) or (None, reason). Follows section 14.1."""
+    body = text.strip()
+    if body.lower().startswith("tandem:"):
+        body = body[len("tandem:"):]
+    relay = None
+    if "?relay=" in body:
+        body, relay_text = body.split("?relay=", 1)
+        relay, why = parse_relay_address(relay_text)
+        if relay is None:
+            return None, "relay-" + why
+    key, _ = parse_id(body)
+    if key is None:
+        return None, "id"
+    return (key, relay), None
+
+
+def share_code_text(key, relay):
+    return "tandem:" + text_id(key) + ("" if relay is None else "?relay=" + relay_address_text(*relay))
+
+
+def seal_with_ephemeral(message, recipient_curve_pk, ephemeral_sk):
+    """crypto_box_seal with a chosen ephemeral key, so the output is reproducible:
+    ephemeral_pk || crypto_box(message, BLAKE2b-192(ephemeral_pk || recipient_pk), recipient_pk, ephemeral_sk)."""
+    eph_pk = sodium.crypto_scalarmult_base(ephemeral_sk)
+    nonce = hashlib.blake2b(eph_pk + recipient_curve_pk, digest_size=24).digest()
+    sealed = eph_pk + sodium.crypto_box(message, nonce, recipient_curve_pk, ephemeral_sk)
+    assert len(sealed) == len(message) + 48
+    return sealed
+
+
+def open_mail(sealed, me, now):
+    """The receiver's checks of section 14.4. Returns "accept" or the reason for dropping the item."""
+    try:
+        env = sodium.crypto_box_seal_open(sealed, me.curve_pk, me.curve_sk)
+    except Exception:
+        return "does-not-open"
+    if len(env) < 159 or env[0] != 1 or struct.unpack(">I", env[91:95])[0] != len(env) - 159:
+        return "not-an-envelope"
+    type_ = struct.unpack(">H", env[1:3])[0]
+    author, recipient = env[19:51], env[51:83]
+    created = struct.unpack(">Q", env[83:91])[0]
+    try:
+        nacl.signing.VerifyKey(author).verify(DOMAIN + env[:-64], env[-64:])
+    except Exception:
+        return "bad-signature"
+    if recipient != me.pk:
+        return "wrong-recipient"
+    if type_ not in MAILABLE_TYPES:
+        return "not-mailable"
+    if created > now and created - now > MAX_SKEW_MS:
+        return "future"
+    if now > created and now - created > MAILBOX_MAX_AGE_MS:
+        return "too-old"
+    return "accept"
+
+
+def gen_relay():
+    relay_id = text_id(RELAY.pk)
+    addresses = []
+    for name, text, expect in [
+        ("name and port", relay_id + "@relay.example.org:7900", (RELAY.pk, "relay.example.org", 7900)),
+        ("default port", relay_id + "@relay.example.org", (RELAY.pk, "relay.example.org", RELAY_DEFAULT_PORT)),
+        ("IPv4 literal", relay_id + "@192.0.2.7:443", (RELAY.pk, "192.0.2.7", 443)),
+        ("IPv6 literal", relay_id + "@[2001:db8::7]:7900", (RELAY.pk, "2001:db8::7", 7900)),
+        ("IPv6 literal, default port", relay_id + "@[2001:db8::7]", (RELAY.pk, "2001:db8::7", RELAY_DEFAULT_PORT)),
+        ("display-form ID", display_id(relay_id) + "@relay.example.org:7820", (RELAY.pk, "relay.example.org", 7820)),
+        ("upper-case ID, spaces around", "  " + relay_id.upper() + "@relay.example.org:7820 ", (RELAY.pk, "relay.example.org", 7820)),
+        ("port 1", relay_id + "@h:1", (RELAY.pk, "h", 1)),
+        ("port 65535", relay_id + "@h:65535", (RELAY.pk, "h", 65535)),
+    ]:
+        got, why = parse_relay_address(text)
+        assert got == expect, (name, got, why)
+        addresses.append({"name": name, "input": text, "public_key": h(expect[0]), "host": expect[1],
+                          "port": expect[2], "canonical": relay_address_text(*expect)})
+    bad_id = relay_id[:10] + ("q" if relay_id[10] != "q" else "p") + relay_id[11:]
+    invalid_addresses = []
+    for name, text, reason in [
+        ("no @", relay_id, "no-at"),
+        ("ID with a bad checksum", bad_id + "@relay.example.org:7820", "id"),
+        ("nothing after @", relay_id + "@", "host"),
+        ("empty port", relay_id + "@relay.example.org:", "port"),
+        ("port 0", relay_id + "@relay.example.org:0", "port"),
+        ("port 65536", relay_id + "@relay.example.org:65536", "port"),
+        ("port not a number", relay_id + "@relay.example.org:http", "port"),
+        ("IPv6 without its closing bracket", relay_id + "@[2001:db8::7:7900", "host"),
+        ("text after the IPv6 bracket", relay_id + "@[2001:db8::7]7900", "port"),
+        ("space in the host", relay_id + "@relay example.org:7820", "host"),
+        ("slash in the host", relay_id + "@relay.example.org/x:7820", "host"),
+        ("empty host before the port", relay_id + "@:7820", "host"),
+    ]:
+        got, why = parse_relay_address(text)
+        assert got is None and why == reason, (name, got, why)
+        invalid_addresses.append({"name": name, "input": text, "reason": reason})
+
+    relay = (RELAY.pk, "relay.example.org", 7820)
+    bob_id = text_id(BOB.pk)
+    share = []
+    for name, text, expect in [
+        ("with a relay", "tandem:" + bob_id + "?relay=" + relay_address_text(*relay), (BOB.pk, relay)),
+        ("without a relay", "tandem:" + bob_id, (BOB.pk, None)),
+        ("a bare ID", bob_id, (BOB.pk, None)),
+        ("prefix in upper case, display-form IDs, relay without port",
+         "TANDEM:" + display_id(bob_id) + "?relay=" + display_id(relay_id) + "@relay.example.org", (BOB.pk, relay)),
+        ("IPv6 relay", "tandem:" + bob_id + "?relay=" + relay_id + "@[2001:db8::7]:7900",
+         (BOB.pk, (RELAY.pk, "2001:db8::7", 7900))),
+    ]:
+        got, why = parse_share_code(text)
+        assert got == expect, (name, got, why)
+        share.append({"name": name, "input": text, "public_key": h(expect[0]),
+                      "relay": None if expect[1] is None else relay_address_text(*expect[1]),
+                      "canonical": share_code_text(*expect)})
+    invalid_share = []
+    for name, text, reason in [
+        ("bad ID", "tandem:" + bad_id, "id"),
+        ("relay is not an address", "tandem:" + bob_id + "?relay=relay.example.org:7820", "relay-no-at"),
+        ("relay port out of range", "tandem:" + bob_id + "?relay=" + relay_id + "@relay.example.org:99999", "relay-port"),
+        ("empty", "tandem:", "id"),
+    ]:
+        got, why = parse_share_code(text)
+        assert got is None and why == reason, (name, got, why)
+        invalid_share.append({"name": name, "input": text, "reason": reason})
+
+    token = label_bytes("relay/join-token")
+    preamble = JOIN_MAGIC + token
+    assert len(preamble) == 40
+    hello_like = label_bytes("relay/not-a-join", 32) + label_bytes("relay/not-a-join-2", 32)
+    classify = [
+        {"name": "a whole preamble", "input": h(preamble), "kind": "join", "token": h(token)},
+        {"name": "nothing yet", "input": "", "kind": "need_more_data"},
+        {"name": "7 bytes of the magic", "input": h(JOIN_MAGIC[:7]), "kind": "need_more_data"},
+        {"name": "magic and 31 token bytes", "input": h(preamble[:39]), "kind": "need_more_data"},
+        {"name": "a different eighth byte", "input": h(b"TDMJOIN2" + token), "kind": "handshake"},
+        {"name": "differs at the fourth byte", "input": h(b"TDMX"), "kind": "handshake"},
+        {"name": "64 bytes like a handshake hello", "input": h(hello_like), "kind": "handshake"},
+        {"name": "a preamble followed by more bytes before the answer", "input": h(preamble + b"\x00"),
+         "kind": "join_then_data"},
+    ]
+
+    created = NOW_MS - 60_000
+    alice_record = (pb_bytes(1, ALICE.pk) + pb_bytes(2, "Alice".encode()) + pb_bytes(3, b":7810")
+                    + pb_bytes(4, relay_address_text(*relay).encode()) + pb_varint(5, 1))
+    request_payload = pb_bytes(1, "focus with me?".encode()) + pb_bytes(2, alice_record)
+    good_env = envelope(ALICE, BOB.pk, 0x0101, mid("relay/mail"), created, request_payload)
+    tampered = good_env[:-1] + bytes([good_env[-1] ^ 1])
+    items = []
+
+    def item(name, env, sealed_to, verdicts):
+        sealed = seal_with_ephemeral(env, sealed_to.curve_pk, label_bytes("relay/ephemeral/" + name))
+        cases = []
+        for now, expect in verdicts:
+            assert open_mail(sealed, BOB, now) == expect, (name, now, open_mail(sealed, BOB, now))
+            cases.append({"now_ms": now, "expect": expect})
+        if sealed_to is BOB:
+            assert sodium.crypto_box_seal_open(sealed, BOB.curve_pk, BOB.curve_sk) == env
+        items.append({"name": name, "envelope": h(env), "ephemeral_secret_key": h(label_bytes("relay/ephemeral/" + name)),
+                      "sealed_to": sealed_to.name, "sealed": h(sealed), "cases": cases})
+
+    item("friend request", good_env, BOB, [
+        (NOW_MS, "accept"),
+        (created + MAILBOX_MAX_AGE_MS, "accept"),
+        (created + MAILBOX_MAX_AGE_MS + 1, "too-old"),
+        (created - MAX_SKEW_MS, "accept"),
+        (created - MAX_SKEW_MS - 1, "future"),
+    ])
+    item("addressed to carol", envelope(ALICE, CAROL.pk, 0x0101, mid("relay/mail-carol"), created, request_payload),
+         BOB, [(NOW_MS, "wrong-recipient")])
+    item("a PING is not mail", envelope(ALICE, BOB.pk, 0x0002, mid("relay/mail-ping"), created, enc_ping(7, created)),
+         BOB, [(NOW_MS, "not-mailable")])
+    item("signature altered", tampered, BOB, [(NOW_MS, "bad-signature")])
+    item("sealed to carol", good_env, CAROL, [(NOW_MS, "does-not-open")])
+
+    return {
+        "description": "Relays (Protocol/README.md section 14). The relay's key is dave's (keys.json). "
+                       "'addresses': relay addresses ID@host:port that parse to public_key, host and port (default "
+                       "7820), with their canonical form; 'invalid_addresses' must be refused (reason is informative). "
+                       "'share_codes': the same for share codes tandem:ID[?relay=ADDRESS] (relay null: none). "
+                       "'join': the 40-byte tunnel join preamble for token, the relay's one-byte answers, and how a "
+                       "relay classifies the first bytes of a connection (join: a join carrying token; need_more_data; "
+                       "handshake: a Secret Handshake; join_then_data: a join followed by early bytes, which the "
+                       "relay closes). 'mail': each item is envelope sealed (crypto_box_seal) to sealed_to's X25519 "
+                       "key with the given ephemeral secret key, so the bytes are reproducible (a real sender uses a "
+                       "fresh random one); each case says what bob (the receiver) does with the item at now_ms: "
+                       "accept, or drop because it does-not-open, bad-signature, wrong-recipient, not-mailable, "
+                       "future (more than 10 minutes ahead) or too-old (more than 8 days old).",
+        "default_port": RELAY_DEFAULT_PORT,
+        "relay_public_key": h(RELAY.pk),
+        "addresses": addresses,
+        "invalid_addresses": invalid_addresses,
+        "share_codes": share,
+        "invalid_share_codes": invalid_share,
+        "join": {
+            "magic": h(JOIN_MAGIC),
+            "token": h(token),
+            "preamble": h(preamble),
+            "answers": {"joined": "00", "unknown_token": "01", "timeout": "02", "refused": "03"},
+            "classify": classify,
+        },
+        "mail": {
+            "receiver": "bob",
+            "maximum_age_ms": MAILBOX_MAX_AGE_MS,
+            "maximum_future_ms": MAX_SKEW_MS,
+            "mailable_types": ["0101", "0102", "0103", "0104", "0105", "0201", "0202", "0203", "0204", "0205", "0206"],
+            "items": items,
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 
 def main():
     handshake, client_keys = gen_handshake()
@@ -1037,6 +1296,7 @@ def main():
         "boxstream.json": gen_boxstream(client_keys),
         "frames.json": gen_frames(),
         "identity.json": gen_identity(),
+        "relay.json": gen_relay(),
     }
     check = "--check" in sys.argv[1:]
     stale = []
