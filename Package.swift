@@ -90,6 +90,7 @@ let package = Package(
             name: "tandem",
             dependencies: [
                 "TandemNode",
+                "TandemRelay",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -121,7 +121,7 @@ public enum DemoScenario {
     /// One challenge between two friends: invite, accept, both countdowns printed side by side
     /// once a second until the end; `quitter` (when set) quits `quitAfterSeconds` in. Returns
     /// once both nodes have written the co-signed outcome to their ledgers.
-    static func challenge(inviter: DemoNode, invitee: DemoNode, durationMs: Int64, message: String,
+    public static func challenge(inviter: DemoNode, invitee: DemoNode, durationMs: Int64, message: String,
                           quitter: DemoNode? = nil, quitAfterSeconds: Int = 0,
                           say: @escaping @Sendable (String) -> Void) async throws {
         let invite = try await inviter.call("challenge.invite", ["ids": [.string(invitee.node.id.canonical)],
@@ -247,7 +247,7 @@ public enum DemoScenario {
     }
 
     /// Waits for the next event of `type` whose fields include `match`.
-    static func next(_ events: AsyncStream<NodeEvent>, _ type: String, _ match: [String: String],
+    public static func next(_ events: AsyncStream<NodeEvent>, _ type: String, _ match: [String: String],
                      timeout: Duration = .seconds(20)) async throws -> NodeEvent {
         try await withThrowingTaskGroup(of: NodeEvent?.self) { group in
             group.addTask {
@@ -295,13 +295,19 @@ public enum DemoScenario {
 }
 
 /// One node of the demo, its name and its event stream.
-struct DemoNode: Sendable {
-    let name: String
-    let node: NodeRuntime
-    let events: AsyncStream<NodeEvent>
+public struct DemoNode: Sendable {
+    public let name: String
+    public let node: NodeRuntime
+    public let events: AsyncStream<NodeEvent>
+
+    public init(name: String, node: NodeRuntime, events: AsyncStream<NodeEvent>) {
+        self.name = name
+        self.node = node
+        self.events = events
+    }
 
     /// Calls a control method in-process, with the same parameters the CLI sends over the socket.
-    func call(_ method: String, _ params: JSONValue) async throws -> JSONValue {
+    public func call(_ method: String, _ params: JSONValue) async throws -> JSONValue {
         guard case .unary(let handler)? = node.router.entry(method) else { throw TandemError("no control method \(method)") }
         return try await handler(params)
     }

@@ -95,7 +95,7 @@ struct Run: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Authenticated clients at most.", valueName: "n")) var maxClients: Int?
     @Option(help: ArgumentHelp("Tunnels per client at most.", valueName: "n")) var maxTunnelsPerClient: Int?
     @Option(help: ArgumentHelp("Bytes per second one client may push through the relay; 0 for no limit.", valueName: "bytes")) var clientRate: Int?
-    @Option(help: ArgumentHelp("Keep the mailbox in memory (lost at exit) instead of in the data directory.")) var memoryMailbox = false
+    @Flag(help: ArgumentHelp("Keep the mailbox in memory (lost at exit) instead of in the data directory.")) var memoryMailbox = false
     @Option(help: ArgumentHelp("Log format: text or json.", valueName: "format")) var logFormat: String?
     @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error.", valueName: "level")) var logLevel: String?
 

@@ -138,9 +138,13 @@ struct Ping: AsyncParsableCommand {
 
 struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run two throwaway nodes on loopback and narrate what they do.")
+        abstract: "Run throwaway nodes on loopback and narrate what they do: a LAN story, then one through a relay.")
+
+    @Flag(help: "Only the LAN part.") var lanOnly = false
+    @Flag(help: "Only the relay part.") var relayOnly = false
 
     func run() async throws {
-        try await DemoScenario.run { line in output(line) }
+        if !relayOnly { try await DemoScenario.run { line in output(line) } }
+        if !lanOnly { try await RelayDemoScenario.run { line in output(line) } }
     }
 }
