@@ -356,6 +356,13 @@ extension NodeStore {
 // MARK: - Exactly-once handling of incoming frames
 
 extension NodeStore {
+    /// Whether a frame with this id was handled (within the window).
+    public func wasHandled(_ messageId: [UInt8]) throws -> Bool {
+        try read { db in
+            try Bool.fetchOne(db, sql: "SELECT 1 FROM seenMessage WHERE messageId = ?", arguments: [Data(messageId)]) ?? false
+        }
+    }
+
     /// Records that a frame was handled. False when it had been handled before.
     public func markHandled(_ messageId: [UInt8], createdAtMs: Int64, windowMs: Int64, nowMs: Int64) throws -> Bool {
         try write { db in

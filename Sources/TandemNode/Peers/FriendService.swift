@@ -25,7 +25,10 @@ public final class FriendService: @unchecked Sendable {
         public init() {}
     }
 
-    static let handledWindowMs: Int64 = 7 * 24 * 3_600_000
+    /// How long handled message ids are remembered: longer than the oldest frame any path accepts
+    /// (24 h on links; 8 days for relay mail, RelayClient.mailboxMaximumAgeMs), so a copy that
+    /// comes late is still recognised.
+    static let handledWindowMs: Int64 = 9 * 24 * 3_600_000
 
     let identity: SigningKeyPair
     let store: NodeStore

@@ -165,8 +165,14 @@ public final class RelayClient: @unchecked Sendable {
         Task {
             defer { incoming.withLockedValue { $0 -= 1 } }
             do {
-                _ = try await TunnelConnector.connect(relay: relay, token: Array(m.token), remote: nil, identity: identity, gate: gate,
-                                                      delegate: peers, options: options, group: peers.group, logger: logger)
+                let link = try await TunnelConnector.connect(relay: relay, token: Array(m.token), remote: nil, identity: identity,
+                                                             gate: gate, delegate: peers, options: options, group: peers.group,
+                                                             logger: logger)
+                // The handshake proved who connected; it must be who the relay announced.
+                if link.remotePublicKey != from {
+                    logger.notice("tunnel peer is not the one announced, closing", metadata: ["from": "\(NodeID(publicKey: from).short)"])
+                    link.close()
+                }
             } catch {
                 logger.info("incoming tunnel failed", metadata: ["from": "\(NodeID(publicKey: from).short)", "error": "\(error)"])
             }
@@ -183,6 +189,14 @@ public final class RelayClient: @unchecked Sendable {
             events.emit("mailbox.received", ["from": .string(NodeID(publicKey: env.author).canonical),
                                              "type": .string(env.type.description), "relay": .string(session.relay.description)])
             onMail?(env)
+            // A friend request the node did not take (throttled, or the store failed) stays at the
+            // relay: it comes again at the next registration. Anything else was handled, or can
+            // never be (a stranger's invite, a malformed payload), and is acknowledged.
+            if env.type == .friendRequest, (try? store.wasHandled(env.messageID.bytes)) != true,
+               (try? store.contact(env.author))?.relationship != .blocked {
+                logger.info("mail not taken now; the relay keeps it", metadata: ["relay": "\(session.relay)", "type": "\(env.type)"])
+                return
+            }
         } catch {
             logger.info("mailbox item dropped", metadata: ["relay": "\(session.relay)", "error": "\(error)"])
         }
