@@ -58,8 +58,8 @@ extension NodeStore {
         }
     }
 
-    /// Remembers the relay a peer can be reached through. A relay from a record does not replace
-    /// one the user pasted more recently than the record's arrival (both are kept fresh by time).
+    /// Remembers the relay a peer can be reached through; the latest word wins, whether it came
+    /// from a pasted share code or from the peer's contact record.
     public func setPeerRelay(_ key: [UInt8], relay: [UInt8], host: String, port: Int, source: String, nowMs: Int64) throws {
         try write { db in
             try db.execute(sql: """

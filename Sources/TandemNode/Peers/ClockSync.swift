@@ -122,8 +122,8 @@ final class NodeFrameRouter: FrameHandler, @unchecked Sendable {
 
     /// A frame that came as mail from a relay (opened and checked): the same flows, with no
     /// link to answer on (the relay client acknowledges the item to the relay).
+    /// Mail does not count as hearing from its author (it may be hours old).
     func handleMail(_ envelope: Envelope) {
-        challenges.heard(envelope.author)
         let blocked = (try? friends.store.contact(envelope.author))?.relationship == .blocked
         switch envelope.type.rawValue {
         case 0x0200...0x02ff where !blocked:
