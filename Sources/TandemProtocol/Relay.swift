@@ -46,6 +46,8 @@ public struct RelayAddress: Hashable, Sendable, CustomStringConvertible {
                 guard rest.hasPrefix(":"), let p = Int(rest.dropFirst()) else { throw ParseError(description: "malformed port in '\(hostPart)'") }
                 port = p
             }
+        } else if hostPart.filter({ $0 == ":" }).count > 1 {
+            throw ParseError(description: "an IPv6 host goes in brackets: ID@[\(hostPart)]:port")
         } else if let colon = hostPart.lastIndex(of: ":") {
             host = String(hostPart[..<colon])
             guard let p = Int(hostPart[hostPart.index(after: colon)...]) else {

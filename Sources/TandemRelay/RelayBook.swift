@@ -175,8 +175,10 @@ public struct RelayBook: Sendable {
         case unknownToken
     }
 
-    public mutating func join(token: Token, connection: UInt64) -> JoinResult {
+    /// `nowMs`: refuse a token past the join timeout even before the next `expireJoins`.
+    public mutating func join(token: Token, connection: UInt64, nowMs: Int64? = nil) -> JoinResult {
         guard var t = tunnels[token], !t.spliced, t.joined.count < 2, !t.joined.contains(connection) else { return .unknownToken }
+        if let nowMs, nowMs - t.createdMs >= limits.tunnelJoinTimeoutMs { return .unknownToken }
         t.joined.append(connection)
         if t.joined.count == 2 {
             t.spliced = true

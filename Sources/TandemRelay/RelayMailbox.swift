@@ -120,9 +120,11 @@ public final class RelayMailbox: Sendable {
     /// Stores one sealed item; durable when this returns. Throws a `Refusal` past any quota.
     public func put(recipient: [UInt8], sender: [UInt8], sealed: [UInt8], nowMs: Int64) throws -> Int64 {
         guard sealed.count <= quotas.itemBytes else { throw Refusal.tooLarge(quotas.itemBytes) }
-        let (items, bytes) = totals.withLockedValue { $0 }
-        guard items < quotas.totalItems, bytes + sealed.count <= quotas.totalBytes else { throw Refusal.relayFull }
-        let id: Int64 = try writer.write { db in
+        // Writes are serialised by the database writer: checking and counting the totals inside the
+        // write keeps concurrent puts from passing the same check.
+        return try writer.write { db in
+            let (items, bytes) = totals.withLockedValue { $0 }
+            guard items < quotas.totalItems, bytes + sealed.count <= quotas.totalBytes else { throw Refusal.relayFull }
             let r = Data(recipient)
             guard try Bool.fetchOne(db, sql: "SELECT 1 FROM registered WHERE publicKey = ?", arguments: [r]) ?? false else {
                 throw Refusal.unknownRecipient
@@ -138,10 +140,11 @@ public final class RelayMailbox: Sendable {
             guard fromSender < quotas.itemsPerSender else { throw Refusal.senderQuota(quotas.itemsPerSender) }
             try db.execute(sql: "INSERT INTO item (recipient, sender, sealed, storedAtMs, expiresAtMs) VALUES (?, ?, ?, ?, ?)",
                            arguments: [r, Data(sender), Data(sealed), nowMs, nowMs + quotas.ttlMs])
+            // Counted before the commit: should the commit fail, the totals over-count (refusing
+            // early), never under-count.
+            totals.withLockedValue { $0.items += 1; $0.bytes += sealed.count }
             return db.lastInsertedRowID
         }
-        totals.withLockedValue { $0.items += 1; $0.bytes += sealed.count }
-        return id
     }
 
     /// Items waiting for `recipient`, oldest first.

@@ -234,7 +234,7 @@ public final class RelayServer: Service, @unchecked Sendable {
     /// The first bytes were a tunnel join.
     func join(_ channel: Channel, connection: UInt64, address: String, token: [UInt8]) {
         book.withLockedValue { $0.leavePending(address: address) }
-        let result = book.withLockedValue { $0.join(token: token, connection: connection) }
+        let result = book.withLockedValue { $0.join(token: token, connection: connection, nowMs: now()) }
         switch result {
         case .unknownToken:
             metrics.refused("tunnel_token")
