@@ -89,7 +89,7 @@ public final class NodeListener: Service, Sendable {
                         try ch.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: ch))
                     }
                 }
-                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .childChannelInitializer { ch in
                     ch.eventLoop.makeCompletedFuture {
                         try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: nil, gate: gate,

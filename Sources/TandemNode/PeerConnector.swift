@@ -19,7 +19,7 @@ public enum PeerConnector {
         do {
             channel = try await ClientBootstrap(group: group)
                 .connectTimeout(connectTimeout)
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .channelInitializer { ch in
                     ch.eventLoop.makeCompletedFuture {
                         let link = try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: remote,

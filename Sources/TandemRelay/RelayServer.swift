@@ -125,7 +125,7 @@ public final class RelayServer: Service, @unchecked Sendable {
                         try ch.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: ch))
                     }
                 }
-                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .childChannelOption(.writeBufferWaterMark,
                                     value: .init(low: configuration.tunnelQueueBytes / 2, high: configuration.tunnelQueueBytes))
                 .childChannelInitializer { [self] ch in

@@ -261,7 +261,7 @@ final class HandshakeLoop: @unchecked Sendable {
         let delegate = CloseOnEstablished()
         let identity = identity, remote = remote, gate = gate, logger = logger
         ClientBootstrap(group: eventLoop)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { ch in
                 ch.eventLoop.makeCompletedFuture {
                     _ = try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: remote,
@@ -311,7 +311,7 @@ enum FramesBenchmark {
         let remote = child.publicKey
         let source = FrameSource(identity: identity, remote: remote, payload: payload, eventLoop: eventLoop)
         let channel = try await ClientBootstrap(group: eventLoop)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { ch in
                 ch.eventLoop.makeCompletedFuture {
                     _ = try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: remote,
@@ -493,7 +493,7 @@ enum BulkBenchmark {
         let source = BulkSource(eventLoop: eventLoop)
         let remote = child.publicKey
         let channel = try await ClientBootstrap(group: eventLoop)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { ch in
                 ch.eventLoop.makeCompletedFuture {
                     let sync = ch.pipeline.syncOperations

@@ -61,7 +61,7 @@ struct Serve: AsyncParsableCommand {
         case .bulk:
             let channel = try await ServerBootstrap(group: group)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .childChannelInitializer { ch in
                     ch.eventLoop.makeCompletedFuture {
                         let sync = ch.pipeline.syncOperations

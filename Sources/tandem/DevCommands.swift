@@ -129,7 +129,7 @@ final class EchoServer: Service, Sendable {
                         try ch.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: ch))
                     }
                 }
-                .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .childChannelInitializer { ch in
                     ch.eventLoop.makeCompletedFuture {
                         let sync = ch.pipeline.syncOperations
@@ -301,7 +301,7 @@ struct ShsConnect: AsyncParsableCommand {
         do {
             connection = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
                 .connectTimeout(.seconds(Int64(seconds)))
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .connect(host: host, port: port) { ch in
                     ch.eventLoop.makeCompletedFuture {
                         let established = ch.eventLoop.makePromise(of: [UInt8].self)
