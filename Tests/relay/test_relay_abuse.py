@@ -194,7 +194,6 @@ def test_abuse_tunnel_end_never_reads(make_relay, write_config, links):
     """One tunnel end writes as fast as it can; the other never reads. The relay stops reading the
     writer once `tunnel-queue` bytes wait for the reader: the writer stalls, the relay's memory
     stays flat. When the reader wakes up, every byte arrives intact and in order."""
-    queue = 64 * 1024
     relay = make_relay(config=write_config(tunnel_queue="64k"), args=["--client-rate", "0"])
     x, y = links.open(relay, 2)
     writer = reader = None
@@ -238,7 +237,7 @@ def test_abuse_tunnel_end_never_reads(make_relay, write_config, links):
         rss_after = relay.rss_kib()
         print(f"writer stalled after {sent / 2**20:.1f} MiB; relayed {relayed / 2**20:.1f} MiB; "
               f"relay RSS {rss_before} -> {rss_after} KiB")
-        # Kernel socket buffers on both legs hold a few MiB; the relay itself queues `queue`.
+        # Kernel socket buffers on both legs hold a few MiB; the relay itself queues 64 KiB (tunnel-queue).
         assert sent < 48 * 2**20, f"the writer pushed {sent} bytes into a tunnel nobody reads"
         assert relayed_later == relayed, "the relay kept reading from the writer while the reader did not read"
         assert rss_after - rss_before < 32 * 1024, f"relay RSS grew by {rss_after - rss_before} KiB"

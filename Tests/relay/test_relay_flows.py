@@ -46,13 +46,16 @@ def test_relay_only_flow(make_relay, make_node):
     wait_event(a, "challenge.accepted", f"id={cid}", f"by={b.id}", since=sa)
     started = [wait_event(n, "challenge.started", f"id={cid}", since=s) for n, s in ((a, sa), (b, sb))]
     assert all(sorted(e["roster"]) == sorted([a.id, b.id]) for e in started), started
-    # Both started together (same CLOCK_MONOTONIC on this machine): within 50 ms through the relay.
-    assert abs(started[0]["mono_us"] - started[1]["mono_us"]) < 50_000, started
+    # Both started together (one CLOCK_MONOTONIC on this machine), within 200 ms through the relay
+    # (Tests/cli holds the tight bounds; here the clocks were synchronised through a tunnel).
+    assert abs(started[0]["mono_us"] - started[1]["mono_us"]) < 200_000, started
 
+    relayed_before_quit = relay.metric("tandem_relay_bytes_relayed_total")
     cli(b, "challenge", "quit", cid)
     wait_event(b, "challenge.quit", f"id={cid}", since=sb)
     quit_seen = wait_event(a, "challenge.partner.quit", f"id={cid}", f"who={b.id}", since=sa)
     assert quit_seen["elapsed_ms"] < 8000
+    assert relay.metric("tandem_relay_bytes_relayed_total") > relayed_before_quit  # the notice crossed the relay
     shown = cli_json(a, "challenge", "show", cid)
     them = {p["id"]: p for p in shown["participants"]}
     assert them[b.id]["result"] == "quit", shown
@@ -116,7 +119,8 @@ def test_mailbox_exactly_once_after_relay_restart(make_relay, make_node, links):
     assert relay.metric("tandem_relay_mailbox_delivered_total") == 1
     assert len(events(b, "challenge.invited", id=cid)) == 1
     assert challenge_ids(b).count(cid) == 1
-    assert cli_json(b, "challenge", "show", cid)["phase"] in ("invited", "pending"), cli_json(b, "challenge", "show", cid)
+    shown = cli_json(b, "challenge", "show", cid)
+    assert shown["phase"] == "invited" and shown["inviter"] == a.id, shown
 
     # B restarts again: nothing is delivered a second time.
     sb = last_seq(b)
@@ -171,6 +175,8 @@ def test_relay_graceful_shutdown_tells_clients(make_relay, make_node):
     assert back["mailbox_items"] == 0
     waited = time.monotonic() - t0
     assert waited < 15.0, waited
+    # ... and not before the 5 s the goodbye asked for (event times are the node's wall clock, ms).
+    assert 4_900 <= back["time_ms"] - gone["time_ms"] <= 15_000, (gone, back)
     assert wait_relay_connected(n, relay)["connected"] is True
     poll(lambda: relay.metric("tandem_relay_registered_clients") == 1, what="the node registered again")
 
