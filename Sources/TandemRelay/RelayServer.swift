@@ -482,7 +482,7 @@ public final class RelayServer: Service, @unchecked Sendable {
         out += PrometheusText.counter("tandem_relay_connections_accepted_total", help: "TCP connections accepted.", value: m.connectionsAccepted)
         out += PrometheusText.counter("tandem_relay_handshakes_failed_total", help: "Connections closed before finishing the handshake.", value: m.handshakesFailed)
         out += PrometheusText.counter("tandem_relay_refusals_total", help: "Connections and clients refused, by limit.",
-                                      samples: ["connections", "pending", "clients", "tunnel_token"].map { (["reason": $0], m.refusals[$0] ?? 0) })
+                                      samples: ["connections", "pending", "clients", "tunnel_token", "tunnel_early_data"].map { (["reason": $0], m.refusals[$0] ?? 0) })
         out += PrometheusText.counter("tandem_relay_tunnels_opened_total", help: "Tunnels spliced.", value: m.tunnelsOpened)
         out += PrometheusText.counter("tandem_relay_tunnels_refused_total", help: "Tunnel requests refused (offline target or limit).", value: m.tunnelsRefused)
         out += PrometheusText.counter("tandem_relay_bytes_relayed_total", help: "Bytes forwarded through tunnels.", value: m.bytesRelayed)
@@ -564,13 +564,16 @@ final class FrontHandler: ChannelInboundHandler, RemovableChannelHandler, @unche
         case .join(let token):
             decided = true
             timer?.cancel()
-            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
             if buffer!.readableBytes > 0 {
                 // A client must wait for the relay's answer before sending: this one did not.
+                server.book.withLockedValue { $0.leavePending(address: address) }
+                server.metrics.refused("tunnel_early_data")
                 context.close(promise: nil)
                 return
             }
-            server.join(context.channel, connection: connection, address: address, token: token)
+            let channel = context.channel
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+            server.join(channel, connection: connection, address: address, token: token)
         case .handshake:
             decided = true
             timer?.cancel()

@@ -110,8 +110,7 @@ def test_mailbox_exactly_once_after_relay_restart(make_relay, make_node, links):
     assert connected["mailbox_items"] == 1, connected
     got = wait_event(b, "challenge.invited", f"id={cid}", since=sb)
     assert got["from"] == a.id
-    # (--match compares the event's own fields: `type` here is the mailed frame's type.)
-    mail = wait_event(b, "mailbox.received", f"from={a.id}", "type=CHALLENGE_INVITE", since=sb)
+    mail = wait_event(b, "mailbox.received", f"from={a.id}", "message_type=CHALLENGE_INVITE", since=sb)
     assert mail["relay"] == relay.address
 
     # Acknowledged: the relay forgets it.

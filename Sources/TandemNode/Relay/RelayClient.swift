@@ -10,6 +10,13 @@ import TandemStore
 /// kept up with backoff and registered (so friends can tunnel to us and leave mail), plus links
 /// opened on demand to friends' home relays to open tunnels and deposit mail there.
 public final class RelayClient: @unchecked Sendable {
+    /// A relay said goodbye before the link was up (full, shutting down): come back no sooner than asked.
+    struct TurnedAway: Error, CustomStringConvertible {
+        let reason: String
+        let retryAfterMs: UInt64
+        var description: String { reason }
+    }
+
     /// A relay refused a tunnel because the node is not connected there.
     public struct Offline: Error, CustomStringConvertible {
         public let relay: RelayAddress
@@ -87,6 +94,11 @@ public final class RelayClient: @unchecked Sendable {
             if let previous = old[relay.id.publicKey], previous !== session { previous.close() }
             old[relay.id.publicKey] = session
         }
+        // The relay may have said goodbye (full, shutting down) before we even stored the session.
+        func turnedAway(_ error: Error) -> Error {
+            guard let (reason, retry) = session.goodbyeInfo else { return error }
+            return TurnedAway(reason: reason, retryAfterMs: retry)
+        }
         if home {
             var r = Tandem_V1_RelayRegister()
             r.agent = "tandem/0.1.0"
@@ -95,7 +107,7 @@ public final class RelayClient: @unchecked Sendable {
                 registered = try await session.register(r)
             } catch {
                 session.close()
-                throw error
+                throw turnedAway(error)
             }
             backoff.withLockedValue { _ = $0.removeValue(forKey: relay.id.publicKey) }
             events.emit("relay.connected", ["relay": .string(relay.description), "mailbox_items": .int(Int64(registered.mailboxItems))])
@@ -187,7 +199,7 @@ public final class RelayClient: @unchecked Sendable {
             let env = try MailboxSeal.open(sealed, identity: identity, curveSecretKey: try identity.curve25519SecretKey(),
                                            now: wallClockMilliseconds(), maximumAge: Self.mailboxMaximumAgeMs)
             events.emit("mailbox.received", ["from": .string(NodeID(publicKey: env.author).canonical),
-                                             "type": .string(env.type.description), "relay": .string(session.relay.description)])
+                                             "message_type": .string(env.type.description), "relay": .string(session.relay.description)])
             onMail?(env)
             // A friend request the node did not take (throttled, or the store failed) stays at the
             // relay: it comes again at the next registration. Anything else was handled, or can
@@ -211,7 +223,7 @@ public final class RelayClient: @unchecked Sendable {
             s[session.relay.id.publicKey] = nil
             return true
         }
-        guard removed, session.home else { return }
+        guard removed, session.home, session.wasRegistered else { return }
         noteFailure(session.relay, reason ?? "the relay closed the link", minimumDelayMs: Int64(clamping: retryAfterMs), resetCount: true)
         events.emit("relay.disconnected", ["relay": .string(session.relay.description), "reason": .string(reason ?? "closed")])
         poke()
@@ -226,7 +238,9 @@ public final class RelayClient: @unchecked Sendable {
             // 1 s, 2 s, 4 s ... 60 s, with up to 25 % jitter so a relay's clients do not come back at once.
             let base = min(60_000, 500 << min(e.failures, 7))
             let jitter = Int64(Sodium.randomUInt64() % UInt64(base / 4 + 1))
-            e.nextMs = nowMs + max(Int64(base) + jitter, minimumDelayMs)
+            let next = nowMs + max(Int64(base) + jitter, minimumDelayMs)
+            // A relay's "retry after" already noted for this failure is never shortened.
+            e.nextMs = e.nextMs > nowMs ? max(e.nextMs, next) : next
             e.error = error
             b[relay.id.publicKey] = e
         }
@@ -265,6 +279,10 @@ public final class RelayClient: @unchecked Sendable {
                 Task {
                     do {
                         _ = try await self.session(for: relay, home: true)
+                    } catch let away as TurnedAway {
+                        self.noteFailure(relay, away.reason, minimumDelayMs: Int64(clamping: away.retryAfterMs))
+                        self.events.emit("relay.disconnected", ["relay": .string(relay.description), "reason": .string(away.reason)])
+                        self.logger.info("home relay turned us away", metadata: ["relay": "\(relay)", "reason": "\(away.reason)"])
                     } catch {
                         self.noteFailure(relay, "\(error)")
                         self.logger.info("cannot reach home relay", metadata: ["relay": "\(relay)", "error": "\(error)"])
@@ -348,6 +366,10 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
 
     var isOpen: Bool { state.withLockedValue { !$0.closed && $0.link?.channel.isActive == true } }
     var isRegistered: Bool { state.withLockedValue { $0.registered && !$0.closed } }
+    /// Whether registration ever completed on this link.
+    var wasRegistered: Bool { state.withLockedValue { $0.registered } }
+    /// The relay's goodbye (reason, retry after ms), if it said one.
+    var goodbyeInfo: (String, UInt64)? { state.withLockedValue { $0.goodbye } }
     var lastUsedMs: Int64 { state.withLockedValue { $0.lastUsedMs } }
     var connectedAtMs: Int64 { state.withLockedValue { $0.connectedAtMs } }
     var mailReceived: Int { state.withLockedValue { $0.mailReceived } }
