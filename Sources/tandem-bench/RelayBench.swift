@@ -580,7 +580,7 @@ final class RelayPaths: @unchecked Sendable {
         // B's direct listener.
         let listener = try await ServerBootstrap(group: receiverLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { ch in
                 ch.eventLoop.makeCompletedFuture {
                     try ch.pipeline.syncOperations.addHandler(SecureChannelHandler(server: b, metrics: metrics, logger: logger))
@@ -594,7 +594,7 @@ final class RelayPaths: @unchecked Sendable {
 
         let direct = BulkSource(eventLoop: senderLoop)
         let directChannel = try await ClientBootstrap(group: senderLoop)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { ch in
                 ch.eventLoop.makeCompletedFuture {
                     try ch.pipeline.syncOperations.addHandler(SecureChannelHandler(client: a, serverPublicKey: b.publicKey,
@@ -631,7 +631,10 @@ final class RelayPaths: @unchecked Sendable {
                     }
                     return BulkLink(name: relay.name, source: source, channel: channel, relayCPU: relay.cpu)
                 } catch {
-                    (try? await sink.value)?.close(promise: nil)
+                    switch await sink.result {
+                    case .success(let c): c.close(promise: nil)
+                    case .failure(let e): throw BenchError("\(error); B's end: \(e)")
+                    }
                     throw error
                 }
             }
@@ -716,7 +719,7 @@ final class RelayPaths: @unchecked Sendable {
         let a = self.a, b = self.b, gateA = self.gateA, gateB = self.gateB, logger = self.logger
         let listener = try await ServerBootstrap(group: receiverLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { ch in
                 ch.eventLoop.makeCompletedFuture {
                     _ = try PeerPipeline.configure(channel: ch, identity: b, serverPublicKey: nil, gate: gateB,
@@ -752,7 +755,10 @@ final class RelayPaths: @unchecked Sendable {
                     }
                     return (link, waiter)
                 } catch {
-                    (try? await far.value)?.close()
+                    switch await far.result {
+                    case .success(let l): l.close()
+                    case .failure(let e): throw BenchError("\(error); B's end: \(e)")
+                    }
                     throw error
                 }
             }
@@ -884,7 +890,7 @@ final class RegisterLoop: @unchecked Sendable {
         let delegate = RegisterOnce(relay: relay.id.publicKey, closeWhenRegistered: true)
         let remote = relay.id.publicKey, logger = logger
         ClientBootstrap(group: eventLoop)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { ch in
                 ch.eventLoop.makeCompletedFuture {
                     _ = try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: remote,
@@ -1104,7 +1110,7 @@ enum IdleClientsBenchmark {
         let remote = relay.id.publicKey
         let channel = try await ClientBootstrap(group: loop)
             .connectTimeout(.seconds(10))
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .bind(to: source)
             .channelInitializer { ch in
                 ch.eventLoop.makeCompletedFuture {
