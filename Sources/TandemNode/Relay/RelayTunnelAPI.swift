@@ -19,7 +19,7 @@ public enum RelayTunnel {
         do {
             channel = try await ClientBootstrap(group: group)
                 .connectTimeout(.seconds(5))
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .channelInitializer { ch in
                     ch.eventLoop.makeCompletedFuture {
                         let handler = TunnelJoinHandler(token: token, timeout: timeout) { ch in
