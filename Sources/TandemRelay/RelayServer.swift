@@ -278,12 +278,26 @@ public final class RelayServer: Service, @unchecked Sendable {
             self?.book.withLockedValue { $0.dropTunnel(token) }
         }
         let queue = configuration.tunnelQueueBytes
-        for (me, partner) in [(a, b), (b, a)] {
-            me.eventLoop.execute {
-                let answer = me.allocator.buffer(bytes: [TunnelJoin.Answer.joined.rawValue])
-                me.writeAndFlush(answer, promise: nil)
-                try? me.pipeline.syncOperations.addHandler(SpliceHandler(partner: partner, rate: rateA, queueLimit: queue,
-                                                                         onBytes: onBytes, onClose: onClose))
+        // In three steps, so no byte reaches an end before its own answer: both ends get their
+        // splice handler (reading off), then both get 0x00, then both start reading.
+        let added = [(a, b), (b, a)].map { me, partner in
+            me.eventLoop.submit {
+                try me.pipeline.syncOperations.addHandler(SpliceHandler(partner: partner, rate: rateA, queueLimit: queue,
+                                                                        onBytes: onBytes, onClose: onClose))
+            }
+        }
+        added[0].and(added[1]).flatMap { _ in
+            let answered = [a, b].map { ch in
+                ch.writeAndFlush(ch.allocator.buffer(bytes: [TunnelJoin.Answer.joined.rawValue]))
+            }
+            return answered[0].and(answered[1])
+        }.whenComplete { result in
+            switch result {
+            case .success:
+                for ch in [a, b] { ch.pipeline.fireUserInboundEventTriggered(SpliceStart()) }
+            case .failure:
+                a.close(promise: nil)
+                b.close(promise: nil)
             }
         }
     }

@@ -28,11 +28,16 @@ public final class ByteRate: Sendable {
     }
 }
 
+/// Starts a spliced end reading, once both ends are set up and answered.
+struct SpliceStart: Sendable {}
+
 /// One end of a spliced tunnel: whatever this connection reads is written to the partner, and
 /// this connection reads again only while fewer than `queueLimit` bytes it wrote are still
 /// waiting to leave the partner's socket, and the owner's rate allows. So a slow reader costs the
 /// relay at most `queueLimit` plus one read per direction, however fast the other side writes.
-/// All state is touched on this channel's event loop (write completions hop back to it).
+/// It reads nothing until `SpliceStart`. All state is touched on this channel's event loop
+/// (write completions hop back to it). A read's bytes cross to the partner's loop in one
+/// write-and-flush.
 final class SpliceHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
 
@@ -42,9 +47,10 @@ final class SpliceHandler: ChannelInboundHandler, @unchecked Sendable {
     private let onBytes: @Sendable (Int) -> Void
     private let onClose: @Sendable () -> Void
     private var inFlight = 0
+    private var started = false
     private var paused = false
     private var waitingForRate = false
-    private var readSinceComplete = 0
+    private var pending: ByteBuffer?
 
     init(partner: Channel, rate: ByteRate, queueLimit: Int, onBytes: @escaping @Sendable (Int) -> Void,
          onClose: @escaping @Sendable () -> Void) {
@@ -56,16 +62,33 @@ final class SpliceHandler: ChannelInboundHandler, @unchecked Sendable {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        context.channel.setOption(ChannelOptions.autoRead, value: false).whenSuccess {
-            bound.value.read()
+        // Nothing is read until both ends are ready (the caller sends SpliceStart).
+        try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is SpliceStart {
+            guard !started else { return }
+            started = true
+            context.read()
+            return
         }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let buffer = unwrapInboundIn(data)
-        let n = buffer.readableBytes
-        readSinceComplete += n
+        var buffer = unwrapInboundIn(data)
+        if pending == nil {
+            pending = buffer
+        } else {
+            pending!.writeBuffer(&buffer)
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        guard let out = pending else { return }
+        pending = nil
+        let n = out.readableBytes
         inFlight += n
         let promise = context.eventLoop.makePromise(of: Void.self)
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
@@ -77,13 +100,7 @@ final class SpliceHandler: ChannelInboundHandler, @unchecked Sendable {
                 handler.readMore(context: context, consumed: 0)
             }
         }
-        partner.write(buffer, promise: promise)
-    }
-
-    func channelReadComplete(context: ChannelHandlerContext) {
-        partner.flush()
-        let n = readSinceComplete
-        readSinceComplete = 0
+        partner.writeAndFlush(out, promise: promise)
         onBytes(n)
         readMore(context: context, consumed: n)
     }
