@@ -56,6 +56,11 @@ public final class RelayMailbox: Sendable {
     private let writer: any DatabaseWriter
     public let quotas: Quotas
     private let totals = NIOLockedValueBox((items: 0, bytes: 0))
+    /// Keys whose registration is on disk, with when it was last written: a client that comes
+    /// back within the hour costs no write (bounded; forgotten wholesale when full).
+    private let recentlyRegistered = NIOLockedValueBox<[[UInt8]: Int64]>([:])
+    static let registrationRefreshMs: Int64 = 3_600_000
+    static let maximumRemembered = 200_000
 
     /// `path` nil: in memory (lost at exit).
     public init(path: String?, quotas: Quotas) throws {
@@ -102,7 +107,19 @@ public final class RelayMailbox: Sendable {
     /// Items and bytes held, over all recipients.
     public var depth: (items: Int, bytes: Int) { totals.withLockedValue { $0 } }
 
+    /// True when `key`'s registration is on disk and fresh enough that `register` would write nothing.
+    public func isFreshlyRegistered(_ key: [UInt8], nowMs: Int64) -> Bool {
+        recentlyRegistered.withLockedValue { $0[key].map { nowMs - $0 < Self.registrationRefreshMs } ?? false }
+    }
+
     public func register(_ key: [UInt8], nowMs: Int64) throws {
+        if isFreshlyRegistered(key, nowMs: nowMs) { return }
+        defer {
+            recentlyRegistered.withLockedValue { m in
+                if m.count >= Self.maximumRemembered { m.removeAll() }
+                m[key] = nowMs
+            }
+        }
         try writer.write { db in
             try db.execute(sql: """
                 INSERT INTO registered (publicKey, firstMs, lastMs) VALUES (?, ?, ?)
@@ -149,7 +166,8 @@ public final class RelayMailbox: Sendable {
 
     /// Items waiting for `recipient`, oldest first.
     public func items(for recipient: [UInt8], limit: Int = 1000) throws -> [Item] {
-        try writer.read { db in
+        if depth.items == 0 { return [] }
+        return try writer.read { db in
             try Row.fetchAll(db, sql: "SELECT id, sender, sealed, storedAtMs FROM item WHERE recipient = ? ORDER BY id LIMIT ?",
                              arguments: [Data(recipient), limit]).map { row in
                 Item(id: row["id"], recipient: recipient, sender: Array(row["sender"] as Data),

@@ -397,19 +397,28 @@ public final class RelayServer: Service, @unchecked Sendable {
         if let replaced, let old = sessions.withLockedValue({ $0[replaced] }) {
             goodbye(old.link, reason: "replaced by a newer link from the same node")
         }
+        // A client registered within the hour, with no mail waiting anywhere, is answered at once;
+        // anything else goes through the mailbox's queue (a database write or read).
+        if mailbox.depth.items == 0, mailbox.isFreshlyRegistered(session.key, nowMs: now()) {
+            sendRegistered(session, items: [])
+            return
+        }
         mailboxQueue.async { [self] in
             try? mailbox.register(session.key, nowMs: now())
-            let items = (try? mailbox.items(for: session.key)) ?? []
-            var r = Tandem_V1_RelayRegistered()
-            r.mailboxItems = UInt32(items.count)
-            r.maxTunnels = UInt32(configuration.maximumTunnelsPerClient)
-            r.maxBytesPerSecond = UInt64(configuration.clientBytesPerSecond)
-            r.mailboxMaxItems = UInt32(configuration.mailboxItemsPerRecipient)
-            r.mailboxMaxBytes = UInt64(configuration.mailboxBytesPerRecipient)
-            r.mailboxMaxItemBytes = UInt32(configuration.mailboxItemBytes)
-            session.link.send(type: .relayRegistered, payload: (try? r.serializedBytes()) ?? [])
-            for item in items { deliver(item, on: session.link) }
+            sendRegistered(session, items: (try? mailbox.items(for: session.key)) ?? [])
         }
+    }
+
+    private func sendRegistered(_ session: Session, items: [RelayMailbox.Item]) {
+        var r = Tandem_V1_RelayRegistered()
+        r.mailboxItems = UInt32(items.count)
+        r.maxTunnels = UInt32(configuration.maximumTunnelsPerClient)
+        r.maxBytesPerSecond = UInt64(configuration.clientBytesPerSecond)
+        r.mailboxMaxItems = UInt32(configuration.mailboxItemsPerRecipient)
+        r.mailboxMaxBytes = UInt64(configuration.mailboxBytesPerRecipient)
+        r.mailboxMaxItemBytes = UInt32(configuration.mailboxItemBytes)
+        session.link.send(type: .relayRegistered, payload: (try? r.serializedBytes()) ?? [])
+        for item in items { deliver(item, on: session.link) }
     }
 
     private func deliver(_ item: RelayMailbox.Item, on link: PeerLink) {
