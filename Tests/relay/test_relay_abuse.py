@@ -309,3 +309,42 @@ def test_abuse_mailbox_flood(make_relay, make_node, write_config):
     assert len(events(b, "mailbox.received", **{"from": a.id})) == 8
     poll(lambda: relay.metric("tandem_relay_mailbox_items") == 0, what="the mailbox emptied")
     poll(lambda: cli_json(a, "status")["outbox"] == 0, timeout=30, what="A's outbox emptied")
+
+
+def test_client_rate_limits_a_tunnel(make_relay, links):
+    """--client-rate caps the bytes per second a client pushes through the relay: 3 MiB through a
+    tunnel opened by a client limited to 1 MiB/s (burst: one second's worth) cannot take less
+    than about 2 s. Only a lower bound is asserted: a slow machine cannot make this fail."""
+    relay = make_relay(args=["--client-rate", str(1 << 20)])
+    x, y = links.open(relay, 2)
+    writer = reader = None
+    try:
+        links.run(x.register())
+        reply = links.run(y.open_tunnel(x.public))
+        assert reply.get(2) == OK, reply
+        incoming = links.run(x.expect(TUNNEL_INCOMING))
+        writer = join(relay.port, reply[4])
+        reader = join(relay.port, incoming[2])
+        assert read_exactly(writer, 1) == bytes([JOINED])
+        assert read_exactly(reader, 1) == bytes([JOINED])
+
+        total = 3 << 20
+        payload = os.urandom(total)
+        started = time.monotonic()
+        sender = threading.Thread(target=writer.sendall, args=(payload,), daemon=True)
+        sender.start()
+        reader.settimeout(30)
+        got = bytearray()
+        while len(got) < total:
+            chunk = reader.recv(1 << 20)
+            assert chunk, f"the tunnel closed after {len(got)} of {total} bytes"
+            got += chunk
+        elapsed = time.monotonic() - started
+        sender.join(5)
+        assert bytes(got) == payload, "bytes were lost or reordered under the rate limit"
+        print(f"3 MiB at a 1 MiB/s client rate took {elapsed:.2f} s")
+        assert elapsed >= 1.7, f"3 MiB went through in {elapsed:.2f} s: the 1 MiB/s client rate was not applied"
+    finally:
+        for s in (writer, reader):
+            if s is not None:
+                s.close()
