@@ -59,6 +59,8 @@ public final class RelayServer: Service, @unchecked Sendable {
     private let waiting = NIOLockedValueBox<[UInt64: Channel]>([:])
     private let mailboxQueue = DispatchQueue(label: "tandem-relay.mailbox")
     private let shuttingDown = NIOLockedValueBox(false)
+    /// When expired mail was last swept (once a minute).
+    private let lastExpiry = NIOLockedValueBox<Int64>(0)
 
     public init(identity: SigningKeyPair, configuration: RelayConfiguration, mailbox: RelayMailbox,
                 group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger,
@@ -187,7 +189,12 @@ public final class RelayServer: Service, @unchecked Sendable {
                 if let ch = waiting.withLockedValue({ $0.removeValue(forKey: c) }) { answer(ch, .timeout, close: true) }
             }
         }
-        if nowMs % 60_000 < 1000 {
+        let expiryDue = lastExpiry.withLockedValue { last -> Bool in
+            guard nowMs - last >= 60_000 else { return false }
+            last = nowMs
+            return true
+        }
+        if expiryDue {
             mailboxQueue.async { [self] in
                 if let n = try? mailbox.expire(nowMs: now()), n > 0 { metrics.update { $0.mailboxExpired += n } }
             }
@@ -331,8 +338,7 @@ public final class RelayServer: Service, @unchecked Sendable {
             metrics.update { $0.handshakesFailed += 1 }
         }
         sessions.withLockedValue { _ = $0.removeValue(forKey: connection) }
-        let dropped = book.withLockedValue { $0.clientClosed(connection) }
-        _ = dropped
+        book.withLockedValue { $0.clientClosed(connection) }
     }
 
     func received(_ envelope: Envelope, on link: PeerLink, connection: UInt64) {
