@@ -75,14 +75,7 @@ public final class FriendService: @unchecked Sendable {
         let firstRun = try store.setting("advertised_port") == nil
         try store.setSetting("advertised_port", String(port))
         guard !firstRun else { return }
-        try store.setSetting("record_version", String(now()))
-        var update = Tandem_V1_ContactUpdate()
-        update.contact = contactRecord()
-        let payload: [UInt8] = try update.serializedBytes()
-        for friend in try store.friendKeys() {
-            try store.enqueue(outboxFrame(.contactUpdate, to: friend, payload: payload))
-        }
-        poke()
+        try announceRecord()
     }
 
     // MARK: - Identity data
@@ -200,18 +193,11 @@ public final class FriendService: @unchecked Sendable {
         guard name.utf8.count <= 64 else { throw TandemError("a display name is at most 64 bytes", exitCode: TandemError.usageExitCode) }
         guard !name.contains(where: { $0.isNewline }) else { throw TandemError("a display name is one line", exitCode: TandemError.usageExitCode) }
         try store.setSetting("display_name", name)
-        try store.setSetting("record_version", String(now()))
-        var update = Tandem_V1_ContactUpdate()
-        update.contact = contactRecord()
-        let payload: [UInt8] = try update.serializedBytes()
-        for friend in try store.friendKeys() {
-            try store.enqueue(outboxFrame(.contactUpdate, to: friend, payload: payload))
-        }
+        try announceRecord()
         events.emit("name.changed", ["name": .string(name)])
-        poke()
     }
 
-    /// Tells every friend our newer contact record (after the home relay changed).
+    /// Tells every friend our newer contact record (after the name, the port or the home relay changed).
     func announceRecord() throws {
         try store.setSetting("record_version", String(now()))
         var update = Tandem_V1_ContactUpdate()
