@@ -70,10 +70,6 @@ extension NodeStore {
         }
     }
 
-    public func clearPeerRelay(_ key: [UInt8]) throws {
-        try write { db in try db.execute(sql: "DELETE FROM peerRelay WHERE publicKey = ?", arguments: [Data(key)]) }
-    }
-
     public func peerRelay(_ key: [UInt8]) throws -> StoredRelay? {
         try read { db in
             try Row.fetchOne(db, sql: "SELECT * FROM peerRelay WHERE publicKey = ?", arguments: [Data(key)]).map {

@@ -36,9 +36,9 @@ public final class RelayClient: @unchecked Sendable {
     var onReachable: (@Sendable () -> Void)?
 
     /// How often an idle relay link is pinged (the relay drops links silent for 120 s).
-    var keepalive: TimeAmount = .seconds(30)
+    let keepalive: TimeAmount = .seconds(30)
     /// Links to relays that are not ours are closed after this long unused.
-    var visitIdleMs: Int64 = 60_000
+    let visitIdleMs: Int64 = 60_000
     static let maximumConcurrentIncoming = 16
     static let mailboxMaximumAgeMs: UInt64 = 8 * 24 * 3_600_000
 
