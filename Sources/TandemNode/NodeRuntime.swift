@@ -63,6 +63,17 @@ public final class NodeRuntime: Sendable {
             throw TandemError("cannot open the node's store in \(dataDirectory?.path ?? "memory"): \(error)")
         }
         self.store = store
+        // Rows that fail validation are set aside before any service reads them (never fatal).
+        let quarantined: [QuarantinedRow]
+        do {
+            quarantined = try store.quarantineInvalidRows(nowMs: Int64(clamping: wallClockMilliseconds()))
+        } catch {
+            throw TandemError("cannot check the node's store in \(dataDirectory?.path ?? "memory"): \(error)")
+        }
+        for row in quarantined {
+            logger.warning("stored row quarantined", metadata: ["kind": "\(row.kind)", "key": "\(hexString(row.rowKey))",
+                                                             "reason": "\(row.reason)"])
+        }
         let peers = PeerManager(identity: identity, gate: gate, options: configuration.link, group: group, logger: logger)
         self.peers = peers
         self.listener = NodeListener(identity: identity, configuration: configuration, gate: gate,
@@ -119,6 +130,10 @@ public final class NodeRuntime: Sendable {
         challenges.registerControlMethods(on: router)
         relays.registerControlMethods(on: router, friends: friends)
         registerStatus()
+        for row in quarantined {
+            eventBus.emit("store.quarantined", ["kind": .string(row.kind), "key": .string(hexString(row.rowKey)),
+                                                "reason": .string(row.reason)])
+        }
     }
 
     private func registerStatus() {
@@ -136,6 +151,12 @@ public final class NodeRuntime: Sendable {
             o["links"] = .int(Int64(peers.connectedPeers.count))
             o["discoverable"] = .bool(discoverable.isDiscoverable)
             o["relays"] = .array(relays.status())
+            let quarantined = try store.quarantined(limit: 10)
+            o["quarantined"] = .int(Int64(try store.quarantinedCount()))
+            o["quarantine"] = .array(quarantined.map {
+                .object(["kind": .string($0.kind), "key": .string(hexString($0.rowKey)), "reason": .string($0.reason), "at_ms": .int($0.atMs)])
+            })
+            o["store_errors"] = .int(Int64(friends.storeErrors.withLockedValue { $0 }))
             return .object(o)
         }
     }

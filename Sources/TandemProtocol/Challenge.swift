@@ -83,7 +83,8 @@ public struct Challenge: Codable, Sendable, Equatable {
     public static let maximumTextBytes = 280
 
     public var isInviter: Bool { me == inviter }
-    public var endAtUs: Int64? { startAtUs.map { $0 + durationMs * 1000 } }
+    /// Saturating: a value loaded from disk is validated (`validate()`), but no arithmetic here traps.
+    public var endAtUs: Int64? { startAtUs.map { $0.addingSaturated(durationMs.multipliedSaturated(1000)) } }
     public var isActive: Bool { [.invited, .accepted, .scheduled, .running].contains(phase) || (phase == .ended && !committed) }
     public var idHex: String { hexString(id) }
 
@@ -148,11 +149,11 @@ public struct Challenge: Codable, Sendable, Equatable {
         var inv = Tandem_V1_ChallengeInvite()
         inv.challengeID = Data(id)
         inv.participants = c.participants.map { Data($0.key) }
-        inv.durationMs = UInt64(durationMs)
-        inv.startAtUs = UInt64(startAtUs)
-        inv.expiresAtUs = UInt64(expires)
+        inv.durationMs = UInt64(clamping: durationMs)
+        inv.startAtUs = UInt64(clamping: startAtUs)
+        inv.expiresAtUs = UInt64(clamping: expires)
         inv.message = message
-        inv.graceMs = UInt64(graceMs)
+        inv.graceMs = UInt64(clamping: graceMs)
         inv.addressHints = c.participants.map(\.addressHint)
         return (c, [.send(.challengeInvite, try inv.serializedBytes(), to: invitees), .notify(.inviteSent)])
     }
@@ -167,29 +168,21 @@ public struct Challenge: Codable, Sendable, Equatable {
                          signatures: [:], signers: [], committed: false)
     }
 
-    /// An invite that arrived from `author`. Throws when it breaks the rules.
-    public static func received(_ inv: Tandem_V1_ChallengeInvite, author: [UInt8], me: [UInt8]) throws -> Challenge {
-        let keys = inv.participants.map { Array($0) }
-        guard inv.challengeID.count == 16 else { throw Refusal("challenge id is not 16 bytes") }
-        guard (2...maximumParticipants).contains(keys.count), keys.allSatisfy({ $0.count == 32 }),
-              Set(keys).count == keys.count else { throw Refusal("participants must be 2 to 16 distinct keys") }
+    /// An invite that arrived from `author`, already range-checked (`ChallengeInviteMessage`).
+    /// Throws when it breaks the rules that need the author and us.
+    public static func received(_ inv: ChallengeInviteMessage, author: [UInt8], me: [UInt8]) throws -> Challenge {
+        let keys = inv.participants
         guard keys.first == author else { throw Refusal("the inviter must be the first participant") }
         guard keys.contains(me) else { throw Refusal("we are not a participant") }
-        guard durationRange.contains(Int64(clamping: inv.durationMs)) else { throw Refusal("duration out of range") }
-        guard inv.message.utf8.count <= maximumTextBytes else { throw Refusal("message too long") }
-        guard inv.addressHints.count <= keys.count, inv.addressHints.allSatisfy({ $0.utf8.count <= 256 }) else {
-            throw Refusal("address hints exceed their limits")
-        }
         guard inv.startAtUs != 0 || keys.count == 2 else { throw Refusal("a group challenge needs a start time") }
-        guard inv.graceMs <= 3_600_000 else { throw Refusal("grace period too long") }
         let hints = inv.addressHints + Array(repeating: "", count: keys.count - inv.addressHints.count)
-        return Challenge(id: Array(inv.challengeID), me: me, inviter: author,
+        return Challenge(id: inv.challengeID, me: me, inviter: author,
                          participants: zip(keys, hints).map {
                              Participant(key: $0.0, answer: $0.0 == author ? .accepted : .pending, outOfContact: false, addressHint: $0.1)
                          },
-                         durationMs: Int64(inv.durationMs), requestedStartUs: Int64(clamping: inv.startAtUs), startAtUs: nil,
-                         expiresAtUs: Int64(clamping: inv.expiresAtUs),
-                         graceMs: inv.graceMs == 0 ? defaultGraceMs : Int64(inv.graceMs), message: inv.message,
+                         durationMs: inv.durationMs, requestedStartUs: inv.startAtUs, startAtUs: nil,
+                         expiresAtUs: inv.expiresAtUs,
+                         graceMs: inv.graceMs == 0 ? defaultGraceMs : inv.graceMs, message: inv.message,
                          phase: .invited, roster: [], solo: false, signatures: [:], signers: [], committed: false)
     }
 
@@ -239,7 +232,7 @@ public struct Challenge: Codable, Sendable, Equatable {
         update(me) { $0.result = .quit; $0.quitElapsedMs = elapsed; $0.reason = reason }
         var q = Tandem_V1_ChallengeQuit()
         q.challengeID = Data(id)
-        q.elapsedMs = UInt64(elapsed)
+        q.elapsedMs = UInt64(clamping: elapsed)
         q.reason = reason
         var actions: [Action] = []
         if !rosterOthers.isEmpty { actions.append(.send(.challengeQuit, try q.serializedBytes(), to: rosterOthers)) }
@@ -278,7 +271,7 @@ public struct Challenge: Codable, Sendable, Equatable {
         roster = participants.filter { $0.answer == .accepted }.map(\.key)
         var s = Tandem_V1_ChallengeStart()
         s.challengeID = Data(id)
-        s.startAtUs = UInt64(startUs)
+        s.startAtUs = UInt64(clamping: startUs)
         s.roster = roster.map { Data($0) }
         let payload: [UInt8] = try s.serializedBytes()
         if roster.count < 2 {
@@ -291,9 +284,9 @@ public struct Challenge: Codable, Sendable, Equatable {
         return [.send(.challengeStart, payload, to: others), .notify(.scheduled)]
     }
 
-    public mutating func receiveStart(from key: [UInt8], _ s: Tandem_V1_ChallengeStart) throws -> [Action] {
+    public mutating func receiveStart(from key: [UInt8], _ s: ChallengeStartMessage) throws -> [Action] {
         guard key == inviter, !isInviter else { throw Refusal("START from someone other than the inviter") }
-        let keys = s.roster.map { Array($0) }
+        let keys = s.roster
         guard keys.allSatisfy({ participant($0) != nil }), Set(keys).count == keys.count, keys.contains(inviter) else {
             throw Refusal("the roster names someone not invited")
         }
@@ -308,17 +301,17 @@ public struct Challenge: Codable, Sendable, Equatable {
             participants[i].answer = .expired
         }
         for k in keys { update(k) { $0.answer = .accepted; $0.result = .running } }
-        startAtUs = Int64(clamping: s.startAtUs)
+        startAtUs = s.startAtUs
         phase = .scheduled
         return [.notify(.scheduled)]
     }
 
-    /// `sentAtUs`: when the inviter sent it, on the timebase (the frame's created-at). A cancel sent
-    /// before the start still counts when it arrives late, after we started.
+    /// A cancel counts only before our local start: once we run, the challenge is on, whatever the
+    /// CANCEL's created-at claims (the inviter chooses that, so a backdated CANCEL could otherwise
+    /// erase a running challenge). `sentAtUs` is kept for the log only.
     public mutating func receiveCancel(from key: [UInt8], sentAtUs: Int64) throws -> [Action] {
         guard key == inviter, !isInviter else { throw Refusal("CANCEL from someone other than the inviter") }
-        let sentBeforeStart = startAtUs.map { sentAtUs < $0 } ?? true
-        guard [.invited, .accepted, .scheduled].contains(phase) || (phase == .running && sentBeforeStart) else { return [] }
+        guard [.invited, .accepted, .scheduled].contains(phase) else { return [] }
         phase = .cancelled
         return [.notify(.cancelled(by: key))]
     }
@@ -346,11 +339,11 @@ public struct Challenge: Codable, Sendable, Equatable {
     /// start a little ahead of it; unanswered invites expire.
     public mutating func tick(nowUs: Int64) throws -> [Action] {
         switch phase {
-        case .invited where isInviter && requestedStartUs > 0 && nowUs >= requestedStartUs - Self.startLeadUs:
+        case .invited where isInviter && requestedStartUs > 0 && nowUs >= requestedStartUs.subtractingSaturated(Self.startLeadUs):
             return try fixStart(at: requestedStartUs)
         case .invited, .accepted:
             // No START by then: the inviter is gone or answered without us.
-            let deadline = requestedStartUs > 0 ? requestedStartUs + graceMs * 1000 : expiresAtUs
+            let deadline = requestedStartUs > 0 ? requestedStartUs.addingSaturated(graceMs.multipliedSaturated(1000)) : expiresAtUs
             if nowUs >= deadline {
                 phase = .expired
                 if !isInviter { update(me) { $0.answer = .expired } }
@@ -384,7 +377,7 @@ public struct Challenge: Codable, Sendable, Equatable {
         let waiting = early
         early = [:]
         for (keyHex, message) in waiting.sorted(by: { $0.key < $1.key }) {
-            guard let key = parseHex(keyHex), let m = try? Tandem_V1_ChallengeOutcome(serializedBytes: message) else { continue }
+            guard let key = parseHex(keyHex), let m = try? ChallengeOutcomeMessage(payload: message) else { continue }
             actions += (try? receiveOutcome(from: key, m, signer: signer)) ?? []
         }
         return actions
@@ -394,8 +387,8 @@ public struct Challenge: Codable, Sendable, Equatable {
     func viewRecord() -> Tandem_V1_OutcomeRecord {
         var r = Tandem_V1_OutcomeRecord()
         r.challengeID = Data(id)
-        r.startAtUs = UInt64(startAtUs ?? 0)
-        r.durationMs = UInt64(durationMs)
+        r.startAtUs = UInt64(clamping: startAtUs ?? 0)
+        r.durationMs = UInt64(clamping: durationMs)
         r.inviter = Data(inviter)
         r.outcomes = participants.filter { roster.contains($0.key) }.map { p in
             var o = Tandem_V1_ParticipantOutcome()
@@ -403,7 +396,7 @@ public struct Challenge: Codable, Sendable, Equatable {
             switch p.result {
             case .quit:
                 o.result = .quit
-                o.elapsedMs = UInt64(p.quitElapsedMs ?? 0)
+                o.elapsedMs = UInt64(clamping: p.quitElapsedMs ?? 0)
                 o.reason = p.reason ?? ""
             case .outOfContact: o.result = .outOfContact
             default: o.result = .completed
@@ -426,7 +419,7 @@ public struct Challenge: Codable, Sendable, Equatable {
         for o in r.outcomes {
             update(Array(o.publicKey)) {
                 switch o.result {
-                case .quit: $0.result = .quit; $0.quitElapsedMs = Int64(o.elapsedMs); $0.reason = o.reason
+                case .quit: $0.result = .quit; $0.quitElapsedMs = Int64(clamping: o.elapsedMs); $0.reason = o.reason
                 case .outOfContact: $0.result = .outOfContact
                 default: $0.result = .completed; $0.outOfContact = false
                 }
@@ -440,11 +433,11 @@ public struct Challenge: Codable, Sendable, Equatable {
 
     /// Another participant's signed view. Merges it into ours (re-signing when ours changes) and
     /// keeps their signature when they signed exactly our record.
-    public mutating func receiveOutcome(from key: [UInt8], _ m: Tandem_V1_ChallengeOutcome, signer: SigningKeyPair) throws -> [Action] {
+    public mutating func receiveOutcome(from key: [UInt8], _ m: ChallengeOutcomeMessage, signer: SigningKeyPair) throws -> [Action] {
         guard roster.contains(key), key != me else { throw Refusal("an outcome from someone not taking part") }
-        let bytes = Array(m.record)
-        guard let theirs = Outcome.decode(bytes) else { throw Refusal("the outcome record is malformed") }
-        guard Outcome.verify(bytes, signature: Array(m.signature), by: key) else { throw Refusal("the outcome signature does not verify") }
+        let bytes = m.record
+        let theirs = m.decoded
+        guard Outcome.verify(bytes, signature: m.signature, by: key) else { throw Refusal("the outcome signature does not verify") }
         guard theirs.challengeID == Data(id), theirs.inviter == Data(inviter),
               Set(theirs.outcomes.map { Array($0.publicKey) }) == Set(roster) else {
             throw Refusal("the outcome record describes another challenge")
@@ -453,18 +446,21 @@ public struct Challenge: Codable, Sendable, Equatable {
         let keyHex = hexString(key)
         guard phase == .ended, let mineBytes = record, let mine = Outcome.decode(mineBytes) else {
             // We have not ended yet (their clock ran ahead): keep it for when we do.
-            early[keyHex] = try m.serializedBytes()
+            early[keyHex] = try m.proto.serializedBytes()
             return []
         }
         guard Outcome.sameChallenge(mine, theirs) else { throw Refusal("the outcome record disagrees on the start or duration") }
         if !signers.contains(keyHex) { signers.append(keyHex) }
-        // Only a participant's own signed word (its QUIT notice, its own record) makes it a
-        // quitter: someone else's claim that it quit is not taken over.
+        // A participant's quit entry (that it quit, when, why) comes only from its own signed word:
+        // its QUIT notice or its own record. Another's claim about it is never taken over, whether
+        // it invents a quit or rewrites a real one (a smaller elapsed time, another reason); we
+        // keep our own entry for everyone but the sender. What the sender says of others' contact
+        // (completed / out of contact) is its testimony and merges as before.
         var claimed = theirs
-        for i in claimed.outcomes.indices where claimed.outcomes[i].result == .quit && Array(claimed.outcomes[i].publicKey) != key {
-            if let own = mine.outcomes.first(where: { $0.publicKey == claimed.outcomes[i].publicKey }), own.result != .quit {
-                claimed.outcomes[i] = own
-            }
+        for i in claimed.outcomes.indices where Array(claimed.outcomes[i].publicKey) != key {
+            let other = claimed.outcomes[i]
+            guard let own = mine.outcomes.first(where: { $0.publicKey == other.publicKey }) else { continue }
+            if other.result == .quit || own.result == .quit { claimed.outcomes[i] = own }
         }
         let merged = Outcome.merge(mine, claimed, signers: signerSet)
         let actions = try adoptRecord(merged, signer: signer)
@@ -509,5 +505,45 @@ public struct Challenge: Codable, Sendable, Equatable {
 
     public var signatureList: [(key: [UInt8], signature: [UInt8])] {
         signatures.compactMap { k, v in parseHex(k).map { ($0, v) } }
+    }
+}
+
+extension Challenge {
+    /// Instants a stored challenge may hold (µs since the epoch): from the epoch to about the year
+    /// 36,000. Anything outside is a corrupt or hostile row.
+    public static let storedTimeRange: ClosedRange<Int64> = 0...(1 << 60)
+
+    /// Checks a challenge loaded from disk against the same ranges a received one meets, so a row
+    /// written by an older, less careful node (or edited by hand) cannot crash the node at every
+    /// start. Throws a `Refusal` naming the first broken rule; the store quarantines such a row.
+    public func validate() throws {
+        func check(_ ok: Bool, _ what: @autoclosure () -> String) throws {
+            if !ok { throw Refusal("stored challenge: \(what())") }
+        }
+        try check(id.count == 16, "id is not 16 bytes")
+        try check(me.count == 32 && inviter.count == 32, "a key is not 32 bytes")
+        try check((1...Self.maximumParticipants).contains(participants.count), "\(participants.count) participants")
+        try check(participants.allSatisfy { $0.key.count == 32 }, "a participant key is not 32 bytes")
+        try check(Set(participants.map(\.key)).count == participants.count, "a participant is named twice")
+        try check(participants.contains { $0.key == me }, "we are not a participant")
+        try check(Self.durationRange.contains(durationMs), "duration \(durationMs) ms out of range")
+        try check(requestedStartUs == 0 || Self.storedTimeRange.contains(requestedStartUs), "requested start out of range")
+        try check(startAtUs.map(Self.storedTimeRange.contains) ?? true, "start out of range")
+        try check(Self.storedTimeRange.contains(expiresAtUs), "expiry out of range")
+        try check((0...3_600_000).contains(graceMs), "grace period out of range")
+        for t in [localStartUs, startedLocalUs, endedLocalUs] {
+            try check(t.map(Self.storedTimeRange.contains) ?? true, "a local instant is out of range")
+        }
+        try check(message.utf8.count <= Self.maximumTextBytes * 4, "message too long")
+        try check(roster.allSatisfy { k in participants.contains { $0.key == k } }, "the roster names someone not invited")
+        for p in participants {
+            try check(p.quitElapsedMs.map { (0...durationMs).contains($0) } ?? true, "a quit time is out of range")
+            try check((p.reason?.utf8.count ?? 0) <= Self.maximumTextBytes * 4, "a reason is too long")
+            try check(p.addressHint.utf8.count <= 256, "an address hint is too long")
+        }
+        if let record { try check(Outcome.decode(record) != nil, "the outcome record is malformed") }
+        try check(signatures.count <= Self.maximumParticipants && signatures.values.allSatisfy { $0.count == 64 }, "bad signatures")
+        try check(signers.count <= Self.maximumParticipants, "too many signers")
+        try check(early.count <= Self.maximumParticipants && early.values.allSatisfy { $0.count <= 16_384 }, "too many early outcomes")
     }
 }

@@ -17,9 +17,14 @@ public struct ClockSample: Equatable, Sendable {
     /// When the exchange ended, on our clock (µs), to age samples out.
     public let takenAtMicros: Int64
 
+    /// Saturating: the node only feeds timestamps within a day of its clock (`ClockReplyMessage`),
+    /// but no timestamps, however chosen, make this trap.
     public init(t1: Int64, t2: Int64, t3: Int64, t4: Int64) {
-        offsetMicros = ((t2 - t1) + (t3 - t4)) / 2
-        delayMicros = max(0, (t4 - t1) - (t3 - t2))
+        let there = t2.subtractingSaturated(t1), back = t3.subtractingSaturated(t4)
+        let (sum, overflow) = there.addingReportingOverflow(back)
+        // On overflow, halve before adding (two halves cannot overflow).
+        offsetMicros = overflow ? there / 2 + back / 2 : sum / 2
+        delayMicros = max(0, t4.subtractingSaturated(t1).subtractingSaturated(t3.subtractingSaturated(t2)))
         takenAtMicros = t4
     }
 
@@ -63,7 +68,9 @@ public struct ClockEstimator: Sendable {
         let sample = ClockSample(t1: t1, t2: t2, t3: t3, t4: t4)
         guard sample.delayMicros <= maximumDelayMicros else { return false }
         samples.removeAll {
-            abs($0.offsetMicros - sample.offsetMicros) > ($0.delayMicros + sample.delayMicros) / 2 + Self.consistencyToleranceMicros
+            let gap = $0.offsetMicros.subtractingSaturated(sample.offsetMicros)
+            let gapMagnitude = gap == .min ? .max : abs(gap)
+            return gapMagnitude > ($0.delayMicros / 2).addingSaturated(sample.delayMicros / 2).addingSaturated(Self.consistencyToleranceMicros)
         }
         samples.append(sample)
         if samples.count > capacity { samples.removeFirst(samples.count - capacity) }
@@ -73,7 +80,7 @@ public struct ClockEstimator: Sendable {
     /// The best current sample: least delay among those younger than `maximumAgeMicros` at `now`
     /// (our clock, µs); the newest sample when all are older; nil without samples.
     public func best(nowMicros: Int64) -> ClockSample? {
-        let fresh = samples.filter { nowMicros - $0.takenAtMicros <= maximumAgeMicros }
+        let fresh = samples.filter { nowMicros.subtractingSaturated($0.takenAtMicros) <= maximumAgeMicros }
         if let b = fresh.min(by: { $0.delayMicros < $1.delayMicros }) { return b }
         return samples.last
     }

@@ -25,11 +25,23 @@ public enum Outcome {
     }
 
     /// Parses a record and checks it is canonical (re-encoding gives the same bytes) and sane:
-    /// 16-byte id, 1 to 16 distinct 32-byte participants, the inviter among them.
+    /// 16-byte id, 1 to 16 distinct 32-byte participants, the inviter among them, a duration of
+    /// 1 s to 24 h, a start within the stored range, each result one of the three, a quit's
+    /// elapsed time within the duration, and no elapsed time or reason on other results
+    /// (Protocol/README.md, "Payload ranges").
     public static func decode(_ bytes: [UInt8]) -> Tandem_V1_OutcomeRecord? {
         guard bytes.count <= 8192, let r = try? Tandem_V1_OutcomeRecord(serializedBytes: bytes), r.unknownFields.data.isEmpty,
               encode(r) == bytes, r.challengeID.count == 16, (1...16).contains(r.outcomes.count),
+              r.inviter.count == 32,
+              (1_000...86_400_000).contains(r.durationMs), r.startAtUs <= UInt64(Challenge.storedTimeRange.upperBound),
               r.outcomes.allSatisfy({ $0.publicKey.count == 32 && $0.reason.utf8.count <= 280 && $0.unknownFields.data.isEmpty }),
+              r.outcomes.allSatisfy({ o in
+                  switch o.result {
+                  case .quit: return o.elapsedMs <= r.durationMs
+                  case .completed, .outOfContact: return o.elapsedMs == 0 && o.reason.isEmpty
+                  case .unspecified, .UNRECOGNIZED: return false
+                  }
+              }),
               Set(r.outcomes.map(\.publicKey)).count == r.outcomes.count,
               r.outcomes.contains(where: { $0.publicKey == r.inviter }) else { return nil }
         return r

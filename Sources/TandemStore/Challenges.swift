@@ -23,10 +23,16 @@ extension NodeStore {
         }
     }
 
+    /// A stored challenge, decoded and validated; nil for a row that fails (it is quarantined at
+    /// the next start, `quarantineInvalidRows`).
+    static func decodeChallenge(_ json: String) -> Challenge? {
+        guard let c = try? JSONDecoder().decode(Challenge.self, from: Data(json.utf8)), (try? c.validate()) != nil else { return nil }
+        return c
+    }
+
     public func challenge(_ id: [UInt8]) throws -> Challenge? {
         try read { db in
-            try String.fetchOne(db, sql: "SELECT state FROM challenge WHERE id = ?", arguments: [Data(id)])
-                .map { try JSONDecoder().decode(Challenge.self, from: Data($0.utf8)) }
+            try String.fetchOne(db, sql: "SELECT state FROM challenge WHERE id = ?", arguments: [Data(id)]).flatMap(Self.decodeChallenge)
         }
     }
 
@@ -41,7 +47,7 @@ extension NodeStore {
             } else {
                 rows = try String.fetchAll(db, sql: "SELECT state FROM challenge ORDER BY createdAtMs DESC LIMIT ?", arguments: [limit])
             }
-            return try rows.map { try JSONDecoder().decode(Challenge.self, from: Data($0.utf8)) }
+            return rows.compactMap(Self.decodeChallenge)
         }
     }
 
@@ -50,7 +56,7 @@ extension NodeStore {
         try read { db in
             try String.fetchAll(db, sql: "SELECT state FROM challenge WHERE lower(hex(id)) LIKE ? ORDER BY createdAtMs DESC LIMIT 10",
                                 arguments: [hex.lowercased() + "%"])
-                .map { try JSONDecoder().decode(Challenge.self, from: Data($0.utf8)) }
+                .compactMap(Self.decodeChallenge)
         }
     }
 
@@ -95,5 +101,97 @@ extension NodeStore {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM ledger ORDER BY seq").map { (Self.entry($0), $0["committedAtMs"]) }
         }
+    }
+}
+
+// MARK: - Quarantine
+
+/// A stored row that failed validation when the node started: kept aside, never fatal.
+public struct QuarantinedRow: Sendable, Equatable {
+    public let kind: String
+    public let rowKey: [UInt8]
+    public let reason: String
+    public let atMs: Int64
+}
+
+extension NodeStore {
+    /// Moves every stored row that fails the validation its kind gets when loaded (challenges,
+    /// outbox frames, relays) into the quarantine table, in one transaction, and returns them. Run
+    /// at start, before any service reads the store: a row written by an older or careless node,
+    /// or edited by hand, is set aside instead of crashing the node at every start.
+    public func quarantineInvalidRows(nowMs: Int64) throws -> [QuarantinedRow] {
+        try write { db in
+            var moved: [QuarantinedRow] = []
+            func quarantine(_ kind: String, _ key: Data, _ data: Data, _ reason: String, delete: () throws -> Void) throws {
+                try db.execute(sql: "INSERT INTO quarantine(kind, rowKey, data, reason, atMs) VALUES (?, ?, ?, ?, ?)",
+                               arguments: [kind, key, data, reason, nowMs])
+                try delete()
+                moved.append(QuarantinedRow(kind: kind, rowKey: Array(key), reason: reason, atMs: nowMs))
+            }
+            for row in try Row.fetchAll(db, sql: "SELECT id, state FROM challenge") {
+                let id: Data = row["id"]
+                let json: String = row["state"]
+                var reason: String?
+                do {
+                    let c = try JSONDecoder().decode(Challenge.self, from: Data(json.utf8))
+                    try c.validate()
+                    if Data(c.id) != id { reason = "stored challenge: its id differs from its row's" }
+                } catch let r as Challenge.Refusal {
+                    reason = r.description
+                } catch {
+                    reason = "stored challenge: not decodable (\(error))"
+                }
+                if let reason {
+                    try quarantine("challenge", id, Data(json.utf8), reason) {
+                        try db.execute(sql: "DELETE FROM challenge WHERE id = ?", arguments: [id])
+                    }
+                }
+            }
+            for item in try OutboxItem.fetchAll(db) {
+                var reason: String?
+                if item.recipient.count != 32 {
+                    reason = "outbox: recipient is not a key"
+                } else if let env = try? Envelope.parse(Array(item.frame)) {
+                    if env.recipient != Array(item.recipient) || env.messageID.bytes != Array(item.messageId) || !env.hasValidSignature {
+                        reason = "outbox: frame does not match its row or its signature"
+                    }
+                } else {
+                    reason = "outbox: frame is not an envelope"
+                }
+                if let reason { try quarantine("outbox", item.messageId, item.frame, reason) { _ = try item.delete(db) } }
+            }
+            for table in ["relay", "peerRelay"] {
+                for row in try Row.fetchAll(db, sql: "SELECT * FROM \(table)") {
+                    let key: Data = row["publicKey"]
+                    let host: String = row["host"] ?? ""
+                    let port: Int64 = row["port"] ?? 0
+                    let relayKey: Data? = table == "peerRelay" ? row["relayKey"] : key
+                    guard key.count != 32 || relayKey?.count != 32 || host.isEmpty || host.utf8.count > 253 || !(1...65_535).contains(port) else { continue }
+                    let data = Data("\(host):\(port)".utf8)
+                    try quarantine(table, key, data, "\(table): bad key or address \(host):\(port)") {
+                        try db.execute(sql: "DELETE FROM \(table) WHERE publicKey = ?", arguments: [key])
+                    }
+                }
+            }
+            let count = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM quarantine") ?? 0
+            if count > limits.maximumQuarantined {
+                try db.execute(sql: "DELETE FROM quarantine WHERE id IN (SELECT id FROM quarantine ORDER BY id ASC LIMIT ?)",
+                               arguments: [count - limits.maximumQuarantined])
+            }
+            return moved
+        }
+    }
+
+    /// Quarantined rows, newest first.
+    public func quarantined(limit: Int = 100) throws -> [QuarantinedRow] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT kind, rowKey, reason, atMs FROM quarantine ORDER BY id DESC LIMIT ?", arguments: [limit]).map {
+                QuarantinedRow(kind: $0["kind"], rowKey: Array($0["rowKey"] as Data), reason: $0["reason"], atMs: $0["atMs"])
+            }
+        }
+    }
+
+    public func quarantinedCount() throws -> Int {
+        try read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM quarantine") ?? 0 }
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import TandemProtocol
 
 // Intent-named writes: each is one transaction; a state change and the frames it must send
 // commit together.
@@ -198,21 +199,27 @@ extension NodeStore {
     }
 
     /// They declined our request or removed us. Returns the relationship it ended, if any.
+    /// Nothing is left of a contact with no relationship: its row, record, addresses and relay go
+    /// (a stranger's request followed by a removal leaves no trace).
     public func receiveFarewell(from key: [UInt8], nowMs: Int64) throws -> Relationship? {
         try write { db in
-            guard var c = try Contact.fetchOne(db, key: Data(key)) else { return nil }
+            guard let c = try Contact.fetchOne(db, key: Data(key)) else { return nil }
             let before = c.relationship
             switch before {
             case .friend, .requested, .pending: break
             case .none, .blocked: return nil
             }
             try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
-            c.relationship = .none
-            c.friendSinceMs = nil
-            c.updatedAtMs = nowMs
-            try c.save(db)
+            try Self.forget(db, key)
             return before
         }
+    }
+
+    /// Deletes everything kept about a key with no relationship left.
+    static func forget(_ db: Database, _ key: [UInt8]) throws {
+        try Contact.deleteOne(db, key: Data(key))
+        try KnownAddress.filter(Column("publicKey") == Data(key)).deleteAll(db)
+        try db.execute(sql: "DELETE FROM peerRelay WHERE publicKey = ?", arguments: [Data(key)])
     }
 
     public func block(_ key: [UInt8], nowMs: Int64) throws {
@@ -351,6 +358,24 @@ extension NodeStore {
     public func acknowledge(_ messageId: [UInt8]) throws -> Bool {
         try write { db in try OutboxItem.deleteOne(db, key: Data(messageId)) }
     }
+
+    /// `from` acknowledged a frame: only a frame addressed to it leaves the outbox.
+    @discardableResult
+    public func acknowledge(_ messageId: [UInt8], from recipient: [UInt8]) throws -> Bool {
+        try write { db in
+            try OutboxItem.filter(Column("messageId") == Data(messageId) && OutboxItem.Columns.recipient == Data(recipient))
+                .deleteAll(db) > 0
+        }
+    }
+
+    /// Gives up frames past their expiry. Returns (recipient, message id, type) of each one dropped.
+    public func expireOutbox(nowMs: Int64) throws -> [(recipient: [UInt8], messageId: [UInt8], type: Int)] {
+        try write { db in
+            let gone = try OutboxItem.filter(Column("expiresAtMs") != nil && Column("expiresAtMs") <= nowMs).fetchAll(db)
+            for item in gone { try item.delete(db) }
+            return gone.map { (Array($0.recipient), Array($0.messageId), $0.type) }
+        }
+    }
 }
 
 // MARK: - Exactly-once handling of incoming frames
@@ -364,15 +389,41 @@ extension NodeStore {
     }
 
     /// Records that a frame was handled. False when it had been handled before.
-    public func markHandled(_ messageId: [UInt8], createdAtMs: Int64, windowMs: Int64, nowMs: Int64) throws -> Bool {
+    /// Marks are pruned by age, and capped: those from non-friends at `maximumStrangerSeenMessages`
+    /// (the oldest of theirs go), all at `maximumSeenMessages` (the oldest go).
+    public func markHandled(_ messageId: [UInt8], createdAtMs: Int64, windowMs: Int64, nowMs: Int64,
+                            fromFriend: Bool = true) throws -> Bool {
         try write { db in
             if try Bool.fetchOne(db, sql: "SELECT 1 FROM seenMessage WHERE messageId = ?", arguments: [Data(messageId)]) != nil {
                 return false
             }
-            try db.execute(sql: "INSERT INTO seenMessage(messageId, createdAtMs) VALUES (?, ?)",
-                           arguments: [Data(messageId), createdAtMs])
-            try db.execute(sql: "DELETE FROM seenMessage WHERE createdAtMs < ?", arguments: [nowMs - windowMs])
+            try db.execute(sql: "INSERT INTO seenMessage(messageId, createdAtMs, fromFriend) VALUES (?, ?, ?)",
+                           arguments: [Data(messageId), createdAtMs, fromFriend])
+            try db.execute(sql: "DELETE FROM seenMessage WHERE createdAtMs < ?", arguments: [nowMs.subtractingSaturated(windowMs)])
+            if !fromFriend {
+                let strangers = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0") ?? 0
+                if strangers > limits.maximumStrangerSeenMessages {
+                    try db.execute(sql: """
+                        DELETE FROM seenMessage WHERE messageId IN
+                        (SELECT messageId FROM seenMessage WHERE fromFriend = 0 ORDER BY createdAtMs ASC LIMIT ?)
+                        """, arguments: [strangers - limits.maximumStrangerSeenMessages])
+                }
+            }
+            // The total is checked every 64 inserts (a count is a scan): it overshoots by at most 63.
+            let total = db.lastInsertedRowID % 64 == 0 ? (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage") ?? 0) : 0
+            if total > limits.maximumSeenMessages {
+                try db.execute(sql: "DELETE FROM seenMessage WHERE messageId IN (SELECT messageId FROM seenMessage ORDER BY createdAtMs ASC LIMIT ?)",
+                               arguments: [total - limits.maximumSeenMessages])
+            }
             return true
+        }
+    }
+
+    /// Handled-id marks kept (all, and those from non-friends).
+    public func handledCounts() throws -> (all: Int, strangers: Int) {
+        try read { db in
+            (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage") ?? 0,
+             try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0") ?? 0)
         }
     }
 }

@@ -16,6 +16,10 @@ public struct NodeStore: Sendable {
         public var maximumEvents = 100_000
         /// Remembered message ids (for exactly-once handling), pruned by age too.
         public var maximumSeenMessages = 200_000
+        /// Of those, marks for frames from non-friends (their own share; friends' marks are never evicted for them).
+        public var maximumStrangerSeenMessages = 10_000
+        /// Quarantined rows kept (the oldest go first).
+        public var maximumQuarantined = 1_000
         /// Known addresses per peer.
         public var maximumAddressesPerPeer = 8
         /// LAN sightings of strangers kept.
@@ -151,6 +155,22 @@ public struct NodeStore: Sendable {
                 t.column("port", .integer).notNull()
                 t.column("source", .text).notNull()   // manual | record
                 t.column("updatedAtMs", .integer).notNull()
+            }
+        }
+        m.registerMigration("v4-hardening") { db in
+            // Handled-id marks from non-friends are capped apart, so strangers cannot evict friends' marks.
+            try db.alter(table: "seenMessage") { t in t.add(column: "fromFriend", .boolean).notNull().defaults(to: true) }
+            try db.create(index: "seenMessage_stranger", on: "seenMessage", columns: ["fromFriend", "createdAtMs"])
+            // Frames to non-friends are given up after a while (a DECLINE to a stranger is not retried forever).
+            try db.alter(table: "outbox") { t in t.add(column: "expiresAtMs", .integer) }
+            // Rows that failed validation when loaded: kept aside (never fatal), shown by `tandem status`.
+            try db.create(table: "quarantine") { t in
+                t.autoIncrementedPrimaryKey("id")
+                t.column("kind", .text).notNull()        // challenge | outbox | relay | peerRelay
+                t.column("rowKey", .blob).notNull()
+                t.column("data", .blob).notNull()
+                t.column("reason", .text).notNull()
+                t.column("atMs", .integer).notNull()
             }
         }
         return m

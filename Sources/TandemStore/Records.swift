@@ -74,6 +74,8 @@ public struct OutboxItem: Codable, Sendable, Equatable, FetchableRecord, Persist
     public var attempts: Int
     public var nextAttemptMs: Int64
     public var lastError: String?
+    /// When an undelivered frame is given up (frames to non-friends; nil: kept until acknowledged).
+    public var expiresAtMs: Int64?
 
     public enum Columns {
         public static let recipient = Column(CodingKeys.recipient)
@@ -89,6 +91,7 @@ public struct OutboxItem: Codable, Sendable, Equatable, FetchableRecord, Persist
         self.createdAtMs = nowMs
         self.attempts = 0
         self.nextAttemptMs = nowMs
+        self.expiresAtMs = nil
     }
 }
 

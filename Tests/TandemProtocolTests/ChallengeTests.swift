@@ -28,9 +28,17 @@ final class ChallengeTests: XCTestCase {
         XCTAssertEqual(s.count, 1)
         XCTAssertEqual(s[0].0, .challengeInvite)
         XCTAssertEqual(s[0].1, invitees.map(\.publicKey))
-        let inv = try Tandem_V1_ChallengeInvite(serializedBytes: s[0].2)
+        let inv = try ChallengeInviteMessage(payload: s[0].2, nowUs: t0)
         let copies = try invitees.map { try Challenge.received(inv, author: alice.publicKey, me: $0.publicKey) }
         return (c, copies)
+    }
+
+    func msg(_ inv: Tandem_V1_ChallengeInvite) throws -> ChallengeInviteMessage {
+        try ChallengeInviteMessage(payload: inv.serializedBytes(), nowUs: t0)
+    }
+
+    func outcome(_ m: Tandem_V1_ChallengeOutcome) throws -> ChallengeOutcomeMessage {
+        try ChallengeOutcomeMessage(payload: m.serializedBytes())
     }
 
     func payload(_ actions: [Challenge.Action], _ type: MessageType) -> [UInt8]? {
@@ -52,7 +60,7 @@ final class ChallengeTests: XCTestCase {
         XCTAssertEqual(a.startAtUs, t0 + 5_000_000 + Challenge.startLeadUs)
         XCTAssertEqual(a.roster, [alice.publicKey, bob.publicKey])
         XCTAssertEqual(notices(fixed), [.accepted(by: bob.publicKey), .scheduled])
-        let start = try Tandem_V1_ChallengeStart(serializedBytes: payload(fixed, .challengeStart)!)
+        let start = try ChallengeStartMessage(payload: payload(fixed, .challengeStart)!, nowUs: t0)
         XCTAssertEqual(notices(try b.receiveStart(from: alice.publicKey, start)), [.scheduled])
         XCTAssertEqual(b.phase, .scheduled)
         XCTAssertEqual(b.startAtUs, a.startAtUs)
@@ -93,7 +101,7 @@ final class ChallengeTests: XCTestCase {
         XCTAssertEqual(a.phase, .scheduled)
         XCTAssertEqual(a.roster, [alice.publicKey, bob.publicKey])
         XCTAssertEqual(a.participant(carol.publicKey)?.answer, .expired)
-        let s = try Tandem_V1_ChallengeStart(serializedBytes: payload(acts, .challengeStart)!)
+        let s = try ChallengeStartMessage(payload: payload(acts, .challengeStart)!, nowUs: t0)
         XCTAssertEqual(sends(acts)[0].1, [bob.publicKey, carol.publicKey], "everyone invited learns the roster")
         _ = try b.receiveStart(from: alice.publicKey, s)
         XCTAssertEqual(b.phase, .scheduled)
@@ -112,16 +120,17 @@ final class ChallengeTests: XCTestCase {
         inv.challengeID = Data(Sodium.randomBytes(16))
         inv.participants = [Data(alice.publicKey), Data(bob.publicKey)]
         inv.durationMs = 60_000
-        XCTAssertNoThrow(try Challenge.received(inv, author: alice.publicKey, me: bob.publicKey))
-        XCTAssertThrowsError(try Challenge.received(inv, author: carol.publicKey, me: bob.publicKey), "the author must come first")
-        XCTAssertThrowsError(try Challenge.received(inv, author: alice.publicKey, me: carol.publicKey), "not for us")
+        inv.expiresAtUs = UInt64(t0)
+        XCTAssertNoThrow(try Challenge.received(msg(inv), author: alice.publicKey, me: bob.publicKey))
+        XCTAssertThrowsError(try Challenge.received(msg(inv), author: carol.publicKey, me: bob.publicKey), "the author must come first")
+        XCTAssertThrowsError(try Challenge.received(msg(inv), author: alice.publicKey, me: carol.publicKey), "not for us")
         var dup = inv
         dup.participants = [Data(alice.publicKey), Data(bob.publicKey), Data(bob.publicKey)]
         dup.startAtUs = UInt64(t0)
-        XCTAssertThrowsError(try Challenge.received(dup, author: alice.publicKey, me: bob.publicKey))
+        XCTAssertThrowsError(try Challenge.received(msg(dup), author: alice.publicKey, me: bob.publicKey))
         var long = inv
         long.message = String(repeating: "x", count: 281)
-        XCTAssertThrowsError(try Challenge.received(long, author: alice.publicKey, me: bob.publicKey))
+        XCTAssertThrowsError(try Challenge.received(msg(long), author: alice.publicKey, me: bob.publicKey))
     }
 
     func testCancelBeforeTheStartOnly() throws {
@@ -142,7 +151,7 @@ final class ChallengeTests: XCTestCase {
         var b = bs[0]
         _ = try b.accept()
         let acts = try a.receiveAnswer(from: bob.publicKey, accept: true, nowUs: t0)
-        _ = try b.receiveStart(from: alice.publicKey, Tandem_V1_ChallengeStart(serializedBytes: payload(acts, .challengeStart)!))
+        _ = try b.receiveStart(from: alice.publicKey, ChallengeStartMessage(payload: payload(acts, .challengeStart)!, nowUs: t0))
         a.markStarted(localUs: t0)
         b.markStarted(localUs: t0)
         return (a, b)
@@ -162,8 +171,8 @@ final class ChallengeTests: XCTestCase {
         XCTAssertEqual(a.participant(alice.publicKey)?.result, .completed)
         XCTAssertEqual(b.participant(bob.publicKey)?.result, .quit)
         XCTAssertEqual(a.record, b.record, "both saw the same facts")
-        _ = try a.receiveOutcome(from: bob.publicKey, Tandem_V1_ChallengeOutcome(serializedBytes: payload(eb, .challengeOutcome)!), signer: alice)
-        _ = try b.receiveOutcome(from: alice.publicKey, Tandem_V1_ChallengeOutcome(serializedBytes: payload(ea, .challengeOutcome)!), signer: bob)
+        _ = try a.receiveOutcome(from: bob.publicKey, ChallengeOutcomeMessage(payload: payload(eb, .challengeOutcome)!), signer: alice)
+        _ = try b.receiveOutcome(from: alice.publicKey, ChallengeOutcomeMessage(payload: payload(ea, .challengeOutcome)!), signer: bob)
         XCTAssertTrue(a.readyToCommit(nowUs: t0 + 60_000_001))
         XCTAssertTrue(b.readyToCommit(nowUs: t0 + 60_000_001))
         let ledgerA = Ledger.append(after: nil, record: a.record!, signatures: a.signatureList)
@@ -185,14 +194,14 @@ final class ChallengeTests: XCTestCase {
         let eb = try b.markEnded(localUs: 0, signer: bob)
         XCTAssertNotEqual(a.record, b.record)
         // Bob's signature proves he was there: Alice's view becomes "completed" and she re-signs.
-        let resign = try a.receiveOutcome(from: bob.publicKey, Tandem_V1_ChallengeOutcome(serializedBytes: payload(eb, .challengeOutcome)!),
+        let resign = try a.receiveOutcome(from: bob.publicKey, ChallengeOutcomeMessage(payload: payload(eb, .challengeOutcome)!),
                                           signer: alice)
         XCTAssertEqual(a.participant(bob.publicKey)?.result, .completed)
         XCTAssertEqual(a.record, b.record)
         XCTAssertFalse(sends(resign).isEmpty, "a changed view is signed and sent again")
         // Bob gets Alice's stale view first, then the new one.
-        _ = try b.receiveOutcome(from: alice.publicKey, Tandem_V1_ChallengeOutcome(serializedBytes: payload(ea, .challengeOutcome)!), signer: bob)
-        _ = try b.receiveOutcome(from: alice.publicKey, Tandem_V1_ChallengeOutcome(serializedBytes: payload(resign, .challengeOutcome)!), signer: bob)
+        _ = try b.receiveOutcome(from: alice.publicKey, ChallengeOutcomeMessage(payload: payload(ea, .challengeOutcome)!), signer: bob)
+        _ = try b.receiveOutcome(from: alice.publicKey, ChallengeOutcomeMessage(payload: payload(resign, .challengeOutcome)!), signer: bob)
         XCTAssertEqual(a.record, b.record)
         XCTAssertTrue(a.readyToCommit(nowUs: 0))
         XCTAssertTrue(b.readyToCommit(nowUs: 0))
@@ -201,7 +210,7 @@ final class ChallengeTests: XCTestCase {
     func testAnOutcomeThatArrivesBeforeOurEndIsKept() throws {
         var (a, b) = try running()
         let eb = try b.markEnded(localUs: 0, signer: bob)
-        XCTAssertEqual(try a.receiveOutcome(from: bob.publicKey, Tandem_V1_ChallengeOutcome(serializedBytes: payload(eb, .challengeOutcome)!),
+        XCTAssertEqual(try a.receiveOutcome(from: bob.publicKey, ChallengeOutcomeMessage(payload: payload(eb, .challengeOutcome)!),
                                             signer: alice), [])
         _ = try a.markEnded(localUs: 0, signer: alice)
         XCTAssertEqual(a.signatures.count, 2, "Bob's early signature counts once Alice ends")
@@ -213,9 +222,9 @@ final class ChallengeTests: XCTestCase {
         let eb = try b.markEnded(localUs: 0, signer: bob)
         _ = try a.markEnded(localUs: 0, signer: alice)
         var m = try Tandem_V1_ChallengeOutcome(serializedBytes: payload(eb, .challengeOutcome)!)
-        XCTAssertThrowsError(try a.receiveOutcome(from: carol.publicKey, m, signer: alice), "not a participant")
+        XCTAssertThrowsError(try a.receiveOutcome(from: carol.publicKey, outcome(m), signer: alice), "not a participant")
         m.signature[0] ^= 1
-        XCTAssertThrowsError(try a.receiveOutcome(from: bob.publicKey, m, signer: alice), "bad signature")
+        XCTAssertThrowsError(try a.receiveOutcome(from: bob.publicKey, outcome(m), signer: alice), "bad signature")
         XCTAssertEqual(a.signatures.count, 1)
     }
 
@@ -244,13 +253,18 @@ final class ChallengeTests: XCTestCase {
         XCTAssertNil(Ledger.verify([Ledger.append(after: nil, record: a.record!, signatures: a.signatureList)]))
     }
 
-    func testACancelSentBeforeTheStartCountsWhenItArrivesLate() throws {
+    func testACancelAfterOurStartIsRefusedWhateverItsDate() throws {
+        // A CANCEL's created-at is the inviter's to choose: backdated before the start, it must not
+        // erase a challenge that is already running here.
         var (_, b) = try running()
         let start = b.startAtUs!
-        XCTAssertEqual(try b.receiveCancel(from: alice.publicKey, sentAtUs: start + 1), [], "sent after the start: too late")
+        XCTAssertEqual(try b.receiveCancel(from: alice.publicKey, sentAtUs: start - 1), [], "backdated: refused once running")
+        XCTAssertEqual(try b.receiveCancel(from: alice.publicKey, sentAtUs: start + 1), [])
         XCTAssertEqual(b.phase, .running)
-        XCTAssertEqual(notices(try b.receiveCancel(from: alice.publicKey, sentAtUs: start - 1)), [.cancelled(by: alice.publicKey)])
-        XCTAssertEqual(b.phase, .cancelled)
+        // Before our start it counts.
+        var (_, copies) = try invite([bob], startAtUs: t0 + 60_000_000)
+        _ = try copies[0].accept()
+        XCTAssertEqual(notices(try copies[0].receiveCancel(from: alice.publicKey, sentAtUs: t0)), [.cancelled(by: alice.publicKey)])
     }
 
     func testAYesCanBecomeANoBeforeTheStart() throws {
@@ -279,9 +293,80 @@ final class ChallengeTests: XCTestCase {
         var m = Tandem_V1_ChallengeOutcome()
         m.record = Data(bytes)
         m.signature = Data(Outcome.sign(bytes, with: bob))
-        _ = try a.receiveOutcome(from: bob.publicKey, m, signer: alice)
+        _ = try a.receiveOutcome(from: bob.publicKey, outcome(m), signer: alice)
         XCTAssertEqual(a.participant(alice.publicKey)?.result, .completed)
         XCTAssertNil(a.signatures[hexString(bob.publicKey)], "a signature over another record does not count")
+    }
+
+    /// Bob really quit; Carol's signed record gives him a smaller elapsed time and another reason.
+    /// Alice keeps Bob's own word (his QUIT notice), and so does Bob.
+    func testNobodyRewritesAnotherParticipantsQuit() throws {
+        let (a0, copies) = try invite([bob, carol], startAtUs: t0 + 10_000_000)
+        var a = a0, b = copies[0], c = copies[1]
+        _ = try b.accept(); _ = try c.accept()
+        _ = try a.receiveAnswer(from: bob.publicKey, accept: true, nowUs: t0)
+        _ = try a.receiveAnswer(from: carol.publicKey, accept: true, nowUs: t0)
+        let fixed = try a.tick(nowUs: t0 + 9_000_000)
+        let start = try ChallengeStartMessage(payload: payload(fixed, .challengeStart)!, nowUs: t0)
+        _ = try b.receiveStart(from: alice.publicKey, start)
+        _ = try c.receiveStart(from: alice.publicKey, start)
+        a.markStarted(localUs: t0); b.markStarted(localUs: t0); c.markStarted(localUs: t0)
+        _ = try b.quit(elapsedMs: 40_000, reason: "my own words")
+        _ = try a.receiveQuit(from: bob.publicKey, elapsedMs: 40_000, reason: "my own words")
+        _ = try c.receiveQuit(from: bob.publicKey, elapsedMs: 40_000, reason: "my own words")
+        _ = try a.markEnded(localUs: 0, signer: alice)
+        _ = try b.markEnded(localUs: 0, signer: bob)
+        _ = try c.markEnded(localUs: 0, signer: carol)
+        var forged = Outcome.decode(c.record!)!
+        for i in forged.outcomes.indices where Array(forged.outcomes[i].publicKey) == bob.publicKey {
+            forged.outcomes[i].elapsedMs = 1
+            forged.outcomes[i].reason = "gave up at once"
+        }
+        let bytes = Outcome.encode(forged)
+        var m = Tandem_V1_ChallengeOutcome()
+        m.record = Data(bytes)
+        m.signature = Data(Outcome.sign(bytes, with: carol))
+        _ = try a.receiveOutcome(from: carol.publicKey, outcome(m), signer: alice)
+        _ = try b.receiveOutcome(from: carol.publicKey, outcome(m), signer: bob)
+        for x in [a, b] {
+            let mine = Outcome.decode(x.record!)!.outcomes.first { Array($0.publicKey) == bob.publicKey }!
+            XCTAssertEqual(mine.elapsedMs, 40_000)
+            XCTAssertEqual(mine.reason, "my own words")
+        }
+        XCTAssertNil(a.signatures[hexString(carol.publicKey)], "her signature is over another record")
+    }
+
+    func testExtremeStoredValuesNeverTrap() throws {
+        var (_, b) = try running()
+        b.startAtUs = Int64.max - 5
+        XCTAssertEqual(b.endAtUs, Int64.max, "saturates instead of trapping")
+        XCTAssertThrowsError(try b.validate(), "a start past the stored range is refused at load")
+        b.startAtUs = t0
+        b.requestedStartUs = Int64.max
+        b.phase = .invited
+        XCTAssertNoThrow(try b.tick(nowUs: t0))
+        XCTAssertThrowsError(try b.validate())
+        var (_, c) = try running()
+        c.update(bob.publicKey) { $0.quitElapsedMs = Int64.max }
+        XCTAssertThrowsError(try c.validate(), "a quit time past the duration is refused at load")
+        XCTAssertNoThrow(try running().1.validate())
+    }
+
+    func testAnOutcomeWithAnOutOfRangeQuitIsNotARecord() throws {
+        var (a, _) = try running()
+        _ = try a.markEnded(localUs: 0, signer: alice)
+        var r = Outcome.decode(a.record!)!
+        for i in r.outcomes.indices where Array(r.outcomes[i].publicKey) == bob.publicKey {
+            r.outcomes[i].result = .quit
+            r.outcomes[i].elapsedMs = UInt64.max
+        }
+        XCTAssertNil(Outcome.decode(Outcome.encode(r)), "elapsed 2^64-1 > duration")
+        for i in r.outcomes.indices where Array(r.outcomes[i].publicKey) == bob.publicKey { r.outcomes[i].elapsedMs = 60_000 }
+        XCTAssertNotNil(Outcome.decode(Outcome.encode(r)), "elapsed = duration is the maximum")
+        for i in r.outcomes.indices where Array(r.outcomes[i].publicKey) == bob.publicKey { r.outcomes[i].elapsedMs = 60_001 }
+        XCTAssertNil(Outcome.decode(Outcome.encode(r)))
+        r.durationMs = UInt64(1) << 63
+        XCTAssertNil(Outcome.decode(Outcome.encode(r)))
     }
 
     func testALateQuitNoticeChangesAnEndedRecord() throws {
@@ -299,7 +384,7 @@ final class ChallengeTests: XCTestCase {
         let eb = try b.markEnded(localUs: 0, signer: bob)
         // Bob's view reaches Alice; hers changes (Bob completed) and she re-signs; Bob's signature
         // over her new view has not arrived when the grace period ends.
-        _ = try a.receiveOutcome(from: bob.publicKey, Tandem_V1_ChallengeOutcome(serializedBytes: payload(eb, .challengeOutcome)!), signer: alice)
+        _ = try a.receiveOutcome(from: bob.publicKey, ChallengeOutcomeMessage(payload: payload(eb, .challengeOutcome)!), signer: alice)
         a.signatures[hexString(bob.publicKey)] = nil
         XCTAssertEqual(try a.settleAfterGrace(nowUs: a.endAtUs! + a.graceMs * 1000, signer: alice), [])
         XCTAssertEqual(a.participant(bob.publicKey)?.result, .completed)
@@ -427,6 +512,7 @@ final class ChallengeTests: XCTestCase {
     func testNonCanonicalRecordsAreRefused() {
         var r = Tandem_V1_OutcomeRecord()
         r.challengeID = Data(Sodium.randomBytes(16))
+        r.durationMs = 60_000
         r.inviter = Data(alice.publicKey)
         r.outcomes = [bob, alice].map { k in
             var o = Tandem_V1_ParticipantOutcome()

@@ -393,35 +393,40 @@ public final class ChallengeService: @unchecked Sendable {
 
     // MARK: - Frames
 
+    /// A challenge frame from a peer or from mail. The payload becomes a validated message first
+    /// (a MALFORMED one is answered with an ERROR on its link and acknowledged, so a sender does
+    /// not retry it forever); frames from someone with no part in a challenge we hold are dropped
+    /// before anything is written (`step`).
     func handle(_ envelope: Envelope, from link: PeerLink?) {
+        let nowUs = wallClockMicros()
         do {
             switch envelope.type {
             case .challengeInvite: try receiveInvite(envelope, from: link)
             case .challengeAnswer:
-                let m = try Tandem_V1_ChallengeAnswer(serializedBytes: envelope.payload)
+                let m = try ChallengeAnswerMessage(payload: envelope.payload)
                 try step(envelope, link, m.challengeID) { c in try c.receiveAnswer(from: envelope.author, accept: m.accept, nowUs: timebaseNow(c)) }
             case .challengeStart:
-                let m = try Tandem_V1_ChallengeStart(serializedBytes: envelope.payload)
+                let m = try ChallengeStartMessage(payload: envelope.payload, nowUs: nowUs)
                 try step(envelope, link, m.challengeID) { c in try c.receiveStart(from: envelope.author, m) }
             case .challengeCancel:
-                let m = try Tandem_V1_ChallengeCancel(serializedBytes: envelope.payload)
+                let m = try ChallengeCancelMessage(payload: envelope.payload)
                 try step(envelope, link, m.challengeID) { c in
-                    try c.receiveCancel(from: envelope.author, sentAtUs: Int64(clamping: envelope.createdAt) * 1000)
+                    try c.receiveCancel(from: envelope.author, sentAtUs: Int64(clamping: envelope.createdAt).multipliedSaturated(1000))
                 }
             case .challengeQuit:
-                let m = try Tandem_V1_ChallengeQuit(serializedBytes: envelope.payload)
+                let m = try ChallengeQuitMessage(payload: envelope.payload)
                 try step(envelope, link, m.challengeID) { c in
-                    try c.receiveQuit(from: envelope.author, elapsedMs: Int64(clamping: m.elapsedMs), reason: m.reason, signer: identity)
+                    try c.receiveQuit(from: envelope.author, elapsedMs: m.elapsedMs, reason: m.reason, signer: identity)
                 }
             case .challengeOutcome:
-                let m = try Tandem_V1_ChallengeOutcome(serializedBytes: envelope.payload)
-                var id: [UInt8] = []
-                if let r = Outcome.decode(Array(m.record)) { id = Array(r.challengeID) }
-                try step(envelope, link, Data(id)) { c in try c.receiveOutcome(from: envelope.author, m, signer: identity) }
-                if let c = try? store.challenge(id) { commitIfReady(c) }
+                let m = try ChallengeOutcomeMessage(payload: envelope.payload)
+                try step(envelope, link, m.challengeID) { c in try c.receiveOutcome(from: envelope.author, m, signer: identity) }
+                if let c = try? store.challenge(m.challengeID) { commitIfReady(c) }
             default:
                 logger.debug("challenge frame type not handled", metadata: ["type": "\(envelope.type)"])
             }
+        } catch let e as PayloadError {
+            friends.refuseMalformed(envelope, e, on: link)
         } catch {
             logger.info("challenge frame refused", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
                                                               "error": "\(error)"])
@@ -430,13 +435,19 @@ public final class ChallengeService: @unchecked Sendable {
 
     /// Handles a durable challenge frame once (acknowledging it either way); frames about unknown
     /// challenges are acknowledged and dropped.
-    private func step(_ envelope: Envelope, _ link: PeerLink?, _ id: Data,
+    private func step(_ envelope: Envelope, _ link: PeerLink?, _ id: [UInt8],
                       _ body: (inout Challenge) throws -> [Challenge.Action]) throws {
+        // Only someone taking part in a challenge we hold can change it. Anything else (a stranger,
+        // an unknown id) is acknowledged and dropped without a write: no handled-id row, no
+        // transaction, so such frames cannot grow the disk (the request throttle bounds the acks).
+        guard let current = try store.challenge(id), current.participant(envelope.author) != nil else {
+            friends.dropUnrelated(envelope, on: link)
+            return
+        }
         var refusal: Error?
         try friends.once(envelope, on: link) {
-            guard id.count == 16 else { return }
             do {
-                try mutate(Array(id), body)
+                try mutate(id, body)
             } catch is NotFound {
                 logger.debug("frame about an unknown challenge", metadata: ["challenge": "\(hexString(id))"])
             } catch {
@@ -449,12 +460,12 @@ public final class ChallengeService: @unchecked Sendable {
     private func receiveInvite(_ envelope: Envelope, from link: PeerLink?) throws {
         let author = envelope.author
         guard friends.isFriend(author) else {
-            // Only friends may invite; acknowledged so the sender stops, then dropped.
-            friends.sendAck(envelope, on: link)
+            // Only friends may invite; acknowledged so the sender stops (within the throttle), then dropped.
+            friends.dropUnrelated(envelope, on: link)
             logger.info("challenge invite from a stranger dropped", metadata: ["from": "\(NodeID(publicKey: author).short)"])
             return
         }
-        let inv = try Tandem_V1_ChallengeInvite(serializedBytes: envelope.payload)
+        let inv = try ChallengeInviteMessage(payload: envelope.payload, nowUs: wallClockMicros())
         var refusal: Error?
         try friends.once(envelope, on: link) {
             do {
@@ -463,9 +474,14 @@ public final class ChallengeService: @unchecked Sendable {
                 let open = try store.challenges(phases: [.invited]).filter { !$0.isInviter }.count
                 guard open < 100 else { throw Challenge.Refusal("too many unanswered invites (100)") }
                 // Hints let group members who are not friends reach each other.
+                // They are the inviter's claims: kept only where the dialling policy allows (Protocol 12.8).
+                let claimer = link?.directRemoteHost
                 for p in c.participants where p.key != me && !p.addressHint.isEmpty && !friends.isFriend(p.key) {
-                    if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: link?.directRemoteHost ?? ""), port > 0, !h.isEmpty {
-                        try? store.rememberAddress(p.key, host: h, port: port, source: "hint", nowMs: friends.now())
+                    if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: claimer ?? ""), port > 0, !h.isEmpty,
+                       DialPolicy.mayRemember(claimed: h, port: port, claimerHost: claimer) {
+                        friends.logStoreError("remember an invite's address hint") {
+                            try store.rememberAddress(p.key, host: h, port: port, source: AddressSource.claimed.rawValue, nowMs: friends.now())
+                        }
                     }
                 }
                 try mutex.withLock { try persist(&c, []) }

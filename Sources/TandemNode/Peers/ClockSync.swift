@@ -23,6 +23,9 @@ public func monotonicMicros() -> Int64 {
 public final class ClockSync: @unchecked Sendable {
     private struct State {
         var estimators: [[UInt8]: ClockEstimator] = [:]
+        /// Peers we probed and when (our clock, µs): only their replies are taken, so a stranger's
+        /// unsolicited replies cannot crowd friends' estimators out.
+        var probed: [[UInt8]: Int64] = [:]
     }
     private let state = NIOLockedValueBox(State())
     let peers: PeerManager
@@ -49,6 +52,10 @@ public final class ClockSync: @unchecked Sendable {
     /// Sends `count` probes to the peer, `spacing` apart, on its current link.
     func probe(_ key: [UInt8], count: Int = 1, spacing: TimeAmount = .milliseconds(15)) {
         guard let link = peers.link(to: key) else { return }
+        state.withLockedValue { s in
+            if s.probed[key] == nil, s.probed.count >= Self.maximumPeers { s.probed.removeAll() }
+            s.probed[key] = wallClockMicros()
+        }
         for i in 0..<count {
             link.channel.eventLoop.scheduleTask(in: spacing * Int64(i)) {
                 var p = Tandem_V1_ClockProbe()
@@ -64,20 +71,23 @@ public final class ClockSync: @unchecked Sendable {
         switch envelope.type {
         case .clockProbe:
             let t2 = receivedAt
-            guard let p = try? Tandem_V1_ClockProbe(serializedBytes: envelope.payload) else { return }
+            // Validated: t1 within a day of our clock (it is only echoed, but never trusted blindly).
+            guard let p = try? ClockProbeMessage(payload: envelope.payload, nowUs: receivedAt) else { return }
             var r = Tandem_V1_ClockReply()
-            r.t1Us = p.t1Us
-            r.t2Us = UInt64(t2)
-            r.t3Us = UInt64(wallClockMicros())
+            r.t1Us = UInt64(clamping: p.t1Us)
+            r.t2Us = UInt64(clamping: t2)
+            r.t3Us = UInt64(clamping: wallClockMicros())
             link.send(type: .clockReply, payload: (try? r.serializedBytes()) ?? [])
         case .clockReply:
             let t4 = receivedAt
-            guard let r = try? Tandem_V1_ClockReply(serializedBytes: envelope.payload) else { return }
+            // Validated: every timestamp within a day of our clock, so the offset arithmetic fits.
+            guard let r = try? ClockReplyMessage(payload: envelope.payload, nowUs: receivedAt) else { return }
             let key = envelope.author
             let added = state.withLockedValue { s -> Bool in
+                // A reply answers a probe of the last minute, or it is not ours.
+                guard let sent = s.probed[key], t4.subtractingSaturated(sent) <= 60_000_000 else { return false }
                 if s.estimators[key] == nil, s.estimators.count >= Self.maximumPeers { s.estimators.removeAll() }
-                return s.estimators[key, default: ClockEstimator()].add(t1: Int64(clamping: r.t1Us), t2: Int64(clamping: r.t2Us),
-                                                                      t3: Int64(clamping: r.t3Us), t4: t4)
+                return s.estimators[key, default: ClockEstimator()].add(t1: r.t1Us, t2: r.t2Us, t3: r.t3Us, t4: t4)
             }
             if added { onSample?(key) }
         default:

@@ -39,6 +39,8 @@ public final class FriendService: @unchecked Sendable {
     private let listenPort: NIOLockedValueBox<Int> = NIOLockedValueBox(0)
     private let status = NIOLockedValueBox(Tandem_V1_PresenceStatus.idle)
     private let throttle = NIOLockedValueBox(RequestThrottle())
+    /// Store writes that failed on a path that had to go on (see `logStoreError`).
+    let storeErrors = NIOLockedValueBox(0)
     /// The delivery loop's wake-up: the loop's continuation while it waits, or a poke that came
     /// while it was busy (kept, so the loop goes round again instead of sleeping through it).
     private struct Wake {
@@ -101,9 +103,20 @@ public final class FriendService: @unchecked Sendable {
     func now() -> Int64 { Int64(wallClockMilliseconds()) }
 
     /// Signs a frame for `recipient` and wraps it as an outbox row.
+    /// Frames to someone who is not a friend expire: a farewell after a day, anything else (a
+    /// request, a group member's challenge frames) after 8 days, the mailbox age limit.
+    static let farewellToStrangerTtlMs: Int64 = 86_400_000
+    static let frameToStrangerTtlMs: Int64 = 8 * 86_400_000
+
     func outboxFrame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8]) -> OutboxItem {
-        let env = Envelope.sign(type: type, author: identity, recipient: recipient, createdAt: UInt64(now()), payload: payload)
-        return OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: now())
+        let nowMs = now()
+        let env = Envelope.sign(type: type, author: identity, recipient: recipient, createdAt: UInt64(clamping: nowMs), payload: payload)
+        var item = OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: nowMs)
+        if !isFriend(recipient) || type == .friendDecline || type == .friendRemove {
+            let ttl = (type == .friendDecline || type == .friendRemove) ? Self.farewellToStrangerTtlMs : Self.frameToStrangerTtlMs
+            item.expiresAtMs = nowMs.addingSaturated(ttl)
+        }
+        return item
     }
 
     /// Nudges the delivery loop: at once when it waits, else as soon as its current round ends.
@@ -241,38 +254,57 @@ public final class FriendService: @unchecked Sendable {
 
     // MARK: - Frames from peers
 
+    /// A frame for the friends flow, from a link or from mail. Every payload becomes a validated
+    /// message first (`TandemProtocol/Messages.swift`); what a stranger sends is bounded before
+    /// anything is written: only a FRIEND_REQUEST (throttled) or an answer to our own request
+    /// creates or changes a row, and everything else from someone with no relationship is dropped
+    /// with at most a throttled acknowledgement (Protocol/README.md 12.9, "Strangers").
     public func handle(_ envelope: Envelope, from link: PeerLink?) {
         let author = envelope.author
-        let contact = try? store.contact(author)
-        if contact?.relationship == .blocked {
-            // Dropped silently; acknowledged so the sender stops retrying.
-            if Self.durable.contains(envelope.type) || (0x0201...0x02ff).contains(envelope.type.rawValue) {
-                sendAck(envelope, on: link)
-            }
+        let contact: Contact?
+        do {
+            contact = try store.contact(author)
+        } catch {
+            logger.error("cannot read the contact of a frame's author", metadata: ["error": "\(error)"])
+            return
+        }
+        let relationship = contact?.relationship ?? Relationship.none
+        if relationship == .blocked {
+            // Dropped silently; acknowledged (within the stranger budget) so the sender stops retrying.
+            dropUnrelated(envelope, on: link)
             return
         }
         do {
             switch envelope.type {
-            case .friendRequest: try receiveRequest(envelope, from: link)
-            case .friendAccept: try receiveAccept(envelope, from: link)
-            case .friendDecline, .friendRemove: try receiveFarewell(envelope, from: link)
-            case .contactUpdate: try receiveContactUpdate(envelope, from: link)
-            case .presence: receivePresence(envelope, contact: contact)
+            case .friendRequest:
+                try receiveRequest(envelope, from: link)
+            case .friendAccept:
+                let m = try FriendAcceptMessage(payload: envelope.payload, author: author)
+                guard relationship == .requested || relationship == .friend else { return dropUnrelated(envelope, on: link) }
+                try receiveAccept(envelope, m, from: link)
+            case .friendDecline, .friendRemove:
+                _ = try FarewellMessage(payload: envelope.payload, type: envelope.type)
+                guard relationship != .none else { return dropUnrelated(envelope, on: link) }
+                try receiveFarewell(envelope, from: link)
+            case .contactUpdate:
+                let m = try ContactUpdateMessage(payload: envelope.payload, author: author)
+                guard relationship == .friend else { return dropUnrelated(envelope, on: link) }
+                try receiveContactUpdate(envelope, m, from: link)
+            case .presence:
+                let m = try PresenceMessage(payload: envelope.payload)
+                receivePresence(envelope, m, contact: contact)
             case .ack:
-                if let ack = try? Tandem_V1_Ack(serializedBytes: envelope.payload), ack.messageID.count == 16,
-                   (try? store.acknowledge(Array(ack.messageID))) == true {
+                let m = try AckMessage(payload: envelope.payload)
+                // Only the recipient of an outbox frame can acknowledge it.
+                if try store.acknowledge(m.messageID, from: author) {
                     events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
-                                                     "message_id": .string(hexString(ack.messageID))])
+                                                     "message_id": .string(hexString(m.messageID))])
                 }
             default:
                 logger.debug("frame type not handled by friends", metadata: ["type": "\(envelope.type)"])
             }
-        } catch let e as MalformedPayload {
-            logger.info("malformed payload", metadata: ["type": "\(envelope.type)", "detail": "\(e.detail)"])
-            let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: author, type: envelope.type)
-            if let link, let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: author, now: UInt64(now())) {
-                link.send(reply)
-            }
+        } catch let e as PayloadError {
+            refuseMalformed(envelope, e, on: link)
         } catch {
             logger.error("cannot handle frame", metadata: ["type": "\(envelope.type)", "error": "\(error)"])
         }
@@ -280,7 +312,39 @@ public final class FriendService: @unchecked Sendable {
 
     static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate]
 
-    struct MalformedPayload: Error { let detail: String }
+    static func isDurable(_ type: MessageType) -> Bool {
+        durable.contains(type) || (0x0201...0x02ff).contains(type.rawValue)
+    }
+
+    /// A payload that broke its message's rules: logged, answered with MALFORMED on its link, and
+    /// acknowledged when durable so the sender's outbox stops resending it. Nothing is stored.
+    func refuseMalformed(_ envelope: Envelope, _ e: PayloadError, on link: PeerLink?) {
+        logger.info("malformed payload", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
+                                                    "detail": "\(e.detail)"])
+        guard let link, strangerBudget(envelope.author, link) else { return }
+        let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
+        if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: UInt64(clamping: now())) {
+            link.send(reply)
+        }
+        if Self.isDurable(envelope.type) { sendAck(envelope, on: link) }
+    }
+
+    /// A durable frame that cannot change anything here (from a stranger or a blocked key, about a
+    /// relationship or challenge that does not exist): no row, no handled-id mark, no transaction;
+    /// acknowledged so an honest sender stops retrying, within a per-sender/per-address budget
+    /// for anyone who is not a friend.
+    func dropUnrelated(_ envelope: Envelope, on link: PeerLink?) {
+        guard let link, Self.isDurable(envelope.type), strangerBudget(envelope.author, link) else { return }
+        sendAck(envelope, on: link)
+    }
+
+    /// Whether a reply to this author may be signed now: always for friends; for anyone else,
+    /// within the acknowledgement budget (RequestThrottle).
+    private func strangerBudget(_ author: [UInt8], _ link: PeerLink) -> Bool {
+        if isFriend(author) { return true }
+        let origin = Self.origin(of: link)
+        return throttle.withLockedValue { $0.allowReply(sender: author, address: origin, nowMs: now()) }
+    }
 
     /// Acknowledges a durable frame on the link it came by (frames from a relay mailbox are
     /// acknowledged to the relay instead, by the relay client).
@@ -291,21 +355,13 @@ public final class FriendService: @unchecked Sendable {
         link.send(type: .ack, payload: (try? ack.serializedBytes()) ?? [])
     }
 
-    /// Runs `body` once per message id (a redelivered frame is only acknowledged again).
+    /// Runs `body` once per message id (a redelivered frame is only acknowledged again). Marks from
+    /// non-friends are kept apart and capped on their own, so they cannot evict friends' marks.
     func once(_ envelope: Envelope, on link: PeerLink?, _ body: () throws -> Void) throws {
-        let fresh = try store.markHandled(envelope.messageID.bytes, createdAtMs: Int64(envelope.createdAt),
-                                          windowMs: Self.handledWindowMs, nowMs: now())
+        let fresh = try store.markHandled(envelope.messageID.bytes, createdAtMs: Int64(clamping: envelope.createdAt),
+                                          windowMs: Self.handledWindowMs, nowMs: now(), fromFriend: isFriend(envelope.author))
         if fresh { try body() }
         sendAck(envelope, on: link)
-    }
-
-    private func validRecord(_ record: Tandem_V1_ContactRecord, author: [UInt8]) throws -> Tandem_V1_ContactRecord {
-        guard Array(record.publicKey) == author else { throw MalformedPayload(detail: "contact record names another key") }
-        guard record.displayName.utf8.count <= 64, record.addresses.count <= 8,
-              record.addresses.allSatisfy({ $0.utf8.count <= 256 }), record.homeRelay.utf8.count <= 256 else {
-            throw MalformedPayload(detail: "contact record exceeds its limits")
-        }
-        return record
     }
 
     private func receiveRequest(_ envelope: Envelope, from link: PeerLink?) throws {
@@ -324,21 +380,16 @@ public final class FriendService: @unchecked Sendable {
             }
             return
         }
-        guard let req = try? Tandem_V1_FriendRequest(serializedBytes: envelope.payload) else {
-            throw MalformedPayload(detail: "FRIEND_REQUEST payload is not a tandem.v1.FriendRequest")
-        }
-        guard req.message.utf8.count <= configuration.maximumMessageBytes else {
-            throw MalformedPayload(detail: "friend request message exceeds \(configuration.maximumMessageBytes) bytes")
-        }
-        let record = try validRecord(req.contact, author: author)
+        let req = try FriendRequestMessage(payload: envelope.payload, author: author)
+        let record = req.contact
         try once(envelope, on: link) {
             var accept = Tandem_V1_FriendAccept()
             accept.contact = contactRecord()
             let reply = outboxFrame(.friendAccept, to: author, payload: try accept.serializedBytes())
-            rememberRecordAddresses(record, author: author, link: link)
             let result = try store.receiveFriendRequest(from: author, displayName: record.displayName, message: req.message,
-                                                        record: envelope.bytes, recordVersion: Int64(record.version),
+                                                        record: record.canonicalBytes, recordVersion: record.storedVersion,
                                                         reply: reply, nowMs: now())
+            if result != .blocked { rememberRecordAddresses(record, author: author, link: link) }
             let id = NodeID(publicKey: author).canonical
             switch result {
             case .stored(let dropped):
@@ -363,15 +414,12 @@ public final class FriendService: @unchecked Sendable {
         }
     }
 
-    private func receiveAccept(_ envelope: Envelope, from link: PeerLink?) throws {
-        guard let acc = try? Tandem_V1_FriendAccept(serializedBytes: envelope.payload) else {
-            throw MalformedPayload(detail: "FRIEND_ACCEPT payload is not a tandem.v1.FriendAccept")
-        }
-        let record = try validRecord(acc.contact, author: envelope.author)
+    private func receiveAccept(_ envelope: Envelope, _ m: FriendAcceptMessage, from link: PeerLink?) throws {
+        let record = m.contact
         try once(envelope, on: link) {
-            rememberRecordAddresses(record, author: envelope.author, link: link)
-            if try store.receiveFriendAccept(from: envelope.author, displayName: record.displayName, record: envelope.bytes,
-                                             recordVersion: Int64(record.version), nowMs: now()) {
+            if try store.receiveFriendAccept(from: envelope.author, displayName: record.displayName, record: record.canonicalBytes,
+                                             recordVersion: record.storedVersion, nowMs: now()) {
+                rememberRecordAddresses(record, author: envelope.author, link: link)
                 events.emit("friend.accepted", ["id": .string(NodeID(publicKey: envelope.author).canonical),
                                                 "name": .string(record.displayName), "by": "them"])
                 friendsChanged()
@@ -381,9 +429,6 @@ public final class FriendService: @unchecked Sendable {
     }
 
     private func receiveFarewell(_ envelope: Envelope, from link: PeerLink?) throws {
-        guard (try? Tandem_V1_FriendFarewell(serializedBytes: envelope.payload)) != nil else {
-            throw MalformedPayload(detail: "payload is not a tandem.v1.FriendFarewell")
-        }
         try once(envelope, on: link) {
             guard let before = try store.receiveFarewell(from: envelope.author, nowMs: now()) else { return }
             let id = NodeID(publicKey: envelope.author).canonical
@@ -396,14 +441,11 @@ public final class FriendService: @unchecked Sendable {
         }
     }
 
-    private func receiveContactUpdate(_ envelope: Envelope, from link: PeerLink?) throws {
-        guard let update = try? Tandem_V1_ContactUpdate(serializedBytes: envelope.payload) else {
-            throw MalformedPayload(detail: "CONTACT_UPDATE payload is not a tandem.v1.ContactUpdate")
-        }
-        let record = try validRecord(update.contact, author: envelope.author)
+    private func receiveContactUpdate(_ envelope: Envelope, _ m: ContactUpdateMessage, from link: PeerLink?) throws {
+        let record = m.contact
         try once(envelope, on: link) {
-            if try store.updateContactRecord(envelope.author, displayName: record.displayName, record: envelope.bytes,
-                                             version: Int64(record.version), nowMs: now()) {
+            if try store.updateContactRecord(envelope.author, displayName: record.displayName, record: record.canonicalBytes,
+                                             version: record.storedVersion, nowMs: now()) {
                 rememberRecordAddresses(record, author: envelope.author, link: link)
                 events.emit("contact.updated", ["id": .string(NodeID(publicKey: envelope.author).canonical),
                                                 "name": .string(record.displayName)])
@@ -411,12 +453,15 @@ public final class FriendService: @unchecked Sendable {
         }
     }
 
-    private func receivePresence(_ envelope: Envelope, contact: Contact?) {
-        guard contact?.relationship == .friend,
-              let p = try? Tandem_V1_Presence(serializedBytes: envelope.payload) else { return }
-        let name = Self.presenceName(p.status)
+    private func receivePresence(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?) {
+        guard contact?.relationship == .friend else { return }
+        let name = p.status.rawValue
         let changed = contact?.presence != name
-        try? store.setPresence(envelope.author, presence: name, lastSeenMs: now())
+        do {
+            try store.setPresence(envelope.author, presence: name, lastSeenMs: now())
+        } catch {
+            logger.error("cannot store presence", metadata: ["error": "\(error)"])
+        }
         if changed {
             events.emit("presence.changed", ["id": .string(NodeID(publicKey: envelope.author).canonical), "status": .string(name)])
         }
@@ -439,17 +484,38 @@ public final class FriendService: @unchecked Sendable {
         return link.channel.remoteAddress?.ipAddress ?? "?"
     }
 
-    /// A record's ":port" addresses are paired with the host the link came from (not for tunnels
-    /// and mail, whose far end is a relay); its home relay is remembered too.
-    private func rememberRecordAddresses(_ record: Tandem_V1_ContactRecord, author: [UInt8], link: PeerLink?) {
-        if !record.homeRelay.isEmpty, let relay = try? RelayAddress(parsing: record.homeRelay) {
-            try? store.setPeerRelay(author, relay: relay.id.publicKey, host: relay.host, port: relay.port, source: "record", nowMs: now())
+    /// A record's ":port" addresses are paired with the host the link came from (observed; not for
+    /// tunnels and mail, whose far end is a relay); a host the record names itself is the peer's
+    /// claim and kept only where the dialling policy allows (Protocol 12.8). Its home relay is
+    /// remembered under the same rule.
+    private func rememberRecordAddresses(_ record: ContactRecord, author: [UInt8], link: PeerLink?) {
+        let remoteHost = link?.directRemoteHost
+        if let relay = record.homeRelay, DialPolicy.mayRemember(claimed: relay.host, port: relay.port, claimerHost: remoteHost) {
+            logStoreError("remember a peer's relay") {
+                try store.setPeerRelay(author, relay: relay.id.publicKey, host: relay.host, port: relay.port, source: "record", nowMs: now())
+            }
         }
-        guard let remoteHost = link?.directRemoteHost else { return }
-        for a in record.addresses.prefix(8) {
+        guard let remoteHost else { return }
+        for a in record.addresses.prefix(PayloadLimits.addressCount) {
             guard let (h, p) = try? NodeConfiguration.parseHostPort(a, defaultHost: remoteHost), p > 0 else { continue }
-            let host = (h == "0.0.0.0" || h == "::") ? remoteHost : h
-            try? store.rememberAddress(author, host: host, port: p, source: "record", nowMs: now())
+            let observed = h == remoteHost || h == "0.0.0.0" || h == "::"
+            let host = observed ? remoteHost : h
+            guard observed || DialPolicy.mayRemember(claimed: host, port: p, claimerHost: remoteHost) else { continue }
+            let source: AddressSource = observed ? .observed : .claimed
+            logStoreError("remember a peer's address") {
+                try store.rememberAddress(author, host: host, port: p, source: source.rawValue, nowMs: now())
+            }
+        }
+    }
+
+    /// A store write whose failure must not stop the flow it belongs to: logged and counted, never
+    /// swallowed silently.
+    func logStoreError(_ what: String, _ body: () throws -> Void) {
+        do {
+            try body()
+        } catch {
+            storeErrors.withLockedValue { $0 += 1 }
+            logger.error("store write failed", metadata: ["what": "\(what)", "error": "\(error)"])
         }
     }
 
@@ -460,7 +526,12 @@ public final class FriendService: @unchecked Sendable {
         let known = ((try? store.sightings(since: nowMs - 60_000)) ?? []).contains { $0.publicKey == Data(s.publicKey) }
         try? store.recordSighting(Sighting(publicKey: s.publicKey, displayName: s.displayName, host: s.host, port: s.port,
                                            isFriendBeacon: s.isFriendBeacon, lastSeenMs: nowMs))
-        try? store.rememberAddress(s.publicKey, host: s.host, port: s.port, source: "lan", nowMs: nowMs)
+        // A beacon's source on a LAN is never a public address; one that is, is spoofed: not dialled.
+        if DialPolicy.mayDialSighting(host: s.host) {
+            logStoreError("remember a LAN address") {
+                try store.rememberAddress(s.publicKey, host: s.host, port: s.port, source: AddressSource.lan.rawValue, nowMs: nowMs)
+            }
+        }
         if !known {
             events.emit("peer.discovered", ["id": .string(NodeID(publicKey: s.publicKey).canonical),
                                             "name": s.displayName.map(JSONValue.string) ?? .null,
@@ -493,7 +564,7 @@ public final class FriendService: @unchecked Sendable {
     public func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8]) {
         // A replay error about one of our outbox frames means the peer already has it.
         if error.code == .replayed, error.refMessageID.count == 16 {
-            _ = try? store.acknowledge(Array(error.refMessageID))
+            logStoreError("acknowledge a frame the peer already had") { try store.acknowledge(Array(error.refMessageID), from: key) }
         }
     }
 
@@ -553,6 +624,15 @@ public final class FriendService: @unchecked Sendable {
 
     private func deliverDue() async {
         let nowMs = now()
+        do {
+            for gone in try store.expireOutbox(nowMs: nowMs) {
+                events.emit("outbox.expired", ["to": .string(NodeID(publicKey: gone.recipient).canonical),
+                                               "message_id": .string(hexString(gone.messageId)),
+                                               "type": .string(MessageType(rawValue: UInt16(clamping: gone.type)).description)])
+            }
+        } catch {
+            logger.error("cannot expire outbox frames", metadata: ["error": "\(error)"])
+        }
         var recipients = (try? store.dueRecipients(nowMs: nowMs)) ?? []
         // Friends without a link are tried too, with backoff, so they come online when reachable.
         let wanted = ((try? store.friendKeys()) ?? []) + (keepConnected?() ?? [])
@@ -606,16 +686,33 @@ public final class FriendService: @unchecked Sendable {
         case unreachable
     }
 
-    /// Tries, in order: the peer's LAN and other known addresses (newest first), then a tunnel
-    /// through its home relay.
+    /// Tries what the dialling policy orders (Protocol 12.8): addresses the user typed, LAN
+    /// sightings, addresses the peer was observed at, then at most two it merely claimed (a claimed
+    /// DNS name only when it resolves to a global address); then a tunnel through its home relay.
     private func dial(_ key: [UInt8]) async -> DialOutcome {
-        let addresses = (try? store.addresses(key)) ?? []
-        let lan = addresses.filter { $0.source == "lan" }
-        for a in (lan + addresses.filter { $0.source != "lan" }).prefix(4) {
+        let known: [KnownAddress]
+        do {
+            known = try store.addresses(key)
+        } catch {
+            logger.error("cannot read a peer's addresses", metadata: ["error": "\(error)"])
+            known = []
+        }
+        let candidates = DialPolicy.order(known.map {
+            DialPolicy.Candidate(host: $0.host, port: $0.port, source: AddressSource(stored: $0.source))
+        })
+        for a in candidates {
+            var host = a.host
+            if a.source == .claimed, AddressScope(host: host) == .name {
+                guard let resolved = Self.resolveGlobal(host, port: a.port) else {
+                    logger.debug("claimed name not dialled", metadata: ["peer": "\(NodeID(publicKey: key).short)", "host": "\(host)"])
+                    continue
+                }
+                host = resolved
+            }
             do {
-                return .link(try await peers.connect(to: key, host: a.host, port: a.port, timeout: .seconds(3)))
+                return .link(try await peers.connect(to: key, host: host, port: a.port, timeout: .seconds(3)))
             } catch {
-                logger.debug("dial failed", metadata: ["peer": "\(NodeID(publicKey: key).short)", "address": "\(a.host):\(a.port)",
+                logger.debug("dial failed", metadata: ["peer": "\(NodeID(publicKey: key).short)", "address": "\(host):\(a.port)",
                                                        "error": "\(error)"])
             }
         }
@@ -625,7 +722,7 @@ public final class FriendService: @unchecked Sendable {
                 return .link(try await relays.openTunnel(to: key, via: relay))
             } catch is RelayClient.Offline {
                 throttle.withLockedValue { $0.dialFailed(key, nowMs: now()) }
-                return .offline(relay)
+                return .offline(relays.preferredAddress(of: relay))
             } catch {
                 logger.debug("tunnel failed", metadata: ["peer": "\(NodeID(publicKey: key).short)", "relay": "\(relay)",
                                                          "error": "\(error)"])
@@ -633,6 +730,14 @@ public final class FriendService: @unchecked Sendable {
         }
         throttle.withLockedValue { $0.dialFailed(key, nowMs: now()) }
         return .unreachable
+    }
+
+    /// The first address a DNS name resolves to, when it is global (a claimed name must not lead
+    /// the node to loopback or a private network).
+    static func resolveGlobal(_ host: String, port: Int) -> String? {
+        guard let address = try? SocketAddress.makeAddressResolvingHost(host, port: port), let ip = address.ipAddress,
+              AddressScope(host: ip) == .global else { return nil }
+        return ip
     }
 
     /// Moves the peer's waiting frames into its mailbox at its home relay; each one the relay
@@ -696,6 +801,28 @@ struct RequestThrottle {
         }
         guard take(&addresses, address, rate: perAddress) else { return false }
         return take(&senders, sender, rate: perSender)
+    }
+
+    /// Replies (acknowledgements, ERRORs) signed for non-friends: per sender and per address
+    /// (burst, then refill per minute). A signature costs CPU; a stranger gets a bounded share.
+    private var replySenders: [[UInt8]: (tokens: Double, at: Int64)] = [:]
+    private var replyAddresses: [String: (tokens: Double, at: Int64)] = [:]
+    static let repliesPerSenderPerMinute = 20.0
+    static let repliesPerAddressPerMinute = 120.0
+
+    mutating func allowReply(sender: [UInt8], address: String, nowMs: Int64) -> Bool {
+        func take<K: Hashable>(_ map: inout [K: (tokens: Double, at: Int64)], _ key: K, rate: Double) -> Bool {
+            if map.count >= Self.maximumTracked, map[key] == nil { map.removeAll() }
+            var b = map[key] ?? (rate, nowMs)
+            b.tokens = min(rate, b.tokens + Double(max(0, nowMs.subtractingSaturated(b.at))) / 60_000 * rate)
+            b.at = nowMs
+            guard b.tokens >= 1 else { map[key] = b; return false }
+            b.tokens -= 1
+            map[key] = b
+            return true
+        }
+        guard take(&replyAddresses, address, rate: Self.repliesPerAddressPerMinute) else { return false }
+        return take(&replySenders, sender, rate: Self.repliesPerSenderPerMinute)
     }
 
     func shouldDial(_ key: [UInt8], nowMs: Int64) -> Bool {

@@ -13,7 +13,7 @@ public final class RelayClient: @unchecked Sendable {
     /// A relay said goodbye before the link was up (full, shutting down): come back no sooner than asked.
     struct TurnedAway: Error, CustomStringConvertible {
         let reason: String
-        let retryAfterMs: UInt64
+        let retryAfterMs: Int64
         var description: String { reason }
     }
 
@@ -64,6 +64,13 @@ public final class RelayClient: @unchecked Sendable {
     /// Our home relays, as stored.
     func homeRelays() -> [RelayAddress] {
         ((try? store.relays()) ?? []).map { RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port) }
+    }
+
+    /// A relay is its ID: when a peer names one of our home relays, by whatever address (a DNS name
+    /// vs an IP, inside vs outside a NAT), the address we use for it, and so the link we already
+    /// have, is the one to take (Protocol 14.7).
+    func preferredAddress(of relay: RelayAddress) -> RelayAddress {
+        homeRelays().first { $0.id == relay.id } ?? relay
     }
 
     /// The open session with a relay, if any.
@@ -121,7 +128,8 @@ public final class RelayClient: @unchecked Sendable {
 
     /// Asks `relay` for a tunnel to `key` and runs the Secret Handshake with `key` through it.
     /// Throws `Offline` when the relay says the node is not there.
-    func openTunnel(to key: [UInt8], via relay: RelayAddress) async throws -> PeerLink {
+    func openTunnel(to key: [UInt8], via named: RelayAddress) async throws -> PeerLink {
+        let relay = preferredAddress(of: named)
         let home = homeRelays().contains(relay)
         let session = try await session(for: relay, home: home)
         var m = Tandem_V1_TunnelOpen()
@@ -141,7 +149,8 @@ public final class RelayClient: @unchecked Sendable {
 
     /// Leaves signed frames in `relay`'s mailbox for their recipient. Returns the message ids the
     /// relay stored (durably); the rest stay in the outbox.
-    func deposit(_ envelopes: [Envelope], via relay: RelayAddress) async throws -> [[UInt8]] {
+    func deposit(_ envelopes: [Envelope], via named: RelayAddress) async throws -> [[UInt8]] {
+        let relay = preferredAddress(of: named)
         let home = homeRelays().contains(relay)
         let session = try await session(for: relay, home: home)
         var stored: [[UInt8]] = []
@@ -217,14 +226,14 @@ public final class RelayClient: @unchecked Sendable {
         session.send(.mailboxAck, (try? ack.serializedBytes()) ?? [])
     }
 
-    func sessionClosed(_ session: RelaySession, reason: String?, retryAfterMs: UInt64) {
+    func sessionClosed(_ session: RelaySession, reason: String?, retryAfterMs: Int64) {
         let removed = sessions.withLockedValue { s -> Bool in
             guard s[session.relay.id.publicKey] === session else { return false }
             s[session.relay.id.publicKey] = nil
             return true
         }
         guard removed, session.home, session.wasRegistered else { return }
-        noteFailure(session.relay, reason ?? "the relay closed the link", minimumDelayMs: Int64(clamping: retryAfterMs), resetCount: true)
+        noteFailure(session.relay, reason ?? "the relay closed the link", minimumDelayMs: retryAfterMs, resetCount: true)
         events.emit("relay.disconnected", ["relay": .string(session.relay.description), "reason": .string(reason ?? "closed")])
         poke()
     }
@@ -238,7 +247,7 @@ public final class RelayClient: @unchecked Sendable {
             // 1 s, 2 s, 4 s ... 60 s, with up to 25 % jitter so a relay's clients do not come back at once.
             let base = min(60_000, 500 << min(e.failures, 7))
             let jitter = Int64(Sodium.randomUInt64() % UInt64(base / 4 + 1))
-            let next = nowMs + max(Int64(base) + jitter, minimumDelayMs)
+            let next = nowMs.addingSaturated(max(Int64(base) + jitter, minimumDelayMs))
             // A relay's "retry after" already noted for this failure is never shortened.
             e.nextMs = e.nextMs > nowMs ? max(e.nextMs, next) : next
             e.error = error
@@ -280,7 +289,7 @@ public final class RelayClient: @unchecked Sendable {
                     do {
                         _ = try await self.session(for: relay, home: true)
                     } catch let away as TurnedAway {
-                        self.noteFailure(relay, away.reason, minimumDelayMs: Int64(clamping: away.retryAfterMs))
+                        self.noteFailure(relay, away.reason, minimumDelayMs: away.retryAfterMs)
                         self.events.emit("relay.disconnected", ["relay": .string(relay.description), "reason": .string(away.reason)])
                         self.logger.info("home relay turned us away", metadata: ["relay": "\(relay)", "reason": "\(away.reason)"])
                     } catch {
@@ -344,7 +353,7 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
         var registration: CheckedContinuation<Tandem_V1_RelayRegistered, Error>?
         var registered = false
         var closed = false
-        var goodbye: (String, UInt64)?
+        var goodbye: (String, Int64)?
         var nextRequest: UInt64 = 0
         var lastUsedMs: Int64
         var connectedAtMs: Int64
@@ -369,7 +378,7 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
     /// Whether registration ever completed on this link.
     var wasRegistered: Bool { state.withLockedValue { $0.registered } }
     /// The relay's goodbye (reason, retry after ms), if it said one.
-    var goodbyeInfo: (String, UInt64)? { state.withLockedValue { $0.goodbye } }
+    var goodbyeInfo: (String, Int64)? { state.withLockedValue { $0.goodbye } }
     var lastUsedMs: Int64 { state.withLockedValue { $0.lastUsedMs } }
     var connectedAtMs: Int64 { state.withLockedValue { $0.connectedAtMs } }
     var mailReceived: Int { state.withLockedValue { $0.mailReceived } }
@@ -460,7 +469,9 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
             state.withLockedValue { $0.mailReceived += 1 }
             client?.received(m, session: self)
         case .relayGoodbye:
-            let m = try? Tandem_V1_RelayGoodbye(serializedBytes: envelope.payload)
+            // Validated (retry after at most 1 h); a malformed goodbye still ends the link, with the
+            // default backoff.
+            let m = try? RelayGoodbyeMessage(payload: envelope.payload)
             state.withLockedValue { $0.goodbye = (m?.reason ?? "goodbye", m?.retryAfterMs ?? 0) }
         default:
             break
