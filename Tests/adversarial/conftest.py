@@ -11,10 +11,10 @@ from hostile import HostilePeer
 def make_node(tmp_path):
     nodes = []
 
-    def factory(name="target", start=True):
+    def factory(name="target", start=True, **options):
         node = HostileTarget(tmp_path / name)
         nodes.append(node)
-        return node.start() if start else node
+        return node.start(**options) if start else node
 
     yield factory
     for node in nodes:
@@ -33,6 +33,7 @@ def peers():
             return self.loop.run_until_complete(coro)
 
         def open(self, node, key=None, **options):
+            """A HostilePeer with the handshake done (options: see HostilePeer.open)."""
             peer = self.run(HostilePeer(node.public_key, node.port, key=key).open(**options))
             self.opened.append(peer)
             return peer
