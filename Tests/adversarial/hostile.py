@@ -101,6 +101,10 @@ def enc_friend_request(key, message="", name="stranger"):
     return pb_bytes(1, message) + pb_bytes(2, enc_contact(key, name=name, version=now_ms()))
 
 
+class PingRefused(AssertionError):
+    pass
+
+
 class HostilePeer:
     """One authenticated link to a node, under any key. Use from one asyncio event loop."""
 
@@ -197,12 +201,26 @@ class HostilePeer:
                 return env
 
     async def ping(self, timeout=TIMEOUT, **kw):
-        """Sends a signed PING; returns the seconds until its PONG arrived."""
+        """Sends a signed PING; returns the seconds until its PONG arrived. Raises PingRefused if
+        the node answers it with an ERROR instead."""
         self._nonce += 1
         nonce = self._nonce
         start = time.perf_counter()
-        self.send(PING, enc_ping(nonce), **kw)
-        await self.expect(PONG, timeout, match=lambda env: pb_decode(env.payload).get(1, 0) == nonce)
+        mid = self.send(PING, enc_ping(nonce), **kw)
+
+        def answer(env):
+            if env.type == PONG:
+                return pb_decode(env.payload).get(1, 0) == nonce
+            return env.type == ERROR and pb_decode(env.payload).get(3) == mid
+
+        deadline = time.monotonic() + timeout
+        while True:
+            env = await self.next_frame(max(0.001, deadline - time.monotonic()))
+            if answer(env):
+                break
+        if env.type == ERROR:
+            code = pb_decode(env.payload).get(1, 0)
+            raise PingRefused(f"the node refused the PING: {ERROR_CODES.get(code, code)}")
         return time.perf_counter() - start
 
     async def wait_closed(self, timeout=TIMEOUT):
