@@ -491,6 +491,12 @@ public enum PeerPipeline {
         // Past the high-water mark the channel turns unwritable: WritabilityGuard stops reading it.
         try? channel.syncOptions?.setOption(.writeBufferWaterMark,
                                             value: .init(low: limits.outboundLowWater, high: limits.outboundHighWater))
+        // One read of at most `maximumReadBytes` per turn of the event loop: a flooding link
+        // yields the loop to the links sharing it after a few hundred frames at most.
+        try? channel.syncOptions?.setOption(.maxMessagesPerRead, value: 1)
+        try? channel.syncOptions?.setOption(.recvAllocator,
+                                            value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048,
+                                                                                   maximum: limits.maximumReadBytes))
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(WritabilityGuard(timeoutMs: limits.unwritableTimeoutMs, metrics: gate.metrics, logger: logger))
         try sync.addHandler(secure)
