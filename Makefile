@@ -61,7 +61,7 @@ unit-test: deps
 	$(SWIFT) test --disable-swift-testing
 
 py-test: test-deps
-	TANDEM_BIN=$(CURDIR)/$(TANDEM) TANDEM_RELAY_BIN=$(CURDIR)/.build/debug/tandem-relay $(PY) -m pytest -q -p no:cacheprovider Tests/interop Tests/cli Tests/relay Tests/lan
+	TANDEM_BIN=$(CURDIR)/$(TANDEM) TANDEM_RELAY_BIN=$(CURDIR)/.build/debug/tandem-relay $(PY) -m pytest -q -p no:cacheprovider Tests/interop Tests/cli Tests/relay Tests/adversarial Tests/lan
 
 test: test-deps
 	$(MAKE) --no-print-directory unit-test

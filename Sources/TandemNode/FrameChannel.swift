@@ -15,6 +15,15 @@ public final class TransportMetrics: Sendable {
         public var framesAccepted = 0
         /// Rejected frames by error code name (e.g. "BAD_SIGNATURE").
         public var framesRejected: [String: Int] = [:]
+        /// Rejections not answered because the link's ERROR budget was spent (5.12).
+        public var errorRepliesSuppressed = 0
+        /// Optional replies (PONG, ERROR) not written because the link was not reading (5.12).
+        public var repliesDroppedUnwritable = 0
+        /// Links closed by the node's limits (5.12), by reason: "rejections", "unwritable",
+        /// "frame_budget".
+        public var linksClosed: [String: Int] = [:]
+        /// Inbound connections refused because too many handshakes were pending (5.12).
+        public var handshakesRefused = 0
     }
 
     private let box = NIOLockedValueBox(Snapshot())
@@ -31,6 +40,10 @@ public final class TransportMetrics: Sendable {
     func frameRejected(_ code: Tandem_V1_ErrorCode) {
         box.withLockedValue { $0.framesRejected[code.name, default: 0] += 1 }
     }
+    func errorReplySuppressed() { box.withLockedValue { $0.errorRepliesSuppressed += 1 } }
+    func replyDroppedUnwritable() { box.withLockedValue { $0.repliesDroppedUnwritable += 1 } }
+    func linkClosed(_ reason: String) { box.withLockedValue { $0.linksClosed[reason, default: 0] += 1 } }
+    func handshakeRefused() { box.withLockedValue { $0.handshakesRefused += 1 } }
 }
 
 extension Tandem_V1_ErrorCode {
@@ -52,18 +65,55 @@ extension Tandem_V1_ErrorCode {
     }
 }
 
+/// A link closed by one of the node's limits (5.12); no ERROR reply is sent for it.
+public struct LinkLimitExceeded: Error, CustomStringConvertible {
+    /// The metric label: "rejections", "unwritable", "frame_budget".
+    public let reason: String
+    public let description: String
+}
+
+/// The node-wide budget of partly received frame bytes, shared by every link's decoder.
+public final class FrameBudget: Sendable {
+    private let budget: NIOLockedValueBox<ByteBudget>
+
+    public init(capacity: Int) {
+        budget = NIOLockedValueBox(ByteBudget(capacity: capacity))
+    }
+
+    public var used: Int { budget.withLockedValue { $0.used } }
+    func reserve(_ bytes: Int) -> Bool { budget.withLockedValue { $0.reserve(bytes) } }
+    func release(_ bytes: Int) { budget.withLockedValue { $0.release(bytes) } }
+}
+
 /// Splits the plaintext stream into envelope bytes; the size limit is applied to the length
-/// field before any body byte is kept.
+/// field before any body byte is kept. A frame that does not arrive whole in one read is charged
+/// to the node-wide `budget` (its announced length) until it is complete or the link closes; a
+/// frame that does not fit closes the link.
 public struct FrameByteDecoder: ByteToMessageDecoder {
     public typealias InboundOut = [UInt8]
     let decoder: FrameDecoder
+    let budget: FrameBudget?
+    private var reserved = 0
 
-    public init(maximumEnvelopeLength: Int) {
+    public init(maximumEnvelopeLength: Int, budget: FrameBudget? = nil) {
         decoder = FrameDecoder(maximumEnvelopeLength: maximumEnvelopeLength)
+        self.budget = budget
     }
 
     public mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        guard let envelope = try decoder.read(&buffer) else { return .needMoreData }
+        guard let envelope = try decoder.read(&buffer) else {
+            // A partial frame: its length (already checked against the limit) is charged once.
+            if let budget, reserved == 0, let n = buffer.getInteger(at: buffer.readerIndex, as: UInt32.self) {
+                let need = Int(n) + 4
+                guard budget.reserve(need) else {
+                    throw LinkLimitExceeded(reason: "frame_budget",
+                                            description: "the node's budget for partly received frames is spent")
+                }
+                reserved = need
+            }
+            return .needMoreData
+        }
+        releaseReservation()
         context.fireChannelRead(wrapInboundOut(envelope))
         return .continue
     }
@@ -71,6 +121,17 @@ public struct FrameByteDecoder: ByteToMessageDecoder {
     public mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
         while try decode(context: context, buffer: &buffer) == .continue {}
         return .needMoreData
+    }
+
+    public mutating func decoderRemoved(context: ChannelHandlerContext) {
+        releaseReservation()
+    }
+
+    private mutating func releaseReservation() {
+        if reserved > 0 {
+            budget?.release(reserved)
+            reserved = 0
+        }
     }
 }
 
@@ -96,24 +157,38 @@ import Glibc
 import Darwin
 #endif
 
-/// The verification rules shared by all of a node's connections (one replay cache per node).
+/// The verification rules shared by all of a node's connections (one replay cache per node), and
+/// the node-wide limits on what links may cost (5.12).
 public final class FrameGate: Sendable {
+    public let localPublicKey: [UInt8]
     private let verifier: NIOLockedValueBox<FrameVerifier>
     public let metrics: TransportMetrics
     public let clock: @Sendable () -> UInt64
+    public let limits: LinkLimits
+    /// Bytes of partly received frames, all links together.
+    public let frameBudget: FrameBudget
 
     public init(localPublicKey: [UInt8], metrics: TransportMetrics, replayCapacity: Int = 100_000,
+                limits: LinkLimits = LinkLimits(),
                 clock: @escaping @Sendable () -> UInt64 = wallClockMilliseconds) {
+        self.localPublicKey = localPublicKey
         self.verifier = NIOLockedValueBox(FrameVerifier(localPublicKey: localPublicKey,
                                                         replayCache: ReplayCache(capacity: replayCapacity)))
         self.metrics = metrics
         self.clock = clock
+        self.limits = limits
+        self.frameBudget = FrameBudget(capacity: limits.partialFrameBudget)
     }
 
-    /// Checks an envelope. The signature is checked outside the lock; the replay cache inside.
+    /// Checks an envelope. Parsing and the signature check run on the caller's thread with no lock
+    /// held; only the replay-cache step (rules 9–11) takes the node-wide lock.
     public func verify(_ bytes: [UInt8]) -> Result<Envelope, FrameRejection> {
         let now = clock()
-        let result = verifier.withLockedValue { $0.verify(bytes, now: now) }
+        let result: Result<Envelope, FrameRejection>
+        switch FrameVerifier.inspect(bytes, localPublicKey: localPublicKey, now: now) {
+        case .failure(let r): result = .failure(r)
+        case .success(let envelope): result = verifier.withLockedValue { $0.admit(envelope, now: now) }
+        }
         switch result {
         case .success: metrics.frameAccepted()
         case .failure(let r): metrics.frameRejected(r.code)
@@ -124,6 +199,9 @@ public final class FrameGate: Sendable {
     public func count(_ rejection: FrameRejection) {
         metrics.frameRejected(rejection.code)
     }
+
+    /// Entries in the replay cache (for status and tests).
+    public var replayCacheCount: Int { verifier.withLockedValue { $0.replayCache.count } }
 }
 
 /// What the application above a peer link sees.
@@ -191,7 +269,8 @@ public final class PeerLink: Sendable {
 }
 
 /// The top of a link's pipeline: applies the receiver rules, answers rejections with typed ERROR
-/// frames, answers PING with PONG, and hands everything else to the delegate.
+/// frames (within the link's ERROR budget, and only while the peer reads), closes a link that sends
+/// too many bad frames, answers PING with PONG, and hands everything else to the delegate.
 final class PeerLinkHandler: ChannelInboundHandler {
     typealias InboundIn = [UInt8]
     typealias OutboundOut = Envelope
@@ -201,12 +280,15 @@ final class PeerLinkHandler: ChannelInboundHandler {
     let delegate: PeerLinkDelegate?
     let logger: Logger
     private var closedError: Error?
+    private var guardian: LinkGuard
+    private var closing = false
 
     init(link: PeerLink, gate: FrameGate, delegate: PeerLinkDelegate?, logger: Logger) {
         self.link = link
         self.gate = gate
         self.delegate = delegate
         self.logger = logger
+        self.guardian = LinkGuard(limits: gate.limits, now: gate.clock())
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -221,17 +303,48 @@ final class PeerLinkHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // Frames already decoded when the link was condemned are dropped unread.
+        guard !closing else { return }
         let bytes = unwrapInboundIn(data)
-        guard let peer = link.remotePublicKey else { return }
+        guard link.remotePublicKey != nil else { return }
         switch gate.verify(bytes) {
         case .failure(let rejection):
-            logger.info("frame rejected", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
-            if let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock()) {
-                context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
-            }
+            logger.debug("frame rejected", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
+            answer(rejection, context: context)
         case .success(let envelope):
             handle(envelope, context: context)
         }
+    }
+
+    /// Carries out the link guard's decision on a rejected frame.
+    private func answer(_ rejection: FrameRejection, context: ChannelHandlerContext) {
+        switch guardian.rejected(now: gate.clock()) {
+        case .reply:
+            guard let peer = link.remotePublicKey,
+                  let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock())
+            else { return }
+            writeOptional(reply, context: context)
+        case .silent:
+            gate.metrics.errorReplySuppressed()
+        case .close:
+            closing = true
+            gate.metrics.linkClosed("rejections")
+            logger.notice("too many rejected frames, closing the link",
+                          metadata: ["peer": "\(link.remotePublicKey.map { NodeID(publicKey: $0).short } ?? "?")",
+                                     "rejected": "\(guardian.rejectedCount)"])
+            closedError = closedError ?? LinkLimitExceeded(reason: "rejections", description: "too many rejected frames")
+            context.close(promise: nil)
+        }
+    }
+
+    /// Writes a reply the peer did not strictly need (PONG, ERROR) only while the link drains:
+    /// a peer that does not read gets nothing more queued for it.
+    private func writeOptional(_ reply: Envelope, context: ChannelHandlerContext) {
+        guard context.channel.isWritable else {
+            gate.metrics.replyDroppedUnwritable()
+            return
+        }
+        context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
     }
 
     private func handle(_ envelope: Envelope, context: ChannelHandlerContext) {
@@ -241,13 +354,17 @@ final class PeerLinkHandler: ChannelInboundHandler {
                 reject(.malformed, "PING payload is not a tandem.v1.Ping", envelope, context)
                 return
             }
-            var pong = Tandem_V1_Pong()
-            pong.nonce = ping.nonce
-            pong.pingSentAtMs = ping.sentAtMs
-            pong.receivedAtMs = gate.clock()
-            let reply = Envelope.sign(type: .pong, author: link.identity, recipient: envelope.author,
-                                      createdAt: gate.clock(), payload: (try? pong.serializedBytes()) ?? [])
-            context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+            if context.channel.isWritable {
+                var pong = Tandem_V1_Pong()
+                pong.nonce = ping.nonce
+                pong.pingSentAtMs = ping.sentAtMs
+                pong.receivedAtMs = gate.clock()
+                let reply = Envelope.sign(type: .pong, author: link.identity, recipient: envelope.author,
+                                          createdAt: gate.clock(), payload: (try? pong.serializedBytes()) ?? [])
+                context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+            } else {
+                gate.metrics.replyDroppedUnwritable()
+            }
             delegate?.link(link, received: envelope)
         case .error:
             if let error = try? Tandem_V1_Error(serializedBytes: envelope.payload) {
@@ -262,10 +379,7 @@ final class PeerLinkHandler: ChannelInboundHandler {
     private func reject(_ code: Tandem_V1_ErrorCode, _ detail: String, _ envelope: Envelope, _ context: ChannelHandlerContext) {
         let rejection = FrameRejection(code, detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         gate.count(rejection)
-        if let peer = link.remotePublicKey,
-           let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock()) {
-            context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
-        }
+        answer(rejection, context: context)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
@@ -275,15 +389,77 @@ final class PeerLinkHandler: ChannelInboundHandler {
             logger.notice("frame rejected, closing connection", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
             if let peer = link.remotePublicKey,
                let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock()) {
-                context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+                writeOptional(reply, context: context)
             }
+        } else if let limit = error as? LinkLimitExceeded {
+            gate.metrics.linkClosed(limit.reason)
+            logger.notice("closing the link", metadata: ["reason": "\(limit.description)"])
         }
         closedError = closedError ?? error
+        closing = true
         context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         delegate?.linkClosed(link, error: closedError)
+        context.fireChannelInactive()
+    }
+}
+
+/// The bottom of a link's pipeline: while more than the high-water mark of outbound bytes waits
+/// for the peer to read, the link is not read either (so a peer that never reads cannot make the
+/// node queue answers to it), and a link that stays so for `unwritableTimeoutMs` is closed.
+final class WritabilityGuard: ChannelDuplexHandler {
+    typealias InboundIn = NIOAny
+    typealias OutboundIn = NIOAny
+
+    private let timeout: TimeAmount
+    private let metrics: TransportMetrics
+    private let logger: Logger
+    private var readPending = false
+    private var timer: Scheduled<Void>?
+
+    init(timeoutMs: UInt64, metrics: TransportMetrics, logger: Logger) {
+        self.timeout = .milliseconds(Int64(clamping: timeoutMs))
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            context.read()
+        } else {
+            readPending = true
+        }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            timer?.cancel()
+            timer = nil
+            if readPending {
+                readPending = false
+                context.read()
+            }
+        } else if timer == nil {
+            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            timer = context.eventLoop.scheduleTask(in: timeout) {
+                let (handler, context) = loopBound.value
+                handler.timer = nil
+                guard !context.channel.isWritable else { return }
+                handler.metrics.linkClosed("unwritable")
+                handler.logger.notice("the peer does not read, closing the link",
+                                      metadata: ["peer": "\(context.remoteAddress.map { "\($0)" } ?? "?")"])
+                // Abort: a goodbye would only queue behind what the peer does not read.
+                context.close(mode: .all, promise: nil)
+            }
+        }
+        context.fireChannelWritabilityChanged()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
         context.fireChannelInactive()
     }
 }
@@ -311,9 +487,21 @@ public enum PeerPipeline {
                                           handshakeTimeout: options.handshakeTimeout, metrics: gate.metrics, logger: logger)
         }
         let link = PeerLink(channel: channel, identity: identity, relay: relay)
+        let limits = gate.limits
+        // Past the high-water mark the channel turns unwritable: WritabilityGuard stops reading it.
+        try? channel.syncOptions?.setOption(.writeBufferWaterMark,
+                                            value: .init(low: limits.outboundLowWater, high: limits.outboundHighWater))
+        // One read of at most `maximumReadBytes` per turn of the event loop: a flooding link
+        // yields the loop to the links sharing it after a few hundred frames at most.
+        try? channel.syncOptions?.setOption(.maxMessagesPerRead, value: 1)
+        try? channel.syncOptions?.setOption(.recvAllocator,
+                                            value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048,
+                                                                                   maximum: limits.maximumReadBytes))
         let sync = channel.pipeline.syncOperations
+        try sync.addHandler(WritabilityGuard(timeoutMs: limits.unwritableTimeoutMs, metrics: gate.metrics, logger: logger))
         try sync.addHandler(secure)
-        try sync.addHandler(ByteToMessageHandler(FrameByteDecoder(maximumEnvelopeLength: options.maximumEnvelopeLength)))
+        try sync.addHandler(ByteToMessageHandler(FrameByteDecoder(maximumEnvelopeLength: options.maximumEnvelopeLength,
+                                                                  budget: gate.frameBudget)))
         try sync.addHandler(MessageToByteHandler(FrameByteEncoder()))
         try sync.addHandler(PeerLinkHandler(link: link, gate: gate, delegate: delegate, logger: logger))
         return link

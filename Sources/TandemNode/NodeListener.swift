@@ -51,6 +51,8 @@ public final class NodeListener: Service, Sendable {
     private let logger: Logger
     private let bound: EventLoopPromise<SocketAddress>
     private let boundNow = NIOLockedValueBox<SocketAddress?>(nil)
+    /// Inbound connections still in the handshake, by source address (5.12).
+    private let pending: NIOLockedValueBox<HandshakeBook>
 
     public init(identity: SigningKeyPair, configuration: NodeConfiguration, gate: FrameGate,
                 delegate: PeerLinkDelegate?, group: EventLoopGroup, logger: Logger) {
@@ -61,7 +63,11 @@ public final class NodeListener: Service, Sendable {
         self.group = group
         self.logger = logger
         self.bound = group.next().makePromise()
+        self.pending = NIOLockedValueBox(HandshakeBook(limits: gate.limits))
     }
+
+    /// Inbound connections that have not finished their handshake.
+    public var pendingHandshakes: Int { pending.withLockedValue { $0.count } }
 
     deinit {
         // A listener that never ran must not leave its promise dangling (a completed promise ignores this).
@@ -79,6 +85,7 @@ public final class NodeListener: Service, Sendable {
     public func run() async throws {
         let quiesce = ServerQuiescingHelper(group: group)
         let identity = identity, gate = gate, delegate = delegate, options = configuration.link, logger = logger
+        let pending = pending
         let channel: Channel
         do {
             channel = try await ServerBootstrap(group: group)
@@ -92,8 +99,21 @@ public final class NodeListener: Service, Sendable {
                 .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .childChannelInitializer { ch in
                     ch.eventLoop.makeCompletedFuture {
-                        try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: nil, gate: gate,
-                                                   delegate: delegate, options: options, logger: logger)
+                        // At most so many handshakes at once, in total and per source address;
+                        // past that the connection is closed before any handshake work.
+                        let address = ch.remoteAddress?.ipAddress ?? "?"
+                        guard pending.withLockedValue({ $0.admit(address: address) }) else {
+                            gate.metrics.handshakeRefused()
+                            throw ChannelError.inputClosed
+                        }
+                        do {
+                            try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: nil, gate: gate,
+                                                       delegate: delegate, options: options, logger: logger)
+                            try ch.pipeline.syncOperations.addHandler(PendingHandshake(book: pending, address: address))
+                        } catch {
+                            pending.withLockedValue { $0.leave(address: address) }
+                            throw error
+                        }
                     }
                 }
                 .bind(host: configuration.host, port: configuration.port).get()
@@ -119,6 +139,40 @@ public final class NodeListener: Service, Sendable {
             quiesce.initiateShutdown(promise: nil)
         }
         logger.info("listener stopped")
+    }
+}
+
+/// Gives an inbound connection's handshake slot back once: when the handshake finishes or the
+/// connection closes, whichever comes first.
+final class PendingHandshake: ChannelInboundHandler {
+    typealias InboundIn = NIOAny
+    private let book: NIOLockedValueBox<HandshakeBook>
+    private let address: String
+    private var left = false
+
+    init(book: NIOLockedValueBox<HandshakeBook>, address: String) {
+        self.book = book
+        self.address = address
+    }
+
+    private func leave() {
+        guard !left else { return }
+        left = true
+        book.withLockedValue { $0.leave(address: address) }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is SecureChannelEstablished { leave() }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        leave()
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        leave()
     }
 }
 

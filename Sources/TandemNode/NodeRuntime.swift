@@ -157,8 +157,26 @@ public final class NodeRuntime: Sendable {
                 .object(["kind": .string($0.kind), "key": .string(hexString($0.rowKey)), "reason": .string($0.reason), "at_ms": .int($0.atMs)])
             })
             o["store_errors"] = .int(Int64(friends.storeErrors.withLockedValue { $0 }))
+            o["transport"] = transportStatus()
             return .object(o)
         }
+    }
+
+    /// Transport counters and what the node's limits hold right now (Protocol 5.12).
+    private func transportStatus() -> JSONValue {
+        let m = metrics.snapshot
+        func counts(_ d: [String: Int]) -> JSONValue { .object(d.mapValues { .int(Int64($0)) }) }
+        return .object([
+            "frames_accepted": .int(Int64(m.framesAccepted)),
+            "frames_rejected": counts(m.framesRejected),
+            "error_replies_suppressed": .int(Int64(m.errorRepliesSuppressed)),
+            "replies_dropped_unwritable": .int(Int64(m.repliesDroppedUnwritable)),
+            "links_closed": counts(m.linksClosed),
+            "handshakes_refused": .int(Int64(m.handshakesRefused)),
+            "handshakes_pending": .int(Int64(listener.pendingHandshakes)),
+            "partial_frame_bytes": .int(Int64(gate.frameBudget.used)),
+            "replay_cache_entries": .int(Int64(gate.replayCacheCount)),
+        ])
     }
 
     public var id: NodeID { NodeID(publicKey: identity.publicKey) }

@@ -16,9 +16,15 @@ final class ChildProcess {
     private(set) var port = 0
     private(set) var publicKey: [UInt8] = []
 
-    init(mode: ServeMode, timeoutSeconds: Int) throws {
+    convenience init(mode: ServeMode, timeoutSeconds: Int) throws {
+        try self.init(arguments: ["serve", "--mode", mode.rawValue, "--timeout", String(timeoutSeconds)],
+                      timeoutSeconds: timeoutSeconds)
+    }
+
+    /// This executable with `arguments` (a hidden subcommand that announces itself the same way).
+    init(arguments: [String], timeoutSeconds: Int) throws {
         process.executableURL = URL(fileURLWithPath: ChildProcess.ownExecutable())
-        process.arguments = ["serve", "--mode", mode.rawValue, "--timeout", String(timeoutSeconds)]
+        process.arguments = arguments
         process.standardInput = stdinPipe
         process.standardOutput = stdoutPipe
         process.standardError = FileHandle.standardError

@@ -149,30 +149,3 @@ final class FrameTests: XCTestCase {
         XCTAssertEqual(try Tandem_V1_Ping(serializedBytes: bytes).nonce, 5)
     }
 }
-
-final class ReplayCacheTests: XCTestCase {
-    func testBoundedMemoryRaisesTheWatermark() {
-        var cache = ReplayCache(capacity: 100, window: 1_000_000)
-        let base: UInt64 = 10_000_000
-        var ids: [MessageID] = []
-        for i in 0..<1000 {
-            let id = MessageID.random()
-            ids.append(id)
-            XCTAssertEqual(cache.check(id, createdAt: base + UInt64(i), now: base + 1000), .fresh)
-            XCTAssertLessThanOrEqual(cache.count, 100)
-        }
-        // Evicted ids are not forgotten: anything at or below the watermark is stale.
-        XCTAssertEqual(cache.watermark, base + 899)
-        XCTAssertEqual(cache.check(ids[0], createdAt: base, now: base + 1000), .stale)
-        XCTAssertEqual(cache.check(ids[999], createdAt: base + 999, now: base + 1000), .replayed)
-    }
-
-    func testWindowExpiry() {
-        var cache = ReplayCache(capacity: 10, window: 100)
-        let id = MessageID.random()
-        XCTAssertEqual(cache.check(id, createdAt: 1000, now: 1000), .fresh)
-        XCTAssertEqual(cache.check(id, createdAt: 1000, now: 1050), .replayed)
-        XCTAssertEqual(cache.check(id, createdAt: 1000, now: 1101), .stale)
-        XCTAssertEqual(cache.count, 0, "expired ids are dropped")
-    }
-}
