@@ -77,6 +77,7 @@ let package = Package(
             dependencies: [
                 "TandemRelay",
                 "TandemNode",
+                "TandemStore",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
