@@ -10,6 +10,7 @@ extension FuzzTarget {
     static let frames = FuzzTarget(
         name: "frames",
         summary: "frame decoder + verifier, box-stream decoder and reader (raw, sealed, forged)",
+        maximumLength: 70_000,
         run: { FrameTargets.run(&$0) })
 }
 

@@ -28,12 +28,15 @@ import Glibc
 struct FuzzTarget: Sendable {
     let name: String
     let summary: String
+    /// The -max_len the Makefile passes for this target.
+    var maximumLength = 4096
     let run: @Sendable (inout FuzzInput) -> Void
 }
 
 /// Every target this binary hosts. To add one, define it in its own file as
 /// `extension FuzzTarget { static let node = FuzzTarget(name: "node", summary: "…", run: { … }) }`
-/// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here.
+/// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here (they read
+/// `tandem-fuzz -list-targets`: name, max_len, summary, tab-separated).
 enum FuzzRegistry {
     static let all: [FuzzTarget] = [.frames, .machines]
     static let defaultName = "frames"
@@ -73,7 +76,7 @@ enum TandemFuzz {
             arguments.remove(at: i)
         }
         if arguments.contains("-list-targets") || arguments.contains("--list-targets") {
-            for t in FuzzRegistry.all { print("\(t.name)\t\(t.summary)") }
+            for t in FuzzRegistry.all { print("\(t.name)\t\(t.maximumLength)\t\(t.summary)") }
             exit(0)
         }
         let requested = getenv(FuzzRegistry.environmentVariable).map { String(cString: $0) } ?? ""
