@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TANDEM := .build/debug/tandem
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build demo test unit-test py-test deps test-deps proto fuzz bench clean help
+.PHONY: all build demo test unit-test py-test deps test-deps proto fuzz fuzz-build fuzz-short bench clean help
 
 all: build
 
@@ -14,7 +14,7 @@ help:
 	@echo "make demo   - build and run the two-node demo on loopback"
 	@echo "make test   - install test dependencies, build, run every test"
 	@echo "make bench  - release build of tandem-bench and a full run (JSON)"
-	@echo "make fuzz   - libFuzzer run of the frame and box-stream decoders"
+	@echo "make fuzz   - libFuzzer run of every fuzz target (RUNS=N each; make fuzz-short: the short run of make test)"
 	@echo "make proto  - regenerate Swift code from Protocol/*.proto (needs protoc)"
 
 # libsodium (and pkg-config to find it). apt-get on Debian/Ubuntu; elsewhere say what to do.
@@ -66,6 +66,7 @@ py-test: test-deps
 test: test-deps
 	$(MAKE) --no-print-directory unit-test
 	$(MAKE) --no-print-directory py-test
+	$(MAKE) --no-print-directory fuzz-short
 
 # protoc from apt; protoc-gen-swift built from the swift-protobuf checkout SwiftPM already resolved.
 proto: deps
@@ -79,9 +80,45 @@ bench: deps
 	$(SWIFT) build -c release --product tandem-bench
 	.build/release/tandem-bench all
 
-fuzz: deps
-	$(SWIFT) build -c release --scratch-path .build-fuzz --product tandem-fuzz -Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library
-	.build-fuzz/release/tandem-fuzz -runs=$${RUNS:-1000000} -max_len=70000
+# libFuzzer (-sanitize=fuzzer) build of tandem-fuzz; one binary, several targets (tandem-fuzz -list-targets).
+# Corpus and crash files go to fuzz-corpus/ (git-ignored); crashes found and kept are in Tests/fuzz-crashes/TARGET/.
+FUZZ_CONFIG ?= release
+FUZZ_BIN := .build-fuzz/$(FUZZ_CONFIG)/tandem-fuzz
+# make test's short run: executions in total, split evenly across the targets.
+FUZZ_SHORT_RUNS ?= 100000
+
+fuzz-build: deps
+	$(SWIFT) build -c $(FUZZ_CONFIG) --scratch-path .build-fuzz --product tandem-fuzz -Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library
+
+# Every target, RUNS executions each (default 1,000,000), growing fuzz-corpus/TARGET.
+fuzz: fuzz-build
+	@$(FUZZ_BIN) -list-targets | while IFS=$$'\t' read -r target maxlen summary; do \
+	  echo "== fuzz target $$target ($$summary): $${RUNS:-1000000} runs"; \
+	  mkdir -p fuzz-corpus/$$target fuzz-corpus/crashes; \
+	  $(FUZZ_BIN) -target=$$target -runs=$${RUNS:-1000000} -max_len=$$maxlen -timeout=25 -print_final_stats=1 \
+	    -artifact_prefix=fuzz-corpus/crashes/$$target- fuzz-corpus/$$target </dev/null || exit 1; \
+	done
+
+# A short run for CI: first the kept crash inputs (Tests/fuzz-crashes/TARGET/*) replayed as regression
+# inputs, then FUZZ_SHORT_RUNS executions split across the targets from a fixed seed. Fails on any crash.
+fuzz-short: fuzz-build
+	@targets=$$($(FUZZ_BIN) -list-targets | cut -f1); n=$$(echo $$targets | wc -w); runs=$$(( $(FUZZ_SHORT_RUNS) / n )); \
+	for target in $$targets; do \
+	  maxlen=$$($(FUZZ_BIN) -list-targets | awk -F'\t' -v t=$$target '$$1 == t { print $$2 }'); \
+	  kept=$$(ls Tests/fuzz-crashes/$$target/* 2>/dev/null); \
+	  if [ -n "$$kept" ]; then \
+	    echo "== $$target: replaying $$(echo $$kept | wc -w) kept inputs from Tests/fuzz-crashes/$$target"; \
+	    $(FUZZ_BIN) -target=$$target $$kept >/tmp/tandem-fuzz-$$target.log 2>&1 \
+	      || { tail -40 /tmp/tandem-fuzz-$$target.log; echo "fuzz-short: a kept input crashes target $$target" >&2; exit 1; }; \
+	  fi; \
+	  echo "== $$target: $$runs runs (seed $${FUZZ_SEED:-1})"; \
+	  dir=$$(mktemp -d); \
+	  $(FUZZ_BIN) -target=$$target -runs=$$runs -seed=$${FUZZ_SEED:-1} -max_len=$$maxlen -timeout=25 -print_final_stats=1 \
+	    -artifact_prefix=$$dir/ $$dir >/tmp/tandem-fuzz-$$target.log 2>&1 </dev/null \
+	    || { tail -40 /tmp/tandem-fuzz-$$target.log; echo "fuzz-short: target $$target crashed; the input is in $$dir" >&2; exit 1; }; \
+	  grep -E "stat::number_of_executed_units|Done" /tmp/tandem-fuzz-$$target.log | head -2; \
+	  rm -rf $$dir; \
+	done
 
 clean:
 	rm -rf .build .build-fuzz .build-protoc $(VENV)

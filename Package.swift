@@ -77,6 +77,7 @@ let package = Package(
             dependencies: [
                 "TandemRelay",
                 "TandemNode",
+                "TandemStore",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -117,14 +118,17 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        // libFuzzer entry points; fuzzing needs `-Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library`
-        // (see `make fuzz`). Without them the executable replays input files. --export-dynamic
-        // lets its main find libFuzzer's driver by name.
+        // libFuzzer entry points (several targets, chosen with TANDEM_FUZZ_TARGET or -target=NAME);
+        // fuzzing needs `-Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library` (see `make fuzz`).
+        // Without them the executable replays input files. --export-dynamic lets its main find
+        // libFuzzer's driver by name. TandemRelay (and through it TandemNode) for the RelayBook
+        // and node targets.
         .executableTarget(
             name: "tandem-fuzz",
             dependencies: [
                 "Sodium",
                 "TandemProtocol",
+                "TandemRelay",
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic"])]

@@ -8,8 +8,8 @@ public struct SigningKeyPair: Sendable {
     public static let signatureBytes = 64
 
     public let publicKey: [UInt8]
-    /// libsodium's 64-byte secret key (seed ‖ public key).
-    public let secretKey: SecretBytes
+    /// libsodium's 64-byte secret key (seed ‖ public key), in guarded memory (`SecureBytes`).
+    public let secretKey: SecureBytes
 
     /// A fresh random key pair.
     public static func generate() -> SigningKeyPair {
@@ -24,13 +24,16 @@ public struct SigningKeyPair: Sendable {
         Sodium.ensureInitialized()
         try requireLength(seed, Self.seedBytes, "Ed25519 seed")
         var pk = [UInt8](repeating: 0, count: Self.publicKeyBytes)
-        var sk = [UInt8](repeating: 0, count: Self.secretKeyBytes)
-        let rc = seed.withUnsafeBufferPointer { s in
-            crypto_sign_seed_keypair(&pk, &sk, s.baseAddress!)
+        var rc: Int32 = -1
+        // Derived straight into guarded memory: no copy of the secret key on the ordinary heap.
+        let sk = SecureBytes(count: Self.secretKeyBytes) { out in
+            rc = seed.withUnsafeBufferPointer { s in
+                crypto_sign_seed_keypair(&pk, out.bindMemory(to: UInt8.self).baseAddress!, s.baseAddress!)
+            }
         }
         guard rc == 0 else { throw SodiumError(.invalidParameters, "crypto_sign_seed_keypair failed") }
         publicKey = pk
-        secretKey = SecretBytes(consuming: &sk)
+        secretKey = sk
     }
 
     /// The 32-byte seed this key pair was made from (a secret: wipe it after use).

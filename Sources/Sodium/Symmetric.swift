@@ -241,9 +241,27 @@ public enum PasswordHash {
     public static var opsLimitModerate: UInt64 { UInt64(crypto_pwhash_opslimit_moderate()) }
     public static var memLimitModerate: Int { crypto_pwhash_memlimit_moderate() }
 
+    public static var opsLimitSensitive: UInt64 { UInt64(crypto_pwhash_opslimit_sensitive()) }
+    public static var memLimitSensitive: Int { crypto_pwhash_memlimit_sensitive() }
+
     /// Derives `length` key bytes from a passphrase with Argon2id v1.3.
     public static func deriveKey(length: Int, passphrase: [UInt8], salt: [UInt8],
                                  opsLimit: UInt64, memLimit: Int) throws -> SecretBytes {
+        try passphrase.withUnsafeBytes {
+            try deriveKey(length: length, passphrase: $0, salt: salt, opsLimit: opsLimit, memLimit: memLimit)
+        }
+    }
+
+    /// Derives `length` key bytes from a passphrase held in guarded memory.
+    public static func deriveKey(length: Int, passphrase: SecureBytes, salt: [UInt8],
+                                 opsLimit: UInt64, memLimit: Int) throws -> SecretBytes {
+        try passphrase.withUnsafeBytes {
+            try deriveKey(length: length, passphrase: $0, salt: salt, opsLimit: opsLimit, memLimit: memLimit)
+        }
+    }
+
+    static func deriveKey(length: Int, passphrase: UnsafeRawBufferPointer, salt: [UInt8],
+                          opsLimit: UInt64, memLimit: Int) throws -> SecretBytes {
         Sodium.ensureInitialized()
         try requireLength(salt, saltBytes, "Argon2id salt")
         guard opsLimit >= UInt64(crypto_pwhash_opslimit_min()), opsLimit <= UInt64(crypto_pwhash_opslimit_max()),
@@ -251,13 +269,11 @@ public enum PasswordHash {
             throw SodiumError(.invalidParameters, "Argon2id limits out of range")
         }
         var out = [UInt8](repeating: 0, count: length)
-        let rc = passphrase.withUnsafeBufferPointer { p -> Int32 in
-            p.withMemoryRebound(to: CChar.self) { cp in
-                var dummy: CChar = 0
-                return crypto_pwhash(&out, UInt64(length), cp.baseAddress ?? withUnsafeMutablePointer(to: &dummy) { UnsafePointer($0) },
-                                     UInt64(passphrase.count), salt, opsLimit, memLimit,
-                                     crypto_pwhash_ALG_ARGON2ID13)
-            }
+        var dummy: CChar = 0
+        let rc = withUnsafeMutablePointer(to: &dummy) { d -> Int32 in
+            let p = passphrase.baseAddress?.assumingMemoryBound(to: CChar.self) ?? UnsafePointer(d)
+            return crypto_pwhash(&out, UInt64(length), p, UInt64(passphrase.count), salt, opsLimit, memLimit,
+                                 crypto_pwhash_ALG_ARGON2ID13)
         }
         guard rc == 0 else { throw SodiumError(.outOfMemory, "Argon2id could not allocate its memory") }
         return SecretBytes(consuming: &out)

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import TandemProtocol
 
 /// Something that happened in the node, as the CLI streams it. `seq` orders events and is what a
 /// script passes to `--since` to resume.
@@ -58,9 +59,10 @@ public struct NodeEvent: Codable, Sendable, Equatable {
 
     /// The CLI's readable form: `#12 2025-01-02T03:04:05.678Z node.started address=… id=…`.
     public var textLine: String {
-        var line = "#\(seq) \(isoTime) \(type)"
+        // Field values are often a peer's text (names, messages): `quote` shows controls escaped.
+        var line = "#\(seq) \(isoTime) \(type.terminalSafe)"
         for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
-            line += " \(key)=\(StructuredLogHandler.quote(value.textValue))"
+            line += " \(key.terminalSafe)=\(StructuredLogHandler.quote(value.textValue))"
         }
         return line
     }

@@ -50,13 +50,19 @@ public struct DataDirectory: Sendable {
     public var storeFile: URL { url.appendingPathComponent("node.sqlite") }
     public var path: String { url.path }
 
-    /// Creates the directory with mode 0700 if it does not exist.
+    /// Creates the directory with mode 0700 if it does not exist: set explicitly after creating it,
+    /// so the umask does not matter. An existing directory is left as it is.
     public func create() throws {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue { return }
         do {
             try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
         } catch {
             throw TandemError("cannot create data directory \(path): \(error.localizedDescription)")
+        }
+        guard chmod(path, 0o700) == 0 else {
+            throw TandemError("cannot make data directory \(path) private: \(String(cString: strerror(errno)))")
         }
     }
 }
@@ -65,6 +71,15 @@ public struct DataDirectory: Sendable {
 /// sealed with a passphrase (Argon2id + XChaCha20-Poly1305). Format in Protocol/README.md.
 public enum IdentityFile {
     public static let format = "tandem-identity-v1"
+
+    /// Argon2id limits for a new sealed key: libsodium's MODERATE (3 passes, 256 MiB).
+    public static var newOpsLimit: UInt64 { PasswordHash.opsLimitModerate }
+    public static var newMemLimit: Int { PasswordHash.memLimitModerate }
+    /// Limits a key file may ask for: from INTERACTIVE (what older files use) to SENSITIVE passes
+    /// and 1 GiB. A file asking for more would make every start take minutes or gigabytes; less,
+    /// and the passphrase is cheap to guess.
+    public static var acceptedOpsLimits: ClosedRange<UInt64> { PasswordHash.opsLimitInteractive...PasswordHash.opsLimitSensitive }
+    public static var acceptedMemLimits: ClosedRange<Int> { PasswordHash.memLimitInteractive...(1 << 30) }
 
     struct Plain: Codable {
         var format: String
@@ -85,7 +100,7 @@ public enum IdentityFile {
 
     /// Creates a new identity. Refuses to overwrite an existing one unless `force`.
     @discardableResult
-    public static func create(in dir: DataDirectory, passphrase: [UInt8]? = nil, force: Bool = false,
+    public static func create(in dir: DataDirectory, passphrase: SecureBytes? = nil, force: Bool = false,
                               seed: [UInt8]? = nil) throws -> SigningKeyPair {
         try dir.create()
         let file = dir.identityFile
@@ -98,8 +113,8 @@ public enum IdentityFile {
         var record = Plain(format: format, public_key: hexString(pair.publicKey), seed: nil, encrypted_seed: nil)
         if let passphrase {
             let salt = Sodium.randomBytes(PasswordHash.saltBytes)
-            let ops = PasswordHash.opsLimitInteractive
-            let mem = PasswordHash.memLimitInteractive
+            let ops = newOpsLimit
+            let mem = newMemLimit
             let key = try PasswordHash.deriveKey(length: 32, passphrase: passphrase, salt: salt, opsLimit: ops, memLimit: mem)
             let nonce = Sodium.randomBytes(XChaCha20Poly1305.nonceBytes)
             let ct = try XChaCha20Poly1305.seal(seedBytes, additionalData: pair.publicKey, nonce: nonce, key: key)
@@ -111,30 +126,53 @@ public enum IdentityFile {
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let data = try encoder.encode(record)
+        var data = try encoder.encode(record)
+        defer { data.resetBytes(in: 0..<data.count) }
         try writePrivately(data, to: file)
         return pair
     }
 
-    /// Writes a file with mode 0600 atomically (temporary file, fsync, rename).
-    static func writePrivately(_ data: Data, to url: URL) throws {
-        let tmp = url.path + ".tmp.\(getpid())"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-        guard fd >= 0 else { throw TandemError("cannot write \(tmp): \(String(cString: strerror(errno)))") }
-        let ok = data.withUnsafeBytes { buf -> Bool in
+    /// Writes a file with mode 0600 atomically: a new temporary file beside it (O_CREAT|O_EXCL|
+    /// O_NOFOLLOW, so neither a file nor a symlink planted under that name is ever written through),
+    /// written, fsynced, renamed over the target, then the directory fsynced so the rename itself
+    /// survives a crash. The mode is set with fchmod, whatever the umask.
+    /// `temporaryPath` is for tests (the name is random otherwise).
+    static func writePrivately(_ data: Data, to url: URL, temporaryPath: String? = nil) throws {
+        func failure(_ what: String) -> TandemError { TandemError("cannot write \(what): \(String(cString: strerror(errno)))") }
+        var tmp = ""
+        var fd: Int32 = -1
+        for _ in 0..<8 {
+            tmp = temporaryPath ?? url.path + ".tmp.\(getpid()).\(hexString(Sodium.randomBytes(6)))"
+            fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            if fd >= 0 || errno != EEXIST || temporaryPath != nil { break }
+        }
+        guard fd >= 0 else { throw failure(tmp) }
+        let ok = fchmod(fd, 0o600) == 0 && data.withUnsafeBytes { buf -> Bool in
             var off = 0
             while off < buf.count {
                 let n = write(fd, buf.baseAddress! + off, buf.count - off)
+                if n < 0, errno == EINTR { continue }
                 if n <= 0 { return false }
                 off += n
             }
             return fsync(fd) == 0
         }
+        let error = failure(url.path)
         close(fd)
-        guard ok, rename(tmp, url.path) == 0 else {
+        guard ok else {
             unlink(tmp)
-            throw TandemError("cannot write \(url.path): \(String(cString: strerror(errno)))")
+            throw error
         }
+        guard rename(tmp, url.path) == 0 else {
+            let error = failure(url.path)
+            unlink(tmp)
+            throw error
+        }
+        let directory = url.deletingLastPathComponent().path
+        let dirfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard dirfd >= 0 else { throw failure("\(directory) (fsync after rename)") }
+        defer { close(dirfd) }
+        guard fsync(dirfd) == 0 else { throw failure("\(directory) (fsync after rename)") }
     }
 
     /// True when the identity file exists.
@@ -159,7 +197,7 @@ public enum IdentityFile {
     }
 
     /// Loads the key pair. Refuses a key file that group or others can read.
-    public static func load(from dir: DataDirectory, passphrase: [UInt8]? = nil) throws -> SigningKeyPair {
+    public static func load(from dir: DataDirectory, passphrase: SecureBytes? = nil) throws -> SigningKeyPair {
         let path = dir.identityFile.path
         var st = stat()
         guard stat(path, &st) == 0 else {
@@ -186,6 +224,12 @@ public enum IdentityFile {
                   let salt = parseHex(sealed.salt), let nonce = parseHex(sealed.nonce),
                   let ct = parseHex(sealed.ciphertext) else {
                 throw TandemError("identity file \(path) is damaged or uses an unknown format")
+            }
+            guard acceptedOpsLimits.contains(sealed.opslimit), acceptedMemLimits.contains(sealed.memlimit) else {
+                throw TandemError("identity file \(path) asks for Argon2id limits outside the accepted range "
+                                  + "(opslimit \(sealed.opslimit), memlimit \(sealed.memlimit); accepted: opslimit "
+                                  + "\(acceptedOpsLimits.lowerBound)-\(acceptedOpsLimits.upperBound), memlimit "
+                                  + "\(acceptedMemLimits.lowerBound)-\(acceptedMemLimits.upperBound) bytes)")
             }
             let key = try PasswordHash.deriveKey(length: 32, passphrase: passphrase, salt: salt,
                                                  opsLimit: sealed.opslimit, memLimit: sealed.memlimit)

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import TandemProtocol
 
 /// A swift-log backend writing one line per record to stderr: logfmt (`ts=… level=… msg="…" k=v`)
 /// for people, or JSON objects for machines.
@@ -34,21 +35,29 @@ public struct StructuredLogHandler: LogHandler {
         switch format {
         case .text:
             out = "ts=\(ts) level=\(level) logger=\(label) msg=\(Self.quote(message.description))"
-            for (k, v) in all.sorted(by: { $0.key < $1.key }) { out += " \(k)=\(Self.quote(v.description))" }
+            for (k, v) in all.sorted(by: { $0.key < $1.key }) { out += " \(k.terminalSafe)=\(Self.quote(v.description))" }
         case .json:
             var obj: [String: String] = ["ts": ts, "level": level.rawValue, "logger": label, "msg": message.description]
             for (k, v) in all { obj[k] = v.description }
             let data = (try? JSONSerialization.data(withJSONObject: obj, options: [.sortedKeys])) ?? Data()
-            out = String(decoding: data, as: UTF8.self)
+            // JSONSerialization escapes U+0000–U+001F; DEL, C1 and bidi controls need this.
+            out = String(decoding: data, as: UTF8.self).jsonTerminalSafe
         }
         out += "\n"
         FileHandle.standardError.write(Data(out.utf8))
     }
 
+    /// A logfmt value: bare when it is one plain word, else quoted with `\\`, `\"` and `\n`
+    /// escaped, and every other control or bidi character shown as a visible escape
+    /// (`String.terminalSafe`): a peer's name or message must not drive the terminal that shows
+    /// the log, nor forge a line of it.
     static func quote(_ s: String) -> String {
-        if !s.isEmpty, s.allSatisfy({ $0.isLetter || $0.isNumber || "-_./:@[]".contains($0) }) { return s }
-        return "\"" + s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-            .replacingOccurrences(of: "\n", with: "\\n") + "\""
+        if !s.isEmpty, s.allSatisfy({ $0.isLetter || $0.isNumber || "-_./:@[]".contains($0) }), s.terminalSafe == s {
+            return s
+        }
+        let escaped = s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            .replacingOccurrences(of: "\n", with: "\\n")
+        return "\"" + escaped.terminalSafe + "\""
     }
 
     static func timestamp() -> String {
@@ -59,6 +68,8 @@ public struct StructuredLogHandler: LogHandler {
 }
 
 /// Writes a line to stdout at once (unbuffered), so scripts reading a pipe see it immediately.
+/// Writes what it is given: text from peers must already be escaped (`String.terminalSafe`), JSON
+/// must already be `jsonTerminalSafe`.
 public func output(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }

@@ -145,8 +145,8 @@ public final class SecureChannelHandler: ChannelDuplexHandler, RemovableChannelH
                     }
                     timeout?.cancel()
                     timeout = nil
-                    state = .established(BoxStreamEncoder(key: keys.encryptKey, nonce: keys.encryptNonce),
-                                         BoxStreamReader(key: keys.decryptKey, nonce: keys.decryptNonce))
+                    state = .established(BoxStreamEncoder(key: keys.encryptionKey, nonce: keys.encryptNonce),
+                                         BoxStreamReader(key: keys.decryptionKey, nonce: keys.decryptNonce))
                     metrics.handshakeSucceeded()
                     let queued = pendingWrites
                     pendingWrites = []

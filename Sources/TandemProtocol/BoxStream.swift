@@ -67,12 +67,17 @@ public struct BoxStreamError: Error, CustomStringConvertible, Equatable, Sendabl
 
 /// Seals plaintext into boxes. Pure; writes into a caller's buffer.
 public struct BoxStreamEncoder {
-    private let key: [UInt8]
+    /// In guarded memory, wiped when the last copy of the stream state is released.
+    private let key: SecureBytes
     private var nonce: BoxNonce
     private var nextNonce: BoxNonce
     public private(set) var saidGoodbye = false
 
     public init(key: [UInt8], nonce: [UInt8]) {
+        self.init(key: SecureBytes(key), nonce: nonce)
+    }
+
+    public init(key: SecureBytes, nonce: [UInt8]) {
         precondition(key.count == 32 && nonce.count == 24)
         self.key = key
         self.nonce = BoxNonce(nonce)
@@ -136,7 +141,9 @@ public struct BoxStreamEncoder {
         guard !saidGoodbye else { return }
         saidGoodbye = true
         let zeros = [UInt8](repeating: 0, count: BoxStream.headerPlaintextLength)
-        let header = try! SecretBox.seal(zeros, nonce: nonce.bytes, key: key)
+        var k = key.exposedCopy
+        defer { Sodium.wipe(&k) }
+        let header = try! SecretBox.seal(zeros, nonce: nonce.bytes, key: k)
         output.writeBytes(header)
     }
 }
@@ -148,7 +155,8 @@ public struct BoxStreamDecoder {
         case goodbye
     }
 
-    private let key: [UInt8]
+    /// In guarded memory, wiped when the last copy of the stream state is released.
+    private let key: SecureBytes
     private var nonce: BoxNonce
     private var nextNonce: BoxNonce
     /// A header already opened, waiting for its body: (length, MAC).
@@ -156,6 +164,10 @@ public struct BoxStreamDecoder {
     public private(set) var receivedGoodbye = false
 
     public init(key: [UInt8], nonce: [UInt8]) {
+        self.init(key: SecureBytes(key), nonce: nonce)
+    }
+
+    public init(key: SecureBytes, nonce: [UInt8]) {
         precondition(key.count == 32 && nonce.count == 24)
         self.key = key
         self.nonce = BoxNonce(nonce)
@@ -295,6 +307,10 @@ public struct BoxStreamReader {
     private var carried: ByteBuffer?
 
     public init(key: [UInt8], nonce: [UInt8]) {
+        decoder = BoxStreamDecoder(key: key, nonce: nonce)
+    }
+
+    public init(key: SecureBytes, nonce: [UInt8]) {
         decoder = BoxStreamDecoder(key: key, nonce: nonce)
     }
 

@@ -1,12 +1,16 @@
 import NIOCore
 import Sodium
 
-/// The keys a finished handshake yields for box-stream, one direction each.
+/// The keys a finished handshake yields for box-stream, one direction each. The keys are held in
+/// guarded memory and wiped when the last reference goes (hand them to the box-stream as they are).
 public struct SessionKeys: Sendable {
-    public let encryptKey: [UInt8]
+    public let encryptionKey: SecureBytes
     public let encryptNonce: [UInt8]
-    public let decryptKey: [UInt8]
+    public let decryptionKey: SecureBytes
     public let decryptNonce: [UInt8]
+    /// Copies of the keys on the ordinary heap (for tests and vectors; the caller wipes them).
+    public var encryptKey: [UInt8] { encryptionKey.exposedCopy }
+    public var decryptKey: [UInt8] { decryptionKey.exposedCopy }
     /// The peer's long-term Ed25519 public key, proven by the handshake.
     public let remotePublicKey: [UInt8]
 }
@@ -206,7 +210,8 @@ public struct SecretHandshake {
         } catch {
             throw HandshakeError.weakKey
         }
-        let secret = Hash.sha256(networkKey, s.ab.exposedCopy, s.aB.exposedCopy, Ab.exposedCopy)
+        var secret = Hash.sha256(networkKey, s.ab.exposedCopy, s.aB.exposedCopy, Ab.exposedCopy)
+        defer { Sodium.wipe(&secret) }
         guard let sigB = SecretBox.open(msg, nonce: Self.zeroNonce, key: secret),
               Ed25519.verify(signature: sigB, message: networkKey + s.hello + s.hashAB, publicKey: serverKey)
         else {
@@ -245,7 +250,8 @@ public struct SecretHandshake {
         } catch {
             throw HandshakeError.weakKey
         }
-        let boxKey = Hash.sha256(networkKey, s.ab.exposedCopy, aB.exposedCopy)
+        var boxKey = Hash.sha256(networkKey, s.ab.exposedCopy, aB.exposedCopy)
+        defer { Sodium.wipe(&boxKey) }
         guard let hello = SecretBox.open(msg, nonce: Self.zeroNonce, key: boxKey), hello.count == 96 else {
             throw HandshakeError.badClientAuthentication
         }
@@ -261,7 +267,8 @@ public struct SecretHandshake {
         } catch {
             throw HandshakeError.weakKey
         }
-        let secret = Hash.sha256(networkKey, s.ab.exposedCopy, aB.exposedCopy, Ab.exposedCopy)
+        var secret = Hash.sha256(networkKey, s.ab.exposedCopy, aB.exposedCopy, Ab.exposedCopy)
+        defer { Sodium.wipe(&secret) }
         let sigB = identity.sign(networkKey + hello + s.hashAB)
         let accept = try SecretBox.seal(sigB, nonce: Self.zeroNonce, key: secret)
         let keys = Self.sessionKeys(secret: secret, localPublic: identity.publicKey, remotePublic: clientKey,
@@ -278,11 +285,14 @@ public struct SecretHandshake {
     /// ephemeral HMAC, and decrypts with its own (Protocol/README.md, "Box-stream keys").
     static func sessionKeys(secret: [UInt8], localPublic: [UInt8], remotePublic: [UInt8],
                             localHMAC: [UInt8], remoteHMAC: [UInt8]) -> SessionKeys {
-        let base = Hash.sha256(secret)
+        var base = Hash.sha256(secret)
+        defer { Sodium.wipe(&base) }
+        var encrypt = Hash.sha256(base, remotePublic)
+        var decrypt = Hash.sha256(base, localPublic)
         return SessionKeys(
-            encryptKey: Hash.sha256(base, remotePublic),
+            encryptionKey: SecureBytes(consuming: &encrypt),
             encryptNonce: Array(remoteHMAC[0..<24]),
-            decryptKey: Hash.sha256(base, localPublic),
+            decryptionKey: SecureBytes(consuming: &decrypt),
             decryptNonce: Array(localHMAC[0..<24]),
             remotePublicKey: remotePublic)
     }

@@ -7,24 +7,55 @@ import TandemProtocol
 import Glibc
 #endif
 
-// libFuzzer entry points for the decoders a peer can reach before (box-stream) and after
-// (frames) the handshake.
+// libFuzzer entry points. One binary hosts several targets (FuzzRegistry below); the target is
+// chosen with TANDEM_FUZZ_TARGET=NAME or a leading -target=NAME flag (default: frames):
+//   frames    frame decoder + verifier, box-stream decoder and reader (FrameTargets.swift)
+//   machines  the pure state machines with arbitrary event sequences (MachineTargets.swift)
 //
-// Fuzzing build (the `make fuzz` command):
+// Fuzzing build (the `make fuzz` command runs every target):
 //   swift build -c release --scratch-path .build-fuzz --product tandem-fuzz \
 //       -Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library
-//   .build-fuzz/release/tandem-fuzz -runs=1000000 -max_len=70000
-// A normal `swift build` gives a replayer instead: `tandem-fuzz FILE…` runs each file through
-// the same entry point (for crash files and regression inputs).
+//   .build-fuzz/release/tandem-fuzz -target=machines -runs=1000000 -max_len=70000
+// A normal `swift build` gives a replayer instead: `tandem-fuzz [-target=NAME] FILE…` runs each
+// file through the same entry point (for crash files and regression inputs, Tests/fuzz-crashes).
+// `tandem-fuzz -list-targets` prints the targets.
 //
 // SwiftPM links an executable's `main` to this module's entry point, so `main` below always
 // runs. With -sanitize=fuzzer libFuzzer's driver is linked in too; `main` finds it by name
 // (the target links with --export-dynamic) and hands it the command line.
 
+/// One fuzz target: the name it is chosen by and what it does with one input.
+struct FuzzTarget: Sendable {
+    let name: String
+    let summary: String
+    /// The -max_len the Makefile passes for this target.
+    var maximumLength = 4096
+    let run: @Sendable (inout FuzzInput) -> Void
+}
+
+/// Every target this binary hosts. To add one, define it in its own file as
+/// `extension FuzzTarget { static let node = FuzzTarget(name: "node", summary: "…", run: { … }) }`
+/// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here (they read
+/// `tandem-fuzz -list-targets`: name, max_len, summary, tab-separated).
+enum FuzzRegistry {
+    static let all: [FuzzTarget] = [.frames, .machines]
+    static let defaultName = "frames"
+    static let environmentVariable = "TANDEM_FUZZ_TARGET"
+
+    static func named(_ name: String) -> FuzzTarget? { all.first { $0.name == name } }
+
+    /// The target this process runs, from the environment (main copies a -target= flag there).
+    static let selected: FuzzTarget = {
+        let name = getenv(environmentVariable).map { String(cString: $0) } ?? defaultName
+        return named(name.isEmpty ? defaultName : name) ?? named(defaultName)!
+    }()
+}
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func LLVMFuzzerTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard let data, size > 0 else { return 0 }
-    FuzzTargets.run(UnsafeBufferPointer(start: data, count: size))
+    var input = FuzzInput(UnsafeBufferPointer(start: data, count: size))
+    FuzzRegistry.selected.run(&input)
     return 0
 }
 
@@ -36,16 +67,41 @@ enum TandemFuzz {
                                        Callback) -> CInt
 
     static func main() {
+        var arguments = CommandLine.arguments
+        // -target=NAME: taken out before libFuzzer sees the flags, and exported so that the
+        // processes libFuzzer starts itself (-fork, -jobs) run the same target.
+        if let i = arguments.indices.dropFirst().first(where: { arguments[$0].hasPrefix("-target=") || arguments[$0].hasPrefix("--target=") }) {
+            let name = String(arguments[i].split(separator: "=", maxSplits: 1).last ?? "")
+            setenv(FuzzRegistry.environmentVariable, name, 1)
+            arguments.remove(at: i)
+        }
+        if arguments.contains("-list-targets") || arguments.contains("--list-targets") {
+            for t in FuzzRegistry.all { print("\(t.name)\t\(t.maximumLength)\t\(t.summary)") }
+            exit(0)
+        }
+        let requested = getenv(FuzzRegistry.environmentVariable).map { String(cString: $0) } ?? ""
+        if !requested.isEmpty, FuzzRegistry.named(requested) == nil {
+            fail("unknown fuzz target '\(requested)' (known: \(FuzzRegistry.all.map(\.name).joined(separator: ", ")))", code: 2)
+        }
         if let symbol = dlsym(nil, "LLVMFuzzerRunDriver") {
             // The Swift runtime's crash handlers would keep libFuzzer from installing its own
             // (it leaves SA_SIGINFO handlers in place), and then no crash file is written.
             for sig in [SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV] { signal(sig, SIG_DFL) }
             let driver = unsafeBitCast(symbol, to: Driver.self)
-            var argc = CommandLine.argc
-            var argv = CommandLine.unsafeArgv
-            exit(driver(&argc, &argv, LLVMFuzzerTestOneInput))
+            var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+            var argc = CInt(arguments.count)
+            let code = argv.withUnsafeMutableBufferPointer { buffer -> CInt in
+                var base = buffer.baseAddress!
+                return driver(&argc, &base, LLVMFuzzerTestOneInput)
+            }
+            exit(code)
         }
-        replay(Array(CommandLine.arguments.dropFirst()))
+        replay(Array(arguments.dropFirst()))
+    }
+
+    static func fail(_ message: String, code: Int32) -> Never {
+        FileHandle.standardError.write(Data("tandem-fuzz: \(message)\n".utf8))
+        exit(code)
     }
 
     /// Without libFuzzer: run the given files through the entry point.
@@ -53,22 +109,20 @@ enum TandemFuzz {
         let files = paths.filter { !$0.hasPrefix("-") }
         guard !files.isEmpty else {
             FileHandle.standardError.write(Data("""
-            usage: tandem-fuzz FILE…   (replays inputs; this build has no libFuzzer)
+            usage: tandem-fuzz [-target=NAME] FILE…   (replays inputs; this build has no libFuzzer)
+            targets: \(FuzzRegistry.all.map(\.name).joined(separator: ", ")) (default \(FuzzRegistry.defaultName); or TANDEM_FUZZ_TARGET)
             fuzz with: swift build -c release --scratch-path .build-fuzz --product tandem-fuzz \\
                          -Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library
-                       .build-fuzz/release/tandem-fuzz -runs=1000000 -max_len=70000
+                       .build-fuzz/release/tandem-fuzz -target=NAME -runs=1000000 -max_len=70000
 
             """.utf8))
             exit(paths.isEmpty ? 0 : 2)
         }
         for path in files {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                FileHandle.standardError.write(Data("tandem-fuzz: cannot read \(path)\n".utf8))
-                exit(1)
-            }
+            guard let data = FileManager.default.contents(atPath: path) else { fail("cannot read \(path)", code: 1) }
             let bytes = [UInt8](data)
             bytes.withUnsafeBufferPointer { _ = LLVMFuzzerTestOneInput($0.baseAddress, $0.count) }
-            print("\(path): ok (\(bytes.count) bytes)")
+            print("\(path): ok (\(bytes.count) bytes, target \(FuzzRegistry.selected.name))")
         }
     }
 }
@@ -81,6 +135,7 @@ struct FuzzInput {
     init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
     var remaining: Int { bytes.count - offset }
+    var isExhausted: Bool { offset >= bytes.count }
 
     mutating func u8() -> UInt8 {
         guard offset < bytes.count else { return 0 }
@@ -90,11 +145,18 @@ struct FuzzInput {
 
     mutating func u16() -> Int { Int(u8()) << 8 | Int(u8()) }
 
+    mutating func u32() -> UInt32 { UInt32(u16()) << 16 | UInt32(u16()) }
+
     mutating func u64() -> UInt64 {
         var v: UInt64 = 0
         for _ in 0..<8 { v = v << 8 | UInt64(u8()) }
         return v
     }
+
+    mutating func bool() -> Bool { u8() & 1 == 1 }
+
+    /// One of `n` choices (n > 0).
+    mutating func pick(_ n: Int) -> Int { Int(u8()) % n }
 
     mutating func take(_ n: Int) -> [UInt8] {
         let n = max(0, min(n, remaining))
@@ -103,6 +165,57 @@ struct FuzzInput {
     }
 
     mutating func rest() -> [UInt8] { take(remaining) }
+
+    /// Exactly `n` bytes: what is left, padded with zeros.
+    mutating func exactly(_ n: Int) -> [UInt8] {
+        let b = take(n)
+        return b + [UInt8](repeating: 0, count: n - b.count)
+    }
+
+    /// A signed integer as a peer might choose it: the extremes and their neighbours, zero and ±1,
+    /// powers of two, small values, or any 64 bits.
+    mutating func int64() -> Int64 {
+        switch u8() % 12 {
+        case 0: return 0
+        case 1: return 1
+        case 2: return -1
+        case 3: return .max
+        case 4: return .min
+        case 5: return .max - Int64(u8())
+        case 6: return .min + Int64(u8())
+        case 7: return Int64(u16())
+        case 8: return -Int64(u16())
+        case 9: return Int64(1) << Int64(u8() % 63)
+        default: return Int64(bitPattern: u64())
+        }
+    }
+
+    /// An unsigned integer as a peer might choose it (2^63 and 2^64 - 1 included).
+    mutating func uint64() -> UInt64 {
+        switch u8() % 11 {
+        case 0: return 0
+        case 1: return 1
+        case 2: return .max
+        case 3: return .max - UInt64(u8())
+        case 4: return UInt64(1) << 63
+        case 5: return (UInt64(1) << 63) - 1 - UInt64(u8())
+        case 6: return (UInt64(1) << 63) + UInt64(u8())
+        case 7: return UInt64(u16())
+        case 8: return UInt64(1) << UInt64(u8() % 64)
+        default: return u64()
+        }
+    }
+
+    /// Text as a peer might send it: empty, short, with controls, over the usual limits.
+    mutating func text() -> String {
+        switch u8() % 5 {
+        case 0: return ""
+        case 1: return "ok"
+        case 2: return String(repeating: "x", count: 270 + Int(u8() % 30))
+        case 3: return "\u{1B}[2J\r\u{202E}"
+        default: return String(decoding: take(Int(u8() % 40)), as: UTF8.self)
+        }
+    }
 }
 
 /// Fixed keys so that inputs replay identically.
@@ -114,311 +227,6 @@ enum FuzzKeys {
     static let boxNonce: [UInt8] = [UInt8](repeating: 1, count: 16) + [UInt8](repeating: 0xff, count: 7) + [0xf0]
     /// The receiver's clock.
     static let now: UInt64 = 1_750_000_000_000
-}
-
-enum FuzzTargets {
-    static func run(_ data: UnsafeBufferPointer<UInt8>) {
-        var input = FuzzInput(data)
-        switch input.u8() % 5 {
-        case 0: rawFrames(&input)
-        case 1: signedFrames(&input)
-        case 2: rawBoxStream(&input)
-        case 3: sealedBoxStream(&input)
-        default: forgedBoxHeader(&input)
-        }
-    }
-
-    // MARK: splitting
-
-    /// Chunk lengths for feeding `total` bytes: up to 8 lengths from the input, the last chunk
-    /// takes what is left.
-    static func splits(_ input: inout FuzzInput) -> [Int] {
-        let count = Int(input.u8() % 9)
-        return (0..<count).map { _ in input.u16() % 4200 }
-    }
-
-    /// Feeds `stream` in the given chunks, calling `drain` after each append (as a channel
-    /// handler does after each read).
-    static func feed(_ stream: [UInt8], splits: [Int], _ drain: (inout ByteBuffer) -> Bool) {
-        var buffer = ByteBufferAllocator().buffer(capacity: 0)
-        var offset = 0
-        var chunks = splits
-        chunks.append(stream.count)
-        for n in chunks where offset < stream.count {
-            let end = min(stream.count, offset + n)
-            buffer.writeBytes(stream[offset..<end])
-            offset = end
-            guard drain(&buffer) else { return }
-            buffer.discardReadBytes()
-        }
-    }
-
-    // MARK: frames
-
-    /// Random bytes through FrameDecoder → FrameVerifier (parse, signature, rules).
-    static func rawFrames(_ input: inout FuzzInput) {
-        let maximum = input.u8() < 128 ? TandemConstants.maximumEnvelopeLength : 1 + input.u16()
-        let parts = splits(&input)
-        decodeAndVerify(input.rest(), splits: parts, maximum: maximum, expectAccepted: nil)
-    }
-
-    /// Validly signed envelopes with fuzzer-chosen fields, then corrupted per the fuzzer: reaches
-    /// the rules after the signature check (recipient, clock, replay window, type).
-    static func signedFrames(_ input: inout FuzzInput) {
-        var stream: [UInt8] = []
-        var envelopes: [Envelope] = []
-        let count = Int(input.u8() % 4) + 1
-        for _ in 0..<count {
-            let type = MessageType(rawValue: UInt16(input.u8() % 5))
-            let recipient = input.u8() % 8 == 0 ? FuzzKeys.author.publicKey : FuzzKeys.local.publicKey
-            // createdAt around the receiver's clock: in the future, in the window, stale.
-            let skew = Int64(Int16(truncatingIfNeeded: input.u16())) * 60_000
-            let createdAt = UInt64(max(0, Int64(FuzzKeys.now) + skew))
-            let idByte = input.u8()
-            let id = MessageID(bytes: [UInt8](repeating: idByte % 4, count: 16))
-            let payload = input.take(Int(input.u8()))
-            let envelope = Envelope.sign(type: type, messageID: id, author: FuzzKeys.author,
-                                         recipient: recipient, createdAt: createdAt, payload: payload)
-            // Invariants of the codec itself.
-            guard let parsed = try? Envelope.parse(envelope.bytes), parsed == envelope, parsed.hasValidSignature else {
-                fatalError("a freshly signed envelope does not parse back to itself")
-            }
-            envelopes.append(envelope)
-            stream += envelope.frameBytes
-        }
-        // Corruptions: (position, xor) pairs; then maybe truncate.
-        let flips = Int(input.u8() % 4)
-        for _ in 0..<flips where !stream.isEmpty {
-            let position = input.u16() % stream.count
-            stream[position] ^= max(1, input.u8())
-        }
-        if input.u8() % 4 == 0, !stream.isEmpty { stream.removeLast(input.u16() % stream.count) }
-        let parts = splits(&input)
-        decodeAndVerify(stream, splits: parts, maximum: TandemConstants.maximumEnvelopeLength,
-                        expectAccepted: flips == 0 ? envelopes : nil)
-    }
-
-    /// Runs the receive path of a link on a byte stream.
-    static func decodeAndVerify(_ stream: [UInt8], splits: [Int], maximum: Int, expectAccepted: [Envelope]?) {
-        let decoder = FrameDecoder(maximumEnvelopeLength: maximum)
-        var verifier = FrameVerifier(localPublicKey: FuzzKeys.local.publicKey,
-                                     replayCache: ReplayCache(capacity: 3))
-        var decoded: [[UInt8]] = []
-        feed(stream, splits: splits) { buffer in
-            while true {
-                let envelope: [UInt8]?
-                do {
-                    envelope = try decoder.read(&buffer)
-                } catch {
-                    guard let rejection = error as? FrameRejection, rejection.code == .frameTooLarge else {
-                        fatalError("FrameDecoder threw something other than FRAME_TOO_LARGE: \(error)")
-                    }
-                    return false
-                }
-                guard let bytes = envelope else { return true }
-                guard bytes.count <= maximum else { fatalError("FrameDecoder returned an envelope over the limit") }
-                decoded.append(bytes)
-                switch verifier.verify(bytes, now: FuzzKeys.now) {
-                case .success(let accepted):
-                    guard accepted.hasValidSignature, accepted.recipient == FuzzKeys.local.publicKey else {
-                        fatalError("FrameVerifier accepted an envelope that breaks its rules")
-                    }
-                    switch accepted.type {
-                    case .ping: _ = try? Tandem_V1_Ping(serializedBytes: accepted.payload)
-                    case .pong: _ = try? Tandem_V1_Pong(serializedBytes: accepted.payload)
-                    case .error: _ = try? Tandem_V1_Error(serializedBytes: accepted.payload)
-                    default: break
-                    }
-                case .failure(let rejection):
-                    // What a node sends back; must never trap.
-                    _ = FrameVerifier.errorReply(to: rejection, from: FuzzKeys.local,
-                                                 linkPeer: FuzzKeys.author.publicKey, now: FuzzKeys.now)
-                }
-            }
-        }
-        if let expected = expectAccepted, stream.count == expected.reduce(0, { $0 + 4 + $1.bytes.count }) {
-            guard decoded == expected.map(\.bytes) else {
-                fatalError("FrameDecoder did not return the frames that were written")
-            }
-        }
-    }
-
-    // MARK: box-stream
-
-    /// Random bytes into the decoder (they cannot authenticate; exercises the header path and
-    /// buffering).
-    static func rawBoxStream(_ input: inout FuzzInput) {
-        let parts = splits(&input)
-        decodeBoxes(input.rest(), splits: parts)
-    }
-
-    /// Boxes sealed by the encoder, then corrupted per the fuzzer. Without corruption the
-    /// plaintext must come back unchanged, in order, followed by the goodbye.
-    static func sealedBoxStream(_ input: inout FuzzInput) {
-        var encoder = BoxStreamEncoder(key: FuzzKeys.boxKey, nonce: FuzzKeys.boxNonce)
-        var out = ByteBufferAllocator().buffer(capacity: 0)
-        var plaintext: [UInt8] = []
-        let messages = Int(input.u8() % 4)
-        for _ in 0..<messages {
-            // Up to 9000 bytes: more than one box.
-            let length = input.u16() % 9000
-            let fill = input.u8()
-            let message = (0..<length).map { UInt8(truncatingIfNeeded: $0) &+ fill }
-            plaintext += message
-            encoder.seal(message, into: &out)
-        }
-        let goodbye = input.u8() % 2 == 0
-        if goodbye { encoder.goodbye(into: &out) }
-        var stream = out.readBytes(length: out.readableBytes) ?? []
-        let flips = Int(input.u8() % 3)
-        for _ in 0..<flips where !stream.isEmpty {
-            let position = input.u16() % stream.count
-            stream[position] ^= max(1, input.u8())
-        }
-        var truncated = false
-        if input.u8() % 4 == 0, !stream.isEmpty {
-            stream.removeLast(input.u16() % stream.count)
-            truncated = true
-        }
-        let trailing = input.u8() % 4 == 0 ? input.take(Int(input.u8())) : []
-        stream += trailing
-        let parts = splits(&input)
-        let (received, sawGoodbye, error) = decodeBoxes(stream, splits: parts)
-        if flips == 0, !truncated {
-            guard received == plaintext, sawGoodbye == goodbye else {
-                fatalError("box-stream did not return what was sealed")
-            }
-            // An independent reading of the same bytes (plain SecretBox calls, byte-array nonces).
-            let reference = referenceOpen(stream)
-            guard reference.plaintext == plaintext, reference.goodbye == goodbye else {
-                fatalError("box-stream does not match the reference reading")
-            }
-            if goodbye, !trailing.isEmpty, error == nil {
-                fatalError("box-stream accepted data after goodbye")
-            }
-            if !goodbye, trailing.isEmpty, error != nil {
-                fatalError("box-stream rejected an intact stream: \(error!)")
-            }
-        }
-    }
-
-    /// A header sealed with the right key and nonce but a fuzzer-chosen plaintext (length and
-    /// body MAC), then fuzzer bytes: exercises the length limit and goodbye detection.
-    static func forgedBoxHeader(_ input: inout FuzzInput) {
-        var plain = input.take(18)
-        plain += [UInt8](repeating: 0, count: 18 - plain.count)
-        let header = try! SecretBox.seal(plain, nonce: FuzzKeys.boxNonce, key: FuzzKeys.boxKey)
-        let parts = splits(&input)
-        decodeBoxes(header + input.rest(), splits: parts)
-    }
-
-    /// Reads a box-stream the slow, obvious way: the spec's layout with SecretBox.open and a
-    /// 24-byte big-endian counter kept as bytes.
-    static func referenceOpen(_ stream: [UInt8]) -> (plaintext: [UInt8], goodbye: Bool) {
-        var nonce = FuzzKeys.boxNonce
-        func increment() {
-            var i = 23
-            while i >= 0 {
-                nonce[i] &+= 1
-                if nonce[i] != 0 { return }
-                i -= 1
-            }
-        }
-        var out: [UInt8] = []
-        var offset = 0
-        while offset + 34 <= stream.count {
-            guard let header = SecretBox.open(Array(stream[offset..<offset + 34]), nonce: nonce, key: FuzzKeys.boxKey) else {
-                return (out, false)
-            }
-            if header.allSatisfy({ $0 == 0 }) { return (out, true) }
-            let length = Int(header[0]) << 8 | Int(header[1])
-            increment()
-            guard offset + 34 + length <= stream.count,
-                  let body = SecretBox.open(Array(header[2...]) + stream[(offset + 34)..<(offset + 34 + length)],
-                                            nonce: nonce, key: FuzzKeys.boxKey) else { return (out, false) }
-            increment()
-            out += body
-            offset += 34 + length
-        }
-        return (out, false)
-    }
-
-    /// Runs a box-stream through one of the two receive paths: the message-at-a-time decoder
-    /// over an accumulating buffer, or BoxStreamReader fed each chunk as its own read (what
-    /// SecureChannelHandler does). Both must agree on what they return.
-    @discardableResult
-    static func decodeBoxes(_ stream: [UInt8], splits: [Int]) -> ([UInt8], Bool, String?) {
-        let viaDecoder = decodeOneByOne(stream, splits: splits)
-        let viaReader = decodeWithReader(stream, splits: splits)
-        guard viaDecoder.0 == viaReader.0, viaDecoder.1 == viaReader.1, viaDecoder.2 == viaReader.2 else {
-            fatalError("BoxStreamReader and BoxStreamDecoder.read disagree: \(viaDecoder.2 ?? "ok") vs \(viaReader.2 ?? "ok")")
-        }
-        return viaDecoder
-    }
-
-    static func decodeOneByOne(_ stream: [UInt8], splits: [Int]) -> ([UInt8], Bool, String?) {
-        var decoder = BoxStreamDecoder(key: FuzzKeys.boxKey, nonce: FuzzKeys.boxNonce)
-        var received: [UInt8] = []
-        var goodbye = false
-        var failure: String?
-        feed(stream, splits: splits) { buffer in
-            while true {
-                do {
-                    switch try decoder.read(&buffer) {
-                    case .none:
-                        return true
-                    case .goodbye:
-                        goodbye = true
-                    case .data(var body):
-                        guard body.readableBytes <= BoxStream.maximumBodyLength else {
-                            fatalError("box-stream returned a body over the limit")
-                        }
-                        received += body.readBytes(length: body.readableBytes) ?? []
-                    }
-                } catch let error as BoxStreamError {
-                    failure = error.description
-                    return false
-                } catch {
-                    fatalError("box-stream threw an unexpected error: \(error)")
-                }
-            }
-        }
-        return (received, goodbye, failure)
-    }
-
-    static func decodeWithReader(_ stream: [UInt8], splits: [Int]) -> ([UInt8], Bool, String?) {
-        var reader = BoxStreamReader(key: FuzzKeys.boxKey, nonce: FuzzKeys.boxNonce)
-        var received: [UInt8] = []
-        var goodbye = false
-        var offset = 0
-        for n in splits + [stream.count] where offset < stream.count {
-            let end = min(stream.count, offset + n)
-            var incoming = ByteBufferAllocator().buffer(bytes: stream[offset..<end])
-            offset = end
-            var plaintext = ByteBufferAllocator().buffer(capacity: incoming.readableBytes + reader.bufferedBytes)
-            do {
-                let status = try reader.read(&incoming, into: &plaintext)
-                guard reader.bufferedBytes <= BoxStream.headerLength + BoxStream.maximumBodyLength else {
-                    fatalError("BoxStreamReader holds more than one box")
-                }
-                guard plaintext.readableBytes <= end else { fatalError("more plaintext than ciphertext") }
-                received += plaintext.readBytes(length: plaintext.readableBytes) ?? []
-                if status == .goodbye {
-                    goodbye = true
-                    // What follows a goodbye is an error, as the decoder says.
-                    if incoming.readableBytes > 0 || offset < stream.count {
-                        return (received, goodbye, "box-stream data after goodbye")
-                    }
-                    return (received, goodbye, nil)
-                }
-                guard incoming.readableBytes == 0 else { fatalError("BoxStreamReader left bytes of a read unconsumed") }
-            } catch let error as BoxStreamError {
-                received += plaintext.readBytes(length: plaintext.readableBytes) ?? []
-                return (received, goodbye, error.description)
-            } catch {
-                fatalError("BoxStreamReader threw an unexpected error: \(error)")
-            }
-        }
-        return (received, goodbye, nil)
-    }
+    /// Participants for the machines target.
+    static let people: [SigningKeyPair] = (11...14).map { try! SigningKeyPair(seed: [UInt8](repeating: UInt8($0), count: 32)) }
 }

@@ -8,6 +8,7 @@ import Sodium
 import TandemNode
 import TandemProtocol
 import TandemRelay
+import TandemStore
 
 @main
 struct TandemRelayCommand: AsyncParsableCommand {
@@ -133,10 +134,13 @@ struct Run: AsyncParsableCommand {
         let mailboxPath = memoryMailbox ? nil : dir.url.appendingPathComponent("mailbox.sqlite").path
         let mailbox: RelayMailbox
         do {
+            // 0600 whatever the umask (the data directory itself is 0700: DataDirectory.create).
+            if let mailboxPath { try PrivateDatabaseFile.prepare(mailboxPath) }
             mailbox = try RelayMailbox(path: mailboxPath, quotas: .init(
                 itemsPerRecipient: c.mailboxItemsPerRecipient, bytesPerRecipient: c.mailboxBytesPerRecipient,
                 itemsPerSender: c.mailboxItemsPerSender, totalItems: c.mailboxTotalItems, totalBytes: c.mailboxTotalBytes,
                 itemBytes: c.mailboxItemBytes, ttlMs: c.mailboxTTLSeconds * 1000))
+            if let mailboxPath { try PrivateDatabaseFile.restrict(mailboxPath) }
         } catch {
             throw TandemError("cannot open the mailbox \(mailboxPath ?? "in memory"): \(error)")
         }

@@ -228,9 +228,9 @@ func watchChallenge(_ common: CommonOptions, method: String, params: JSONValue) 
         if common.json {
             var tick = c
             if case .object(var o) = tick { o["tick_at"] = FriendService.iso(Int64(Date().timeIntervalSince1970 * 1000)); tick = .object(o) }
-            output(tick.compactJSON)
+            outputJSON(tick.compactJSON)
         } else {
-            let lines = countdownLines(c, width: terminalWidth())
+            let lines = countdownLines(c.terminalSafe, width: terminalWidth())
             // On a terminal, redraw in place: cursor up over the last frame, clear each line.
             let up = tty && drawn > 0 ? "\u{1B}[\(drawn)A" : ""
             output(up + lines.map { tty ? "\u{1B}[2K" + $0 : $0 }.joined(separator: "\n"))
@@ -357,7 +357,7 @@ struct LedgerVerify: AsyncParsableCommand {
     func run() async throws {
         let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
         let r = try await client.call(method: "ledger.verify", params: .object([:]))
-        if common.json { output(r.compactJSON) }
+        if common.json { outputJSON(r.compactJSON) }
         if r["ok"]?.boolValue == true {
             if !common.json { output("The ledger holds: \(r["entries"]?.intValue ?? 0) entries, every signature and link checked.") }
             return

@@ -8,7 +8,7 @@ private func connectToNode(_ common: CommonOptions) async throws -> ControlClien
 }
 
 private func printEvent(_ event: NodeEvent, json: Bool) {
-    output(json ? event.flatJSON.compactJSON : event.textLine)
+    if json { outputJSON(event.flatJSON.compactJSON) } else { output(event.textLine) }
 }
 
 private func overflowError(_ event: NodeEvent) -> TandemError {
@@ -182,13 +182,13 @@ struct Status: AsyncParsableCommand {
         defer { client.close() }
         let status = try await client.call(method: "node.status")
         if common.json {
-            output(status.compactJSON)
-        } else if let object = status.objectValue {
+            outputJSON(status.compactJSON)
+        } else if let object = status.terminalSafe.objectValue {
             for (key, value) in object.sorted(by: { $0.key < $1.key }) {
                 output("\(key): \(value.textValue)")
             }
         } else {
-            output(status.textValue)
+            output(status.terminalSafe.textValue)
         }
     }
 }

@@ -18,9 +18,9 @@ func callNode(_ common: CommonOptions, _ method: String, _ params: JSONValue = .
     let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
     let result = try await client.call(method: method, params: params)
     if common.json {
-        output(result.compactJSON)
+        outputJSON(result.compactJSON)
     } else {
-        render(result)
+        render(result.terminalSafe)
     }
 }
 

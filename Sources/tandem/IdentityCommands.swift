@@ -26,7 +26,7 @@ struct Init: AsyncParsableCommand {
 
     func run() async throws {
         let dir = common.dataDirectory
-        var secret: [UInt8]? = nil
+        var secret: SecureBytes? = nil
         if passphrase || passphraseFile != nil {
             secret = try Passphrase.obtain(file: passphraseFile, confirm: true)
         }
@@ -78,35 +78,51 @@ struct ID: AsyncParsableCommand {
     }
 }
 
+/// The passphrase ends up in guarded memory (`SecureBytes`); the byte copies on the way are wiped.
+/// (An environment variable's own copy cannot be: prefer --passphrase-file or the prompt.)
 enum Passphrase {
     /// From --passphrase-file, else $TANDEM_PASSPHRASE, else a terminal prompt.
-    static func obtain(file: String?, confirm: Bool) throws -> [UInt8] {
+    static func obtain(file: String?, confirm: Bool) throws -> SecureBytes {
         if let file {
-            guard let data = FileManager.default.contents(atPath: file) else {
+            guard var data = FileManager.default.contents(atPath: file).map({ [UInt8]($0) }) else {
                 throw TandemError("cannot read passphrase file \(file)")
             }
-            let line = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).first ?? ""
-            guard !line.isEmpty else { throw TandemError("passphrase file \(file) is empty") }
-            return Array(line.utf8)
+            defer { Sodium.wipe(&data) }
+            let end = data.firstIndex(of: UInt8(ascii: "\n")) ?? data.count
+            guard end > 0 else { throw TandemError("passphrase file \(file) is empty") }
+            return data.withUnsafeBytes { src in
+                SecureBytes(count: end) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[..<end])) }
+            }
         }
         if let env = ProcessInfo.processInfo.environment["TANDEM_PASSPHRASE"], !env.isEmpty {
-            return Array(env.utf8)
+            var bytes = Array(env.utf8)
+            return SecureBytes(consuming: &bytes)
         }
         guard isatty(STDIN_FILENO) == 1 else {
             throw TandemError("a passphrase is needed: set TANDEM_PASSPHRASE or pass --passphrase-file", exitCode: TandemError.authenticationExitCode)
         }
-        guard let first = getpass("Passphrase: ").map({ String(cString: $0) }), !first.isEmpty else {
-            throw TandemError("empty passphrase")
-        }
+        var first = prompt("Passphrase: ")
+        defer { Sodium.wipe(&first) }
+        guard !first.isEmpty else { throw TandemError("empty passphrase") }
         if confirm {
-            let second = getpass("Repeat passphrase: ").map { String(cString: $0) }
-            guard second == first else { throw TandemError("the passphrases do not match") }
+            var second = prompt("Repeat passphrase: ")
+            defer { Sodium.wipe(&second) }
+            guard Sodium.constantTimeEqual(first, second) else { throw TandemError("the passphrases do not match") }
         }
-        return Array(first.utf8)
+        return SecureBytes(first)
+    }
+
+    /// One line from the terminal without echo; getpass's static buffer is wiped after the copy.
+    private static func prompt(_ text: String) -> [UInt8] {
+        guard let p = getpass(text) else { return [] }
+        let n = strlen(p)
+        let bytes = Array(UnsafeBufferPointer(start: UnsafeRawPointer(p).assumingMemoryBound(to: UInt8.self), count: n))
+        Sodium.wipe(UnsafeMutableRawBufferPointer(start: UnsafeMutableRawPointer(p), count: n))
+        return bytes
     }
 
     /// The passphrase for loading, only if the identity needs one.
-    static func forLoading(_ dir: DataDirectory, file: String?) throws -> [UInt8]? {
+    static func forLoading(_ dir: DataDirectory, file: String?) throws -> SecureBytes? {
         guard IdentityFile.isEncrypted(in: dir) == true else { return nil }
         return try obtain(file: file, confirm: false)
     }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import TandemNode
+import TandemProtocol
 
 @main
 struct Tandem: AsyncParsableCommand {
@@ -31,7 +32,7 @@ struct Tandem: AsyncParsableCommand {
                 try command.run()
             }
         } catch let error as TandemError {
-            FileHandle.standardError.write(Data("tandem: error: \(error.message)\n".utf8))
+            FileHandle.standardError.write(Data("tandem: error: \(error.message.terminalSafe)\n".utf8))
             Foundation.exit(error.exitCode)
         } catch {
             let code = exitCode(for: error)
@@ -41,7 +42,7 @@ struct Tandem: AsyncParsableCommand {
             }
             let message = fullMessage(for: error).split(separator: "\n").first.map(String.init) ?? "\(error)"
             let trimmed = message.hasPrefix("Error: ") ? String(message.dropFirst(7)) : message
-            FileHandle.standardError.write(Data("tandem: error: \(trimmed) (see `tandem --help`)\n".utf8))
+            FileHandle.standardError.write(Data("tandem: error: \(trimmed.terminalSafe) (see `tandem --help`)\n".utf8))
             Foundation.exit(code.rawValue == 64 ? TandemError.usageExitCode : code.rawValue)
         }
     }
@@ -75,5 +76,26 @@ struct CommonOptions: ParsableArguments {
 /// Prints a JSON object on stdout (sorted keys, one line).
 func printJSON(_ object: [String: Any]) {
     let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
-    output(String(decoding: data, as: UTF8.self))
+    outputJSON(String(decoding: data, as: UTF8.self))
+}
+
+/// Prints one line of JSON. The encoders escape U+0000–U+001F in strings; DEL, C1 and bidi
+/// controls become \uNNNN escapes too (the same JSON value), so a peer's text in it cannot drive
+/// the terminal it is printed on.
+func outputJSON(_ text: String) {
+    output(text.jsonTerminalSafe)
+}
+
+extension JSONValue {
+    /// The same value with every string (and object key) shown terminal-safe: what the human
+    /// renderers get, since names, messages, reasons and addresses in a node's answers may come
+    /// from peers.
+    var terminalSafe: JSONValue {
+        switch self {
+        case .string(let s): return .string(s.terminalSafe)
+        case .array(let a): return .array(a.map(\.terminalSafe))
+        case .object(let o): return .object(Dictionary(o.map { ($0.key.terminalSafe, $0.value.terminalSafe) }, uniquingKeysWith: { a, _ in a }))
+        case .null, .bool, .int, .double: return self
+        }
+    }
 }
