@@ -128,6 +128,8 @@ let package = Package(
             dependencies: [
                 "Sodium",
                 "TandemProtocol",
+                "TandemNode",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 "TandemRelay",
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

@@ -182,6 +182,24 @@ extension NodeStore {
         }
     }
 
+    /// Why each stored challenge that fails validation fails (read-only; empty when all hold).
+    public func challengeRowsFailingValidation() throws -> [String] {
+        try read { db in
+            try String.fetchAll(db, sql: "SELECT state FROM challenge").compactMap { json -> String? in
+                do {
+                    try JSONDecoder().decode(Challenge.self, from: Data(json.utf8)).validate()
+                    return nil
+                } catch {
+                    return "\(error)"
+                }
+            }
+        }
+    }
+
+    public func contactCount() throws -> Int {
+        try read { db in try Contact.fetchCount(db) }
+    }
+
     /// Quarantined rows, newest first.
     public func quarantined(limit: Int = 100) throws -> [QuarantinedRow] {
         try read { db in

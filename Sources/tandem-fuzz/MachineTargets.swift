@@ -95,7 +95,10 @@ enum ChallengeMachine {
                 s.challengeID = input.pick(8) == 0 ? Data(input.take(16)) : Data(c.id)
                 s.startAtUs = input.bool() ? input.uint64() : UInt64(clamping: timebase(clock) + Int64(input.u16()) * 1_000_000)
                 s.roster = people.filter { _ in input.bool() }.map { Data($0.publicKey) }
-                _ = try? c.receiveStart(from: who.publicKey, s)
+                // What reaches the machine has passed the validating decoder (as in the node).
+                if let m = try? ChallengeStartMessage(payload: (try? s.serializedBytes()) ?? [], nowUs: clock.us) {
+                    _ = try? c.receiveStart(from: who.publicKey, m)
+                }
             case 6:
                 let sent = input.bool() ? input.int64() : timebase(clock) - Int64(input.u16()) * 1_000_000
                 _ = try? c.receiveCancel(from: who.publicKey, sentAtUs: sent)
@@ -104,7 +107,11 @@ enum ChallengeMachine {
             case 8: _ = try? c.tick(nowUs: timebase(clock))
             case 9: c.markStarted(localUs: clock.us)
             case 10: _ = try? c.markEnded(localUs: clock.us, signer: me)
-            case 11: _ = try? c.receiveOutcome(from: who.publicKey, outcome(&input, for: c, signer: who), signer: me)
+            case 11:
+                let o = outcome(&input, for: c, signer: who)
+                if let m = try? ChallengeOutcomeMessage(payload: (try? o.serializedBytes()) ?? []) {
+                    _ = try? c.receiveOutcome(from: who.publicKey, m, signer: me)
+                }
             case 12: _ = c.readyToCommit(nowUs: timebase(clock))
             case 13: _ = try? c.settleAfterGrace(nowUs: timebase(clock), signer: me)
             case 14: _ = (c.endAtUs, c.isActive, c.rosterOthers.count, c.signatureList.count)
@@ -152,7 +159,8 @@ enum ChallengeMachine {
             inv.message = input.text()
             inv.graceMs = input.bool() ? 0 : input.uint64()
             inv.addressHints = (0..<Int(input.u8() % 4)).map { _ in input.text() }
-            return try? Challenge.received(inv, author: author.publicKey, me: me.publicKey)
+            guard let m = try? ChallengeInviteMessage(payload: (try? inv.serializedBytes()) ?? [], nowUs: now) else { return nil }
+            return try? Challenge.received(m, author: author.publicKey, me: me.publicKey)
         default:
             return try? Challenge.solo(id: id, me: me.publicKey,
                                        durationMs: input.bool() ? Int64(input.u16()) * 1_000 : input.int64(), nowUs: now)
@@ -325,8 +333,10 @@ enum ReplayMachine {
             case 0, 1:
                 let id = MessageID(bytes: [UInt8](repeating: input.u8() % 16, count: 16))
                 let created = createdAt(&input, clock: clock)
-                if cache.check(id, createdAt: created, now: clock.ms) == .fresh {
-                    MachineTargets.check(cache.check(id, createdAt: created, now: clock.ms) != .fresh, "a replayed id was accepted twice")
+                let author = [UInt8](repeating: input.u8() % 4, count: 32)
+                if cache.check(id, author: author, createdAt: created, now: clock.ms) == .fresh {
+                    MachineTargets.check(cache.check(id, author: author, createdAt: created, now: clock.ms) != .fresh,
+                                         "a replayed id was accepted twice")
                 }
             case 2: cache.expire(now: clock.ms)
             default: clock.advance(&input)

@@ -11,6 +11,7 @@ import Glibc
 // chosen with TANDEM_FUZZ_TARGET=NAME or a leading -target=NAME flag (default: frames):
 //   frames    frame decoder + verifier, box-stream decoder and reader (FrameTargets.swift)
 //   machines  the pure state machines with arbitrary event sequences (MachineTargets.swift)
+//   node      signed frames of every type into a real node's handlers (NodeTargets.swift)
 //
 // Fuzzing build (the `make fuzz` command runs every target):
 //   swift build -c release --scratch-path .build-fuzz --product tandem-fuzz \
@@ -38,7 +39,7 @@ struct FuzzTarget: Sendable {
 /// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here (they read
 /// `tandem-fuzz -list-targets`: name, max_len, summary, tab-separated).
 enum FuzzRegistry {
-    static let all: [FuzzTarget] = [.frames, .machines]
+    static let all: [FuzzTarget] = [.frames, .machines, .node]
     static let defaultName = "frames"
     static let environmentVariable = "TANDEM_FUZZ_TARGET"
 

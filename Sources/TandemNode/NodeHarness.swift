@@ -1,0 +1,81 @@
+import Foundation
+import Logging
+import NIOCore
+import Sodium
+import TandemProtocol
+import TandemStore
+
+/// A node with no sockets: its real services over an in-memory store, fed frames as if they came
+/// from a relay mailbox (the same handlers as a link, without a link to answer on). What the
+/// structure-aware fuzz target (`tandem-fuzz -target=node`) and in-process tests drive: every
+/// message handler, the store writes they make, and the challenge tick, with nothing listening.
+public final class NodeHarness: @unchecked Sendable {
+    public let identity: SigningKeyPair
+    public let runtime: NodeRuntime
+    let router: NodeFrameRouter
+
+    public init(identity: SigningKeyPair) throws {
+        self.identity = identity
+        var configuration = NodeConfiguration()
+        configuration.host = "127.0.0.1"
+        configuration.port = 0
+        configuration.discovery = nil
+        var logger = Logger(label: "tandem.harness")
+        logger.logLevel = .critical
+        runtime = try NodeRuntime(identity: identity, configuration: configuration, dataDirectory: nil,
+                                  eventLog: InMemoryEventLog(capacity: 256), logger: logger)
+        router = NodeFrameRouter(friends: runtime.friends, clock: runtime.clock, challenges: runtime.challenges)
+    }
+
+    /// Makes `key` a friend, as if a request and its acceptance had gone through.
+    public func befriend(_ key: [UInt8], name: String = "friend") throws {
+        let store = runtime.friends.store
+        let now = runtime.friends.now()
+        var request = Tandem_V1_FriendRequest()
+        request.contact = runtime.friends.contactRecord()
+        let frame = runtime.friends.outboxFrame(.friendRequest, to: key, payload: try request.serializedBytes())
+        _ = try store.requestFriend(key, message: nil, frame: frame, nowMs: now)
+        _ = try store.receiveFriendAccept(from: key, displayName: name, record: [], recordVersion: 1, nowMs: now)
+    }
+
+    /// A frame that passed the link rules, handed to the flows (as relay mail is).
+    public func deliver(_ envelope: Envelope) {
+        router.handleMail(envelope)
+    }
+
+    /// One round of the challenge loop (expiries, starts, commits).
+    public func tick() {
+        runtime.challenges.tick()
+    }
+
+    /// Our invites and challenges, as the user would act on them.
+    public func acceptFirstInvite() {
+        guard let c = try? runtime.friends.store.challenges(phases: [.invited]).first(where: { !$0.isInviter }) else { return }
+        _ = try? runtime.challenges.mutate(c.id) { try $0.accept() }
+    }
+
+    public func quitRunning(elapsedMs: Int64) {
+        for c in (try? runtime.friends.store.challenges(phases: [.scheduled, .running])) ?? [] {
+            _ = try? runtime.challenges.mutate(c.id) { try $0.quit(elapsedMs: elapsedMs, reason: "fuzz") }
+        }
+    }
+
+    /// Ends every scheduled or running challenge now (what its end timer would do).
+    public func endAll() {
+        for c in (try? runtime.friends.store.challenges(phases: [.scheduled, .running])) ?? [] {
+            runtime.challenges.endNow(c.id)
+        }
+    }
+
+    /// Rows the node itself stored that its own start-up validation would set aside: always none,
+    /// whatever peers sent (the fuzz target's invariant). Read-only: reports, moves nothing.
+    public func invalidStoredRows() throws -> [String] {
+        try runtime.friends.store.challengeRowsFailingValidation()
+    }
+
+    /// Rows in the store's contact, outbox and handled-id tables (to check that strangers are bounded).
+    public func counts() throws -> (contacts: Int, outbox: Int, handled: Int) {
+        let store = runtime.friends.store
+        return (try store.contactCount(), try store.outboxCount(), try store.handledCounts().all)
+    }
+}
