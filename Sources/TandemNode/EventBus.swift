@@ -1,4 +1,5 @@
 import Foundation
+import TandemStore
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -189,6 +190,9 @@ public final class EventBus: Sendable {
     private struct State {
         var subscribers: [UInt64: EventSubscription] = [:]
         var nextID: UInt64 = 1
+        /// The highest seq handed to subscribers: delivery follows the log, in seq order, whoever
+        /// stored the event (`emit`, or an intent's transaction via `record`).
+        var delivered: Int64 = 0
     }
 
     public let log: EventLog
@@ -202,6 +206,39 @@ public final class EventBus: Sendable {
         self.log = log
         self.subscriberBuffer = subscriberBuffer
         self.logger = logger
+        let last = (try? log.lastSeq()) ?? 0
+        state.withLockedValue { $0.delivered = last }
+    }
+
+    /// An event to store in the transaction of the change it reports (the store's intents take
+    /// them; needs a log kept in that store, `StoreEventLog`). Call `published()` once the
+    /// transaction has committed.
+    public func record(_ type: String, _ fields: [String: JSONValue] = [:]) -> PendingEvent {
+        PendingEvent(type: type, timeMs: Int64(clamping: NodeEvent.nowMs()), fields: JSONValue.object(fields).compactJSON)
+    }
+
+    /// Hands every event stored since the last delivery to subscribers, in seq order.
+    public func published() {
+        state.withLockedValue { catchUp(&$0) }
+    }
+
+    private func catchUp(_ state: inout State) {
+        while true {
+            let page: [NodeEvent]
+            do {
+                page = try log.events(since: state.delivered, limit: 1000)
+            } catch {
+                logger.error("cannot read stored events", metadata: ["error": "\(error)"])
+                return
+            }
+            guard let last = page.last else { return }
+            for event in page {
+                for (id, subscriber) in state.subscribers where !subscriber.deliver(event) {
+                    state.subscribers[id] = nil
+                }
+            }
+            state.delivered = last.seq
+        }
     }
 
     /// Stores the event and delivers it. Returns nil (and logs) when the log cannot store it.
@@ -217,9 +254,7 @@ public final class EventBus: Sendable {
                 logger.error("cannot store event", metadata: ["type": "\(type)", "error": "\(error)"])
                 return nil
             }
-            for (id, subscriber) in state.subscribers where !subscriber.deliver(event) {
-                state.subscribers[id] = nil
-            }
+            catchUp(&state)
             return event
         }
     }

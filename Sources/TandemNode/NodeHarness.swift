@@ -22,8 +22,7 @@ public final class NodeHarness: @unchecked Sendable {
         configuration.discovery = nil
         var logger = Logger(label: "tandem.harness")
         logger.logLevel = .critical
-        runtime = try NodeRuntime(identity: identity, configuration: configuration, dataDirectory: nil,
-                                  eventLog: InMemoryEventLog(capacity: 256), logger: logger)
+        runtime = try NodeRuntime(identity: identity, configuration: configuration, dataDirectory: nil, logger: logger)
         router = NodeFrameRouter(friends: runtime.friends, clock: runtime.clock, challenges: runtime.challenges)
     }
 

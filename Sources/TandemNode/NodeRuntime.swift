@@ -78,7 +78,7 @@ public final class NodeRuntime: Sendable {
         self.peers = peers
         self.listener = NodeListener(identity: identity, configuration: configuration, gate: gate,
                                      delegate: peers, group: group, logger: logger)
-        self.eventBus = EventBus(log: eventLog ?? (dataDirectory == nil ? InMemoryEventLog() : StoreEventLog(store: store)),
+        self.eventBus = EventBus(log: eventLog ?? StoreEventLog(store: store),
                                  logger: logger)
         let friends = FriendService(identity: identity, store: store, peers: peers, events: eventBus,
                                     configuration: configuration.friends, logger: logger)

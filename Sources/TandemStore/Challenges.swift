@@ -12,7 +12,7 @@ extension NodeStore {
     }()
 
     /// Stores the challenge's state and queues `frames`, together.
-    public func saveChallenge(_ c: Challenge, frames: [OutboxItem] = [], nowMs: Int64) throws {
+    public func saveChallenge(_ c: Challenge, frames: [OutboxItem] = [], events: [PendingEvent] = [], nowMs: Int64) throws {
         let json = String(decoding: try Self.challengeEncoder.encode(c), as: UTF8.self)
         try write { db in
             try db.execute(sql: """
@@ -20,6 +20,7 @@ extension NodeStore {
                 ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, updatedAtMs = excluded.updatedAtMs, state = excluded.state
                 """, arguments: [Data(c.id), c.phase.rawValue, c.solo, nowMs, nowMs, json])
             for f in frames { try f.insert(db, onConflict: .ignore) }
+            try Self.insert(events, db)
         }
     }
 
@@ -67,7 +68,7 @@ extension NodeStore {
 
     /// Appends the challenge's co-signed record to the ledger and marks the challenge committed,
     /// in one transaction. Returns the new entry (nil when the challenge was already in it).
-    public func commitToLedger(_ c: Challenge, nowMs: Int64) throws -> LedgerEntry? {
+    public func commitToLedger(_ c: Challenge, nowMs: Int64, events: (LedgerEntry) -> [PendingEvent] = { _ in [] }) throws -> LedgerEntry? {
         guard let record = c.record else { return nil }
         var done = c
         done.committed = true
@@ -82,6 +83,7 @@ extension NodeStore {
                            arguments: [entry.seq, Data(c.id), Data(entry.record), Data(entry.packedSignatures),
                                        Data(entry.previousHash), Data(entry.hash), nowMs])
             try db.execute(sql: "UPDATE challenge SET state = ?, updatedAtMs = ? WHERE id = ?", arguments: [json, nowMs, Data(c.id)])
+            try Self.insert(events(entry), db)
             return entry
         }
     }

@@ -75,8 +75,20 @@ extension NodeStore {
     /// A friend request arrived. Caps the pending requests; the oldest pending is dropped past it.
     /// `reply` is queued when the request is mutual (our acceptance) or comes from a friend (we resend).
     public func receiveFriendRequest(from key: [UInt8], displayName: String, message: String, record: [UInt8],
-                                     recordVersion: Int64, reply: OutboxItem?, nowMs: Int64) throws -> IncomingRequest {
-        try write { db in
+                                     recordVersion: Int64, reply: OutboxItem?, nowMs: Int64,
+                                     events: (IncomingRequest) -> [PendingEvent] = { _ in [] }) throws -> IncomingRequest {
+        let result = try write { db -> IncomingRequest in
+            let result = try receiveFriendRequest(db, from: key, displayName: displayName, message: message, record: record,
+                                                  recordVersion: recordVersion, reply: reply, nowMs: nowMs)
+            try Self.insert(events(result), db)
+            return result
+        }
+        return result
+    }
+
+    private func receiveFriendRequest(_ db: Database, from key: [UInt8], displayName: String, message: String, record: [UInt8],
+                                      recordVersion: Int64, reply: OutboxItem?, nowMs: Int64) throws -> IncomingRequest {
+        do {
             var c = try Contact.fetchOne(db, key: Data(key)) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
             let result: IncomingRequest
             switch c.relationship {
@@ -142,9 +154,9 @@ extension NodeStore {
         }
     }
 
-    /// Their acceptance arrived. True when it made us friends (we had asked).
+    /// Their acceptance arrived. True when it made us friends (we had asked); `events` are stored then.
     public func receiveFriendAccept(from key: [UInt8], displayName: String, record: [UInt8], recordVersion: Int64,
-                                    nowMs: Int64) throws -> Bool {
+                                    nowMs: Int64, events: [PendingEvent] = []) throws -> Bool {
         try write { db in
             guard var c = try Contact.fetchOne(db, key: Data(key)) else { return false }
             switch c.relationship {
@@ -163,6 +175,7 @@ extension NodeStore {
             try c.save(db)
             // Our request is answered: stop retrying it.
             try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+            try Self.insert(events, db)
             return true
         }
     }
@@ -201,7 +214,8 @@ extension NodeStore {
     /// They declined our request or removed us. Returns the relationship it ended, if any.
     /// Nothing is left of a contact with no relationship: its row, record, addresses and relay go
     /// (a stranger's request followed by a removal leaves no trace).
-    public func receiveFarewell(from key: [UInt8], nowMs: Int64) throws -> Relationship? {
+    public func receiveFarewell(from key: [UInt8], nowMs: Int64,
+                                events: (Relationship) -> [PendingEvent] = { _ in [] }) throws -> Relationship? {
         try write { db in
             guard let c = try Contact.fetchOne(db, key: Data(key)) else { return nil }
             let before = c.relationship
@@ -211,6 +225,7 @@ extension NodeStore {
             }
             try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
             try Self.forget(db, key)
+            try Self.insert(events(before), db)
             return before
         }
     }
@@ -246,7 +261,8 @@ extension NodeStore {
     }
 
     /// A friend's newer contact record (display name and version) replaces the stored one.
-    public func updateContactRecord(_ key: [UInt8], displayName: String, record: [UInt8], version: Int64, nowMs: Int64) throws -> Bool {
+    public func updateContactRecord(_ key: [UInt8], displayName: String, record: [UInt8], version: Int64, nowMs: Int64,
+                                    events: [PendingEvent] = []) throws -> Bool {
         try write { db in
             guard var c = try Contact.fetchOne(db, key: Data(key)), c.relationship == .friend, version > c.recordVersion else {
                 return false
@@ -256,6 +272,7 @@ extension NodeStore {
             c.recordVersion = version
             c.updatedAtMs = nowMs
             try c.save(db)
+            try Self.insert(events, db)
             return true
         }
     }
@@ -430,7 +447,29 @@ extension NodeStore {
 
 // MARK: - Events
 
+/// An event stored in the same transaction as the change it reports (so a crash can lose neither
+/// without the other); the event bus hands it to subscribers once the transaction has committed.
+public struct PendingEvent: Sendable, Equatable {
+    public let type: String
+    public let timeMs: Int64
+    /// The event's fields as a JSON object.
+    public let fields: String
+    public init(type: String, timeMs: Int64, fields: String) {
+        self.type = type
+        self.timeMs = timeMs
+        self.fields = fields
+    }
+}
+
 extension NodeStore {
+    /// Inserts events inside a transaction already open (an intent's).
+    static func insert(_ events: [PendingEvent], _ db: Database) throws {
+        for p in events {
+            var e = StoredEvent(seq: nil, type: p.type, timeMs: p.timeMs, fields: p.fields)
+            try e.insert(db)
+        }
+    }
+
     public func appendEvent(type: String, timeMs: Int64, fields: String) throws -> StoredEvent {
         try write { db in
             var e = StoredEvent(seq: nil, type: type, timeMs: timeMs, fields: fields)

@@ -10,6 +10,48 @@ final class StoreTests: XCTestCase {
         OutboxItem(messageId: [UInt8](repeating: id, count: 16), recipient: recipient, type: type, frame: [id, id], nowMs: now)
     }
 
+    /// An event reported with a change is stored in the change's transaction: both or neither.
+    func testEventsCommitWithTheChangeTheyReport() throws {
+        let store = try NodeStore.inMemory()
+        let event = PendingEvent(type: "friend.request.received", timeMs: 1, fields: "{}")
+        let result = try store.receiveFriendRequest(from: bob, displayName: "Bob", message: "hi", record: [], recordVersion: 1,
+                                                    reply: nil, nowMs: 1000) { _ in [event] }
+        XCTAssertEqual(result, .stored(dropped: nil))
+        XCTAssertEqual(try store.events(since: 0, limit: 10).map(\.type), ["friend.request.received"])
+        // A farewell whose event cannot be stored (a NOT NULL column left empty by a broken event)
+        // rolls the farewell back too.
+        struct Boom: Error {}
+        XCTAssertThrowsError(try store.write { db -> Void in
+            try NodeStore.insert([PendingEvent(type: "x", timeMs: 2, fields: "{}")], db)
+            throw Boom()
+        })
+        XCTAssertEqual(try store.lastEventSeq(), 1, "nothing of the failed transaction stays")
+        XCTAssertEqual(try store.receiveFarewell(from: bob, nowMs: 2000) { _ in [PendingEvent(type: "friend.removed", timeMs: 2, fields: "{}")] },
+                       .pending)
+        XCTAssertNil(try store.contact(bob), "a relationship that ends leaves no row")
+        XCTAssertEqual(try store.events(since: 1, limit: 10).map(\.type), ["friend.removed"])
+    }
+
+    /// Marks of strangers' frames are capped apart and never evict friends' marks.
+    func testStrangersHandledMarksAreCappedApart() throws {
+        var limits = NodeStore.Limits()
+        limits.maximumStrangerSeenMessages = 10
+        let store = try NodeStore.inMemory(limits: limits)
+        for i in 0..<5 {
+            XCTAssertTrue(try store.markHandled([UInt8](repeating: UInt8(i), count: 16), createdAtMs: 1000 + Int64(i),
+                                                windowMs: 1_000_000, nowMs: 2000, fromFriend: true))
+        }
+        for i in 0..<50 {
+            var id = [UInt8](repeating: 0xee, count: 16)
+            id[0] = UInt8(i)
+            XCTAssertTrue(try store.markHandled(id, createdAtMs: 1500, windowMs: 1_000_000, nowMs: 2000, fromFriend: false))
+        }
+        let counts = try store.handledCounts()
+        XCTAssertEqual(counts.strangers, 10)
+        XCTAssertEqual(counts.all, 15)
+        for i in 0..<5 { XCTAssertTrue(try store.wasHandled([UInt8](repeating: UInt8(i), count: 16)), "friend mark \(i) kept") }
+    }
+
     func testRequestAcceptRoundTrip() throws {
         let store = try NodeStore.inMemory()
         _ = try store.requestFriend(bob, message: "hi", frame: frame(1, to: bob), nowMs: 1000)

@@ -109,11 +109,18 @@ public final class ChallengeService: @unchecked Sendable {
         for case .send(let type, let payload, let recipients) in actions {
             for r in recipients { frames.append(friends.outboxFrame(type, to: r, payload: payload)) }
         }
-        try store.saveChallenge(c, frames: frames, nowMs: friends.now())
+        // The step's notices are stored with it: a crash loses both or neither.
+        var pending: [PendingEvent] = []
+        for case .notify(let n) in actions {
+            let (type, fields) = event(n, c)
+            pending.append(events.record(type, fields))
+        }
+        try store.saveChallenge(c, frames: frames, events: pending, nowMs: friends.now())
     }
 
     func after(_ c: Challenge, _ actions: [Challenge.Action]) {
-        for case .notify(let n) in actions { emit(n, c) }
+        // The notices were stored with the step (`persist`); now they reach subscribers.
+        events.published()
         if actions.contains(where: { if case .send = $0 { return true } else { return false } }) { friends.poke() }
         schedule(c)
         refreshPresence()
@@ -121,36 +128,37 @@ public final class ChallengeService: @unchecked Sendable {
 
     func idText(_ key: [UInt8]) -> JSONValue { .string(NodeID(publicKey: key).canonical) }
 
-    func emit(_ n: Challenge.Notice, _ c: Challenge) {
+    /// The event a notice becomes (stored in the transaction of the step that gave it, `persist`).
+    func event(_ n: Challenge.Notice, _ c: Challenge) -> (String, [String: JSONValue]) {
         let id: JSONValue = .string(c.idHex)
         // Quit notices carry CLOCK_MONOTONIC too, so the notice's latency between two processes
         // on one machine can be measured whatever their wall clocks say.
         let mono = monotonicMicros()
         switch n {
         case .inviteSent:
-            events.emit("challenge.invite.sent", ["id": id, "to": .array(c.others.map(idText)), "duration_ms": .int(c.durationMs)])
+            return ("challenge.invite.sent", ["id": id, "to": .array(c.others.map(idText)), "duration_ms": .int(c.durationMs)])
         case .invited:
-            events.emit("challenge.invited", ["id": id, "from": idText(c.inviter), "name": .string(name(c.inviter)),
+            return ("challenge.invited", ["id": id, "from": idText(c.inviter), "name": .string(name(c.inviter)),
                                               "participants": .array(c.participants.map { idText($0.key) }),
                                               "duration_ms": .int(c.durationMs), "message": .string(c.message),
                                               "start_at": c.requestedStartUs > 0 ? isoLocal(c.requestedStartUs - offset(c)) : .null])
         case .accepted(let by):
-            events.emit("challenge.accepted", ["id": id, "by": idText(by), "name": .string(name(by))])
+            return ("challenge.accepted", ["id": id, "by": idText(by), "name": .string(name(by))])
         case .declined(let by):
-            events.emit("challenge.declined", ["id": id, "by": idText(by), "name": .string(name(by))])
+            return ("challenge.declined", ["id": id, "by": idText(by), "name": .string(name(by))])
         case .allDeclined:
-            events.emit("challenge.declined", ["id": id, "by": "everyone"])
+            return ("challenge.declined", ["id": id, "by": "everyone"])
         case .expired:
-            events.emit("challenge.expired", ["id": id])
+            return ("challenge.expired", ["id": id])
         case .cancelled(let by):
-            events.emit("challenge.cancelled", ["id": id, "by": by == me ? "me" : idText(by)])
+            return ("challenge.cancelled", ["id": id, "by": by == me ? "me" : idText(by)])
         case .scheduled:
-            events.emit("challenge.scheduled", ["id": id, "start_at": c.startAtUs.map { isoLocal($0 - offset(c)) } ?? .null,
+            return ("challenge.scheduled", ["id": id, "start_at": c.startAtUs.map { isoLocal($0 - offset(c)) } ?? .null,
                                                 "roster": .array(c.roster.map(idText)), "offset_us": .int(offset(c))])
         case .quit(let elapsed, let reason):
-            events.emit("challenge.quit", ["id": id, "elapsed_ms": .int(elapsed), "reason": .string(reason), "mono_us": .int(mono)])
+            return ("challenge.quit", ["id": id, "elapsed_ms": .int(elapsed), "reason": .string(reason), "mono_us": .int(mono)])
         case .partnerQuit(let key, let elapsed, let reason):
-            events.emit("challenge.partner.quit", ["id": id, "who": idText(key), "name": .string(name(key)),
+            return ("challenge.partner.quit", ["id": id, "who": idText(key), "name": .string(name(key)),
                                                    "elapsed_ms": .int(elapsed), "reason": .string(reason), "mono_us": .int(mono)])
         }
     }
@@ -379,13 +387,13 @@ public final class ChallengeService: @unchecked Sendable {
             // Re-read under the lock: `c` may be older than what another step stored meanwhile.
             let entry = try mutex.withLock { () throws -> LedgerEntry? in
                 guard let current = try store.challenge(c.id), current.readyToCommit(nowUs: timebaseNow(current)) else { return nil }
-                return try store.commitToLedger(current, nowMs: friends.now())
+                return try store.commitToLedger(current, nowMs: friends.now()) { entry in
+                    [events.record("ledger.appended", ["entry": .int(entry.seq), "challenge_id": .string(c.idHex),
+                                                       "hash": .string(hexString(entry.hash)),
+                                                       "signers": .int(Int64(entry.signatures.count))])]
+                }
             }
-            if let entry {
-                events.emit("ledger.appended", ["entry": .int(entry.seq), "challenge_id": .string(c.idHex),
-                                                "hash": .string(hexString(entry.hash)),
-                                                "signers": .int(Int64(entry.signatures.count))])
-            }
+            if entry != nil { events.published() }
         } catch {
             logger.error("cannot append to the ledger", metadata: ["challenge": "\(c.idHex)", "error": "\(error)"])
         }
@@ -484,7 +492,7 @@ public final class ChallengeService: @unchecked Sendable {
                         }
                     }
                 }
-                try mutex.withLock { try persist(&c, []) }
+                try mutex.withLock { try persist(&c, [.notify(.invited)]) }
                 after(c, [.notify(.invited)])
             } catch {
                 refusal = error

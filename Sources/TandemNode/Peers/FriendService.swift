@@ -386,23 +386,34 @@ public final class FriendService: @unchecked Sendable {
             var accept = Tandem_V1_FriendAccept()
             accept.contact = contactRecord()
             let reply = outboxFrame(.friendAccept, to: author, payload: try accept.serializedBytes())
+            let id = NodeID(publicKey: author).canonical
+            // The events go into the request's own transaction.
             let result = try store.receiveFriendRequest(from: author, displayName: record.displayName, message: req.message,
                                                         record: record.canonicalBytes, recordVersion: record.storedVersion,
-                                                        reply: reply, nowMs: now())
-            if result != .blocked { rememberRecordAddresses(record, author: author, link: link) }
-            let id = NodeID(publicKey: author).canonical
-            switch result {
-            case .stored(let dropped):
-                if let dropped {
-                    events.emit("friend.request.dropped", ["id": .string(NodeID(publicKey: dropped).canonical), "reason": "cap"])
+                                                        reply: reply, nowMs: now()) { result in
+                switch result {
+                case .stored(let dropped):
+                    let received = events.record("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
+                                                                             "message": .string(req.message), "address": .string(host)])
+                    guard let dropped else { return [received] }
+                    return [events.record("friend.request.dropped", ["id": .string(NodeID(publicKey: dropped).canonical), "reason": "cap"]),
+                            received]
+                case .refreshed:
+                    return [events.record("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
+                                                                      "message": .string(req.message), "address": .string(host),
+                                                                      "repeat": true])]
+                case .mutual:
+                    return [events.record("friend.accepted", ["id": .string(id), "name": .string(record.displayName), "by": "both"])]
+                case .alreadyFriends, .blocked:
+                    return []
                 }
-                events.emit("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
-                                                        "message": .string(req.message), "address": .string(host)])
-            case .refreshed:
-                events.emit("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
-                                                        "message": .string(req.message), "address": .string(host), "repeat": true])
+            }
+            events.published()
+            if result != .blocked { rememberRecordAddresses(record, author: author, link: link) }
+            switch result {
+            case .stored, .refreshed:
+                break
             case .mutual:
-                events.emit("friend.accepted", ["id": .string(id), "name": .string(record.displayName), "by": "both"])
                 friendsChanged()
                 becameFriend(author, name: record.displayName)
                 poke()
@@ -417,11 +428,12 @@ public final class FriendService: @unchecked Sendable {
     private func receiveAccept(_ envelope: Envelope, _ m: FriendAcceptMessage, from link: PeerLink?) throws {
         let record = m.contact
         try once(envelope, on: link) {
+            let accepted = events.record("friend.accepted", ["id": .string(NodeID(publicKey: envelope.author).canonical),
+                                                             "name": .string(record.displayName), "by": "them"])
             if try store.receiveFriendAccept(from: envelope.author, displayName: record.displayName, record: record.canonicalBytes,
-                                             recordVersion: record.storedVersion, nowMs: now()) {
+                                             recordVersion: record.storedVersion, nowMs: now(), events: [accepted]) {
+                events.published()
                 rememberRecordAddresses(record, author: envelope.author, link: link)
-                events.emit("friend.accepted", ["id": .string(NodeID(publicKey: envelope.author).canonical),
-                                                "name": .string(record.displayName), "by": "them"])
                 friendsChanged()
                 becameFriend(envelope.author, name: record.displayName)
             }
@@ -430,13 +442,12 @@ public final class FriendService: @unchecked Sendable {
 
     private func receiveFarewell(_ envelope: Envelope, from link: PeerLink?) throws {
         try once(envelope, on: link) {
-            guard let before = try store.receiveFarewell(from: envelope.author, nowMs: now()) else { return }
             let id = NodeID(publicKey: envelope.author).canonical
-            if envelope.type == .friendDecline {
-                events.emit("friend.declined", ["id": .string(id), "by": "them"])
-            } else {
-                events.emit("friend.removed", ["id": .string(id), "by": "them"])
-            }
+            let type = envelope.type == .friendDecline ? "friend.declined" : "friend.removed"
+            guard let before = try store.receiveFarewell(from: envelope.author, nowMs: now(), events: { _ in
+                [events.record(type, ["id": .string(id), "by": "them"])]
+            }) else { return }
+            events.published()
             if before == .friend { friendsChanged() }
         }
     }
@@ -444,11 +455,12 @@ public final class FriendService: @unchecked Sendable {
     private func receiveContactUpdate(_ envelope: Envelope, _ m: ContactUpdateMessage, from link: PeerLink?) throws {
         let record = m.contact
         try once(envelope, on: link) {
+            let updated = events.record("contact.updated", ["id": .string(NodeID(publicKey: envelope.author).canonical),
+                                                            "name": .string(record.displayName)])
             if try store.updateContactRecord(envelope.author, displayName: record.displayName, record: record.canonicalBytes,
-                                             version: record.storedVersion, nowMs: now()) {
+                                             version: record.storedVersion, nowMs: now(), events: [updated]) {
+                events.published()
                 rememberRecordAddresses(record, author: envelope.author, link: link)
-                events.emit("contact.updated", ["id": .string(NodeID(publicKey: envelope.author).canonical),
-                                                "name": .string(record.displayName)])
             }
         }
     }
