@@ -681,26 +681,57 @@ def pb_valid(payload):
     return True
 
 
+PER_AUTHOR_CAPACITY = 4096
+WATERMARK_LAG_MS = MAX_SKEW_MS
+
+
 class ReceiverModel:
+    """The receiver of section 5.5, with the per-author replay cache of 5.6. The vectors never
+    make it choose between equally large authors, so the model needs no tie-break."""
+
     def __init__(self, key, link_peer, capacity, max_env):
         self.key, self.link_peer, self.capacity, self.max_env = key, link_peer, capacity, max_env
-        self.seen = {}
+        self.entries = {}      # author -> {msg_id: created}
+        self.floors = {}       # author -> floor
         self.watermark = 0
 
-    def replay(self, msg_id, created, now):
+    def _count(self):
+        return sum(len(e) for e in self.entries.values())
+
+    def _evict_oldest(self, author):
+        ids = self.entries[author]
+        oldest = min(ids, key=lambda k: ids[k])
+        self.floors[author] = max(self.floors.get(author, 0), ids.pop(oldest))
+
+    def replay(self, author, msg_id, created, now):
         cutoff = max(now - REPLAY_WINDOW_MS, 0)
-        for k in [k for k, v in self.seen.items() if v < cutoff]:
-            del self.seen[k]
         if created < cutoff or created <= self.watermark:
             return "STALE"
-        if msg_id in self.seen:
-            return "REPLAYED"
-        while len(self.seen) >= self.capacity:
-            oldest = min(self.seen, key=lambda k: self.seen[k])
-            self.watermark = max(self.watermark, self.seen.pop(oldest))
-        if created <= self.watermark:
+        ids = self.entries.setdefault(author, {})
+        for k in [k for k, v in ids.items() if v < cutoff]:
+            self._evict_oldest(author)
+        if created <= self.floors.get(author, 0):
             return "STALE"
-        self.seen[msg_id] = created
+        if msg_id in ids:
+            return "REPLAYED"
+        if len(ids) >= PER_AUTHOR_CAPACITY:
+            self._evict_oldest(author)
+            if created <= self.floors[author]:
+                return "STALE"
+        while self._count() >= self.capacity:
+            most = max(len(e) for e in self.entries.values())
+            largest = [a for a, e in self.entries.items() if len(e) == most]
+            others = [a for a in largest if a != author]
+            assert len(others) <= 1, "the vectors avoid ties"
+            victim = others[0] if others else author
+            if most > 1 or victim == author:
+                self._evict_oldest(victim)
+            else:
+                newest = max([self.floors.pop(victim, 0)] + list(self.entries.pop(victim).values()))
+                self.watermark = max(self.watermark, min(newest, max(now - WATERMARK_LAG_MS, 0)))
+            if created <= self.watermark or created <= self.floors.get(author, 0):
+                return "STALE"
+        ids[msg_id] = created
         return None
 
     def feed(self, data, now):
@@ -736,7 +767,7 @@ class ReceiverModel:
             return "WRONG_RECIPIENT", "verify", reply("WRONG_RECIPIENT", author, msg_id, type_)
         if created > now and created - now > MAX_SKEW_MS:
             return "FROM_THE_FUTURE", "verify", reply("FROM_THE_FUTURE", author, msg_id, type_)
-        verdict = self.replay(msg_id, created, now)
+        verdict = self.replay(author, msg_id, created, now)
         if verdict:
             return verdict, "verify", reply(verdict, author, msg_id, type_)
         if type_ not in TYPES.values():
@@ -908,17 +939,30 @@ def gen_frames():
     ids = [mid(f"watermark-{i}") for i in range(4)]
     envs = [envelope(ALICE, BOB.pk, 2, ids[i], NOW_MS - 4000 + 1000 * i, enc_ping(i, NOW_MS)) for i in range(3)]
     late = envelope(ALICE, BOB.pk, 2, ids[3], NOW_MS - 3500, enc_ping(3, NOW_MS))
-    case("replay cache of capacity 2: evicting the oldest raises the watermark", [
+    case("replay cache of capacity 2, one author: evicting its oldest raises its floor", [
         step(frame(envs[0]), NOW_MS, "ACCEPT"),            # created now-4000
         step(frame(envs[1]), NOW_MS, "ACCEPT"),            # created now-3000
-        step(frame(envs[2]), NOW_MS, "ACCEPT"),            # created now-2000; evicts now-4000 -> watermark
+        step(frame(envs[2]), NOW_MS, "ACCEPT"),            # created now-2000; evicts now-4000 -> alice's floor
         step(frame(envs[0]), NOW_MS, "STALE", reply("STALE", ALICE.pk, ids[0])),
-        # now-3500 is above the watermark, but making room evicts now-3000, which becomes the
-        # watermark: the frame is now at or below it and is refused.
+        # now-3500 is above the floor, but making room evicts now-3000, which becomes the
+        # floor: the frame is now at or below it and is refused.
         step(frame(late), NOW_MS, "STALE", reply("STALE", ALICE.pk, ids[3])),
         step(frame(envs[1]), NOW_MS, "STALE", reply("STALE", ALICE.pk, ids[1])),
         step(frame(envs[2]), NOW_MS, "REPLAYED", reply("REPLAYED", ALICE.pk, ids[2])),
     ], capacity=2)
+    # Two authors: the largest share shrinks, and only its author's floor rises.
+    cids = [mid(f"share-carol-{i}") for i in range(2)]
+    carol = [envelope(CAROL, BOB.pk, 2, cids[i], NOW_MS - 6000 + 1000 * i, enc_ping(i, NOW_MS)) for i in range(2)]
+    case("replay cache of capacity 3, two authors: a full cache evicts from the largest share, whose author alone gets a floor", [
+        step(frame(envs[0]), NOW_MS, "ACCEPT"),            # alice, created now-4000
+        step(frame(envs[1]), NOW_MS, "ACCEPT"),            # alice, created now-3000
+        step(frame(carol[0]), NOW_MS, "ACCEPT"),           # carol, created now-6000
+        step(frame(envs[2]), NOW_MS, "ACCEPT"),            # alice holds most: her now-4000 goes, her floor
+        # Carol's frame created before alice's floor is fresh: alice's floor is hers alone.
+        step(frame(carol[1]), NOW_MS, "ACCEPT"),           # carol, created now-5000; alice holds most again
+        step(frame(envs[0]), NOW_MS, "STALE", reply("STALE", ALICE.pk, ids[0])),
+        step(frame(carol[0]), NOW_MS, "REPLAYED", reply("REPLAYED", CAROL.pk, cids[0])),
+    ], capacity=3)
 
     # Order of the rules: the first rule that fails decides.
     m = mid("order-1")

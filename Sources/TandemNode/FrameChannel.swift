@@ -24,6 +24,8 @@ public final class TransportMetrics: Sendable {
         public var linksClosed: [String: Int] = [:]
         /// Inbound connections refused because too many handshakes were pending (5.12).
         public var handshakesRefused = 0
+        /// Times a link's reading was held because its address was over its frame budget (5.12).
+        public var readsPaused = 0
     }
 
     private let box = NIOLockedValueBox(Snapshot())
@@ -44,6 +46,7 @@ public final class TransportMetrics: Sendable {
     func replyDroppedUnwritable() { box.withLockedValue { $0.repliesDroppedUnwritable += 1 } }
     func linkClosed(_ reason: String) { box.withLockedValue { $0.linksClosed[reason, default: 0] += 1 } }
     func handshakeRefused() { box.withLockedValue { $0.handshakesRefused += 1 } }
+    func readPaused() { box.withLockedValue { $0.readsPaused += 1 } }
 }
 
 extension Tandem_V1_ErrorCode {
@@ -167,6 +170,8 @@ public final class FrameGate: Sendable {
     public let limits: LinkLimits
     /// Bytes of partly received frames, all links together.
     public let frameBudget: FrameBudget
+    /// Frames per second per remote address (nil: no budget).
+    private let addressBudget: NIOLockedValueBox<KeyedRateLimiter<String>>?
 
     public init(localPublicKey: [UInt8], metrics: TransportMetrics, replayCapacity: Int = 100_000,
                 limits: LinkLimits = LinkLimits(),
@@ -178,6 +183,16 @@ public final class FrameGate: Sendable {
         self.clock = clock
         self.limits = limits
         self.frameBudget = FrameBudget(capacity: limits.partialFrameBudget)
+        self.addressBudget = limits.framesPerAddressPerSecond.map {
+            NIOLockedValueBox(KeyedRateLimiter(capacity: limits.frameBurstPerAddress, refillPerSecond: $0, maximumKeys: 4_096))
+        }
+    }
+
+    /// Takes one frame from `address`'s budget; false when the address is over it.
+    func takeFrame(from address: String) -> Bool {
+        guard let addressBudget else { return true }
+        let now = clock()
+        return addressBudget.withLockedValue { $0.check(address, now: now) } == .allowed
     }
 
     /// Checks an envelope. Parsing and the signature check run on the caller's thread with no lock
@@ -282,13 +297,19 @@ final class PeerLinkHandler: ChannelInboundHandler {
     private var closedError: Error?
     private var guardian: LinkGuard
     private var closing = false
+    private let readGate: (LinkReadGate, ChannelHandlerContext)?
+    /// Frames of the current read that were over the address's budget.
+    private var overBudget = 0
+    private var budgetKey: String?
 
-    init(link: PeerLink, gate: FrameGate, delegate: PeerLinkDelegate?, logger: Logger) {
+    init(link: PeerLink, gate: FrameGate, delegate: PeerLinkDelegate?, logger: Logger,
+         readGate: (LinkReadGate, ChannelHandlerContext)? = nil) {
         self.link = link
         self.gate = gate
         self.delegate = delegate
         self.logger = logger
         self.guardian = LinkGuard(limits: gate.limits, now: gate.clock())
+        self.readGate = readGate
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -306,7 +327,10 @@ final class PeerLinkHandler: ChannelInboundHandler {
         // Frames already decoded when the link was condemned are dropped unread.
         guard !closing else { return }
         let bytes = unwrapInboundIn(data)
-        guard link.remotePublicKey != nil else { return }
+        guard let peer = link.remotePublicKey else { return }
+        // Every frame counts against its address's budget (tunnels: the relay and the peer key).
+        if budgetKey == nil { budgetKey = link.directRemoteHost ?? "tunnel:\(hexString(link.relay ?? []))/\(hexString(peer))" }
+        if !gate.takeFrame(from: budgetKey!) { overBudget += 1 }
         switch gate.verify(bytes) {
         case .failure(let rejection):
             logger.debug("frame rejected", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
@@ -314,6 +338,18 @@ final class PeerLinkHandler: ChannelInboundHandler {
         case .success(let envelope):
             handle(envelope, context: context)
         }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        // Over budget: stop reading this link for as long as those frames would have taken.
+        if overBudget > 0, let (readGate, gateContext) = readGate,
+           let rate = gate.limits.framesPerAddressPerSecond, rate > 0 {
+            let ms = Int64(min((Double(overBudget) * 1000 / rate).rounded(.up), 60_000))
+            readGate.pause(context: gateContext, milliseconds: ms)
+            gate.metrics.readPaused()
+        }
+        overBudget = 0
+        context.fireChannelReadComplete()
     }
 
     /// Carries out the link guard's decision on a rejected frame.
@@ -406,10 +442,11 @@ final class PeerLinkHandler: ChannelInboundHandler {
     }
 }
 
-/// The bottom of a link's pipeline: while more than the high-water mark of outbound bytes waits
-/// for the peer to read, the link is not read either (so a peer that never reads cannot make the
-/// node queue answers to it), and a link that stays so for `unwritableTimeoutMs` is closed.
-final class WritabilityGuard: ChannelDuplexHandler {
+/// The bottom of a link's pipeline, deciding when the link is read: while more than the
+/// high-water mark of outbound bytes waits for the peer to read, the link is not read either (so a
+/// peer that never reads cannot make the node queue answers to it), and a link that stays so for
+/// `unwritableTimeoutMs` is closed; while its address is over its frame budget, reading waits.
+final class LinkReadGate: ChannelDuplexHandler {
     typealias InboundIn = NIOAny
     typealias OutboundIn = NIOAny
 
@@ -418,6 +455,8 @@ final class WritabilityGuard: ChannelDuplexHandler {
     private let logger: Logger
     private var readPending = false
     private var timer: Scheduled<Void>?
+    private var pausedUntil: NIODeadline?
+    private var resume: Scheduled<Void>?
 
     init(timeoutMs: UInt64, metrics: TransportMetrics, logger: Logger) {
         self.timeout = .milliseconds(Int64(clamping: timeoutMs))
@@ -426,10 +465,33 @@ final class WritabilityGuard: ChannelDuplexHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        if context.channel.isWritable {
+        if context.channel.isWritable, pausedUntil == nil {
             context.read()
         } else {
             readPending = true
+        }
+    }
+
+    /// Holds reading for `milliseconds` (the link's address is over its frame budget).
+    func pause(context: ChannelHandlerContext, milliseconds: Int64) {
+        guard milliseconds > 0 else { return }
+        let until = NIODeadline.now() + .milliseconds(milliseconds)
+        if let p = pausedUntil, p >= until { return }
+        pausedUntil = until
+        resume?.cancel()
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        resume = context.eventLoop.scheduleTask(deadline: until) {
+            let (gate, context) = loopBound.value
+            gate.pausedUntil = nil
+            gate.resume = nil
+            gate.readIfPending(context: context)
+        }
+    }
+
+    private func readIfPending(context: ChannelHandlerContext) {
+        if readPending, context.channel.isWritable, pausedUntil == nil {
+            readPending = false
+            context.read()
         }
     }
 
@@ -437,10 +499,7 @@ final class WritabilityGuard: ChannelDuplexHandler {
         if context.channel.isWritable {
             timer?.cancel()
             timer = nil
-            if readPending {
-                readPending = false
-                context.read()
-            }
+            readIfPending(context: context)
         } else if timer == nil {
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             timer = context.eventLoop.scheduleTask(in: timeout) {
@@ -460,6 +519,8 @@ final class WritabilityGuard: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         timer?.cancel()
         timer = nil
+        resume?.cancel()
+        resume = nil
         context.fireChannelInactive()
     }
 }
@@ -498,12 +559,14 @@ public enum PeerPipeline {
                                             value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048,
                                                                                    maximum: limits.maximumReadBytes))
         let sync = channel.pipeline.syncOperations
-        try sync.addHandler(WritabilityGuard(timeoutMs: limits.unwritableTimeoutMs, metrics: gate.metrics, logger: logger))
+        let readGate = LinkReadGate(timeoutMs: limits.unwritableTimeoutMs, metrics: gate.metrics, logger: logger)
+        try sync.addHandler(readGate)
         try sync.addHandler(secure)
         try sync.addHandler(ByteToMessageHandler(FrameByteDecoder(maximumEnvelopeLength: options.maximumEnvelopeLength,
                                                                   budget: gate.frameBudget)))
         try sync.addHandler(MessageToByteHandler(FrameByteEncoder()))
-        try sync.addHandler(PeerLinkHandler(link: link, gate: gate, delegate: delegate, logger: logger))
+        try sync.addHandler(PeerLinkHandler(link: link, gate: gate, delegate: delegate, logger: logger,
+                                            readGate: (readGate, try sync.context(handler: readGate))))
         return link
     }
 }

@@ -13,6 +13,8 @@ public struct NodeConfiguration: Sendable {
     public var port: Int = TandemConstants.defaultPort
     public var link = PeerPipeline.Options()
     public var replayCapacity = 100_000
+    /// What links may cost (Protocol 5.12).
+    public var linkLimits = LinkLimits.node
     public var friends = FriendService.Configuration()
     /// LAN discovery; nil turns it off (throwaway nodes, tests that must not broadcast).
     public var discovery: DiscoveryConfiguration? = nil

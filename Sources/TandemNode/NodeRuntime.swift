@@ -54,7 +54,7 @@ public final class NodeRuntime: Sendable {
         self.logger = logger
         self.dataDirectory = dataDirectory
         self.gate = FrameGate(localPublicKey: identity.publicKey, metrics: metrics,
-                              replayCapacity: configuration.replayCapacity)
+                              replayCapacity: configuration.replayCapacity, limits: configuration.linkLimits)
         let store: NodeStore
         try dataDirectory?.create()
         do {
@@ -173,6 +173,7 @@ public final class NodeRuntime: Sendable {
             "replies_dropped_unwritable": .int(Int64(m.repliesDroppedUnwritable)),
             "links_closed": counts(m.linksClosed),
             "handshakes_refused": .int(Int64(m.handshakesRefused)),
+            "reads_paused": .int(Int64(m.readsPaused)),
             "handshakes_pending": .int(Int64(listener.pendingHandshakes)),
             "partial_frame_bytes": .int(Int64(gate.frameBudget.used)),
             "replay_cache_entries": .int(Int64(gate.replayCacheCount)),

@@ -21,11 +21,24 @@ public struct LinkLimits: Sendable, Equatable {
     /// Bytes of partly received frames all links together may hold; a link whose next frame does
     /// not fit is closed.
     public var partialFrameBudget = 32 * 1024 * 1024
+    /// Frames read per second from one remote address (all its direct links together; a tunnel
+    /// counts as its own address), after a burst of `frameBurstPerAddress`; past it the node reads
+    /// that address's links more slowly (backpressure, nothing is dropped). nil: no budget (a relay,
+    /// benchmarks of the bare pipeline).
+    public var framesPerAddressPerSecond: Double? = nil
+    public var frameBurstPerAddress: Double = 2_000
     /// Inbound connections still in the Secret Handshake: in total, and from one address.
     public var maximumPendingHandshakes = 128
     public var maximumPendingHandshakesPerAddress = 8
 
     public init() {}
+
+    /// A node's limits: the defaults above with a per-address frame budget of 1,000 frames/s.
+    public static var node: LinkLimits {
+        var l = LinkLimits()
+        l.framesPerAddressPerSecond = 1_000
+        return l
+    }
 }
 
 /// One link's account of its rejected frames: whether to answer a rejection with an ERROR, drop

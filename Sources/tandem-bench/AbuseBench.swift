@@ -195,7 +195,7 @@ struct AbuseChild: AsyncParsableCommand {
             let m = node.metrics.snapshot
             return ["frames_accepted": m.framesAccepted, "frames_rejected": m.framesRejected,
                     "handshakes_succeeded": m.handshakesSucceeded, "handshakes_failed": m.handshakesFailed,
-                    "handshakes_refused": m.handshakesRefused, "links_closed": m.linksClosed,
+                    "handshakes_refused": m.handshakesRefused, "links_closed": m.linksClosed, "reads_paused": m.readsPaused,
                     "error_replies_suppressed": m.errorRepliesSuppressed,
                     "replies_dropped_unwritable": m.repliesDroppedUnwritable,
                     "cpu_seconds": processCPUSeconds()]

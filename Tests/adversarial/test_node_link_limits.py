@@ -127,3 +127,73 @@ def test_handshake_flood_from_one_address_does_not_lock_out_an_honest_peer(make_
     finally:
         for s in sockets:
             s.close()
+
+
+def test_pings_from_a_peer_that_never_reads_are_not_answered_without_bound(make_node, peers):
+    """Valid PINGs, each answered by a signed PONG, from a peer that never reads: old node queued
+    every PONG for ever. Now past 256 KiB queued the node stops reading the link and drops optional
+    replies, and closes the link after 10 s."""
+    node = make_node()
+    hostile = peers.open(node, source=ATTACKER, read_limit=1024, rcvbuf=4096)
+    # 60,000 PONGs (12 MB) are more than the kernel's socket buffers absorb on loopback.
+    blob = b"".join(frame(hostile.envelope(PING, enc_ping(i))) for i in range(60_000))
+    start = time.monotonic()
+    hostile.write_raw(blob)
+    rss = []
+
+    async def until_closed(timeout=90):
+        while time.monotonic() - start < timeout:
+            sample_rss(node, rss)
+            # The node aborts the link: our transport, still holding unsent pings, sees the reset.
+            if hostile.writer.transport.is_closing():
+                return True
+            await asyncio.sleep(0.5)
+        return False
+
+    closed = peers.run(until_closed())
+    took = time.monotonic() - start
+    assert closed, "the node kept writing PONGs to a link that does not read"
+    assert took > 5, f"closed after {took:.1f} s: before the 10 s the node grants a link that does not drain"
+    assert node.links_closed("unwritable") >= 1
+    assert max(rss) < RSS_BOUND_KIB
+    transport = node.transport()
+    assert transport["frames_accepted"] < 60_000, "the node stopped reading the link that did not read"
+    honest = peers.open(node, source=HONEST)
+    assert peers.run(honest.ping()) < 2
+    node.assert_healthy()
+    print(f"closed {took:.1f} s after the pings were sent; RSS max {max(rss)} KiB")
+
+
+def test_one_address_cannot_take_every_link_slot(make_node, peers):
+    """Old node: 1,024 links in total, whoever holds them; one address opening 1,030 authenticated
+    links (a new key each) made the node close every later link, friends' included. Now one
+    address keeps at most 32 direct links."""
+    node = make_node()
+
+    async def open_many(n):
+        opened = []
+        for _ in range(n):
+            try:
+                opened.append(await HostilePeer(node.public_key, node.port).open(source=ATTACKER, timeout=5))
+            except (OSError, ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+                pass
+        return opened
+
+    hostile = peers.run(open_many(1_030))
+    peers.opened += hostile
+
+    async def still_open(links):
+        alive = 0
+        for link in links:
+            try:
+                await link.ping(timeout=2)
+                alive += 1
+            except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+                pass
+        return alive
+
+    honest = peers.open(node, source=HONEST)
+    assert peers.run(honest.ping(timeout=5)) < 2
+    alive = peers.run(still_open(hostile[:64] + hostile[-64:]))
+    assert alive <= 32, f"{alive} links from one address still answer"
+    node.assert_healthy()

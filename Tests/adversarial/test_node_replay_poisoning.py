@@ -13,44 +13,36 @@ from advhelpers import ATTACKER, HONEST
 import pytest
 from hostile import PONG, PingRefused, enc_pong, envelope, frame, now_ms
 
-from nacl.signing import SigningKey
 
 FLOOD = 104_000          # more than the old node's 100,000-entry cache
 PER_KEY = 4_000          # below a share (4,096), so no frame of the flood is refused
+LINKS = 26               # one key per link, each from its own address (the node reads 1,000 frames/s per address)
 AHEAD_MS = 9 * 60 * 1000 + 30_000   # within the 10-min skew, with room for clock reading
 
 
-async def flood_future_pongs(peer, total, per_key):
-    """`total` PONGs dated now + 9.5 min, signed by a new key every `per_key` frames, over one link."""
-    sent = 0
-    while sent < total:
-        key = SigningKey.generate()
-        n = min(per_key, total - sent)
-        batch = []
-        for i in range(n):
-            batch.append(frame(envelope(key, PONG, peer.node_key, enc_pong(i), created_at=now_ms() + AHEAD_MS)))
-            if len(batch) == 200:
-                peer.write_raw(b"".join(batch))
-                batch = []
-                await peer.drain(timeout=60)
-        if batch:
-            peer.write_raw(b"".join(batch))
-            await peer.drain(timeout=60)
-        sent += n
+async def flood_future_pongs(links, per_key):
+    """`per_key` PONGs dated now + 9.5 min over each link, signed by the link's own key."""
+    for link in links:
+        link.write_raw(b"".join(frame(envelope(link.key, PONG, link.node_key, enc_pong(i), created_at=now_ms() + AHEAD_MS))
+                                for i in range(per_key)))
+    for link in links:
+        await link.drain(timeout=120)
 
 
 def test_future_dated_flood_does_not_make_honest_frames_stale(make_node, peers):
     node = make_node()
-    stranger = peers.open(node, source=ATTACKER)
+    strangers = [peers.open(node, source=f"127.0.1.{i + 1}") for i in range(LINKS)]
     friend = peers.open(node, source=HONEST)
     assert peers.run(friend.ping()) < 5
+    assert LINKS * PER_KEY == FLOOD
 
     before = node.transport().get("frames_accepted")
     start = time.monotonic()
-    peers.run(flood_future_pongs(stranger, FLOOD, PER_KEY))
-    # The flood is read in order: once a PING sent after it is answered, all of it was processed
-    # (dated after the flood, so even the old node answers it).
-    peers.run(stranger.ping(timeout=120, created_at=now_ms() + AHEAD_MS + 10_000))
+    peers.run(flood_future_pongs(strangers, PER_KEY))
+    # Each link is read in order: once a PING sent after its flood is answered, all of it was
+    # processed (dated after the flood, so even the old node answers it).
+    for stranger in strangers:
+        peers.run(stranger.ping(timeout=180, created_at=now_ms() + AHEAD_MS + 10_000))
     flood_seconds = time.monotonic() - start
     if before is not None:
         assert node.transport()["frames_accepted"] >= before + FLOOD, "the flood was accepted (not refused early)"

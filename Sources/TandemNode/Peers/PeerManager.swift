@@ -31,15 +31,19 @@ public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
     private let handlerBox = NIOLockedValueBox<FrameHandler?>(nil)
     /// Links a node keeps open at most (inbound and outbound together); strangers past it are closed.
     public let maximumLinks: Int
+    /// Direct links from one remote address at most (Protocol 5.12), so one address cannot take
+    /// every link slot; tunnels (whose socket address is the relay's) are not counted.
+    public let maximumLinksPerAddress: Int
 
     public init(identity: SigningKeyPair, gate: FrameGate, options: PeerPipeline.Options, group: EventLoopGroup,
-                logger: Logger, maximumLinks: Int = 1024) {
+                logger: Logger, maximumLinks: Int = 1024, maximumLinksPerAddress: Int = 32) {
         self.identity = identity
         self.gate = gate
         self.options = options
         self.group = group
         self.logger = logger
         self.maximumLinks = maximumLinks
+        self.maximumLinksPerAddress = maximumLinksPerAddress
     }
 
     public var handler: FrameHandler? {
@@ -51,9 +55,12 @@ public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
 
     public func linkEstablished(_ link: PeerLink) {
         guard let key = link.remotePublicKey else { return }
+        let host = link.directRemoteHost
         let (isFirst, tooMany) = state.withLockedValue { s -> (Bool, Bool) in
             let total = s.links.values.reduce(0) { $0 + $1.count }
             if total >= maximumLinks { return (false, true) }
+            if let host, s.links.values.reduce(0, { n, list in n + list.count(where: { $0.directRemoteHost == host }) })
+                >= maximumLinksPerAddress { return (false, true) }
             let first = s.links[key, default: []].isEmpty
             s.links[key, default: []].append(link)
             s.lastFrameAt[key] = wallClockMilliseconds()
