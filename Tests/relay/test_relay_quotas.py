@@ -6,11 +6,12 @@ import asyncio
 import os
 import sqlite3
 import struct
+import threading
 import time
 
 import pytest
 
-from relayhelpers import poll
+from relayhelpers import add_relay, befriend_via_relay, cli_json, last_seq, poll, wait_event
 from relayproto import (BAD_REQUEST, JOINED, LIMIT, MAILBOX_ITEM, OK, PING, PONG, RELAY_GOODBYE,
                         RELAY_REGISTER, RELAY_REGISTERED, TUNNEL_INCOMING, UNAVAILABLE, RelayLink, envelope, join,
                         pb_bytes, pb_uint, read_exactly)
@@ -101,6 +102,82 @@ def test_spliced_tunnels_stay_counted_after_a_reconnect(make_relay, links):
     finally:
         for s in ends:
             s.close()
+
+
+class TunnelFlood(threading.Thread):
+    """Stranger keys (from STRANGER) that keep opening tunnels to `target` and never join them, on
+    their own event loop: as each expires at the relay (10 s), it is opened again."""
+
+    def __init__(self, relay, target, keys=8):
+        super().__init__(daemon=True)
+        self.relay, self.target, self.keys = relay, target, keys
+        self.granted = 0
+        self.stop = threading.Event()
+        self.ready = threading.Event()
+        self.error = None
+
+    def run(self):
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._flood())
+        except Exception as e:  # reported by the test
+            self.error = e
+        finally:
+            loop.close()
+
+    async def _flood(self):
+        links = [await RelayLink(self.relay, source=STRANGER).open() for _ in range(self.keys)]
+        try:
+            while not self.stop.is_set():
+                for link in links:
+                    while (await link.open_tunnel(self.target)).get(2) == OK:
+                        self.granted += 1
+                self.ready.set()
+                await asyncio.sleep(0.2)
+        finally:
+            for link in links:
+                link.close()
+            await asyncio.sleep(0.05)
+
+
+def test_strangers_unjoined_tunnels_do_not_starve_a_nodes_friends(make_relay, make_node):
+    """Strangers keep 32 tunnels to node A waiting (8 keys, 4 each: the relay's pair cap) and never
+    join them. A joins at most 2 per initiator and 8 for all strangers, so its friend B still gets
+    through: B's invite reaches A over B's first tunnel. Before, A joined the first 16
+    announcements, each held its slot until the relay gave up on it (10 s), and every friend's
+    tunnel meanwhile was ignored."""
+    relay = make_relay()
+    a, b = make_node("a"), make_node("b")
+    add_relay(a, relay)
+    add_relay(b, relay)
+    befriend_via_relay(a, b)
+    sa = last_seq(a)
+    assert b.stop() == 0
+    wait_event(a, "peer.offline", f"id={b.id}", since=sa)
+
+    flood = TunnelFlood(relay, bytes.fromhex(a.info["public_key"]))
+    flood.start()
+    try:
+        assert flood.ready.wait(15), flood.error
+        assert flood.granted >= 16, flood.granted
+        time.sleep(1.0)  # A has taken its joins by now
+        sa = last_seq(a)
+        b.start()
+        cid = cli_json(b, "challenge", "invite", a.id, "--start-in", "10m", "--duration", "1m")["id"]
+        invited_at = time.monotonic()
+        got = wait_event(a, "challenge.invited", f"id={cid}", since=sa, timeout="25s")
+        took = time.monotonic() - invited_at
+        print(f"the invite reached A {took:.2f} s after B sent it; flood granted {flood.granted}")
+        assert got["from"] == b.id
+        # An ignored TUNNEL_INCOMING shows as a join that times out after 10 s, then a retry that
+        # may slip in as the strangers' tunnels expire (about 11 s before this change). B's first
+        # tunnel must have been joined.
+        assert took < 8, f"the invite took {took:.1f} s: B's first tunnel to A was ignored"
+        assert flood.error is None, flood.error
+    finally:
+        flood.stop.set()
+        flood.join(10)
+    assert "too many incoming tunnels" in a.log(), "A was never asked for more joins than it takes"
 
 
 # ---------------------------------------------------------------- mailbox
