@@ -246,6 +246,9 @@ public final class RelayServer: Service, @unchecked Sendable {
         // handshake, frames the relay rejects, and valid frames alike.
         let rate = ByteRate(bytesPerSecond: configuration.clientBytesPerSecond)
         try channel.pipeline.syncOperations.addHandler(InboundRateHandler(rate: rate))
+        // One read per readable event, so a held read takes effect at once, not after several
+        // more reads of up to 64 KiB each.
+        try channel.syncOptions?.setOption(ChannelOptions.maxMessagesPerRead, value: 1)
         let delegate = ClientDelegate(server: self, connection: connection, address: address, rate: rate)
         try PeerPipeline.configure(channel: channel, identity: identity, serverPublicKey: nil, gate: gate,
                                    delegate: delegate, options: options, logger: logger)

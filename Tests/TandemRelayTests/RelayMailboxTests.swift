@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import XCTest
 @testable import TandemRelay
 
@@ -381,6 +382,45 @@ final class RelayMailboxTests: XCTestCase {
     }
 
     // MARK: durability
+
+    /// A mailbox written by the previous schema (v1: no source, no charge) opens, keeps its items
+    /// and counts them at their size; new items are charged as usual.
+    func testAVersion1MailboxIsMigrated() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("relay-mailbox-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("mailbox.sqlite").path
+        do {
+            let old = try DatabaseQueue(path: path)
+            try old.write { db in
+                try db.execute(sql: """
+                    CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
+                    INSERT INTO grdb_migrations VALUES ('v1');
+                    CREATE TABLE registered (publicKey BLOB PRIMARY KEY, firstMs INTEGER NOT NULL, lastMs INTEGER NOT NULL);
+                    CREATE TABLE item (id INTEGER PRIMARY KEY AUTOINCREMENT, recipient BLOB NOT NULL, sender BLOB NOT NULL,
+                                       sealed BLOB NOT NULL, storedAtMs INTEGER NOT NULL, expiresAtMs INTEGER NOT NULL);
+                    CREATE INDEX item_recipient ON item(recipient, id);
+                    CREATE INDEX item_sender ON item(recipient, sender);
+                    CREATE INDEX item_expiry ON item(expiresAtMs);
+                    """)
+                try db.execute(sql: "INSERT INTO registered VALUES (?, 0, 0)", arguments: [Data(alice)])
+                try db.execute(sql: "INSERT INTO item (recipient, sender, sealed, storedAtMs, expiresAtMs) VALUES (?, ?, ?, 0, 1000)",
+                               arguments: [Data(alice), Data(bob), Data(item(12))])
+                try db.execute(sql: "INSERT INTO item (recipient, sender, sealed, storedAtMs, expiresAtMs) VALUES (?, ?, ?, 0, 1000)",
+                               arguments: [Data(alice), Data(bob), Data()])
+            }
+        }
+        var q = Self.quotas
+        q.minimumChargedBytes = 20
+        let box = try mailbox(q, path: path)
+        XCTAssertEqual(box.depth.items, 2)
+        XCTAssertEqual(box.depth.bytes, 12, "old items count at their size")
+        XCTAssertEqual(try box.items(for: alice).map(\.sealed), [item(12), []])
+        _ = try box.put(recipient: alice, sender: carol, source: "a", sealed: item(1), nowMs: 500)
+        XCTAssertEqual(box.depth.bytes, 32)
+        XCTAssertEqual(try box.expire(nowMs: 1000), 2)
+        XCTAssertEqual(box.depth.bytes, 20)
+    }
 
     func testItemsAndDepthSurviveReopening() throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("relay-mailbox-\(UUID().uuidString)")

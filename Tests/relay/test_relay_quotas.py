@@ -12,7 +12,7 @@ import time
 import pytest
 
 from relayhelpers import add_relay, befriend_via_relay, cli_json, last_seq, poll, wait_event
-from relayproto import (BAD_REQUEST, JOINED, LIMIT, MAILBOX_ITEM, OK, PING, PONG, RELAY_GOODBYE,
+from relayproto import (BAD_REQUEST, JOINED, LIMIT, MAILBOX_ITEM, OK, PING, PONG, REFUSED, RELAY_GOODBYE,
                         RELAY_REGISTER, RELAY_REGISTERED, TUNNEL_INCOMING, UNAVAILABLE, RelayLink, envelope, join,
                         pb_bytes, pb_uint, read_exactly)
 
@@ -65,6 +65,27 @@ def test_stranger_opening_many_tunnels_does_not_lock_out_a_friend(make_relay, li
     finally:
         a.close()
         b.close()
+
+
+def test_a_splice_past_the_targets_cap_is_refused_at_both_ends(make_relay, links):
+    """Waiting tunnels do not count against their target, so more may wait than it may hold; the
+    splice that would take it past its cap is answered 0x03 (refused) at both ends."""
+    relay = make_relay(args=["--max-tunnels-per-client", "1"])
+    target, first, second = links.open(relay, 3)
+    links.run(target.register())
+    a = links.run(first.open_tunnel(target.public))
+    b = links.run(second.open_tunnel(target.public))
+    assert a.get(2) == OK and b.get(2) == OK, (a, b)
+    ends = list(splice(relay, a[4], links.run(incoming_from(target, first.public))[2]))
+    try:
+        late = [join(relay.port, b[4]), join(relay.port, links.run(incoming_from(target, second.public))[2])]
+        ends += late
+        assert [read_exactly(s, 2) for s in late] == [bytes([REFUSED])] * 2
+        assert relay.metric("tandem_relay_refusals_total", reason="tunnel_target_full") == 1
+        assert relay.metric("tandem_relay_tunnels") == 1
+    finally:
+        for s in ends:
+            s.close()
 
 
 def test_spliced_tunnels_stay_counted_after_a_reconnect(make_relay, links):
