@@ -23,7 +23,8 @@ public final class ByteRate: Sendable {
             let elapsed = Double(nowNs &- s.atNs) / 1e9
             s.tokens = min(rate, s.tokens + elapsed * rate) - Double(bytes)
             s.atNs = nowNs
-            return s.tokens >= 0 ? .zero : .nanoseconds(Int64(-s.tokens / rate * 1e9))
+            // A day at most: the conversion below cannot trap, whatever the debt.
+            return s.tokens >= 0 ? .zero : .nanoseconds(Int64(min(-s.tokens / rate, 86_400) * 1e9))
         }
     }
 }
