@@ -147,17 +147,16 @@ public final class RelayMailbox: Sendable {
 
     public func register(_ key: [UInt8], nowMs: Int64) throws {
         if isFreshlyRegistered(key, nowMs: nowMs) { return }
-        defer {
-            recentlyRegistered.withLockedValue { m in
-                if m.count >= Self.maximumRemembered { m.removeAll() }
-                m[key] = nowMs
-            }
-        }
         try writer.write { db in
             try db.execute(sql: """
                 INSERT INTO registered (publicKey, firstMs, lastMs) VALUES (?, ?, ?)
                 ON CONFLICT(publicKey) DO UPDATE SET lastMs = excluded.lastMs
                 """, arguments: [Data(key), nowMs, nowMs])
+        }
+        // Remembered only once it is on disk: a failed write must not pass for a registration later.
+        recentlyRegistered.withLockedValue { m in
+            if m.count >= Self.maximumRemembered { m.removeAll() }
+            m[key] = nowMs
         }
     }
 

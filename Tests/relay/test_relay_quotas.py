@@ -284,9 +284,13 @@ def test_registration_fails_with_goodbye_not_registered_when_the_mailbox_cannot_
     finally:
         db.execute("ROLLBACK")
         db.close()
-    # With the store back, the same key registers.
-    again = links.open(relay)
+    # With the store back, the same key registers, and this time it is recorded: mail for it is taken.
+    again = links.run(RelayLink(relay, key=client.key).open())
+    links.opened.append(again)
     assert links.run(again.register()) is not None
+    sender = links.open(relay)
+    reply = links.run(sender.put(client.public, b"for the key that registered"))
+    assert reply.get(2) == OK, f"the second registration was answered but not recorded: {reply}"
 
 
 # ---------------------------------------------------------------- clients and bytes
