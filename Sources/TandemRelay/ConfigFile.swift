@@ -83,11 +83,13 @@ extension RelayConfiguration {
         ConfigSetting(key: "data-dir") { c, v, k in c.dataDirectory = try nonEmpty(v, key: k) },
         ConfigSetting(key: "public-address") { c, v, k in c.publicAddress = try nonEmpty(v, key: k) },
         ConfigSetting(key: "max-clients") { c, v, k in c.maximumClients = try positive(v, key: k) },
+        ConfigSetting(key: "max-clients-per-address") { c, v, k in c.maximumClientsPerAddress = try positive(v, key: k) },
         ConfigSetting(key: "max-pending") { c, v, k in c.maximumPendingConnections = try positive(v, key: k) },
         ConfigSetting(key: "max-pending-per-address") { c, v, k in c.maximumPendingPerAddress = try positive(v, key: k) },
         ConfigSetting(key: "handshake-timeout") { c, v, k in c.handshakeTimeoutSeconds = try seconds(v, key: k) },
         ConfigSetting(key: "idle-timeout") { c, v, k in c.idleTimeoutSeconds = try seconds(v, key: k) },
         ConfigSetting(key: "max-tunnels-per-client") { c, v, k in c.maximumTunnelsPerClient = try positive(v, key: k) },
+        ConfigSetting(key: "max-tunnels-per-pair") { c, v, k in c.maximumTunnelsPerPair = try positive(v, key: k) },
         ConfigSetting(key: "tunnel-join-timeout") { c, v, k in c.tunnelJoinTimeoutSeconds = try seconds(v, key: k) },
         ConfigSetting(key: "client-rate") { c, v, k in c.clientBytesPerSecond = try bytes(v, key: k, zeroAllowed: true) },
         ConfigSetting(key: "tunnel-queue") { c, v, k in c.tunnelQueueBytes = try bytes(v, key: k) },
@@ -98,6 +100,10 @@ extension RelayConfiguration {
         ConfigSetting(key: "mailbox-total-bytes") { c, v, k in c.mailboxTotalBytes = try bytes(v, key: k) },
         ConfigSetting(key: "mailbox-item-bytes") { c, v, k in c.mailboxItemBytes = try bytes(v, key: k) },
         ConfigSetting(key: "mailbox-ttl") { c, v, k in c.mailboxTTLSeconds = try seconds(v, key: k) },
+        ConfigSetting(key: "mailbox-bytes-per-sender") { c, v, k in c.mailboxBytesPerSender = try bytes(v, key: k) },
+        ConfigSetting(key: "mailbox-bytes-per-address") { c, v, k in c.mailboxBytesPerAddress = try bytes(v, key: k) },
+        ConfigSetting(key: "mailbox-item-charge") { c, v, k in c.mailboxItemCharge = try bytes(v, key: k) },
+        ConfigSetting(key: "mailbox-queue") { c, v, k in c.mailboxQueueJobs = try positive(v, key: k) },
         ConfigSetting(key: "log-format") { c, v, k in
             guard let format = LogFormat(rawValue: v) else {
                 throw ConfigProblem(message: "\(k) must be text or json, got '\(v)'")

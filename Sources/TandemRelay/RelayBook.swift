@@ -1,9 +1,16 @@
 import TandemProtocol
 
 /// The relay's bookkeeping as a plain value (no sockets): which connections are still
-/// unauthenticated and from where, which clients are connected and registered, and which tunnels
-/// are waiting for their two ends. The server asks it before doing anything and carries out what
-/// it answers; the tests drive it directly.
+/// unauthenticated and from where, which clients are connected and registered, which tunnels
+/// are waiting for their two ends and whom they are charged to, and how much mailbox work is
+/// queued. The server asks it before doing anything and carries out what it answers; the tests
+/// drive it directly.
+///
+/// Tunnels are counted per **key**, not per link, so a client that reconnects finds its spliced
+/// tunnels still counted (they outlive its link). A key's *load* is the tunnels it initiated
+/// (waiting or spliced) plus the spliced tunnels it is the target of. Waiting tunnels are charged
+/// to their initiator and to the initiator–target pair only: a stranger that opens tunnels and
+/// never joins them uses up its own allowance, never its target's.
 public struct RelayBook: Sendable {
     public struct Limits: Sendable, Equatable {
         public var maximumClients: Int
@@ -13,15 +20,27 @@ public struct RelayBook: Sendable {
         public var tunnelJoinTimeoutMs: Int64
         /// Connections of every kind the relay may hold (file descriptors it may spend).
         public var maximumConnections: Int
+        /// Authenticated client links from one source address (see `addressBucket`).
+        public var maximumClientsPerAddress: Int
+        /// Tunnels (waiting or spliced) from one initiator key to one target key.
+        public var maximumTunnelsPerPair: Int
+        /// Mailbox jobs (deposits, registrations, acknowledgements) queued or running, in all and per client link.
+        public var maximumMailboxJobs: Int
+        public var maximumMailboxJobsPerClient: Int
 
         public init(maximumClients: Int, maximumPending: Int, maximumPendingPerAddress: Int, maximumTunnelsPerClient: Int,
-                    tunnelJoinTimeoutMs: Int64, maximumConnections: Int) {
+                    tunnelJoinTimeoutMs: Int64, maximumConnections: Int, maximumClientsPerAddress: Int = .max,
+                    maximumTunnelsPerPair: Int = .max, maximumMailboxJobs: Int = .max, maximumMailboxJobsPerClient: Int = .max) {
             self.maximumClients = maximumClients
             self.maximumPending = maximumPending
             self.maximumPendingPerAddress = maximumPendingPerAddress
             self.maximumTunnelsPerClient = maximumTunnelsPerClient
             self.tunnelJoinTimeoutMs = tunnelJoinTimeoutMs
             self.maximumConnections = maximumConnections
+            self.maximumClientsPerAddress = maximumClientsPerAddress
+            self.maximumTunnelsPerPair = maximumTunnelsPerPair
+            self.maximumMailboxJobs = maximumMailboxJobs
+            self.maximumMailboxJobsPerClient = maximumMailboxJobsPerClient
         }
     }
 
@@ -30,17 +49,35 @@ public struct RelayBook: Sendable {
 
     struct Client {
         var key: [UInt8]
+        var address: String
         var registered = false
+        /// Tunnels this link opened or is the target's home link of (the unspliced ones end
+        /// with the link).
         var tunnels: Set<Token> = []
     }
 
     public struct Tunnel: Sendable, Equatable {
         public let initiator: ClientID
         public let target: ClientID
+        public let initiatorKey: [UInt8]
+        public let targetKey: [UInt8]
         public let createdMs: Int64
         /// Ends that joined (connection ids), at most two.
         public var joined: [UInt64] = []
         public var spliced = false
+    }
+
+    /// What one key takes of the tunnel allowance.
+    struct Load: Equatable {
+        var initiated = 0
+        var splicedIn = 0
+        var total: Int { initiated + splicedIn }
+        var isEmpty: Bool { initiated == 0 && splicedIn == 0 }
+    }
+
+    struct Pair: Hashable {
+        let initiator: [UInt8]
+        let target: [UInt8]
     }
 
     public let limits: Limits
@@ -48,8 +85,13 @@ public struct RelayBook: Sendable {
     public private(set) var pendingCount = 0
     public private(set) var connectionCount = 0
     private var clients: [ClientID: Client] = [:]
+    private(set) var clientsByAddress: [String: Int] = [:]
     private var homes: [[UInt8]: ClientID] = [:]
     public private(set) var tunnels: [Token: Tunnel] = [:]
+    private(set) var loads: [[UInt8]: Load] = [:]
+    private(set) var pairs: [Pair: Int] = [:]
+    public private(set) var mailboxJobs = 0
+    private(set) var mailboxJobsByClient: [ClientID: Int] = [:]
 
     public init(limits: Limits) {
         self.limits = limits
@@ -58,6 +100,26 @@ public struct RelayBook: Sendable {
     public var clientCount: Int { clients.count }
     public var registeredCount: Int { homes.count }
     public var splicedTunnelCount: Int { tunnels.values.filter(\.spliced).count }
+
+    /// The text per-address limits count by: an IPv4 address as it is, an IPv6 address by its /64
+    /// prefix (one subscriber usually holds a whole /64, so counting single IPv6 addresses would
+    /// give one host 2^64 allowances). An IPv4-mapped IPv6 address counts as its IPv4 address.
+    public static func addressBucket(_ ip: String) -> String {
+        let lower = ip.lowercased()
+        if lower.hasPrefix("::ffff:"), lower.contains(".") { return String(lower.dropFirst(7)) }
+        guard lower.contains(":") else { return ip }
+        // Expand "::" into the missing zero groups, then keep the first four groups.
+        let halves = lower.split(separator: "::", maxSplits: 1, omittingEmptySubsequences: false)
+        let head = halves[0].split(separator: ":", omittingEmptySubsequences: true).map(String.init)
+        let tail = halves.count > 1 ? halves[1].split(separator: ":", omittingEmptySubsequences: true).map(String.init) : []
+        let missing = max(0, 8 - head.count - tail.count)
+        let groups = head + Array(repeating: "0", count: halves.count > 1 ? missing : 0) + tail
+        let prefix = groups.prefix(4).map { g -> String in
+            let trimmed = g.drop(while: { $0 == "0" })
+            return trimmed.isEmpty ? "0" : String(trimmed)
+        }
+        return prefix.joined(separator: ":") + "::/64"
+    }
 
     // MARK: connections
 
@@ -96,12 +158,19 @@ public struct RelayBook: Sendable {
 
     public enum Authentication: Equatable, Sendable {
         case accepted
+        /// Past `maximumClients`.
         case full
+        /// Past `maximumClientsPerAddress` from this address.
+        case tooManyFromAddress
     }
 
-    public mutating func authenticated(_ id: ClientID, key: [UInt8]) -> Authentication {
+    /// The link `id` proved `key` from `address` (an `addressBucket`).
+    public mutating func authenticated(_ id: ClientID, key: [UInt8], address: String) -> Authentication {
+        guard clients[id] == nil else { return .accepted }
         guard clients.count < limits.maximumClients else { return .full }
-        clients[id] = Client(key: key)
+        guard clientsByAddress[address, default: 0] < limits.maximumClientsPerAddress else { return .tooManyFromAddress }
+        clients[id] = Client(key: key, address: address)
+        clientsByAddress[address, default: 0] += 1
         return .accepted
     }
 
@@ -127,11 +196,13 @@ public struct RelayBook: Sendable {
     public func key(of id: ClientID) -> [UInt8]? { clients[id]?.key }
 
     /// A client link closed: forgets it and drops its tunnels that are not spliced yet (spliced
-    /// tunnels live on their own connections). Returns the dropped tokens.
+    /// tunnels live on their own connections, and stay charged to their keys). Returns the
+    /// dropped tokens.
     @discardableResult
     public mutating func clientClosed(_ id: ClientID) -> [Token] {
         guard let c = clients.removeValue(forKey: id) else { return [] }
         if homes[c.key] == id { homes[c.key] = nil }
+        if let n = clientsByAddress[c.address] { clientsByAddress[c.address] = n > 1 ? n - 1 : nil }
         var dropped: [Token] = []
         for t in c.tunnels where tunnels[t]?.spliced == false {
             dropTunnel(t)
@@ -150,18 +221,30 @@ public struct RelayBook: Sendable {
     }
 
     /// `id` asks for a tunnel to `target`; `token` is the fresh random join token to use.
+    ///
+    /// Refused with `limit` when the initiator's key is at `maximumTunnelsPerClient` (its waiting
+    /// tunnels count), when the pair already has `maximumTunnelsPerPair` tunnels, or when the
+    /// target's key is at `maximumTunnelsPerClient` with tunnels it initiated or spliced tunnels
+    /// to it. Tunnels merely waiting to reach the target do not count against the target.
     public mutating func openTunnel(from id: ClientID, to target: [UInt8], token: Token, nowMs: Int64) -> OpenResult {
         guard let me = clients[id] else { return .badRequest("not connected") }
         guard target.count == 32 else { return .badRequest("a target is a 32-byte key") }
         guard target != me.key else { return .badRequest("a tunnel to yourself") }
         guard let targetID = homes[target] else { return .offline }
-        guard me.tunnels.count < limits.maximumTunnelsPerClient else {
+        guard tunnels[token] == nil else { return .badRequest("token in use") }
+        guard loads[me.key, default: Load()].total < limits.maximumTunnelsPerClient else {
             return .limit("at most \(limits.maximumTunnelsPerClient) tunnels per client")
         }
-        guard (clients[targetID]?.tunnels.count ?? 0) < limits.maximumTunnelsPerClient else {
+        let pair = Pair(initiator: me.key, target: target)
+        guard pairs[pair, default: 0] < limits.maximumTunnelsPerPair else {
+            return .limit("at most \(limits.maximumTunnelsPerPair) tunnels to one target")
+        }
+        guard loads[target, default: Load()].total < limits.maximumTunnelsPerClient else {
             return .limit("the target has too many tunnels")
         }
-        tunnels[token] = Tunnel(initiator: id, target: targetID, createdMs: nowMs)
+        tunnels[token] = Tunnel(initiator: id, target: targetID, initiatorKey: me.key, targetKey: target, createdMs: nowMs)
+        loads[me.key, default: Load()].initiated += 1
+        pairs[pair, default: 0] += 1
         clients[id]?.tunnels.insert(token)
         clients[targetID]?.tunnels.insert(token)
         return .ready(target: targetID)
@@ -172,6 +255,9 @@ public struct RelayBook: Sendable {
         case waiting
         /// Both ends are here: splice `other` (a connection id) with the one that just joined.
         case paired(other: UInt64, tunnel: Tunnel)
+        /// Both ends are here but the target reached its tunnel cap while this one waited: the
+        /// tunnel is dropped; answer both ends "refused".
+        case refused(other: UInt64)
         case unknownToken
     }
 
@@ -179,14 +265,22 @@ public struct RelayBook: Sendable {
     public mutating func join(token: Token, connection: UInt64, nowMs: Int64? = nil) -> JoinResult {
         guard var t = tunnels[token], !t.spliced, t.joined.count < 2, !t.joined.contains(connection) else { return .unknownToken }
         if let nowMs, nowMs - t.createdMs >= limits.tunnelJoinTimeoutMs { return .unknownToken }
-        t.joined.append(connection)
-        if t.joined.count == 2 {
-            t.spliced = true
+        guard t.joined.count == 1 else {
+            t.joined.append(connection)
             tunnels[token] = t
-            return .paired(other: t.joined[0], tunnel: t)
+            return .waiting
         }
+        let other = t.joined[0]
+        // Splicing makes the tunnel count against its target too: waiting ones did not.
+        guard loads[t.targetKey, default: Load()].total < limits.maximumTunnelsPerClient else {
+            dropTunnel(token)
+            return .refused(other: other)
+        }
+        t.joined.append(connection)
+        t.spliced = true
         tunnels[token] = t
-        return .waiting
+        loads[t.targetKey, default: Load()].splicedIn += 1
+        return .paired(other: other, tunnel: t)
     }
 
     /// A tunnel ended (either connection closed, or it expired).
@@ -194,6 +288,16 @@ public struct RelayBook: Sendable {
         guard let t = tunnels.removeValue(forKey: token) else { return }
         clients[t.initiator]?.tunnels.remove(token)
         clients[t.target]?.tunnels.remove(token)
+        var l = loads[t.initiatorKey, default: Load()]
+        l.initiated = max(0, l.initiated - 1)
+        loads[t.initiatorKey] = l.isEmpty ? nil : l
+        if t.spliced {
+            var l = loads[t.targetKey, default: Load()]
+            l.splicedIn = max(0, l.splicedIn - 1)
+            loads[t.targetKey] = l.isEmpty ? nil : l
+        }
+        let pair = Pair(initiator: t.initiatorKey, target: t.targetKey)
+        if let n = pairs[pair] { pairs[pair] = n > 1 ? n - 1 : nil }
     }
 
     /// Tunnels still not spliced after the join timeout; they are forgotten. Returns each with
@@ -204,6 +308,40 @@ public struct RelayBook: Sendable {
         return stale.map { ($0.key, $0.value.joined) }
     }
 
-    /// Tunnels (any state) a client takes part in.
+    /// Tunnels (any state) a link takes part in, as the initiator's link or the target's home link.
     public func tunnelCount(of id: ClientID) -> Int { clients[id]?.tunnels.count ?? 0 }
+
+    /// A key's tunnel load: tunnels it initiated (waiting or spliced) and spliced tunnels to it.
+    public func tunnelLoad(of key: [UInt8]) -> Int { loads[key]?.total ?? 0 }
+
+    /// Tunnels (waiting or spliced) from `initiator` to `target`.
+    public func tunnelCount(from initiator: [UInt8], to target: [UInt8]) -> Int {
+        pairs[Pair(initiator: initiator, target: target)] ?? 0
+    }
+
+    // MARK: mailbox work
+
+    public enum MailboxJob: Equatable, Sendable {
+        case accepted
+        /// The queue is full: the relay is busy.
+        case busy
+        /// This link already has `maximumMailboxJobsPerClient` jobs waiting.
+        case tooManyFromClient
+    }
+
+    /// `client` wants one job on the mailbox queue (a deposit, a registration, an acknowledgement).
+    /// Each accepted job must be followed by `finishMailboxJob(client:)`.
+    public mutating func startMailboxJob(client: ClientID) -> MailboxJob {
+        guard mailboxJobs < limits.maximumMailboxJobs else { return .busy }
+        guard mailboxJobsByClient[client, default: 0] < limits.maximumMailboxJobsPerClient else { return .tooManyFromClient }
+        mailboxJobs += 1
+        mailboxJobsByClient[client, default: 0] += 1
+        return .accepted
+    }
+
+    public mutating func finishMailboxJob(client: ClientID) {
+        guard let n = mailboxJobsByClient[client] else { return }
+        mailboxJobs = max(0, mailboxJobs - 1)
+        mailboxJobsByClient[client] = n > 1 ? n - 1 : nil
+    }
 }

@@ -20,14 +20,19 @@ public struct RelayConfiguration: Sendable, Equatable {
     // Limits (0 means "no limit" only where noted).
     /// Authenticated clients at once; past it new clients are refused with a clear error.
     public var maximumClients = 20_000
+    /// Authenticated clients from one source address (an IPv6 address counts by its /64) at once:
+    /// one host cannot take the whole `maximumClients`.
+    public var maximumClientsPerAddress = 64
     /// Connections that have not finished the handshake (or tunnel join) at once, in total and per source address.
     public var maximumPendingConnections = 1_024
     public var maximumPendingPerAddress = 64
     public var handshakeTimeoutSeconds: Int64 = 10
     /// A client link with no frame for this long is closed (nodes ping every 30 s).
     public var idleTimeoutSeconds: Int64 = 120
-    /// Tunnels (open or waiting for the other side to join) per client.
+    /// Tunnels per client key: those it opened (waiting or spliced) plus spliced tunnels to it.
     public var maximumTunnelsPerClient = 32
+    /// Tunnels (waiting or spliced) from one initiator key to one target key.
+    public var maximumTunnelsPerPair = 4
     /// A tunnel whose two ends have not both joined in this time is dropped.
     public var tunnelJoinTimeoutSeconds: Int64 = 10
     /// Bytes per second a client may push through the relay (its links and tunnels); 0 = unlimited.
@@ -44,6 +49,28 @@ public struct RelayConfiguration: Sendable, Equatable {
     public var mailboxTotalBytes = 256 << 20
     public var mailboxItemBytes = MailboxSeal.defaultMaximumItemBytes
     public var mailboxTTLSeconds: Int64 = 7 * 24 * 3600
+    /// Charged bytes one sender key may hold across all recipients; nil: `mailboxTotalBytes / 64`.
+    public var mailboxBytesPerSender: Int? = nil
+    /// Charged bytes deposited from one source address across all recipients; nil: `mailboxTotalBytes / 16`.
+    public var mailboxBytesPerAddress: Int? = nil
+    /// Every item is charged at least this many bytes against the byte quotas.
+    public var mailboxItemCharge = 1024
+    /// Mailbox jobs (deposits, registrations, acknowledgements) waiting for the store, in all and per client link.
+    public var mailboxQueueJobs = 1024
+    public var mailboxQueueJobsPerClient = 8
+
+    public var effectiveMailboxBytesPerSender: Int { mailboxBytesPerSender ?? max(1, mailboxTotalBytes / 64) }
+    public var effectiveMailboxBytesPerAddress: Int { mailboxBytesPerAddress ?? max(1, mailboxTotalBytes / 16) }
+
+    /// The mailbox quotas these settings give.
+    public var mailboxQuotas: RelayMailbox.Quotas {
+        .init(itemsPerRecipient: mailboxItemsPerRecipient, bytesPerRecipient: mailboxBytesPerRecipient,
+              itemsPerSender: mailboxItemsPerSender, totalItems: mailboxTotalItems, totalBytes: mailboxTotalBytes,
+              itemBytes: mailboxItemBytes, ttlMs: mailboxTTLSeconds.multipliedReportingOverflow(by: 1000).overflow
+                  ? Int64.max : mailboxTTLSeconds * 1000,
+              bytesPerSender: effectiveMailboxBytesPerSender, bytesPerAddress: effectiveMailboxBytesPerAddress,
+              minimumChargedBytes: mailboxItemCharge)
+    }
 
     /// Log lines as JSON objects (one per line) instead of text.
     public var logFormat: LogFormat = .text

@@ -5,6 +5,11 @@ import NIOConcurrencyHelpers
 /// Sealed mail for offline nodes (Protocol/README.md section 14.4), in SQLite (WAL) under the
 /// relay's data directory, or in memory. Every put checks the quotas in the same transaction
 /// that stores the item, so nothing a sender does grows the file past them.
+///
+/// Every item is *charged* at least `minimumChargedBytes`, and byte quotas count charged bytes:
+/// so each byte quota also bounds the number of items (rows, index entries) it lets in. Besides
+/// the per-recipient quotas, a sender key and a source address each hold at most their share
+/// across all recipients, so throwaway keys from one address cannot fill the whole relay.
 public final class RelayMailbox: Sendable {
     public struct Quotas: Sendable, Equatable {
         public var itemsPerRecipient: Int
@@ -14,9 +19,19 @@ public final class RelayMailbox: Sendable {
         public var totalBytes: Int
         public var itemBytes: Int
         public var ttlMs: Int64
+        /// Charged bytes one sender key may hold across all recipients.
+        public var bytesPerSender: Int
+        /// Charged bytes deposited from one source address (`RelayBook.addressBucket`) across all recipients.
+        public var bytesPerAddress: Int
+        /// Every item is charged at least this many bytes (an empty item is refused).
+        public var minimumChargedBytes: Int
 
         public init(itemsPerRecipient: Int, bytesPerRecipient: Int, itemsPerSender: Int, totalItems: Int, totalBytes: Int,
-                    itemBytes: Int, ttlMs: Int64) {
+                    itemBytes: Int, ttlMs: Int64, bytesPerSender: Int = .max, bytesPerAddress: Int = .max,
+                    minimumChargedBytes: Int = 1) {
+            self.bytesPerSender = bytesPerSender
+            self.bytesPerAddress = bytesPerAddress
+            self.minimumChargedBytes = max(1, minimumChargedBytes)
             self.itemsPerRecipient = itemsPerRecipient
             self.bytesPerRecipient = bytesPerRecipient
             self.itemsPerSender = itemsPerSender
@@ -37,17 +52,25 @@ public final class RelayMailbox: Sendable {
 
     public enum Refusal: Error, Equatable, CustomStringConvertible, Sendable {
         case unknownRecipient
+        case empty
         case tooLarge(Int)
         case recipientFull(String)
         case senderQuota(Int)
+        /// The sender key holds its share of the relay's mail (bytes, across all recipients).
+        case senderTotal(Int)
+        /// The sender's source address holds its share of the relay's mail.
+        case addressQuota(Int)
         case relayFull
 
         public var description: String {
             switch self {
             case .unknownRecipient: return "the recipient has never registered at this relay"
+            case .empty: return "a mailbox item cannot be empty"
             case .tooLarge(let max): return "a mailbox item is at most \(max) bytes"
             case .recipientFull(let what): return "the recipient's mailbox is full (\(what))"
             case .senderQuota(let n): return "you already hold \(n) items in this mailbox"
+            case .senderTotal(let n): return "you already hold \(n) bytes of mail at this relay"
+            case .addressQuota(let n): return "your address already holds \(n) bytes of mail at this relay"
             case .relayFull: return "the relay's mailbox storage is full"
             }
         }
@@ -75,7 +98,7 @@ public final class RelayMailbox: Sendable {
         try Self.migrator.migrate(writer)
         let t = try writer.read { db in
             (try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0,
-             try Int.fetchOne(db, sql: "SELECT coalesce(sum(length(sealed)), 0) FROM item") ?? 0)
+             try Int.fetchOne(db, sql: "SELECT coalesce(sum(charged), 0) FROM item") ?? 0)
         }
         totals.withLockedValue { $0 = (t.0, t.1) }
     }
@@ -101,10 +124,20 @@ public final class RelayMailbox: Sendable {
             try db.create(index: "item_sender", on: "item", columns: ["recipient", "sender"])
             try db.create(index: "item_expiry", on: "item", columns: ["expiresAtMs"])
         }
+        m.registerMigration("v2") { db in
+            // Where each item came from and what it is charged, for the quotas across recipients.
+            try db.alter(table: "item") { t in
+                t.add(column: "source", .text).notNull().defaults(to: "")
+                t.add(column: "charged", .integer).notNull().defaults(to: 0)
+            }
+            try db.execute(sql: "UPDATE item SET charged = length(sealed)")
+            try db.create(index: "item_by_sender", on: "item", columns: ["sender"])
+            try db.create(index: "item_by_source", on: "item", columns: ["source"])
+        }
         return m
     }
 
-    /// Items and bytes held, over all recipients.
+    /// Items and charged bytes held, over all recipients.
     public var depth: (items: Int, bytes: Int) { totals.withLockedValue { $0 } }
 
     /// True when `key`'s registration is on disk and fresh enough that `register` would write nothing.
@@ -114,17 +147,16 @@ public final class RelayMailbox: Sendable {
 
     public func register(_ key: [UInt8], nowMs: Int64) throws {
         if isFreshlyRegistered(key, nowMs: nowMs) { return }
-        defer {
-            recentlyRegistered.withLockedValue { m in
-                if m.count >= Self.maximumRemembered { m.removeAll() }
-                m[key] = nowMs
-            }
-        }
         try writer.write { db in
             try db.execute(sql: """
                 INSERT INTO registered (publicKey, firstMs, lastMs) VALUES (?, ?, ?)
                 ON CONFLICT(publicKey) DO UPDATE SET lastMs = excluded.lastMs
                 """, arguments: [Data(key), nowMs, nowMs])
+        }
+        // Remembered only once it is on disk: a failed write must not pass for a registration later.
+        recentlyRegistered.withLockedValue { m in
+            if m.count >= Self.maximumRemembered { m.removeAll() }
+            m[key] = nowMs
         }
     }
 
@@ -134,32 +166,56 @@ public final class RelayMailbox: Sendable {
         }
     }
 
+    /// What an item of `size` bytes is charged.
+    public func charge(_ size: Int) -> Int { max(size, quotas.minimumChargedBytes) }
+
+    /// True when `more` charged bytes on top of `used` stay within `quota` (no overflow whatever the values).
+    static func fits(_ used: Int, _ more: Int, within quota: Int) -> Bool {
+        used >= 0 && more >= 0 && used <= quota && more <= quota - used
+    }
+
     /// Stores one sealed item; durable when this returns. Throws a `Refusal` past any quota.
-    public func put(recipient: [UInt8], sender: [UInt8], sealed: [UInt8], nowMs: Int64) throws -> Int64 {
+    /// `source`: the depositing client's address bucket (`RelayBook.addressBucket`).
+    public func put(recipient: [UInt8], sender: [UInt8], source: String, sealed: [UInt8], nowMs: Int64) throws -> Int64 {
+        guard !sealed.isEmpty else { throw Refusal.empty }
         guard sealed.count <= quotas.itemBytes else { throw Refusal.tooLarge(quotas.itemBytes) }
+        let charged = charge(sealed.count)
         // Writes are serialised by the database writer: checking and counting the totals inside the
         // write keeps concurrent puts from passing the same check.
         return try writer.write { db in
             let (items, bytes) = totals.withLockedValue { $0 }
-            guard items < quotas.totalItems, bytes + sealed.count <= quotas.totalBytes else { throw Refusal.relayFull }
+            guard items < quotas.totalItems, Self.fits(bytes, charged, within: quotas.totalBytes) else { throw Refusal.relayFull }
             let r = Data(recipient)
             guard try Bool.fetchOne(db, sql: "SELECT 1 FROM registered WHERE publicKey = ?", arguments: [r]) ?? false else {
                 throw Refusal.unknownRecipient
             }
-            let row = try Row.fetchOne(db, sql: "SELECT count(*) AS n, coalesce(sum(length(sealed)), 0) AS b FROM item WHERE recipient = ?",
+            let row = try Row.fetchOne(db, sql: "SELECT count(*) AS n, coalesce(sum(charged), 0) AS b FROM item WHERE recipient = ?",
                                        arguments: [r])
             let n: Int = row?["n"] ?? 0
             let b: Int = row?["b"] ?? 0
             guard n < quotas.itemsPerRecipient else { throw Refusal.recipientFull("\(quotas.itemsPerRecipient) items") }
-            guard b + sealed.count <= quotas.bytesPerRecipient else { throw Refusal.recipientFull("\(quotas.bytesPerRecipient) bytes") }
+            guard Self.fits(b, charged, within: quotas.bytesPerRecipient) else {
+                throw Refusal.recipientFull("\(quotas.bytesPerRecipient) bytes")
+            }
+            let s = Data(sender)
             let fromSender = try Int.fetchOne(db, sql: "SELECT count(*) FROM item WHERE recipient = ? AND sender = ?",
-                                              arguments: [r, Data(sender)]) ?? 0
+                                              arguments: [r, s]) ?? 0
             guard fromSender < quotas.itemsPerSender else { throw Refusal.senderQuota(quotas.itemsPerSender) }
-            try db.execute(sql: "INSERT INTO item (recipient, sender, sealed, storedAtMs, expiresAtMs) VALUES (?, ?, ?, ?, ?)",
-                           arguments: [r, Data(sender), Data(sealed), nowMs, nowMs + quotas.ttlMs])
+            let senderBytes = try Int.fetchOne(db, sql: "SELECT coalesce(sum(charged), 0) FROM item WHERE sender = ?",
+                                               arguments: [s]) ?? 0
+            guard Self.fits(senderBytes, charged, within: quotas.bytesPerSender) else { throw Refusal.senderTotal(quotas.bytesPerSender) }
+            let sourceBytes = try Int.fetchOne(db, sql: "SELECT coalesce(sum(charged), 0) FROM item WHERE source = ?",
+                                               arguments: [source]) ?? 0
+            guard Self.fits(sourceBytes, charged, within: quotas.bytesPerAddress) else {
+                throw Refusal.addressQuota(quotas.bytesPerAddress)
+            }
+            let (expiry, overflow) = nowMs.addingReportingOverflow(quotas.ttlMs)
+            try db.execute(sql: """
+                INSERT INTO item (recipient, sender, sealed, storedAtMs, expiresAtMs, source, charged) VALUES (?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [r, s, Data(sealed), nowMs, overflow ? Int64.max : expiry, source, charged])
             // Counted before the commit: should the commit fail, the totals over-count (refusing
             // early), never under-count.
-            totals.withLockedValue { $0.items += 1; $0.bytes += sealed.count }
+            totals.withLockedValue { $0.items += 1; $0.bytes += charged }
             return db.lastInsertedRowID
         }
     }
@@ -183,7 +239,7 @@ public final class RelayMailbox: Sendable {
         let (n, b): (Int, Int) = try writer.write { db in
             var n = 0, b = 0
             for id in ids {
-                if let size = try Int.fetchOne(db, sql: "SELECT length(sealed) FROM item WHERE id = ? AND recipient = ?",
+                if let size = try Int.fetchOne(db, sql: "SELECT charged FROM item WHERE id = ? AND recipient = ?",
                                                arguments: [id, Data(recipient)]) {
                     try db.execute(sql: "DELETE FROM item WHERE id = ?", arguments: [id])
                     n += 1
@@ -200,7 +256,7 @@ public final class RelayMailbox: Sendable {
     @discardableResult
     public func expire(nowMs: Int64) throws -> Int {
         let (n, b): (Int, Int) = try writer.write { db in
-            let row = try Row.fetchOne(db, sql: "SELECT count(*) AS n, coalesce(sum(length(sealed)), 0) AS b FROM item WHERE expiresAtMs <= ?",
+            let row = try Row.fetchOne(db, sql: "SELECT count(*) AS n, coalesce(sum(charged), 0) AS b FROM item WHERE expiresAtMs <= ?",
                                        arguments: [nowMs])
             try db.execute(sql: "DELETE FROM item WHERE expiresAtMs <= ?", arguments: [nowMs])
             return (row?["n"] ?? 0, row?["b"] ?? 0)

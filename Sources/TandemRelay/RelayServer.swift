@@ -23,6 +23,7 @@ public final class RelayMetrics: Sendable {
         public var mailboxRefused = 0
         public var mailboxExpired = 0
         public var idleClosed = 0
+        public var registrationsFailed = 0
     }
 
     private let box = NIOLockedValueBox(Snapshot())
@@ -50,6 +51,8 @@ public final class RelayServer: Service, @unchecked Sendable {
     struct Session {
         let link: PeerLink
         let key: [UInt8]
+        /// The source address bucket (`RelayBook.addressBucket`) the link came from.
+        let address: String
         var lastFrameMs: Int64
         let rate: ByteRate
     }
@@ -76,7 +79,11 @@ public final class RelayServer: Service, @unchecked Sendable {
             maximumClients: configuration.maximumClients, maximumPending: configuration.maximumPendingConnections,
             maximumPendingPerAddress: configuration.maximumPendingPerAddress,
             maximumTunnelsPerClient: configuration.maximumTunnelsPerClient,
-            tunnelJoinTimeoutMs: configuration.tunnelJoinTimeoutSeconds * 1000, maximumConnections: fdBudget)))
+            tunnelJoinTimeoutMs: configuration.tunnelJoinTimeoutSeconds * 1000, maximumConnections: fdBudget,
+            maximumClientsPerAddress: configuration.maximumClientsPerAddress,
+            maximumTunnelsPerPair: configuration.maximumTunnelsPerPair,
+            maximumMailboxJobs: configuration.mailboxQueueJobs,
+            maximumMailboxJobsPerClient: configuration.mailboxQueueJobsPerClient)))
         self.bound = group.next().makePromise()
     }
 
@@ -204,7 +211,9 @@ public final class RelayServer: Service, @unchecked Sendable {
     // MARK: accepting
 
     private func accept(_ channel: Channel) throws {
-        let address = channel.remoteAddress?.ipAddress ?? "?"
+        let ip = channel.remoteAddress?.ipAddress ?? "?"
+        // Per-address limits count by address bucket (an IPv6 /64 as one address).
+        let address = RelayBook.addressBucket(ip)
         let admission = book.withLockedValue { $0.admit(address: address) }
         metrics.update { $0.connectionsAccepted += 1 }
         switch admission {
@@ -212,7 +221,7 @@ public final class RelayServer: Service, @unchecked Sendable {
             break
         case .tooManyConnections:
             metrics.refused("connections")
-            logger.notice("refusing a connection: too many connections", metadata: ["from": "\(address)"])
+            logger.notice("refusing a connection: too many connections", metadata: ["from": "\(ip)"])
             channel.close(promise: nil)
             return
         case .tooManyPending:
@@ -233,7 +242,14 @@ public final class RelayServer: Service, @unchecked Sendable {
         var options = PeerPipeline.Options()
         options.handshakeTimeout = .seconds(configuration.handshakeTimeoutSeconds)
         options.maximumEnvelopeLength = 64 * 1024
-        let delegate = ClientDelegate(server: self, connection: connection, address: address)
+        // Every byte the client sends is charged to its rate before anything decodes it: the
+        // handshake, frames the relay rejects, and valid frames alike.
+        let rate = ByteRate(bytesPerSecond: configuration.clientBytesPerSecond)
+        try channel.pipeline.syncOperations.addHandler(InboundRateHandler(rate: rate))
+        // One read per readable event, so a held read takes effect at once, not after several
+        // more reads of up to 64 KiB each.
+        try channel.syncOptions?.setOption(ChannelOptions.maxMessagesPerRead, value: 1)
+        let delegate = ClientDelegate(server: self, connection: connection, address: address, rate: rate)
         try PeerPipeline.configure(channel: channel, identity: identity, serverPublicKey: nil, gate: gate,
                                    delegate: delegate, options: options, logger: logger)
     }
@@ -253,6 +269,12 @@ public final class RelayServer: Service, @unchecked Sendable {
                     book.withLockedValue { $0.dropTunnel(token) }
                 }
             }
+        case .refused(let other):
+            metrics.refused("tunnel_target_full")
+            if let otherChannel = waiting.withLockedValue({ $0.removeValue(forKey: other) }) {
+                answer(otherChannel, .refused, close: true)
+            }
+            answer(channel, .refused, close: true)
         case .paired(let other, let tunnel):
             guard let otherChannel = waiting.withLockedValue({ $0.removeValue(forKey: other) }) else {
                 book.withLockedValue { $0.dropTunnel(token) }
@@ -311,23 +333,32 @@ public final class RelayServer: Service, @unchecked Sendable {
 
     // MARK: client links
 
-    func established(_ link: PeerLink, connection: UInt64, address: String) {
+    func established(_ link: PeerLink, connection: UInt64, address: String, rate: ByteRate) {
         book.withLockedValue { $0.leavePending(address: address) }
         guard let key = link.remotePublicKey else { return }
         if shuttingDown.withLockedValue({ $0 }) {
             goodbye(link, reason: "the relay is shutting down", retryAfterMs: 5_000)
             return
         }
-        let verdict = book.withLockedValue { $0.authenticated(connection, key: key) }
-        guard verdict == .accepted else {
+        let verdict = book.withLockedValue { $0.authenticated(connection, key: key, address: address) }
+        switch verdict {
+        case .accepted:
+            break
+        case .full:
             metrics.refused("clients")
             logger.notice("refusing a client: the relay is full", metadata: ["clients": "\(configuration.maximumClients)"])
             goodbye(link, reason: "the relay is full (\(configuration.maximumClients) clients)", retryAfterMs: 60_000)
             return
+        case .tooManyFromAddress:
+            metrics.refused("clients_per_address")
+            logger.notice("refusing a client: too many from its address",
+                          metadata: ["from": "\(address)", "limit": "\(configuration.maximumClientsPerAddress)"])
+            goodbye(link, reason: "too many clients from your address (\(configuration.maximumClientsPerAddress))",
+                    retryAfterMs: 60_000)
+            return
         }
         sessions.withLockedValue {
-            $0[connection] = Session(link: link, key: key, lastFrameMs: now(),
-                                     rate: ByteRate(bytesPerSecond: configuration.clientBytesPerSecond))
+            $0[connection] = Session(link: link, key: key, address: address, lastFrameMs: now(), rate: rate)
         }
         logger.debug("client connected", metadata: ["client": "\(NodeID(publicKey: key).short)", "from": "\(address)"])
     }
@@ -347,14 +378,7 @@ public final class RelayServer: Service, @unchecked Sendable {
             s[connection]?.lastFrameMs = nowMs
             return s[connection]
         }) else { return }
-        let wait = session.rate.consume(envelope.bytes.count)
-        if wait > .zero {
-            // Over its rate: stop reading this client until it is back in budget.
-            let ch = link.channel
-            ch.setOption(ChannelOptions.autoRead, value: false).whenSuccess {
-                ch.eventLoop.scheduleTask(in: wait) { ch.setOption(ChannelOptions.autoRead, value: true).whenComplete { _ in } }
-            }
-        }
+        // The bytes were charged to the client's rate as they were read (InboundRateHandler).
         switch envelope.type {
         case .ping, .pong, .error:
             return
@@ -365,13 +389,18 @@ public final class RelayServer: Service, @unchecked Sendable {
             openTunnel(m, session: session, connection: connection)
         case .mailboxPut:
             guard let m = try? Tandem_V1_MailboxPut(serializedBytes: envelope.payload) else { return reject(envelope, link) }
-            put(m, session: session)
+            put(m, session: session, connection: connection)
         case .mailboxAck:
             guard let m = try? Tandem_V1_MailboxAck(serializedBytes: envelope.payload) else { return reject(envelope, link) }
             let ids = m.itemIds.prefix(1024).map { Int64(bitPattern: $0) }
-            mailboxQueue.async { [self] in
-                if let n = try? mailbox.acknowledge(ids, recipient: session.key) {
+            // With the queue full the acknowledgement is dropped: the items come again at the
+            // next registration, and the node recognises them (14.4).
+            _ = mailboxJob(connection) { [self] in
+                do {
+                    let n = try mailbox.acknowledge(ids, recipient: session.key)
                     metrics.update { $0.mailboxDelivered += n }
+                } catch {
+                    logger.error("mailbox acknowledgement failed", metadata: ["error": "\(error)"])
                 }
             }
         default:
@@ -398,20 +427,59 @@ public final class RelayServer: Service, @unchecked Sendable {
         link.send(type: .relayReply, payload: (try? r.serializedBytes()) ?? [])
     }
 
-    private func register(_ session: Session, connection: UInt64) {
+    /// Runs `body` on the mailbox queue if the book admits one more job for `connection`.
+    private func mailboxJob(_ connection: UInt64, _ body: @escaping @Sendable () -> Void) -> RelayBook.MailboxJob {
+        let verdict = book.withLockedValue { $0.startMailboxJob(client: connection) }
+        switch verdict {
+        case .accepted:
+            mailboxQueue.async { [self] in
+                defer { book.withLockedValue { $0.finishMailboxJob(client: connection) } }
+                body()
+            }
+        case .busy, .tooManyFromClient:
+            metrics.refused("mailbox_queue")
+        }
+        return verdict
+    }
+
+    /// The link becomes its key's home link; the link it replaces is told goodbye.
+    private func makeHome(_ session: Session, connection: UInt64) {
         let replaced = book.withLockedValue { $0.register(connection) }
         if let replaced, let old = sessions.withLockedValue({ $0[replaced] }) {
             goodbye(old.link, reason: "replaced by a newer link from the same node")
         }
+    }
+
+    /// RELAY_REGISTERED only once the registration is on disk (it is what lets others leave mail
+    /// for the node): when the store fails, or the mailbox queue is full, the client is told
+    /// goodbye and comes back later, and the link never becomes a home link.
+    private func register(_ session: Session, connection: UInt64) {
         // A client registered within the hour, with no mail waiting anywhere, is answered at once;
         // anything else goes through the mailbox's queue (a database write or read).
         if mailbox.depth.items == 0, mailbox.isFreshlyRegistered(session.key, nowMs: now()) {
+            makeHome(session, connection: connection)
             sendRegistered(session, items: [])
             return
         }
-        mailboxQueue.async { [self] in
-            try? mailbox.register(session.key, nowMs: now())
-            sendRegistered(session, items: (try? mailbox.items(for: session.key)) ?? [])
+        let verdict = mailboxJob(connection) { [self] in
+            let items: [RelayMailbox.Item]
+            do {
+                try mailbox.register(session.key, nowMs: now())
+                items = try mailbox.items(for: session.key)
+            } catch {
+                metrics.update { $0.registrationsFailed += 1 }
+                logger.error("mailbox registration failed", metadata: ["error": "\(error)"])
+                goodbye(session.link, reason: "the relay cannot record the registration now", retryAfterMs: 30_000)
+                return
+            }
+            makeHome(session, connection: connection)
+            sendRegistered(session, items: items)
+        }
+        switch verdict {
+        case .accepted:
+            break
+        case .busy, .tooManyFromClient:
+            goodbye(session.link, reason: "the relay is busy", retryAfterMs: 5_000)
         }
     }
 
@@ -461,13 +529,23 @@ public final class RelayServer: Service, @unchecked Sendable {
         }
     }
 
-    private func put(_ m: Tandem_V1_MailboxPut, session: Session) {
+    private func put(_ m: Tandem_V1_MailboxPut, session: Session, connection: UInt64) {
         let recipient = Array(m.recipient)
         guard recipient.count == 32 else { return reply(session.link, m.requestID, .badRequest, "a recipient is a 32-byte key") }
         let sealed = Array(m.sealed)
-        mailboxQueue.async { [self] in
+        // Refused before taking a place in the queue (the mailbox checks them again).
+        guard !sealed.isEmpty else {
+            metrics.update { $0.mailboxRefused += 1 }
+            return reply(session.link, m.requestID, .badRequest, RelayMailbox.Refusal.empty.description)
+        }
+        guard sealed.count <= mailbox.quotas.itemBytes else {
+            metrics.update { $0.mailboxRefused += 1 }
+            return reply(session.link, m.requestID, .badRequest, RelayMailbox.Refusal.tooLarge(mailbox.quotas.itemBytes).description)
+        }
+        let verdict = mailboxJob(connection) { [self] in
             do {
-                let id = try mailbox.put(recipient: recipient, sender: session.key, sealed: sealed, nowMs: now())
+                let id = try mailbox.put(recipient: recipient, sender: session.key, source: session.address, sealed: sealed,
+                                         nowMs: now())
                 metrics.update { $0.mailboxStored += 1 }
                 reply(session.link, m.requestID, .ok, itemID: id)
                 // The recipient may be online after all: hand it over now.
@@ -481,8 +559,8 @@ public final class RelayServer: Service, @unchecked Sendable {
                 let status: Tandem_V1_RelayStatus
                 switch refusal {
                 case .unknownRecipient: status = .unknownRecipient
-                case .tooLarge: status = .badRequest
-                case .recipientFull, .senderQuota: status = .limit
+                case .empty, .tooLarge: status = .badRequest
+                case .recipientFull, .senderQuota, .senderTotal, .addressQuota: status = .limit
                 case .relayFull: status = .unavailable
                 }
                 reply(session.link, m.requestID, status, refusal.description)
@@ -490,6 +568,17 @@ public final class RelayServer: Service, @unchecked Sendable {
                 logger.error("mailbox write failed", metadata: ["error": "\(error)"])
                 reply(session.link, m.requestID, .unavailable, "the relay could not store the item")
             }
+        }
+        switch verdict {
+        case .accepted:
+            break
+        case .busy:
+            metrics.update { $0.mailboxRefused += 1 }
+            reply(session.link, m.requestID, .unavailable, "the relay is busy; try again later")
+        case .tooManyFromClient:
+            metrics.update { $0.mailboxRefused += 1 }
+            reply(session.link, m.requestID, .limit,
+                  "at most \(configuration.mailboxQueueJobsPerClient) mailbox requests of one link may wait at once")
         }
     }
 
@@ -499,7 +588,7 @@ public final class RelayServer: Service, @unchecked Sendable {
     public func renderMetrics() -> String {
         let m = metrics.snapshot
         let b = book.withLockedValue { ($0.clientCount, $0.registeredCount, $0.splicedTunnelCount, $0.tunnels.count,
-                                        $0.pendingCount, $0.connectionCount) }
+                                        $0.pendingCount, $0.connectionCount, $0.mailboxJobs) }
         let depth = mailbox.depth
         var out = ""
         out += PrometheusText.gauge("tandem_relay_clients", help: "Authenticated client links.", value: b.0)
@@ -511,7 +600,8 @@ public final class RelayServer: Service, @unchecked Sendable {
         out += PrometheusText.counter("tandem_relay_connections_accepted_total", help: "TCP connections accepted.", value: m.connectionsAccepted)
         out += PrometheusText.counter("tandem_relay_handshakes_failed_total", help: "Connections closed before finishing the handshake.", value: m.handshakesFailed)
         out += PrometheusText.counter("tandem_relay_refusals_total", help: "Connections and clients refused, by limit.",
-                                      samples: ["connections", "pending", "clients", "tunnel_token", "tunnel_early_data"].map { (["reason": $0], m.refusals[$0] ?? 0) })
+                                      samples: ["connections", "pending", "clients", "clients_per_address", "tunnel_token",
+                                                "tunnel_early_data", "tunnel_target_full", "mailbox_queue"].map { (["reason": $0], m.refusals[$0] ?? 0) })
         out += PrometheusText.counter("tandem_relay_tunnels_opened_total", help: "Tunnels spliced.", value: m.tunnelsOpened)
         out += PrometheusText.counter("tandem_relay_tunnels_refused_total", help: "Tunnel requests refused (offline target or limit).", value: m.tunnelsRefused)
         out += PrometheusText.counter("tandem_relay_bytes_relayed_total", help: "Bytes forwarded through tunnels.", value: m.bytesRelayed)
@@ -522,6 +612,10 @@ public final class RelayServer: Service, @unchecked Sendable {
         out += PrometheusText.counter("tandem_relay_mailbox_refused_total", help: "Mail items refused (quota, unknown recipient, size).", value: m.mailboxRefused)
         out += PrometheusText.counter("tandem_relay_mailbox_expired_total", help: "Mail items dropped after their time-to-live.", value: m.mailboxExpired)
         out += PrometheusText.counter("tandem_relay_idle_closed_total", help: "Client links closed for idleness.", value: m.idleClosed)
+        out += PrometheusText.gauge("tandem_relay_mailbox_queue", help: "Mailbox jobs queued or running.", value: b.6)
+        out += PrometheusText.counter("tandem_relay_registrations_failed_total",
+                                      help: "Registrations answered with RELAY_GOODBYE because the mailbox could not record them.",
+                                      value: m.registrationsFailed)
         return out
     }
 }
@@ -531,17 +625,19 @@ final class ClientDelegate: PeerLinkDelegate, @unchecked Sendable {
     weak var server: RelayServer?
     let connection: UInt64
     let address: String
+    let rate: ByteRate
     private let wasEstablished = NIOLockedValueBox(false)
 
-    init(server: RelayServer, connection: UInt64, address: String) {
+    init(server: RelayServer, connection: UInt64, address: String, rate: ByteRate) {
         self.server = server
         self.connection = connection
         self.address = address
+        self.rate = rate
     }
 
     func linkEstablished(_ link: PeerLink) {
         wasEstablished.withLockedValue { $0 = true }
-        server?.established(link, connection: connection, address: address)
+        server?.established(link, connection: connection, address: address, rate: rate)
     }
 
     func link(_ link: PeerLink, received envelope: Envelope) {

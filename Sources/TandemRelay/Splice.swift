@@ -23,8 +23,50 @@ public final class ByteRate: Sendable {
             let elapsed = Double(nowNs &- s.atNs) / 1e9
             s.tokens = min(rate, s.tokens + elapsed * rate) - Double(bytes)
             s.atNs = nowNs
-            return s.tokens >= 0 ? .zero : .nanoseconds(Int64(-s.tokens / rate * 1e9))
+            // A day at most: the conversion below cannot trap, whatever the debt.
+            return s.tokens >= 0 ? .zero : .nanoseconds(Int64(min(-s.tokens / rate, 86_400) * 1e9))
         }
+    }
+}
+
+/// Charges every byte a client link reads to the client's `ByteRate` as it arrives, before the
+/// handshake or the frame decoder sees it, and holds the next read while the client is in debt.
+/// It delays the outbound `read` rather than switching `autoRead`, so it composes with any other
+/// handler's back-pressure. All state is touched on the channel's event loop.
+final class InboundRateHandler: ChannelDuplexHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private let rate: ByteRate
+    private var resumeAt: NIODeadline?
+    private var readHeld = false
+
+    init(rate: ByteRate) {
+        self.rate = rate
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let wait = rate.consume(unwrapInboundIn(data).readableBytes)
+        if wait > .zero { resumeAt = .now() + wait }
+        context.fireChannelRead(data)
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if let until = resumeAt, until > .now() {
+            guard !readHeld else { return }
+            readHeld = true
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(deadline: until) {
+                let (handler, context) = bound.value
+                handler.readHeld = false
+                handler.read(context: context)
+            }
+            return
+        }
+        resumeAt = nil
+        context.read()
     }
 }
 

@@ -481,7 +481,9 @@ enum RelayBookMachine {
                 if c.pending { book.leavePending(address: c.address) }
                 book.connectionClosed()
             case 3:
-                if book.authenticated(nextClient, key: key(&input)) == .accepted { clients.append(nextClient) }
+                if book.authenticated(nextClient, key: key(&input), address: "192.0.2.\(input.u8() % 4)") == .accepted {
+                    clients.append(nextClient)
+                }
                 nextClient += 1
             case 4:
                 guard !clients.isEmpty else { continue }

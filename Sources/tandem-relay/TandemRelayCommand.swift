@@ -94,6 +94,7 @@ struct Run: AsyncParsableCommand {
     var metrics: String?
 
     @Option(help: ArgumentHelp("Authenticated clients at most.", valueName: "n")) var maxClients: Int?
+    @Option(help: ArgumentHelp("Authenticated clients from one source address at most (IPv6: per /64).", valueName: "n")) var maxClientsPerAddress: Int?
     @Option(help: ArgumentHelp("Tunnels per client at most.", valueName: "n")) var maxTunnelsPerClient: Int?
     @Option(help: ArgumentHelp("Bytes per second one client may push through the relay; 0 for no limit.", valueName: "bytes")) var clientRate: Int?
     @Flag(help: ArgumentHelp("Keep the mailbox in memory (lost at exit) instead of in the data directory.")) var memoryMailbox = false
@@ -117,6 +118,10 @@ struct Run: AsyncParsableCommand {
             }
         }
         if let maxClients { guard maxClients > 0 else { throw usage("--max-clients must be positive") }; c.maximumClients = maxClients }
+        if let maxClientsPerAddress {
+            guard maxClientsPerAddress > 0 else { throw usage("--max-clients-per-address must be positive") }
+            c.maximumClientsPerAddress = maxClientsPerAddress
+        }
         if let maxTunnelsPerClient { guard maxTunnelsPerClient > 0 else { throw usage("--max-tunnels-per-client must be positive") }; c.maximumTunnelsPerClient = maxTunnelsPerClient }
         if let clientRate { guard clientRate >= 0 else { throw usage("--client-rate must be 0 or more") }; c.clientBytesPerSecond = clientRate }
         if let logFormat {
@@ -136,10 +141,7 @@ struct Run: AsyncParsableCommand {
         do {
             // 0600 whatever the umask (the data directory itself is 0700: DataDirectory.create).
             if let mailboxPath { try PrivateDatabaseFile.prepare(mailboxPath) }
-            mailbox = try RelayMailbox(path: mailboxPath, quotas: .init(
-                itemsPerRecipient: c.mailboxItemsPerRecipient, bytesPerRecipient: c.mailboxBytesPerRecipient,
-                itemsPerSender: c.mailboxItemsPerSender, totalItems: c.mailboxTotalItems, totalBytes: c.mailboxTotalBytes,
-                itemBytes: c.mailboxItemBytes, ttlMs: c.mailboxTTLSeconds * 1000))
+            mailbox = try RelayMailbox(path: mailboxPath, quotas: c.mailboxQuotas)
             if let mailboxPath { try PrivateDatabaseFile.restrict(mailboxPath) }
         } catch {
             throw TandemError("cannot open the mailbox \(mailboxPath ?? "in memory"): \(error)")

@@ -27,4 +27,11 @@ final class ByteRateTests: XCTestCase {
         XCTAssertEqual(r.consume(1000, nowNs: t0 + 3_600_000_000_000), .zero)
         XCTAssertEqual(r.consume(1000, nowNs: t0 + 3_600_000_000_000), .seconds(1))
     }
+
+    /// A debt however large (a rate of 1 B/s and a gigabyte read) gives a bounded wait, no trap.
+    func testHugeDebtIsCappedAtADay() {
+        let r = ByteRate(bytesPerSecond: 1)
+        XCTAssertEqual(r.consume(Int.max / 2, nowNs: 1), .seconds(86_400))
+        XCTAssertEqual(r.consume(1 << 30, nowNs: 2), .seconds(86_400))
+    }
 }

@@ -34,11 +34,13 @@ final class ConfigFileTests: XCTestCase {
             data-dir = /var/lib/tandem-relay
             public-address = relay.example.org:9000
             max-clients = 100
+            max-clients-per-address = 9
             max-pending = 50
             max-pending-per-address = 5
             handshake-timeout = 5s
             idle-timeout = 2m
             max-tunnels-per-client = 4
+            max-tunnels-per-pair = 3
             tunnel-join-timeout = 15
             client-rate = 512k
             tunnel-queue = 1M
@@ -49,6 +51,10 @@ final class ConfigFileTests: XCTestCase {
             mailbox-total-bytes = 1g
             mailbox-item-bytes = 8K
             mailbox-ttl = 12h
+            mailbox-bytes-per-sender = 3m
+            mailbox-bytes-per-address = 40m
+            mailbox-item-charge = 2k
+            mailbox-queue = 77
             log-format = json
             log-level = debug
             """)
@@ -75,12 +81,21 @@ final class ConfigFileTests: XCTestCase {
         XCTAssertEqual(c.mailboxTotalBytes, 1 << 30)
         XCTAssertEqual(c.mailboxItemBytes, 8 * 1024)
         XCTAssertEqual(c.mailboxTTLSeconds, 12 * 3600)
+        XCTAssertEqual(c.maximumClientsPerAddress, 9)
+        XCTAssertEqual(c.maximumTunnelsPerPair, 3)
+        XCTAssertEqual(c.mailboxBytesPerSender, 3 << 20)
+        XCTAssertEqual(c.mailboxBytesPerAddress, 40 << 20)
+        XCTAssertEqual(c.mailboxItemCharge, 2048)
+        XCTAssertEqual(c.mailboxQueueJobs, 77)
+        XCTAssertEqual(c.mailboxQuotas.bytesPerSender, 3 << 20)
+        XCTAssertEqual(c.mailboxQuotas.bytesPerAddress, 40 << 20)
+        XCTAssertEqual(c.mailboxQuotas.minimumChargedBytes, 2048)
         XCTAssertEqual(c.logFormat, .json)
         XCTAssertEqual(c.logLevel, "debug")
     }
 
     func testConfigKeysAreExactlyTheAcceptedKeys() throws {
-        XCTAssertEqual(RelayConfiguration.configKeys.count, 22)
+        XCTAssertEqual(RelayConfiguration.configKeys.count, 28)
         XCTAssertEqual(Set(RelayConfiguration.configKeys).count, RelayConfiguration.configKeys.count)
         // Every listed key is accepted by apply (with a value each kind of key takes).
         let sample: [String: String] = ["listen": "1.2.3.4:5", "metrics": "off", "log-format": "text", "log-level": "info"]
@@ -88,6 +103,24 @@ final class ConfigFileTests: XCTestCase {
             var c = RelayConfiguration()
             XCTAssertNoThrow(try c.apply(key: key, value: sample[key] ?? "7", origin: "test"), key)
         }
+    }
+
+    /// Unset, the per-sender and per-address mail quotas are shares of the relay's total.
+    func testMailboxSharesDefaultToFractionsOfTheTotal() throws {
+        var c = RelayConfiguration()
+        XCTAssertEqual(c.mailboxQuotas.bytesPerSender, (256 << 20) / 64)
+        XCTAssertEqual(c.mailboxQuotas.bytesPerAddress, (256 << 20) / 16)
+        XCTAssertEqual(c.mailboxQuotas.minimumChargedBytes, 1024)
+        XCTAssertEqual(c.maximumClientsPerAddress, 64)
+        c = try RelayConfiguration.load(file: try write("mailbox-total-bytes = 4m\n"))
+        XCTAssertEqual(c.mailboxQuotas.bytesPerSender, 64 * 1024)
+        XCTAssertEqual(c.mailboxQuotas.bytesPerAddress, 256 * 1024)
+        c = try RelayConfiguration.load(file: try write("mailbox-total-bytes = 10\n"))
+        XCTAssertEqual(c.mailboxQuotas.bytesPerSender, 1, "never zero")
+        XCTAssertEqual(try loadError("mailbox-item-charge = 0"),
+                       "relay.conf:1: mailbox-item-charge must be a positive number of bytes with an optional k, m or g suffix, got '0'")
+        XCTAssertEqual(try loadError("max-clients-per-address = 0"),
+                       "relay.conf:1: max-clients-per-address must be a positive number, got '0'")
     }
 
     func testEmptyFileKeepsTheBase() throws {

@@ -13,8 +13,8 @@ final class RelayBookTests: XCTestCase {
     /// A book with clients 1 (key 1) and 2 (key 2), both registered.
     func twoRegistered(limits: RelayBook.Limits = limits) -> RelayBook {
         var book = RelayBook(limits: limits)
-        XCTAssertEqual(book.authenticated(1, key: key(1)), .accepted)
-        XCTAssertEqual(book.authenticated(2, key: key(2)), .accepted)
+        XCTAssertEqual(book.authenticated(1, key: key(1), address: "a"), .accepted)
+        XCTAssertEqual(book.authenticated(2, key: key(2), address: "a"), .accepted)
         XCTAssertNil(book.register(1))
         XCTAssertNil(book.register(2))
         return book
@@ -122,10 +122,10 @@ final class RelayBookTests: XCTestCase {
 
     func testClientCap() {
         var book = RelayBook(limits: Self.limits)
-        XCTAssertEqual(book.authenticated(1, key: key(1)), .accepted)
-        XCTAssertEqual(book.authenticated(2, key: key(2)), .accepted)
-        XCTAssertEqual(book.authenticated(3, key: key(3)), .accepted)
-        XCTAssertEqual(book.authenticated(4, key: key(4)), .full)
+        XCTAssertEqual(book.authenticated(1, key: key(1), address: "a"), .accepted)
+        XCTAssertEqual(book.authenticated(2, key: key(2), address: "a"), .accepted)
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "a"), .accepted)
+        XCTAssertEqual(book.authenticated(4, key: key(4), address: "a"), .full)
         XCTAssertEqual(book.clientCount, 3)
         XCTAssertNil(book.key(of: 4))
         // Register of a refused client does nothing.
@@ -133,15 +133,15 @@ final class RelayBookTests: XCTestCase {
         XCTAssertFalse(book.isOnline(key(4)))
         book.clientClosed(2)
         XCTAssertEqual(book.clientCount, 2)
-        XCTAssertEqual(book.authenticated(4, key: key(4)), .accepted)
+        XCTAssertEqual(book.authenticated(4, key: key(4), address: "a"), .accepted)
         XCTAssertEqual(book.key(of: 4), key(4))
-        XCTAssertEqual(book.authenticated(5, key: key(5)), .full)
+        XCTAssertEqual(book.authenticated(5, key: key(5), address: "a"), .full)
         assertSane(book)
     }
 
     func testRegisterMakesTheClientOnline() {
         var book = RelayBook(limits: Self.limits)
-        XCTAssertEqual(book.authenticated(7, key: key(1)), .accepted)
+        XCTAssertEqual(book.authenticated(7, key: key(1), address: "a"), .accepted)
         XCTAssertFalse(book.isOnline(key(1)), "authenticated but not registered")
         XCTAssertEqual(book.registeredCount, 0)
         XCTAssertNil(book.register(7))
@@ -158,9 +158,9 @@ final class RelayBookTests: XCTestCase {
 
     func testReplacingARegistrationReturnsTheOldClient() {
         var book = RelayBook(limits: Self.limits)
-        XCTAssertEqual(book.authenticated(1, key: key(9)), .accepted)
+        XCTAssertEqual(book.authenticated(1, key: key(9), address: "a"), .accepted)
         XCTAssertNil(book.register(1))
-        XCTAssertEqual(book.authenticated(2, key: key(9)), .accepted)
+        XCTAssertEqual(book.authenticated(2, key: key(9), address: "a"), .accepted)
         XCTAssertEqual(book.register(2), 1)
         XCTAssertEqual(book.homeClient(of: key(9)), 2)
         XCTAssertEqual(book.registeredCount, 1)
@@ -182,8 +182,8 @@ final class RelayBookTests: XCTestCase {
 
     func testReplacedLinkCanRegisterBackAndReplaceTheNewer() {
         var book = RelayBook(limits: Self.limits)
-        XCTAssertEqual(book.authenticated(1, key: key(9)), .accepted)
-        XCTAssertEqual(book.authenticated(2, key: key(9)), .accepted)
+        XCTAssertEqual(book.authenticated(1, key: key(9), address: "a"), .accepted)
+        XCTAssertEqual(book.authenticated(2, key: key(9), address: "a"), .accepted)
         XCTAssertNil(book.register(1))
         XCTAssertEqual(book.register(2), 1)
         XCTAssertEqual(book.register(1), 2)
@@ -215,8 +215,8 @@ final class RelayBookTests: XCTestCase {
 
     func testTunnelToAnAuthenticatedButUnregisteredClientIsOffline() {
         var book = RelayBook(limits: Self.limits)
-        XCTAssertEqual(book.authenticated(1, key: key(1)), .accepted)
-        XCTAssertEqual(book.authenticated(2, key: key(2)), .accepted)
+        XCTAssertEqual(book.authenticated(1, key: key(1), address: "a"), .accepted)
+        XCTAssertEqual(book.authenticated(2, key: key(2), address: "a"), .accepted)
         XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(1), nowMs: 0), .offline)
         // The initiator needs no registration of its own.
         XCTAssertNil(book.register(2))
@@ -225,7 +225,7 @@ final class RelayBookTests: XCTestCase {
 
     func testTunnelsPerClientCapForTheInitiator() {
         var book = twoRegistered()
-        XCTAssertEqual(book.authenticated(3, key: key(3)), .accepted)
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "a"), .accepted)
         XCTAssertNil(book.register(3))
         XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(1), nowMs: 0), .ready(target: 2))
         XCTAssertEqual(book.openTunnel(from: 1, to: key(3), token: token(2), nowMs: 0), .ready(target: 3))
@@ -241,16 +241,218 @@ final class RelayBookTests: XCTestCase {
         XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(3), nowMs: 0), .ready(target: 2))
     }
 
-    func testTunnelsPerClientCapForTheTarget() {
-        var book = twoRegistered()
-        XCTAssertEqual(book.authenticated(3, key: key(3)), .accepted)
+    /// Spliced tunnels to a target count against it; waiting ones do not.
+    func testTunnelsPerClientCapForTheTargetCountsSplicedTunnels() {
+        var limits = Self.wide
+        limits.maximumTunnelsPerClient = 2
+        var book = twoRegistered(limits: limits)
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "a"), .accepted)
+        XCTAssertEqual(book.authenticated(4, key: key(4), address: "a"), .accepted)
         XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(1), nowMs: 0), .ready(target: 2))
         XCTAssertEqual(book.openTunnel(from: 3, to: key(2), token: token(2), nowMs: 0), .ready(target: 2))
-        XCTAssertEqual(book.tunnelCount(of: 2), 2)
-        XCTAssertEqual(book.openTunnel(from: 3, to: key(2), token: token(3), nowMs: 0),
+        XCTAssertEqual(book.tunnelLoad(of: key(2)), 0, "waiting tunnels are not charged to the target")
+        splice(&book, token(1), 100)
+        splice(&book, token(2), 102)
+        XCTAssertEqual(book.tunnelLoad(of: key(2)), 2)
+        XCTAssertEqual(book.openTunnel(from: 4, to: key(2), token: token(3), nowMs: 0),
                        .limit("the target has too many tunnels"))
-        XCTAssertEqual(book.tunnelCount(of: 3), 1)
         XCTAssertNil(book.tunnels[token(3)])
+        XCTAssertEqual(book.tunnelLoad(of: key(4)), 0, "a refusal charges nothing")
+        book.dropTunnel(token(1))
+        XCTAssertEqual(book.openTunnel(from: 4, to: key(2), token: token(3), nowMs: 0), .ready(target: 2))
+    }
+
+    /// Joins both ends of `token` with connections `first` and `first + 1`; fails unless spliced.
+    func splice(_ book: inout RelayBook, _ token: RelayBook.Token, _ first: UInt64,
+                file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(book.join(token: token, connection: first), .waiting, file: file, line: line)
+        guard case .paired = book.join(token: token, connection: first + 1) else {
+            return XCTFail("not spliced", file: file, line: line)
+        }
+    }
+
+    // MARK: whom tunnels are charged to
+
+    static let wide = RelayBook.Limits(maximumClients: 100, maximumPending: 4, maximumPendingPerAddress: 2,
+                                       maximumTunnelsPerClient: 32, tunnelJoinTimeoutMs: 10_000, maximumConnections: 6,
+                                       maximumClientsPerAddress: 100, maximumTunnelsPerPair: 4)
+
+    /// The attack: one stranger opens tunnel after tunnel to a target and never joins them.
+    /// Before, 32 of them took the target's whole allowance and its friends got LIMIT.
+    func testAStrangersWaitingTunnelsDoNotLockOutTheTargetsFriends() {
+        var book = twoRegistered(limits: Self.wide)  // 1 = target... and 2 = its friend
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "s"), .accepted)  // the stranger
+        var granted = 0
+        for i in 0..<32 {
+            if case .ready = book.openTunnel(from: 3, to: key(1), token: token(UInt8(100 + i)), nowMs: 0) { granted += 1 }
+        }
+        XCTAssertEqual(granted, 4, "the pair cap")
+        XCTAssertEqual(book.tunnelLoad(of: key(1)), 0)
+        XCTAssertEqual(book.tunnelLoad(of: key(3)), 4)
+        XCTAssertEqual(book.tunnelCount(from: key(3), to: key(1)), 4)
+        XCTAssertEqual(book.openTunnel(from: 2, to: key(1), token: token(1), nowMs: 0), .ready(target: 1))
+    }
+
+    func testPairCapBoundaries() {
+        var limits = Self.wide
+        limits.maximumTunnelsPerPair = 2
+        var book = twoRegistered(limits: limits)
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "a"), .accepted)
+        XCTAssertNil(book.register(3))
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(1), nowMs: 0), .ready(target: 2))
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(2), nowMs: 0), .ready(target: 2))  // = cap
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(3), nowMs: 0),
+                       .limit("at most 2 tunnels to one target"))  // cap + 1
+        // Spliced tunnels stay in the pair's count.
+        splice(&book, token(1), 100)
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(3), nowMs: 0),
+                       .limit("at most 2 tunnels to one target"))
+        // Other pairs are not affected: the other direction, and another target.
+        XCTAssertEqual(book.openTunnel(from: 2, to: key(1), token: token(4), nowMs: 0), .ready(target: 1))
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(3), token: token(5), nowMs: 0), .ready(target: 3))
+        // One ends (expires, or its ends close): room for one.
+        book.dropTunnel(token(2))
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(3), nowMs: 0), .ready(target: 2))
+        assertSane(book)
+    }
+
+    /// The initiator's allowance counts its waiting tunnels and its spliced ones, at exactly the cap.
+    func testInitiatorCapBoundaries() {
+        var limits = Self.wide
+        limits.maximumTunnelsPerClient = 3
+        limits.maximumTunnelsPerPair = 1
+        var book = RelayBook(limits: limits)
+        for i in 1...6 {
+            XCTAssertEqual(book.authenticated(UInt64(i), key: key(UInt8(i)), address: "a"), .accepted)
+            XCTAssertNil(book.register(UInt64(i)))
+        }
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(1), nowMs: 0), .ready(target: 2))
+        splice(&book, token(1), 100)
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(3), token: token(2), nowMs: 0), .ready(target: 3))
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(4), token: token(3), nowMs: 0), .ready(target: 4))  // 3 = cap
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(5), token: token(4), nowMs: 0),
+                       .limit("at most 3 tunnels per client"))
+        XCTAssertEqual(book.tunnelLoad(of: key(1)), 3)
+        // A spliced tunnel *to* the key counts as well.
+        book.dropTunnel(token(3))
+        XCTAssertEqual(book.openTunnel(from: 6, to: key(1), token: token(5), nowMs: 0), .ready(target: 1))
+        XCTAssertEqual(book.tunnelLoad(of: key(1)), 2, "waiting to it: not counted")
+        splice(&book, token(5), 200)
+        XCTAssertEqual(book.tunnelLoad(of: key(1)), 3)
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(5), token: token(4), nowMs: 0),
+                       .limit("at most 3 tunnels per client"))
+    }
+
+    /// The attack: a client at its cap of spliced tunnels reconnects; before, its new link started
+    /// from zero. Tunnels are charged to keys, and spliced ones outlive the link.
+    func testSplicedTunnelsStayChargedAfterTheClientReconnects() {
+        var limits = Self.wide
+        limits.maximumTunnelsPerClient = 2
+        var book = twoRegistered(limits: limits)
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "a"), .accepted)
+        XCTAssertNil(book.register(3))
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(1), nowMs: 0), .ready(target: 2))
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(2), nowMs: 0), .ready(target: 2))
+        splice(&book, token(1), 100)
+        splice(&book, token(2), 102)
+        XCTAssertEqual(book.clientClosed(1), [], "spliced tunnels are not dropped")
+        XCTAssertEqual(book.authenticated(9, key: key(1), address: "a"), .accepted)  // the same key, a new link
+        XCTAssertEqual(book.tunnelLoad(of: key(1)), 2)
+        XCTAssertEqual(book.openTunnel(from: 9, to: key(3), token: token(3), nowMs: 0),
+                       .limit("at most 2 tunnels per client"))
+        // The target's side too: its spliced tunnels still count after it reconnects.
+        book.clientClosed(2)
+        XCTAssertEqual(book.authenticated(10, key: key(2), address: "a"), .accepted)
+        XCTAssertEqual(book.tunnelLoad(of: key(2)), 2)
+        XCTAssertEqual(book.openTunnel(from: 10, to: key(3), token: token(4), nowMs: 0),
+                       .limit("at most 2 tunnels per client"))
+        book.dropTunnel(token(1))
+        XCTAssertEqual(book.tunnelLoad(of: key(1)), 1)
+        XCTAssertEqual(book.tunnelLoad(of: key(2)), 1)
+        XCTAssertEqual(book.openTunnel(from: 9, to: key(3), token: token(3), nowMs: 0), .ready(target: 3))
+    }
+
+    /// Tunnels waiting to a target may outnumber its allowance (they are the initiators'); the
+    /// one whose splice would take the target past its cap is refused at the join.
+    func testJoinIsRefusedWhenTheTargetFilledUpMeanwhile() {
+        var limits = Self.wide
+        limits.maximumTunnelsPerClient = 1
+        var book = twoRegistered(limits: limits)
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "a"), .accepted)
+        XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(1), nowMs: 0), .ready(target: 2))
+        XCTAssertEqual(book.openTunnel(from: 3, to: key(2), token: token(2), nowMs: 0), .ready(target: 2))
+        splice(&book, token(1), 100)
+        XCTAssertEqual(book.join(token: token(2), connection: 200), .waiting)
+        XCTAssertEqual(book.join(token: token(2), connection: 201), .refused(other: 200))
+        XCTAssertNil(book.tunnels[token(2)])
+        XCTAssertEqual(book.tunnelLoad(of: key(3)), 0, "the refused tunnel is no longer charged")
+        XCTAssertEqual(book.tunnelLoad(of: key(2)), 1)
+        XCTAssertEqual(book.join(token: token(2), connection: 202), .unknownToken)
+        assertSane(book)
+    }
+
+    // MARK: clients per address
+
+    func testClientsPerAddressCap() {
+        var limits = Self.wide
+        limits.maximumClientsPerAddress = 2
+        var book = RelayBook(limits: limits)
+        XCTAssertEqual(book.authenticated(1, key: key(1), address: "10.0.0.1"), .accepted)
+        XCTAssertEqual(book.authenticated(2, key: key(2), address: "10.0.0.1"), .accepted)  // = cap
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "10.0.0.1"), .tooManyFromAddress)
+        XCTAssertNil(book.key(of: 3))
+        XCTAssertEqual(book.authenticated(4, key: key(3), address: "10.0.0.2"), .accepted)
+        XCTAssertEqual(book.clientCount, 3)
+        book.clientClosed(1)
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "10.0.0.1"), .accepted)
+        XCTAssertEqual(book.authenticated(5, key: key(5), address: "10.0.0.1"), .tooManyFromAddress)
+        // The relay-wide cap still applies first.
+        var full = RelayBook(limits: Self.limits)  // 3 clients, no per-address cap
+        for i in 1...3 { XCTAssertEqual(full.authenticated(UInt64(i), key: key(UInt8(i)), address: "x\(i)"), .accepted) }
+        XCTAssertEqual(full.authenticated(4, key: key(4), address: "x4"), .full)
+    }
+
+    func testAddressBuckets() {
+        XCTAssertEqual(RelayBook.addressBucket("203.0.113.7"), "203.0.113.7")
+        XCTAssertEqual(RelayBook.addressBucket("::ffff:203.0.113.7"), "203.0.113.7")
+        XCTAssertEqual(RelayBook.addressBucket("2001:db8:1:2:3:4:5:6"), "2001:db8:1:2::/64")
+        XCTAssertEqual(RelayBook.addressBucket("2001:DB8:1:2::9"), "2001:db8:1:2::/64")
+        XCTAssertEqual(RelayBook.addressBucket("2001:db8:0001:0002:ffff::1"), "2001:db8:1:2::/64")
+        XCTAssertEqual(RelayBook.addressBucket("2001:db8::1"), "2001:db8:0:0::/64")
+        XCTAssertEqual(RelayBook.addressBucket("::1"), "0:0:0:0::/64")
+        XCTAssertEqual(RelayBook.addressBucket("?"), "?")
+        // Hosts of one /64 share a bucket; neighbouring /64s do not.
+        XCTAssertEqual(RelayBook.addressBucket("2001:db8:a:b::1"), RelayBook.addressBucket("2001:db8:a:b:ffff:ffff:ffff:ffff"))
+        XCTAssertNotEqual(RelayBook.addressBucket("2001:db8:a:b::1"), RelayBook.addressBucket("2001:db8:a:c::1"))
+        // Malformed text does not trap.
+        _ = RelayBook.addressBucket(":::::::::::")
+        _ = RelayBook.addressBucket("1:2:3:4:5:6:7:8:9:10")
+    }
+
+    // MARK: the mailbox queue
+
+    func testMailboxJobCaps() {
+        var limits = Self.wide
+        limits.maximumMailboxJobs = 3
+        limits.maximumMailboxJobsPerClient = 2
+        var book = RelayBook(limits: limits)
+        XCTAssertEqual(book.startMailboxJob(client: 1), .accepted)
+        XCTAssertEqual(book.startMailboxJob(client: 1), .accepted)  // = per-client cap
+        XCTAssertEqual(book.startMailboxJob(client: 1), .tooManyFromClient)
+        XCTAssertEqual(book.startMailboxJob(client: 2), .accepted)  // = total cap
+        XCTAssertEqual(book.startMailboxJob(client: 3), .busy)
+        XCTAssertEqual(book.mailboxJobs, 3)
+        book.finishMailboxJob(client: 1)
+        XCTAssertEqual(book.startMailboxJob(client: 3), .accepted)
+        XCTAssertEqual(book.startMailboxJob(client: 1), .busy)
+        // Finishing a job that was never started changes nothing.
+        book.finishMailboxJob(client: 42)
+        XCTAssertEqual(book.mailboxJobs, 3)
+        for c: UInt64 in [1, 2, 3] { book.finishMailboxJob(client: c) }
+        XCTAssertEqual(book.mailboxJobs, 0)
+        XCTAssertTrue(book.mailboxJobsByClient.isEmpty)
+        book.finishMailboxJob(client: 1)
+        XCTAssertEqual(book.mailboxJobs, 0, "never negative")
     }
 
     // MARK: joins
@@ -333,7 +535,7 @@ final class RelayBookTests: XCTestCase {
 
     func testClientClosedDropsUnsplicedTunnelsButKeepsSplicedOnes() {
         var book = twoRegistered()
-        XCTAssertEqual(book.authenticated(3, key: key(3)), .accepted)
+        XCTAssertEqual(book.authenticated(3, key: key(3), address: "a"), .accepted)
         XCTAssertNil(book.register(3))
         // 1 → 2 spliced, 1 → 3 waiting for its ends, 3 → 2 not involving 1.
         XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(1), nowMs: 0), .ready(target: 2))
@@ -390,7 +592,7 @@ final class RelayBookTests: XCTestCase {
                         book.leavePending(address: open[i].address)
                         open[i].pending = false
                         let k = [UInt8](repeating: UInt8(Int.random(in: 1...4, using: &rng)), count: 32)
-                        if book.authenticated(open[i].id, key: k) == .accepted {
+                        if book.authenticated(open[i].id, key: k, address: open[i].address) == .accepted {
                             open[i].client = true
                             if Bool.random(using: &rng) { _ = book.register(open[i].id) }
                         }
@@ -428,9 +630,15 @@ final class RelayBookTests: XCTestCase {
                 XCTAssertEqual(book.connectionCount, open.count)
                 XCTAssertEqual(book.pendingCount, open.filter(\.pending).count)
                 XCTAssertEqual(book.clientCount, open.filter(\.client).count)
-                for c in open where c.client {
-                    XCTAssertLessThanOrEqual(book.tunnelCount(of: c.id), 3)
+                for k in 1...4 {
+                    XCTAssertLessThanOrEqual(book.tunnelLoad(of: [UInt8](repeating: UInt8(k), count: 32)), 3)
                 }
+                XCTAssertEqual(book.loads.values.map(\.initiated).reduce(0, +), book.tunnels.count,
+                               "every tunnel is charged to its initiator once")
+                XCTAssertEqual(book.loads.values.map(\.splicedIn).reduce(0, +), book.splicedTunnelCount,
+                               "every spliced tunnel is charged to its target once")
+                XCTAssertEqual(book.pairs.values.reduce(0, +), book.tunnels.count)
+                XCTAssertEqual(book.clientsByAddress.values.reduce(0, +), book.clientCount)
             }
             for c in open {
                 if c.pending { book.leavePending(address: c.address) }
@@ -442,6 +650,10 @@ final class RelayBookTests: XCTestCase {
             XCTAssertEqual(book.clientCount, 0)
             XCTAssertEqual(book.registeredCount, 0)
             XCTAssertTrue(book.tunnels.allSatisfy(\.value.spliced), "only spliced tunnels outlive their clients")
+            XCTAssertTrue(book.clientsByAddress.isEmpty)
+            for t in book.tunnels.keys { book.dropTunnel(t) }
+            XCTAssertTrue(book.loads.isEmpty, "loads return to zero with the tunnels")
+            XCTAssertTrue(book.pairs.isEmpty)
             assertSane(book)
         }
     }

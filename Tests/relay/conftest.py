@@ -57,8 +57,8 @@ def links():
         def run(self, coro):
             return self.loop.run_until_complete(coro)
 
-        def open(self, relay, n=1):
-            out = [self.run(RelayLink(relay).open()) for _ in range(n)]
+        def open(self, relay, n=1, source=None):
+            out = [self.run(RelayLink(relay, source=source).open()) for _ in range(n)]
             self.opened += out
             return out if n > 1 else out[0]
 

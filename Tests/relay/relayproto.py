@@ -16,6 +16,7 @@ import time
 
 from nacl.signing import SigningKey
 from secret_handshake import SHSClient
+from secret_handshake.network import get_stream_pair
 
 # TandemConstants.networkKey (Sources/TandemProtocol/NetworkKey.swift).
 NETWORK_KEY = bytes.fromhex("0e5f8f965a1761ad80733eb15517806bf8a33cb25304ebaced4db55145dca34d")
@@ -120,9 +121,10 @@ def parse_envelope(data):
 class RelayLink:
     """One authenticated client link to a relay."""
 
-    def __init__(self, relay, key=None):
+    def __init__(self, relay, key=None, source=None):
         self.relay_key = relay_public_key(relay)
         self.port = relay.port
+        self.source = source  # a loopback source address (127.0.0.x) to connect from; None: the default
         self.key = key or SigningKey.generate()
         self.public = bytes(self.key.verify_key)
         self.client = None
@@ -132,8 +134,20 @@ class RelayLink:
 
     async def open(self):
         self.client = SHSClient("127.0.0.1", self.port, self.key, self.relay_key, application_key=NETWORK_KEY)
-        await asyncio.wait_for(self.client.open(), TIMEOUT)
+        await asyncio.wait_for(self._connect(), TIMEOUT)
         return self
+
+    async def _connect(self):
+        """SHSClient.open, but from `self.source` when one is set."""
+        c = self.client
+        local = (self.source, 0) if self.source else None
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port, local_addr=local)
+        await c._handshake(reader, writer)
+        keys = c.crypto.get_box_keys()
+        c.crypto.clean()
+        c.read_stream, c.write_stream = get_stream_pair(reader, writer, **keys)
+        c.writer = writer
+        c.is_connected = True
 
     def close(self):
         if self.client is not None and self.client.is_connected:
@@ -142,6 +156,10 @@ class RelayLink:
     def send(self, type_, payload):
         env = envelope(self.key, type_, self.relay_key, payload)
         self.client.write(struct.pack(">I", len(env)) + env)
+
+    def send_raw(self, frame):
+        """Writes `frame` (length prefix included) as it is: for frames the relay must reject."""
+        self.client.write(frame)
 
     async def _frame(self):
         while True:

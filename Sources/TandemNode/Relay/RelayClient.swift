@@ -39,13 +39,12 @@ public final class RelayClient: @unchecked Sendable {
     let keepalive: TimeAmount = .seconds(30)
     /// Links to relays that are not ours are closed after this long unused.
     let visitIdleMs: Int64 = 60_000
-    static let maximumConcurrentIncoming = 16
     static let mailboxMaximumAgeMs: UInt64 = 8 * 24 * 3_600_000
 
     private let sessions = NIOLockedValueBox<[[UInt8]: RelaySession]>([:])
     private let connecting = NIOLockedValueBox<[[UInt8]: Task<RelaySession, Error>]>([:])
     private let backoff = NIOLockedValueBox<[[UInt8]: (failures: Int, nextMs: Int64, error: String?)]>([:])
-    private let incoming = NIOLockedValueBox(0)
+    private let incoming = NIOLockedValueBox(IncomingTunnelSlots())
     private let wake = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
 
     init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, gate: FrameGate, options: PeerPipeline.Options,
@@ -173,18 +172,27 @@ public final class RelayClient: @unchecked Sendable {
     func accept(_ m: Tandem_V1_TunnelIncoming, via relay: RelayAddress) {
         let from = Array(m.from)
         guard from.count == 32, m.token.count == TunnelJoin.tokenLength else { return }
-        if (try? store.contact(from))?.relationship == .blocked { return }
-        let admitted = incoming.withLockedValue { n -> Bool in
-            guard n < Self.maximumConcurrentIncoming else { return false }
-            n += 1
-            return true
+        let relationship: Relationship?
+        do {
+            relationship = try store.contact(from)?.relationship
+        } catch {
+            // Unknown: treated as a stranger's, which is the stricter share.
+            logger.error("cannot read the contact of an incoming tunnel", metadata: ["error": "\(error)"])
+            relationship = nil
         }
-        guard admitted else {
-            logger.notice("too many incoming tunnels at once, ignoring one", metadata: ["from": "\(NodeID(publicKey: from).short)"])
+        if relationship == .blocked { return }
+        let verdict = incoming.withLockedValue { $0.admit(from, isFriend: relationship == .friend) }
+        let slot: IncomingTunnelSlots.Slot
+        switch verdict {
+        case .admitted(let s):
+            slot = s
+        case .full, .initiatorBusy, .strangersFull:
+            logger.notice("too many incoming tunnels at once, ignoring one",
+                          metadata: ["from": "\(NodeID(publicKey: from).short)", "why": "\(verdict)"])
             return
         }
         Task {
-            defer { incoming.withLockedValue { $0 -= 1 } }
+            defer { incoming.withLockedValue { $0.release(slot) } }
             do {
                 let link = try await TunnelConnector.connect(relay: relay, token: Array(m.token), remote: nil, identity: identity,
                                                              gate: gate, delegate: peers, options: options, group: peers.group,
