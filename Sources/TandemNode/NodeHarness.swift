@@ -26,6 +26,12 @@ public final class NodeHarness: @unchecked Sendable {
         router = NodeFrameRouter(friends: runtime.friends, clock: runtime.clock, challenges: runtime.challenges)
     }
 
+    /// Forgets everything stored (a fresh node with the same identity and services), so one
+    /// harness can serve many short runs.
+    public func reset() throws {
+        try runtime.friends.store.eraseAll()
+    }
+
     /// Makes `key` a friend, as if a request and its acceptance had gone through.
     public func befriend(_ key: [UInt8], name: String = "friend") throws {
         let store = runtime.friends.store

@@ -198,6 +198,16 @@ extension NodeStore {
         }
     }
 
+    /// Deletes every row of every table (the schema stays): for a harness that reuses one store
+    /// across many short runs (the node fuzz target). Never called by the node.
+    public func eraseAll() throws {
+        try write { db in
+            for table in try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'grdb_migrations'") {
+                try db.execute(sql: "DELETE FROM \"\(table)\"")
+            }
+        }
+    }
+
     public func contactCount() throws -> Int {
         try read { db in try Contact.fetchCount(db) }
     }
