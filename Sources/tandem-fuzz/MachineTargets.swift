@@ -514,8 +514,14 @@ enum RelayBookMachine {
             MachineTargets.check(book.connectionCount >= 0 && book.connectionCount <= limits.maximumConnections, "RelayBook connection count out of range")
             MachineTargets.check(book.clientCount <= limits.maximumClients, "RelayBook holds more clients than allowed")
             MachineTargets.check(book.registeredCount <= book.clientCount, "RelayBook has more homes than clients")
-            for id in clients {
-                MachineTargets.check(book.tunnelCount(of: id) <= limits.maximumTunnelsPerClient, "a client takes part in more tunnels than allowed")
+            // A key's load (tunnels it opened, spliced tunnels to it) stays within its cap, and a pair's
+            // tunnels within theirs. (A link may take part in more: tunnels merely waiting to reach a
+            // target are charged to their initiators, not to the target.)
+            for p in people {
+                MachineTargets.check(book.tunnelLoad(of: p) <= limits.maximumTunnelsPerClient, "a key carries more tunnels than allowed")
+                for q in people where q != p {
+                    MachineTargets.check(book.tunnelCount(from: p, to: q) <= limits.maximumTunnelsPerPair, "a pair has more tunnels than allowed")
+                }
             }
         }
     }

@@ -502,7 +502,13 @@ public final class FriendService: @unchecked Sendable {
     /// remembered under the same rule.
     private func rememberRecordAddresses(_ record: ContactRecord, author: [UInt8], link: PeerLink?) {
         let remoteHost = link?.directRemoteHost
-        if let relay = record.homeRelay, DialPolicy.mayRemember(claimed: relay.host, port: relay.port, claimerHost: remoteHost) {
+        // A relay we know ourselves (one of our home relays, or the one whose tunnel carries this
+        // link) is no claim: we reach it by our own address (14.7). Any other follows the policy.
+        let known: (RelayAddress) -> Bool = { [relays] relay in
+            link?.relay == relay.id.publicKey || (relays?.homeRelays().contains { $0.id == relay.id } ?? false)
+        }
+        if let relay = record.homeRelay,
+           known(relay) || DialPolicy.mayRemember(claimed: relay.host, port: relay.port, claimerHost: remoteHost) {
             logStoreError("remember a peer's relay") {
                 try store.setPeerRelay(author, relay: relay.id.publicKey, host: relay.host, port: relay.port, source: "record", nowMs: now())
             }
