@@ -135,9 +135,9 @@ public struct Challenge: Codable, Sendable, Equatable {
         guard durationRange.contains(durationMs) else { throw Refusal("a challenge lasts from 1 second to 24 hours") }
         guard message.utf8.count <= maximumTextBytes else { throw Refusal("the message is longer than \(maximumTextBytes) bytes") }
         guard startAtUs == 0 || startAtUs >= nowUs else { throw Refusal("the start time is in the past") }
-        guard startAtUs == 0 || startAtUs - nowUs <= 7 * 86_400_000_000 else { throw Refusal("the start is more than 7 days away") }
+        guard startAtUs == 0 || startAtUs.subtractingSaturated(nowUs) <= 7 * 86_400_000_000 else { throw Refusal("the start is more than 7 days away") }
         if startAtUs == 0, invitees.count > 1 { throw Refusal("a group challenge needs a start time (--start-in or --start-at)") }
-        let expires = startAtUs == 0 ? nowUs + defaultExpiryUs : startAtUs
+        let expires = startAtUs == 0 ? nowUs.addingSaturated(defaultExpiryUs) : startAtUs
         var c = Challenge(id: id, me: me, inviter: me,
                           participants: ([me] + invitees).map {
                               Participant(key: $0, answer: $0 == me ? .accepted : .pending, outOfContact: false,
@@ -260,7 +260,7 @@ public struct Challenge: Codable, Sendable, Equatable {
             return actions
         }
         if accept, requestedStartUs == 0, participants.count == 2 {
-            actions += try fixStart(at: nowUs + Self.startLeadUs)
+            actions += try fixStart(at: nowUs.addingSaturated(Self.startLeadUs))
         }
         return actions
     }
@@ -474,7 +474,7 @@ public struct Challenge: Codable, Sendable, Equatable {
         guard phase == .ended, !committed, let bytes = record, let r = Outcome.decode(bytes) else { return false }
         let signed = Set(signatures.keys)
         if roster.allSatisfy({ signed.contains(hexString($0)) }) { return true }
-        guard let end = endAtUs, nowUs >= end + graceMs * 1000 else { return false }
+        guard let end = endAtUs, nowUs >= end.addingSaturated(graceMs.multipliedSaturated(1000)) else { return false }
         return r.outcomes.allSatisfy { $0.result != .completed || signed.contains(hexString($0.publicKey)) }
     }
 
@@ -482,7 +482,7 @@ public struct Challenge: Codable, Sendable, Equatable {
     /// who has still not signed it is out of contact after all: we re-sign without them, so the
     /// challenge can go into the ledger. (Their node, if it comes back, may record it otherwise.)
     public mutating func settleAfterGrace(nowUs: Int64, signer: SigningKeyPair) throws -> [Action] {
-        guard phase == .ended, !committed, let end = endAtUs, nowUs >= end + graceMs * 1000,
+        guard phase == .ended, !committed, let end = endAtUs, nowUs >= end.addingSaturated(graceMs.multipliedSaturated(1000)),
               let bytes = record, var r = Outcome.decode(bytes) else { return [] }
         let signed = Set(signatures.keys)
         var changed = false

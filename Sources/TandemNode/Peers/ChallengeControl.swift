@@ -101,9 +101,10 @@ extension ChallengeService {
             var start: Int64 = 0
             if let inMs = params["start_in_ms"]?.intValue {
                 guard inMs >= 0 else { throw Self.usage("--start-in cannot be negative") }
-                start = now + max(inMs * 1000, Challenge.startLeadUs)
+                // Saturating: a control client's number is checked by the machine (at most 7 days ahead), never trapped on.
+                start = now.addingSaturated(max(inMs.multipliedSaturated(1000), Challenge.startLeadUs))
             } else if let atMs = params["start_at_ms"]?.intValue {
-                start = atMs * 1000
+                start = atMs.multipliedSaturated(1000)
                 guard start > now else { throw Self.usage("the start time is in the past") }
             }
             if start == 0, invitees.count > 1 { start = now + 60_000_000 } // a group starts in a minute by default
