@@ -12,13 +12,38 @@ import Darwin
 /// (`sodium_mprotect_readonly`), and wiped with `sodium_memzero` before `sodium_free` when the last
 /// reference goes away.
 ///
-/// Each value costs a few pages and several system calls, so it is for keys that live long
-/// (the identity's secret key, a link's box-stream keys, a passphrase); short-lived handshake
-/// intermediates use `SecretBytes`, which is wiped on release but lives on the ordinary heap.
+/// Each guarded value costs a few pages and several system calls (about a fifth of a handshake's
+/// time when a link's four box-stream keys paid it: `tandem-bench handshakes` fell from 0.57 to 0.46
+/// of its floor). So guarded memory is for keys that live long (the identity's secret key, a
+/// passphrase); per-link keys use `SecureBytes(wiped:)`: the same type and the same wipe on
+/// release, on the ordinary heap. Short-lived handshake intermediates use `SecretBytes`.
 public final class SecureBytes: @unchecked Sendable {
     // Written only in init (before the pages are made read-only); read through `withUnsafeBytes`.
     private let base: UnsafeMutableRawPointer
     public let count: Int
+    /// In libsodium's guarded heap (else malloc'd, wiped on release all the same).
+    public let isGuarded: Bool
+
+    /// A copy of `bytes` on the ordinary heap, wiped with `sodium_memzero` on release: for per-link
+    /// keys, where a guarded allocation per key would cost more than the handshake's crypto.
+    public init(wiped bytes: [UInt8]) {
+        Sodium.ensureInitialized()
+        let n = Swift.max(bytes.count, 1)
+        let p = UnsafeMutableRawPointer.allocate(byteCount: n, alignment: 16)
+        sodium_memzero(p, n)
+        bytes.withUnsafeBytes { src in
+            if let s = src.baseAddress { p.copyMemory(from: s, byteCount: src.count) }
+        }
+        base = p
+        count = bytes.count
+        isGuarded = false
+    }
+
+    /// Moves `bytes` to a heap copy wiped on release, and wipes the caller's array.
+    public convenience init(wipedConsuming bytes: inout [UInt8]) {
+        self.init(wiped: bytes)
+        Sodium.wipe(&bytes)
+    }
 
     /// `count` bytes, filled by `initialize` (given writable memory), then made read-only.
     /// If `initialize` throws, the memory is wiped and freed and the error is rethrown.
@@ -40,6 +65,7 @@ public final class SecureBytes: @unchecked Sendable {
         _ = sodium_mprotect_readonly(p)
         base = p
         self.count = count
+        isGuarded = true
     }
 
     /// A guarded copy of `bytes` (the caller's array is not wiped: see `init(consuming:)`).
@@ -76,12 +102,12 @@ public final class SecureBytes: @unchecked Sendable {
     }
 
     deinit {
-        _ = sodium_mprotect_readwrite(base)
+        if isGuarded { _ = sodium_mprotect_readwrite(base) }
         sodium_memzero(base, Swift.max(count, 1))
         if let observer = Self.observer.value {
             observer(UnsafeRawBufferPointer(start: base, count: count))
         }
-        sodium_free(base)
+        if isGuarded { sodium_free(base) } else { base.deallocate() }
     }
 
     // MARK: test hook

@@ -39,6 +39,7 @@ public final class NodeRuntime: Sendable {
     public let discovery: DiscoveryService?
     /// Home relays, tunnels and mailboxes.
     public let relays: RelayClient
+    let flows: FlowQueue
     private let logger: Logger
 
     /// - Parameters:
@@ -89,7 +90,10 @@ public final class NodeRuntime: Sendable {
                                           clock: clock, logger: logger)
         self.challenges = challenges
         let frameRouter = NodeFrameRouter(friends: friends, clock: clock, challenges: challenges)
-        peers.handler = frameRouter
+        // Link frames reach the flows through one bounded serial queue, off the event loops.
+        let flows = FlowQueue(router: frameRouter)
+        self.flows = flows
+        peers.handler = flows
         let relays = RelayClient(identity: identity, store: store, peers: peers, gate: gate, options: configuration.link,
                                  events: eventBus, logger: logger)
         relays.onMail = { frameRouter.handleMail($0) }
@@ -157,6 +161,7 @@ public final class NodeRuntime: Sendable {
                 .object(["kind": .string($0.kind), "key": .string(hexString($0.rowKey)), "reason": .string($0.reason), "at_ms": .int($0.atMs)])
             })
             o["store_errors"] = .int(Int64(friends.storeErrors.withLockedValue { $0 }))
+            o["frames_dropped_queue_full"] = .int(Int64(flows.dropped))
             o["transport"] = transportStatus()
             return .object(o)
         }

@@ -74,7 +74,7 @@ public struct BoxStreamEncoder {
     public private(set) var saidGoodbye = false
 
     public init(key: [UInt8], nonce: [UInt8]) {
-        self.init(key: SecureBytes(key), nonce: nonce)
+        self.init(key: SecureBytes(wiped: key), nonce: nonce)
     }
 
     public init(key: SecureBytes, nonce: [UInt8]) {
@@ -164,7 +164,7 @@ public struct BoxStreamDecoder {
     public private(set) var receivedGoodbye = false
 
     public init(key: [UInt8], nonce: [UInt8]) {
-        self.init(key: SecureBytes(key), nonce: nonce)
+        self.init(key: SecureBytes(wiped: key), nonce: nonce)
     }
 
     public init(key: SecureBytes, nonce: [UInt8]) {

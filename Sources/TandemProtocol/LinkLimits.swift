@@ -15,7 +15,7 @@ public struct LinkLimits: Sendable, Equatable {
     public var outboundHighWater = 256 * 1024
     public var outboundLowWater = 64 * 1024
     /// Bytes read from a link per turn of its event loop (fairness between links on one loop).
-    public var maximumReadBytes = 16 * 1024
+    public var maximumReadBytes = 4 * 1024
     /// A link that stays above `outboundHighWater` this long is closed.
     public var unwritableTimeoutMs: UInt64 = 10_000
     /// Bytes of partly received frames all links together may hold; a link whose next frame does

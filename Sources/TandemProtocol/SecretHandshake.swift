@@ -290,9 +290,9 @@ public struct SecretHandshake {
         var encrypt = Hash.sha256(base, remotePublic)
         var decrypt = Hash.sha256(base, localPublic)
         return SessionKeys(
-            encryptionKey: SecureBytes(consuming: &encrypt),
+            encryptionKey: SecureBytes(wipedConsuming: &encrypt),
             encryptNonce: Array(remoteHMAC[0..<24]),
-            decryptionKey: SecureBytes(consuming: &decrypt),
+            decryptionKey: SecureBytes(wipedConsuming: &decrypt),
             decryptNonce: Array(localHMAC[0..<24]),
             remotePublicKey: remotePublic)
     }

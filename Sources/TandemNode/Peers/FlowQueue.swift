@@ -1,0 +1,75 @@
+import Dispatch
+import NIOConcurrencyHelpers
+import TandemProtocol
+
+/// Takes the flows' work (store reads and writes, fsyncs) off the event loops: links hand each
+/// frame and each link event over here, and one serial queue carries them out in arrival order.
+/// An event loop only verifies, timestamps and enqueues, so a slow disk or a flood of frames that
+/// each cost a transaction no longer delays every link's pings, clock replies and handshakes.
+///
+/// Bounded: at most `maximumPending` frames wait in all, and at most `maximumPendingPerAuthor`
+/// from any one key; past either, a frame is dropped (counted). Durable frames are resent by
+/// their sender's outbox, so a friend loses nothing but a little time; a stranger's flood fills
+/// only its own share. Link events (up, down, an ERROR) are never dropped.
+final class FlowQueue: FrameHandler, @unchecked Sendable {
+    let router: NodeFrameRouter
+    let maximumPending: Int
+    let maximumPendingPerAuthor: Int
+    private let queue = DispatchQueue(label: "tandem.flows")
+    private struct State {
+        var pending = 0
+        var perAuthor: [[UInt8]: Int] = [:]
+        var dropped = 0
+    }
+    private let state = NIOLockedValueBox(State())
+
+    init(router: NodeFrameRouter, maximumPending: Int = 4_096, maximumPendingPerAuthor: Int = 64) {
+        self.router = router
+        self.maximumPending = maximumPending
+        self.maximumPendingPerAuthor = maximumPendingPerAuthor
+    }
+
+    /// Frames dropped because the queue or the author's share was full.
+    var dropped: Int { state.withLockedValue { $0.dropped } }
+
+    func handle(_ envelope: Envelope, from link: PeerLink) {
+        // Clock frames are timestamped on arrival, before anything else waits.
+        if envelope.type == .clockProbe || envelope.type == .clockReply {
+            router.handle(envelope, from: link)
+            return
+        }
+        let author = envelope.author
+        let admitted = state.withLockedValue { s -> Bool in
+            guard s.pending < maximumPending, s.perAuthor[author, default: 0] < maximumPendingPerAuthor else {
+                s.dropped += 1
+                return false
+            }
+            s.pending += 1
+            s.perAuthor[author, default: 0] += 1
+            return true
+        }
+        guard admitted else { return }
+        queue.async { [self] in
+            defer {
+                state.withLockedValue { s in
+                    s.pending -= 1
+                    let n = s.perAuthor[author, default: 1] - 1
+                    s.perAuthor[author] = n > 0 ? n : nil
+                }
+            }
+            router.handle(envelope, from: link)
+        }
+    }
+
+    func peerConnected(_ key: [UInt8], link: PeerLink) {
+        queue.async { [router] in router.peerConnected(key, link: link) }
+    }
+
+    func peerDisconnected(_ key: [UInt8]) {
+        queue.async { [router] in router.peerDisconnected(key) }
+    }
+
+    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8]) {
+        queue.async { [router] in router.peerReportedError(error, from: key) }
+    }
+}
