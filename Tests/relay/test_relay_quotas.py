@@ -22,12 +22,19 @@ HONEST = "127.0.0.23"
 
 
 async def incoming_from(link, initiator, timeout=10):
-    """The TUNNEL_INCOMING announcing `initiator` (others, from a flooder, are skipped)."""
+    """The TUNNEL_INCOMING announcing `initiator`. Announcements of others that arrive first are
+    kept on the link for a later call (two tunnels to one target may be announced in either order)."""
+    kept = link.__dict__.setdefault("_kept_incoming", [])
+    for m in kept:
+        if m[1] == initiator:
+            kept.remove(m)
+            return m
     deadline = time.monotonic() + timeout
     while True:
         m = await link.expect(TUNNEL_INCOMING, timeout=max(0.1, deadline - time.monotonic()))
         if m[1] == initiator:
             return m
+        kept.append(m)
 
 
 def splice(relay, token_a, token_b):

@@ -582,7 +582,13 @@ public final class FriendService: @unchecked Sendable {
     public func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8]) {
         // A replay error about one of our outbox frames means the peer already has it.
         if error.code == .replayed, error.refMessageID.count == 16 {
-            logStoreError("acknowledge a frame the peer already had") { try store.acknowledge(Array(error.refMessageID), from: key) }
+            // Delivered: its first copy reached the peer (whose ACK may be lost or still on its way).
+            logStoreError("acknowledge a frame the peer already had") {
+                if try store.acknowledge(Array(error.refMessageID), from: key) {
+                    events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: key).canonical),
+                                                     "message_id": .string(hexString(error.refMessageID))])
+                }
+            }
         }
     }
 
