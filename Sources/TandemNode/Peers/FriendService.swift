@@ -479,15 +479,6 @@ public final class FriendService: @unchecked Sendable {
         }
     }
 
-    static func presenceName(_ s: Tandem_V1_PresenceStatus) -> String {
-        switch s {
-        case .idle: return "idle"
-        case .focusing: return "focusing"
-        case .inChallenge: return "in_challenge"
-        case .unspecified, .UNRECOGNIZED: return "idle"
-        }
-    }
-
     /// Where a frame came from, for throttles and events: the peer's IP address on a direct
     /// link, "relay:<relay>" for a tunnel, "mailbox" for mail.
     static func origin(of link: PeerLink?) -> String {
@@ -808,23 +799,26 @@ struct RequestThrottle {
         return throttledSinceReport
     }
 
-    mutating func allow(sender: [UInt8], address: String, nowMs: Int64, perSender: Int, perAddress: Int) -> Bool {
-        func take<K: Hashable>(_ map: inout [K: (tokens: Double, at: Int64)], _ key: K, rate: Int) -> Bool {
-            if map.count >= Self.maximumTracked, map[key] == nil {
-                // Forget the fullest buckets: they hold no debt worth remembering.
-                for k in map.filter({ $0.value.tokens >= Double(rate) - 1 }).keys.prefix(map.count / 2) { map[k] = nil }
-                if map.count >= Self.maximumTracked { return false }
-            }
-            var b = map[key] ?? (Double(rate), nowMs)
-            b.tokens = min(Double(rate), b.tokens + Double(nowMs - b.at) / 60_000 * Double(rate))
-            b.at = nowMs
-            guard b.tokens >= 1 else { map[key] = b; return false }
-            b.tokens -= 1
-            map[key] = b
-            return true
+    /// One token from `key`'s bucket (burst `rate`, refilled at `rate` per minute). When the table
+    /// is full, buckets that are (nearly) full are forgotten, as they hold no debt worth remembering;
+    /// if none can be, the token is refused.
+    private static func take<K: Hashable>(_ map: inout [K: (tokens: Double, at: Int64)], _ key: K, rate: Double, nowMs: Int64) -> Bool {
+        if map.count >= maximumTracked, map[key] == nil {
+            for k in map.filter({ $0.value.tokens >= rate - 1 }).keys.prefix(map.count / 2) { map[k] = nil }
+            if map.count >= maximumTracked { return false }
         }
-        guard take(&addresses, address, rate: perAddress) else { return false }
-        return take(&senders, sender, rate: perSender)
+        var b = map[key] ?? (rate, nowMs)
+        b.tokens = min(rate, b.tokens + Double(max(0, nowMs.subtractingSaturated(b.at))) / 60_000 * rate)
+        b.at = nowMs
+        guard b.tokens >= 1 else { map[key] = b; return false }
+        b.tokens -= 1
+        map[key] = b
+        return true
+    }
+
+    mutating func allow(sender: [UInt8], address: String, nowMs: Int64, perSender: Int, perAddress: Int) -> Bool {
+        guard Self.take(&addresses, address, rate: Double(perAddress), nowMs: nowMs) else { return false }
+        return Self.take(&senders, sender, rate: Double(perSender), nowMs: nowMs)
     }
 
     /// Replies (acknowledgements, ERRORs) signed for non-friends: per sender and per address
@@ -835,18 +829,8 @@ struct RequestThrottle {
     static let repliesPerAddressPerMinute = 120.0
 
     mutating func allowReply(sender: [UInt8], address: String, nowMs: Int64) -> Bool {
-        func take<K: Hashable>(_ map: inout [K: (tokens: Double, at: Int64)], _ key: K, rate: Double) -> Bool {
-            if map.count >= Self.maximumTracked, map[key] == nil { map.removeAll() }
-            var b = map[key] ?? (rate, nowMs)
-            b.tokens = min(rate, b.tokens + Double(max(0, nowMs.subtractingSaturated(b.at))) / 60_000 * rate)
-            b.at = nowMs
-            guard b.tokens >= 1 else { map[key] = b; return false }
-            b.tokens -= 1
-            map[key] = b
-            return true
-        }
-        guard take(&replyAddresses, address, rate: Self.repliesPerAddressPerMinute) else { return false }
-        return take(&replySenders, sender, rate: Self.repliesPerSenderPerMinute)
+        guard Self.take(&replyAddresses, address, rate: Self.repliesPerAddressPerMinute, nowMs: nowMs) else { return false }
+        return Self.take(&replySenders, sender, rate: Self.repliesPerSenderPerMinute, nowMs: nowMs)
     }
 
     func shouldDial(_ key: [UInt8], nowMs: Int64) -> Bool {
