@@ -113,6 +113,9 @@ def test_abuse_half_open_connections(make_relay, make_node, write_config):
 
         # Past the handshake timeout the first 64 were dropped and replaced: still capped.
         poll(lambda: flood.replaced > 64, timeout=10, what="the relay timing out half-open connections")
+        # Refusals can replace 64 before the first 2 s handshake timeouts are due: wait for those too.
+        poll(lambda: relay.metric("tandem_relay_handshakes_failed_total") >= 64, timeout=10,
+             what="64 handshakes timed out")
         m = relay.metrics()
         assert m["tandem_relay_pending_connections"] <= 64 + 4, m
         assert m["tandem_relay_handshakes_failed_total"] >= 64, m
