@@ -301,6 +301,11 @@ final class PeerLinkHandler: ChannelInboundHandler {
     /// Frames of the current read that were over the address's budget.
     private var overBudget = 0
     private var budgetKey: String?
+    /// Frames checked in the current turn, and decoded frames waiting for a later turn (at most one
+    /// read's worth: the link is not read while any wait).
+    private var turnFrames = 0
+    private var backlog = CircularBuffer<[UInt8]>()
+    private var drainScheduled = false
 
     init(link: PeerLink, gate: FrameGate, delegate: PeerLinkDelegate?, logger: Logger,
          readGate: (LinkReadGate, ChannelHandlerContext)? = nil) {
@@ -327,7 +332,50 @@ final class PeerLinkHandler: ChannelInboundHandler {
         // Frames already decoded when the link was condemned are dropped unread.
         guard !closing else { return }
         let bytes = unwrapInboundIn(data)
-        guard let peer = link.remotePublicKey else { return }
+        if let cap = gate.limits.framesPerTurn, turnFrames >= cap || !backlog.isEmpty {
+            // This turn's share is spent: keep the frame for a later turn and read no more meanwhile.
+            backlog.append(bytes)
+            readGate?.0.hold(true, context: readGate!.1)
+            return
+        }
+        turnFrames += 1
+        process(bytes, context: context)
+    }
+
+    /// Checks the frames kept from earlier reads, `framesPerTurn` per turn of the loop, each turn
+    /// at least `turnGapMicroseconds` after the previous one ended (a task queued for "now" would run
+    /// in the same turn, before the loop looks at other links again).
+    private func scheduleDrain(context: ChannelHandlerContext) {
+        guard !drainScheduled, !backlog.isEmpty else { return }
+        drainScheduled = true
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.scheduleTask(in: .microseconds(gate.limits.turnGapMicroseconds)) {
+            let (handler, context) = loopBound.value
+            handler.drainScheduled = false
+            handler.drain(context: context)
+        }
+    }
+
+    private func drain(context: ChannelHandlerContext) {
+        guard context.channel.isActive else { backlog.removeAll(); return }
+        turnFrames = 0
+        let cap = gate.limits.framesPerTurn ?? Int.max
+        while turnFrames < cap, !closing, let next = backlog.popFirst() {
+            turnFrames += 1
+            process(next, context: context)
+        }
+        if closing { backlog.removeAll() }
+        finishTurn(context: context)
+        if backlog.isEmpty {
+            turnFrames = 0
+            readGate?.0.hold(false, context: readGate!.1)
+        } else {
+            scheduleDrain(context: context)
+        }
+    }
+
+    private func process(_ bytes: [UInt8], context: ChannelHandlerContext) {
+        guard !closing, let peer = link.remotePublicKey else { return }
         // Every frame counts against its address's budget (tunnels: the relay and the peer key).
         if budgetKey == nil { budgetKey = link.directRemoteHost ?? "tunnel:\(hexString(link.relay ?? []))/\(hexString(peer))" }
         if !gate.takeFrame(from: budgetKey!) { overBudget += 1 }
@@ -341,7 +389,13 @@ final class PeerLinkHandler: ChannelInboundHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        // Over budget: stop reading this link for as long as those frames would have taken.
+        finishTurn(context: context)
+        if backlog.isEmpty { turnFrames = 0 } else { scheduleDrain(context: context) }
+        context.fireChannelReadComplete()
+    }
+
+    /// Over budget: stop reading this link for as long as those frames would have taken.
+    private func finishTurn(context: ChannelHandlerContext) {
         if overBudget > 0, let (readGate, gateContext) = readGate,
            let rate = gate.limits.framesPerAddressPerSecond, rate > 0 {
             let ms = Int64(min((Double(overBudget) * 1000 / rate).rounded(.up), 60_000))
@@ -349,7 +403,6 @@ final class PeerLinkHandler: ChannelInboundHandler {
             gate.metrics.readPaused()
         }
         overBudget = 0
-        context.fireChannelReadComplete()
     }
 
     /// Carries out the link guard's decision on a rejected frame.
@@ -464,12 +517,21 @@ final class LinkReadGate: ChannelDuplexHandler {
         self.logger = logger
     }
 
+    private var held = false
+
     func read(context: ChannelHandlerContext) {
-        if context.channel.isWritable, pausedUntil == nil {
+        if context.channel.isWritable, pausedUntil == nil, !held {
             context.read()
         } else {
             readPending = true
         }
+    }
+
+    /// Holds reading while the link handler still has frames of earlier reads to check.
+    func hold(_ on: Bool, context: ChannelHandlerContext) {
+        guard held != on else { return }
+        held = on
+        if !on { readIfPending(context: context) }
     }
 
     /// Holds reading for `milliseconds` (the link's address is over its frame budget).
@@ -489,7 +551,7 @@ final class LinkReadGate: ChannelDuplexHandler {
     }
 
     private func readIfPending(context: ChannelHandlerContext) {
-        if readPending, context.channel.isWritable, pausedUntil == nil {
+        if readPending, context.channel.isWritable, pausedUntil == nil, !held {
             readPending = false
             context.read()
         }

@@ -16,6 +16,12 @@ public struct LinkLimits: Sendable, Equatable {
     public var outboundLowWater = 64 * 1024
     /// Bytes read from a link per turn of its event loop (fairness between links on one loop).
     public var maximumReadBytes = 4 * 1024
+    /// Frames checked from one link per turn of its event loop (a 4 KiB box can hold hundreds of
+    /// small frames, each a signature check): the rest wait, the link unread, for a later turn at
+    /// least `turnGapMicroseconds` on, so a ping on another link sharing the loop is answered
+    /// within a few checks' time. nil: no limit (benchmarks of the bare pipeline).
+    public var framesPerTurn: Int? = nil
+    public var turnGapMicroseconds: Int64 = 100
     /// A link that stays above `outboundHighWater` this long is closed.
     public var unwritableTimeoutMs: UInt64 = 10_000
     /// Bytes of partly received frames all links together may hold; a link whose next frame does
@@ -37,6 +43,7 @@ public struct LinkLimits: Sendable, Equatable {
     public static var node: LinkLimits {
         var l = LinkLimits()
         l.framesPerAddressPerSecond = 1_000
+        l.framesPerTurn = 8
         return l
     }
 }

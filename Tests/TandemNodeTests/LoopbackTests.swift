@@ -123,6 +123,31 @@ final class LoopbackTests: XCTestCase {
         }
     }
 
+    /// A burst far larger than one turn's share of frames (`LinkLimits.node.framesPerTurn`) arrives
+    /// in a few reads: every frame is still checked, in order, over later turns, and the link stays up.
+    func testABurstBeyondOneTurnsShareIsCheckedOverLaterTurns() async throws {
+        let share = try XCTUnwrap(LinkLimits.node.framesPerTurn)
+        try await withNode { server, port in
+            let c = client()
+            let (link, waiter) = try await c.connect(host: "127.0.0.1", port: port, to: server.id)
+            let before = server.metrics.snapshot.framesAccepted
+            let count = share * 40
+            for i in 0..<count {
+                var ping = Tandem_V1_Ping()
+                ping.nonce = UInt64(i)
+                let env = Envelope.sign(type: .ping, author: c.identity, recipient: server.identity.publicKey,
+                                        createdAt: wallClockMilliseconds(), payload: try ping.serializedBytes())
+                link.send(env, flush: false)
+            }
+            link.channel.flush()
+            let all = await eventually(10) { server.metrics.snapshot.framesAccepted - before == count }
+            XCTAssertTrue(all, "accepted \(server.metrics.snapshot.framesAccepted - before) of \(count)")
+            XCTAssertTrue(server.metrics.snapshot.framesRejected.isEmpty)
+            _ = try await waiter.ping() // the link is still up and read again
+            link.close()
+        }
+    }
+
     func testRejectedFramesGetTypedErrorsAndTheLinkStaysUp() async throws {
         try await withNode { server, port in
             let c = client()
