@@ -243,22 +243,34 @@ public final class PeerLink: Sendable {
     public let identity: SigningKeyPair
     /// The relay whose tunnel carries this link (nil: a direct TCP connection).
     public let relay: [UInt8]?
+    /// Unique among this process's links (the outbox writes each frame once per link).
+    public let serial: UInt64
     private let remote = NIOLockedValueBox<[UInt8]?>(nil)
+    private let remoteHost = NIOLockedValueBox<String?>(nil)
+    private static let serials = NIOLockedValueBox<UInt64>(0)
 
     init(channel: Channel, identity: SigningKeyPair, relay: [UInt8]? = nil) {
         self.channel = channel
         self.identity = identity
         self.relay = relay
+        self.serial = Self.serials.withLockedValue { $0 += 1; return $0 }
     }
 
     /// The peer's address as seen on the socket, or nil for a tunnel (the socket's far end is the relay).
+    /// Kept from the handshake on, so frames still being handled after the link closed are charged
+    /// to the same address (a closed channel no longer knows it).
     public var directRemoteHost: String? {
-        relay == nil ? channel.remoteAddress?.ipAddress : nil
+        guard relay == nil else { return nil }
+        return remoteHost.withLockedValue { $0 } ?? channel.remoteAddress?.ipAddress
     }
 
     /// The peer's proven key (nil before the handshake finishes).
     public var remotePublicKey: [UInt8]? { remote.withLockedValue { $0 } }
-    func setRemote(_ key: [UInt8]) { remote.withLockedValue { $0 = key } }
+    func setRemote(_ key: [UInt8]) {
+        let host = channel.remoteAddress?.ipAddress
+        remote.withLockedValue { $0 = key }
+        remoteHost.withLockedValue { $0 = host }
+    }
 
     /// Signs and sends a message to the link peer.
     @discardableResult

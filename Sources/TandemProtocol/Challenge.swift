@@ -138,7 +138,7 @@ public struct Challenge: Codable, Sendable, Equatable {
         guard startAtUs == 0 || startAtUs.subtractingSaturated(nowUs) <= 7 * 86_400_000_000 else { throw Refusal("the start is more than 7 days away") }
         if startAtUs == 0, invitees.count > 1 { throw Refusal("a group challenge needs a start time (--start-in or --start-at)") }
         let expires = startAtUs == 0 ? nowUs.addingSaturated(defaultExpiryUs) : startAtUs
-        var c = Challenge(id: id, me: me, inviter: me,
+        let c = Challenge(id: id, me: me, inviter: me,
                           participants: ([me] + invitees).map {
                               Participant(key: $0, answer: $0 == me ? .accepted : .pending, outOfContact: false,
                                           addressHint: addressHints[$0] ?? "")

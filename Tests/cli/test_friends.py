@@ -183,7 +183,7 @@ def rss_kb(pid):
 def test_flood_of_requests_from_throwaway_identities_is_capped(make_node):
     bob = make_node("bob").start()
     before = rss_kb(bob.proc.pid)
-    out = json.loads(run("dev", "flood", bob.address, bob.id, "--count", "10000", "--settle", "1", timeout=120).stdout)
+    out = json.loads(run("dev", "flood", bob.address, bob.id, "--count", "10000", "--settle", "3", timeout=120).stdout)
     assert out["sent"] == 10000
     # Per-address limits let a few through, far below the flood and below the pending cap.
     status = cli_json(bob, "status")

@@ -39,6 +39,8 @@ public final class FriendService: @unchecked Sendable {
     private let listenPort: NIOLockedValueBox<Int> = NIOLockedValueBox(0)
     private let status = NIOLockedValueBox(Tandem_V1_PresenceStatus.idle)
     private let throttle = NIOLockedValueBox(RequestThrottle())
+    /// What was written on which link, dial backoff, owed PRESENCE frames (Protocol 12.5, 12.7).
+    let book = NIOLockedValueBox(DeliveryBook())
     /// Store writes that failed on a path that had to go on (see `logStoreError`).
     let storeErrors = NIOLockedValueBox(0)
     /// The delivery loop's wake-up: the loop's continuation while it waits, or a poke that came
@@ -235,7 +237,26 @@ public final class FriendService: @unchecked Sendable {
     private func becameFriend(_ key: [UInt8], name: String) {
         guard peers.link(to: key) != nil else { return }
         events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(name)])
-        sendPresence(to: key)
+        greet(key)
+    }
+
+    /// A PRESENCE to a friend whose link just came up (or who just became one): at once when nothing
+    /// waits for it in the outbox, else right after those frames on the same link (the FRIEND_ACCEPT
+    /// that makes the PRESENCE meaningful comes first; Protocol 12.7).
+    private func greet(_ key: [UInt8]) {
+        let waiting: Bool
+        do {
+            waiting = try !store.outbox(for: key).isEmpty
+        } catch {
+            logStoreErrorCount("read the outbox", error)
+            waiting = false
+        }
+        if book.withLockedValue({ $0.presenceDue(key, framesWaiting: waiting) }) {
+            sendPresence(to: key)
+        } else {
+            logStoreError("expedite the outbox") { try store.expediteOutbox(for: key, nowMs: now()) }
+            poke()
+        }
     }
 
     private func mapStoreError<T>(_ body: () throws -> T) throws -> T {
@@ -297,6 +318,7 @@ public final class FriendService: @unchecked Sendable {
                 let m = try AckMessage(payload: envelope.payload)
                 // Only the recipient of an outbox frame can acknowledge it.
                 if try store.acknowledge(m.messageID, from: author) {
+                    book.withLockedValue { $0.done(m.messageID) }
                     events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
                                                      "message_id": .string(hexString(m.messageID))])
                 }
@@ -484,7 +506,7 @@ public final class FriendService: @unchecked Sendable {
     static func origin(of link: PeerLink?) -> String {
         guard let link else { return "mailbox" }
         if let relay = link.relay { return "relay:" + NodeID(publicKey: relay).short }
-        return link.channel.remoteAddress?.ipAddress ?? "?"
+        return link.directRemoteHost ?? "?"
     }
 
     /// A record's ":port" addresses are paired with the host the link came from (observed; not for
@@ -523,9 +545,13 @@ public final class FriendService: @unchecked Sendable {
         do {
             try body()
         } catch {
-            storeErrors.withLockedValue { $0 += 1 }
-            logger.error("store write failed", metadata: ["what": "\(what)", "error": "\(error)"])
+            logStoreErrorCount(what, error)
         }
+    }
+
+    func logStoreErrorCount(_ what: String, _ error: Error) {
+        storeErrors.withLockedValue { $0 += 1 }
+        logger.error("store access failed", metadata: ["what": "\(what)", "error": "\(error)"])
     }
 
     /// A beacon from another node on the LAN: remember where it is; reach friends and waiting
@@ -547,19 +573,25 @@ public final class FriendService: @unchecked Sendable {
                                             "address": .string("\(s.host):\(s.port)"), "friend": .bool(s.isFriendBeacon)])
         }
         if peers.link(to: s.publicKey) == nil {
-            throttle.withLockedValue { $0.dialSucceeded(s.publicKey) } // a fresh address: retry now
+            book.withLockedValue { $0.dialSucceeded(s.publicKey) } // a fresh address: retry now
             try? store.expediteOutbox(for: s.publicKey, nowMs: nowMs)
             poke()
         }
     }
 
     public func peerConnected(_ key: [UInt8], link: PeerLink) {
-        let contact = try? store.contact(key)
+        let contact: Contact?
+        do {
+            contact = try store.contact(key)
+        } catch {
+            logStoreErrorCount("read a contact", error)
+            contact = nil
+        }
+        logStoreError("expedite the outbox") { try store.expediteOutbox(for: key, nowMs: now()) }
         if contact?.relationship == .friend {
             events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact?.displayName ?? "")])
-            sendPresence(to: key)
+            greet(key)
         }
-        try? store.expediteOutbox(for: key, nowMs: now())
         poke()
     }
 
@@ -576,6 +608,7 @@ public final class FriendService: @unchecked Sendable {
             // Delivered: its first copy reached the peer (whose ACK may be lost or still on its way).
             logStoreError("acknowledge a frame the peer already had") {
                 if try store.acknowledge(Array(error.refMessageID), from: key) {
+                    book.withLockedValue { $0.done(Array(error.refMessageID)) }
                     events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: key).canonical),
                                                      "message_id": .string(hexString(error.refMessageID))])
                 }
@@ -583,11 +616,11 @@ public final class FriendService: @unchecked Sendable {
         }
     }
 
-    func sendPresence(to key: [UInt8]) {
+    func sendPresence(to key: [UInt8], on link: PeerLink? = nil) {
         var p = Tandem_V1_Presence()
         p.status = status.withLockedValue { $0 }
         p.heartbeatSeconds = UInt32(configuration.heartbeat.nanoseconds / 1_000_000_000)
-        peers.link(to: key)?.send(type: .presence, payload: (try? p.serializedBytes()) ?? [])
+        (link ?? peers.link(to: key))?.send(type: .presence, payload: (try? p.serializedBytes()) ?? [])
     }
 
     // MARK: - Delivery loop
@@ -652,7 +685,7 @@ public final class FriendService: @unchecked Sendable {
         // Friends without a link are tried too, with backoff, so they come online when reachable.
         let wanted = ((try? store.friendKeys()) ?? []) + (keepConnected?() ?? [])
         for friend in wanted where peers.link(to: friend) == nil && !recipients.contains(friend) {
-            if throttle.withLockedValue({ $0.shouldDial(friend, nowMs: nowMs) }) { recipients.append(friend) }
+            if book.withLockedValue({ $0.shouldDial(friend, nowMs: nowMs) }) { recipients.append(friend) }
         }
         await withTaskGroup(of: Void.self) { group in
             for key in recipients {
@@ -677,21 +710,39 @@ public final class FriendService: @unchecked Sendable {
                 return
             }
         }
-        throttle.withLockedValue { $0.dialSucceeded(key) }
-        let items = (try? store.outbox(for: key)) ?? []
-        guard !items.isEmpty else { return }
-        for item in items {
+        book.withLockedValue { $0.dialSucceeded(key) }
+        let items: [OutboxItem]
+        do {
+            items = try store.outbox(for: key)
+        } catch {
+            logStoreErrorCount("read the outbox", error)
+            return
+        }
+        // Each frame once per link: a round that races the dial's own write skips what it wrote.
+        let nowMs = now()
+        let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Array($0.messageId) }, link: link.serial, nowMs: nowMs) })
+        for item in items where fresh.contains(Array(item.messageId)) {
             guard let env = try? Envelope.parse(Array(item.frame)) else {
-                _ = try? store.acknowledge(Array(item.messageId))
+                // Written by this node, so only a damaged store gets here: drop the row, say so.
+                logger.error("unreadable outbox frame dropped", metadata: ["message_id": "\(hexString(item.messageId))"])
+                logStoreError("drop an unreadable outbox frame") { _ = try store.acknowledge(Array(item.messageId)) }
                 continue
             }
             link.send(env, flush: false)
         }
+        // A PRESENCE owed to this peer follows the frames that make it meaningful, on the same link.
+        if book.withLockedValue({ $0.takeOwedPresence(key) }), isFriend(key) {
+            sendPresence(to: key, on: link)
+        }
         link.channel.flush()
-        // Resend only if no ACK arrives in time; frames queued since the read above were not sent
-        // and stay due (a quit notice queued just now goes out on the next round, not a second later).
-        try? store.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: now(), maximumDelayMs: 30_000,
-                               only: Set(items.map { Array($0.messageId) }))
+        // Written now or before on this link: resent only if no ACK arrives in time. Frames queued
+        // since the read above were not written and stay due (a quit notice queued just now goes out
+        // on the next round, not a second later).
+        let read = Set(items.map { Array($0.messageId) })
+        guard !read.isEmpty else { return }
+        logStoreError("schedule the resend") {
+            try store.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: now(), maximumDelayMs: 30_000, only: read)
+        }
     }
 
     enum DialOutcome {
@@ -736,14 +787,14 @@ public final class FriendService: @unchecked Sendable {
             do {
                 return .link(try await relays.openTunnel(to: key, via: relay))
             } catch is RelayClient.Offline {
-                throttle.withLockedValue { $0.dialFailed(key, nowMs: now()) }
+                book.withLockedValue { $0.dialFailed(key, nowMs: now()) }
                 return .offline(relays.preferredAddress(of: relay))
             } catch {
                 logger.debug("tunnel failed", metadata: ["peer": "\(NodeID(publicKey: key).short)", "relay": "\(relay)",
                                                          "error": "\(error)"])
             }
         }
-        throttle.withLockedValue { $0.dialFailed(key, nowMs: now()) }
+        book.withLockedValue { $0.dialFailed(key, nowMs: now()) }
         return .unreachable
     }
 
@@ -781,11 +832,10 @@ public final class FriendService: @unchecked Sendable {
     }
 }
 
-/// Per-sender and per-address limits for friend requests, and dial backoff per peer. Bounded maps.
+/// Per-sender and per-address limits for friend requests and for replies to strangers. Bounded maps.
 struct RequestThrottle {
     private var senders: [[UInt8]: (tokens: Double, at: Int64)] = [:]
     private var addresses: [String: (tokens: Double, at: Int64)] = [:]
-    private var dialBackoff: [[UInt8]: (failures: Int, nextMs: Int64)] = [:]
     private var throttledSinceReport = 0
     private var lastReportMs: Int64 = 0
     static let maximumTracked = 10_000
@@ -832,19 +882,4 @@ struct RequestThrottle {
         guard Self.take(&replyAddresses, address, rate: Self.repliesPerAddressPerMinute, nowMs: nowMs) else { return false }
         return Self.take(&replySenders, sender, rate: Self.repliesPerSenderPerMinute, nowMs: nowMs)
     }
-
-    func shouldDial(_ key: [UInt8], nowMs: Int64) -> Bool {
-        guard let b = dialBackoff[key] else { return true }
-        return nowMs >= b.nextMs
-    }
-
-    mutating func dialFailed(_ key: [UInt8], nowMs: Int64) {
-        var b = dialBackoff[key] ?? (0, 0)
-        b.failures += 1
-        b.nextMs = nowMs + min(60_000, 1000 << min(b.failures, 6))
-        dialBackoff[key] = b
-        if dialBackoff.count > Self.maximumTracked { dialBackoff.removeAll() }
-    }
-
-    mutating func dialSucceeded(_ key: [UInt8]) { dialBackoff[key] = nil }
 }

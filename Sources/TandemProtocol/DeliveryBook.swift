@@ -1,0 +1,101 @@
+/// The outbox's delivery decisions, as a plain value (Protocol/README.md 12.5 and 12.7): which waiting frames
+/// to write on a link, when a peer that could not be reached is tried again, and when a PRESENCE
+/// may follow the frames that make it meaningful. The node's delivery loop asks it and carries out
+/// the answers; the tests drive it with explicit instants.
+///
+/// - Each frame is written once per link: a frame already written on a link is written on it again
+///   only after `resendAfterMs` without an acknowledgement (a receiver that throttled it and asks
+///   for a retry), never because a second delivery round raced the first (a dial's own write and
+///   the "link up, deliver now" that the new link triggers).
+/// - Dialling backs off per peer: 2 s, 4 s, … up to `maximumBackoffMs` after successive failures; a
+///   success or a fresh address (a LAN sighting) clears it.
+/// - A PRESENCE owed to a peer (on link up, or on becoming friends) waits while frames for that
+///   peer wait, and goes out on the link right after them: the peer hears FRIEND_ACCEPT before the
+///   PRESENCE it makes meaningful.
+public struct DeliveryBook: Sendable, Equatable {
+    public struct Written: Sendable, Equatable {
+        public let link: UInt64
+        public let atMs: Int64
+        public init(link: UInt64, atMs: Int64) {
+            self.link = link
+            self.atMs = atMs
+        }
+    }
+
+    public let resendAfterMs: Int64
+    public let maximumBackoffMs: Int64
+    /// At most this many peers tracked per table (past it the oldest knowledge is dropped, which
+    /// only makes the node write or dial sooner, never lose a frame).
+    public let maximumTracked: Int
+
+    private var written: [[UInt8]: Written] = [:]
+    private var backoff: [[UInt8]: (failures: Int, nextMs: Int64)] = [:]
+    private var owedPresence: Set<[UInt8]> = []
+
+    public init(resendAfterMs: Int64 = 30_000, maximumBackoffMs: Int64 = 60_000, maximumTracked: Int = 10_000) {
+        self.resendAfterMs = resendAfterMs
+        self.maximumBackoffMs = maximumBackoffMs
+        self.maximumTracked = maximumTracked
+    }
+
+    public static func == (a: DeliveryBook, b: DeliveryBook) -> Bool {
+        a.written == b.written && a.owedPresence == b.owedPresence
+            && a.backoff.mapValues { [Int64($0.failures), $0.nextMs] } == b.backoff.mapValues { [Int64($0.failures), $0.nextMs] }
+    }
+
+    // MARK: frames
+
+    /// Of `messageIDs` (waiting for one peer, in order), those to write on `link` now; they are
+    /// recorded as written there at `nowMs`.
+    public mutating func toWrite(_ messageIDs: [[UInt8]], link: UInt64, nowMs: Int64) -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        for id in messageIDs {
+            if let w = written[id], w.link == link, nowMs.subtractingSaturated(w.atMs) < resendAfterMs { continue }
+            out.append(id)
+        }
+        if written.count + out.count > maximumTracked { written.removeAll() }
+        for id in out { written[id] = Written(link: link, atMs: nowMs) }
+        return out
+    }
+
+    /// The frame left the outbox (acknowledged, deposited, expired): forgotten.
+    public mutating func done(_ messageID: [UInt8]) { written[messageID] = nil }
+
+    public func wasWritten(_ messageID: [UInt8]) -> Written? { written[messageID] }
+
+    // MARK: dialling
+
+    public func shouldDial(_ peer: [UInt8], nowMs: Int64) -> Bool {
+        guard let b = backoff[peer] else { return true }
+        return nowMs >= b.nextMs
+    }
+
+    public mutating func dialFailed(_ peer: [UInt8], nowMs: Int64) {
+        var b = backoff[peer] ?? (0, 0)
+        b.failures = min(b.failures + 1, 30)
+        b.nextMs = nowMs.addingSaturated(min(maximumBackoffMs, Int64(1000) << Int64(min(b.failures, 20))))
+        if backoff[peer] == nil, backoff.count >= maximumTracked { backoff.removeAll() }
+        backoff[peer] = b
+    }
+
+    /// Reached, or a fresh address to try: no backoff.
+    public mutating func dialSucceeded(_ peer: [UInt8]) { backoff[peer] = nil }
+
+    public func failures(_ peer: [UInt8]) -> Int { backoff[peer]?.failures ?? 0 }
+
+    // MARK: presence
+
+    /// A PRESENCE is due to `peer`. With no frames waiting for it, send it now (true); otherwise it is
+    /// owed, and `takeOwedPresence` hands it out after those frames are written.
+    public mutating func presenceDue(_ peer: [UInt8], framesWaiting: Bool) -> Bool {
+        guard framesWaiting else {
+            owedPresence.remove(peer)
+            return true
+        }
+        if owedPresence.count < maximumTracked { owedPresence.insert(peer) }
+        return false
+    }
+
+    /// After the waiting frames were written to `peer`: whether a PRESENCE is owed (it is cleared).
+    public mutating func takeOwedPresence(_ peer: [UInt8]) -> Bool { owedPresence.remove(peer) != nil }
+}
