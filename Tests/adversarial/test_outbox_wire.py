@@ -94,7 +94,12 @@ class ListeningPeer:
         return [env for link in list(self.links) for env in list(link)]
 
     def stop(self):
-        self.loop.call_soon_threadsafe(self.server.close)
+        async def shut():
+            self.server.close()
+            for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:
+                task.cancel()
+            await asyncio.sleep(0.05)
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
