@@ -59,7 +59,11 @@ struct FriendsBench: AsyncParsableCommand {
                 if round >= 3 { friendTimes.append(elapsed.milliseconds) } // the first rounds open the link
                 // Back to strangers for the next round; wait until Bob has been told.
                 try alice.friends.remove(bobKey.publicKey)
-                try await waitUntil { (try? bob.store.contact(aliceKey.publicKey))?.relationship == Relationship.none }
+                // (A relationship that ends leaves no row behind: nil or `none`.)
+                try await waitUntil {
+                    guard let contact = try? bob.store.contact(aliceKey.publicKey) else { return true }
+                    return contact.relationship == Relationship.none
+                }
             }
             let (link, waiter) = try await alice.connect(host: "127.0.0.1", port: bobPort, to: NodeID(publicKey: bobKey.publicKey))
             for round in 0..<(rounds + 3) {
