@@ -11,16 +11,22 @@ extension NodeStore {
         return e
     }()
 
-    /// Stores the challenge's state and queues `frames`, together.
-    public func saveChallenge(_ c: Challenge, frames: [OutboxItem] = [], events: [PendingEvent] = [], nowMs: Int64) throws {
+    /// Stores the challenge's state and queues `frames`, together (with `handled`, the frame that
+    /// caused the step is marked handled in the same transaction; false, and nothing stored, when it
+    /// was handled before).
+    @discardableResult
+    public func saveChallenge(_ c: Challenge, frames: [OutboxItem] = [], events: [PendingEvent] = [], nowMs: Int64,
+                              handled: HandledMark? = nil) throws -> Bool {
         let json = String(decoding: try Self.challengeEncoder.encode(c), as: UTF8.self)
-        try write { db in
+        return try write { db in
+            if let handled, try !mark(db, handled) { return false }
             try db.execute(sql: """
                 INSERT INTO challenge(id, phase, solo, createdAtMs, updatedAtMs, state) VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, updatedAtMs = excluded.updatedAtMs, state = excluded.state
                 """, arguments: [Data(c.id), c.phase.rawValue, c.solo, nowMs, nowMs, json])
             for f in frames { try f.insert(db, onConflict: .ignore) }
             try Self.insert(events, db)
+            return true
         }
     }
 

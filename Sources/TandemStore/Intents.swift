@@ -70,14 +70,17 @@ extension NodeStore {
         case mutual
         case alreadyFriends
         case blocked
+        /// Handled before (a redelivery): nothing changed.
+        case duplicate
     }
 
     /// A friend request arrived. Caps the pending requests; the oldest pending is dropped past it.
     /// `reply` is queued when the request is mutual (our acceptance) or comes from a friend (we resend).
     public func receiveFriendRequest(from key: [UInt8], displayName: String, message: String, record: [UInt8],
-                                     recordVersion: Int64, reply: OutboxItem?, nowMs: Int64,
+                                     recordVersion: Int64, reply: OutboxItem?, nowMs: Int64, handled: HandledMark? = nil,
                                      events: (IncomingRequest) -> [PendingEvent] = { _ in [] }) throws -> IncomingRequest {
         let result = try write { db -> IncomingRequest in
+            if let handled, try !mark(db, handled) { return .duplicate }
             let result = try receiveFriendRequest(db, from: key, displayName: displayName, message: message, record: record,
                                                   recordVersion: recordVersion, reply: reply, nowMs: nowMs)
             try Self.insert(events(result), db)
@@ -156,8 +159,9 @@ extension NodeStore {
 
     /// Their acceptance arrived. True when it made us friends (we had asked); `events` are stored then.
     public func receiveFriendAccept(from key: [UInt8], displayName: String, record: [UInt8], recordVersion: Int64,
-                                    nowMs: Int64, events: [PendingEvent] = []) throws -> Bool {
+                                    nowMs: Int64, handled: HandledMark? = nil, events: [PendingEvent] = []) throws -> Bool {
         try write { db in
+            if let handled, try !mark(db, handled) { return false }
             guard var c = try Contact.fetchOne(db, key: Data(key)) else { return false }
             switch c.relationship {
             case .requested: break
@@ -214,9 +218,10 @@ extension NodeStore {
     /// They declined our request or removed us. Returns the relationship it ended, if any.
     /// Nothing is left of a contact with no relationship: its row, record, addresses and relay go
     /// (a stranger's request followed by a removal leaves no trace).
-    public func receiveFarewell(from key: [UInt8], nowMs: Int64,
+    public func receiveFarewell(from key: [UInt8], nowMs: Int64, handled: HandledMark? = nil,
                                 events: (Relationship) -> [PendingEvent] = { _ in [] }) throws -> Relationship? {
         try write { db in
+            if let handled, try !mark(db, handled) { return nil }
             guard let c = try Contact.fetchOne(db, key: Data(key)) else { return nil }
             let before = c.relationship
             switch before {
@@ -262,8 +267,9 @@ extension NodeStore {
 
     /// A friend's newer contact record (display name and version) replaces the stored one.
     public func updateContactRecord(_ key: [UInt8], displayName: String, record: [UInt8], version: Int64, nowMs: Int64,
-                                    events: [PendingEvent] = []) throws -> Bool {
+                                    handled: HandledMark? = nil, events: [PendingEvent] = []) throws -> Bool {
         try write { db in
+            if let handled, try !mark(db, handled) { return false }
             guard var c = try Contact.fetchOne(db, key: Data(key)), c.relationship == .friend, version > c.recordVersion else {
                 return false
             }
@@ -411,29 +417,36 @@ extension NodeStore {
     public func markHandled(_ messageId: [UInt8], createdAtMs: Int64, windowMs: Int64, nowMs: Int64,
                             fromFriend: Bool = true) throws -> Bool {
         try write { db in
-            if try Bool.fetchOne(db, sql: "SELECT 1 FROM seenMessage WHERE messageId = ?", arguments: [Data(messageId)]) != nil {
-                return false
-            }
-            try db.execute(sql: "INSERT INTO seenMessage(messageId, createdAtMs, fromFriend) VALUES (?, ?, ?)",
-                           arguments: [Data(messageId), createdAtMs, fromFriend])
-            try db.execute(sql: "DELETE FROM seenMessage WHERE createdAtMs < ?", arguments: [nowMs.subtractingSaturated(windowMs)])
-            if !fromFriend {
-                let strangers = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0") ?? 0
-                if strangers > limits.maximumStrangerSeenMessages {
-                    try db.execute(sql: """
-                        DELETE FROM seenMessage WHERE messageId IN
-                        (SELECT messageId FROM seenMessage WHERE fromFriend = 0 ORDER BY createdAtMs ASC LIMIT ?)
-                        """, arguments: [strangers - limits.maximumStrangerSeenMessages])
-                }
-            }
-            // The total is checked every 64 inserts (a count is a scan): it overshoots by at most 63.
-            let total = db.lastInsertedRowID % 64 == 0 ? (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage") ?? 0) : 0
-            if total > limits.maximumSeenMessages {
-                try db.execute(sql: "DELETE FROM seenMessage WHERE messageId IN (SELECT messageId FROM seenMessage ORDER BY createdAtMs ASC LIMIT ?)",
-                               arguments: [total - limits.maximumSeenMessages])
-            }
-            return true
+            try mark(db, HandledMark(messageId: messageId, createdAtMs: createdAtMs, windowMs: windowMs, nowMs: nowMs,
+                                     fromFriend: fromFriend))
         }
+    }
+
+    /// Records a handled message id inside the caller's transaction; false when it was handled
+    /// before (the caller then changes nothing).
+    func mark(_ db: Database, _ m: HandledMark) throws -> Bool {
+        if try Bool.fetchOne(db, sql: "SELECT 1 FROM seenMessage WHERE messageId = ?", arguments: [Data(m.messageId)]) != nil {
+            return false
+        }
+        try db.execute(sql: "INSERT INTO seenMessage(messageId, createdAtMs, fromFriend) VALUES (?, ?, ?)",
+                       arguments: [Data(m.messageId), m.createdAtMs, m.fromFriend])
+        try db.execute(sql: "DELETE FROM seenMessage WHERE createdAtMs < ?", arguments: [m.nowMs.subtractingSaturated(m.windowMs)])
+        if !m.fromFriend {
+            let strangers = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0") ?? 0
+            if strangers > limits.maximumStrangerSeenMessages {
+                try db.execute(sql: """
+                    DELETE FROM seenMessage WHERE messageId IN
+                    (SELECT messageId FROM seenMessage WHERE fromFriend = 0 ORDER BY createdAtMs ASC LIMIT ?)
+                    """, arguments: [strangers - limits.maximumStrangerSeenMessages])
+            }
+        }
+        // The total is checked every 64 inserts (a count is a scan): it overshoots by at most 63.
+        let total = db.lastInsertedRowID % 64 == 0 ? (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage") ?? 0) : 0
+        if total > limits.maximumSeenMessages {
+            try db.execute(sql: "DELETE FROM seenMessage WHERE messageId IN (SELECT messageId FROM seenMessage ORDER BY createdAtMs ASC LIMIT ?)",
+                           arguments: [total - limits.maximumSeenMessages])
+        }
+        return true
     }
 
     /// Handled-id marks kept (all, and those from non-friends).
@@ -489,5 +502,25 @@ extension NodeStore {
 
     public func lastEventSeq() throws -> Int64 {
         try read { db in try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM event") ?? 0 }
+    }
+}
+
+/// A frame's message id to record as handled in the same transaction as the change it makes
+/// (exactly once, Protocol/README.md 12.5): a crash can neither keep the mark without the change
+/// nor the change without the mark. Ids are forgotten once `createdAtMs` is older than `windowMs`.
+public struct HandledMark: Sendable, Equatable {
+    public let messageId: [UInt8]
+    public let createdAtMs: Int64
+    public let windowMs: Int64
+    public let nowMs: Int64
+    /// Marks from non-friends are capped on their own, so they cannot evict friends' marks.
+    public let fromFriend: Bool
+
+    public init(messageId: [UInt8], createdAtMs: Int64, windowMs: Int64, nowMs: Int64, fromFriend: Bool) {
+        self.messageId = messageId
+        self.createdAtMs = createdAtMs
+        self.windowMs = windowMs
+        self.nowMs = nowMs
+        self.fromFriend = fromFriend
     }
 }

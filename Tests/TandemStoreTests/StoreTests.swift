@@ -70,6 +70,39 @@ final class StoreTests: XCTestCase {
         }
     }
 
+    /// Exactly once (Protocol 12.5): the handled mark commits with the change it makes, so a
+    /// redelivered request after the user declined it changes nothing, and a redelivered farewell
+    /// does not end a friendship made since.
+    func testAHandledMarkCommitsWithItsChangeAndRedeliveriesChangeNothing() throws {
+        let store = try NodeStore.inMemory()
+        let mark = { (id: UInt8, now: Int64) in
+            HandledMark(messageId: [UInt8](repeating: id, count: 16), createdAtMs: now, windowMs: 86_400_000, nowMs: now,
+                        fromFriend: false)
+        }
+        let first = try store.receiveFriendRequest(from: alice, displayName: "A", message: "hi", record: [], recordVersion: 1,
+                                                   reply: nil, nowMs: 1, handled: mark(1, 1))
+        XCTAssertEqual(first, .stored(dropped: nil))
+        XCTAssertTrue(try store.wasHandled([UInt8](repeating: 1, count: 16)))
+        try store.declineFriend(alice, frame: frame(9, to: alice, type: 0x0103), nowMs: 2)
+        let again = try store.receiveFriendRequest(from: alice, displayName: "A", message: "hi", record: [], recordVersion: 1,
+                                                   reply: nil, nowMs: 3, handled: mark(1, 1))
+        XCTAssertEqual(again, .duplicate)
+        XCTAssertNotEqual(try store.contact(alice)?.relationship, .pending, "the declined request did not come back")
+
+        _ = try store.requestFriend(bob, message: "", frame: frame(2, to: bob), nowMs: 4)
+        XCTAssertEqual(try store.receiveFarewell(from: bob, nowMs: 5, handled: mark(3, 5)), .requested)
+        _ = try store.requestFriend(bob, message: "", frame: frame(4, to: bob), nowMs: 6)
+        XCTAssertTrue(try store.receiveFriendAccept(from: bob, displayName: "B", record: [], recordVersion: 1, nowMs: 7,
+                                                    handled: mark(5, 7)))
+        XCTAssertNil(try store.receiveFarewell(from: bob, nowMs: 8, handled: mark(3, 5)), "a redelivered farewell is ignored")
+        XCTAssertEqual(try store.contact(bob)?.relationship, .friend)
+        XCTAssertFalse(try store.receiveFriendAccept(from: bob, displayName: "B", record: [], recordVersion: 1, nowMs: 9,
+                                                     handled: mark(5, 7)))
+        XCTAssertFalse(try store.updateContactRecord(bob, displayName: "B2", record: [], version: 2, nowMs: 10, handled: mark(5, 7)))
+        XCTAssertTrue(try store.updateContactRecord(bob, displayName: "B2", record: [], version: 2, nowMs: 10, handled: mark(6, 10)))
+        XCTAssertEqual(try store.contact(bob)?.displayName, "B2")
+    }
+
     func testIncomingRequestsAreCappedOldestFirst() throws {
         var limits = NodeStore.Limits()
         limits.maximumPendingRequests = 3

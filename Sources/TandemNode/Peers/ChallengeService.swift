@@ -84,15 +84,16 @@ public final class ChallengeService: @unchecked Sendable {
     /// `announce` runs once the result is stored, before the next step can begin: an event it emits
     /// comes before any event of a later step (a partner's outcome arriving at once cannot get the
     /// entry's `ledger.appended` out ahead of our `challenge.ended`).
+    /// `handled`: the frame that caused the step, marked handled in the step's own transaction.
     @discardableResult
-    func mutate(_ id: [UInt8], announce: ((Challenge) -> Void)? = nil,
+    func mutate(_ id: [UInt8], handled: HandledMark? = nil, announce: ((Challenge) -> Void)? = nil,
                 _ body: (inout Challenge) throws -> [Challenge.Action]) throws -> Challenge {
         let (c, actions) = try mutex.withLock { () throws -> (Challenge, [Challenge.Action]) in
             guard var c = try store.challenge(id) else { throw NotFound() }
             let before = c
             let actions = try body(&c)
             // Most ticks change nothing: no write then.
-            if c != before || !actions.isEmpty { try persist(&c, actions) }
+            if c != before || !actions.isEmpty { try persist(&c, actions, handled: handled) }
             announce?(c)
             return (c, actions)
         }
@@ -101,7 +102,7 @@ public final class ChallengeService: @unchecked Sendable {
     }
 
     /// Stores a challenge with the frames its actions send.
-    func persist(_ c: inout Challenge, _ actions: [Challenge.Action]) throws {
+    func persist(_ c: inout Challenge, _ actions: [Challenge.Action], handled: HandledMark? = nil) throws {
         if let start = c.startAtUs, c.isInviter || clock.hasSample(for: c.inviter) {
             c.localStartUs = start - offset(c)
         }
@@ -115,7 +116,7 @@ public final class ChallengeService: @unchecked Sendable {
             let (type, fields) = event(n, c)
             pending.append(events.record(type, fields))
         }
-        try store.saveChallenge(c, frames: frames, events: pending, nowMs: friends.now())
+        try store.saveChallenge(c, frames: frames, events: pending, nowMs: friends.now(), handled: handled)
     }
 
     func after(_ c: Challenge, _ actions: [Challenge.Action]) {
@@ -452,16 +453,17 @@ public final class ChallengeService: @unchecked Sendable {
             friends.dropUnrelated(envelope, on: link)
             return
         }
+        // Exactly once: a redelivery is only acknowledged; otherwise the mark commits with the step.
+        if try store.wasHandled(envelope.messageID.bytes) { return friends.sendAck(envelope, on: link) }
         var refusal: Error?
-        try friends.once(envelope, on: link) {
-            do {
-                try mutate(id, body)
-            } catch is NotFound {
-                logger.debug("frame about an unknown challenge", metadata: ["challenge": "\(hexString(id))"])
-            } catch {
-                refusal = error
-            }
+        do {
+            try mutate(id, handled: friends.handledMark(envelope), body)
+        } catch is NotFound {
+            logger.debug("frame about an unknown challenge", metadata: ["challenge": "\(hexString(id))"])
+        } catch {
+            refusal = error
         }
+        friends.sendAck(envelope, on: link)
         if let refusal { throw refusal }
     }
 
@@ -474,30 +476,30 @@ public final class ChallengeService: @unchecked Sendable {
             return
         }
         let inv = try ChallengeInviteMessage(payload: envelope.payload, nowUs: wallClockMicros())
+        if try store.wasHandled(envelope.messageID.bytes) { return friends.sendAck(envelope, on: link) }
         var refusal: Error?
-        try friends.once(envelope, on: link) {
-            do {
-                var c = try Challenge.received(inv, author: author, me: me)
-                if try store.challenge(c.id) != nil { return }
-                let open = try store.challenges(phases: [.invited]).filter { !$0.isInviter }.count
-                guard open < 100 else { throw Challenge.Refusal("too many unanswered invites (100)") }
-                // Hints let group members who are not friends reach each other.
-                // They are the inviter's claims: kept only where the dialling policy allows (Protocol 12.8).
-                let claimer = link?.directRemoteHost
-                for p in c.participants where p.key != me && !p.addressHint.isEmpty && !friends.isFriend(p.key) {
-                    if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: claimer ?? ""), port > 0, !h.isEmpty,
-                       DialPolicy.mayRemember(claimed: h, port: port, claimerHost: claimer) {
-                        friends.logStoreError("remember an invite's address hint") {
-                            try store.rememberAddress(p.key, host: h, port: port, source: AddressSource.claimed.rawValue, nowMs: friends.now())
-                        }
+        do {
+            var c = try Challenge.received(inv, author: author, me: me)
+            if try store.challenge(c.id) != nil { return }
+            let open = try store.challenges(phases: [.invited]).filter { !$0.isInviter }.count
+            guard open < 100 else { throw Challenge.Refusal("too many unanswered invites (100)") }
+            // Hints let group members who are not friends reach each other.
+            // They are the inviter's claims: kept only where the dialling policy allows (Protocol 12.8).
+            let claimer = link?.directRemoteHost
+            for p in c.participants where p.key != me && !p.addressHint.isEmpty && !friends.isFriend(p.key) {
+                if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: claimer ?? ""), port > 0, !h.isEmpty,
+                   DialPolicy.mayRemember(claimed: h, port: port, claimerHost: claimer) {
+                    friends.logStoreError("remember an invite's address hint") {
+                        try store.rememberAddress(p.key, host: h, port: port, source: AddressSource.claimed.rawValue, nowMs: friends.now())
                     }
                 }
-                try mutex.withLock { try persist(&c, [.notify(.invited)]) }
-                after(c, [.notify(.invited)])
-            } catch {
-                refusal = error
             }
+            try mutex.withLock { try persist(&c, [.notify(.invited)], handled: friends.handledMark(envelope)) }
+            after(c, [.notify(.invited)])
+        } catch {
+            refusal = error
         }
+        friends.sendAck(envelope, on: link)
         clock.probe(author, count: 8)
         if let refusal { throw refusal }
     }

@@ -85,7 +85,7 @@ public final class FriendService: @unchecked Sendable {
     // MARK: - Identity data
 
     public var displayName: String {
-        (try? store.setting("display_name")) ?? ""
+        stored("read the display name", or: nil) { try store.setting("display_name") } ?? ""
     }
 
     /// Our signed contact record's content.
@@ -95,10 +95,10 @@ public final class FriendService: @unchecked Sendable {
         r.displayName = displayName
         let port = listenPort.withLockedValue { $0 }
         if port > 0 { r.addresses = [":\(port)"] }
-        if let home = try? store.relays().first {
+        if let home = stored("read the home relays", or: nil, { try store.relays().first }) {
             r.homeRelay = RelayAddress(id: NodeID(publicKey: home.publicKey), host: home.host, port: home.port).description
         }
-        r.version = UInt64((try? store.setting("record_version")).flatMap { $0 }.flatMap(UInt64.init) ?? 1)
+        r.version = stored("read the record version", or: nil) { try store.setting("record_version") }.flatMap(UInt64.init) ?? 1
         return r
     }
 
@@ -226,12 +226,14 @@ public final class FriendService: @unchecked Sendable {
 
     public func setStatus(_ s: Tandem_V1_PresenceStatus) {
         status.withLockedValue { $0 = s }
-        for friend in (try? store.friendKeys()) ?? [] where peers.link(to: friend) != nil { sendPresence(to: friend) }
+        for friend in stored("read the friends", or: [], { try store.friendKeys() }) where peers.link(to: friend) != nil {
+            sendPresence(to: friend)
+        }
     }
 
     private func friendsChanged() { onFriendsChanged?() }
 
-    func isFriend(_ key: [UInt8]) -> Bool { (try? store.contact(key))?.relationship == .friend }
+    func isFriend(_ key: [UInt8]) -> Bool { stored("read a contact", or: nil) { try store.contact(key) }?.relationship == .friend }
 
     /// A new friend whose link is already up is online from now on.
     private func becameFriend(_ key: [UInt8], name: String) {
@@ -377,13 +379,11 @@ public final class FriendService: @unchecked Sendable {
         link.send(type: .ack, payload: (try? ack.serializedBytes()) ?? [])
     }
 
-    /// Runs `body` once per message id (a redelivered frame is only acknowledged again). Marks from
-    /// non-friends are kept apart and capped on their own, so they cannot evict friends' marks.
-    func once(_ envelope: Envelope, on link: PeerLink?, _ body: () throws -> Void) throws {
-        let fresh = try store.markHandled(envelope.messageID.bytes, createdAtMs: Int64(clamping: envelope.createdAt),
-                                          windowMs: Self.handledWindowMs, nowMs: now(), fromFriend: isFriend(envelope.author))
-        if fresh { try body() }
-        sendAck(envelope, on: link)
+    /// The mark that records `envelope` as handled, in the transaction of the change it makes
+    /// (Protocol 12.5, "Exactly once"); marks from non-friends are kept apart and capped on their own.
+    func handledMark(_ envelope: Envelope) -> HandledMark {
+        HandledMark(messageId: envelope.messageID.bytes, createdAtMs: Int64(clamping: envelope.createdAt),
+                    windowMs: Self.handledWindowMs, nowMs: now(), fromFriend: isFriend(envelope.author))
     }
 
     private func receiveRequest(_ envelope: Envelope, from link: PeerLink?) throws {
@@ -404,87 +404,91 @@ public final class FriendService: @unchecked Sendable {
         }
         let req = try FriendRequestMessage(payload: envelope.payload, author: author)
         let record = req.contact
-        try once(envelope, on: link) {
-            var accept = Tandem_V1_FriendAccept()
-            accept.contact = contactRecord()
-            let reply = outboxFrame(.friendAccept, to: author, payload: try accept.serializedBytes())
-            let id = NodeID(publicKey: author).canonical
-            // The events go into the request's own transaction.
-            let result = try store.receiveFriendRequest(from: author, displayName: record.displayName, message: req.message,
-                                                        record: record.canonicalBytes, recordVersion: record.storedVersion,
-                                                        reply: reply, nowMs: now()) { result in
-                switch result {
-                case .stored(let dropped):
-                    let received = events.record("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
-                                                                             "message": .string(req.message), "address": .string(host)])
-                    guard let dropped else { return [received] }
-                    return [events.record("friend.request.dropped", ["id": .string(NodeID(publicKey: dropped).canonical), "reason": "cap"]),
-                            received]
-                case .refreshed:
-                    return [events.record("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
-                                                                      "message": .string(req.message), "address": .string(host),
-                                                                      "repeat": true])]
-                case .mutual:
-                    return [events.record("friend.accepted", ["id": .string(id), "name": .string(record.displayName), "by": "both"])]
-                case .alreadyFriends, .blocked:
-                    return []
-                }
-            }
-            events.published()
-            if result != .blocked { rememberRecordAddresses(record, author: author, link: link) }
+        var accept = Tandem_V1_FriendAccept()
+        accept.contact = contactRecord()
+        let reply = outboxFrame(.friendAccept, to: author, payload: try accept.serializedBytes())
+        let id = NodeID(publicKey: author).canonical
+        // The handled mark, the change and its events commit in one transaction; the ACK follows it.
+        let result = try store.receiveFriendRequest(from: author, displayName: record.displayName, message: req.message,
+                                                    record: record.canonicalBytes, recordVersion: record.storedVersion,
+                                                    reply: reply, nowMs: now(), handled: handledMark(envelope)) { result in
             switch result {
-            case .stored, .refreshed:
-                break
+            case .stored(let dropped):
+                let received = events.record("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
+                                                                         "message": .string(req.message), "address": .string(host)])
+                guard let dropped else { return [received] }
+                return [events.record("friend.request.dropped", ["id": .string(NodeID(publicKey: dropped).canonical), "reason": "cap"]),
+                        received]
+            case .refreshed:
+                return [events.record("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
+                                                                  "message": .string(req.message), "address": .string(host),
+                                                                  "repeat": true])]
             case .mutual:
-                friendsChanged()
-                becameFriend(author, name: record.displayName)
-                poke()
-            case .alreadyFriends:
-                poke()
-            case .blocked:
-                break
+                return [events.record("friend.accepted", ["id": .string(id), "name": .string(record.displayName), "by": "both"])]
+            case .alreadyFriends, .blocked, .duplicate:
+                return []
             }
+        }
+        sendAck(envelope, on: link)
+        events.published()
+        switch result {
+        case .stored, .refreshed, .mutual, .alreadyFriends:
+            rememberRecordAddresses(record, author: author, link: link)
+        case .blocked, .duplicate:
+            break
+        }
+        switch result {
+        case .stored, .refreshed:
+            break
+        case .mutual:
+            friendsChanged()
+            becameFriend(author, name: record.displayName)
+            poke()
+        case .alreadyFriends:
+            poke()
+        case .blocked, .duplicate:
+            break
         }
     }
 
     private func receiveAccept(_ envelope: Envelope, _ m: FriendAcceptMessage, from link: PeerLink?) throws {
         let record = m.contact
-        try once(envelope, on: link) {
-            let accepted = events.record("friend.accepted", ["id": .string(NodeID(publicKey: envelope.author).canonical),
-                                                             "name": .string(record.displayName), "by": "them"])
-            if try store.receiveFriendAccept(from: envelope.author, displayName: record.displayName, record: record.canonicalBytes,
-                                             recordVersion: record.storedVersion, nowMs: now(), events: [accepted]) {
-                events.published()
-                rememberRecordAddresses(record, author: envelope.author, link: link)
-                friendsChanged()
-                becameFriend(envelope.author, name: record.displayName)
-            }
-        }
+        let accepted = events.record("friend.accepted", ["id": .string(NodeID(publicKey: envelope.author).canonical),
+                                                         "name": .string(record.displayName), "by": "them"])
+        let changed = try store.receiveFriendAccept(from: envelope.author, displayName: record.displayName,
+                                                    record: record.canonicalBytes, recordVersion: record.storedVersion,
+                                                    nowMs: now(), handled: handledMark(envelope), events: [accepted])
+        sendAck(envelope, on: link)
+        guard changed else { return }
+        events.published()
+        rememberRecordAddresses(record, author: envelope.author, link: link)
+        friendsChanged()
+        becameFriend(envelope.author, name: record.displayName)
     }
 
     private func receiveFarewell(_ envelope: Envelope, from link: PeerLink?) throws {
-        try once(envelope, on: link) {
-            let id = NodeID(publicKey: envelope.author).canonical
-            let type = envelope.type == .friendDecline ? "friend.declined" : "friend.removed"
-            guard let before = try store.receiveFarewell(from: envelope.author, nowMs: now(), events: { _ in
-                [events.record(type, ["id": .string(id), "by": "them"])]
-            }) else { return }
-            events.published()
-            if before == .friend { friendsChanged() }
-        }
+        let id = NodeID(publicKey: envelope.author).canonical
+        let type = envelope.type == .friendDecline ? "friend.declined" : "friend.removed"
+        let before = try store.receiveFarewell(from: envelope.author, nowMs: now(), handled: handledMark(envelope), events: { _ in
+            [events.record(type, ["id": .string(id), "by": "them"])]
+        })
+        sendAck(envelope, on: link)
+        guard let before else { return }
+        events.published()
+        if before == .friend { friendsChanged() }
     }
 
     private func receiveContactUpdate(_ envelope: Envelope, _ m: ContactUpdateMessage, from link: PeerLink?) throws {
         let record = m.contact
-        try once(envelope, on: link) {
-            let updated = events.record("contact.updated", ["id": .string(NodeID(publicKey: envelope.author).canonical),
-                                                            "name": .string(record.displayName)])
-            if try store.updateContactRecord(envelope.author, displayName: record.displayName, record: record.canonicalBytes,
-                                             version: record.storedVersion, nowMs: now(), events: [updated]) {
-                events.published()
-                rememberRecordAddresses(record, author: envelope.author, link: link)
-            }
-        }
+        let updated = events.record("contact.updated", ["id": .string(NodeID(publicKey: envelope.author).canonical),
+                                                        "name": .string(record.displayName)])
+        let changed = try store.updateContactRecord(envelope.author, displayName: record.displayName, record: record.canonicalBytes,
+                                                    version: record.storedVersion, nowMs: now(), handled: handledMark(envelope),
+                                                    events: [updated])
+        sendAck(envelope, on: link)
+        guard changed else { return }
+        events.published()
+        rememberRecordAddresses(record, author: envelope.author, link: link)
     }
 
     private func receivePresence(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?) {
@@ -549,6 +553,17 @@ public final class FriendService: @unchecked Sendable {
         }
     }
 
+    /// A store read whose failure must not stop the flow: logged and counted like a failed write,
+    /// and `fallback` used instead.
+    func stored<T>(_ what: String, or fallback: T, _ body: () throws -> T) -> T {
+        do {
+            return try body()
+        } catch {
+            logStoreErrorCount(what, error)
+            return fallback
+        }
+    }
+
     func logStoreErrorCount(_ what: String, _ error: Error) {
         storeErrors.withLockedValue { $0 += 1 }
         logger.error("store access failed", metadata: ["what": "\(what)", "error": "\(error)"])
@@ -558,9 +573,12 @@ public final class FriendService: @unchecked Sendable {
     /// recipients right away.
     public func sighted(_ s: PeerSighting) {
         let nowMs = now()
-        let known = ((try? store.sightings(since: nowMs - 60_000)) ?? []).contains { $0.publicKey == Data(s.publicKey) }
-        try? store.recordSighting(Sighting(publicKey: s.publicKey, displayName: s.displayName, host: s.host, port: s.port,
-                                           isFriendBeacon: s.isFriendBeacon, lastSeenMs: nowMs))
+        let known = stored("read the LAN sightings", or: []) { try store.sightings(since: nowMs - 60_000) }
+            .contains { $0.publicKey == Data(s.publicKey) }
+        logStoreError("record a LAN sighting") {
+            try store.recordSighting(Sighting(publicKey: s.publicKey, displayName: s.displayName, host: s.host, port: s.port,
+                                              isFriendBeacon: s.isFriendBeacon, lastSeenMs: nowMs))
+        }
         // A beacon's source on a LAN is never a public address; one that is, is spoofed: not dialled.
         if DialPolicy.mayDialSighting(host: s.host) {
             logStoreError("remember a LAN address") {
@@ -574,7 +592,7 @@ public final class FriendService: @unchecked Sendable {
         }
         if peers.link(to: s.publicKey) == nil {
             book.withLockedValue { $0.dialSucceeded(s.publicKey) } // a fresh address: retry now
-            try? store.expediteOutbox(for: s.publicKey, nowMs: nowMs)
+            logStoreError("expedite the outbox") { try store.expediteOutbox(for: s.publicKey, nowMs: nowMs) }
             poke()
         }
     }
@@ -596,8 +614,8 @@ public final class FriendService: @unchecked Sendable {
     }
 
     public func peerDisconnected(_ key: [UInt8]) {
-        if let contact = try? store.contact(key), contact.relationship == .friend {
-            try? store.setPresence(key, presence: nil, lastSeenMs: now())
+        if let contact = stored("read a contact", or: nil, { try store.contact(key) }), contact.relationship == .friend {
+            logStoreError("clear a presence") { try store.setPresence(key, presence: nil, lastSeenMs: now()) }
             events.emit("peer.offline", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)])
         }
     }
@@ -660,7 +678,7 @@ public final class FriendService: @unchecked Sendable {
         let limit = UInt64(configuration.silenceLimit.nanoseconds / 1_000_000)
         let nowMs = UInt64(now())
         for key in peers.connectedPeers {
-            guard (try? store.contact(key))?.relationship == .friend else { continue }
+            guard isFriend(key) else { continue }
             if let last = peers.lastFrame(from: key), nowMs > last + limit {
                 logger.info("friend went silent, closing link", metadata: ["peer": "\(NodeID(publicKey: key).short)"])
                 peers.link(to: key)?.close()
@@ -681,9 +699,9 @@ public final class FriendService: @unchecked Sendable {
         } catch {
             logger.error("cannot expire outbox frames", metadata: ["error": "\(error)"])
         }
-        var recipients = (try? store.dueRecipients(nowMs: nowMs)) ?? []
+        var recipients = stored("read the due outbox recipients", or: []) { try store.dueRecipients(nowMs: nowMs) }
         // Friends without a link are tried too, with backoff, so they come online when reachable.
-        let wanted = ((try? store.friendKeys()) ?? []) + (keepConnected?() ?? [])
+        let wanted = stored("read the friends", or: []) { try store.friendKeys() } + (keepConnected?() ?? [])
         for friend in wanted where peers.link(to: friend) == nil && !recipients.contains(friend) {
             if book.withLockedValue({ $0.shouldDial(friend, nowMs: nowMs) }) { recipients.append(friend) }
         }
@@ -706,7 +724,7 @@ public final class FriendService: @unchecked Sendable {
                 await depositMail(for: key, at: relay)
                 return
             case .unreachable:
-                try? store.deferOutbox(for: key, error: "unreachable", nowMs: now())
+                logStoreError("defer the outbox") { try store.deferOutbox(for: key, error: "unreachable", nowMs: now()) }
                 return
             }
         }
@@ -782,7 +800,7 @@ public final class FriendService: @unchecked Sendable {
                                                        "error": "\(error)"])
             }
         }
-        if let relays, let r = try? store.peerRelay(key) {
+        if let relays, let r = stored("read a peer's relay", or: nil, { try store.peerRelay(key) }) {
             let relay = RelayAddress(id: NodeID(publicKey: r.publicKey), host: r.host, port: r.port)
             do {
                 return .link(try await relays.openTunnel(to: key, via: relay))
@@ -810,24 +828,27 @@ public final class FriendService: @unchecked Sendable {
     /// stored leaves the outbox (the relay delivers it when the peer comes back).
     private func depositMail(for key: [UInt8], at relay: RelayAddress) async {
         guard let relays else { return }
-        let items = (try? store.outbox(for: key)) ?? []
+        let items = stored("read the outbox", or: []) { try store.outbox(for: key) }
         let envelopes = items.compactMap { try? Envelope.parse(Array($0.frame)) }.filter { MailboxSeal.isMailable($0.type) }
         guard !envelopes.isEmpty else {
-            try? store.deferOutbox(for: key, error: "offline", nowMs: now())
+            logStoreError("defer the outbox") { try store.deferOutbox(for: key, error: "offline", nowMs: now()) }
             return
         }
         do {
-            let stored = try await relays.deposit(envelopes, via: relay)
-            for id in stored {
-                if (try? store.acknowledge(id)) == true {
+            let deposited = try await relays.deposit(envelopes, via: relay)
+            for id in deposited {
+                if stored("remove a deposited frame", or: false, { try store.acknowledge(id) }) {
+                    book.withLockedValue { $0.done(id) }
                     events.emit("outbox.deposited", ["to": .string(NodeID(publicKey: key).canonical), "message_id": .string(hexString(id)),
                                                      "relay": .string(relay.description)])
                 }
             }
-            if stored.count < items.count { try? store.deferOutbox(for: key, error: "offline", nowMs: now()) }
+            if deposited.count < items.count {
+                logStoreError("defer the outbox") { try store.deferOutbox(for: key, error: "offline", nowMs: now()) }
+            }
         } catch {
             logger.info("cannot leave mail at the relay", metadata: ["relay": "\(relay)", "error": "\(error)"])
-            try? store.deferOutbox(for: key, error: "offline; mailbox: \(error)", nowMs: now())
+            logStoreError("defer the outbox") { try store.deferOutbox(for: key, error: "offline; mailbox: \(error)", nowMs: now()) }
         }
     }
 }
