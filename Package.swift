@@ -9,6 +9,7 @@ let package = Package(
         .executable(name: "tandem-bench", targets: ["tandem-bench"]),
         .executable(name: "tandem-relay", targets: ["tandem-relay"]),
         .library(name: "TandemProtocol", targets: ["TandemProtocol"]),
+        .library(name: "TandemNet", targets: ["TandemNet"]),
         .library(name: "TandemNode", targets: ["TandemNode"]),
     ],
     dependencies: [
@@ -35,6 +36,21 @@ let package = Package(
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
         ),
+        // The transport: secure channel, frame codec, peer links and their limits, connectors,
+        // the relay client's session, and one quiescing TCP server. No store, no services.
+        .target(
+            name: "TandemNet",
+            dependencies: [
+                "Sodium",
+                "TandemProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .target(
             name: "TandemStore",
             dependencies: [
@@ -47,6 +63,7 @@ let package = Package(
             dependencies: [
                 "Sodium",
                 "TandemProtocol",
+                "TandemNet",
                 "TandemStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -61,7 +78,7 @@ let package = Package(
             dependencies: [
                 "Sodium",
                 "TandemProtocol",
-                "TandemNode",
+                "TandemNet",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -75,6 +92,7 @@ let package = Package(
         .executableTarget(
             name: "tandem-relay",
             dependencies: [
+                "TandemNet",
                 "TandemRelay",
                 "TandemNode",
                 "TandemStore",
@@ -90,6 +108,7 @@ let package = Package(
         .executableTarget(
             name: "tandem",
             dependencies: [
+                "TandemNet",
                 "TandemNode",
                 "TandemRelay",
                 "TandemProtocol",
@@ -106,6 +125,7 @@ let package = Package(
         .executableTarget(
             name: "tandem-bench",
             dependencies: [
+                "TandemNet",
                 "CSodium",
                 "TandemRelay",
                 "Sodium",
@@ -126,6 +146,7 @@ let package = Package(
         .executableTarget(
             name: "tandem-fuzz",
             dependencies: [
+                "TandemNet",
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
@@ -154,6 +175,7 @@ let package = Package(
         .testTarget(
             name: "TandemRelayTests",
             dependencies: [
+                "TandemNet",
                 "TandemRelay",
                 "TandemNode",
                 "TandemProtocol",
@@ -166,6 +188,7 @@ let package = Package(
         .testTarget(
             name: "TandemNodeTests",
             dependencies: [
+                "TandemNet",
                 "TandemNode",
                 "TandemProtocol",
                 "Sodium",

@@ -4,6 +4,7 @@ import NIOCore
 import NIOPosix
 import ServiceLifecycle
 import Sodium
+import TandemNet
 import TandemProtocol
 import TandemStore
 

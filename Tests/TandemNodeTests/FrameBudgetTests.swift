@@ -1,5 +1,6 @@
 import NIOCore
 import NIOEmbedded
+import TandemNet
 import TandemNode
 import XCTest
 

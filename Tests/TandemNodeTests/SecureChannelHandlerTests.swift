@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import Sodium
+import TandemNet
 import TandemNode
 import TandemProtocol
 import XCTest

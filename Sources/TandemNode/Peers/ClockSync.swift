@@ -1,6 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
+import TandemNet
 import TandemProtocol
 
 /// Our wall clock in µs since the epoch (what a faked clock shifts).

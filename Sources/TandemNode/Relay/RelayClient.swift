@@ -3,6 +3,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import Sodium
+import TandemNet
 import TandemProtocol
 import TandemStore
 
@@ -142,8 +143,8 @@ public final class RelayClient: @unchecked Sendable {
         default:
             throw TandemError("relay \(relay.host):\(relay.port) refused the tunnel: \(reply.detail)")
         }
-        return try await TunnelConnector.connect(relay: relay, token: Array(reply.token), remote: key, identity: identity,
-                                                 gate: gate, delegate: peers, options: options, group: peers.group, logger: logger)
+        return try await RelayTunnel.connect(relay: relay, token: Array(reply.token), remote: key, identity: identity,
+                                             gate: gate, delegate: peers, options: options, group: peers.group, logger: logger).0
     }
 
     /// Leaves signed frames in `relay`'s mailbox for their recipient. Returns the message ids the
@@ -194,7 +195,7 @@ public final class RelayClient: @unchecked Sendable {
         Task {
             defer { incoming.withLockedValue { $0.release(slot) } }
             do {
-                let link = try await TunnelConnector.connect(relay: relay, token: Array(m.token), remote: nil, identity: identity,
+                let (link, _) = try await RelayTunnel.connect(relay: relay, token: Array(m.token), remote: nil, identity: identity,
                                                              gate: gate, delegate: peers, options: options, group: peers.group,
                                                              logger: logger)
                 // The handshake proved who connected; it must be who the relay announced.
