@@ -164,6 +164,7 @@ let package = Package(
             name: "TandemProtocolTests",
             dependencies: [
                 "TandemProtocol",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 "Sodium",
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
