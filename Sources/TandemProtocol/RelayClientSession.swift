@@ -90,6 +90,14 @@ public struct RelayClientSession: Sendable {
     }
 
     public var isRegistered: Bool { phase == .registered }
+    /// Whether the registration was ever confirmed on this link (still true after it closed).
+    public var wasRegistered: Bool {
+        switch phase {
+        case .registered: return true
+        case .closed(let was): return was
+        case .linked, .registering: return false
+        }
+    }
     public var isClosed: Bool {
         switch phase {
         case .closed: return true
