@@ -170,6 +170,19 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "TandemNetTests",
+            dependencies: [
+                "TandemNet",
+                "TandemProtocol",
+                "Sodium",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
             name: "TandemStoreTests",
             dependencies: ["TandemStore"]
         ),

@@ -3,7 +3,6 @@ import NIOCore
 import NIOEmbedded
 import Sodium
 import TandemNet
-import TandemNode
 import TandemProtocol
 import XCTest
 
