@@ -7,25 +7,6 @@ import Sodium
 import TandemNet
 import TandemProtocol
 
-/// Where a node listens and how its links behave.
-public struct NodeConfiguration: Sendable {
-    public var host: String = "0.0.0.0"
-    public var port: Int = TandemConstants.defaultPort
-    public var link = PeerPipeline.Options()
-    public var replayCapacity = 100_000
-    /// What links may cost (Protocol 5.12).
-    public var linkLimits = LinkLimits.node
-    public var friends = FriendService.Configuration()
-    /// LAN discovery; nil turns it off (throwaway nodes, tests that must not broadcast).
-    public var discovery: DiscoveryConfiguration? = nil
-    public init() {}
-
-    /// Parses "host:port", ":port", "port" or "[v6]:port" (`HostPort.parse`).
-    public static func parseHostPort(_ text: String, defaultHost: String = "0.0.0.0") throws -> (String, Int) {
-        try HostPort.parse(text, defaultHost: defaultHost)
-    }
-}
-
 /// The node's TCP listener: every accepted connection runs the Secret Handshake as server,
 /// then carries signed frames. A `Service` of the node's service group.
 public final class NodeListener: Service, Sendable {
@@ -108,43 +89,3 @@ public final class NodeListener: Service, Sendable {
         logger.info("listener stopped")
     }
 }
-
-/// Gives an inbound connection's handshake slot back once: when the handshake finishes or the
-/// connection closes, whichever comes first.
-final class PendingHandshake: ChannelInboundHandler {
-    typealias InboundIn = NIOAny
-    private let book: NIOLockedValueBox<HandshakeBook>
-    private let address: String
-    private var left = false
-
-    init(book: NIOLockedValueBox<HandshakeBook>, address: String) {
-        self.book = book
-        self.address = address
-    }
-
-    private func leave() {
-        guard !left else { return }
-        left = true
-        book.withLockedValue { $0.leave(address: address) }
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is SecureChannelEstablished { leave() }
-        context.fireUserInboundEventTriggered(event)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        leave()
-        context.fireChannelInactive()
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        leave()
-    }
-}
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
