@@ -141,8 +141,8 @@ let package = Package(
         // libFuzzer entry points (several targets, chosen with TANDEM_FUZZ_TARGET or -target=NAME);
         // fuzzing needs `-Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library` (see `make fuzz`).
         // Without them the executable replays input files. --export-dynamic lets its main find
-        // libFuzzer's driver by name. TandemRelay (and through it TandemNode) for the RelayBook
-        // and node targets.
+        // libFuzzer's driver by name. TandemRelay for the RelayBook target, TandemNode for the
+        // node targets.
         .executableTarget(
             name: "tandem-fuzz",
             dependencies: [

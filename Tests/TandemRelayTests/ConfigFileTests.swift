@@ -1,6 +1,5 @@
 import Foundation
 import TandemNet
-import TandemNode
 import XCTest
 @testable import TandemRelay
 
