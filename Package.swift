@@ -94,7 +94,6 @@ let package = Package(
             dependencies: [
                 "TandemNet",
                 "TandemRelay",
-                "TandemNode",
                 "TandemStore",
                 "TandemProtocol",
                 "Sodium",

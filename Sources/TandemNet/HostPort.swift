@@ -1,3 +1,5 @@
+import NIOCore
+
 /// Addresses as operators type them.
 public enum HostPort {
     /// Parses "host:port", ":port", "port" or "[v6]:port".
@@ -25,5 +27,15 @@ public enum HostPort {
     /// ("0.0.0.0" or "::") is reached on the loopback address, any other host as it is.
     public static func reachable(fromBound host: String) -> String {
         host == "0.0.0.0" || host == "::" ? "127.0.0.1" : host
+    }
+}
+
+extension SocketAddress {
+    /// "host:port" (IPv6 in brackets).
+    public var hostPort: String {
+        let host = ipAddress ?? "?"
+        let p = port ?? 0
+        if case .v6 = self { return "[\(host)]:\(p)" }
+        return "\(host):\(p)"
     }
 }

@@ -295,13 +295,3 @@ struct NodeAnnouncer: Service {
         }
     }
 }
-
-extension SocketAddress {
-    /// "host:port" (IPv6 in brackets).
-    public var hostPort: String {
-        let host = ipAddress ?? "?"
-        let p = port ?? 0
-        if case .v6 = self { return "[\(host)]:\(p)" }
-        return "\(host):\(p)"
-    }
-}

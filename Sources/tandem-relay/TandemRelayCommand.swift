@@ -6,7 +6,6 @@ import NIOPosix
 import ServiceLifecycle
 import Sodium
 import TandemNet
-import TandemNode
 import TandemProtocol
 import TandemRelay
 import TandemStore

@@ -1,6 +1,6 @@
 import Foundation
 import Sodium
-import TandemNet
+@testable import TandemNet
 import TandemProtocol
 import XCTest
 @testable import TandemNode

@@ -1,6 +1,5 @@
 import Foundation
 import Sodium
-import TandemNet
 import TandemProtocol
 
 #if canImport(Glibc)
