@@ -9,6 +9,7 @@ let package = Package(
         .executable(name: "tandem-bench", targets: ["tandem-bench"]),
         .executable(name: "tandem-relay", targets: ["tandem-relay"]),
         .library(name: "TandemProtocol", targets: ["TandemProtocol"]),
+        .library(name: "TandemNet", targets: ["TandemNet"]),
         .library(name: "TandemNode", targets: ["TandemNode"]),
     ],
     dependencies: [
@@ -35,6 +36,21 @@ let package = Package(
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
         ),
+        // The transport: secure channel, frame codec, peer links and their limits, connectors,
+        // the relay client's session, and one quiescing TCP server. No store, no services.
+        .target(
+            name: "TandemNet",
+            dependencies: [
+                "Sodium",
+                "TandemProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .target(
             name: "TandemStore",
             dependencies: [
@@ -47,6 +63,7 @@ let package = Package(
             dependencies: [
                 "Sodium",
                 "TandemProtocol",
+                "TandemNet",
                 "TandemStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -61,7 +78,7 @@ let package = Package(
             dependencies: [
                 "Sodium",
                 "TandemProtocol",
-                "TandemNode",
+                "TandemNet",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -75,8 +92,8 @@ let package = Package(
         .executableTarget(
             name: "tandem-relay",
             dependencies: [
+                "TandemNet",
                 "TandemRelay",
-                "TandemNode",
                 "TandemStore",
                 "TandemProtocol",
                 "Sodium",
@@ -90,6 +107,7 @@ let package = Package(
         .executableTarget(
             name: "tandem",
             dependencies: [
+                "TandemNet",
                 "TandemNode",
                 "TandemRelay",
                 "TandemProtocol",
@@ -106,6 +124,7 @@ let package = Package(
         .executableTarget(
             name: "tandem-bench",
             dependencies: [
+                "TandemNet",
                 "CSodium",
                 "TandemRelay",
                 "Sodium",
@@ -121,11 +140,12 @@ let package = Package(
         // libFuzzer entry points (several targets, chosen with TANDEM_FUZZ_TARGET or -target=NAME);
         // fuzzing needs `-Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library` (see `make fuzz`).
         // Without them the executable replays input files. --export-dynamic lets its main find
-        // libFuzzer's driver by name. TandemRelay (and through it TandemNode) for the RelayBook
-        // and node targets.
+        // libFuzzer's driver by name. TandemRelay for the RelayBook target, TandemNode for the
+        // node targets.
         .executableTarget(
             name: "tandem-fuzz",
             dependencies: [
+                "TandemNet",
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
@@ -143,8 +163,22 @@ let package = Package(
             name: "TandemProtocolTests",
             dependencies: [
                 "TandemProtocol",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 "Sodium",
                 .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "TandemNetTests",
+            dependencies: [
+                "TandemNet",
+                "TandemProtocol",
+                "Sodium",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ]
         ),
         .testTarget(
@@ -154,6 +188,7 @@ let package = Package(
         .testTarget(
             name: "TandemRelayTests",
             dependencies: [
+                "TandemNet",
                 "TandemRelay",
                 "TandemNode",
                 "TandemProtocol",
@@ -166,6 +201,7 @@ let package = Package(
         .testTarget(
             name: "TandemNodeTests",
             dependencies: [
+                "TandemNet",
                 "TandemNode",
                 "TandemProtocol",
                 "Sodium",

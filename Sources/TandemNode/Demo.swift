@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import Sodium
+import TandemNet
 import TandemProtocol
 
 #if canImport(Glibc)

@@ -5,6 +5,7 @@ import NIOCore
 import NIOPosix
 import ServiceLifecycle
 import Sodium
+import TandemNet
 import TandemProtocol
 
 #if canImport(Glibc)

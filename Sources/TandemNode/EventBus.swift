@@ -1,4 +1,5 @@
 import Foundation
+import TandemNet
 import TandemStore
 import Logging
 import NIOConcurrencyHelpers

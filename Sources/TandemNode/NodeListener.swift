@@ -1,46 +1,11 @@
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
-import NIOExtras
 import NIOPosix
 import ServiceLifecycle
 import Sodium
+import TandemNet
 import TandemProtocol
-
-/// Where a node listens and how its links behave.
-public struct NodeConfiguration: Sendable {
-    public var host: String = "0.0.0.0"
-    public var port: Int = TandemConstants.defaultPort
-    public var link = PeerPipeline.Options()
-    public var replayCapacity = 100_000
-    /// What links may cost (Protocol 5.12).
-    public var linkLimits = LinkLimits.node
-    public var friends = FriendService.Configuration()
-    /// LAN discovery; nil turns it off (throwaway nodes, tests that must not broadcast).
-    public var discovery: DiscoveryConfiguration? = nil
-    public init() {}
-
-    /// Parses "host:port", ":port", "port" or "[v6]:port".
-    public static func parseHostPort(_ text: String, defaultHost: String = "0.0.0.0") throws -> (String, Int) {
-        var host = defaultHost
-        var portText = text
-        if text.hasPrefix("[") {
-            guard let close = text.firstIndex(of: "]") else { throw TandemError("malformed address '\(text)': expected [v6]:port", exitCode: TandemError.usageExitCode) }
-            host = String(text[text.index(after: text.startIndex)..<close])
-            let rest = text[text.index(after: close)...]
-            guard rest.hasPrefix(":") else { throw TandemError("malformed address '\(text)': expected [v6]:port", exitCode: TandemError.usageExitCode) }
-            portText = String(rest.dropFirst())
-        } else if let colon = text.lastIndex(of: ":") {
-            let h = String(text[..<colon])
-            if !h.isEmpty { host = h }
-            portText = String(text[text.index(after: colon)...])
-        }
-        guard let port = Int(portText), (0...65535).contains(port) else {
-            throw TandemError("malformed address '\(text)': the port must be a number from 0 to 65535", exitCode: TandemError.usageExitCode)
-        }
-        return (host, port)
-    }
-}
 
 /// The node's TCP listener: every accepted connection runs the Secret Handshake as server,
 /// then carries signed frames. A `Service` of the node's service group.
@@ -85,122 +50,42 @@ public final class NodeListener: Service, Sendable {
     }
 
     public func run() async throws {
-        let quiesce = ServerQuiescingHelper(group: group)
         let identity = identity, gate = gate, delegate = delegate, options = configuration.link, logger = logger
         let pending = pending
-        let channel: Channel
+        let server: QuiescingServer
         do {
-            channel = try await ServerBootstrap(group: group)
-                .serverChannelOption(.backlog, value: 256)
-                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .serverChannelInitializer { ch in
-                    ch.eventLoop.makeCompletedFuture {
-                        try ch.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: ch))
-                    }
+            server = try await QuiescingServer.bind(.init(host: configuration.host, port: configuration.port, backlog: 256),
+                                                    group: group) { ch in
+                // At most so many handshakes at once, in total and per source address;
+                // past that the connection is closed before any handshake work.
+                let address = ch.remoteAddress?.ipAddress ?? "?"
+                guard pending.withLockedValue({ $0.admit(address: address) }) else {
+                    gate.metrics.handshakeRefused()
+                    throw ChannelError.inputClosed
                 }
-                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
-                .childChannelInitializer { ch in
-                    ch.eventLoop.makeCompletedFuture {
-                        // At most so many handshakes at once, in total and per source address;
-                        // past that the connection is closed before any handshake work.
-                        let address = ch.remoteAddress?.ipAddress ?? "?"
-                        guard pending.withLockedValue({ $0.admit(address: address) }) else {
-                            gate.metrics.handshakeRefused()
-                            throw ChannelError.inputClosed
-                        }
-                        do {
-                            try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: nil, gate: gate,
-                                                       delegate: delegate, options: options, logger: logger)
-                            try ch.pipeline.syncOperations.addHandler(PendingHandshake(book: pending, address: address))
-                        } catch {
-                            pending.withLockedValue { $0.leave(address: address) }
-                            throw error
-                        }
-                    }
+                do {
+                    try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: nil, gate: gate,
+                                               delegate: delegate, options: options, logger: logger)
+                    try ch.pipeline.syncOperations.addHandler(PendingHandshake(book: pending, address: address))
+                } catch {
+                    pending.withLockedValue { $0.leave(address: address) }
+                    throw error
                 }
-                .bind(host: configuration.host, port: configuration.port).get()
+            }
         } catch {
             let e = TandemError("cannot listen on \(configuration.host):\(configuration.port): \(describe(error))")
             bound.fail(e)
             throw e
         }
-        let address = channel.localAddress!
+        let address = server.localAddress
         boundNow.withLockedValue { $0 = address }
         bound.succeed(address)
         logger.info("listening", metadata: ["address": "\(address.hostPort)", "id": "\(NodeID(publicKey: identity.publicKey))"])
 
-        try await withGracefulShutdownHandler {
-            try await withTaskCancellationHandler {
-                try await channel.closeFuture.get()
-            } onCancel: {
-                // Cancellation shuts down like a signal does: stop accepting, tell every link to close.
-                quiesce.initiateShutdown(promise: nil)
-            }
-        } onGracefulShutdown: {
+        // Cancellation shuts down like a signal does: stop accepting, tell every link to close.
+        try await server.run {
             logger.info("shutting down listener")
-            quiesce.initiateShutdown(promise: nil)
         }
         logger.info("listener stopped")
     }
 }
-
-/// Gives an inbound connection's handshake slot back once: when the handshake finishes or the
-/// connection closes, whichever comes first.
-final class PendingHandshake: ChannelInboundHandler {
-    typealias InboundIn = NIOAny
-    private let book: NIOLockedValueBox<HandshakeBook>
-    private let address: String
-    private var left = false
-
-    init(book: NIOLockedValueBox<HandshakeBook>, address: String) {
-        self.book = book
-        self.address = address
-    }
-
-    private func leave() {
-        guard !left else { return }
-        left = true
-        book.withLockedValue { $0.leave(address: address) }
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is SecureChannelEstablished { leave() }
-        context.fireUserInboundEventTriggered(event)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        leave()
-        context.fireChannelInactive()
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        leave()
-    }
-}
-
-/// Describes a socket error in a short phrase.
-func describe(_ error: Error) -> String {
-    if let io = error as? IOError {
-        switch io.errnoCode {
-        case ECONNREFUSED: return "connection refused"
-        case EADDRINUSE: return "address already in use"
-        case EACCES: return "permission denied"
-        case EHOSTUNREACH, ENETUNREACH: return "host unreachable"
-        case EADDRNOTAVAIL: return "address not available"
-        default: return "\(io)"
-        }
-    }
-    if let connect = error as? NIOConnectionError {
-        if let first = connect.connectionErrors.first { return describe(first.error) }
-        if connect.dnsAAAAError != nil || connect.dnsAError != nil { return "cannot resolve \(connect.host)" }
-        return "cannot connect"
-    }
-    if error is ChannelError, case ChannelError.connectTimeout = error { return "connection timed out" }
-    return "\(error)"
-}
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif

@@ -4,6 +4,7 @@ import NIOCore
 import NIOPosix
 import ServiceLifecycle
 import Sodium
+import TandemNet
 import TandemProtocol
 import TandemStore
 
@@ -292,15 +293,5 @@ struct NodeAnnouncer: Service {
         if !Task.isCancelled {
             node.eventBus.emit("node.stopping", ["id": .string(node.id.canonical)])
         }
-    }
-}
-
-extension SocketAddress {
-    /// "host:port" (IPv6 in brackets).
-    public var hostPort: String {
-        let host = ipAddress ?? "?"
-        let p = port ?? 0
-        if case .v6 = self { return "[\(host)]:\(p)" }
-        return "\(host):\(p)"
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import TandemNode
+import TandemNet
 
 /// The relay's config file: UTF-8 lines of `key = value`. `#` starts a comment at the start of a
 /// line or after whitespace; values may be double-quoted (`\"` and `\\` inside quotes); blank
@@ -137,7 +137,7 @@ private func nonEmpty(_ value: String, key: String) throws -> String {
 private func parseAddress(_ value: String, key: String, defaultHost: String) throws -> (String, Int) {
     let (host, port): (String, Int)
     do {
-        (host, port) = try NodeConfiguration.parseHostPort(value, defaultHost: defaultHost)
+        (host, port) = try HostPort.parse(value, defaultHost: defaultHost)
     } catch let error as TandemError {
         throw ConfigProblem(message: "\(key): \(error.message)")
     }

@@ -3,7 +3,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
-import TandemNode
+import TandemNet
 
 /// A minimal HTTP/1.1 server for Prometheus: `GET /metrics` answers `render()`, `GET /` and
 /// `GET /healthz` answer "ok". One request per connection (`Connection: close`). A connection
@@ -26,7 +26,7 @@ public final class MetricsServer: Sendable {
     private enum State {
         case idle
         case starting
-        case running(Channel)
+        case running(QuiescingServer)
         case stopped
     }
 
@@ -50,32 +50,24 @@ public final class MetricsServer: Sendable {
             }
         }
         let render = render, timeout = connectionTimeout, logger = logger, open = openConnections
-        let channel: Channel
+        let server: QuiescingServer
         do {
-            channel = try await ServerBootstrap(group: group)
-                .serverChannelOption(.backlog, value: 64)
-                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .childChannelInitializer { ch in
-                    let admitted = open.withLockedValue { count in
-                        guard count < Self.maximumConnections else { return false }
-                        count += 1
-                        return true
-                    }
-                    guard admitted else {
-                        // The bootstrap closes a connection whose initializer fails.
-                        return ch.eventLoop.makeFailedFuture(TandemError("too many metrics connections"))
-                    }
-                    ch.closeFuture.whenComplete { _ in open.withLockedValue { $0 -= 1 } }
-                    return ch.eventLoop.makeCompletedFuture {
-                        try ch.pipeline.syncOperations.addHandlers([
-                            ConnectionLimiter(maximumBytes: Self.maximumRequestBytes, timeout: timeout),
-                            ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)),
-                            HTTPResponseEncoder(),
-                            MetricsRequestHandler(render: render, logger: logger),
-                        ])
-                    }
+            server = try await QuiescingServer.bind(.init(host: host, port: port, backlog: 64, noDelay: false), group: group) { ch in
+                let admitted = open.withLockedValue { count in
+                    guard count < Self.maximumConnections else { return false }
+                    count += 1
+                    return true
                 }
-                .bind(host: host, port: port).get()
+                // The bootstrap closes a connection whose initializer fails.
+                guard admitted else { throw TandemError("too many metrics connections") }
+                ch.closeFuture.whenComplete { _ in open.withLockedValue { $0 -= 1 } }
+                try ch.pipeline.syncOperations.addHandlers([
+                    ConnectionLimiter(maximumBytes: Self.maximumRequestBytes, timeout: timeout),
+                    ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)),
+                    HTTPResponseEncoder(),
+                    MetricsRequestHandler(render: render, logger: logger),
+                ])
+            }
         } catch {
             state.withLockedValue { if case .starting = $0 { $0 = .idle } }
             throw TandemError("cannot serve metrics on \(host):\(port): \(error)")
@@ -83,7 +75,7 @@ public final class MetricsServer: Sendable {
         let stoppedMeanwhile = state.withLockedValue { state -> Bool in
             switch state {
             case .starting:
-                state = .running(channel)
+                state = .running(server)
                 return false
             case .stopped:
                 return true
@@ -92,24 +84,24 @@ public final class MetricsServer: Sendable {
             }
         }
         if stoppedMeanwhile {
-            try? await channel.close()
+            await server.shutdown()
             throw TandemError("the metrics server was stopped while starting")
         }
-        let address = channel.localAddress!
+        let address = server.localAddress
         logger.info("serving metrics", metadata: ["address": "\(address)"])
         return address
     }
 
     /// Stops accepting connections. Open ones end by themselves within `connectionTimeout`.
     public func stop() async {
-        let channel = state.withLockedValue { state -> Channel? in
+        let server = state.withLockedValue { state -> QuiescingServer? in
             defer { state = .stopped }
             switch state {
-            case .running(let channel): return channel
+            case .running(let server): return server
             case .idle, .starting, .stopped: return nil
             }
         }
-        try? await channel?.close()
+        await server?.shutdown()
     }
 }
 

@@ -1,5 +1,4 @@
 import NIOCore
-import TandemNode
 import TandemProtocol
 
 /// Everything an operator can set on a relay, with the defaults a small public relay wants.

@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Sodium
+import TandemNet
 import TandemNode
 import TandemProtocol
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import Sodium
+import TandemNet
 import TandemNode
 import TandemProtocol
 

@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import Sodium
+import TandemNet
 import TandemNode
 import TandemProtocol
 import TandemStore

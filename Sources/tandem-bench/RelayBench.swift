@@ -5,6 +5,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Sodium
+import TandemNet
 import TandemNode
 import TandemProtocol
 import TandemRelay
@@ -248,24 +249,28 @@ final class RelayProcess: @unchecked Sendable {
 // MARK: - a client link to a relay
 
 /// One authenticated link to a relay, as a node keeps it: registers, opens tunnels and hears of
-/// incoming ones. Callbacks arrive on the link's event loop; the state is behind a lock.
+/// incoming ones, through the shared `RelayClientSession`. Callbacks arrive on the link's event
+/// loop; the state is behind a lock.
 final class RelayPeer: PeerLinkDelegate, @unchecked Sendable {
+    typealias Incoming = (from: [UInt8], token: [UInt8])
     let identity: SigningKeyPair
     let relay: RelayAddress
     private(set) var link: PeerLink?
     private struct State {
+        var machine: RelayClientSession
         var registered: EventLoopPromise<Void>?
-        var replies: [UInt64: EventLoopPromise<Tandem_V1_RelayReply>] = [:]
-        var incoming: [Tandem_V1_TunnelIncoming] = []
-        var incomingWaiter: EventLoopPromise<Tandem_V1_TunnelIncoming>?
-        var nextRequest: UInt64 = 0
+        var replies: [UInt64: EventLoopPromise<RelayClientSession.Reply>] = [:]
+        var incoming: [Incoming] = []
+        var incomingWaiter: EventLoopPromise<Incoming>?
         var closed: Error?
     }
-    private let state = NIOLockedValueBox(State())
+    private let state: NIOLockedValueBox<State>
 
     init(identity: SigningKeyPair, relay: RelayAddress) {
         self.identity = identity
         self.relay = relay
+        self.state = NIOLockedValueBox(State(machine: RelayClientSession(relay: relay.id.publicKey,
+                                                                         nowMs: Int64(wallClockMilliseconds()))))
     }
 
     static func connect(_ relay: RelayAddress, identity: SigningKeyPair, group: EventLoopGroup, logger: Logger) async throws -> RelayPeer {
@@ -286,36 +291,45 @@ final class RelayPeer: PeerLinkDelegate, @unchecked Sendable {
     /// RELAY_REGISTER, and RELAY_REGISTERED back.
     func register() async throws {
         let (link, promise) = try fresh(Void.self)
-        state.withLockedValue { $0.registered = promise }
-        var r = Tandem_V1_RelayRegister()
-        r.agent = "tandem-bench"
-        link.send(type: .relayRegister, payload: try r.serializedBytes())
+        guard let frame = state.withLockedValue({ s -> RelayClientSession.Outbound? in
+            guard let frame = s.machine.register(agent: "tandem-bench") else { return nil }
+            s.registered = promise
+            return frame
+        }) else {
+            promise.fail(BenchError("already registering"))
+            throw BenchError("already registering")
+        }
+        link.send(type: frame.type, payload: frame.payload)
         try await within(promise, seconds: 10, "RELAY_REGISTERED")
     }
 
     /// TUNNEL_OPEN to `target`; the token of the RELAY_REPLY.
     func openTunnel(to target: [UInt8]) async throws -> [UInt8] {
-        let (link, promise) = try fresh(Tandem_V1_RelayReply.self)
-        let id = state.withLockedValue { s -> UInt64 in
-            s.nextRequest += 1
-            s.replies[s.nextRequest] = promise
-            return s.nextRequest
+        let (link, promise) = try fresh(RelayClientSession.Reply.self)
+        let nowMs = Int64(wallClockMilliseconds())
+        guard let frame = state.withLockedValue({ s -> RelayClientSession.Outbound? in
+            guard let (id, frame) = s.machine.request(.tunnelOpen(target: target), nowMs: nowMs) else { return nil }
+            s.replies[id] = promise
+            return frame
+        }) else {
+            promise.fail(BenchError("the link to the relay is closed"))
+            throw BenchError("the link to the relay is closed")
         }
-        var m = Tandem_V1_TunnelOpen()
-        m.requestID = id
-        m.target = Data(target)
-        link.send(type: .tunnelOpen, payload: try m.serializedBytes())
-        let reply = try await within(promise, seconds: 10, "RELAY_REPLY")
-        guard reply.status == .ok, reply.token.count == TunnelJoin.tokenLength else {
-            throw BenchError("the relay refused the tunnel: \(reply.status) \(reply.detail)")
+        link.send(type: frame.type, payload: frame.payload)
+        switch try await within(promise, seconds: 10, "RELAY_REPLY") {
+        case .tunnel(let token):
+            return token
+        case .refused(let status, let detail):
+            throw BenchError("the relay refused the tunnel: \(status) \(detail)")
+        case .stored:
+            throw BenchError("the relay answered TUNNEL_OPEN as if it were mail")
         }
-        return Array(reply.token)
     }
 
     /// The next TUNNEL_INCOMING.
-    func nextIncoming() async throws -> Tandem_V1_TunnelIncoming {
-        let (_, promise) = try fresh(Tandem_V1_TunnelIncoming.self)
-        let ready = state.withLockedValue { s -> Tandem_V1_TunnelIncoming? in
+    func nextIncoming() async throws -> Incoming {
+        let (_, promise) = try fresh(Incoming.self)
+        let ready = state.withLockedValue { s -> Incoming? in
             if !s.incoming.isEmpty { return s.incoming.removeFirst() }
             s.incomingWaiter = promise
             return nil
@@ -336,32 +350,31 @@ final class RelayPeer: PeerLinkDelegate, @unchecked Sendable {
     }
 
     func link(_ link: PeerLink, received envelope: Envelope) {
-        guard envelope.author == relay.id.publicKey else { return }
-        switch envelope.type {
-        case .relayRegistered:
+        let action = state.withLockedValue { $0.machine.receive(envelope) }
+        switch action {
+        case nil, .mail?, .goodbye?:
+            break
+        case .registered?:
             state.withLockedValue { s in defer { s.registered = nil }; return s.registered }?.succeed(())
-        case .relayReply:
-            guard let m = try? Tandem_V1_RelayReply(serializedBytes: envelope.payload) else { return }
-            state.withLockedValue { $0.replies.removeValue(forKey: m.requestID) }?.succeed(m)
-        case .tunnelIncoming:
-            guard let m = try? Tandem_V1_TunnelIncoming(serializedBytes: envelope.payload) else { return }
-            let waiter = state.withLockedValue { s -> EventLoopPromise<Tandem_V1_TunnelIncoming>? in
+        case .replied(let id, let reply)?:
+            state.withLockedValue { $0.replies.removeValue(forKey: id) }?.succeed(reply)
+        case .tunnelIncoming(let from, let token)?:
+            let waiter = state.withLockedValue { s -> EventLoopPromise<Incoming>? in
                 if let w = s.incomingWaiter {
                     s.incomingWaiter = nil
                     return w
                 }
-                s.incoming.append(m)
+                s.incoming.append((from, token))
                 return nil
             }
-            waiter?.succeed(m)
-        default:
-            break
+            waiter?.succeed((from, token))
         }
     }
 
     func linkClosed(_ link: PeerLink, error: Error?) {
         let e = error ?? BenchError("the relay closed the link")
         let (registered, replies, incoming) = state.withLockedValue { s in
+            _ = s.machine.closed(error: error.map { "\($0)" })
             s.closed = e
             defer { s.registered = nil; s.replies = [:]; s.incomingWaiter = nil }
             return (s.registered, s.replies, s.incomingWaiter)
@@ -914,42 +927,40 @@ final class RegisterLoop: @unchecked Sendable {
 }
 
 /// Sends RELAY_REGISTER as soon as the link is up and notes RELAY_REGISTERED (closing the link
-/// then, or keeping it). Callbacks come on the link's event loop.
+/// then, or keeping it), through the shared `RelayClientSession`. Callbacks come on the link's
+/// event loop.
 final class RegisterOnce: PeerLinkDelegate, @unchecked Sendable {
-    private let relay: [UInt8]
     private let closeWhenRegistered: Bool
-    private let lock = NIOLockedValueBox<(registered: Bool, closed: Bool)>((false, false))
+    private let lock: NIOLockedValueBox<(session: RelayClientSession, closed: Bool)>
     var onRegistered: (@Sendable () -> Void)?
     var onClosed: (@Sendable (Error?) -> Void)?
 
     init(relay: [UInt8], closeWhenRegistered: Bool) {
-        self.relay = relay
         self.closeWhenRegistered = closeWhenRegistered
+        self.lock = NIOLockedValueBox((RelayClientSession(relay: relay, nowMs: 0), false))
     }
 
-    var registered: Bool { lock.withLockedValue { $0.registered } }
+    var registered: Bool { lock.withLockedValue { $0.session.wasRegistered } }
     var closed: Bool { lock.withLockedValue { $0.closed } }
 
-    static let registerPayload: [UInt8] = {
-        var r = Tandem_V1_RelayRegister()
-        r.agent = "tandem-bench"
-        return (try? r.serializedBytes()) ?? []
-    }()
-
     func linkEstablished(_ link: PeerLink) {
-        link.send(type: .relayRegister, payload: Self.registerPayload)
+        if let frame = lock.withLockedValue({ $0.session.register(agent: "tandem-bench") }) {
+            link.send(type: frame.type, payload: frame.payload)
+        }
     }
 
     func link(_ link: PeerLink, received envelope: Envelope) {
-        guard envelope.type == .relayRegistered, envelope.author == relay else { return }
-        let first = lock.withLockedValue { s -> Bool in defer { s.registered = true }; return !s.registered }
-        guard first else { return }
+        // The session answers .registered once, for the relay's own confirmation only.
+        guard case .registered? = lock.withLockedValue({ $0.session.receive(envelope) }) else { return }
         if closeWhenRegistered { link.close() }
         onRegistered?()
     }
 
     func linkClosed(_ link: PeerLink, error: Error?) {
-        lock.withLockedValue { $0.closed = true }
+        lock.withLockedValue { s in
+            _ = s.session.closed(error: error.map { "\($0)" })
+            s.closed = true
+        }
         onClosed?(error)
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import TandemNet
 import TandemNode
 
 /// `tandem-bench`: release-build benchmarks of the node's three hot paths, each against a floor

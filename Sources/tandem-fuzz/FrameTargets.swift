@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import Sodium
+import TandemNet
 import TandemProtocol
 
 // The "frames" target (the default): the decoders a peer reaches before (box-stream) and after

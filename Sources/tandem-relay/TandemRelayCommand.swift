@@ -5,7 +5,7 @@ import NIOCore
 import NIOPosix
 import ServiceLifecycle
 import Sodium
-import TandemNode
+import TandemNet
 import TandemProtocol
 import TandemRelay
 import TandemStore
@@ -65,7 +65,7 @@ struct RelayOptions: ParsableArguments {
         if let dataDir { c.dataDirectory = dataDir }
         if c.dataDirectory == nil { c.dataDirectory = "tandem-relay-data" }
         if let publicAddress {
-            let (h, p) = try NodeConfiguration.parseHostPort(publicAddress, defaultHost: "")
+            let (h, p) = try HostPort.parse(publicAddress, defaultHost: "")
             guard !h.isEmpty, p > 0 else { throw TandemError("--public-address needs host:port", exitCode: TandemError.usageExitCode) }
             c.publicAddress = publicAddress
         }
@@ -104,7 +104,7 @@ struct Run: AsyncParsableCommand {
     func run() async throws {
         var c = try options.load()
         if let listen {
-            let (h, p) = try NodeConfiguration.parseHostPort(listen)
+            let (h, p) = try HostPort.parse(listen)
             c.listenHost = h
             c.listenPort = p
         }
@@ -112,7 +112,7 @@ struct Run: AsyncParsableCommand {
             if metrics == "off" {
                 c.metricsHost = nil
             } else {
-                let (h, p) = try NodeConfiguration.parseHostPort(metrics, defaultHost: "127.0.0.1")
+                let (h, p) = try HostPort.parse(metrics, defaultHost: "127.0.0.1")
                 c.metricsHost = h
                 c.metricsPort = p
             }
@@ -202,8 +202,7 @@ struct Id: AsyncParsableCommand {
         if let p = c.publicAddress {
             address = "\(id.canonical)@\(p)"
         } else {
-            let host = c.listenHost == "0.0.0.0" ? "127.0.0.1" : c.listenHost
-            address = RelayAddress(id: id, host: host, port: c.listenPort).description
+            address = RelayAddress(id: id, host: HostPort.reachable(fromBound: c.listenHost), port: c.listenPort).description
         }
         if json {
             let obj: [String: Any] = ["id": id.canonical, "address": address, "data_dir": DataDirectory(explicit: c.dataDirectory).path]

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import TandemNet
 import TandemNode
 import TandemProtocol
 

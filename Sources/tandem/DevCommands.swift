@@ -7,6 +7,7 @@ import NIOExtras
 import NIOPosix
 import ServiceLifecycle
 import Sodium
+import TandemNet
 import TandemNode
 import TandemProtocol
 
@@ -117,43 +118,22 @@ final class EchoServer: Service, Sendable {
     }
 
     func run() async throws {
-        let quiesce = ServerQuiescingHelper(group: group)
         let identity = identity, metrics = metrics, stats = stats, logger = logger
-        let channel: Channel
+        let server: QuiescingServer
         do {
-            channel = try await ServerBootstrap(group: group)
-                .serverChannelOption(.backlog, value: 64)
-                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .serverChannelInitializer { ch in
-                    ch.eventLoop.makeCompletedFuture {
-                        try ch.pipeline.syncOperations.addHandler(quiesce.makeServerChannelHandler(channel: ch))
-                    }
-                }
-                .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
-                .childChannelInitializer { ch in
-                    ch.eventLoop.makeCompletedFuture {
-                        let sync = ch.pipeline.syncOperations
-                        let secure = SecureChannelHandler(server: identity, networkKey: TandemConstants.networkKey,
-                                                          metrics: metrics, logger: logger)
-                        secure.deliversEachBox = true // echo box for box, empty boxes too
-                        try sync.addHandler(secure)
-                        try sync.addHandler(BoxEchoHandler(stats: stats, logger: logger))
-                    }
-                }
-                .bind(host: host, port: port).get()
+            server = try await QuiescingServer.bind(.init(host: host, port: port, backlog: 64), group: group) { ch in
+                let sync = ch.pipeline.syncOperations
+                let secure = SecureChannelHandler(server: identity, networkKey: TandemConstants.networkKey,
+                                                  metrics: metrics, logger: logger)
+                secure.deliversEachBox = true // echo box for box, empty boxes too
+                try sync.addHandler(secure)
+                try sync.addHandler(BoxEchoHandler(stats: stats, logger: logger))
+            }
         } catch {
             throw TandemError("cannot listen on \(host):\(port): \(error)")
         }
-        onBound(channel.localAddress!)
-        try await withGracefulShutdownHandler {
-            try await withTaskCancellationHandler {
-                try await channel.closeFuture.get()
-            } onCancel: {
-                channel.close(promise: nil)
-            }
-        } onGracefulShutdown: {
-            quiesce.initiateShutdown(promise: nil)
-        }
+        onBound(server.localAddress)
+        try await server.run()
     }
 }
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import TandemNet
 import TandemNode
 
 /// Connects to the node serving the data directory (exit 7 with a hint when none runs).

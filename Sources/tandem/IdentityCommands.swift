@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Sodium
+import TandemNet
 import TandemNode
 import TandemProtocol
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import TandemNet
 import TandemNode
 import TandemProtocol
 

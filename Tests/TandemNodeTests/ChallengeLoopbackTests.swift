@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import Sodium
+import TandemNet
 import TandemProtocol
 import XCTest
 @testable import TandemNode

@@ -4,6 +4,7 @@ import NIOCore
 import NIOEmbedded
 import NIOPosix
 import Sodium
+import TandemNet
 import TandemProtocol
 import XCTest
 @testable import TandemNode

@@ -1,5 +1,6 @@
 import Foundation
 import Sodium
+@testable import TandemNet
 import TandemProtocol
 import XCTest
 @testable import TandemNode

@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import Sodium
+import TandemNet
 import TandemProtocol
 import XCTest
 @testable import TandemNode

@@ -1,5 +1,6 @@
 import Foundation
 @testable import TandemNode
+import TandemNet
 import TandemProtocol
 import XCTest
 

@@ -1,5 +1,5 @@
 import Foundation
-import TandemNode
+import TandemNet
 import XCTest
 @testable import TandemRelay
 

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import Sodium
+import TandemNet
 import TandemProtocol
 import XCTest
 @testable import TandemNode

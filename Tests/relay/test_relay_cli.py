@@ -155,3 +155,22 @@ def test_relay_memory_mailbox_flag(make_relay, tmp_path):
         raise AssertionError(f"tandem-relay --memory-mailbox does not start: {e}")
     assert relay.metric("tandem_relay_mailbox_items") == 0
     assert not any(p.name.startswith("mailbox.sqlite") for p in relay.data_dir.iterdir()), list(relay.data_dir.iterdir())
+
+
+def test_relay_id_and_the_running_relay_agree_on_a_wildcard_listen_address(tmp_path):
+    """`tandem-relay id` prints the address the running relay prints, for an IPv4 and an IPv6
+    wildcard alike (`id` used to map 0.0.0.0 to 127.0.0.1 but print `::` as it was)."""
+    for name, wildcard in (("v4", "0.0.0.0"), ("v6", "[::]")):
+        conf = tmp_path / f"{name}.conf"
+        relay = Relay(tmp_path, name, config=conf)
+        conf.write_text(f"listen = {wildcard}:{relay.port}\n")
+        # The config file's listen address, not the helper's --listen flag.
+        relay.command = lambda r=relay, c=conf: [RELAY, "--data-dir", str(r.data_dir), "--config", str(c),
+                                                 "--metrics", f"127.0.0.1:{r.metrics_port}"]
+        ident = relay_run("id", "--data-dir", str(relay.data_dir), "--config", str(conf))
+        assert ident.returncode == 0, ident.stderr
+        try:
+            relay.start()
+            assert ident.stdout.strip() == relay.address == f"{relay.id}@127.0.0.1:{relay.port}", (ident.stdout, relay.address)
+        finally:
+            relay.kill()

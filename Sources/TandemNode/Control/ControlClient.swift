@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import TandemNet
 
 /// The CLI's side of the control socket: one connection to the node of a data directory, with
 /// requests matched to responses by id.

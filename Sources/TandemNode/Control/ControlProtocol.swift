@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import TandemNet
 
 /// The control protocol between the CLI and its node: newline-delimited JSON over a Unix socket.
 /// Specification: Protocol/control.md.

@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import ServiceLifecycle
+import TandemNet
 
 #if canImport(Glibc)
 import Glibc

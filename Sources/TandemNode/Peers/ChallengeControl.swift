@@ -1,5 +1,6 @@
 import Foundation
 import Sodium
+import TandemNet
 import TandemProtocol
 import TandemStore
 

@@ -5,6 +5,7 @@ import NIOCore
 import NIOPosix
 import Dispatch
 import Sodium
+import TandemNet
 import TandemProtocol
 import TandemStore
 

@@ -1,5 +1,6 @@
 import Dispatch
 import NIOConcurrencyHelpers
+import TandemNet
 import TandemProtocol
 
 /// Takes the flows' work (store reads and writes, fsyncs) off the event loops: links hand each

@@ -3,6 +3,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import Sodium
+import TandemNet
 import TandemProtocol
 import TandemStore
 

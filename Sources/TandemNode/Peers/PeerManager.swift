@@ -3,6 +3,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Sodium
+import TandemNet
 import TandemProtocol
 
 /// Receives every authenticated frame that the link layer did not handle itself.

@@ -3,6 +3,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import Sodium
+import TandemNet
 import TandemProtocol
 import TandemStore
 
@@ -43,7 +44,7 @@ public final class RelayClient: @unchecked Sendable {
 
     private let sessions = NIOLockedValueBox<[[UInt8]: RelaySession]>([:])
     private let connecting = NIOLockedValueBox<[[UInt8]: Task<RelaySession, Error>]>([:])
-    private let backoff = NIOLockedValueBox<[[UInt8]: (failures: Int, nextMs: Int64, error: String?)]>([:])
+    private let backoff = NIOLockedValueBox<[[UInt8]: RelayBackoff]>([:])
     private let incoming = NIOLockedValueBox(IncomingTunnelSlots())
     private let wake = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
 
@@ -106,18 +107,16 @@ public final class RelayClient: @unchecked Sendable {
             return TurnedAway(reason: reason, retryAfterMs: retry)
         }
         if home {
-            var r = Tandem_V1_RelayRegister()
-            r.agent = "tandem/0.1.0"
-            let registered: Tandem_V1_RelayRegistered
+            let mailboxItems: UInt32
             do {
-                registered = try await session.register(r)
+                mailboxItems = try await session.register(agent: "tandem/0.1.0")
             } catch {
                 session.close()
                 throw turnedAway(error)
             }
             backoff.withLockedValue { _ = $0.removeValue(forKey: relay.id.publicKey) }
-            events.emit("relay.connected", ["relay": .string(relay.description), "mailbox_items": .int(Int64(registered.mailboxItems))])
-            logger.info("registered at relay", metadata: ["relay": "\(relay)", "mail": "\(registered.mailboxItems)"])
+            events.emit("relay.connected", ["relay": .string(relay.description), "mailbox_items": .int(Int64(mailboxItems))])
+            logger.info("registered at relay", metadata: ["relay": "\(relay)", "mail": "\(mailboxItems)"])
             onReachable?()
         }
         return session
@@ -131,19 +130,19 @@ public final class RelayClient: @unchecked Sendable {
         let relay = preferredAddress(of: named)
         let home = homeRelays().contains(relay)
         let session = try await session(for: relay, home: home)
-        var m = Tandem_V1_TunnelOpen()
-        m.target = Data(key)
-        let reply = try await session.request(.tunnelOpen) { id in m.requestID = id; return try m.serializedBytes() }
-        switch reply.status {
-        case .ok:
-            break
-        case .offline:
+        let token: [UInt8]
+        switch try await session.request(.tunnelOpen(target: key)) {
+        case .tunnel(let t):
+            token = t
+        case .refused(.offline, _):
             throw Offline(relay: relay)
-        default:
-            throw TandemError("relay \(relay.host):\(relay.port) refused the tunnel: \(reply.detail)")
+        case .refused(_, let detail):
+            throw TandemError("relay \(relay.host):\(relay.port) refused the tunnel: \(detail)")
+        case .stored:
+            throw TandemError("relay \(relay.host):\(relay.port) answered the tunnel request as if it were mail")
         }
-        return try await TunnelConnector.connect(relay: relay, token: Array(reply.token), remote: key, identity: identity,
-                                                 gate: gate, delegate: peers, options: options, group: peers.group, logger: logger)
+        return try await RelayTunnel.connect(relay: relay, token: token, remote: key, identity: identity,
+                                             gate: gate, delegate: peers, options: options, group: peers.group, logger: logger).0
     }
 
     /// Leaves signed frames in `relay`'s mailbox for their recipient. Returns the message ids the
@@ -154,24 +153,26 @@ public final class RelayClient: @unchecked Sendable {
         let session = try await session(for: relay, home: home)
         var stored: [[UInt8]] = []
         for env in envelopes where MailboxSeal.isMailable(env.type) {
-            var m = Tandem_V1_MailboxPut()
-            m.recipient = Data(env.recipient)
-            m.sealed = Data(try MailboxSeal.seal(env))
-            let reply = try await session.request(.mailboxPut) { id in m.requestID = id; return try m.serializedBytes() }
-            guard reply.status == .ok else {
-                logger.info("relay refused mail", metadata: ["relay": "\(relay)", "detail": "\(reply.detail)"])
-                if stored.isEmpty { throw TandemError("relay refused the mail: \(reply.detail)") }
-                break
+            let reply = try await session.request(.mailboxPut(recipient: env.recipient, sealed: try MailboxSeal.seal(env)))
+            let refusal: String
+            switch reply {
+            case .stored:
+                stored.append(env.messageID.bytes)
+                continue
+            case .refused(_, let detail):
+                refusal = detail
+            case .tunnel:
+                refusal = "the relay answered the mail as if it were a tunnel request"
             }
-            stored.append(env.messageID.bytes)
+            logger.info("relay refused mail", metadata: ["relay": "\(relay)", "detail": "\(refusal)"])
+            if stored.isEmpty { throw TandemError("relay refused the mail: \(refusal)") }
+            break
         }
         return stored
     }
 
     /// A TUNNEL_INCOMING: join as the handshake server; the link lands in the peer manager.
-    func accept(_ m: Tandem_V1_TunnelIncoming, via relay: RelayAddress) {
-        let from = Array(m.from)
-        guard from.count == 32, m.token.count == TunnelJoin.tokenLength else { return }
+    func accept(from: [UInt8], token: [UInt8], via relay: RelayAddress) {
         let relationship: Relationship?
         do {
             relationship = try store.contact(from)?.relationship
@@ -194,7 +195,7 @@ public final class RelayClient: @unchecked Sendable {
         Task {
             defer { incoming.withLockedValue { $0.release(slot) } }
             do {
-                let link = try await TunnelConnector.connect(relay: relay, token: Array(m.token), remote: nil, identity: identity,
+                let (link, _) = try await RelayTunnel.connect(relay: relay, token: token, remote: nil, identity: identity,
                                                              gate: gate, delegate: peers, options: options, group: peers.group,
                                                              logger: logger)
                 // The handshake proved who connected; it must be who the relay announced.
@@ -210,8 +211,7 @@ public final class RelayClient: @unchecked Sendable {
 
     /// A MAILBOX_ITEM: open, check, hand over, then acknowledge (items that can never be
     /// handled are acknowledged too, so the relay forgets them).
-    func received(_ item: Tandem_V1_MailboxItem, session: RelaySession) {
-        let sealed = Array(item.sealed)
+    func received(item itemID: UInt64, sealed: [UInt8], session: RelaySession) {
         do {
             let env = try MailboxSeal.open(sealed, identity: identity, curveSecretKey: try identity.curve25519SecretKey(),
                                            now: wallClockMilliseconds(), maximumAge: Self.mailboxMaximumAgeMs)
@@ -229,9 +229,7 @@ public final class RelayClient: @unchecked Sendable {
         } catch {
             logger.info("mailbox item dropped", metadata: ["relay": "\(session.relay)", "error": "\(error)"])
         }
-        var ack = Tandem_V1_MailboxAck()
-        ack.itemIds = [item.itemID]
-        session.send(.mailboxAck, (try? ack.serializedBytes()) ?? [])
+        session.acknowledge(itemID)
     }
 
     func sessionClosed(_ session: RelaySession, reason: String?, retryAfterMs: Int64) {
@@ -249,17 +247,8 @@ public final class RelayClient: @unchecked Sendable {
     private func noteFailure(_ relay: RelayAddress, _ error: String, minimumDelayMs: Int64 = 0, resetCount: Bool = false) {
         let nowMs = now()
         backoff.withLockedValue { b in
-            var e = b[relay.id.publicKey] ?? (0, 0, nil)
-            if resetCount { e.failures = 0 }
-            e.failures += 1
-            // 1 s, 2 s, 4 s ... 60 s, with up to 25 % jitter so a relay's clients do not come back at once.
-            let base = min(60_000, 500 << min(e.failures, 7))
-            let jitter = Int64(Sodium.randomUInt64() % UInt64(base / 4 + 1))
-            let next = nowMs.addingSaturated(max(Int64(base) + jitter, minimumDelayMs))
-            // A relay's "retry after" already noted for this failure is never shortened.
-            e.nextMs = e.nextMs > nowMs ? max(e.nextMs, next) : next
-            e.error = error
-            b[relay.id.publicKey] = e
+            b[relay.id.publicKey, default: RelayBackoff()].failed(error, nowMs: nowMs, minimumDelayMs: minimumDelayMs,
+                                                                  resetCount: resetCount)
         }
     }
 
@@ -291,7 +280,7 @@ public final class RelayClient: @unchecked Sendable {
                     }
                     continue
                 }
-                let due = backoff.withLockedValue { ($0[relay.id.publicKey]?.nextMs ?? 0) <= nowMs }
+                let due = backoff.withLockedValue { $0[relay.id.publicKey]?.isDue(nowMs: nowMs) ?? true }
                 guard due, connecting.withLockedValue({ $0[relay.id.publicKey] == nil }) else { continue }
                 Task {
                     do {
@@ -341,31 +330,26 @@ public final class RelayClient: @unchecked Sendable {
                 "connected": .bool(s?.isRegistered ?? false),
                 "since": FriendService.iso(s?.connectedAtMs),
                 "mail_received": .int(Int64(s?.mailReceived ?? 0)),
-                "last_error": b?.error.map(JSONValue.string) ?? .null,
-                "next_attempt": (s == nil && b != nil) ? FriendService.iso(b!.nextMs) : .null,
+                "last_error": b?.lastError.map(JSONValue.string) ?? .null,
+                "next_attempt": (s == nil && b != nil) ? FriendService.iso(b!.nextAttemptMs) : .null,
                 "added_at": FriendService.iso(r.atMs),
             ])
         }
     }
 }
 
-/// One authenticated link to a relay.
+/// One authenticated link to a relay: carries out what its `RelayClientSession` decides, and holds
+/// the callers waiting for answers.
 final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
     let relay: RelayAddress
     let home: Bool
     private weak var client: RelayClient?
     private struct State {
+        var machine: RelayClientSession
         var link: PeerLink?
         var waiter: LinkWaiter?
-        var pending: [UInt64: CheckedContinuation<Tandem_V1_RelayReply, Error>] = [:]
-        var registration: CheckedContinuation<Tandem_V1_RelayRegistered, Error>?
-        var registered = false
-        var closed = false
-        var goodbye: (String, Int64)?
-        var nextRequest: UInt64 = 0
-        var lastUsedMs: Int64
-        var connectedAtMs: Int64
-        var mailReceived = 0
+        var pending: [UInt64: CheckedContinuation<RelayClientSession.Reply, Error>] = [:]
+        var registration: CheckedContinuation<UInt32, Error>?
     }
     private let state: NIOLockedValueBox<State>
 
@@ -373,26 +357,32 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
         self.relay = relay
         self.home = home
         self.client = client
-        let now = Int64(wallClockMilliseconds())
-        self.state = NIOLockedValueBox(State(lastUsedMs: now, connectedAtMs: now))
+        let machine = RelayClientSession(relay: relay.id.publicKey, nowMs: Int64(wallClockMilliseconds()))
+        self.state = NIOLockedValueBox(State(machine: machine))
     }
 
     func attach(_ link: PeerLink, waiter: LinkWaiter) {
         state.withLockedValue { $0.link = link; $0.waiter = waiter }
     }
 
-    var isOpen: Bool { state.withLockedValue { !$0.closed && $0.link?.channel.isActive == true } }
-    var isRegistered: Bool { state.withLockedValue { $0.registered && !$0.closed } }
+    var isOpen: Bool { state.withLockedValue { !$0.machine.isClosed && $0.link?.channel.isActive == true } }
+    var isRegistered: Bool { state.withLockedValue { $0.machine.isRegistered } }
     /// Whether registration ever completed on this link.
-    var wasRegistered: Bool { state.withLockedValue { $0.registered } }
+    var wasRegistered: Bool { state.withLockedValue { $0.machine.wasRegistered } }
     /// The relay's goodbye (reason, retry after ms), if it said one.
-    var goodbyeInfo: (String, Int64)? { state.withLockedValue { $0.goodbye } }
-    var lastUsedMs: Int64 { state.withLockedValue { $0.lastUsedMs } }
-    var connectedAtMs: Int64 { state.withLockedValue { $0.connectedAtMs } }
-    var mailReceived: Int { state.withLockedValue { $0.mailReceived } }
+    var goodbyeInfo: (String, Int64)? { state.withLockedValue { $0.machine.goodbye } }
+    var lastUsedMs: Int64 { state.withLockedValue { $0.machine.lastUsedMs } }
+    var connectedAtMs: Int64 { state.withLockedValue { $0.machine.connectedAtMs } }
+    var mailReceived: Int { state.withLockedValue { $0.machine.mailReceived } }
 
-    func send(_ type: MessageType, _ payload: [UInt8]) {
-        state.withLockedValue { $0.link }?.send(type: type, payload: payload)
+    private func send(_ frame: RelayClientSession.Outbound, on link: PeerLink?) {
+        link?.send(type: frame.type, payload: frame.payload)
+    }
+
+    /// MAILBOX_ACK for one item.
+    func acknowledge(_ itemID: UInt64) {
+        let (frame, link) = state.withLockedValue { ($0.machine.acknowledge([itemID]), $0.link) }
+        send(frame, on: link)
     }
 
     func ping() {
@@ -404,100 +394,86 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
 
     func close() { state.withLockedValue { $0.link }?.close() }
 
-    /// Sends a request carrying a fresh request id and waits (15 s at most) for its RELAY_REPLY.
-    func request(_ type: MessageType, _ payload: (UInt64) throws -> [UInt8]) async throws -> Tandem_V1_RelayReply {
-        let (id, link) = state.withLockedValue { s -> (UInt64, PeerLink?) in
-            s.nextRequest += 1
-            s.lastUsedMs = Int64(wallClockMilliseconds())
-            return (s.nextRequest, s.closed ? nil : s.link)
-        }
-        guard let link else { throw TandemError("the link to relay \(relay.host):\(relay.port) is closed") }
-        let bytes = try payload(id)
+    private var closedError: TandemError { TandemError("the link to relay \(relay.host):\(relay.port) is closed") }
+
+    /// Sends a request and waits (15 s at most) for its RELAY_REPLY.
+    func request(_ request: RelayClientSession.Request) async throws -> RelayClientSession.Reply {
+        let nowMs = Int64(wallClockMilliseconds())
+        guard let (id, frame, link) = state.withLockedValue({ s -> (UInt64, RelayClientSession.Outbound, PeerLink)? in
+            guard let link = s.link, let (id, frame) = s.machine.request(request, nowMs: nowMs) else { return nil }
+            return (id, frame, link)
+        }) else { throw closedError }
         let timer = link.channel.eventLoop.scheduleTask(in: .seconds(15)) { [weak self] in
-            self?.finish(id, .failure(TandemError("relay \(self?.relay.host ?? ""):\(self?.relay.port ?? 0) did not answer within 15 s",
-                                                  exitCode: TandemError.timeoutExitCode)))
+            guard let self else { return }
+            let c = self.state.withLockedValue { s -> CheckedContinuation<RelayClientSession.Reply, Error>? in
+                s.machine.abandon(id)
+                return s.pending.removeValue(forKey: id)
+            }
+            c?.resume(throwing: TandemError("relay \(self.relay.host):\(self.relay.port) did not answer within 15 s",
+                                            exitCode: TandemError.timeoutExitCode))
         }
         defer { timer.cancel() }
         return try await withCheckedThrowingContinuation { c in
             let closed = state.withLockedValue { s -> Bool in
-                if s.closed { return true }
+                if s.machine.isClosed { return true }
                 s.pending[id] = c
                 return false
             }
-            if closed { return c.resume(throwing: TandemError("the link to relay \(relay.host):\(relay.port) is closed")) }
-            link.send(type: type, payload: bytes)
+            if closed { return c.resume(throwing: closedError) }
+            send(frame, on: link)
         }
     }
 
-    private func finish(_ id: UInt64, _ result: Result<Tandem_V1_RelayReply, Error>) {
-        state.withLockedValue { $0.pending.removeValue(forKey: id) }?.resume(with: result)
-    }
-
-    func register(_ r: Tandem_V1_RelayRegister) async throws -> Tandem_V1_RelayRegistered {
+    /// RELAY_REGISTER; returns the number of mail items waiting once the relay confirms (10 s at most).
+    func register(agent: String) async throws -> UInt32 {
         guard let link = state.withLockedValue({ $0.link }) else { throw TandemError("not connected") }
         let timer = link.channel.eventLoop.scheduleTask(in: .seconds(10)) { [weak self] in
-            self?.state.withLockedValue { s -> CheckedContinuation<Tandem_V1_RelayRegistered, Error>? in
+            self?.state.withLockedValue { s -> CheckedContinuation<UInt32, Error>? in
                 defer { s.registration = nil }
                 return s.registration
             }?.resume(throwing: TandemError("the relay did not confirm the registration within 10 s"))
         }
         defer { timer.cancel() }
         return try await withCheckedThrowingContinuation { c in
-            let closed = state.withLockedValue { s -> Bool in
-                if s.closed { return true }
+            let frame = state.withLockedValue { s -> RelayClientSession.Outbound? in
+                guard !s.machine.isClosed, let frame = s.machine.register(agent: agent) else { return nil }
                 s.registration = c
-                return false
+                return frame
             }
-            if closed { return c.resume(throwing: TandemError("the relay closed the link")) }
-            link.send(type: .relayRegister, payload: (try? r.serializedBytes()) ?? [])
+            guard let frame else { return c.resume(throwing: TandemError("the relay closed the link")) }
+            send(frame, on: link)
         }
     }
 
     // MARK: PeerLinkDelegate
 
     func link(_ link: PeerLink, received envelope: Envelope) {
-        guard envelope.author == relay.id.publicKey else { return }
-        switch envelope.type {
-        case .relayReply:
-            guard let m = try? Tandem_V1_RelayReply(serializedBytes: envelope.payload) else { return }
-            finish(m.requestID, .success(m))
-        case .relayRegistered:
-            guard let m = try? Tandem_V1_RelayRegistered(serializedBytes: envelope.payload) else { return }
-            let c = state.withLockedValue { s -> CheckedContinuation<Tandem_V1_RelayRegistered, Error>? in
-                s.registered = true
-                defer { s.registration = nil }
-                return s.registration
-            }
-            c?.resume(returning: m)
-        case .tunnelIncoming:
-            guard let m = try? Tandem_V1_TunnelIncoming(serializedBytes: envelope.payload) else { return }
-            client?.accept(m, via: relay)
-        case .mailboxItem:
-            guard let m = try? Tandem_V1_MailboxItem(serializedBytes: envelope.payload) else { return }
-            state.withLockedValue { $0.mailReceived += 1 }
-            client?.received(m, session: self)
-        case .relayGoodbye:
-            // Validated (retry after at most 1 h); a malformed goodbye still ends the link, with the
-            // default backoff.
-            let m = try? RelayGoodbyeMessage(payload: envelope.payload)
-            state.withLockedValue { $0.goodbye = (m?.reason ?? "goodbye", m?.retryAfterMs ?? 0) }
-        default:
+        let action = state.withLockedValue { $0.machine.receive(envelope) }
+        switch action {
+        case nil, .goodbye?:
+            // A goodbye is kept by the session; the link closes next and `linkClosed` reports it.
             break
+        case .registered(let items)?:
+            state.withLockedValue { s in defer { s.registration = nil }; return s.registration }?.resume(returning: items)
+        case .replied(let id, let reply)?:
+            state.withLockedValue { $0.pending.removeValue(forKey: id) }?.resume(returning: reply)
+        case .tunnelIncoming(let from, let token)?:
+            client?.accept(from: from, token: token, via: relay)
+        case .mail(let itemID, let sealed)?:
+            client?.received(item: itemID, sealed: sealed, session: self)
         }
     }
 
     func link(_ link: PeerLink, receivedError error: Tandem_V1_Error, envelope: Envelope) {}
 
     func linkClosed(_ link: PeerLink, error: Error?) {
-        let (pending, registration, goodbye) = state.withLockedValue { s in
-            s.closed = true
+        let (ending, pending, registration) = state.withLockedValue { s in
             defer { s.pending = [:]; s.registration = nil }
-            return (s.pending, s.registration, s.goodbye)
+            return (s.machine.closed(error: error.map { "\($0)" }), s.pending, s.registration)
         }
-        let reason = goodbye?.0 ?? error.map { "\($0)" }
-        let e = TandemError("the link to relay \(relay.host):\(relay.port) closed\(reason.map { ": \($0)" } ?? "")")
+        let e = TandemError("the link to relay \(relay.host):\(relay.port) closed\(ending.reason.map { ": \($0)" } ?? "")")
         for (_, c) in pending { c.resume(throwing: e) }
         registration?.resume(throwing: e)
-        client?.sessionClosed(self, reason: reason, retryAfterMs: goodbye?.1 ?? 0)
+        client?.sessionClosed(self, reason: ending.reason, retryAfterMs: ending.retryAfterMs)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import TandemNet
 import TandemProtocol
 import TandemStore
 

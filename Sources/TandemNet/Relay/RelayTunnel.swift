@@ -4,9 +4,10 @@ import NIOPosix
 import Sodium
 import TandemProtocol
 
-/// Public entry points to one end of a relay tunnel (Protocol/README.md section 14.3), for tools
-/// that drive both ends themselves (`tandem-bench relay`). The node's own dialling goes through
-/// `TunnelConnector`; these do the same steps.
+/// One end of a relay tunnel (Protocol/README.md section 14.3): a fresh TCP connection to the
+/// relay, the 40-byte join preamble, the relay's one-byte answer, and then whatever runs end to
+/// end through the splice. Used by the node's dialling and by tools that drive both ends
+/// themselves (`tandem-bench relay`).
 public enum RelayTunnel {
     /// Opens a fresh TCP connection to `relay`, sends the join preamble for `token`, waits for the
     /// relay's answer, and then hands the joined channel to `configure` (on its event loop) to

@@ -1,6 +1,6 @@
 import NIOCore
 import NIOEmbedded
-import TandemNode
+import TandemNet
 import XCTest
 
 /// The node-wide budget of partly received frames, carried out by the frame decoder: a frame that

@@ -51,7 +51,7 @@ public struct StructuredLogHandler: LogHandler {
     /// escaped, and every other control or bidi character shown as a visible escape
     /// (`String.terminalSafe`): a peer's name or message must not drive the terminal that shows
     /// the log, nor forge a line of it.
-    static func quote(_ s: String) -> String {
+    package static func quote(_ s: String) -> String {
         if !s.isEmpty, s.allSatisfy({ $0.isLetter || $0.isNumber || "-_./:@[]".contains($0) }), s.terminalSafe == s {
             return s
         }

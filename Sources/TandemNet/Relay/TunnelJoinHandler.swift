@@ -4,49 +4,6 @@ import NIOPosix
 import Sodium
 import TandemProtocol
 
-/// Opens one end of a relay tunnel (Protocol/README.md section 14.3): a fresh TCP connection to
-/// the relay, the 40-byte join preamble, the relay's one-byte answer, and then an ordinary peer
-/// link (Secret Handshake and signed frames) with the node at the other end, end to end.
-enum TunnelConnector {
-    /// - Parameters:
-    ///   - remote: the peer's key when we are the handshake client (we asked for the tunnel);
-    ///     nil when we answer a TUNNEL_INCOMING and act as the server.
-    static func connect(relay: RelayAddress, token: [UInt8], remote: [UInt8]?, identity: SigningKeyPair, gate: FrameGate,
-                        delegate: PeerLinkDelegate?, options: PeerPipeline.Options, group: EventLoopGroup, logger: Logger,
-                        timeout: TimeAmount = .seconds(10)) async throws -> PeerLink {
-        let waiter = LinkWaiter(next: delegate, eventLoop: group.next())
-        let channel: Channel
-        do {
-            channel = try await ClientBootstrap(group: group)
-                .connectTimeout(.seconds(5))
-                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-                .channelInitializer { ch in
-                    ch.eventLoop.makeCompletedFuture {
-                        let handler = TunnelJoinHandler(token: token, timeout: timeout) { ch in
-                            let link = try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: remote, gate: gate,
-                                                                  delegate: waiter, options: options, logger: logger,
-                                                                  relay: relay.id.publicKey)
-                            waiter.link = link
-                        } failed: { error in
-                            waiter.established.fail(error)
-                        }
-                        try ch.pipeline.syncOperations.addHandler(handler)
-                    }
-                }
-                .connect(host: relay.host, port: relay.port).get()
-        } catch {
-            throw TandemError("cannot connect to relay \(relay.host):\(relay.port): \(describe(error))", exitCode: TandemError.unreachableExitCode)
-        }
-        do {
-            try await waiter.established.futureResult.get()
-        } catch {
-            channel.close(promise: nil)
-            throw TandemError("tunnel through \(relay.host):\(relay.port): \(error)", exitCode: TandemError.unreachableExitCode)
-        }
-        return waiter.link!
-    }
-}
-
 /// Sends the join preamble, reads the relay's answer, then installs the link's pipeline behind
 /// itself and steps aside (passing on any bytes that came with the answer).
 final class TunnelJoinHandler: ChannelInboundHandler, RemovableChannelHandler, @unchecked Sendable {

@@ -2,7 +2,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import Sodium
-import TandemNode
+import TandemNet
 import TandemProtocol
 import XCTest
 

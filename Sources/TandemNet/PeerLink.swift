@@ -1,0 +1,80 @@
+import NIOConcurrencyHelpers
+import NIOCore
+import Sodium
+import TandemProtocol
+
+/// What the application above a peer link sees.
+public protocol PeerLinkDelegate: AnyObject, Sendable {
+    /// The link is authenticated; `send` may be used from now on.
+    func linkEstablished(_ link: PeerLink)
+    /// A frame that passed every rule and is not handled by the link itself (ping is).
+    func link(_ link: PeerLink, received envelope: Envelope)
+    /// The peer answered with an ERROR frame.
+    func link(_ link: PeerLink, receivedError error: Tandem_V1_Error, envelope: Envelope)
+    func linkClosed(_ link: PeerLink, error: Error?)
+}
+
+extension PeerLinkDelegate {
+    public func linkEstablished(_ link: PeerLink) {}
+    public func link(_ link: PeerLink, received envelope: Envelope) {}
+    public func link(_ link: PeerLink, receivedError error: Tandem_V1_Error, envelope: Envelope) {}
+    public func linkClosed(_ link: PeerLink, error: Error?) {}
+}
+
+/// An authenticated, encrypted connection to one peer, carrying signed frames.
+public final class PeerLink: Sendable {
+    public let channel: Channel
+    public let identity: SigningKeyPair
+    /// The relay whose tunnel carries this link (nil: a direct TCP connection).
+    public let relay: [UInt8]?
+    /// Unique among this process's links (the outbox writes each frame once per link).
+    public let serial: UInt64
+    private let remote = NIOLockedValueBox<[UInt8]?>(nil)
+    private let remoteHost = NIOLockedValueBox<String?>(nil)
+    private static let serials = NIOLockedValueBox<UInt64>(0)
+
+    init(channel: Channel, identity: SigningKeyPair, relay: [UInt8]? = nil) {
+        self.channel = channel
+        self.identity = identity
+        self.relay = relay
+        self.serial = Self.serials.withLockedValue { $0 += 1; return $0 }
+    }
+
+    /// The peer's address as seen on the socket, or nil for a tunnel (the socket's far end is the relay).
+    /// Kept from the handshake on, so frames still being handled after the link closed are charged
+    /// to the same address (a closed channel no longer knows it).
+    public var directRemoteHost: String? {
+        guard relay == nil else { return nil }
+        return remoteHost.withLockedValue { $0 } ?? channel.remoteAddress?.ipAddress
+    }
+
+    /// The peer's proven key (nil before the handshake finishes).
+    public var remotePublicKey: [UInt8]? { remote.withLockedValue { $0 } }
+    func setRemote(_ key: [UInt8]) {
+        let host = channel.remoteAddress?.ipAddress
+        remote.withLockedValue { $0 = key }
+        remoteHost.withLockedValue { $0 = host }
+    }
+
+    /// Signs and sends a message to the link peer.
+    @discardableResult
+    public func send(type: MessageType, payload: [UInt8], messageID: MessageID = .random(),
+                     createdAt: UInt64 = wallClockMilliseconds()) -> EventLoopFuture<Void> {
+        guard let recipient = remotePublicKey else {
+            return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
+        }
+        let env = Envelope.sign(type: type, messageID: messageID, author: identity, recipient: recipient,
+                                createdAt: createdAt, payload: payload)
+        return channel.writeAndFlush(env)
+    }
+
+    /// Sends an envelope as it is (already signed, perhaps by someone else).
+    @discardableResult
+    public func send(_ envelope: Envelope, flush: Bool = true) -> EventLoopFuture<Void> {
+        flush ? channel.writeAndFlush(envelope) : channel.write(envelope)
+    }
+
+    public func close() {
+        channel.close(promise: nil)
+    }
+}

@@ -1,0 +1,216 @@
+import Logging
+import NIOCore
+import Sodium
+import TandemProtocol
+
+/// The top of a link's pipeline: applies the receiver rules, answers rejections with typed ERROR
+/// frames (within the link's ERROR budget, and only while the peer reads), closes a link that sends
+/// too many bad frames, answers PING with PONG, and hands everything else to the delegate.
+final class PeerLinkHandler: ChannelInboundHandler {
+    typealias InboundIn = [UInt8]
+    typealias OutboundOut = Envelope
+
+    let link: PeerLink
+    let gate: FrameGate
+    let delegate: PeerLinkDelegate?
+    let logger: Logger
+    private var closedError: Error?
+    private var guardian: LinkGuard
+    private var closing = false
+    private let readGate: (LinkReadGate, ChannelHandlerContext)?
+    /// Frames of the current read that were over the address's budget.
+    private var overBudget = 0
+    private var budgetKey: String?
+    /// Frames checked in the current turn, and decoded frames waiting for a later turn (at most one
+    /// read's worth: the link is not read while any wait).
+    private var turnFrames = 0
+    private var backlog = CircularBuffer<[UInt8]>()
+    private var drainScheduled = false
+
+    init(link: PeerLink, gate: FrameGate, delegate: PeerLinkDelegate?, logger: Logger,
+         readGate: (LinkReadGate, ChannelHandlerContext)? = nil) {
+        self.link = link
+        self.gate = gate
+        self.delegate = delegate
+        self.logger = logger
+        self.guardian = LinkGuard(limits: gate.limits, now: gate.clock())
+        self.readGate = readGate
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let established = event as? SecureChannelEstablished {
+            link.setRemote(established.remotePublicKey)
+            delegate?.linkEstablished(link)
+        } else if event is ChannelShouldQuiesceEvent {
+            // Graceful shutdown: close, which says box-stream goodbye.
+            context.close(promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        // Frames already decoded when the link was condemned are dropped unread.
+        guard !closing else { return }
+        let bytes = unwrapInboundIn(data)
+        if let cap = gate.limits.framesPerTurn, turnFrames >= cap || !backlog.isEmpty {
+            // This turn's share is spent: keep the frame for a later turn and read no more meanwhile.
+            backlog.append(bytes)
+            readGate?.0.hold(true, context: readGate!.1)
+            return
+        }
+        turnFrames += 1
+        process(bytes, context: context)
+    }
+
+    /// Checks the frames kept from earlier reads, `framesPerTurn` per turn of the loop, each turn
+    /// at least `turnGapMicroseconds` after the previous one ended (a task queued for "now" would run
+    /// in the same turn, before the loop looks at other links again).
+    private func scheduleDrain(context: ChannelHandlerContext) {
+        guard !drainScheduled, !backlog.isEmpty else { return }
+        drainScheduled = true
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.scheduleTask(in: .microseconds(gate.limits.turnGapMicroseconds)) {
+            let (handler, context) = loopBound.value
+            handler.drainScheduled = false
+            handler.drain(context: context)
+        }
+    }
+
+    private func drain(context: ChannelHandlerContext) {
+        guard context.channel.isActive else { backlog.removeAll(); return }
+        turnFrames = 0
+        let cap = gate.limits.framesPerTurn ?? Int.max
+        while turnFrames < cap, !closing, let next = backlog.popFirst() {
+            turnFrames += 1
+            process(next, context: context)
+        }
+        if closing { backlog.removeAll() }
+        finishTurn(context: context)
+        if backlog.isEmpty {
+            turnFrames = 0
+            readGate?.0.hold(false, context: readGate!.1)
+        } else {
+            scheduleDrain(context: context)
+        }
+    }
+
+    private func process(_ bytes: [UInt8], context: ChannelHandlerContext) {
+        guard !closing, let peer = link.remotePublicKey else { return }
+        // Every frame counts against its address's budget (tunnels: the relay and the peer key).
+        if budgetKey == nil { budgetKey = link.directRemoteHost ?? "tunnel:\(hexString(link.relay ?? []))/\(hexString(peer))" }
+        if !gate.takeFrame(from: budgetKey!) { overBudget += 1 }
+        switch gate.verify(bytes) {
+        case .failure(let rejection):
+            logger.debug("frame rejected", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
+            answer(rejection, context: context)
+        case .success(let envelope):
+            handle(envelope, context: context)
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        finishTurn(context: context)
+        if backlog.isEmpty { turnFrames = 0 } else { scheduleDrain(context: context) }
+        context.fireChannelReadComplete()
+    }
+
+    /// Over budget: stop reading this link for as long as those frames would have taken.
+    private func finishTurn(context: ChannelHandlerContext) {
+        if overBudget > 0, let (readGate, gateContext) = readGate,
+           let rate = gate.limits.framesPerAddressPerSecond, rate > 0 {
+            let ms = Int64(min((Double(overBudget) * 1000 / rate).rounded(.up), 60_000))
+            readGate.pause(context: gateContext, milliseconds: ms)
+            gate.metrics.readPaused()
+        }
+        overBudget = 0
+    }
+
+    /// Carries out the link guard's decision on a rejected frame.
+    private func answer(_ rejection: FrameRejection, context: ChannelHandlerContext) {
+        switch guardian.rejected(now: gate.clock()) {
+        case .reply:
+            guard let peer = link.remotePublicKey,
+                  let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock())
+            else { return }
+            writeOptional(reply, context: context)
+        case .silent:
+            gate.metrics.errorReplySuppressed()
+        case .close:
+            closing = true
+            gate.metrics.linkClosed("rejections")
+            logger.notice("too many rejected frames, closing the link",
+                          metadata: ["peer": "\(link.remotePublicKey.map { NodeID(publicKey: $0).short } ?? "?")",
+                                     "rejected": "\(guardian.rejectedCount)"])
+            closedError = closedError ?? LinkLimitExceeded(reason: "rejections", description: "too many rejected frames")
+            context.close(promise: nil)
+        }
+    }
+
+    /// Writes a reply the peer did not strictly need (PONG, ERROR) only while the link drains:
+    /// a peer that does not read gets nothing more queued for it.
+    private func writeOptional(_ reply: Envelope, context: ChannelHandlerContext) {
+        guard context.channel.isWritable else {
+            gate.metrics.replyDroppedUnwritable()
+            return
+        }
+        context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+    }
+
+    private func handle(_ envelope: Envelope, context: ChannelHandlerContext) {
+        switch envelope.type {
+        case .ping:
+            guard let ping = try? Tandem_V1_Ping(serializedBytes: envelope.payload) else {
+                reject(.malformed, "PING payload is not a tandem.v1.Ping", envelope, context)
+                return
+            }
+            if context.channel.isWritable {
+                var pong = Tandem_V1_Pong()
+                pong.nonce = ping.nonce
+                pong.pingSentAtMs = ping.sentAtMs
+                pong.receivedAtMs = gate.clock()
+                let reply = Envelope.sign(type: .pong, author: link.identity, recipient: envelope.author,
+                                          createdAt: gate.clock(), payload: (try? pong.serializedBytes()) ?? [])
+                context.writeAndFlush(wrapOutboundOut(reply), promise: nil)
+            } else {
+                gate.metrics.replyDroppedUnwritable()
+            }
+            delegate?.link(link, received: envelope)
+        case .error:
+            if let error = try? Tandem_V1_Error(serializedBytes: envelope.payload) {
+                logger.info("peer reported an error", metadata: ["code": "\(error.code.name)", "detail": "\(error.detail)"])
+                delegate?.link(link, receivedError: error, envelope: envelope)
+            }
+        default:
+            delegate?.link(link, received: envelope)
+        }
+    }
+
+    private func reject(_ code: Tandem_V1_ErrorCode, _ detail: String, _ envelope: Envelope, _ context: ChannelHandlerContext) {
+        let rejection = FrameRejection(code, detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
+        gate.count(rejection)
+        answer(rejection, context: context)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        if let rejection = error as? FrameRejection {
+            // Oversized frame: say why, then close before buffering the body.
+            gate.count(rejection)
+            logger.notice("frame rejected, closing connection", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
+            if let peer = link.remotePublicKey,
+               let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock()) {
+                writeOptional(reply, context: context)
+            }
+        } else if let limit = error as? LinkLimitExceeded {
+            gate.metrics.linkClosed(limit.reason)
+            logger.notice("closing the link", metadata: ["reason": "\(limit.description)"])
+        }
+        closedError = closedError ?? error
+        closing = true
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        delegate?.linkClosed(link, error: closedError)
+        context.fireChannelInactive()
+    }
+}

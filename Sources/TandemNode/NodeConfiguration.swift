@@ -1,0 +1,21 @@
+import TandemNet
+import TandemProtocol
+
+/// Where a node listens and how its links behave.
+public struct NodeConfiguration: Sendable {
+    public var host: String = "0.0.0.0"
+    public var port: Int = TandemConstants.defaultPort
+    public var link = PeerPipeline.Options()
+    public var replayCapacity = 100_000
+    /// What links may cost (Protocol 5.12).
+    public var linkLimits = LinkLimits.node
+    public var friends = FriendService.Configuration()
+    /// LAN discovery; nil turns it off (throwaway nodes, tests that must not broadcast).
+    public var discovery: DiscoveryConfiguration? = nil
+    public init() {}
+
+    /// Parses "host:port", ":port", "port" or "[v6]:port" (`HostPort.parse`).
+    public static func parseHostPort(_ text: String, defaultHost: String = "0.0.0.0") throws -> (String, Int) {
+        try HostPort.parse(text, defaultHost: defaultHost)
+    }
+}
