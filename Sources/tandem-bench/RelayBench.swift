@@ -61,6 +61,7 @@ struct RelayBench: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The tandem-relay binary (default: next to tandem-bench).", valueName: "path")) var tandemRelay: String?
     @Option(help: ArgumentHelp("The socat binary for the plain-splice path of bulk and latency (`none`: leave that path out).",
                                valueName: "path")) var socat = "/usr/bin/socat"
+    @Option(help: "socat's transfer block in bytes (its -b: bytes per read and write system call).") var socatBlock = 65536
     @Flag(help: "Indent the JSON.") var pretty = false
 
     static let bulkTarget = 0.7
@@ -84,6 +85,7 @@ struct RelayBench: AsyncParsableCommand {
         guard (1...254).contains(sourceAddresses) else { throw ValidationError("--source-addresses must be between 1 and 254") }
         guard (0.05...60).contains(handshakeSeconds) else { throw ValidationError("--handshake-seconds must be between 0.05 and 60") }
         guard (0.05...30).contains(floorSeconds) else { throw ValidationError("--floor-seconds must be between 0.05 and 30") }
+        guard (512...4_194_304).contains(socatBlock) else { throw ValidationError("--socat-block must be between 512 and 4194304") }
         if let relayThreads { guard (1...64).contains(relayThreads) else { throw ValidationError("--relay-threads must be between 1 and 64") } }
         guard !selected.isEmpty, selected.isSubset(of: Self.allParts) else {
             throw ValidationError("--parts takes a comma-separated list of: bulk, latency, clients, handshakes")
@@ -111,9 +113,8 @@ struct RelayBench: AsyncParsableCommand {
         var met: [Bool] = []
 
         if !want.isDisjoint(with: ["bulk", "latency", "handshakes"]) {
-            let paths = try await RelayPaths.open(binary: binary, relayThreads: relayThreads, socat: socatBinary)
+            let paths = try await RelayPaths.open(binary: binary, relayThreads: relayThreads, socat: socatBinary.map { ($0, socatBlock) })
             do {
-                report["relays"] = paths.description
                 if want.contains("bulk") {
                     let r = try await paths.bulk(rounds: rounds, seconds: bulkSeconds)
                     say(r.summary)
@@ -138,6 +139,7 @@ struct RelayBench: AsyncParsableCommand {
                 await paths.close()
                 throw error
             }
+            report["relays"] = paths.description
             report["tunnel_setup_failures"] = paths.joinFailures
             await paths.close()
         }
@@ -427,12 +429,12 @@ final class RelayPaths: @unchecked Sendable {
     let relayThreads: Int
     /// --relay-threads was given: the relay process gets as many loops as the in-process relay.
     let relayThreadsSet: Bool
-    /// The socat binary for the plain-splice path (nil: no such path).
-    let socat: String?
+    /// The socat binary and its transfer block for the plain-splice path (nil: no such path).
+    let socat: (binary: String, block: Int)?
     /// The socat command lines used, for the report.
     private(set) var socatCommands: [String] = []
 
-    private init(relayThreads: Int?, socat: String?) {
+    private init(relayThreads: Int?, socat: (binary: String, block: Int)?) {
         self.relayThreads = relayThreads ?? System.coreCount
         self.relayThreadsSet = relayThreads != nil
         self.socat = socat
@@ -445,7 +447,7 @@ final class RelayPaths: @unchecked Sendable {
         gateB = FrameGate(localPublicKey: b.publicKey, metrics: TransportMetrics())
     }
 
-    static func open(binary: String, relayThreads: Int?, socat: String?) async throws -> RelayPaths {
+    static func open(binary: String, relayThreads: Int?, socat: (binary: String, block: Int)?) async throws -> RelayPaths {
         let paths = RelayPaths(relayThreads: relayThreads, socat: socat)
         do {
             try await paths.start(binary: binary)
@@ -506,7 +508,7 @@ final class RelayPaths: @unchecked Sendable {
     /// A socat splice in front of B's `port`, for the part now running (stopped by the caller).
     private func startSocat(to port: Int) throws -> SocatSplice? {
         guard let socat else { return nil }
-        let splice = try SocatSplice(binary: socat, targetPort: port)
+        let splice = try SocatSplice(binary: socat.binary, targetPort: port, block: socat.block)
         socatCommands.append(splice.commandLine)
         return splice
     }
@@ -594,8 +596,11 @@ final class RelayPaths: @unchecked Sendable {
                      "ratio": round3(r), "goal": RelayBench.socatBulkGoal, "met": r >= RelayBench.socatBulkGoal,
                      "in_process_relay_ratio": round3(fraction(tunnelMedian("in_process_relay"), tunnelMedian("socat"))),
                      "best_slice_ratio": round3(fraction(tunnels["relay_process"]?.max() ?? 0, tunnels["socat"]?.max() ?? 0)),
+                     "splice_cpu_s_per_gb": ["tandem_relay": cpu["relay_process"]?["relay_process_cpu_s_per_gb"] ?? 0,
+                                             "socat": cpu["socat"]?["relay_process_cpu_s_per_gb"] ?? 0],
                      "what": "tandem-relay: the relay_process path; socat: the same box-stream link through socat, "
-                        + "median slice vs median slice, the paths alternating in each round"] as [String: Any]
+                        + "median slice vs median slice, the paths alternating in each round; splice_cpu_s_per_gb: CPU "
+                        + "seconds per GB of the splicing process alone (tandem-relay, or socat's listener and fork)"] as [String: Any]
                 } ?? NSNull(),
                 "what": "BulkSource → SecureChannelHandler (4 KiB boxes) → TCP → BulkSink, the `bulk` benchmark's "
                     + "mechanism (64 KiB writes, receiver acks every MiB, \(BulkBenchmark.window >> 20) MiB window, a slice "

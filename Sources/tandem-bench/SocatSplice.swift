@@ -12,10 +12,12 @@ final class SocatSplice: @unchecked Sendable {
     let port: Int
     let commandLine: String
 
-    init(binary: String, targetPort: Int) throws {
+    /// `block`: socat's transfer block (`-b`, bytes read and written per system call).
+    init(binary: String, targetPort: Int, block: Int) throws {
         port = try CountdownBench.freeTCPPort()
-        // nodelay on both sockets, as the relays set it; socat's default 8 KiB transfer block.
-        let arguments = ["TCP4-LISTEN:\(port),bind=127.0.0.1,reuseaddr,fork,nodelay", "TCP4:127.0.0.1:\(targetPort),nodelay"]
+        // nodelay on both sockets, as the relays set it.
+        let arguments = ["-b", String(block), "TCP4-LISTEN:\(port),bind=127.0.0.1,reuseaddr,fork,nodelay",
+                         "TCP4:127.0.0.1:\(targetPort),nodelay"]
         commandLine = ([binary] + arguments).joined(separator: " ")
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
@@ -55,10 +57,13 @@ final class SocatSplice: @unchecked Sendable {
         }
     }
 
-    /// SIGTERM to the children, then the listener; SIGKILL after 5 s.
+    /// SIGTERM to the children, then (once it has reaped them, or after a second) the listener;
+    /// SIGKILL after 5 s.
     func stop() {
         guard process.isRunning else { return }
         for child in children { kill(child, SIGTERM) }
+        let reaped = monotonicNanos() + 1_000_000_000
+        while !children.isEmpty, monotonicNanos() < reaped { usleep(5_000) }
         kill(pid, SIGTERM)
         let deadline = monotonicNanos() + 5_000_000_000
         while process.isRunning, monotonicNanos() < deadline { usleep(5_000) }
