@@ -44,6 +44,8 @@ struct IsolationBench: AsyncParsableCommand {
     @Option(help: "Frames B keeps unanswered at most (the node queues at most 64 per author).") var window = 16
     @Option(help: "Rounds: each runs a pings phase, then a durable phase.") var rounds = 2
     @Option(help: "Milliseconds between friend A's pings.") var interval = 2.0
+    @Option(help: "Event-loop threads of the node (0: NIO's default, one per core). With one, A's and B's links share it, so a store write on a loop shows; with more they may or may not.")
+    var nodeLoops = 1
     @Option(help: "Durable frames and pings B sends first, not measured (opens the store's pages, warms the loops).") var warmup = 300
     @Option(help: ArgumentHelp("Directory for the node's data directory (default: a new one under the temporary directory).",
                                valueName: "path")) var dir: String?
@@ -58,6 +60,7 @@ struct IsolationBench: AsyncParsableCommand {
         guard (1...64).contains(window) else { throw ValidationError("--window must be between 1 and 64 (the node's per-author queue)") }
         guard (1...20).contains(rounds) else { throw ValidationError("--rounds must be between 1 and 20") }
         guard (0...1000).contains(interval) else { throw ValidationError("--interval must be between 0 and 1000") }
+        guard (0...64).contains(nodeLoops) else { throw ValidationError("--node-loops must be between 0 and 64") }
         guard (0...10_000).contains(warmup) else { throw ValidationError("--warmup must be between 0 and 10000") }
     }
 
@@ -66,7 +69,7 @@ struct IsolationBench: AsyncParsableCommand {
         let started = environment()
         let report = try await IsolationBenchmark.run(IsolationBenchmark.Settings(
             frames: frames, rate: rate, window: window, rounds: rounds, intervalMs: interval, warmup: warmup,
-            directory: dir, keep: keep))
+            nodeLoops: nodeLoops, directory: dir, keep: keep))
         say(report.summary)
         var object = report.json
         object["environment"] = started.merging(["load_average_end": loadAverage()]) { a, _ in a }
@@ -85,6 +88,7 @@ enum IsolationBenchmark {
         var rounds = 2
         var intervalMs = 2.0
         var warmup = 300
+        var nodeLoops = 1
         var directory: String?
         var keep = false
     }
@@ -94,6 +98,12 @@ enum IsolationBenchmark {
         var aPings: [Double] = []
         var aFailed = 0
         var b = FrameDriver.Result()
+
+        mutating func add(_ other: Phase) {
+            aPings += other.aPings
+            aFailed += other.aFailed
+            b.add(other.b)
+        }
 
         func json(_ s: Settings) -> [String: Any] {
             ["friend_a_ping_rtt_ms": Percentiles(aPings).json.mapValues(round3).merging(["count": Double(aPings.count)]) { a, _ in a },
@@ -130,6 +140,8 @@ enum IsolationBenchmark {
         let pings: Phase
         let durable: Phase
         let verification: Verification
+        /// A's p99 in each round's pings and durable phase (ms): how much the machine's noise moves it.
+        let roundsP99: [[String: Double]]
         let syncedWrite: Percentiles
         let store: [String: Any]
         let node: [String: Any]
@@ -151,14 +163,17 @@ enum IsolationBenchmark {
             ["benchmark": "isolation",
              "frames_per_phase": settings.frames, "rounds": settings.rounds, "rate_target_per_s": settings.rate,
              "window": settings.window, "friend_a_interval_ms": settings.intervalMs, "warmup_frames": settings.warmup,
+             "node_event_loops": settings.nodeLoops == 0 ? "one per core (\(System.coreCount))" as Any : settings.nodeLoops,
              "pings_phase": pings.json(settings), "durable_phase": durable.json(settings),
+             "friend_a_p99_ms_by_round": roundsP99,
              "p99_ratio": round3(ratio), "p99_ratio_goal": IsolationBench.p99RatioGoal, "p50_ratio": round3(p50Ratio),
              "durable_frames_per_s": round3(durable.b.achievedPerSecond),
              "durable_ack_ms": durable.b.latency.json.mapValues(round3),
              "baseline_synced_write_ms": syncedWrite.json.mapValues(round3),
              "verification": verification.json, "met": met, "store": store, "node": node,
              "what": "node: a child process running a full NodeRuntime, store on disk (WAL, synchronous = FULL); friends A "
-                + "(127.0.0.1) and B (127.0.0.2) in this process, one event-loop thread each, befriended by FRIEND_REQUEST / "
+                + "(127.0.0.1) and B (127.0.0.2) in this process, one event-loop thread each (the node's links on "
+                + "node_event_loops threads: with one, A's and B's links share it), befriended by FRIEND_REQUEST / "
                 + "FRIEND_ACCEPT; A: one signed PING at a time (LinkWaiter.ping) with friend_a_interval_ms between; B, per "
                 + "round: frames_per_phase / rounds signed PINGs, then as many CONTACT_UPDATEs (record version + 1 each: "
                 + "handled-id mark, contact row and event row committed, then ACK), both paced at rate_target_per_s with at "
@@ -190,7 +205,7 @@ enum IsolationBenchmark {
         let timeout = Int(perPhaseSeconds * 20) + 180
         let child = try ChildProcess(arguments: ["isolation-child", "--data-dir", dataDir.path,
                                                  "--accept", hexString(a.publicKey) + "," + hexString(b.publicKey),
-                                                 "--timeout", String(timeout)],
+                                                 "--loops", String(s.nodeLoops), "--timeout", String(timeout)],
                                      timeoutSeconds: timeout)
         defer { child.stop() }
         let nodeKey = child.publicKey
@@ -274,16 +289,21 @@ enum IsolationBenchmark {
             for _ in 0..<50 { _ = try await aWaiter.ping() }
         }
         var pings = Phase(), durable = Phase()
+        var roundsP99: [[String: Double]] = []
         let perRound = s.frames / s.rounds
         for round in 0..<s.rounds {
             let n = round == s.rounds - 1 ? s.frames - perRound * (s.rounds - 1) : perRound
+            var p = Phase(), d = Phase()
             try await Task.sleep(for: .milliseconds(200))
-            try await phase(.ping, count: n, into: &pings)
+            try await phase(.ping, count: n, into: &p)
             try await Task.sleep(for: .milliseconds(200))
-            try await phase(.contactUpdate(after: version), count: n, into: &durable)
+            try await phase(.contactUpdate(after: version), count: n, into: &d)
             version += Int64(n)
-            say(String(format: "isolation: round %d: A p99 %.3f ms (B pings) / %.3f ms (B durable)", round + 1,
-                       Percentiles(pings.aPings).p99, Percentiles(durable.aPings).p99))
+            let pp = Percentiles(p.aPings).p99, dp = Percentiles(d.aPings).p99
+            roundsP99.append(["pings": round3(pp), "durable": round3(dp)])
+            say(String(format: "isolation: round %d: A p99 %.3f ms (B pings) / %.3f ms (B durable)", round + 1, pp, dp))
+            pings.add(p)
+            durable.add(d)
         }
 
         // Did every CONTACT_UPDATE commit? Give the node a moment for events it publishes after the ACK.
@@ -311,7 +331,8 @@ enum IsolationBenchmark {
         var node = stats
         node["status_transport"] = status["transport"].map(Self.plain) ?? NSNull()
         node["outbox"] = status["outbox"]?.intValue ?? -1
-        let report = Report(settings: s, pings: pings, durable: durable, verification: v, syncedWrite: Percentiles(syncs),
+        let report = Report(settings: s, pings: pings, durable: durable, verification: v, roundsP99: roundsP99,
+                            syncedWrite: Percentiles(syncs),
                             store: store, node: node)
         if !v.ok { say("isolation: checks FAILED: \(v.json)") }
         succeeded = v.ok
@@ -638,6 +659,7 @@ struct IsolationChild: AsyncParsableCommand {
     @Option var dataDir: String
     @Option(help: "Keys (hex, comma-separated) whose friend requests are accepted: A, then B.") var accept: String
     @Option var timeout: Int = 300
+    @Option(help: "Event-loop threads for the node (0: NIO's singleton group, one per core).") var loops = 1
 
     func run() async throws {
         let keys = try accept.split(separator: ",").map { text -> [UInt8] in
@@ -650,7 +672,8 @@ struct IsolationChild: AsyncParsableCommand {
         config.host = "127.0.0.1"
         config.port = 0
         let directory = DataDirectory(explicit: dataDir)
-        let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: directory,
+        let group: EventLoopGroup = loops > 0 ? MultiThreadedEventLoopGroup(numberOfThreads: loops) : MultiThreadedEventLoopGroup.singleton
+        let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: directory, group: group,
                                    logger: quietLogger("tandem-bench.isolation.node"))
         let bKey = keys[1], bID = NodeID(publicKey: keys[1]).canonical
         Watchdog.start(timeoutSeconds: timeout) {
