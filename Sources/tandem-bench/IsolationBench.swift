@@ -31,9 +31,10 @@ import Glibc
 /// The figure: A's p99 RTT during durable frames over A's p99 RTT during pings (goal ≤ 1.5). It
 /// shows whether store writes and fsyncs are off the network path.
 ///
-/// Checked, or the run fails: every frame B sent was answered (PONG or ACK); the node's stored
-/// record version of B is the last one sent; the node's event log holds one `contact.updated` per
-/// CONTACT_UPDATE; the node reports no store errors and no frames dropped from its flow queue.
+/// Checked (`met` stays false otherwise; a frame unanswered for 10 s ends the run): every frame B
+/// sent was answered (PONG or ACK); the node's stored record version of B is the last one sent; the
+/// node's event log holds one `contact.updated` per CONTACT_UPDATE; the node reports no store errors
+/// and no frames dropped from its flow queue.
 struct IsolationBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "isolation",
