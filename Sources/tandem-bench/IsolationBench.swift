@@ -19,7 +19,8 @@ import Glibc
 /// event-loop thread and its own loopback address (A on 127.0.0.1, B on 127.0.0.2: the node's
 /// per-address frame budget is not shared). Both become friends the way a user's node does:
 /// FRIEND_REQUEST, the node accepts (the child accepts exactly these two keys), FRIEND_ACCEPT
-/// through the node's outbox, acknowledged.
+/// through the node's outbox, acknowledged. The node's links run on one event loop unless
+/// `--node-loops` says otherwise, so A's and B's share it (with several, whether they do is chance).
 ///
 /// Friend A sends one signed PING at a time, a few ms apart, for as long as B works. B works in two
 /// phases, alternating in rounds, the same number of frames each:
