@@ -37,11 +37,13 @@ build: deps
 demo: build
 	$(TANDEM) demo
 
-# Test tools: iproute2 (network namespaces), faketime (a node with a wrong clock), python3-venv, and the Python interop peer.
+# Test and bench tools: iproute2 (network namespaces), faketime (a node with a wrong clock; tandem-bench countdown),
+# socat (the plain-splice path of tandem-bench relay), python3-venv, and the Python interop peer.
 test-deps: deps
 	@missing=""; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
+	command -v socat >/dev/null 2>&1 || missing="$$missing socat"; \
 	python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null 2>&1; then \

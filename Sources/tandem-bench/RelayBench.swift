@@ -31,13 +31,20 @@ import Glibc
 /// Tunnels go through two relays in turn: a `RelayServer` in this process (on its own event
 /// loops) and a separate `tandem-relay` process (the headline for latency: the two extra hops
 /// cross a process as they would in production, and the relay's threads are not this process's).
+///
+/// A third path, the limit any relay can reach: the same peer link through `socat` (Debian
+/// package `socat`), a plain TCP splice in a process of its own (`TCP4-LISTEN:…,fork` to B's
+/// listener), no registration and no token. Goals: tandem-relay's bulk ≥ 0.9 × socat's and its
+/// ping RTT p50 ≤ 1.1 × socat's, in the same run.
 struct RelayBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "relay",
         abstract: "Relay tunnels vs direct loopback (MB/s, ping RTT), idle registered clients per relay RSS, relay handshakes/s vs floor.",
         discussion: """
-        Needs a release build of tandem-relay next to tandem-bench (`swift build -c release --product tandem-relay`).
-        Goals: tunnel bulk ≥ 70 % of direct, tunnel ping p50 ≤ 100 µs above direct, 10,000 registered idle
+        Needs a release build of tandem-relay next to tandem-bench (`swift build -c release --product tandem-relay`)
+        and socat (`apt-get install socat`) for bulk and latency.
+        Goals: tunnel bulk ≥ 70 % of direct, tunnel ping p50 ≤ 100 µs above direct, tandem-relay bulk ≥ 0.9 × and
+        ping RTT p50 ≤ 1.1 × the same link through socat (a plain TCP splice), 10,000 registered idle
         clients in < 300 MB of relay RSS. Relay handshakes/s is reported against the same floor and target as
         `tandem-bench handshakes` (≥ 50 % of one core's libsodium work).
         """)
@@ -53,12 +60,19 @@ struct RelayBench: AsyncParsableCommand {
     @Option(help: "Parts to run, comma-separated: bulk, latency, clients, handshakes.") var parts = "bulk,latency,clients,handshakes"
     @Option(help: "Event-loop threads of both relays (default: one per core, tandem-relay's own default).") var relayThreads: Int?
     @Option(help: ArgumentHelp("The tandem-relay binary (default: next to tandem-bench).", valueName: "path")) var tandemRelay: String?
+    @Option(help: ArgumentHelp("The socat binary for the plain-splice path of bulk and latency (`none`: leave that path out).",
+                               valueName: "path")) var socat = "/usr/bin/socat"
+    @Option(help: "socat's transfer block in bytes (its -b: bytes per read and write system call).") var socatBlock = 65536
     @Flag(help: "Indent the JSON.") var pretty = false
 
     static let bulkTarget = 0.7
     static let latencyGoalMicros = 100.0
     static let clientsGoal = 10_000
     static let rssGoalBytes = 300_000_000
+    /// tandem-relay bulk over socat bulk, at least.
+    static let socatBulkGoal = 0.9
+    /// tandem-relay ping RTT p50 over socat's, at most.
+    static let socatLatencyGoal = 1.1
     static let allParts: Set<String> = ["bulk", "latency", "clients", "handshakes"]
 
     var selected: Set<String> { Set(parts.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }) }
@@ -72,6 +86,7 @@ struct RelayBench: AsyncParsableCommand {
         guard (1...254).contains(sourceAddresses) else { throw ValidationError("--source-addresses must be between 1 and 254") }
         guard (0.05...60).contains(handshakeSeconds) else { throw ValidationError("--handshake-seconds must be between 0.05 and 60") }
         guard (0.05...30).contains(floorSeconds) else { throw ValidationError("--floor-seconds must be between 0.05 and 30") }
+        guard (512...4_194_304).contains(socatBlock) else { throw ValidationError("--socat-block must be between 512 and 4194304") }
         if let relayThreads { guard (1...64).contains(relayThreads) else { throw ValidationError("--relay-threads must be between 1 and 64") } }
         guard !selected.isEmpty, selected.isSubset(of: Self.allParts) else {
             throw ValidationError("--parts takes a comma-separated list of: bulk, latency, clients, handshakes")
@@ -87,25 +102,33 @@ struct RelayBench: AsyncParsableCommand {
             throw ValidationError("no tandem-relay binary at \(binary) (build it: swift build -c release --product tandem-relay)")
         }
         let want = selected
+        var socatBinary: String?
+        if socat != "none", !want.isDisjoint(with: ["bulk", "latency"]) {
+            guard FileManager.default.isExecutableFile(atPath: socat) else {
+                throw ValidationError("no socat at \(socat) (apt-get install socat, or --socat none to leave that path out)")
+            }
+            socatBinary = socat
+        }
         let started = environment()
         var report: [String: Any] = ["benchmark": "relay", "relay_binary": binary, "open_files_limit": fileLimit]
         var met: [Bool] = []
 
         if !want.isDisjoint(with: ["bulk", "latency", "handshakes"]) {
-            let paths = try await RelayPaths.open(binary: binary, relayThreads: relayThreads)
+            let paths = try await RelayPaths.open(binary: binary, relayThreads: relayThreads, socat: socatBinary.map { ($0, socatBlock) })
             do {
-                report["relays"] = paths.description
                 if want.contains("bulk") {
                     let r = try await paths.bulk(rounds: rounds, seconds: bulkSeconds)
                     say(r.summary)
                     report["bulk"] = r.json
                     met.append(r.met)
+                    if let m = r.metVsSocat { met.append(m) }
                 }
                 if want.contains("latency") {
                     let r = try await paths.latency(rounds: rounds, pings: pings)
                     say(r.summary)
                     report["latency"] = r.json
                     met.append(r.met)
+                    if let m = r.metVsSocat { met.append(m) }
                 }
                 if want.contains("handshakes") {
                     let f = try await paths.handshakes(rounds: rounds, seconds: handshakeSeconds, floorSeconds: floorSeconds)
@@ -117,6 +140,7 @@ struct RelayBench: AsyncParsableCommand {
                 await paths.close()
                 throw error
             }
+            report["relays"] = paths.description
             report["tunnel_setup_failures"] = paths.joinFailures
             await paths.close()
         }
@@ -418,10 +442,15 @@ final class RelayPaths: @unchecked Sendable {
     let relayThreads: Int
     /// --relay-threads was given: the relay process gets as many loops as the in-process relay.
     let relayThreadsSet: Bool
+    /// The socat binary and its transfer block for the plain-splice path (nil: no such path).
+    let socat: (binary: String, block: Int)?
+    /// The socat command lines used, for the report.
+    private(set) var socatCommands: [String] = []
 
-    private init(relayThreads: Int?) {
+    private init(relayThreads: Int?, socat: (binary: String, block: Int)?) {
         self.relayThreads = relayThreads ?? System.coreCount
         self.relayThreadsSet = relayThreads != nil
+        self.socat = socat
         let sender = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let receiver = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         groups = [sender, receiver]
@@ -431,8 +460,8 @@ final class RelayPaths: @unchecked Sendable {
         gateB = FrameGate(localPublicKey: b.publicKey, metrics: TransportMetrics())
     }
 
-    static func open(binary: String, relayThreads: Int?) async throws -> RelayPaths {
-        let paths = RelayPaths(relayThreads: relayThreads)
+    static func open(binary: String, relayThreads: Int?, socat: (binary: String, block: Int)?) async throws -> RelayPaths {
+        let paths = RelayPaths(relayThreads: relayThreads, socat: socat)
         do {
             try await paths.start(binary: binary)
         } catch {
@@ -483,7 +512,18 @@ final class RelayPaths: @unchecked Sendable {
                 + "\(process?.loops.map { "NIO_SINGLETON_GROUP_LOOP_COUNT=\($0)" } ?? "one event-loop thread per core"))",
             "peers": "A (sender, pinger) and B (receiver) in this process, one event-loop thread each; "
                 + "both hold client links to each relay, B registered there",
+            "socat": socat == nil ? "left out (--socat none)"
+                : "the same peer link through \(socatCommands.joined(separator: "; ")): a plain TCP splice in a process "
+                + "of its own (it forks one per connection), no registration, no token; CPU: the listener and its forks",
         ]
+    }
+
+    /// A socat splice in front of B's `port`, for the part now running (stopped by the caller).
+    private func startSocat(to port: Int) throws -> SocatSplice? {
+        guard let socat else { return nil }
+        let splice = try SocatSplice(binary: socat.binary, targetPort: port, block: socat.block)
+        socatCommands.append(splice.commandLine)
+        return splice
     }
 
     func close() async {
@@ -545,6 +585,9 @@ final class RelayPaths: @unchecked Sendable {
         func tunnelMedian(_ name: String) -> Double { median(tunnels[name] ?? []) }
         var ratio: Double { fraction(tunnelMedian(headline), directMedian) }
         var met: Bool { ratio >= RelayBench.bulkTarget }
+        /// tandem-relay (the relay process) MB/s over socat's; nil without the socat path.
+        var socatRatio: Double? { tunnels["socat"].map { _ in fraction(tunnelMedian("relay_process"), tunnelMedian("socat")) } }
+        var metVsSocat: Bool? { socatRatio.map { $0 >= RelayBench.socatBulkGoal } }
 
         var json: [String: Any] {
             var paths: [String: Any] = [:]
@@ -561,6 +604,17 @@ final class RelayPaths: @unchecked Sendable {
                 "direct_bytes": Int(bytes["direct"] ?? 0), "direct_cpu": cpu["direct"] ?? [:],
                 "tunnel_mb_s": round3(tunnelMedian(headline)), "ratio": round3(ratio), "target": RelayBench.bulkTarget,
                 "met": met, "headline_path": headline, "tunnels": paths,
+                "vs_socat": socatRatio.map { r -> Any in
+                    ["socat_mb_s": round3(tunnelMedian("socat")), "tandem_relay_mb_s": round3(tunnelMedian("relay_process")),
+                     "ratio": round3(r), "goal": RelayBench.socatBulkGoal, "met": r >= RelayBench.socatBulkGoal,
+                     "in_process_relay_ratio": round3(fraction(tunnelMedian("in_process_relay"), tunnelMedian("socat"))),
+                     "best_slice_ratio": round3(fraction(tunnels["relay_process"]?.max() ?? 0, tunnels["socat"]?.max() ?? 0)),
+                     "splice_cpu_s_per_gb": ["tandem_relay": cpu["relay_process"]?["relay_process_cpu_s_per_gb"] ?? 0,
+                                             "socat": cpu["socat"]?["relay_process_cpu_s_per_gb"] ?? 0],
+                     "what": "tandem-relay: the relay_process path; socat: the same box-stream link through socat, "
+                        + "median slice vs median slice, the paths alternating in each round; splice_cpu_s_per_gb: CPU "
+                        + "seconds per GB of the splicing process alone (tandem-relay, or socat's listener and fork)"] as [String: Any]
+                } ?? NSNull(),
                 "what": "BulkSource → SecureChannelHandler (4 KiB boxes) → TCP → BulkSink, the `bulk` benchmark's "
                     + "mechanism (64 KiB writes, receiver acks every MiB, \(BulkBenchmark.window >> 20) MiB window, a slice "
                     + "ends when its last MiB is acknowledged); sender and receiver in this process on one thread each; "
@@ -573,9 +627,14 @@ final class RelayPaths: @unchecked Sendable {
         }
 
         var summary: String {
-            String(format: "relay bulk: direct %.1f MB/s, tunnel (%@) %.1f MB/s = %.1f %% (target %.0f %%) %@; tunnel (relay_process) %.1f MB/s = %.1f %%",
-                   directMedian, headline, tunnelMedian(headline), ratio * 100, RelayBench.bulkTarget * 100, met ? "OK" : "MISSED",
-                   tunnelMedian("relay_process"), fraction(tunnelMedian("relay_process"), directMedian) * 100)
+            var line = String(format: "relay bulk: direct %.1f MB/s, tunnel (%@) %.1f MB/s = %.1f %% (target %.0f %%) %@; tunnel (relay_process) %.1f MB/s = %.1f %%",
+                              directMedian, headline, tunnelMedian(headline), ratio * 100, RelayBench.bulkTarget * 100, met ? "OK" : "MISSED",
+                              tunnelMedian("relay_process"), fraction(tunnelMedian("relay_process"), directMedian) * 100)
+            if let r = socatRatio {
+                line += String(format: "; socat %.1f MB/s, tandem-relay/socat %.2f (goal ≥ %.1f) %@", tunnelMedian("socat"), r,
+                               RelayBench.socatBulkGoal, r >= RelayBench.socatBulkGoal ? "OK" : "MISSED")
+            }
+            return line
         }
     }
 
@@ -618,6 +677,25 @@ final class RelayPaths: @unchecked Sendable {
             .connect(host: "127.0.0.1", port: listener.localAddress?.port ?? 0).get()
         links.append(BulkLink(name: "direct", source: direct, channel: directChannel, relayCPU: { nil }))
         try await direct.established.futureResult.get()
+
+        // The same link through socat, a plain TCP splice to B's listener.
+        let splice = try startSocat(to: listener.localAddress?.port ?? 0)
+        defer { splice?.stop() }
+        if let splice {
+            let source = BulkSource(eventLoop: senderLoop)
+            let channel = try await ClientBootstrap(group: senderLoop)
+                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+                .channelInitializer { ch in
+                    ch.eventLoop.makeCompletedFuture {
+                        try ch.pipeline.syncOperations.addHandler(SecureChannelHandler(client: a, serverPublicKey: b.publicKey,
+                                                                                       metrics: metrics, logger: logger))
+                        try ch.pipeline.syncOperations.addHandler(source)
+                    }
+                }
+                .connect(host: "127.0.0.1", port: splice.port).get()
+            links.append(BulkLink(name: "socat", source: source, channel: channel, relayCPU: { splice.cpuSeconds }))
+            try await source.established.futureResult.get()
+        }
 
         for relay in relays {
             let address = relay.address, receiverLoop = self.receiverLoop, senderLoop = self.senderLoop
@@ -699,6 +777,11 @@ final class RelayPaths: @unchecked Sendable {
             return (t.p50 - d.p50, t.p99 - d.p99)
         }
         var met: Bool { added(headline).p50 <= RelayBench.latencyGoalMicros }
+        /// tandem-relay (the relay process) RTT p50 over socat's; nil without the socat path.
+        var socatRatio: Double? {
+            tunnels["socat"].map { Percentiles($0).p50 }.map { fraction(Percentiles(tunnels["relay_process"] ?? []).p50, $0) }
+        }
+        var metVsSocat: Bool? { socatRatio.map { $0 <= RelayBench.socatLatencyGoal } }
 
         var json: [String: Any] {
             let d = Percentiles(direct)
@@ -713,6 +796,14 @@ final class RelayPaths: @unchecked Sendable {
                 "unit": "µs", "direct_rtt_us": d.json.mapValues(round3), "pings_per_path": direct.count,
                 "added_p50_us": round3(h.p50), "added_p99_us": round3(h.p99), "goal_added_p50_us": RelayBench.latencyGoalMicros,
                 "met": met, "headline_path": headline, "tunnels": paths,
+                "vs_socat": socatRatio.map { r -> Any in
+                    let t = Percentiles(tunnels["relay_process"] ?? []), s = Percentiles(tunnels["socat"] ?? [])
+                    return ["socat_rtt_us": s.json.mapValues(round3), "tandem_relay_rtt_us": t.json.mapValues(round3),
+                            "ratio_p50": round3(r), "ratio_p99": round3(fraction(t.p99, s.p99)),
+                            "goal_ratio_p50": RelayBench.socatLatencyGoal, "met": r <= RelayBench.socatLatencyGoal,
+                            "in_process_relay_ratio_p50": round3(fraction(Percentiles(tunnels["in_process_relay"] ?? []).p50, s.p50)),
+                            "what": "tandem-relay: the relay_process path; socat: the same peer link through socat"] as [String: Any]
+                } ?? NSNull(),
                 "what": "LinkWaiter.ping: a signed PING from A, B's PeerLinkHandler answers a signed PONG (Ed25519 sign and "
                     + "verify on both sides, box-stream both ways), timed from the calling task; one at a time; direct: a "
                     + "peer link over 127.0.0.1; tunnel: the same peer link run through the relay's splice (two more "
@@ -723,8 +814,14 @@ final class RelayPaths: @unchecked Sendable {
         var summary: String {
             let d = Percentiles(direct), t = Percentiles(tunnels[headline] ?? []), h = added(headline)
             let i = added("in_process_relay")
-            return String(format: "relay latency: ping RTT p50/p99 direct %.1f/%.1f µs, tunnel (%@) %.1f/%.1f µs: +%.1f µs at p50 (goal ≤ %.0f) %@; in-process relay +%.1f µs",
-                          d.p50, d.p99, headline, t.p50, t.p99, h.p50, RelayBench.latencyGoalMicros, met ? "OK" : "MISSED", i.p50)
+            var line = String(format: "relay latency: ping RTT p50/p99 direct %.1f/%.1f µs, tunnel (%@) %.1f/%.1f µs: +%.1f µs at p50 (goal ≤ %.0f) %@; in-process relay +%.1f µs",
+                              d.p50, d.p99, headline, t.p50, t.p99, h.p50, RelayBench.latencyGoalMicros, met ? "OK" : "MISSED", i.p50)
+            if let r = socatRatio {
+                let s = Percentiles(tunnels["socat"] ?? [])
+                line += String(format: "; socat %.1f/%.1f µs, tandem-relay/socat p50 %.2f (goal ≤ %.1f) %@", s.p50, s.p99, r,
+                               RelayBench.socatLatencyGoal, r <= RelayBench.socatLatencyGoal ? "OK" : "MISSED")
+            }
+            return line
         }
     }
 
@@ -747,6 +844,14 @@ final class RelayPaths: @unchecked Sendable {
             host: "127.0.0.1", port: listener.localAddress?.port ?? 0, remote: b.publicKey, identity: a, gate: gateA,
             group: senderLoop, logger: logger)
         links.append(("direct", directLink, directWaiter))
+        let splice = try startSocat(to: listener.localAddress?.port ?? 0)
+        defer { splice?.stop() }
+        if let splice {
+            let (link, waiter) = try await PeerConnector.connect(
+                host: "127.0.0.1", port: splice.port, remote: b.publicKey, identity: a, gate: gateA,
+                group: senderLoop, logger: logger)
+            links.append(("socat", link, waiter))
+        }
         for relay in relays {
             let receiverLoop = self.receiverLoop, senderLoop = self.senderLoop, address = relay.address
             let (link, waiter) = try await withTunnel(relay) { token -> (PeerLink, LinkWaiter) in

@@ -15,7 +15,7 @@ struct TandemBench: AsyncParsableCommand {
         speed on one core), the ratio to it, and the target ratio. The peer is a child process
         (this executable, hidden `serve` subcommand) on 127.0.0.1. Build with `-c release`.
         """,
-        subcommands: [All.self, Handshakes.self, Frames.self, Bulk.self, FriendsBench.self, DiscoveryBench.self, CountdownBench.self, RelayBench.self, AbuseBench.self, Serve.self, AbuseChild.self],
+        subcommands: [All.self, Handshakes.self, Frames.self, Bulk.self, FriendsBench.self, DiscoveryBench.self, CountdownBench.self, RelayBench.self, AbuseBench.self, IsolationBench.self, Serve.self, AbuseChild.self, IsolationChild.self],
         defaultSubcommand: All.self
     )
 }
@@ -121,8 +121,16 @@ struct Bulk: AsyncParsableCommand {
 }
 
 struct All: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Run handshakes, frames and bulk; one JSON object with all three.")
+    static let configuration = CommandConfiguration(
+        abstract: "Run handshakes, frames, bulk and a short isolation run; one JSON object with all four.")
     @OptionGroup var options: BenchOptions
+    @Option(help: "Frames per phase of the isolation run (0: leave it out).") var isolationFrames = 3000
+
+    func validate() throws {
+        guard isolationFrames == 0 || (100...50_000).contains(isolationFrames) else {
+            throw ValidationError("--isolation-frames must be 0 or between 100 and 50000")
+        }
+    }
 
     func run() async throws {
         warnIfDebug()
@@ -136,7 +144,17 @@ struct All: AsyncParsableCommand {
         for f in figures { say(f.summary) }
         var object: [String: Any] = [:]
         for f in figures { object[f.name] = f.json }
-        object["all_met"] = figures.allSatisfy(\.met)
+        var met = figures.allSatisfy(\.met)
+        if isolationFrames > 0 {
+            // About 2 × frames / 1,000 s plus a few seconds of set-up at the default rate.
+            var s = IsolationBenchmark.Settings()
+            s.frames = isolationFrames
+            let isolation = try await IsolationBenchmark.run(s)
+            say(isolation.summary)
+            object["isolation"] = isolation.json
+            met = met && isolation.met
+        }
+        object["all_met"] = met
         object["environment"] = started.merging(["load_average_end": loadAverage()]) { a, _ in a }
         options.emit(object)
     }
