@@ -5,6 +5,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Sodium
+import TandemNet
 import TandemNode
 import TandemProtocol
 import TandemStore
