@@ -117,7 +117,7 @@ public final class NodeRuntime: Sendable {
                     return DiscoveryState(discoverable: discoverable.isDiscoverable, displayName: friends.displayName,
                                           tcpPort: port.withLockedValue { $0 }, friends: (try? store.friendKeys()) ?? [])
                 },
-                onSighting: { friends.sighted($0) })
+                onSighting: { flows.sighted($0) })
             announce.target = { discovery.announceNow() }
             self.discovery = discovery
         } else {

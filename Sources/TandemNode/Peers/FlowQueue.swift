@@ -39,7 +39,16 @@ final class FlowQueue: FrameHandler, @unchecked Sendable {
             router.handle(envelope, from: link)
             return
         }
-        let author = envelope.author
+        submit(author: envelope.author) { $0.handle(envelope, from: link) }
+    }
+
+    /// A LAN sighting (each beacon writes the sighting and the address): off the UDP event loop,
+    /// within the same bounds, the sighted key counting as the author.
+    func sighted(_ sighting: PeerSighting) {
+        submit(author: sighting.publicKey) { $0.friends.sighted(sighting) }
+    }
+
+    private func submit(author: [UInt8], _ work: @escaping @Sendable (NodeFrameRouter) -> Void) {
         let admitted = state.withLockedValue { s -> Bool in
             guard s.pending < maximumPending, s.perAuthor[author, default: 0] < maximumPendingPerAuthor else {
                 s.dropped += 1
@@ -58,7 +67,7 @@ final class FlowQueue: FrameHandler, @unchecked Sendable {
                     s.perAuthor[author] = n > 0 ? n : nil
                 }
             }
-            router.handle(envelope, from: link)
+            work(router)
         }
     }
 
