@@ -47,6 +47,7 @@ final class SecureChannelHandlerTests: XCTestCase {
         let clientSeen = Collector()
         let serverSeen = Collector()
         let swallower = HalfCloseSwallower()
+        let serverMetrics = TransportMetrics()
     }
 
     func makePair() throws -> Pair {
@@ -61,7 +62,7 @@ final class SecureChannelHandlerTests: XCTestCase {
             pair.clientSeen,
         ])
         try pair.server.pipeline.syncOperations.addHandlers([
-            SecureChannelHandler(server: serverKey, metrics: TransportMetrics(), logger: logger),
+            SecureChannelHandler(server: serverKey, metrics: pair.serverMetrics, logger: logger),
             pair.serverSeen,
         ])
         let address = try SocketAddress(ipAddress: "127.0.0.1", port: 1)
@@ -123,6 +124,26 @@ final class SecureChannelHandlerTests: XCTestCase {
         XCTAssertEqual(moved.toServer, BoxStream.headerLength) // the client's goodbye
         XCTAssertEqual(moved.toClient, BoxStream.headerLength) // the server's answer
         XCTAssertEqual(pair.serverSeen.goodbyes, 1)
+        XCTAssertFalse(pair.server.isActive)
+    }
+
+    /// Protocol 4.3: bytes after a goodbye are never read (not decrypted, not a stream error); the
+    /// goodbye is answered with a goodbye, exactly as a goodbye alone.
+    func testGoodbyeFollowedByDataIsAnsweredWithGoodbye() throws {
+        let pair = try makePair()
+        pair.client.pipeline.close(mode: .all, promise: nil)
+        var goodbye = try XCTUnwrap(pair.client.readOutbound(as: ByteBuffer.self))
+        XCTAssertEqual(goodbye.readableBytes, BoxStream.headerLength)
+        // Bytes after the goodbye, in the same read (the server closes once its answer is written,
+        // so nothing later can arrive).
+        goodbye.writeBytes([UInt8](repeating: 0xA5, count: 40))
+        try pair.server.writeInbound(goodbye)
+        let answer = try XCTUnwrap(pair.server.readOutbound(as: ByteBuffer.self))
+        XCTAssertEqual(answer.readableBytes, BoxStream.headerLength, "the server's goodbye")
+        XCTAssertNil(try pair.server.readOutbound(as: ByteBuffer.self))
+        XCTAssertEqual(pair.serverSeen.goodbyes, 1)
+        XCTAssertTrue(pair.serverSeen.bodies.allSatisfy { $0.readableBytes == 0 })
+        XCTAssertEqual(pair.serverMetrics.snapshot.streamsFailed, 0, "data after a goodbye is not a stream error")
         XCTAssertFalse(pair.server.isActive)
     }
 

@@ -183,10 +183,34 @@ final class LoopbackTests: XCTestCase {
         let port = try await node.listener.boundAddress.port!
         let (link, waiter) = try await client().connect(host: "127.0.0.1", port: port, to: node.id)
         _ = try await waiter.ping()
+        // Watches the top of the client's pipeline: a goodbye is the peer's box-stream goodbye header
+        // (Protocol 4.3), read and authenticated, before the connection closes; a bare TCP close or an
+        // abort shows only the close.
+        let seen = LinkEndRecorder()
+        try await link.channel.pipeline.addHandler(seen).get()
         task.cancel()
         _ = await task.result
-        // The server closed the link (after a goodbye, which the client's box-stream accepts silently).
         try await link.channel.closeFuture.get()
+        XCTAssertEqual(seen.events, ["goodbye", "inactive"], "the node's shutdown must end the link with a box-stream goodbye")
+    }
+}
+
+/// Records how a link ended, as seen at the top of its pipeline.
+final class LinkEndRecorder: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = NIOAny
+    private let lock = NSLock()
+    private var seen: [String] = []
+    var events: [String] { lock.lock(); defer { lock.unlock() }; return seen }
+    private func note(_ s: String) { lock.lock(); seen.append(s); lock.unlock() }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is SecureChannelGoodbye { note("goodbye") }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        note("inactive")
+        context.fireChannelInactive()
     }
 }
 

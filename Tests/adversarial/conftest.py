@@ -1,10 +1,17 @@
 """Fixtures for the adversarial tests: target nodes and hostile peers that are always cleaned up."""
 import asyncio
+import pathlib
+import sys
 
 import pytest
 
-from advhelpers import HostileTarget
-from hostile import HostilePeer
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "support"))
+
+from advhelpers import HostileTarget  # noqa: E402
+from hostile import HostilePeer  # noqa: E402
+from tandem_testkit import no_lan_discovery  # noqa: E402
+
+no_lan_discovery()
 
 
 @pytest.fixture

@@ -12,14 +12,12 @@ can:
 - never read at all (simply never call `next_frame`; `open(read_limit=...)` and a small receive
   buffer make the kernel stop taking the node's bytes quickly).
 
-Payloads are protobuf, encoded by hand with the helpers of Tests/relay/relayproto.py.
+Payloads are protobuf, encoded by hand with the helpers of Tests/support/relayproto.py.
 """
 import asyncio
 import os
-import pathlib
 import socket
 import struct
-import sys
 import time
 from collections import namedtuple
 
@@ -28,9 +26,7 @@ from nacl.signing import SigningKey
 from secret_handshake.boxstream import get_stream_pair
 from secret_handshake.crypto import SHSClientCrypto
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "relay"))
-
-from relayproto import NETWORK_KEY, SIGNING_DOMAIN, _varint, pb_bytes, pb_decode, pb_uint  # noqa: E402,F401
+from relayproto import NETWORK_KEY, SIGNING_DOMAIN, _varint, pb_bytes, pb_decode, pb_uint  # noqa: F401
 
 # Message types (5.8).
 ERROR, PING, PONG, CLOCK_PROBE, CLOCK_REPLY = 0x0001, 0x0002, 0x0003, 0x0004, 0x0005

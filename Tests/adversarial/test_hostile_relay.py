@@ -12,9 +12,9 @@ import subprocess
 import threading
 import time
 
-from advhelpers import HONEST, cli, cli_json, free_port, poll
 from hostile import envelope, frame, parse_envelope, pb_bytes, pb_uint
 from relayproto import NETWORK_KEY
+from tandem_testkit import RELAY, cli, cli_json, free_port, poll
 
 from nacl.public import PrivateKey
 from nacl.signing import SigningKey
@@ -99,9 +99,8 @@ class HostileRelay:
 
 def relay_identity(tmp_path, port):
     """A relay identity and its address, made by `tandem-relay id`."""
-    relay_bin = os.environ.get("TANDEM_RELAY_BIN", "tandem-relay")
     data = tmp_path / "hostile-relay"
-    out = subprocess.run([relay_bin, "id", "--data-dir", str(data), "--public-address", f"127.0.0.1:{port}"],
+    out = subprocess.run([RELAY, "id", "--data-dir", str(data), "--public-address", f"127.0.0.1:{port}"],
                          capture_output=True, text=True, timeout=60, check=True).stdout.strip()
     seed = bytes.fromhex(json.loads((data / "identity.key").read_text())["seed"])
     return seed, out

@@ -9,9 +9,10 @@ import json
 import sqlite3
 import time
 
-from advhelpers import ATTACKER, HONEST, cli, cli_json, events, poll, wait_event
+from advhelpers import ATTACKER, HONEST
 from hostile import (ACK, CLOCK_REPLY, CONTACT_UPDATE, ERROR_CODES, FRIEND_ACCEPT, FRIEND_REMOVE, FRIEND_REQUEST,
                      enc_contact, enc_friend_request, now_ms, pb_bytes, pb_decode, pb_uint)
+from tandem_testkit import cli, cli_json, events, poll, wait_event
 
 from nacl.signing import SigningKey
 

@@ -7,7 +7,8 @@ import asyncio
 import threading
 import time
 
-from advhelpers import HONEST, cli, free_port, wait_event
+from advhelpers import HONEST
+from tandem_testkit import cli, free_port, wait_event
 from hostile import (FRIEND_ACCEPT, FRIEND_REQUEST, PRESENCE, enc_contact, now_ms,
                      parse_envelope, pb_bytes)
 from relayproto import NETWORK_KEY

@@ -1,7 +1,14 @@
 """Fixtures for the CLI tests."""
+import pathlib
+import sys
+
 import pytest
 
-from clihelpers import Node
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "support"))
+
+from tandem_testkit import Node, no_lan_discovery  # noqa: E402
+
+no_lan_discovery()
 
 
 @pytest.fixture
@@ -15,6 +22,4 @@ def make_node(tmp_path):
 
     yield factory
     for node in nodes:
-        if node.proc is not None and node.proc.poll() is None:
-            node.proc.kill()
-            node.proc.wait()
+        node.kill()

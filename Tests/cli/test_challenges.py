@@ -6,69 +6,37 @@ Start and end instants are compared with the `mono_us` field of `challenge.start
 wall clock (libfaketime with FAKETIME_DONT_FAKE_MONOTONIC=1) leaves alone. So "started together"
 is measured on one clock, whatever each node believes the time is.
 """
-import glob
 import json
 import os
-import shutil
 import signal
 import sqlite3
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from clihelpers import TANDEM, Node, free_port, one_line_error, run, wait_control_socket, wait_listening
+from tandem_testkit import (LIBFAKETIME, Node, befriend, cli, cli_json, events, last_seq, one_line_error, realtime_prefix,
+                            wait_event)
 
-LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
 # Start and end on every node within this much of each other (µs of CLOCK_MONOTONIC).
 SKEW_US = 5_000
-
-
-def realtime_prefix():
-    """`chrt --fifo 10` with TANDEM_TEST_REALTIME=1 when we may use it (root), else nothing.
-
-    The skew bounds are about the nodes: how well they agree on an instant and arm their timers.
-    On a small machine busy with other work (two CPUs and a compiler, say) a thread that sleeps
-    until a deadline is routinely woken 10-40 ms late by the kernel, whatever the node does, so
-    the node asks for the real-time class for its challenge timer thread itself (where allowed), and
-    TANDEM_TEST_REALTIME=1 puts the whole node there for a machine busier still. Never for a node
-    under libfaketime: it can make a dispatch thread spin, which the real-time class would let
-    starve the machine."""
-    if os.environ.get("TANDEM_TEST_REALTIME", "0") != "1" or shutil.which("chrt") is None:
-        return []
-    try:
-        ok = subprocess.run(["chrt", "--fifo", "10", "true"], capture_output=True, timeout=10).returncode == 0
-    except OSError:
-        ok = False
-    return ["chrt", "--fifo", "10"] if ok else []
-
-
 REALTIME = realtime_prefix()
 
 
 class ChallengeNode(Node):
     """A node that can be started with extra environment (libfaketime) and again on the same port."""
 
-    env = None
+    keeps_port = True
 
     def start(self, env=None, port=None):
-        self.port = port or self.port or free_port()
-        self.env = env if env is not None else self.env
-        command = [TANDEM, "node", "--data-dir", self.data_dir, "--listen", f"127.0.0.1:{self.port}", "--no-discovery"]
-        if self.env and "LD_PRELOAD" in self.env:
-            # Through env(1), which execs the node in place (same pid): libfaketime, loaded first into
-            # env, sets up its shared memory and exports FAKETIME_SHARED there. Loaded straight into
-            # the node, its constructor setenv()s that variable, which moves `environ` off the stack
-            # before the Swift runtime looks for argv next to it: the node would get no arguments.
-            command = ["env", *command]
-        if not (self.env and "LD_PRELOAD" in self.env):
-            command = [*REALTIME, *command]  # chrt execs in place too
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **(self.env or {})})
-        wait_listening(self.port, self.proc)
-        wait_control_socket(self.control_socket, self.proc)
-        return self
+        env = env if env is not None else self.env
+        faked = bool(env and "LD_PRELOAD" in env)
+        # Under libfaketime through env(1), which execs the node in place (same pid): libfaketime,
+        # loaded first into env, sets up its shared memory and exports FAKETIME_SHARED there. Loaded
+        # straight into the node, its constructor setenv()s that variable, which moves `environ` off
+        # the stack before the Swift runtime looks for argv next to it: the node would get no
+        # arguments. Otherwise in the real-time class when asked (chrt execs in place too).
+        return super().start(port=port, env=env, prefix=["env"] if faked else REALTIME)
 
     def _forget_faketime(self):
         # libfaketime's shared memory and semaphore, named after the process that made them.
@@ -83,44 +51,8 @@ class ChallengeNode(Node):
             self._forget_faketime()
 
     def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        super().kill()
         self._forget_faketime()
-
-
-def cli(node, *args, check=True, timeout=30):
-    return run(*args, "--data-dir", node.data_dir, check=check, timeout=timeout)
-
-
-def cli_json(node, *args):
-    return json.loads(cli(node, *args, "--json").stdout)
-
-
-def events(node, type_=None):
-    out = [json.loads(l) for l in cli(node, "events", "--json").stdout.splitlines() if l.strip()]
-    return [e for e in out if type_ is None or e["type"] == type_]
-
-
-def last_seq(node):
-    evs = events(node)
-    return evs[-1]["seq"] if evs else 0
-
-
-def wait_event(node, type_, *matches, since=0, timeout="20s"):
-    args = ["wait", type_, "--since", str(since), "--timeout", timeout, "--json"]
-    for m in matches:
-        args += ["--match", m]
-    return json.loads(cli(node, *args, timeout=120).stdout)
-
-
-def befriend(a, b):
-    cli(a, "friend", "request", b.id, "--addr", b.address)
-    wait_event(b, "friend.request.received", f"id={a.id}")
-    cli(b, "friend", "accept", a.id)
-    wait_event(a, "friend.accepted", f"id={b.id}")
-    wait_event(a, "peer.online", f"id={b.id}")
-    wait_event(b, "peer.online", f"id={a.id}")
 
 
 def invite(inviter, *invitees, duration="3s", extra=()):

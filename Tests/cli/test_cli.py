@@ -8,7 +8,7 @@ import stat
 import subprocess
 import time
 
-from clihelpers import TANDEM, Node, free_port, one_line_error, run, wait_listening
+from tandem_testkit import TANDEM, Node, free_port, one_line_error, run, wait_listening
 
 
 

@@ -7,9 +7,7 @@ import stat
 import subprocess
 import time
 
-from clihelpers import TANDEM, Node, one_line_error, run, wait_control_socket
-
-
+from tandem_testkit import TANDEM, Node, befriend, control_call, one_line_error, run, wait_event
 
 
 def read_json_line(sock, buf=b""):
@@ -200,3 +198,69 @@ def test_one_node_per_data_dir_and_stale_socket_after_a_crash(make_node):
     # A clean stop removes the socket.
     assert alice.stop(signal.SIGTERM) == 0
     assert not os.path.exists(alice.control_socket)
+
+
+# The members of each result, exactly as Protocol/control.md documents them.
+FRIEND_MEMBERS = {"id", "name", "relationship", "online", "status", "via", "last_seen", "message", "requested_at",
+                  "friend_since", "relay"}
+STATUS_MEMBERS = {"id", "display", "name", "listen", "data_dir", "friends", "pending_requests", "outbox", "links",
+                  "discoverable", "relays", "quarantined", "quarantine", "store_errors", "frames_dropped_queue_full",
+                  "transport"}
+TRANSPORT_MEMBERS = {"frames_accepted", "frames_rejected", "error_replies_suppressed", "replies_dropped_unwritable",
+                     "links_closed", "handshakes_refused", "reads_paused", "handshakes_pending", "partial_frame_bytes",
+                     "replay_cache_entries"}
+
+
+def result(node, method, **params):
+    answer = control_call(node, method, params)
+    assert answer["ok"] is True and answer["id"] == 1, (method, answer)
+    return answer["result"]
+
+
+def test_control_results_have_the_documented_members(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    carol = make_node("carol").start()
+
+    sent = result(alice, "friend.request", id=bob.id, message="focus with me?", addr=bob.address)
+    assert set(sent) == FRIEND_MEMBERS, sorted(sent)
+    assert sent["id"] == bob.id and sent["relationship"] == "requested" and sent["message"] == "focus with me?"
+    assert sent["friend_since"] is None and sent["relay"] is None and sent["requested_at"].endswith("Z")
+    wait_event(bob, "friend.request.received", f"id={alice.id}")
+
+    requests = result(bob, "friend.requests")
+    assert set(requests) == {"received", "sent"} and requests["sent"] == []
+    [received] = requests["received"]
+    assert set(received) == FRIEND_MEMBERS and received["id"] == alice.id and received["relationship"] == "pending"
+    assert received["message"] == "focus with me?"
+    assert [set(f) for f in result(alice, "friend.requests")["sent"]] == [FRIEND_MEMBERS]
+
+    accepted = result(bob, "friend.accept", id=alice.id)
+    assert set(accepted) == FRIEND_MEMBERS and accepted["relationship"] == "friend"
+    assert accepted["friend_since"].endswith("Z")
+    wait_event(alice, "peer.online", f"id={bob.id}")
+    listed = result(alice, "friend.list")
+    assert set(listed) == {"friends", "blocked"} and listed["blocked"] == []
+    [friend] = listed["friends"]
+    assert set(friend) == FRIEND_MEMBERS and friend["online"] is True and friend["via"] == "direct"
+    assert friend["status"] in ("idle", "focusing", "in_challenge")
+
+    befriend(alice, carol)
+    assert result(alice, "friend.remove", id=carol.id) == {"id": carol.id, "removed": True}
+    assert result(alice, "friend.block", id=carol.id) == {"id": carol.id, "blocked": True}
+    assert result(alice, "friend.list")["blocked"] == [carol.id]
+    assert result(alice, "friend.unblock", id=carol.id) == {"id": carol.id, "blocked": False}
+    declined = control_call(alice, "friend.decline", {"id": carol.id})
+    assert declined["ok"] is False and declined["error"]["code"] == "failed" and declined["error"]["exit"] == 8, declined
+
+    assert result(alice, "name.set", name="Alice") == {"name": "Alice"}
+    assert result(alice, "name.get") == {"name": "Alice"}
+    assert result(alice, "discoverable.set", mode="off") == {"mode": "off", "discoverable": False}
+    assert result(alice, "discoverable.get") == {"mode": "off", "discoverable": False}
+    assert result(alice, "peers.list") == {"peers": []}  # loopback nodes run without discovery
+
+    status = result(alice, "node.status")
+    assert set(status) == STATUS_MEMBERS, sorted(status)
+    assert set(status["transport"]) == TRANSPORT_MEMBERS, sorted(status["transport"])
+    assert status["id"] == alice.id and status["listen"] == alice.address and status["friends"] == 1
+    assert status["name"] == "Alice" and status["discoverable"] is False and status["relays"] == []

@@ -1,34 +1,14 @@
 """Two real `tandem node` processes on loopback become friends through the CLI only."""
 import json
-import os
 import signal
-import socket
-import subprocess
 import time
 
-from clihelpers import TANDEM, free_port, run, wait_listening
-
-
-def cli(node, *args, check=True, timeout=30):
-    return run(*args, "--data-dir", node.data_dir, check=check, timeout=timeout)
-
-
-def cli_json(node, *args):
-    return json.loads(cli(node, *args, "--json").stdout)
-
-
-def wait_event(node, event, *matches, timeout="15s", since="0"):
-    args = ["wait", event, "--timeout", timeout, "--since", since, "--json"]
-    for m in matches:
-        args += ["--match", m]
-    return json.loads(cli(node, *args, timeout=60).stdout)
+from tandem_testkit import befriend as befriend_and_wait, cli, cli_json, free_port, run, wait_event
 
 
 def befriend(alice, bob):
-    cli(alice, "friend", "request", bob.id, "--message", "focus with me?", "--addr", bob.address)
-    wait_event(bob, "friend.request.received", f"id={alice.id}")
-    cli(bob, "friend", "accept", alice.id)
-    wait_event(alice, "friend.accepted", f"id={bob.id}")
+    """Alice asks with a message, Bob accepts; no wait for the links (the tests here watch those)."""
+    befriend_and_wait(alice, bob, message="focus with me?", online=False)
 
 
 def friend_ids(node):
@@ -113,9 +93,7 @@ def test_request_to_offline_peer_survives_kill_9(make_node):
     alice.proc.send_signal(signal.SIGKILL)
     alice.proc.wait(timeout=10)
     # Bob comes up on the port Alice knows; Alice restarts and delivers the stored request.
-    bob.proc = subprocess.Popen([TANDEM, "node", "--data-dir", bob.data_dir, "--listen", f"127.0.0.1:{bob.port}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_listening(bob.port, bob.proc)
+    bob.start(port=bob.port)
     alice.start()
     got = wait_event(bob, "friend.request.received", f"id={alice.id}", timeout="30s")
     assert got["message"] == "later"
@@ -175,14 +153,9 @@ def test_discoverable_setting(make_node):
     assert cli_json(alice, "discoverable")["discoverable"] is False
 
 
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
-
-
 def test_flood_of_requests_from_throwaway_identities_is_capped(make_node):
     bob = make_node("bob").start()
-    before = rss_kb(bob.proc.pid)
+    before = bob.rss_kib()
     out = json.loads(run("dev", "flood", bob.address, bob.id, "--count", "10000", "--settle", "3", timeout=120).stdout)
     assert out["sent"] == 10000
     # Per-address limits let a few through, far below the flood and below the pending cap.
@@ -190,7 +163,7 @@ def test_flood_of_requests_from_throwaway_identities_is_capped(make_node):
     assert 0 < status["pending_requests"] <= 100
     assert out["acknowledged"] == status["pending_requests"]
     # Memory stays bounded and the CLI is answered promptly.
-    assert rss_kb(bob.proc.pid) - before < 50_000
+    assert bob.rss_kib() - before < 50_000
     t = time.monotonic()
     cli(bob, "friend", "requests")
     assert time.monotonic() - t < 5

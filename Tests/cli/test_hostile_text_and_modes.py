@@ -5,8 +5,8 @@ import sqlite3
 import stat
 import subprocess
 
-from clihelpers import TANDEM
-from test_friends import befriend, cli, cli_json
+from tandem_testkit import TANDEM, cli, cli_json
+from test_friends import befriend
 
 HOSTILE = "\x1b[2J\rboss\u202e"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clihelpers import Node, run
+from tandem_testkit import Node, run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -27,6 +27,9 @@ class FixtureNode(Node):
         self.id = self.info["id"]
         self.port = None
         self.proc = None
+        self.env = None
+        self.log_path = None
+        self._log = None
 
 
 @pytest.mark.parametrize("version", ["store-v4"])

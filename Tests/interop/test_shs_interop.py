@@ -24,16 +24,13 @@ import signal
 import struct
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from nacl.signing import SigningKey
 from secret_handshake import SHSClient, SHSServer
 from secret_handshake.crypto import APPLICATION_KEY as SSB_APPLICATION_KEY
 from secret_handshake.util import inc_nonce
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TANDEM_BIN = os.environ.get("TANDEM_BIN", str(REPO_ROOT / ".build" / "debug" / "tandem"))
+from tandem_testkit import TANDEM as TANDEM_BIN, init_identity
 TIMEOUT = 20  # seconds, for every single wait
 HOST = "127.0.0.1"
 
@@ -96,11 +93,7 @@ def run(cmd, timeout=TIMEOUT):
 def make_node(tmp_path, name):
     """A data dir with a fresh Tandem identity; returns (dir, public key bytes, ID)."""
     data_dir = tmp_path / name
-    r = run([TANDEM_BIN, "init", "--data-dir", str(data_dir)])
-    assert r.returncode == 0, r.stderr.decode()
-    r = run([TANDEM_BIN, "id", "--json", "--data-dir", str(data_dir)])
-    assert r.returncode == 0, r.stderr.decode()
-    info = json.loads(r.stdout)
+    info = init_identity(data_dir)
     public_key = bytes.fromhex(info["public_key"])
     assert len(public_key) == 32
     return data_dir, public_key, info["id"]

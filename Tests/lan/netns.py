@@ -1,4 +1,5 @@
-"""A LAN in network namespaces, shared by the tests in this folder.
+"""A LAN in network namespaces, shared by the tests in this folder, and the CLI as those tests drive
+it (Tests/support/tandem_testkit.py, in the environment of a node that wants discovery).
 
 A "switch" namespace holds a bridge; three host namespaces each have a veth into it with
 10.77.0.{1,2,3}/24 (broadcast 10.77.0.255). Nothing is created in, or sent to, the host's own
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-TANDEM_BIN = os.environ.get("TANDEM_BIN", str(REPO / ".build/debug/tandem"))
+import tandem_testkit
+from tandem_testkit import REPO, until  # noqa: F401
+
+TANDEM_BIN = tandem_testkit.TANDEM
 SUBNET = "10.77.0"
 BROADCAST = f"{SUBNET}.255"
 
@@ -61,3 +64,34 @@ def make_lan():
             ip("netns", "del", ns, check=False)
 
 
+
+
+# ---------------------------------------------------------------- the CLI on the namespace LAN
+
+# LAN tests want discovery: drop the loopback suites' switch.
+NODE_ENV = {k: v for k, v in os.environ.items() if k != "TANDEM_NO_DISCOVERY"}
+
+
+def cli(node, *args, timeout=30):
+    """`tandem ARGS --data-dir DIR` for a LAN node (a dict with "dir"): its stdout."""
+    return tandem_testkit.cli(node, *args, timeout=timeout, environ=NODE_ENV).stdout
+
+
+def cli_json(node, *args, timeout=30):
+    return tandem_testkit.cli_json(node, *args, timeout=timeout, environ=NODE_ENV)
+
+
+def wait_event(node, event, *matches, timeout="20s"):
+    """The first event of that type since the node's first event (`tandem wait --since 0`)."""
+    return tandem_testkit.wait_event(node, event, *matches, since=0, timeout=timeout, environ=NODE_ENV)
+
+
+def init_node(data_dir):
+    """A fresh identity in `data_dir`: its `tandem id --json`."""
+    return tandem_testkit.init_identity(data_dir, environ=NODE_ENV)
+
+
+def answers(node):
+    """Whether the LAN node's process runs and its control socket answers `tandem status`."""
+    return node["proc"].poll() is None and tandem_testkit.cli(
+        node, "status", check=False, environ=NODE_ENV).returncode == 0

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from netns import BROADCAST, SUBNET, TANDEM_BIN, ip
+from netns import BROADCAST, SUBNET, TANDEM_BIN, init_node, ip
 
 PORT = 7811
 INTERVAL_MS = "300"
@@ -31,9 +31,7 @@ def identities(tmp_path_factory):
     out = {}
     for name in ("a", "b", "c"):
         d = tmp_path_factory.mktemp(f"node-{name}")
-        r = subprocess.run([TANDEM_BIN, "init", "--data-dir", str(d), "--json"], capture_output=True, text=True, timeout=30)
-        assert r.returncode == 0, r.stderr
-        info = json.loads(r.stdout)
+        info = init_node(d)
         out[name] = {"dir": str(d), "id": info["id"], "key": info["public_key"]}
     return out
 

@@ -5,36 +5,18 @@ instant, also when one host's wall clock is 5 s off (libfaketime).
 Instants are compared with `mono_us` (CLOCK_MONOTONIC) from `challenge.started` / `challenge.ended`:
 network namespaces share it with the whole machine, and libfaketime leaves it alone with
 FAKETIME_DONT_FAKE_MONOTONIC=1."""
-import glob
-import json
-import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from lancli import NODE_ENV, cli, cli_json, until, wait_event
-from netns import SUBNET, TANDEM_BIN
+from netns import NODE_ENV, SUBNET, TANDEM_BIN, answers, cli, cli_json, init_node, until, wait_event
+from tandem_testkit import LIBFAKETIME, realtime_prefix
 
-LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
 SKEW_US = 5_000
-
-
-def realtime_prefix():
-    """`chrt --fifo 10` with TANDEM_TEST_REALTIME=1 when allowed (see Tests/cli/test_challenges.py;
-    never for a node under libfaketime)."""
-    if os.environ.get("TANDEM_TEST_REALTIME", "0") != "1" or shutil.which("chrt") is None:
-        return []
-    try:
-        ok = subprocess.run(["chrt", "--fifo", "10", "true"], capture_output=True, timeout=10).returncode == 0
-    except OSError:
-        ok = False
-    return ["chrt", "--fifo", "10"] if ok else []
-
-
 REALTIME = realtime_prefix()
+
 
 def start_node(ns, d, fake=None):
     command = ["ip", "netns", "exec", ns, *([] if fake else REALTIME)]
@@ -57,14 +39,12 @@ def two_hosts(lan, tmp_path):
         nodes = []
         for i, (ns, name, fake) in enumerate(zip(lan[:2], ["Alice", "Bob"], [None, bob_clock]), 1):
             d = tmp_path / name.lower()
-            info = json.loads(subprocess.run([TANDEM_BIN, "init", "--json", "--data-dir", str(d)], capture_output=True,
-                                             text=True, timeout=30, check=True).stdout)
+            info = init_node(d)
             proc = start_node(ns, d, fake)
             procs.append((proc, fake))
             nodes.append({"dir": str(d), "id": info["id"], "ip": f"{SUBNET}.{i}", "name": name, "proc": proc})
         for node in nodes:
-            assert until(lambda: subprocess.run([TANDEM_BIN, "status", "--data-dir", node["dir"]], capture_output=True,
-                                                env=NODE_ENV).returncode == 0), node["proc"].stderr.read()
+            assert until(lambda: answers(node)), node["proc"].stderr.read()
             cli(node, "name", node["name"])
         alice, bob = nodes
         # Found by broadcast, asked without an address.

@@ -1,15 +1,12 @@
 """Three real `tandem node` processes on a namespace LAN find each other by broadcast (no address
 is ever given) and two of them become friends through the CLI. After that they beacon privately:
 the friend keeps recognising them, the third host stops seeing them."""
-import json
-import os
 import subprocess
 import time
 
 import pytest
 
-from lancli import NODE_ENV, cli, cli_json, until, wait_event
-from netns import SUBNET, TANDEM_BIN
+from netns import NODE_ENV, SUBNET, TANDEM_BIN, answers, cli, cli_json, init_node, until, wait_event
 
 
 @pytest.fixture
@@ -19,8 +16,7 @@ def nodes(lan, tmp_path):
     try:
         for i, (ns, name) in enumerate(zip(lan, ["Alice", "Bob", "Carol"]), 1):
             d = tmp_path / name.lower()
-            info = json.loads(subprocess.run([TANDEM_BIN, "init", "--json", "--data-dir", str(d)], capture_output=True,
-                                             text=True, timeout=30, check=True).stdout)
+            info = init_node(d)
             proc = subprocess.Popen(["ip", "netns", "exec", ns, TANDEM_BIN, "node", "--data-dir", str(d),
                                      "--listen", "0.0.0.0:7810", "--discovery-interval", "0.3"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=NODE_ENV)
@@ -28,8 +24,7 @@ def nodes(lan, tmp_path):
             node = {"dir": str(d), "id": info["id"], "ip": f"{SUBNET}.{i}", "name": name, "proc": proc}
             out.append(node)
         for node in out:
-            assert until(lambda: subprocess.run([TANDEM_BIN, "status", "--data-dir", node["dir"]], capture_output=True,
-                                                env=NODE_ENV).returncode == 0), node["proc"].stderr.read()
+            assert until(lambda: answers(node)), node["proc"].stderr.read()
             cli(node, "name", node["name"])
         yield out
     finally:

@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from lancli import NODE_ENV, cli, cli_json, until, wait_event
-from netns import REPO, TANDEM_BIN, ip
+from netns import NODE_ENV, TANDEM_BIN, answers, cli, cli_json, init_node, ip, until, wait_event
+from tandem_testkit import RELAY as TANDEM_RELAY_BIN, friend
 
-TANDEM_RELAY_BIN = os.environ.get("TANDEM_RELAY_BIN", str(REPO / ".build/debug/tandem-relay"))
 RELAY_IP = "10.77.0.1"  # on the relay namespace's loopback; routed to from both links
 RELAY_PORT = 7820
 METRICS_PORT = 7821  # on the relay namespace's own 127.0.0.1
@@ -139,8 +138,7 @@ def world(split_network, tmp_path):
         nodes = []
         for side, name in (("a", "Alice"), ("b", "Bob")):
             d = tmp_path / name.lower()
-            node_info = json.loads(subprocess.run([TANDEM_BIN, "init", "--json", "--data-dir", str(d)], capture_output=True,
-                                                  text=True, timeout=30, check=True).stdout)
+            node_info = init_node(d)
             proc, _, err = spawn(split_network[side], [
                 TANDEM_BIN, "node", "--data-dir", str(d), "--listen", f"0.0.0.0:{NODE_PORT}", "--discovery-interval", "0.5"],
                 name.lower())
@@ -153,9 +151,7 @@ def world(split_network, tmp_path):
         # The printed address is the public one: what node operators paste.
         assert f"tandem-relay listening: {relay_address}" in line, line
         for node in nodes:
-            assert until(lambda: node["proc"].poll() is None and subprocess.run(
-                [TANDEM_BIN, "status", "--data-dir", node["dir"]], capture_output=True, env=NODE_ENV).returncode == 0,
-                timeout=20), f"{node['name']}'s node did not come up:\n{tail(node['err'])}"
+            assert until(lambda: answers(node), timeout=20), f"{node['name']}'s node did not come up:\n{tail(node['err'])}"
             cli(node, "name", node["name"])
         alice, bob = nodes
         yield {"relay": relay_address, "relay_proc": relay_proc, "alice": alice, "bob": bob, "ns": split_network}
@@ -176,10 +172,6 @@ def world(split_network, tmp_path):
 
 def relay_status(node):
     return cli_json(node, "relay", "list")["relays"]
-
-
-def friend(node, other):
-    return next((f for f in cli_json(node, "friend", "list")["friends"] if f["id"] == other["id"]), None)
 
 
 def participant(show, node):

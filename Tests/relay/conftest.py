@@ -1,10 +1,16 @@
 """Fixtures for the relay tests: relays, nodes and protocol links that are always closed at the end."""
 import asyncio
+import pathlib
+import sys
 
 import pytest
 
-from relayhelpers import Relay, RelayNode
-from relayproto import RelayLink
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "support"))
+
+from relayproto import RelayLink  # noqa: E402
+from tandem_testkit import LoggedNode, Relay, no_lan_discovery  # noqa: E402
+
+no_lan_discovery()
 
 
 @pytest.fixture
@@ -26,7 +32,7 @@ def make_node(tmp_path):
     nodes = []
 
     def factory(name, start=True):
-        node = RelayNode(tmp_path / name)
+        node = LoggedNode(tmp_path / name)
         nodes.append(node)
         return node.start() if start else node
 

@@ -9,8 +9,8 @@ import socket
 import threading
 import time
 
-from relayhelpers import (add_relay, befriend_via_relay, challenge_ids, cli_json, events, friend, last_seq, poll,
-                          wait_event)
+from relayhelpers import add_relay, befriend_via_relay, challenge_ids
+from tandem_testkit import cli_json, events, friend, last_seq, poll, wait_event
 from relayproto import JOIN_MAGIC, JOINED, OK, TUNNEL_INCOMING, UNKNOWN_TOKEN, join, read_exactly
 
 FLOOD = 2000

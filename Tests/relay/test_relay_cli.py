@@ -5,7 +5,7 @@ import socket
 import stat
 import subprocess
 
-from relayhelpers import RELAY, Relay, cli, cli_json, one_line_error
+from tandem_testkit import RELAY, Relay, cli, cli_json, one_line_error
 
 
 def relay_run(*args, timeout=30, cwd=None):
@@ -13,11 +13,7 @@ def relay_run(*args, timeout=30, cwd=None):
 
 
 def relay_one_line_error(proc):
-    lines = [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith("ts=")]
-    assert len(lines) == 1, f"expected one stderr line, got: {proc.stderr!r}"
-    assert lines[0].startswith("tandem-relay: error: "), lines[0]
-    assert "Backtrac" not in proc.stderr and "Fatal error" not in proc.stderr
-    return lines[0]
+    return one_line_error(proc, program="tandem-relay")
 
 
 def relay_identity(tmp_path, name="rid"):

@@ -6,8 +6,8 @@ import signal
 import sqlite3
 import time
 
-from relayhelpers import (add_relay, befriend_via_relay, challenge_ids, cli, cli_json, events, friend, last_seq, poll,
-                          relay_status, wait_event, wait_relay_connected)
+from relayhelpers import add_relay, befriend_via_relay, challenge_ids, relay_status, wait_relay_connected
+from tandem_testkit import cli, cli_json, events, friend, last_seq, poll, wait_event
 from relayproto import OK
 
 

@@ -12,7 +12,8 @@ from collections import defaultdict
 
 import pytest
 
-from relayhelpers import (add_relay, cli, cli_json, friend, last_seq, poll, share_code, wait_event)
+from relayhelpers import add_relay, share_code
+from tandem_testkit import cli, cli_json, friend, last_seq, poll, wait_event
 
 PACKET_OUTGOING = 4
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from relayhelpers import poll
+from tandem_testkit import poll
 from relayproto import (BAD_REQUEST, JOIN_TIMEOUT, LIMIT, MAILBOX_ITEM, OFFLINE, OK, PING, RELAY_GOODBYE,
                         TUNNEL_INCOMING, UNKNOWN_RECIPIENT, RelayLink, join, pb_uint, read_exactly)
 

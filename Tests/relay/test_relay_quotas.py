@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from relayhelpers import add_relay, befriend_via_relay, cli_json, last_seq, poll, wait_event
+from relayhelpers import add_relay, befriend_via_relay
+from tandem_testkit import cli_json, last_seq, poll, wait_event
 from relayproto import (BAD_REQUEST, JOINED, LIMIT, MAILBOX_ITEM, OK, PING, PONG, REFUSED, RELAY_GOODBYE,
                         RELAY_REGISTER, RELAY_REGISTERED, TUNNEL_INCOMING, UNAVAILABLE, RelayLink, envelope, join,
                         pb_bytes, pb_uint, read_exactly)
