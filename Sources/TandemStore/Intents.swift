@@ -347,6 +347,13 @@ extension NodeStore {
         }
     }
 
+    /// Whether any frame waits for `key` (one indexed read).
+    public func hasOutbox(for key: [UInt8]) throws -> Bool {
+        try read { db in
+            try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM outbox WHERE recipient = ?)", arguments: [Data(key)]) ?? false
+        }
+    }
+
     public func outboxCount() throws -> Int {
         try read { db in try OutboxItem.fetchCount(db) }
     }

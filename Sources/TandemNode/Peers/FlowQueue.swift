@@ -1,7 +1,11 @@
-import Dispatch
 import NIOConcurrencyHelpers
+import NIOPosix
 import TandemNet
 import TandemProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Takes the flows' work (store reads and writes, fsyncs) off the event loops: links hand each
 /// frame and each link event over here, and one serial queue carries them out in arrival order.
@@ -12,11 +16,15 @@ import TandemProtocol
 /// from any one key; past either, a frame is dropped (counted). Durable frames are resent by
 /// their sender's outbox, so a friend loses nothing but a little time; a stranger's flood fills
 /// only its own share. Link events (up, down, an ERROR) are never dropped.
+///
+/// The queue is one thread of its own, at a lower CPU priority than the event loops (nice +10
+/// where allowed): when a flood of frames that each cost store work saturates the machine, the
+/// flows slow down, not the loops that answer friends' pings and run handshakes.
 final class FlowQueue: FrameHandler, @unchecked Sendable {
     let router: NodeFrameRouter
     let maximumPending: Int
     let maximumPendingPerAuthor: Int
-    private let queue = DispatchQueue(label: "tandem.flows")
+    private let queue: SerialWorker
     private struct State {
         var pending = 0
         var perAuthor: [[UInt8]: Int] = [:]
@@ -28,6 +36,7 @@ final class FlowQueue: FrameHandler, @unchecked Sendable {
         self.router = router
         self.maximumPending = maximumPending
         self.maximumPendingPerAuthor = maximumPendingPerAuthor
+        self.queue = SerialWorker(niceIncrement: 10)
     }
 
     /// Frames dropped because the queue or the author's share was full.
@@ -81,5 +90,35 @@ final class FlowQueue: FrameHandler, @unchecked Sendable {
 
     func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8]) {
         queue.async { [router] in router.peerReportedError(error, from: key) }
+    }
+}
+
+/// Jobs run one at a time, in order, on one thread of a one-thread pool (shut down when released).
+final class SerialWorker: Sendable {
+    private let pool: NIOThreadPool
+
+    /// `niceIncrement`: added to the thread's nice value (a lower CPU priority) where the system allows.
+    init(niceIncrement: Int32 = 0) {
+        pool = NIOThreadPool(numberOfThreads: 1)
+        pool.start()
+        if niceIncrement != 0 {
+            pool.submit { _ in
+                #if canImport(Glibc)
+                // On Linux, PRIO_PROCESS with who 0 is the calling thread only (nice is per thread).
+                let which = __priority_which_t(PRIO_PROCESS.rawValue)
+                _ = setpriority(which, 0, getpriority(which, 0) + niceIncrement)
+                #endif
+            }
+        }
+    }
+
+    func async(_ job: @escaping @Sendable () -> Void) {
+        pool.submit { state in
+            if case .active = state { job() }
+        }
+    }
+
+    deinit {
+        pool.shutdownGracefully { _ in }
     }
 }

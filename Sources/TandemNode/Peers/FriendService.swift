@@ -247,13 +247,7 @@ public final class FriendService: @unchecked Sendable {
     /// waits for it in the outbox, else right after those frames on the same link (the FRIEND_ACCEPT
     /// that makes the PRESENCE meaningful comes first; Protocol 12.7).
     private func greet(_ key: [UInt8]) {
-        let waiting: Bool
-        do {
-            waiting = try !store.outbox(for: key).isEmpty
-        } catch {
-            logStoreErrorCount("read the outbox", error)
-            waiting = false
-        }
+        let waiting = stored("read the outbox", or: false) { try store.hasOutbox(for: key) }
         if book.withLockedValue({ $0.presenceDue(key, framesWaiting: waiting) }) {
             sendPresence(to: key)
         } else {
@@ -606,12 +600,16 @@ public final class FriendService: @unchecked Sendable {
             logStoreErrorCount("read a contact", error)
             contact = nil
         }
-        logStoreError("expedite the outbox") { try store.expediteOutbox(for: key, nowMs: now()) }
+        // A link from someone nothing waits for (a stranger, typically) costs no write and no round.
+        let waiting = stored("read the outbox", or: true) { try store.hasOutbox(for: key) }
+        if waiting {
+            logStoreError("expedite the outbox") { try store.expediteOutbox(for: key, nowMs: now()) }
+        }
         if contact?.relationship == .friend {
             events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact?.displayName ?? "")])
             greet(key)
         }
-        poke()
+        if waiting { poke() }
     }
 
     public func peerDisconnected(_ key: [UInt8]) {
