@@ -4,7 +4,8 @@ import NIOCore
 /// The bottom of a link's pipeline, deciding when the link is read: while more than the
 /// high-water mark of outbound bytes waits for the peer to read, the link is not read either (so a
 /// peer that never reads cannot make the node queue answers to it), and a link that stays so for
-/// `unwritableTimeoutMs` is closed; while its address is over its frame budget, reading waits.
+/// `unwritableTimeoutMs` is closed; while the link handler holds frames of earlier reads (its turn's
+/// share is spent, or its address is over its frame budget), reading waits.
 final class LinkReadGate: ChannelDuplexHandler {
     typealias InboundIn = NIOAny
     typealias OutboundIn = NIOAny
@@ -14,8 +15,6 @@ final class LinkReadGate: ChannelDuplexHandler {
     private let logger: Logger
     private var readPending = false
     private var timer: Scheduled<Void>?
-    private var pausedUntil: NIODeadline?
-    private var resume: Scheduled<Void>?
 
     init(timeoutMs: UInt64, metrics: TransportMetrics, logger: Logger) {
         self.timeout = .milliseconds(Int64(clamping: timeoutMs))
@@ -26,7 +25,7 @@ final class LinkReadGate: ChannelDuplexHandler {
     private var held = false
 
     func read(context: ChannelHandlerContext) {
-        if context.channel.isWritable, pausedUntil == nil, !held {
+        if context.channel.isWritable, !held {
             context.read()
         } else {
             readPending = true
@@ -40,24 +39,8 @@ final class LinkReadGate: ChannelDuplexHandler {
         if !on { readIfPending(context: context) }
     }
 
-    /// Holds reading for `milliseconds` (the link's address is over its frame budget).
-    func pause(context: ChannelHandlerContext, milliseconds: Int64) {
-        guard milliseconds > 0 else { return }
-        let until = NIODeadline.now() + .milliseconds(milliseconds)
-        if let p = pausedUntil, p >= until { return }
-        pausedUntil = until
-        resume?.cancel()
-        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        resume = context.eventLoop.scheduleTask(deadline: until) {
-            let (gate, context) = loopBound.value
-            gate.pausedUntil = nil
-            gate.resume = nil
-            gate.readIfPending(context: context)
-        }
-    }
-
     private func readIfPending(context: ChannelHandlerContext) {
-        if readPending, context.channel.isWritable, pausedUntil == nil, !held {
+        if readPending, context.channel.isWritable, !held {
             readPending = false
             context.read()
         }
@@ -87,8 +70,6 @@ final class LinkReadGate: ChannelDuplexHandler {
     func channelInactive(context: ChannelHandlerContext) {
         timer?.cancel()
         timer = nil
-        resume?.cancel()
-        resume = nil
         context.fireChannelInactive()
     }
 }

@@ -18,8 +18,8 @@ final class PeerLinkHandler: ChannelInboundHandler {
     private var guardian: LinkGuard
     private var closing = false
     private let readGate: (LinkReadGate, ChannelHandlerContext)?
-    /// Frames of the current read that were over the address's budget.
-    private var overBudget = 0
+    /// The address was over its frame budget at the last frame tried.
+    private var overBudget = false
     private var budgetKey: String?
     /// Frames checked in the current turn, and decoded frames waiting for a later turn (at most one
     /// read's worth: the link is not read while any wait).
@@ -52,24 +52,35 @@ final class PeerLinkHandler: ChannelInboundHandler {
         // Frames already decoded when the link was condemned are dropped unread.
         guard !closing else { return }
         let bytes = unwrapInboundIn(data)
-        if let cap = gate.limits.framesPerTurn, turnFrames >= cap || !backlog.isEmpty {
+        let cap = gate.limits.framesPerTurn ?? Int.max
+        if turnFrames >= cap || !backlog.isEmpty {
             // This turn's share is spent: keep the frame for a later turn and read no more meanwhile.
-            backlog.append(bytes)
-            readGate?.0.hold(true, context: readGate!.1)
+            keep(bytes, context: context)
             return
         }
         turnFrames += 1
-        process(bytes, context: context)
+        if !process(bytes, context: context) { keep(bytes, context: context) }
+    }
+
+    /// Keeps a decoded frame for a later turn; the link is not read while any wait.
+    private func keep(_ bytes: [UInt8], context: ChannelHandlerContext) {
+        backlog.append(bytes)
+        readGate?.0.hold(true, context: readGate!.1)
     }
 
     /// Checks the frames kept from earlier reads, `framesPerTurn` per turn of the loop, each turn
     /// at least `turnGapMicroseconds` after the previous one ended (a task queued for "now" would run
-    /// in the same turn, before the loop looks at other links again).
+    /// in the same turn, before the loop looks at other links again), or, while the link's address
+    /// is over its frame budget, once the budget has a frame again.
     private func scheduleDrain(context: ChannelHandlerContext) {
         guard !drainScheduled, !backlog.isEmpty else { return }
         drainScheduled = true
+        var delay = TimeAmount.microseconds(gate.limits.turnGapMicroseconds)
+        if overBudget, let rate = gate.limits.framesPerAddressPerSecond, rate > 0 {
+            delay = .microseconds(max(gate.limits.turnGapMicroseconds, Int64((1_000_000 / rate).rounded(.up))))
+        }
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        context.eventLoop.scheduleTask(in: .microseconds(gate.limits.turnGapMicroseconds)) {
+        context.eventLoop.scheduleTask(in: delay) {
             let (handler, context) = loopBound.value
             handler.drainScheduled = false
             handler.drain(context: context)
@@ -80,12 +91,12 @@ final class PeerLinkHandler: ChannelInboundHandler {
         guard context.channel.isActive else { backlog.removeAll(); return }
         turnFrames = 0
         let cap = gate.limits.framesPerTurn ?? Int.max
-        while turnFrames < cap, !closing, let next = backlog.popFirst() {
+        while turnFrames < cap, !closing, let next = backlog.first {
             turnFrames += 1
-            process(next, context: context)
+            guard process(next, context: context) else { break }
+            backlog.removeFirst()
         }
         if closing { backlog.removeAll() }
-        finishTurn(context: context)
         if backlog.isEmpty {
             turnFrames = 0
             readGate?.0.hold(false, context: readGate!.1)
@@ -94,11 +105,18 @@ final class PeerLinkHandler: ChannelInboundHandler {
         }
     }
 
-    private func process(_ bytes: [UInt8], context: ChannelHandlerContext) {
-        guard !closing, let peer = link.remotePublicKey else { return }
+    /// Checks and hands on one frame. False, and nothing done, when the link's address is over its
+    /// frame budget (all its links together, Protocol 5.12): the frame waits, unread links behind it.
+    private func process(_ bytes: [UInt8], context: ChannelHandlerContext) -> Bool {
+        guard !closing, let peer = link.remotePublicKey else { return true }
         // Every frame counts against its address's budget (tunnels: the relay and the peer key).
         if budgetKey == nil { budgetKey = link.directRemoteHost ?? "tunnel:\(hexString(link.relay ?? []))/\(hexString(peer))" }
-        if !gate.takeFrame(from: budgetKey!) { overBudget += 1 }
+        guard gate.takeFrame(from: budgetKey!) else {
+            if !overBudget { gate.metrics.readPaused() }
+            overBudget = true
+            return false
+        }
+        overBudget = false
         switch gate.verify(bytes) {
         case .failure(let rejection):
             logger.debug("frame rejected", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
@@ -106,23 +124,12 @@ final class PeerLinkHandler: ChannelInboundHandler {
         case .success(let envelope):
             handle(envelope, context: context)
         }
+        return true
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        finishTurn(context: context)
         if backlog.isEmpty { turnFrames = 0 } else { scheduleDrain(context: context) }
         context.fireChannelReadComplete()
-    }
-
-    /// Over budget: stop reading this link for as long as those frames would have taken.
-    private func finishTurn(context: ChannelHandlerContext) {
-        if overBudget > 0, let (readGate, gateContext) = readGate,
-           let rate = gate.limits.framesPerAddressPerSecond, rate > 0 {
-            let ms = Int64(min((Double(overBudget) * 1000 / rate).rounded(.up), 60_000))
-            readGate.pause(context: gateContext, milliseconds: ms)
-            gate.metrics.readPaused()
-        }
-        overBudget = 0
     }
 
     /// Carries out the link guard's decision on a rejected frame.

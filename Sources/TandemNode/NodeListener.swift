@@ -20,6 +20,8 @@ public final class NodeListener: Service, Sendable {
     private let boundNow = NIOLockedValueBox<SocketAddress?>(nil)
     /// Inbound connections still in the handshake, by source address (5.12).
     private let pending: NIOLockedValueBox<HandshakeBook>
+    /// Handshakes started per source address (5.12); nil: no rate.
+    private let handshakeRate: NIOLockedValueBox<KeyedRateLimiter<String>>?
 
     public init(identity: SigningKeyPair, configuration: NodeConfiguration, gate: FrameGate,
                 delegate: PeerLinkDelegate?, group: EventLoopGroup, logger: Logger) {
@@ -31,6 +33,9 @@ public final class NodeListener: Service, Sendable {
         self.logger = logger
         self.bound = group.next().makePromise()
         self.pending = NIOLockedValueBox(HandshakeBook(limits: gate.limits))
+        self.handshakeRate = gate.limits.handshakesPerAddressPerSecond.map {
+            NIOLockedValueBox(KeyedRateLimiter(capacity: gate.limits.handshakeBurstPerAddress, refillPerSecond: $0, maximumKeys: 4_096))
+        }
     }
 
     /// Inbound connections that have not finished their handshake.
@@ -51,7 +56,7 @@ public final class NodeListener: Service, Sendable {
 
     public func run() async throws {
         let identity = identity, gate = gate, delegate = delegate, options = configuration.link, logger = logger
-        let pending = pending
+        let pending = pending, handshakeRate = handshakeRate
         let server: QuiescingServer
         do {
             server = try await QuiescingServer.bind(.init(host: configuration.host, port: configuration.port, backlog: 256),
@@ -59,6 +64,12 @@ public final class NodeListener: Service, Sendable {
                 // At most so many handshakes at once, in total and per source address;
                 // past that the connection is closed before any handshake work.
                 let address = ch.remoteAddress?.ipAddress ?? "?"
+                // An address over its handshake rate is refused first. A full table of addresses
+                // lets the connection through: the pending caps still hold.
+                if let handshakeRate, handshakeRate.withLockedValue({ $0.check(address, now: gate.clock()) }) == .limited {
+                    gate.metrics.handshakeRefused()
+                    throw ChannelError.inputClosed
+                }
                 guard pending.withLockedValue({ $0.admit(address: address) }) else {
                     gate.metrics.handshakeRefused()
                     throw ChannelError.inputClosed

@@ -36,6 +36,12 @@ public struct LinkLimits: Sendable, Equatable {
     /// Inbound connections still in the Secret Handshake: in total, and from one address.
     public var maximumPendingHandshakes = 128
     public var maximumPendingHandshakesPerAddress = 8
+    /// Inbound handshakes started per second from one address, after a burst of
+    /// `handshakeBurstPerAddress`; past it a connection is closed before any handshake work (a peer
+    /// that reconnects as fast as the node closes it costs a few scalar multiplications each time).
+    /// nil: no rate (benchmarks of the bare handshake).
+    public var handshakesPerAddressPerSecond: Double? = nil
+    public var handshakeBurstPerAddress: Double = 40
 
     public init() {}
 
@@ -44,6 +50,7 @@ public struct LinkLimits: Sendable, Equatable {
         var l = LinkLimits()
         l.framesPerAddressPerSecond = 1_000
         l.framesPerTurn = 8
+        l.handshakesPerAddressPerSecond = 10
         return l
     }
 }
