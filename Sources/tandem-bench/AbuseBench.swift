@@ -16,7 +16,7 @@ import Glibc
 /// `tandem-bench abuse`: an honest peer's signed ping p50/p99 to a real node (a child process:
 /// a full NodeRuntime with an in-memory store) while hostile links flood it, against the same node
 /// idle in the same run, and the node's RSS. The flood comes from a second child process, from
-/// another loopback address (127.0.0.2), on four kinds of links that reconnect whenever the node
+/// other loopback addresses (127.0.0.2, or `--attacker-addresses N` of them, links assigned in turn), on four kinds of links that reconnect whenever the node
 /// closes them: 4-byte empty frames from a peer that never reads, PINGs with bad signatures,
 /// PONGs dated 9.5 minutes ahead (fresh ids, a new author every 4,000), and FRIEND_REQUESTs from
 /// throwaway strangers. Goals: p99 under attack ≤ 3 × idle p99, node RSS < 150 MB.
@@ -36,6 +36,8 @@ struct AbuseBench: AsyncParsableCommand {
     @Option(help: "Milliseconds between the honest peer's pings.") var interval: Double = 5
     @Option(help: "Kinds of hostile links, comma-separated: empty, bad_signature, future, stranger_request.")
     var kinds: String = FloodKind.allCases.map(\.rawValue).joined(separator: ",")
+    @Option(help: "Source addresses the hostile links come from (127.0.0.2 on): 1 puts every link under one address's budgets.")
+    var attackerAddresses: Int = 1
     @Option(help: "Scheduling of the flooding process: idle (stands for another machine) or normal (competes for the same cores).")
     var attackerPriority: AttackerPriority = .idle
     @Flag(help: "Indent the JSON.") var pretty = false
@@ -49,6 +51,7 @@ struct AbuseBench: AsyncParsableCommand {
         guard (0.5...120).contains(seconds) else { throw ValidationError("--seconds must be between 0.5 and 120") }
         guard (1...64).contains(linksPerKind) else { throw ValidationError("--links-per-kind must be between 1 and 64") }
         guard (0...1000).contains(interval) else { throw ValidationError("--interval must be between 0 and 1000") }
+        guard (1...250).contains(attackerAddresses) else { throw ValidationError("--attacker-addresses must be between 1 and 250") }
         _ = try FloodKind.parseList(kinds)
     }
 
@@ -56,7 +59,7 @@ struct AbuseBench: AsyncParsableCommand {
         warnIfDebug()
         let started = environment()
         let report = try await AbuseBenchmark.run(seconds: seconds, linksPerKind: linksPerKind, intervalMs: interval,
-                                                  kinds: kinds, attackerPriority: attackerPriority)
+                                                  kinds: kinds, attackerAddresses: attackerAddresses, attackerPriority: attackerPriority)
         say(report.summary)
         var object = report.json
         object["environment"] = started.merging(["load_average_end": loadAverage()]) { a, _ in a }
@@ -76,6 +79,7 @@ enum AbuseBenchmark {
         let node: [String: Any]
         let flood: [String: Any]
         let kinds: String
+        let attackerAddresses: Int
         let attackerPriority: AbuseBench.AttackerPriority
 
         var ratio: Double { attack.p99 / max(idle.p99, 1e-9) }
@@ -96,11 +100,11 @@ enum AbuseBenchmark {
              "node_rss_mb": ["idle": round3(rssIdleMB), "peak": round3(rssPeakMB), "end": round3(rssEndMB)],
              "node_rss_goal_mb": AbuseBench.rssGoalMB,
              "met": met, "node": node, "flood": flood, "kinds": kinds,
-             "attacker_priority": attackerPriority.rawValue]
+             "attacker_priority": attackerPriority.rawValue, "attacker_addresses": attackerAddresses]
         }
     }
 
-    static func run(seconds: Double, linksPerKind: Int, intervalMs: Double, kinds: String,
+    static func run(seconds: Double, linksPerKind: Int, intervalMs: Double, kinds: String, attackerAddresses: Int,
                     attackerPriority: AbuseBench.AttackerPriority) async throws -> Report {
         let timeout = Int(seconds * 4) + 120
         let node = try ChildProcess(arguments: ["abuse-child", "--role", "node", "--timeout", String(timeout)],
@@ -141,6 +145,7 @@ enum AbuseBenchmark {
         // Under attack.
         let flood = try ChildProcess(arguments: ["abuse-child", "--role", "flood", "--port", String(node.port),
                                                  "--key", hexString(node.publicKey), "--links-per-kind", String(linksPerKind), "--kinds", kinds,
+                                                 "--addresses", String(attackerAddresses),
                                                  "--timeout", String(timeout)],
                                      timeoutSeconds: timeout, idlePriority: attackerPriority == .idle)
         defer { flood.stop() }
@@ -161,7 +166,8 @@ enum AbuseBenchmark {
         link.close()
         return Report(idle: Percentiles(idle), attack: Percentiles(attack), idleCount: idle.count, attackCount: attack.count,
                       failedPings: failed, rssIdleMB: rssIdle, rssPeakMB: peak, rssEndMB: residentMB(pid),
-                      node: nodeStats, flood: floodStats, kinds: kinds, attackerPriority: attackerPriority)
+                      node: nodeStats, flood: floodStats, kinds: kinds, attackerAddresses: attackerAddresses,
+                      attackerPriority: attackerPriority)
     }
 }
 
@@ -189,7 +195,8 @@ struct AbuseChild: AsyncParsableCommand {
     @Option var port: Int = 0
     @Option var key: String = ""
     @Option var linksPerKind: Int = 2
-    @Option var source: String = "127.0.0.2"
+    /// Links take their source from 127.0.0.2 … 127.0.0.(1 + addresses), in turn.
+    @Option var addresses: Int = 1
     @Option var kinds: String = FloodKind.allCases.map(\.rawValue).joined(separator: ",")
 
     func run() async throws {
@@ -228,10 +235,13 @@ struct AbuseChild: AsyncParsableCommand {
         Watchdog.start(timeoutSeconds: timeout) { counters.json }
         printJSONLine(["port": 0, "public_key": hexString(SigningKeyPair.generate().publicKey), "mode": "flood"])
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let source = try SocketAddress(ipAddress: self.source, port: 0)
+        let sources = try (0..<max(1, addresses)).map { try SocketAddress(ipAddress: "127.0.0.\(2 + $0)", port: 0) }
+        var next = 0
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             for kind in try FloodKind.parseList(kinds) {
                 for _ in 0..<linksPerKind {
+                    let source = sources[next % sources.count]
+                    next += 1
                     tasks.addTask {
                         while true {
                             await FloodLink.runOnce(kind: kind, host: "127.0.0.1", port: port, target: target,
