@@ -86,7 +86,9 @@ bench: deps
 # Corpus and crash files go to fuzz-corpus/ (git-ignored); crashes found and kept are in Tests/fuzz-crashes/TARGET/.
 FUZZ_CONFIG ?= release
 FUZZ_BIN := .build-fuzz/$(FUZZ_CONFIG)/tandem-fuzz
-# make test's short run: executions in total, split evenly across the targets.
+# make test's short run: executions in total, split across the targets in proportion to their
+# short-run shares (tandem-fuzz -list-targets, third column: the fast decoder and machine targets
+# 4, the structure-aware node and relay targets 1).
 FUZZ_SHORT_RUNS ?= 100000
 
 fuzz-build: deps
@@ -94,7 +96,7 @@ fuzz-build: deps
 
 # Every target, RUNS executions each (default 1,000,000), growing fuzz-corpus/TARGET.
 fuzz: fuzz-build
-	@$(FUZZ_BIN) -list-targets | while IFS=$$'\t' read -r target maxlen summary; do \
+	@$(FUZZ_BIN) -list-targets | while IFS=$$'\t' read -r target maxlen share summary; do \
 	  echo "== fuzz target $$target ($$summary): $${RUNS:-1000000} runs"; \
 	  mkdir -p fuzz-corpus/$$target fuzz-corpus/crashes; \
 	  $(FUZZ_BIN) -target=$$target -runs=$${RUNS:-1000000} -max_len=$$maxlen -timeout=25 -print_final_stats=1 \
@@ -104,9 +106,11 @@ fuzz: fuzz-build
 # A short run for CI: first the kept crash inputs (Tests/fuzz-crashes/TARGET/*) replayed as regression
 # inputs, then FUZZ_SHORT_RUNS executions split across the targets from a fixed seed. Fails on any crash.
 fuzz-short: fuzz-build
-	@targets=$$($(FUZZ_BIN) -list-targets | cut -f1); n=$$(echo $$targets | wc -w); runs=$$(( $(FUZZ_SHORT_RUNS) / n )); \
+	@targets=$$($(FUZZ_BIN) -list-targets | cut -f1); shares=$$($(FUZZ_BIN) -list-targets | awk -F'\t' '{ s += $$3 } END { print s }'); \
 	for target in $$targets; do \
 	  maxlen=$$($(FUZZ_BIN) -list-targets | awk -F'\t' -v t=$$target '$$1 == t { print $$2 }'); \
+	  share=$$($(FUZZ_BIN) -list-targets | awk -F'\t' -v t=$$target '$$1 == t { print $$3 }'); \
+	  runs=$$(( $(FUZZ_SHORT_RUNS) * share / shares )); \
 	  kept=$$(ls Tests/fuzz-crashes/$$target/* 2>/dev/null); \
 	  if [ -n "$$kept" ]; then \
 	    echo "== $$target: replaying $$(echo $$kept | wc -w) kept inputs from Tests/fuzz-crashes/$$target"; \
@@ -118,7 +122,7 @@ fuzz-short: fuzz-build
 	  $(FUZZ_BIN) -target=$$target -runs=$$runs -seed=$${FUZZ_SEED:-1} -max_len=$$maxlen -timeout=25 -print_final_stats=1 \
 	    -artifact_prefix=$$dir/ $$dir >/tmp/tandem-fuzz-$$target.log 2>&1 </dev/null \
 	    || { tail -40 /tmp/tandem-fuzz-$$target.log; echo "fuzz-short: target $$target crashed; the input is in $$dir" >&2; exit 1; }; \
-	  grep -E "stat::number_of_executed_units|Done" /tmp/tandem-fuzz-$$target.log | head -2; \
+	  grep -E "^(stat::number_of_executed_units|Done )" /tmp/tandem-fuzz-$$target.log | head -2; \
 	  rm -rf $$dir; \
 	done
 

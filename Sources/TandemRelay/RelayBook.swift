@@ -319,6 +319,72 @@ public struct RelayBook: Sendable {
         pairs[Pair(initiator: initiator, target: target)] ?? 0
     }
 
+    // MARK: self-check
+
+    /// Every rule the book promises, checked against its own state: the counters agree with what
+    /// they count, and no limit is exceeded. Empty when all hold (the relay fuzz target and the
+    /// tests assert it after every step).
+    public func violations() -> [String] {
+        var out: [String] = []
+        if clients.count > limits.maximumClients { out.append("\(clients.count) clients > \(limits.maximumClients)") }
+        var byAddress: [String: Int] = [:]
+        for c in clients.values { byAddress[c.address, default: 0] += 1 }
+        if byAddress != clientsByAddress { out.append("clientsByAddress \(clientsByAddress) != counted \(byAddress)") }
+        for (a, n) in byAddress where n > limits.maximumClientsPerAddress {
+            out.append("\(n) clients from \(a) > \(limits.maximumClientsPerAddress)")
+        }
+        if pendingCount < 0 || pendingCount > limits.maximumPending { out.append("pending \(pendingCount) out of 0...\(limits.maximumPending)") }
+        if pendingByAddress.values.reduce(0, +) != pendingCount {
+            out.append("pending by address sums to \(pendingByAddress.values.reduce(0, +)), not \(pendingCount)")
+        }
+        for (a, n) in pendingByAddress where n <= 0 || n > limits.maximumPendingPerAddress {
+            out.append("\(n) pending from \(a)")
+        }
+        if connectionCount < 0 || connectionCount > limits.maximumConnections {
+            out.append("connections \(connectionCount) out of 0...\(limits.maximumConnections)")
+        }
+        if pendingCount > connectionCount { out.append("pending \(pendingCount) > connections \(connectionCount)") }
+        for (key, id) in homes {
+            guard let c = clients[id] else { out.append("a home link \(id) that is not a client"); continue }
+            if c.key != key || !c.registered { out.append("home link \(id) is not a registered link of its key") }
+        }
+        for (id, c) in clients where c.registered && homes[c.key] != id { out.append("registered link \(id) is not its key's home") }
+        // Loads and pairs, recounted from the tunnels.
+        var counted: [[UInt8]: Load] = [:]
+        var countedPairs: [Pair: Int] = [:]
+        for (token, t) in tunnels {
+            counted[t.initiatorKey, default: Load()].initiated += 1
+            if t.spliced { counted[t.targetKey, default: Load()].splicedIn += 1 }
+            countedPairs[Pair(initiator: t.initiatorKey, target: t.targetKey), default: 0] += 1
+            if t.joined.count > 2 || (t.spliced && t.joined.count != 2) { out.append("tunnel joined by \(t.joined.count) ends") }
+            if t.initiatorKey == t.targetKey { out.append("a tunnel to oneself") }
+            if !t.spliced {
+                for id in [t.initiator, t.target] where clients[id] != nil && clients[id]?.tunnels.contains(token) != true {
+                    out.append("a waiting tunnel its link \(id) does not hold")
+                }
+            }
+        }
+        if counted != loads { out.append("tunnel loads differ from the tunnels") }
+        if countedPairs != pairs { out.append("tunnel pairs differ from the tunnels") }
+        for (key, l) in loads where l.total > limits.maximumTunnelsPerClient || l.isEmpty || l.initiated < 0 || l.splicedIn < 0 {
+            out.append("key \(hexString(key.prefix(4))) holds \(l.total) tunnels (limit \(limits.maximumTunnelsPerClient))")
+        }
+        for (_, n) in pairs where n > limits.maximumTunnelsPerPair { out.append("\(n) tunnels in one pair > \(limits.maximumTunnelsPerPair)") }
+        for c in clients.values {
+            for t in c.tunnels where tunnels[t] == nil { out.append("a link holds a tunnel that is gone") }
+        }
+        if mailboxJobs < 0 || mailboxJobs > limits.maximumMailboxJobs { out.append("mailbox jobs \(mailboxJobs)") }
+        if mailboxJobsByClient.values.reduce(0, +) != mailboxJobs { out.append("mailbox jobs by client do not sum to \(mailboxJobs)") }
+        for (_, n) in mailboxJobsByClient where n <= 0 || n > limits.maximumMailboxJobsPerClient { out.append("\(n) mailbox jobs of one link") }
+        return out
+    }
+
+    /// True when nothing is held: no connection, client, tunnel or job.
+    public var isEmpty: Bool {
+        connectionCount == 0 && pendingCount == 0 && clients.isEmpty && homes.isEmpty && tunnels.isEmpty && loads.isEmpty
+            && pairs.isEmpty && mailboxJobs == 0 && clientsByAddress.isEmpty && pendingByAddress.isEmpty
+    }
+
     // MARK: mailbox work
 
     public enum MailboxJob: Equatable, Sendable {

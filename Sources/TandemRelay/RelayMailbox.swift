@@ -252,6 +252,47 @@ public final class RelayMailbox: Sendable {
         return n
     }
 
+    /// Every quota and rule checked against what is stored: the cached totals agree with the rows,
+    /// no quota is exceeded, and every item is one `put` would take (non-empty, within the item
+    /// size, charged what `charge` says, for a registered recipient). Empty when all hold (the
+    /// relay fuzz target asserts it after every step).
+    public func violations() throws -> [String] {
+        let (items, bytes) = depth
+        return try writer.read { db in
+            var out: [String] = []
+            let n = try Int.fetchOne(db, sql: "SELECT count(*) FROM item") ?? 0
+            let b = try Int.fetchOne(db, sql: "SELECT coalesce(sum(charged), 0) FROM item") ?? 0
+            if n != items || b != bytes { out.append("totals (\(items) items, \(bytes) B) differ from the rows (\(n), \(b))") }
+            if n > quotas.totalItems { out.append("\(n) items > \(quotas.totalItems)") }
+            if b > quotas.totalBytes { out.append("\(b) bytes > \(quotas.totalBytes)") }
+            for row in try Row.fetchAll(db, sql: "SELECT count(*) AS n, sum(charged) AS b FROM item GROUP BY recipient") {
+                let (rn, rb): (Int, Int) = (row["n"], row["b"])
+                if rn > quotas.itemsPerRecipient || rb > quotas.bytesPerRecipient {
+                    out.append("a recipient holds \(rn) items, \(rb) B (quota \(quotas.itemsPerRecipient), \(quotas.bytesPerRecipient) B)")
+                }
+            }
+            let perPair = try Int.fetchOne(db, sql: "SELECT max(n) FROM (SELECT count(*) AS n FROM item GROUP BY recipient, sender)") ?? 0
+            if perPair > quotas.itemsPerSender { out.append("a sender holds \(perPair) items in one mailbox > \(quotas.itemsPerSender)") }
+            let perSender = try Int.fetchOne(db, sql: "SELECT max(b) FROM (SELECT sum(charged) AS b FROM item GROUP BY sender)") ?? 0
+            if perSender > quotas.bytesPerSender { out.append("a sender holds \(perSender) B > \(quotas.bytesPerSender)") }
+            let perSource = try Int.fetchOne(db, sql: "SELECT max(b) FROM (SELECT sum(charged) AS b FROM item GROUP BY source)") ?? 0
+            if perSource > quotas.bytesPerAddress { out.append("an address holds \(perSource) B > \(quotas.bytesPerAddress)") }
+            for row in try Row.fetchAll(db, sql: """
+                SELECT length(sealed) AS size, charged, storedAtMs, expiresAtMs,
+                       EXISTS (SELECT 1 FROM registered WHERE publicKey = item.recipient) AS known
+                FROM item
+                """) {
+                let size: Int = row["size"], charged: Int = row["charged"]
+                let stored: Int64 = row["storedAtMs"], expires: Int64 = row["expiresAtMs"], known: Bool = row["known"]
+                if size < 1 || size > quotas.itemBytes { out.append("an item of \(size) B") }
+                if charged != charge(size) { out.append("an item of \(size) B charged \(charged)") }
+                if expires < stored { out.append("an item expiring before it was stored") }
+                if !known { out.append("an item for a recipient that never registered") }
+            }
+            return out
+        }
+    }
+
     /// Drops items past their time-to-live. Returns how many.
     @discardableResult
     public func expire(nowMs: Int64) throws -> Int {

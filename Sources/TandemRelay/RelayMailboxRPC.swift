@@ -11,7 +11,7 @@ extension RelayServer {
         let verdict = book.withLockedValue { $0.startMailboxJob(client: connection) }
         switch verdict {
         case .accepted:
-            mailboxQueue.async { [self] in
+            runMailboxJob { [self] in
                 defer { book.withLockedValue { $0.finishMailboxJob(client: connection) } }
                 body()
             }
@@ -62,17 +62,17 @@ extension RelayServer {
         r.mailboxMaxItems = UInt32(configuration.mailboxItemsPerRecipient)
         r.mailboxMaxBytes = UInt64(configuration.mailboxBytesPerRecipient)
         r.mailboxMaxItemBytes = UInt32(configuration.mailboxItemBytes)
-        session.link.send(type: .relayRegistered, payload: (try? r.serializedBytes()) ?? [])
+        session.link.sendSigned(type: .relayRegistered, payload: (try? r.serializedBytes()) ?? [])
         for item in items { deliver(item, on: session.link) }
     }
 
-    func deliver(_ item: RelayMailbox.Item, on link: PeerLink) {
+    func deliver(_ item: RelayMailbox.Item, on link: any RelayClientLink) {
         var m = Tandem_V1_MailboxItem()
         m.itemID = UInt64(bitPattern: item.id)
         m.sender = Data(item.sender)
         m.sealed = Data(item.sealed)
         m.storedAtMs = UInt64(item.storedAtMs)
-        link.send(type: .mailboxItem, payload: (try? m.serializedBytes()) ?? [])
+        link.sendSigned(type: .mailboxItem, payload: (try? m.serializedBytes()) ?? [])
     }
 
     func put(_ m: Tandem_V1_MailboxPut, session: Session, connection: UInt64) {

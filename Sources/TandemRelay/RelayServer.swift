@@ -24,7 +24,7 @@ public final class RelayServer: Service, @unchecked Sendable {
     let nextID = NIOLockedValueBox<UInt64>(0)
 
     struct Session {
-        let link: PeerLink
+        let link: any RelayClientLink
         let key: [UInt8]
         /// The source address bucket (`RelayBook.addressBucket`) the link came from.
         let address: String
@@ -35,14 +35,29 @@ public final class RelayServer: Service, @unchecked Sendable {
     let sessions = NIOLockedValueBox<[UInt64: Session]>([:])
     /// Tunnel ends waiting for their partner, by connection id.
     let waiting = NIOLockedValueBox<[UInt64: Channel]>([:])
-    let mailboxQueue = DispatchQueue(label: "tandem-relay.mailbox")
+    /// Runs one mailbox job (a store read or write) off the event loops: on a serial queue in
+    /// production, inline or deferred in the harness (`RelayHarness`).
+    let runMailboxJob: @Sendable (@escaping @Sendable () -> Void) -> Void
+    /// Wall-clock milliseconds (a manual clock in the harness).
+    let clock: @Sendable () -> Int64
     let shuttingDown = NIOLockedValueBox(false)
     /// When expired mail was last swept (once a minute).
     let lastExpiry = NIOLockedValueBox<Int64>(0)
 
-    public init(identity: SigningKeyPair, configuration: RelayConfiguration, mailbox: RelayMailbox,
-                group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger,
-                maximumConnections: Int? = nil) {
+    public convenience init(identity: SigningKeyPair, configuration: RelayConfiguration, mailbox: RelayMailbox,
+                            group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger,
+                            maximumConnections: Int? = nil) {
+        let queue = DispatchQueue(label: "tandem-relay.mailbox")
+        self.init(identity: identity, configuration: configuration, mailbox: mailbox, group: group, logger: logger,
+                  maximumConnections: maximumConnections, clock: { Int64(wallClockMilliseconds()) },
+                  runMailboxJob: { queue.async(execute: $0) })
+    }
+
+    init(identity: SigningKeyPair, configuration: RelayConfiguration, mailbox: RelayMailbox, group: EventLoopGroup,
+         logger: Logger, maximumConnections: Int?, clock: @escaping @Sendable () -> Int64,
+         runMailboxJob: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
+        self.clock = clock
+        self.runMailboxJob = runMailboxJob
         self.identity = identity
         self.configuration = configuration
         self.mailbox = mailbox
@@ -92,7 +107,13 @@ public final class RelayServer: Service, @unchecked Sendable {
 
     func newID() -> UInt64 { nextID.withLockedValue { $0 += 1; return $0 } }
 
-    func now() -> Int64 { Int64(wallClockMilliseconds()) }
+    func now() -> Int64 { clock() }
+
+    /// Connection ids of the authenticated client links (for the harness's checks).
+    func sessionConnections() -> [UInt64] { sessions.withLockedValue { Array($0.keys) } }
+
+    /// Tunnel ends waiting for their partner.
+    var waitingCount: Int { waiting.withLockedValue { $0.count } }
 
     // MARK: running
 
@@ -129,11 +150,11 @@ public final class RelayServer: Service, @unchecked Sendable {
         }
     }
 
-    func goodbye(_ link: PeerLink, reason: String, retryAfterMs: UInt64 = 0) {
+    func goodbye(_ link: any RelayClientLink, reason: String, retryAfterMs: UInt64 = 0) {
         var g = Tandem_V1_RelayGoodbye()
         g.reason = reason
         g.retryAfterMs = retryAfterMs
-        link.send(type: .relayGoodbye, payload: (try? g.serializedBytes()) ?? []).whenComplete { _ in link.close() }
+        link.sendThenClose(type: .relayGoodbye, payload: (try? g.serializedBytes()) ?? [])
     }
 
     /// Once a second: idle links, tunnels whose ends did not both join, expired mail.
@@ -156,7 +177,7 @@ public final class RelayServer: Service, @unchecked Sendable {
             return true
         }
         if expiryDue {
-            mailboxQueue.async { [self] in
+            runMailboxJob { [self] in
                 if let n = try? mailbox.expire(nowMs: now()), n > 0 { metrics.update { $0.mailboxExpired += n } }
             }
         }

@@ -7,7 +7,7 @@ import TandemProtocol
 // the frames they send, and the replies and errors the relay answers with.
 
 extension RelayServer {
-    func established(_ link: PeerLink, connection: UInt64, address: String, rate: ByteRate) {
+    func established(_ link: any RelayClientLink, connection: UInt64, address: String, rate: ByteRate) {
         book.withLockedValue { $0.leavePending(address: address) }
         guard let key = link.remotePublicKey else { return }
         if shuttingDown.withLockedValue({ $0 }) {
@@ -37,7 +37,7 @@ extension RelayServer {
         logger.debug("client connected", metadata: ["client": "\(NodeID(publicKey: key).short)", "from": "\(address)"])
     }
 
-    func closed(_ link: PeerLink, connection: UInt64, address: String, wasEstablished: Bool) {
+    func closed(_ link: any RelayClientLink, connection: UInt64, address: String, wasEstablished: Bool) {
         if !wasEstablished {
             book.withLockedValue { $0.leavePending(address: address) }
             metrics.update { $0.handshakesFailed += 1 }
@@ -46,7 +46,7 @@ extension RelayServer {
         book.withLockedValue { $0.clientClosed(connection) }
     }
 
-    func received(_ envelope: Envelope, on link: PeerLink, connection: UInt64) {
+    func received(_ envelope: Envelope, on link: any RelayClientLink, connection: UInt64) {
         let nowMs = now()
         guard let session = sessions.withLockedValue({ s -> Session? in
             s[connection]?.lastFrameMs = nowMs
@@ -72,15 +72,15 @@ extension RelayServer {
         }
     }
 
-    func reject(_ envelope: Envelope, _ link: PeerLink, code: Tandem_V1_ErrorCode = .malformed,
+    func reject(_ envelope: Envelope, _ link: any RelayClientLink, code: Tandem_V1_ErrorCode = .malformed,
                         _ detail: String = "the payload does not parse") {
         let r = FrameRejection(code, detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         if let reply = FrameVerifier.errorReply(to: r, from: identity, linkPeer: envelope.author, now: wallClockMilliseconds()) {
-            link.send(reply)
+            link.sendEnvelope(reply)
         }
     }
 
-    func reply(_ link: PeerLink, _ requestID: UInt64, _ status: Tandem_V1_RelayStatus, _ detail: String = "",
+    func reply(_ link: any RelayClientLink, _ requestID: UInt64, _ status: Tandem_V1_RelayStatus, _ detail: String = "",
                        token: [UInt8] = [], itemID: Int64 = 0) {
         var r = Tandem_V1_RelayReply()
         r.requestID = requestID
@@ -88,7 +88,7 @@ extension RelayServer {
         r.detail = detail
         r.token = Data(token)
         r.itemID = UInt64(bitPattern: itemID)
-        link.send(type: .relayReply, payload: (try? r.serializedBytes()) ?? [])
+        link.sendSigned(type: .relayReply, payload: (try? r.serializedBytes()) ?? [])
     }
 
     /// The link becomes its key's home link; the link it replaces is told goodbye.

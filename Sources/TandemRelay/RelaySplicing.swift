@@ -99,7 +99,7 @@ extension RelayServer {
             var incoming = Tandem_V1_TunnelIncoming()
             incoming.from = Data(session.key)
             incoming.token = Data(token)
-            t.link.send(type: .tunnelIncoming, payload: (try? incoming.serializedBytes()) ?? [])
+            t.link.sendSigned(type: .tunnelIncoming, payload: (try? incoming.serializedBytes()) ?? [])
             reply(session.link, m.requestID, .ok, token: token)
         case .offline:
             metrics.update { $0.tunnelsRefused += 1 }

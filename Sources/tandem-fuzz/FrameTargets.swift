@@ -12,6 +12,7 @@ extension FuzzTarget {
         name: "frames",
         summary: "frame decoder + verifier, box-stream decoder and reader (raw, sealed, forged)",
         maximumLength: 70_000,
+        shortRunShare: 4,
         run: { FrameTargets.run(&$0) })
 }
 

@@ -24,6 +24,7 @@ extension FuzzTarget {
     static let machines = FuzzTarget(
         name: "machines",
         summary: "Challenge, Outcome merge, ClockEstimator, ReplayCache/FrameVerifier, BeaconReceiver, RelayBook",
+        shortRunShare: 4,
         run: { MachineTargets.run(&$0) })
 }
 

@@ -12,6 +12,7 @@ import Glibc
 //   frames    frame decoder + verifier, box-stream decoder and reader (FrameTargets.swift)
 //   machines  the pure state machines with arbitrary event sequences (MachineTargets.swift)
 //   node      signed frames of every type into a real node's handlers (NodeTargets.swift)
+//   relay     signed relay frames, connects, tunnel joins, clock jumps into a relay's handlers (RelayTargets.swift)
 //
 // Fuzzing build (the `make fuzz` command runs every target):
 //   swift build -c release --scratch-path .build-fuzz --product tandem-fuzz \
@@ -31,15 +32,19 @@ struct FuzzTarget: Sendable {
     let summary: String
     /// The -max_len the Makefile passes for this target.
     var maximumLength = 4096
+    /// This target's share of `make fuzz-short`'s executions (FUZZ_SHORT_RUNS split in proportion
+    /// to the shares): the fast decoder and machine targets take more, the structure-aware ones
+    /// (a few hundred executions a second) less, so every target runs and the step stays short.
+    var shortRunShare = 1
     let run: @Sendable (inout FuzzInput) -> Void
 }
 
 /// Every target this binary hosts. To add one, define it in its own file as
 /// `extension FuzzTarget { static let node = FuzzTarget(name: "node", summary: "…", run: { … }) }`
 /// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here (they read
-/// `tandem-fuzz -list-targets`: name, max_len, summary, tab-separated).
+/// `tandem-fuzz -list-targets`: name, max_len, short-run share, summary, tab-separated).
 enum FuzzRegistry {
-    static let all: [FuzzTarget] = [.frames, .machines, .node]
+    static let all: [FuzzTarget] = [.frames, .machines, .node, .relay]
     static let defaultName = "frames"
     static let environmentVariable = "TANDEM_FUZZ_TARGET"
 
@@ -77,7 +82,7 @@ enum TandemFuzz {
             arguments.remove(at: i)
         }
         if arguments.contains("-list-targets") || arguments.contains("--list-targets") {
-            for t in FuzzRegistry.all { print("\(t.name)\t\(t.maximumLength)\t\(t.summary)") }
+            for t in FuzzRegistry.all { print("\(t.name)\t\(t.maximumLength)\t\(t.shortRunShare)\t\(t.summary)") }
             exit(0)
         }
         let requested = getenv(FuzzRegistry.environmentVariable).map { String(cString: $0) } ?? ""
