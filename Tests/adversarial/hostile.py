@@ -24,7 +24,7 @@ from collections import namedtuple
 from nacl.public import PrivateKey
 from nacl.signing import SigningKey
 from secret_handshake.boxstream import get_stream_pair
-from secret_handshake.crypto import SHSClientCrypto
+from secret_handshake.crypto import SHSClientCrypto, SHSServerCrypto
 
 from relayproto import NETWORK_KEY, SIGNING_DOMAIN, _varint, pb_bytes, pb_decode, pb_uint  # noqa: F401
 
@@ -95,6 +95,20 @@ def enc_contact(key, name="", addresses=(), home_relay="", version=1):
 
 def enc_friend_request(key, message="", name="stranger"):
     return pb_bytes(1, message) + pb_bytes(2, enc_contact(key, name=name, version=now_ms()))
+
+
+async def accept_handshake(key, reader, writer):
+    """The server side of the Secret Handshake (section 3) on an accepted connection, as `key`.
+    Returns (box_in, box_out, the client's public key), or None when the client's first message does
+    not verify (wrong network key)."""
+    crypto = SHSServerCrypto(key, PrivateKey.generate(), application_key=NETWORK_KEY)
+    if not crypto.verify_challenge(await reader.readexactly(64)):
+        return None
+    writer.write(crypto.generate_challenge())
+    crypto.verify_client_auth(await reader.readexactly(112))
+    writer.write(crypto.generate_accept())
+    box_in, box_out = get_stream_pair(reader, writer, **crypto.get_box_keys())
+    return box_in, box_out, bytes(crypto.remote_pub_key)
 
 
 class PingRefused(AssertionError):

@@ -12,14 +12,10 @@ import subprocess
 import threading
 import time
 
-from hostile import envelope, frame, parse_envelope, pb_bytes, pb_uint
-from relayproto import NETWORK_KEY
+from hostile import accept_handshake, envelope, frame, parse_envelope, pb_bytes, pb_uint
 from tandem_testkit import RELAY, cli, cli_json, free_port, poll
 
-from nacl.public import PrivateKey
 from nacl.signing import SigningKey
-from secret_handshake.boxstream import get_stream_pair
-from secret_handshake.crypto import SHSServerCrypto
 
 RELAY_REGISTER, RELAY_GOODBYE = 0x0301, 0x0309
 
@@ -51,14 +47,10 @@ class HostileRelay:
 
     async def _client(self, reader, writer):
         try:
-            crypto = SHSServerCrypto(self.key, PrivateKey.generate(), application_key=NETWORK_KEY)
-            if not crypto.verify_challenge(await reader.readexactly(64)):
+            accepted = await accept_handshake(self.key, reader, writer)
+            if accepted is None:
                 return
-            writer.write(crypto.generate_challenge())
-            crypto.verify_client_auth(await reader.readexactly(112))
-            writer.write(crypto.generate_accept())
-            box_in, box_out = get_stream_pair(reader, writer, **crypto.get_box_keys())
-            node_key = bytes(crypto.remote_pub_key)
+            box_in, box_out, node_key = accepted
             buf = bytearray()
             while True:
                 box = await box_in.read()

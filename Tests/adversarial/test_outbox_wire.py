@@ -9,14 +9,10 @@ import time
 
 from advhelpers import HONEST
 from tandem_testkit import cli, free_port, wait_event
-from hostile import (FRIEND_ACCEPT, FRIEND_REQUEST, PRESENCE, enc_contact, now_ms,
+from hostile import (FRIEND_ACCEPT, FRIEND_REQUEST, PRESENCE, accept_handshake, enc_contact, now_ms,
                      parse_envelope, pb_bytes)
-from relayproto import NETWORK_KEY
 
-from nacl.public import PrivateKey
 from nacl.signing import SigningKey
-from secret_handshake.boxstream import get_stream_pair
-from secret_handshake.crypto import SHSServerCrypto
 
 BECH32_ALPHABET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
 
@@ -69,13 +65,10 @@ class ListeningPeer:
         received = []
         self.links.append(received)
         try:
-            crypto = SHSServerCrypto(self.key, PrivateKey.generate(), application_key=NETWORK_KEY)
-            if not crypto.verify_challenge(await reader.readexactly(64)):
+            accepted = await accept_handshake(self.key, reader, writer)
+            if accepted is None:
                 return
-            writer.write(crypto.generate_challenge())
-            crypto.verify_client_auth(await reader.readexactly(112))
-            writer.write(crypto.generate_accept())
-            box_in, _ = get_stream_pair(reader, writer, **crypto.get_box_keys())
+            box_in = accepted[0]
             buf = bytearray()
             while True:
                 box = await box_in.read()
