@@ -31,6 +31,9 @@ public final class PeerLink: Sendable {
     public let serial: UInt64
     private let remote = NIOLockedValueBox<[UInt8]?>(nil)
     private let remoteHost = NIOLockedValueBox<String?>(nil)
+    /// Set by whoever consumes the link's frames when its queue is full (backpressure): the link
+    /// then hands on no further frame and reads nothing until `resumeReading()`.
+    private let consumerPaused = NIOLockedValueBox(false)
     private static let serials = NIOLockedValueBox<UInt64>(0)
 
     init(channel: Channel, identity: SigningKeyPair, relay: [UInt8]? = nil) {
@@ -77,4 +80,23 @@ public final class PeerLink: Sendable {
     public func close() {
         channel.close(promise: nil)
     }
+
+    /// Stops handing frames on, and reading, after the frame being handled now (callable from any
+    /// thread). The frames of reads already done wait in the link, the socket's in the kernel, and
+    /// TCP's flow control reaches the sender.
+    public func pauseReading() {
+        consumerPaused.withLockedValue { $0 = true }
+    }
+
+    /// Undoes `pauseReading()`: the frames that waited are handed on, then reading goes on.
+    public func resumeReading() {
+        let was = consumerPaused.withLockedValue { p -> Bool in defer { p = false }; return p }
+        guard was else { return }
+        channel.pipeline.fireUserInboundEventTriggered(ConsumerResumed())
+    }
+
+    public var isReadingPaused: Bool { consumerPaused.withLockedValue { $0 } }
 }
+
+/// Sent down a link's pipeline when its consumer has room again.
+struct ConsumerResumed: Sendable {}

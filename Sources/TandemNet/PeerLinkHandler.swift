@@ -41,6 +41,9 @@ final class PeerLinkHandler: ChannelInboundHandler {
         if let established = event as? SecureChannelEstablished {
             link.setRemote(established.remotePublicKey)
             delegate?.linkEstablished(link)
+        } else if event is ConsumerResumed {
+            drain(context: context)
+            return
         } else if event is ChannelShouldQuiesceEvent {
             // Graceful shutdown: close, which says box-stream goodbye.
             context.close(promise: nil)
@@ -53,7 +56,7 @@ final class PeerLinkHandler: ChannelInboundHandler {
         guard !closing else { return }
         let bytes = unwrapInboundIn(data)
         let cap = gate.limits.framesPerTurn ?? Int.max
-        if turnFrames >= cap || !backlog.isEmpty {
+        if turnFrames >= cap || !backlog.isEmpty || link.isReadingPaused {
             // This turn's share is spent: keep the frame for a later turn and read no more meanwhile.
             keep(bytes, context: context)
             return
@@ -89,15 +92,19 @@ final class PeerLinkHandler: ChannelInboundHandler {
 
     private func drain(context: ChannelHandlerContext) {
         guard context.channel.isActive else { backlog.removeAll(); return }
+        // Paused by the consumer: the frames wait until it resumes the link (ConsumerResumed).
+        if link.isReadingPaused { return }
         turnFrames = 0
         let cap = gate.limits.framesPerTurn ?? Int.max
-        while turnFrames < cap, !closing, let next = backlog.first {
+        while turnFrames < cap, !closing, !link.isReadingPaused, let next = backlog.first {
             turnFrames += 1
             guard process(next, context: context) else { break }
             backlog.removeFirst()
         }
         if closing { backlog.removeAll() }
-        if backlog.isEmpty {
+        if link.isReadingPaused {
+            readGate?.0.hold(true, context: readGate!.1)
+        } else if backlog.isEmpty {
             turnFrames = 0
             readGate?.0.hold(false, context: readGate!.1)
         } else {
@@ -123,12 +130,14 @@ final class PeerLinkHandler: ChannelInboundHandler {
             answer(rejection, context: context)
         case .success(let envelope):
             handle(envelope, context: context)
+            // The consumer's queue is full: read nothing more until it resumes the link.
+            if link.isReadingPaused { readGate?.0.hold(true, context: readGate!.1) }
         }
         return true
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        if backlog.isEmpty { turnFrames = 0 } else { scheduleDrain(context: context) }
+        if backlog.isEmpty { turnFrames = 0 } else if !link.isReadingPaused { scheduleDrain(context: context) }
         context.fireChannelReadComplete()
     }
 

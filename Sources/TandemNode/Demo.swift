@@ -51,8 +51,8 @@ public enum DemoScenario {
                                         dataDirectory: aliceDir, logger: logger)
         let bobNode = try NodeRuntime(identity: bob, configuration: try config(discoveryPort: bobPort, target: alicePort),
                                       dataDirectory: bobDir, logger: logger)
-        try aliceNode.friends.setName("Alice")
-        try bobNode.friends.setName("Bob")
+        try await aliceNode.friends.setName("Alice")
+        try await bobNode.friends.setName("Bob")
         let aliceEvents = aliceNode.eventBus.subscribe(since: nil)
         let bobEvents = bobNode.eventBus.subscribe(since: nil)
 
@@ -67,12 +67,12 @@ public enum DemoScenario {
             let seen = try await next(bobEvents, "peer.discovered", ["id": aliceID.canonical])
             say("3. Bob's node hears Alice's beacon: \(seen.fields["name"]?.stringValue ?? "?") at \(seen.fields["address"]?.stringValue ?? "?").")
 
-            _ = try bobNode.friends.request(alice.publicKey, message: "Focus together this week?", address: nil)
+            _ = try await bobNode.friends.request(alice.publicKey, message: "Focus together this week?", address: nil)
             say("4. Bob sends Alice a friend request (stored in his outbox first, then delivered over the link).")
             let req = try await next(aliceEvents, "friend.request.received", ["id": bobID.canonical])
             say("   Alice's node checks the signature and shows it: \(req.fields["name"]?.stringValue ?? "?") asks “\(req.fields["message"]?.stringValue ?? "")”.")
 
-            _ = try aliceNode.friends.accept(bob.publicKey)
+            _ = try await aliceNode.friends.accept(bob.publicKey)
             _ = try await next(bobEvents, "friend.accepted", ["id": aliceID.canonical])
             _ = try await next(bobEvents, "peer.online", ["id": aliceID.canonical])
             say("5. Alice accepts. Bob's node gets her signed answer: they are friends, and each sees the other online.")

@@ -12,7 +12,6 @@ import TandemStore
 public final class NodeHarness: @unchecked Sendable {
     public let identity: SigningKeyPair
     public let runtime: NodeRuntime
-    let router: NodeFrameRouter
 
     public init(identity: SigningKeyPair) throws {
         self.identity = identity
@@ -23,7 +22,6 @@ public final class NodeHarness: @unchecked Sendable {
         var logger = Logger(label: "tandem.harness")
         logger.logLevel = .critical
         runtime = try NodeRuntime(identity: identity, configuration: configuration, dataDirectory: nil, logger: logger)
-        router = NodeFrameRouter(friends: runtime.friends, clock: runtime.clock, challenges: runtime.challenges)
     }
 
     /// Forgets everything stored (a fresh node with the same identity and services), so one
@@ -35,17 +33,19 @@ public final class NodeHarness: @unchecked Sendable {
     /// Makes `key` a friend, as if a request and its acceptance had gone through.
     public func befriend(_ key: [UInt8], name: String = "friend") throws {
         let store = runtime.friends.store
-        let now = runtime.friends.now()
+        let now = runtime.outbox.now()
         var request = Tandem_V1_FriendRequest()
         request.contact = runtime.friends.contactRecord()
-        let frame = runtime.friends.outboxFrame(.friendRequest, to: key, payload: try request.serializedBytes())
+        let frame = runtime.outbox.frame(.friendRequest, to: key, payload: try request.serializedBytes())
         _ = try store.requestFriend(key, message: nil, frame: frame, nowMs: now)
         _ = try store.receiveFriendAccept(from: key, displayName: name, record: [], recordVersion: 1, nowMs: now)
     }
 
-    /// A frame that passed the link rules, handed to the flows (as relay mail is).
+    /// A frame that passed the link rules, handed to the flows (as relay mail is), on the calling
+    /// thread: the harness runs no core thread of its own work, and is driven from one thread.
     public func deliver(_ envelope: Envelope) {
-        router.handleMail(envelope)
+        let relay = RelayAddress(id: NodeID(publicKey: identity.publicKey), host: "127.0.0.1", port: 1)
+        runtime.frameRouter.handle(.mail(envelope, relay: relay, done: {}))
     }
 
     /// One round of the challenge loop (expiries, starts, commits).

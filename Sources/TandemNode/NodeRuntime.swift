@@ -40,12 +40,24 @@ public final class NodeRuntime: Sendable {
     public let discovery: DiscoveryService?
     /// Home relays, tunnels and mailboxes.
     public let relays: RelayClient
-    let flows: FlowQueue
+    /// The one owner of the node's state: every store access and flow step runs on its thread.
+    let core: NodeCore
+    /// Frames owed to peers, until acknowledged.
+    let outbox: Outbox
+    /// Who of our friends is online; our status.
+    let presence: PresenceService
+    /// Cross-service notifications.
+    let signals: NodeSignals
+    /// Store failures on paths that went on.
+    let health: StoreHealth
+    let frameRouter: NodeFrameRouter
+    /// What LAN beacons say, refreshed on the core when it changes (the beacon loop reads no store).
+    private let beaconState = NIOLockedValueBox(DiscoveryState(discoverable: false, displayName: "", tcpPort: 0, friends: []))
     private let logger: Logger
 
     /// - Parameters:
     ///   - dataDirectory: serve a control socket there (nil: none).
-    ///   - eventLog: where events are stored (default: the last 10,000 in memory).
+    ///   - eventLog: where events are stored (default: the node's store).
     public init(identity: SigningKeyPair, configuration: NodeConfiguration,
                 dataDirectory: DataDirectory? = nil, eventLog: EventLog? = nil,
                 group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
@@ -76,50 +88,53 @@ public final class NodeRuntime: Sendable {
             logger.warning("stored row quarantined", metadata: ["kind": "\(row.kind)", "key": "\(hexString(row.rowKey))",
                                                              "reason": "\(row.reason)"])
         }
-        let peers = PeerManager(identity: identity, gate: gate, options: configuration.link, group: group, logger: logger)
+        // Built in dependency order, each with what it needs; nothing is wired in afterwards.
+        let health = StoreHealth(logger: logger)
+        let signals = NodeSignals()
+        let core = NodeCore()
+        (self.health, self.signals, self.core) = (health, signals, core)
+        let peers = PeerManager(identity: identity, gate: gate, options: configuration.link, group: group, logger: logger,
+                                handler: core)
         self.peers = peers
         self.listener = NodeListener(identity: identity, configuration: configuration, gate: gate,
                                      delegate: peers, group: group, logger: logger)
-        self.eventBus = EventBus(log: eventLog ?? StoreEventLog(store: store),
-                                 logger: logger)
-        let friends = FriendService(identity: identity, store: store, peers: peers, events: eventBus,
-                                    configuration: configuration.friends, logger: logger)
-        self.friends = friends
-        let clock = ClockSync(peers: peers)
-        self.clock = clock
-        let challenges = ChallengeService(identity: identity, store: store, peers: peers, events: eventBus, friends: friends,
-                                          clock: clock, logger: logger)
-        self.challenges = challenges
-        let frameRouter = NodeFrameRouter(friends: friends, clock: clock, challenges: challenges)
-        // Link frames reach the flows through one bounded serial queue, off the event loops.
-        let flows = FlowQueue(router: frameRouter)
-        self.flows = flows
-        peers.handler = flows
+        let events = EventBus(log: eventLog ?? StoreEventLog(store: store), logger: logger)
+        self.eventBus = events
         let relays = RelayClient(identity: identity, store: store, peers: peers, gate: gate, options: configuration.link,
-                                 events: eventBus, logger: logger)
-        relays.onMail = { frameRouter.handleMail($0) }
-        relays.onReachable = { friends.poke() }
-        friends.relays = relays
+                                 events: events, core: core, signals: signals, logger: logger)
         self.relays = relays
-        let announce = AnnounceHook()
-        let discoverable = DiscoverableSetting(store: store, onChange: { announce.fire() })
+        let friendsConfig = configuration.friends
+        let presenceState = PresenceState(heartbeatSeconds: UInt32(clamping: friendsConfig.heartbeat.nanoseconds / 1_000_000_000))
+        var outboxConfig = Outbox.Configuration()
+        outboxConfig.retryTick = .nanoseconds(friendsConfig.retryTick.nanoseconds)
+        let outbox = Outbox(identity: identity, store: store, core: core,
+                            transport: Dialer(store: store, core: core, peers: peers, relays: relays, health: health, logger: logger),
+                            presence: presenceState, events: events, health: health, signals: signals,
+                            configuration: outboxConfig, logger: logger)
+        self.outbox = outbox
+        let presence = PresenceService(state: presenceState, store: store, peers: peers, outbox: outbox, events: events,
+                                       health: health, core: core, heartbeat: .nanoseconds(friendsConfig.heartbeat.nanoseconds),
+                                       silenceLimit: .nanoseconds(friendsConfig.silenceLimit.nanoseconds), logger: logger)
+        self.presence = presence
+        let friends = FriendService(identity: identity, store: store, core: core, peers: peers, outbox: outbox, presence: presence,
+                                    relays: relays, events: events, health: health, signals: signals,
+                                    configuration: friendsConfig, logger: logger)
+        self.friends = friends
+        let clock = ClockSync(peers: peers, signals: signals)
+        self.clock = clock
+        let challenges = ChallengeService(identity: identity, store: store, core: core, peers: peers, events: events, outbox: outbox,
+                                          presence: presence, clock: clock, health: health, signals: signals, logger: logger)
+        self.challenges = challenges
+        self.frameRouter = NodeFrameRouter(friends: friends, presence: presence, outbox: outbox, clock: clock, challenges: challenges,
+                                           store: store, events: events, health: health)
+        let discoverable = DiscoverableSetting(store: store, signals: signals)
         self.discoverable = discoverable
-        friends.onFriendsChanged = { announce.fire() }
         if let discoveryConfig = configuration.discovery {
-            let listener = self.listener
-            let port = NIOLockedValueBox(0)
-            let discovery = DiscoveryService(
+            let beaconState = self.beaconState
+            self.discovery = DiscoveryService(
                 identity: identity, configuration: discoveryConfig, group: group, logger: logger,
-                state: {
-                    if port.withLockedValue({ $0 }) == 0, let p = listener.boundAddressNow?.port {
-                        port.withLockedValue { $0 = p }
-                    }
-                    return DiscoveryState(discoverable: discoverable.isDiscoverable, displayName: friends.displayName,
-                                          tcpPort: port.withLockedValue { $0 }, friends: (try? store.friendKeys()) ?? [])
-                },
-                onSighting: { flows.sighted($0) })
-            announce.target = { discovery.announceNow() }
-            self.discovery = discovery
+                state: { beaconState.withLockedValue { $0 } },
+                onSighting: { core.sighted($0) })
         } else {
             self.discovery = nil
         }
@@ -130,20 +145,34 @@ public final class NodeRuntime: Sendable {
             ControlServer(directory: $0, router: router, group: group, logger: logger,
                           startAfter: { _ = try await listener.boundAddress })
         }
-        eventBus.registerControlMethods(on: router)
+        events.registerControlMethods(on: router)
         friends.registerControlMethods(on: router, discoverable: discoverable)
         challenges.registerControlMethods(on: router)
-        relays.registerControlMethods(on: router, friends: friends)
+        relays.registerControlMethods(on: router, friends: friends, core: core)
         registerStatus()
         for row in quarantined {
-            eventBus.emit("store.quarantined", ["kind": .string(row.kind), "key": .string(hexString(row.rowKey)),
-                                                "reason": .string(row.reason)])
+            events.emit("store.quarantined", ["kind": .string(row.kind), "key": .string(hexString(row.rowKey)),
+                                              "reason": .string(row.reason)])
         }
+    }
+
+    /// On the core: what beacons say now.
+    func refreshBeaconState() {
+        let port = listener.boundAddressNow?.port ?? 0
+        let state = DiscoveryState(discoverable: discoverable.isDiscoverable, displayName: friends.displayName, tcpPort: port,
+                                   friends: health.read("read the friends", or: []) { try store.friendKeys() })
+        beaconState.withLockedValue { $0 = state }
     }
 
     private func registerStatus() {
         router.register("node.status") { [self] _ in
             let address = try? await listener.boundAddress
+            return try await core.perform { try self.status(address: address) }
+        }
+    }
+
+    /// On the core: what `tandem status` shows.
+    private func status(address: SocketAddress?) throws -> JSONValue {
             var o: [String: JSONValue] = [:]
             o["id"] = .string(id.canonical)
             o["display"] = .string(id.display)
@@ -161,11 +190,12 @@ public final class NodeRuntime: Sendable {
             o["quarantine"] = .array(quarantined.map {
                 .object(["kind": .string($0.kind), "key": .string(hexString($0.rowKey)), "reason": .string($0.reason), "at_ms": .int($0.atMs)])
             })
-            o["store_errors"] = .int(Int64(friends.storeErrors.withLockedValue { $0 }))
-            o["frames_dropped_queue_full"] = .int(Int64(flows.dropped))
+            o["store_errors"] = .int(Int64(health.errors))
+            o["frames_dropped_queue_full"] = .int(Int64(core.dropped))
+            o["links_paused_queue_full"] = .int(Int64(core.pausedLinks))
+            o["frames_waiting"] = .int(Int64(core.pendingFrames))
             o["transport"] = transportStatus()
             return .object(o)
-        }
     }
 
     /// Transport counters and what the node's limits hold right now (Protocol 5.12).
@@ -189,27 +219,36 @@ public final class NodeRuntime: Sendable {
     public var id: NodeID { NodeID(publicKey: identity.publicKey) }
 
     /// The services, in dependency order (shut down in reverse): the listener, the control socket,
-    /// then the announcer of `node.started` (last, so `node.stopping` still reaches subscribers).
+    /// the core's inbound stream, the flows' loops, then the announcer of `node.started` (last, so
+    /// `node.stopping` still reaches subscribers).
     public var services: [Service] {
         var services: [Service] = [listener]
         if let controlServer { services.append(controlServer) }
-        services.append(FriendLoop(friends: friends, peers: peers, listener: listener))
+        services.append(CoreInbound(core: core, router: frameRouter))
+        services.append(FriendLoops(node: self))
         services.append(ChallengeLoop(challenges: challenges, listener: listener))
         services.append(RelayLoop(relays: relays, listener: listener))
-        if let discovery { services.append(DiscoveryAfterListener(discovery: discovery, listener: listener)) }
+        if let discovery { services.append(DiscoveryAfterListener(node: self, discovery: discovery)) }
         services.append(NodeAnnouncer(node: self))
         return services
     }
+
+    /// How long a graceful shutdown may take before what is left is cancelled.
+    public static let shutdownLimit: Duration = .seconds(5)
 
     /// Runs until SIGINT/SIGTERM (when `signals`) or until the task is cancelled.
     public func run(signals: Bool = true) async throws {
         // One node per data directory: refuse before the listener binds anything.
         try controlServer?.claimDataDirectory()
-        let serviceGroup = ServiceGroup(configuration: .init(
+        var configuration = ServiceGroupConfiguration(
             services: services.map { .init(service: $0) },
             gracefulShutdownSignals: signals ? [.sigterm, .sigint] : [],
-            logger: logger))
+            logger: logger)
+        configuration.maximumGracefulShutdownDuration = Self.shutdownLimit
+        configuration.maximumCancellationDuration = .seconds(2)
+        let serviceGroup = ServiceGroup(configuration: configuration)
         try await serviceGroup.run()
+        self.signals.finish()
     }
 
     /// Opens an authenticated link to a peer.
@@ -221,40 +260,56 @@ public final class NodeRuntime: Sendable {
     }
 }
 
-/// Lets the discoverable setting and the friend list re-announce once discovery exists.
-final class AnnounceHook: @unchecked Sendable {
-    private let lock = NIOLockedValueBox<(@Sendable () -> Void)?>(nil)
-    var target: (@Sendable () -> Void)? {
-        get { lock.withLockedValue { $0 } }
-        set { lock.withLockedValue { $0 = newValue } }
+/// Hands inbound frames and link events to the flows, on the core, until shutdown.
+struct CoreInbound: Service {
+    let core: NodeCore
+    let router: NodeFrameRouter
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await core.consume(with: router) }
     }
-    func fire() { target?() }
 }
 
-/// Starts beaconing once the TCP port is known (beacons announce it).
+/// Starts beaconing once the TCP port is known (beacons announce it), and re-announces when what
+/// beacons say changes.
 struct DiscoveryAfterListener: Service {
+    let node: NodeRuntime
     let discovery: DiscoveryService
-    let listener: NodeListener
 
     func run() async throws {
-        _ = try await listener.boundAddress
-        try await discovery.run()
+        _ = try await node.listener.boundAddress
+        await node.core.run { node.refreshBeaconState() }
+        let changes = node.signals.subscribe { [.friendsChanged, .discoverableChanged, .nameChanged].contains($0) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await _ in changes {
+                    await node.core.run { node.refreshBeaconState() }
+                    discovery.announceNow()
+                }
+            }
+            try await discovery.run()
+            group.cancelAll()
+        }
     }
 }
 
-/// Runs the friends' delivery loop once the listener is bound; closes every link at shutdown.
-struct FriendLoop: Service {
-    let friends: FriendService
-    let peers: PeerManager
-    let listener: NodeListener
+/// Delivery, presence heartbeats and the port announcement, once the listener is bound; closes
+/// every link at shutdown (each says box-stream goodbye).
+struct FriendLoops: Service {
+    let node: NodeRuntime
 
     func run() async throws {
-        if let port = try? await listener.boundAddress.port {
-            friends.setListenPort(port)
-            try? friends.announceListenPortIfChanged()
+        if let port = try? await node.listener.boundAddress.port {
+            let friends = node.friends
+            await node.core.run { node.health.attempt("announce the listening port") { try friends.listening(on: port) } }
         }
-        await cancelWhenGracefulShutdown { await friends.run() }
-        peers.closeAll()
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await node.outbox.run() }
+                group.addTask { await node.presence.run() }
+            }
+        }
+        node.peers.closeAll()
     }
 }
 

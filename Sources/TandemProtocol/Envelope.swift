@@ -6,6 +6,14 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
     public let rawValue: UInt16
     public init(rawValue: UInt16) { self.rawValue = rawValue }
 
+    /// The families of types, by high byte (Protocol/README.md 5.8).
+    public static let linkRange: ClosedRange<UInt16> = 0x0001...0x00ff
+    public static let friendsRange: ClosedRange<UInt16> = 0x0101...0x01ff
+    public static let challengeRange: ClosedRange<UInt16> = 0x0201...0x02ff
+    public static let relayRange: ClosedRange<UInt16> = 0x0301...0x03ff
+
+    public var isChallenge: Bool { Self.challengeRange.contains(rawValue) }
+
     public static let error = MessageType(rawValue: 0x0001)
     public static let ping = MessageType(rawValue: 0x0002)
     public static let pong = MessageType(rawValue: 0x0003)

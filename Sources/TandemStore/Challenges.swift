@@ -43,6 +43,17 @@ extension NodeStore {
         }
     }
 
+    /// The peers a node keeps links to: its friends, and the partners of challenges that are on
+    /// (accepted, scheduled, running) who are not friends.
+    public func peersToKeepConnected() throws -> [[UInt8]] {
+        var keys = try friendKeys()
+        var seen = Set(keys)
+        for c in try challenges(phases: [.accepted, .scheduled, .running]) {
+            for k in (c.roster.isEmpty ? c.others : c.rosterOthers) where seen.insert(k).inserted { keys.append(k) }
+        }
+        return keys
+    }
+
     /// Challenges, newest first; `phases` nil for all.
     public func challenges(phases: [Challenge.Phase]? = nil, limit: Int = 1000) throws -> [Challenge] {
         try read { db in

@@ -46,7 +46,7 @@ struct FriendsBench: AsyncParsableCommand {
             // Bob accepts every request as soon as his node reports it.
             tasks.addTask {
                 for await e in bobEvents where e.type == "friend.request.received" {
-                    _ = try? bob.friends.accept(aliceKey.publicKey)
+                    _ = try? await bob.friends.accept(aliceKey.publicKey)
                 }
             }
             let bobPort = try await bob.listener.boundAddress.port!
@@ -54,12 +54,12 @@ struct FriendsBench: AsyncParsableCommand {
             let clock = ContinuousClock()
             for round in 0..<(rounds + 3) {
                 let start = clock.now
-                _ = try alice.friends.request(bobKey.publicKey, message: "round \(round)", address: ("127.0.0.1", bobPort))
+                _ = try await alice.friends.request(bobKey.publicKey, message: "round \(round)", address: ("127.0.0.1", bobPort))
                 while let e = await accepted.next(), e.type != "friend.accepted" {}
                 let elapsed = clock.now - start
                 if round >= 3 { friendTimes.append(elapsed.milliseconds) } // the first rounds open the link
                 // Back to strangers for the next round; wait until Bob has been told.
-                try alice.friends.remove(bobKey.publicKey)
+                try await alice.friends.remove(bobKey.publicKey)
                 // (A relationship that ends leaves no row behind: nil or `none`.)
                 try await waitUntil {
                     guard let contact = try? bob.store.contact(aliceKey.publicKey) else { return true }

@@ -484,7 +484,7 @@ final class FriendLink: PeerLinkDelegate, @unchecked Sendable {
     /// The frames a node resends until acknowledged (Protocol/README.md: friend flows and challenges).
     static func isDurable(_ type: MessageType) -> Bool {
         [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate].contains(type)
-            || (0x0201...0x02ff).contains(type.rawValue)
+            || type.isChallenge
     }
 }
 
@@ -701,7 +701,7 @@ struct IsolationChild: AsyncParsableCommand {
                 for await e in events where e.type == "friend.request.received" {
                     guard let id = e.fields["id"]?.stringValue, let key = NodeID(id)?.publicKey,
                           keys.contains(key) else { continue }
-                    _ = try? node.friends.accept(key)
+                    _ = try? await node.friends.accept(key)
                 }
             }
             let address = try await node.listener.boundAddress

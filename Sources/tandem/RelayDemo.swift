@@ -45,8 +45,8 @@ enum RelayDemoScenario {
 
             let carolNode = try NodeRuntime(identity: carol, configuration: config, dataDirectory: carolDir, logger: logger)
             var daveNode = try NodeRuntime(identity: dave, configuration: config, dataDirectory: daveDir, logger: logger)
-            try carolNode.friends.setName("Carol")
-            try daveNode.friends.setName("Dave")
+            try await carolNode.friends.setName("Carol")
+            try await daveNode.friends.setName("Dave")
             let c = DemoNode(name: "Carol", node: carolNode, events: carolNode.eventBus.subscribe(since: nil))
             var d = DemoNode(name: "Dave", node: daveNode, events: daveNode.eventBus.subscribe(since: nil))
             let carolTask = Task { try await carolNode.run(signals: false) }

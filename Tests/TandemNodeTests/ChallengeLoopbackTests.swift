@@ -54,9 +54,9 @@ final class ChallengeLoopbackTests: XCTestCase {
     }
 
     func befriend(_ a: Running, _ b: Running) async throws {
-        _ = try a.node.friends.request(b.node.identity.publicKey, message: "", address: ("127.0.0.1", b.port))
+        _ = try await a.node.friends.request(b.node.identity.publicKey, message: "", address: ("127.0.0.1", b.port))
         _ = try await event(b.node, "friend.request.received")
-        _ = try b.node.friends.accept(a.node.identity.publicKey)
+        _ = try await b.node.friends.accept(a.node.identity.publicKey)
         _ = try await event(a.node, "friend.accepted")
     }
 

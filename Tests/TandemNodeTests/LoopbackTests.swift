@@ -1,6 +1,8 @@
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import ServiceLifecycleTestKit
 import Sodium
 import TandemNet
 import TandemProtocol
@@ -149,6 +151,43 @@ final class LoopbackTests: XCTestCase {
         }
     }
 
+    /// Backpressure: a consumer that pauses a link gets no further frame from it until it resumes
+    /// the link; the frames wait (unread ones in the socket), none is lost or reordered.
+    func testAPausedLinkHandsOnNothingUntilResumed() async throws {
+        try await withNode { server, port in
+            let c = client()
+            let recorder = PausingRecorder()
+            let (link, _) = try await c.connect(host: "127.0.0.1", port: port, to: server.id, delegate: recorder)
+            // The node answers each CLOCK_PROBE with a CLOCK_REPLY echoing its t1.
+            let count = 20
+            let base = UInt64(wallClockMicros())
+            for i in 0..<count {
+                var probe = Tandem_V1_ClockProbe()
+                probe.t1Us = base + UInt64(i)
+                link.send(type: .clockProbe, payload: try probe.serializedBytes())
+            }
+            // The first reply pauses the link: nothing more arrives while it is paused.
+            let first = await eventually { recorder.nonces.count == 1 }
+            XCTAssertTrue(first)
+            try await Task.sleep(for: .milliseconds(300))
+            XCTAssertEqual(recorder.nonces.count, 1, "a paused link must hand on nothing")
+            XCTAssertTrue(link.isReadingPaused)
+            // Each resume lets exactly one more through (the recorder pauses again on it).
+            link.resumeReading()
+            let second = await eventually { recorder.nonces.count == 2 }
+            XCTAssertTrue(second)
+            try await Task.sleep(for: .milliseconds(200))
+            XCTAssertEqual(recorder.nonces.count, 2)
+            // Stop pausing: everything that waited arrives, in order.
+            recorder.pausing = false
+            link.resumeReading()
+            let all = await eventually { recorder.nonces.count == count }
+            XCTAssertTrue(all, "got \(recorder.nonces.count) of \(count)")
+            XCTAssertEqual(recorder.nonces, (0..<UInt64(count)).map { base + $0 })
+            link.close()
+        }
+    }
+
     func testRejectedFramesGetTypedErrorsAndTheLinkStaysUp() async throws {
         try await withNode { server, port in
             let c = client()
@@ -192,6 +231,58 @@ final class LoopbackTests: XCTestCase {
         _ = await task.result
         try await link.channel.closeFuture.get()
         XCTAssertEqual(seen.events, ["goodbye", "inactive"], "the node's shutdown must end the link with a box-stream goodbye")
+    }
+
+    /// A graceful shutdown through the service lifecycle (what SIGTERM does): every service ends
+    /// within the node's shutdown limit, each link ends with a box-stream goodbye, and
+    /// `node.stopping` is the last event subscribers get.
+    func testGracefulShutdownThroughTheLifecycleIsBoundedAndSaysGoodbye() async throws {
+        try await testGracefulShutdown { trigger in
+            var config = NodeConfiguration()
+            config.host = "127.0.0.1"
+            config.port = 0
+            let node = try NodeRuntime(identity: .generate(), configuration: config, logger: logger)
+            let events = node.eventBus.subscribe(since: nil)
+            let run = Task { try await node.run(signals: false) }
+            let port = try await node.listener.boundAddress.port!
+            let (link, waiter) = try await client().connect(host: "127.0.0.1", port: port, to: node.id)
+            _ = try await waiter.ping()
+            let seen = LinkEndRecorder()
+            try await link.channel.pipeline.addHandler(seen).get()
+            let asked = ContinuousClock.now
+            trigger.triggerGracefulShutdown()
+            try await run.value
+            let took = ContinuousClock.now - asked
+            XCTAssertLessThan(took, NodeRuntime.shutdownLimit + .seconds(1), "shutdown took \(took)")
+            try await link.channel.closeFuture.get()
+            XCTAssertEqual(seen.events, ["goodbye", "inactive"])
+            var types: [String] = []
+            for await e in events {
+                types.append(e.type)
+                if e.type == "node.stopping" { break }
+            }
+            XCTAssertEqual(types.first, "node.started")
+            XCTAssertEqual(types.last, "node.stopping")
+        }
+    }
+}
+
+/// Records the CLOCK_REPLYs a link hands on (their echoed t1), pausing the link after each while `pausing`.
+final class PausingRecorder: PeerLinkDelegate, @unchecked Sendable {
+    private let lock = NIOLockedValueBox<(nonces: [UInt64], pausing: Bool)>(([], true))
+    var nonces: [UInt64] { lock.withLockedValue { $0.nonces } }
+    var pausing: Bool {
+        get { lock.withLockedValue { $0.pausing } }
+        set { lock.withLockedValue { $0.pausing = newValue } }
+    }
+
+    func link(_ link: PeerLink, received envelope: Envelope) {
+        guard envelope.type == .clockReply, let reply = try? Tandem_V1_ClockReply(serializedBytes: envelope.payload) else { return }
+        let pause = lock.withLockedValue { s -> Bool in
+            s.nonces.append(reply.t1Us)
+            return s.pausing
+        }
+        if pause { link.pauseReading() }
     }
 }
 

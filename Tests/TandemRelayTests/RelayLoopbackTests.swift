@@ -117,10 +117,10 @@ final class RelayLoopbackTests: XCTestCase {
             XCTAssertTrue(relay.server.book.withLockedValue { $0.isOnline(b.node.identity.publicKey) })
 
             let bKey = b.node.identity.publicKey, aKey = a.node.identity.publicKey
-            _ = try a.node.friends.request(bKey, message: "via the relay", address: nil, relay: relay.address)
+            _ = try await a.node.friends.request(bKey, message: "via the relay", address: nil, relay: relay.address)
             let received = try await event(b.node, "friend.request.received")
             XCTAssertEqual(received.fields["message"]?.stringValue, "via the relay")
-            _ = try b.node.friends.accept(aKey)
+            _ = try await b.node.friends.accept(aKey)
             _ = try await event(a.node, "friend.accepted")
 
             let friends = await eventually { self.isFriend(a.node, b.node) && self.isFriend(b.node, a.node) }

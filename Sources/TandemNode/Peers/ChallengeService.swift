@@ -17,16 +17,21 @@ import TandemStore
 /// The rules live in `TandemProtocol.Challenge` (pure); this service loads a challenge, applies
 /// one step, stores the new state together with the frames the step sends, then emits events
 /// and (re)arms timers.
+///
+/// Everything here runs on the node core, one step at a time (load, apply, store); its loop ticks
+/// there, and its timers only note the instant and hand the work to the core.
 public final class ChallengeService: @unchecked Sendable {
     let identity: SigningKeyPair
     let store: NodeStore
+    let core: NodeCore
     let peers: PeerManager
     let events: EventBus
-    let friends: FriendService
+    let outbox: Outbox
+    let presenceService: PresenceService
     let clock: ClockSync
+    let health: StoreHealth
     let logger: Logger
-    /// One step at a time: load, apply, store.
-    let mutex = NIOLock()
+    private let clockSamples: AsyncStream<NodeSignal>
     private let timers = NIOLockedValueBox<[[UInt8]: [Scheduled<Void>]]>([:])
     /// When we last heard from a peer (monotonic µs); bounded.
     private let lastHeard = NIOLockedValueBox<[[UInt8]: Int64]>([:])
@@ -35,27 +40,19 @@ public final class ChallengeService: @unchecked Sendable {
     /// How often partners are re-measured (and so hear from us) while a challenge is on.
     let probeIntervalUs: Int64 = 2_000_000
 
-    init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, events: EventBus, friends: FriendService,
-         clock: ClockSync, logger: Logger) {
+    init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, peers: PeerManager, events: EventBus, outbox: Outbox,
+         presence: PresenceService, clock: ClockSync, health: StoreHealth, signals: NodeSignals, logger: Logger) {
         self.identity = identity
         self.store = store
+        self.core = core
         self.peers = peers
         self.events = events
-        self.friends = friends
+        self.outbox = outbox
+        self.presenceService = presence
         self.clock = clock
+        self.health = health
         self.logger = logger
-        clock.onSample = { [weak self] key in self?.clockSampled(key) }
-        friends.keepConnected = { [weak self] in self?.partnersToKeep() ?? [] }
-    }
-
-    /// Partners in challenges that are on, who are not friends (the friends flow keeps those).
-    func partnersToKeep() -> [[UInt8]] {
-        let on = (try? store.challenges(phases: [.accepted, .scheduled, .running])) ?? []
-        var keys: [[UInt8]] = []
-        for c in on {
-            for k in (c.roster.isEmpty ? c.others : c.rosterOthers) where !keys.contains(k) && !friends.isFriend(k) { keys.append(k) }
-        }
-        return keys
+        self.clockSamples = signals.subscribe { if case .clockSampled = $0 { true } else { false } }
     }
 
     var me: [UInt8] { identity.publicKey }
@@ -89,15 +86,12 @@ public final class ChallengeService: @unchecked Sendable {
     @discardableResult
     func mutate(_ id: [UInt8], handled: HandledMark? = nil, announce: ((Challenge) -> Void)? = nil,
                 _ body: (inout Challenge) throws -> [Challenge.Action]) throws -> Challenge {
-        let (c, actions) = try mutex.withLock { () throws -> (Challenge, [Challenge.Action]) in
-            guard var c = try store.challenge(id) else { throw NotFound() }
-            let before = c
-            let actions = try body(&c)
-            // Most ticks change nothing: no write then.
-            if c != before || !actions.isEmpty { try persist(&c, actions, handled: handled) }
-            announce?(c)
-            return (c, actions)
-        }
+        guard var c = try store.challenge(id) else { throw NotFound() }
+        let before = c
+        let actions = try body(&c)
+        // Most ticks change nothing: no write then.
+        if c != before || !actions.isEmpty { try persist(&c, actions, handled: handled) }
+        announce?(c)
         after(c, actions)
         return c
     }
@@ -109,7 +103,7 @@ public final class ChallengeService: @unchecked Sendable {
         }
         var frames: [OutboxItem] = []
         for case .send(let type, let payload, let recipients) in actions {
-            for r in recipients { frames.append(friends.outboxFrame(type, to: r, payload: payload)) }
+            for r in recipients { frames.append(outbox.frame(type, to: r, payload: payload)) }
         }
         // The step's notices are stored with it: a crash loses both or neither.
         var pending: [PendingEvent] = []
@@ -117,13 +111,13 @@ public final class ChallengeService: @unchecked Sendable {
             let (type, fields) = event(n, c)
             pending.append(events.record(type, fields))
         }
-        try store.saveChallenge(c, frames: frames, events: pending, nowMs: friends.now(), handled: handled)
+        try store.saveChallenge(c, frames: frames, events: pending, nowMs: outbox.now(), handled: handled)
     }
 
     func after(_ c: Challenge, _ actions: [Challenge.Action]) {
         // The notices were stored with the step (`persist`); now they reach subscribers.
         events.published()
-        if actions.contains(where: { if case .send = $0 { return true } else { return false } }) { friends.poke() }
+        if actions.contains(where: { if case .send = $0 { return true } else { return false } }) { outbox.poke() }
         schedule(c)
         refreshPresence()
     }
@@ -166,7 +160,7 @@ public final class ChallengeService: @unchecked Sendable {
     }
 
     func name(_ key: [UInt8]) -> String {
-        if key == me { return friends.displayName }
+        if key == me { return health.read("read the display name", or: nil) { try store.setting("display_name") } ?? "" }
         return (try? store.contact(key))?.displayName ?? ""
     }
 
@@ -190,13 +184,13 @@ public final class ChallengeService: @unchecked Sendable {
             armed.append(loop.scheduleTask(in: .microseconds(max(0, start - off - now))) { [weak self] in
                 let (wall, mono) = (wallClockMicros(), monotonicMicros())
                 guard let service = self else { return }
-                Self.work.async { service.fireStart(id, wall: wall, mono: mono) }
+                service.core.submit { service.fireStart(id, wall: wall, mono: mono) }
             })
         }
         armed.append(loop.scheduleTask(in: .microseconds(max(0, end - off - now))) { [weak self] in
             let (wall, mono) = (wallClockMicros(), monotonicMicros())
             guard let service = self else { return }
-            Self.work.async { service.fireEnd(id, wall: wall, mono: mono) }
+            service.core.submit { service.fireEnd(id, wall: wall, mono: mono) }
         })
         timers.withLockedValue { $0[id] = armed }
     }
@@ -215,7 +209,6 @@ public final class ChallengeService: @unchecked Sendable {
         }
         return loop
     }()
-    static let work = DispatchQueue(label: "tandem.challenge-timers")
 
     private func fireStart(_ id: [UInt8], wall: Int64, mono: Int64) {
         do {
@@ -264,7 +257,7 @@ public final class ChallengeService: @unchecked Sendable {
     }
 
     /// A new clock sample from `key`: challenges timed by its clock are re-armed.
-    private func clockSampled(_ key: [UInt8]) {
+    func clockSampled(_ key: [UInt8]) {
         noteHeard(key, at: monotonicMicros())
         for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] where c.inviter == key {
             schedule(c)
@@ -285,7 +278,7 @@ public final class ChallengeService: @unchecked Sendable {
             defer { p = status }
             return p != status
         }
-        if changed { friends.setStatus(status) }
+        if changed { presenceService.setStatus(status) }
     }
 
     // MARK: - Hearing from peers
@@ -312,10 +305,16 @@ public final class ChallengeService: @unchecked Sendable {
     /// Resumes stored challenges, then ticks: expiries, starts of groups, out-of-contact partners,
     /// periodic re-measurement, commits to the ledger.
     public func run() async {
-        resume()
-        while !Task.isCancelled {
-            tick()
-            try? await Task.sleep(for: .milliseconds(200))
+        await core.run { self.resume() }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [self] in
+                for await case .clockSampled(let key) in clockSamples { await core.run { self.clockSampled(key) } }
+            }
+            while !Task.isCancelled {
+                await core.run { self.tick() }
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+            group.cancelAll()
         }
     }
 
@@ -386,15 +385,15 @@ public final class ChallengeService: @unchecked Sendable {
     func commitIfReady(_ c: Challenge) {
         guard c.readyToCommit(nowUs: timebaseNow(c)) else { return }
         do {
-            // Re-read under the lock: `c` may be older than what another step stored meanwhile.
-            let entry = try mutex.withLock { () throws -> LedgerEntry? in
+            // Re-read: `c` may be older than what another step stored meanwhile.
+            let entry = try { () throws -> LedgerEntry? in
                 guard let current = try store.challenge(c.id), current.readyToCommit(nowUs: timebaseNow(current)) else { return nil }
-                return try store.commitToLedger(current, nowMs: friends.now()) { entry in
+                return try store.commitToLedger(current, nowMs: outbox.now()) { entry in
                     [events.record("ledger.appended", ["entry": .int(entry.seq), "challenge_id": .string(c.idHex),
                                                        "hash": .string(hexString(entry.hash)),
                                                        "signers": .int(Int64(entry.signatures.count))])]
                 }
-            }
+            }()
             if entry != nil { events.published() }
         } catch {
             logger.error("cannot append to the ledger", metadata: ["challenge": "\(c.idHex)", "error": "\(error)"])
@@ -436,7 +435,7 @@ public final class ChallengeService: @unchecked Sendable {
                 logger.debug("challenge frame type not handled", metadata: ["type": "\(envelope.type)"])
             }
         } catch let e as PayloadError {
-            friends.refuseMalformed(envelope, e, on: link)
+            outbox.refuseMalformed(envelope, e, on: link)
         } catch {
             logger.info("challenge frame refused", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
                                                               "error": "\(error)"])
@@ -451,33 +450,33 @@ public final class ChallengeService: @unchecked Sendable {
         // an unknown id) is acknowledged and dropped without a write: no handled-id row, no
         // transaction, so such frames cannot grow the disk (the request throttle bounds the acks).
         guard let current = try store.challenge(id), current.participant(envelope.author) != nil else {
-            friends.dropUnrelated(envelope, on: link)
+            outbox.dropUnrelated(envelope, on: link)
             return
         }
         // Exactly once: a redelivery is only acknowledged; otherwise the mark commits with the step.
-        if try store.wasHandled(envelope.messageID.bytes) { return friends.sendAck(envelope, on: link) }
+        if try store.wasHandled(envelope.messageID.bytes) { return outbox.acknowledge(envelope, on: link) }
         var refusal: Error?
         do {
-            try mutate(id, handled: friends.handledMark(envelope), body)
+            try mutate(id, handled: outbox.handledMark(envelope), body)
         } catch is NotFound {
             logger.debug("frame about an unknown challenge", metadata: ["challenge": "\(hexString(id))"])
         } catch {
             refusal = error
         }
-        friends.sendAck(envelope, on: link)
+        outbox.acknowledge(envelope, on: link)
         if let refusal { throw refusal }
     }
 
     private func receiveInvite(_ envelope: Envelope, from link: PeerLink?) throws {
         let author = envelope.author
-        guard friends.isFriend(author) else {
+        guard outbox.isFriend(author) else {
             // Only friends may invite; acknowledged so the sender stops (within the throttle), then dropped.
-            friends.dropUnrelated(envelope, on: link)
+            outbox.dropUnrelated(envelope, on: link)
             logger.info("challenge invite from a stranger dropped", metadata: ["from": "\(NodeID(publicKey: author).short)"])
             return
         }
         let inv = try ChallengeInviteMessage(payload: envelope.payload, nowUs: wallClockMicros())
-        if try store.wasHandled(envelope.messageID.bytes) { return friends.sendAck(envelope, on: link) }
+        if try store.wasHandled(envelope.messageID.bytes) { return outbox.acknowledge(envelope, on: link) }
         var refusal: Error?
         do {
             var c = try Challenge.received(inv, author: author, me: me)
@@ -487,20 +486,20 @@ public final class ChallengeService: @unchecked Sendable {
             // Hints let group members who are not friends reach each other.
             // They are the inviter's claims: kept only where the dialling policy allows (Protocol 12.8).
             let claimer = link?.directRemoteHost
-            for p in c.participants where p.key != me && !p.addressHint.isEmpty && !friends.isFriend(p.key) {
+            for p in c.participants where p.key != me && !p.addressHint.isEmpty && !outbox.isFriend(p.key) {
                 if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: claimer ?? ""), port > 0, !h.isEmpty,
                    DialPolicy.mayRemember(claimed: h, port: port, claimerHost: claimer) {
-                    friends.logStoreError("remember an invite's address hint") {
-                        try store.rememberAddress(p.key, host: h, port: port, source: AddressSource.claimed.rawValue, nowMs: friends.now())
+                    health.attempt("remember an invite's address hint") {
+                        try store.rememberAddress(p.key, host: h, port: port, source: AddressSource.claimed.rawValue, nowMs: outbox.now())
                     }
                 }
             }
-            try mutex.withLock { try persist(&c, [.notify(.invited)], handled: friends.handledMark(envelope)) }
+            try persist(&c, [.notify(.invited)], handled: outbox.handledMark(envelope))
             after(c, [.notify(.invited)])
         } catch {
             refusal = error
         }
-        friends.sendAck(envelope, on: link)
+        outbox.acknowledge(envelope, on: link)
         clock.probe(author, count: 8)
         if let refusal { throw refusal }
     }

@@ -30,11 +30,14 @@ public final class ClockSync: @unchecked Sendable {
     }
     private let state = NIOLockedValueBox(State())
     let peers: PeerManager
+    /// `clockSampled` is posted after every accepted sample (challenges reschedule).
+    let signals: NodeSignals
     static let maximumPeers = 1024
-    /// Called after every accepted sample (challenges reschedule).
-    var onSample: (@Sendable ([UInt8]) -> Void)?
 
-    init(peers: PeerManager) { self.peers = peers }
+    init(peers: PeerManager, signals: NodeSignals) {
+        self.peers = peers
+        self.signals = signals
+    }
 
     /// Their clock minus ours (µs), when measured.
     public func offset(to key: [UInt8]) -> Int64? {
@@ -90,7 +93,7 @@ public final class ClockSync: @unchecked Sendable {
                 if s.estimators[key] == nil, s.estimators.count >= Self.maximumPeers { s.estimators.removeAll() }
                 return s.estimators[key, default: ClockEstimator()].add(t1: r.t1Us, t2: r.t2Us, t3: r.t3Us, t4: t4)
             }
-            if added { onSample?(key) }
+            if added { signals.post(.clockSampled(key)) }
         default:
             break
         }

@@ -53,7 +53,7 @@ extension FriendService {
 
     /// Registers the friend, name, peers and discoverability methods.
     public func registerControlMethods(on router: ControlRouter, discoverable: DiscoverableSetting) {
-        router.register("friend.request") { [self] params in
+        router.register(on: core, "friend.request") { [self] params in
             // The ID may be a share code ("tandem:ID?relay=RELAY@host:port"); --relay names one too.
             guard let idText = params["id"]?.stringValue else {
                 throw TandemError("missing parameter 'id'", exitCode: TandemError.usageExitCode)
@@ -71,53 +71,53 @@ extension FriendService {
                     throw TandemError("'\(r)' is not a relay address: \(error)", exitCode: TandemError.usageExitCode)
                 }
             }
-            var address: (String, Int)?
+            var address: HostPort?
             if let addr = params["addr"]?.stringValue, !addr.isEmpty {
                 let (h, p) = try NodeConfiguration.parseHostPort(addr, defaultHost: "127.0.0.1")
                 guard p > 0 else { throw TandemError("--addr needs a port", exitCode: TandemError.usageExitCode) }
-                address = (h, p)
+                address = HostPort(host: h, port: p)
             }
-            let c = try request(key, message: params["message"]?.stringValue ?? "", address: address, relay: relay)
+            let c = try requestNow(key, message: params["message"]?.stringValue ?? "", address: address, relay: relay)
             return describe(c)
         }
-        router.register("friend.requests") { [self] _ in
+        router.register(on: core, "friend.requests") { [self] _ in
             .object([
                 "received": .array(try store.contacts([.pending]).map(describe)),
                 "sent": .array(try store.contacts([.requested]).map(describe)),
             ])
         }
-        router.register("friend.accept") { [self] params in describe(try accept(try Self.key(params))) }
-        router.register("friend.decline") { [self] params in
+        router.register(on: core, "friend.accept") { [self] params in describe(try acceptNow(try Self.key(params))) }
+        router.register(on: core, "friend.decline") { [self] params in
             let key = try Self.key(params)
-            try decline(key)
+            try declineNow(key)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "declined": true])
         }
-        router.register("friend.remove") { [self] params in
+        router.register(on: core, "friend.remove") { [self] params in
             let key = try Self.key(params)
-            try remove(key)
+            try removeNow(key)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
         }
-        router.register("friend.block") { [self] params in
+        router.register(on: core, "friend.block") { [self] params in
             let key = try Self.key(params)
-            try block(key)
+            try blockNow(key)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": true])
         }
-        router.register("friend.unblock") { [self] params in
+        router.register(on: core, "friend.unblock") { [self] params in
             let key = try Self.key(params)
-            guard try unblock(key) else { throw TandemError("that ID is not blocked", exitCode: TandemError.nothingToActOnExitCode) }
+            guard try unblockNow(key) else { throw TandemError("that ID is not blocked", exitCode: TandemError.nothingToActOnExitCode) }
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": false])
         }
-        router.register("friend.list") { [self] _ in
+        router.register(on: core, "friend.list") { [self] _ in
             .object(["friends": .array(try store.contacts([.friend]).map(describe)),
                      "blocked": .array(try store.contacts([.blocked]).map { .string(NodeID(publicKey: $0.key).canonical) })])
         }
-        router.register("name.get") { [self] _ in .object(["name": .string(displayName)]) }
-        router.register("name.set") { [self] params in
+        router.register(on: core, "name.get") { [self] _ in .object(["name": .string(displayName)]) }
+        router.register(on: core, "name.set") { [self] params in
             guard let name = params["name"]?.stringValue else { throw TandemError("missing parameter 'name'", exitCode: TandemError.usageExitCode) }
-            try setName(name)
+            try setNameNow(name)
             return .object(["name": .string(name)])
         }
-        router.register("peers.list") { [self] _ in
+        router.register(on: core, "peers.list") { [self] _ in
             let friends = Set(try store.friendKeys().map { Data($0) })
             let list = try store.sightings().map { s -> JSONValue in
                 .object([
@@ -130,10 +130,10 @@ extension FriendService {
             }
             return .object(["peers": .array(list)])
         }
-        router.register("discoverable.get") { _ in
+        router.register(on: core, "discoverable.get") { _ in
             .object(["mode": .string(discoverable.mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable)])
         }
-        router.register("discoverable.set") { params in
+        router.register(on: core, "discoverable.set") { params in
             guard let text = params["mode"]?.stringValue, let mode = DiscoverableSetting.Mode(rawValue: text) else {
                 throw TandemError("mode must be on, off or auto", exitCode: TandemError.usageExitCode)
             }
@@ -147,11 +147,11 @@ extension FriendService {
 public final class DiscoverableSetting: @unchecked Sendable {
     public enum Mode: String, Sendable { case on, off, auto }
     private let store: NodeStore
-    private let onChange: @Sendable () -> Void
+    private let signals: NodeSignals
 
-    public init(store: NodeStore, onChange: @escaping @Sendable () -> Void) {
+    init(store: NodeStore, signals: NodeSignals) {
         self.store = store
-        self.onChange = onChange
+        self.signals = signals
     }
 
     public var mode: Mode {
@@ -168,6 +168,6 @@ public final class DiscoverableSetting: @unchecked Sendable {
 
     public func set(_ mode: Mode) throws {
         try store.setSetting("discoverable", mode.rawValue)
-        onChange()
+        signals.post(.discoverableChanged)
     }
 }

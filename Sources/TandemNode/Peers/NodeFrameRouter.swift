@@ -1,60 +1,58 @@
 import TandemNet
 import TandemProtocol
+import TandemStore
 
-/// Sends every frame to the flow it belongs to: clock sync, challenges, or friends (the rest).
-/// Frames from blocked IDs go to the friends flow, which drops them.
-final class NodeFrameRouter: FrameHandler, @unchecked Sendable {
+/// Hands each inbound event to the flow it belongs to, on the node core: clock sync, challenges
+/// (0x02xx), acknowledgements and presence, friends (the rest). Frames from blocked IDs go to the
+/// friends flow, which drops them.
+struct NodeFrameRouter: InboundConsumer {
     let friends: FriendService
+    let presence: PresenceService
+    let outbox: Outbox
     let clock: ClockSync
     let challenges: ChallengeService
+    let store: NodeStore
+    let events: EventBus
+    let health: StoreHealth
 
-    init(friends: FriendService, clock: ClockSync, challenges: ChallengeService) {
-        self.friends = friends
-        self.clock = clock
-        self.challenges = challenges
+    func handle(_ event: InboundEvent) {
+        switch event {
+        case .frame(let envelope, let link, let receivedAtUs):
+            frame(envelope, from: link, receivedAtUs: receivedAtUs)
+        case .mail(let envelope, let relay, let done):
+            events.emit("mailbox.received", ["from": .string(NodeID(publicKey: envelope.author).canonical),
+                                             "message_type": .string(envelope.type.description), "relay": .string(relay.description)])
+            // Mail does not count as hearing from its author (it may be hours old).
+            route(envelope, from: nil)
+            done()
+        case .linkUp(let key, _):
+            presence.linkUp(key)
+            challenges.peerConnected(key)
+        case .linkDown(let key):
+            presence.linkDown(key)
+        case .peerError(let error, let key):
+            outbox.peerReportedError(error, from: key)
+        case .sighting(let sighting):
+            friends.sighted(sighting)
+        }
     }
 
-    func handle(_ envelope: Envelope, from link: PeerLink) {
+    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64) {
+        challenges.heard(envelope.author)
         if envelope.type == .clockProbe || envelope.type == .clockReply {
-            // Timestamped first. A blocked peer has no link (blocking closes it), and answering a
-            // probe costs one signature.
-            clock.handle(envelope, from: link, receivedAt: wallClockMicros())
-            challenges.heard(envelope.author)
+            // Timestamped on arrival. A blocked peer has no link (blocking closes it), and answering
+            // a probe costs one signature.
+            clock.handle(envelope, from: link, receivedAt: receivedAtUs)
             return
         }
-        challenges.heard(envelope.author)
-        let blocked = (try? friends.store.contact(envelope.author))?.relationship == .blocked
-        switch envelope.type.rawValue {
-        case 0x0200...0x02ff where !blocked:
-            challenges.handle(envelope, from: link)
-        default:
-            friends.handle(envelope, from: link)
+        route(envelope, from: link)
+    }
+
+    private func route(_ envelope: Envelope, from link: PeerLink?) {
+        if envelope.type.isChallenge {
+            let blocked = health.read("read a contact", or: nil) { try store.contact(envelope.author) }?.relationship == .blocked
+            if !blocked { return challenges.handle(envelope, from: link) }
         }
-    }
-
-    /// A frame that came as mail from a relay (opened and checked): the same flows, with no
-    /// link to answer on (the relay client acknowledges the item to the relay).
-    /// Mail does not count as hearing from its author (it may be hours old).
-    func handleMail(_ envelope: Envelope) {
-        let blocked = (try? friends.store.contact(envelope.author))?.relationship == .blocked
-        switch envelope.type.rawValue {
-        case 0x0200...0x02ff where !blocked:
-            challenges.handle(envelope, from: nil)
-        default:
-            friends.handle(envelope, from: nil)
-        }
-    }
-
-    func peerConnected(_ key: [UInt8], link: PeerLink) {
-        friends.peerConnected(key, link: link)
-        challenges.peerConnected(key)
-    }
-
-    func peerDisconnected(_ key: [UInt8]) {
-        friends.peerDisconnected(key)
-    }
-
-    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8]) {
-        friends.peerReportedError(error, from: key)
+        friends.handle(envelope, from: link)
     }
 }

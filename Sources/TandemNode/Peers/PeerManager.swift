@@ -29,7 +29,8 @@ public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
     let group: EventLoopGroup
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
-    private let handlerBox = NIOLockedValueBox<FrameHandler?>(nil)
+    /// Where frames and link events go (the node core's inbound queue).
+    let handler: FrameHandler?
     /// Links a node keeps open at most (inbound and outbound together); strangers past it are closed.
     public let maximumLinks: Int
     /// Direct links from one remote address at most (Protocol 5.12), so one address cannot take
@@ -37,7 +38,8 @@ public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
     public let maximumLinksPerAddress: Int
 
     public init(identity: SigningKeyPair, gate: FrameGate, options: PeerPipeline.Options, group: EventLoopGroup,
-                logger: Logger, maximumLinks: Int = 1024, maximumLinksPerAddress: Int = 32) {
+                logger: Logger, handler: FrameHandler?, maximumLinks: Int = 1024, maximumLinksPerAddress: Int = 32) {
+        self.handler = handler
         self.identity = identity
         self.gate = gate
         self.options = options
@@ -45,11 +47,6 @@ public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
         self.logger = logger
         self.maximumLinks = maximumLinks
         self.maximumLinksPerAddress = maximumLinksPerAddress
-    }
-
-    public var handler: FrameHandler? {
-        get { handlerBox.withLockedValue { $0 } }
-        set { handlerBox.withLockedValue { $0 = newValue } }
     }
 
     // MARK: PeerLinkDelegate

@@ -31,10 +31,10 @@ public final class RelayClient: @unchecked Sendable {
     let options: PeerPipeline.Options
     let events: EventBus
     let logger: Logger
-    /// Handles one opened, checked envelope from a mailbox; returns when it is durably handled.
-    var onMail: (@Sendable (Envelope) -> Void)?
-    /// A friend's tunnel arrived or a home relay came up: deliver what waits.
-    var onReachable: (@Sendable () -> Void)?
+    /// Mail goes to the node core like any inbound frame; its store reads run there too.
+    let core: NodeCore
+    /// `reachable` is posted when a home relay comes up (what waits may be deliverable now).
+    let signals: NodeSignals
 
     /// How often an idle relay link is pinged (the relay drops links silent for 120 s).
     let keepalive: TimeAmount = .seconds(30)
@@ -46,10 +46,12 @@ public final class RelayClient: @unchecked Sendable {
     private let connecting = NIOLockedValueBox<[[UInt8]: Task<RelaySession, Error>]>([:])
     private let backoff = NIOLockedValueBox<[[UInt8]: RelayBackoff]>([:])
     private let incoming = NIOLockedValueBox(IncomingTunnelSlots())
-    private let wake = NIOLockedValueBox<CheckedContinuation<Void, Never>?>(nil)
+    private let wake = Wakeup()
 
     init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, gate: FrameGate, options: PeerPipeline.Options,
-         events: EventBus, logger: Logger) {
+         events: EventBus, core: NodeCore, signals: NodeSignals, logger: Logger) {
+        self.core = core
+        self.signals = signals
         self.identity = identity
         self.store = store
         self.peers = peers
@@ -117,7 +119,7 @@ public final class RelayClient: @unchecked Sendable {
             backoff.withLockedValue { _ = $0.removeValue(forKey: relay.id.publicKey) }
             events.emit("relay.connected", ["relay": .string(relay.description), "mailbox_items": .int(Int64(mailboxItems))])
             logger.info("registered at relay", metadata: ["relay": "\(relay)", "mail": "\(mailboxItems)"])
-            onReachable?()
+            signals.post(.reachable)
         }
         return session
     }
@@ -173,26 +175,28 @@ public final class RelayClient: @unchecked Sendable {
 
     /// A TUNNEL_INCOMING: join as the handshake server; the link lands in the peer manager.
     func accept(from: [UInt8], token: [UInt8], via relay: RelayAddress) {
-        let relationship: Relationship?
-        do {
-            relationship = try store.contact(from)?.relationship
-        } catch {
-            // Unknown: treated as a stranger's, which is the stricter share.
-            logger.error("cannot read the contact of an incoming tunnel", metadata: ["error": "\(error)"])
-            relationship = nil
-        }
-        if relationship == .blocked { return }
-        let verdict = incoming.withLockedValue { $0.admit(from, isFriend: relationship == .friend) }
-        let slot: IncomingTunnelSlots.Slot
-        switch verdict {
-        case .admitted(let s):
-            slot = s
-        case .full, .initiatorBusy, .strangersFull:
-            logger.notice("too many incoming tunnels at once, ignoring one",
-                          metadata: ["from": "\(NodeID(publicKey: from).short)", "why": "\(verdict)"])
-            return
-        }
+        // Called on the relay link's event loop: the contact is read on the core, not here.
         Task {
+            let relationship: Relationship? = await core.run {
+                do {
+                    return try self.store.contact(from)?.relationship
+                } catch {
+                    // Unknown: treated as a stranger's, which is the stricter share.
+                    self.logger.error("cannot read the contact of an incoming tunnel", metadata: ["error": "\(error)"])
+                    return nil
+                }
+            }
+            if relationship == .blocked { return }
+            let verdict = incoming.withLockedValue { $0.admit(from, isFriend: relationship == .friend) }
+            let slot: IncomingTunnelSlots.Slot
+            switch verdict {
+            case .admitted(let s):
+                slot = s
+            case .full, .initiatorBusy, .strangersFull:
+                logger.notice("too many incoming tunnels at once, ignoring one",
+                              metadata: ["from": "\(NodeID(publicKey: from).short)", "why": "\(verdict)"])
+                return
+            }
             defer { incoming.withLockedValue { $0.release(slot) } }
             do {
                 let (link, _) = try await RelayTunnel.connect(relay: relay, token: token, remote: nil, identity: identity,
@@ -212,12 +216,18 @@ public final class RelayClient: @unchecked Sendable {
     /// A MAILBOX_ITEM: open, check, hand over, then acknowledge (items that can never be
     /// handled are acknowledged too, so the relay forgets them).
     func received(item itemID: UInt64, sealed: [UInt8], session: RelaySession) {
+        let env: Envelope
         do {
-            let env = try MailboxSeal.open(sealed, identity: identity, curveSecretKey: try identity.curve25519SecretKey(),
-                                           now: wallClockMilliseconds(), maximumAge: Self.mailboxMaximumAgeMs)
-            events.emit("mailbox.received", ["from": .string(NodeID(publicKey: env.author).canonical),
-                                             "message_type": .string(env.type.description), "relay": .string(session.relay.description)])
-            onMail?(env)
+            env = try MailboxSeal.open(sealed, identity: identity, curveSecretKey: try identity.curve25519SecretKey(),
+                                       now: wallClockMilliseconds(), maximumAge: Self.mailboxMaximumAgeMs)
+        } catch {
+            logger.info("mailbox item dropped", metadata: ["relay": "\(session.relay)", "error": "\(error)"])
+            session.acknowledge(itemID)
+            return
+        }
+        // Handled on the core like a link's frame (the relay link pauses while the core is full);
+        // acknowledged to the relay once handled.
+        let done: @Sendable () -> Void = { [self] in
             // A friend request the node did not take (throttled, or the store failed) stays at the
             // relay: it comes again at the next registration. Anything else was handled, or can
             // never be (a stranger's invite, a malformed payload), and is acknowledged.
@@ -226,10 +236,9 @@ public final class RelayClient: @unchecked Sendable {
                 logger.info("mail not taken now; the relay keeps it", metadata: ["relay": "\(session.relay)", "type": "\(env.type)"])
                 return
             }
-        } catch {
-            logger.info("mailbox item dropped", metadata: ["relay": "\(session.relay)", "error": "\(error)"])
+            session.acknowledge(itemID)
         }
-        session.acknowledge(itemID)
+        core.enqueue(.mail(env, relay: session.relay, done: done), author: env.author, pausing: session.link)
     }
 
     func sessionClosed(_ session: RelaySession, reason: String?, retryAfterMs: Int64) {
@@ -259,10 +268,7 @@ public final class RelayClient: @unchecked Sendable {
         backoff.withLockedValue { _ = $0.removeValue(forKey: key) }
     }
 
-    func poke() {
-        let c = wake.withLockedValue { w -> CheckedContinuation<Void, Never>? in defer { w = nil }; return w }
-        c?.resume()
-    }
+    func poke() { wake.poke() }
 
     // MARK: the loop
 
@@ -304,15 +310,7 @@ public final class RelayClient: @unchecked Sendable {
                     s.ping()
                 }
             }
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                    wake.withLockedValue { $0 = c }
-                    Task { [weak self] in
-                        try? await Task.sleep(for: .seconds(1))
-                        self?.poke()
-                    }
-                }
-            } onCancel: { [weak self] in self?.poke() }
+            await wake.wait(upTo: .seconds(1))
         }
         for (_, s) in sessions.withLockedValue({ $0 }) { s.close() }
     }
@@ -364,6 +362,9 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
     func attach(_ link: PeerLink, waiter: LinkWaiter) {
         state.withLockedValue { $0.link = link; $0.waiter = waiter }
     }
+
+    /// The link to the relay (paused while the node core is full of its mail).
+    var link: PeerLink? { state.withLockedValue { $0.link } }
 
     var isOpen: Bool { state.withLockedValue { !$0.machine.isClosed && $0.link?.channel.isActive == true } }
     var isRegistered: Bool { state.withLockedValue { $0.machine.isRegistered } }

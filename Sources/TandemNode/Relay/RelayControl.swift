@@ -6,8 +6,8 @@ import TandemStore
 /// The control-socket methods for relays (Protocol/control.md): relay.add, relay.remove,
 /// relay.list and node.share.
 extension RelayClient {
-    func registerControlMethods(on router: ControlRouter, friends: FriendService) {
-        router.register("relay.add") { [self] params in
+    func registerControlMethods(on router: ControlRouter, friends: FriendService, core: NodeCore) {
+        router.register(on: core, "relay.add") { [self] params in
             guard let text = params["address"]?.stringValue else {
                 throw TandemError("missing parameter 'address'", exitCode: TandemError.usageExitCode)
             }
@@ -35,7 +35,7 @@ extension RelayClient {
             }
             return .object(["id": .string(relay.id.canonical), "address": .string(relay.description), "added": .bool(changed)])
         }
-        router.register("relay.remove") { [self] params in
+        router.register(on: core, "relay.remove") { [self] params in
             guard let text = params["id"]?.stringValue else {
                 throw TandemError("missing parameter 'id'", exitCode: TandemError.usageExitCode)
             }
@@ -56,10 +56,10 @@ extension RelayClient {
             events.emit("relay.removed", ["relay": .string(NodeID(publicKey: key).canonical)])
             return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
         }
-        router.register("relay.list") { [self] _ in
+        router.register(on: core, "relay.list") { [self] _ in
             .object(["relays": .array(status())])
         }
-        router.register("node.share") { [self] _ in
+        router.register(on: core, "node.share") { [self] _ in
             let home = homeRelays().first
             let code = ShareCode(id: NodeID(publicKey: identity.publicKey), relay: home)
             return .object(["share": .string(code.description), "id": .string(code.id.canonical),

@@ -1,0 +1,96 @@
+import NIOConcurrencyHelpers
+
+/// What one service tells the others, without knowing who listens.
+enum NodeSignal: Sendable, Equatable {
+    /// Someone became or stopped being a friend (beacons change).
+    case friendsChanged
+    /// The discoverable setting changed (beacons change).
+    case discoverableChanged
+    /// Our display name changed (beacons change).
+    case nameChanged
+    /// A home relay came up or a friend's tunnel arrived: what waits may be deliverable now.
+    case reachable
+    /// A clock sample from this peer was accepted (challenge timers move with the offset).
+    case clockSampled([UInt8])
+}
+
+/// The node's one internal signal stream. A service subscribes when it is built (so nothing posted
+/// before it runs is lost) and reads its stream in its own `run()`; posting never blocks. Each
+/// subscriber's buffer keeps the newest 256 signals (what it missed past that is older news).
+final class NodeSignals: Sendable {
+    private let subscribers = NIOLockedValueBox<[(filter: @Sendable (NodeSignal) -> Bool,
+                                                  continuation: AsyncStream<NodeSignal>.Continuation)]>([])
+
+    init() {}
+
+    /// A stream of the signals `filter` accepts, from now on.
+    func subscribe(_ filter: @escaping @Sendable (NodeSignal) -> Bool) -> AsyncStream<NodeSignal> {
+        let (stream, continuation) = AsyncStream.makeStream(of: NodeSignal.self, bufferingPolicy: .bufferingNewest(256))
+        subscribers.withLockedValue { $0.append((filter, continuation)) }
+        return stream
+    }
+
+    func post(_ signal: NodeSignal) {
+        let targets = subscribers.withLockedValue { $0.filter { $0.filter(signal) }.map(\.continuation) }
+        for c in targets { c.yield(signal) }
+    }
+
+    /// Ends every stream (shutdown).
+    func finish() {
+        for s in subscribers.withLockedValue({ $0 }) { s.continuation.finish() }
+    }
+}
+
+/// One service loop's wake-up: `poke()` from anywhere; `wait(upTo:)` returns at the first poke or
+/// when the time is up. A poke that comes while the loop is busy is kept, so the loop goes round
+/// once more instead of sleeping through it. Cancellation ends a wait at once.
+final class Wakeup: Sendable {
+    private struct State {
+        var waiter: CheckedContinuation<Void, Never>?
+        var pending = false
+    }
+    private let state = NIOLockedValueBox(State())
+
+    init() {}
+
+    func poke() {
+        let waiter = state.withLockedValue { s -> CheckedContinuation<Void, Never>? in
+            guard let w = s.waiter else {
+                s.pending = true
+                return nil
+            }
+            s.waiter = nil
+            return w
+        }
+        waiter?.resume()
+    }
+
+    /// Waits for a poke (or one kept from earlier), at most `duration`.
+    func wait(upTo duration: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Task.sleep(for: duration) }
+            group.addTask { await self.nextPoke() }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func nextPoke() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let now = state.withLockedValue { s -> Bool in
+                    if s.pending || Task.isCancelled {
+                        s.pending = false
+                        return true
+                    }
+                    s.waiter = c
+                    return false
+                }
+                if now { c.resume() }
+            }
+        } onCancel: {
+            let w = state.withLockedValue { s -> CheckedContinuation<Void, Never>? in defer { s.waiter = nil }; return s.waiter }
+            w?.resume()
+        }
+    }
+}

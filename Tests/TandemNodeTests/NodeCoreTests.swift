@@ -1,0 +1,122 @@
+import NIOConcurrencyHelpers
+import Sodium
+import TandemNet
+import TandemProtocol
+import XCTest
+@testable import TandemNode
+
+/// The node core's bounded inbound stream: links are paused, not frames dropped, when it is full,
+/// and read again once it has drained to half; work goes before inbound events; order is kept.
+final class NodeCoreTests: XCTestCase {
+    final class FakeLink: PausableLink, @unchecked Sendable {
+        let serial: UInt64
+        let remotePublicKey: [UInt8]?
+        private let state = NIOLockedValueBox((paused: false, pauses: 0, resumes: 0))
+        init(serial: UInt64, key: [UInt8]) {
+            self.serial = serial
+            self.remotePublicKey = key
+        }
+        func pauseReading() { state.withLockedValue { $0.paused = true; $0.pauses += 1 } }
+        func resumeReading() { state.withLockedValue { $0.paused = false; $0.resumes += 1 } }
+        var paused: Bool { state.withLockedValue { $0.paused } }
+        var resumes: Int { state.withLockedValue { $0.resumes } }
+    }
+
+    /// Blocks on each event until released, recording the authors in order.
+    final class GatedConsumer: InboundConsumer, @unchecked Sendable {
+        let gate = ConditionLock(value: 0)
+        private let seen = NIOLockedValueBox<[[UInt8]]>([])
+        var authors: [[UInt8]] { seen.withLockedValue { $0 } }
+        func handle(_ event: InboundEvent) {
+            if case .sighting(let s) = event { seen.withLockedValue { $0.append(s.publicKey) } }
+            gate.lock(whenValue: 1)
+            gate.unlock(withValue: 1)
+        }
+        func open() { gate.lock(); gate.unlock(withValue: 1) }
+    }
+
+    private func sighting(_ key: [UInt8]) -> PeerSighting {
+        PeerSighting(publicKey: key, host: "10.0.0.2", port: 1, displayName: nil, isFriendBeacon: false, seenAtMs: 0)
+    }
+
+    private func eventually(_ condition: () -> Bool) async -> Bool {
+        for _ in 0..<250 {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return condition()
+    }
+
+    func testAFullQueuePausesTheLinkInsteadOfDroppingAndResumesAtHalf() async throws {
+        let core = NodeCore(maximumPending: 8, maximumPendingPerAuthor: 8, niceIncrement: 0)
+        let key = SigningKeyPair.generate().publicKey
+        let link = FakeLink(serial: 1, key: key)
+        // No consumer yet: events wait.
+        for _ in 0..<8 { core.enqueue(.sighting(sighting(key)), author: key, pausing: link) }
+        XCTAssertFalse(link.paused)
+        core.enqueue(.sighting(sighting(key)), author: key, pausing: link)
+        XCTAssertTrue(link.paused, "the frame past the bound pauses its link")
+        XCTAssertEqual(core.pendingFrames, 9, "and is kept, not dropped")
+        XCTAssertEqual(core.dropped, 0)
+        let consumer = GatedConsumer()
+        consumer.open()
+        let task = Task { await core.consume(with: consumer) }
+        let drained = await eventually { core.pendingFrames == 0 }
+        XCTAssertTrue(drained)
+        XCTAssertFalse(link.paused)
+        XCTAssertEqual(link.resumes, 1)
+        XCTAssertEqual(consumer.authors.count, 9)
+        task.cancel()
+        await task.value
+    }
+
+    func testOneAuthorsShareIsBoundedApartFromOthers() async throws {
+        let core = NodeCore(maximumPending: 100, maximumPendingPerAuthor: 4, niceIncrement: 0)
+        let flooder = SigningKeyPair.generate().publicKey, friend = SigningKeyPair.generate().publicKey
+        let flooding = FakeLink(serial: 1, key: flooder), friendly = FakeLink(serial: 2, key: friend)
+        for _ in 0..<5 { core.enqueue(.sighting(sighting(flooder)), author: flooder, pausing: flooding) }
+        core.enqueue(.sighting(sighting(friend)), author: friend, pausing: friendly)
+        XCTAssertTrue(flooding.paused)
+        XCTAssertFalse(friendly.paused, "another author's link reads on")
+    }
+
+    func testSightingsWithNoLinkAreDroppedWhenFullAndCounted() {
+        let core = NodeCore(maximumPending: 2, maximumPendingPerAuthor: 2, niceIncrement: 0)
+        let key = SigningKeyPair.generate().publicKey
+        for _ in 0..<5 { core.sighted(sighting(key)) }
+        XCTAssertEqual(core.pendingFrames, 2)
+        XCTAssertEqual(core.dropped, 3)
+    }
+
+    func testWorkRunsBeforeWaitingInboundEventsAndInOrder() async throws {
+        let core = NodeCore(niceIncrement: 0)
+        let order = NIOLockedValueBox<[Int]>([])
+        let results = try await withThrowingTaskGroup(of: Int.self) { group in
+            for i in 0..<20 { group.addTask { try await core.perform { order.withLockedValue { $0.append(i) }; return i } } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        XCTAssertEqual(Set(results), Set(0..<20))
+        XCTAssertEqual(order.withLockedValue { $0.count }, 20)
+        // Errors come back to the caller.
+        struct Boom: Error {}
+        do {
+            _ = try await core.perform { () throws -> Int in throw Boom() }
+            XCTFail("expected an error")
+        } catch is Boom {}
+        // Inbound events wait behind work, and keep their order.
+        let consumer = GatedConsumer()
+        let keys = (0..<5).map { _ in SigningKeyPair.generate().publicKey }
+        for k in keys { core.enqueue(.sighting(sighting(k)), author: k, pausing: nil) }
+        let task = Task { await core.consume(with: consumer) }
+        // The consumer blocks on the first event; work submitted now still runs (the lane goes first
+        // once the current event is done).
+        let ran = NIOLockedValueBox(false)
+        core.submit { ran.withLockedValue { $0 = true } }
+        consumer.open()
+        let done = await eventually { consumer.authors.count == 5 && ran.withLockedValue { $0 } }
+        XCTAssertTrue(done)
+        XCTAssertEqual(consumer.authors, keys)
+        task.cancel()
+        await task.value
+    }
+}

@@ -1,0 +1,295 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import Sodium
+import TandemProtocol
+import TandemStore
+import XCTest
+@testable import TandemNode
+
+/// The outbox over an in-memory (or temporary) store, a manual clock and a fake transport: what it
+/// writes on which link, when it resends, dials, backs off and deposits mail, and exactly-once
+/// across a restart.
+final class OutboxTests: XCTestCase {
+    final class ManualClock: Sendable {
+        private let ms = NIOLockedValueBox<Int64>(1_800_000_000_000)
+        var now: Int64 { ms.withLockedValue { $0 } }
+        func advance(_ d: Int64) { ms.withLockedValue { $0 += d } }
+    }
+
+    final class FakeLink: OutboxLink, @unchecked Sendable {
+        let serial: UInt64
+        private let box = NIOLockedValueBox<[Envelope]>([])
+        private let flushes = NIOLockedValueBox(0)
+        init(serial: UInt64) { self.serial = serial }
+        func write(_ envelope: Envelope) { box.withLockedValue { $0.append(envelope) } }
+        func flush() { flushes.withLockedValue { $0 += 1 } }
+        var written: [Envelope] { box.withLockedValue { $0 } }
+        var types: [MessageType] { written.map(\.type) }
+    }
+
+    final class FakeTransport: OutboxTransport, @unchecked Sendable {
+        struct State {
+            var links: [[UInt8]: FakeLink] = [:]
+            var dialResult: [[UInt8]: DialOutcome] = [:]
+            var dials: [[UInt8]] = []
+            var deposits: [[Envelope]] = []
+            var depositAccepts = true
+        }
+        let state = NIOLockedValueBox(State())
+        func link(to key: [UInt8]) -> OutboxLink? { state.withLockedValue { $0.links[key] } }
+        func dial(_ key: [UInt8]) async -> DialOutcome {
+            state.withLockedValue { s in
+                s.dials.append(key)
+                let outcome = s.dialResult[key] ?? .unreachable
+                if case .link(let l) = outcome, let fake = l as? FakeLink { s.links[key] = fake }
+                return outcome
+            }
+        }
+        func deposit(_ envelopes: [Envelope], via relay: RelayAddress) async throws -> [[UInt8]] {
+            state.withLockedValue { s in
+                s.deposits.append(envelopes)
+                return s.depositAccepts ? envelopes.map(\.messageID.bytes) : []
+            }
+        }
+        func setLink(_ key: [UInt8], _ link: FakeLink?) { state.withLockedValue { $0.links[key] = link } }
+        var dials: [[UInt8]] { state.withLockedValue { $0.dials } }
+    }
+
+    struct Rig {
+        let me: SigningKeyPair
+        let store: NodeStore
+        let core: NodeCore
+        let transport: FakeTransport
+        let clock: ManualClock
+        let events: EventBus
+        let outbox: Outbox
+        let log: InMemoryEventLog
+
+        init(me: SigningKeyPair = .generate(), store: NodeStore? = nil, clock: ManualClock = ManualClock()) throws {
+            self.me = me
+            self.store = try store ?? NodeStore.inMemory()
+            core = NodeCore(niceIncrement: 0)
+            transport = FakeTransport()
+            self.clock = clock
+            var logger = Logger(label: "test")
+            logger.logLevel = .critical
+            log = InMemoryEventLog()
+            events = EventBus(log: log, logger: logger)
+            outbox = Outbox(identity: me, store: self.store, core: core, transport: transport,
+                            presence: PresenceState(heartbeatSeconds: 10), events: events, health: StoreHealth(logger: logger),
+                            signals: nil, logger: logger, clock: { [clock] in clock.now })
+        }
+
+        /// A friend request to `key`, stored with its frame as the friends flow does.
+        @discardableResult
+        func request(_ key: [UInt8]) throws -> OutboxItem {
+            let item = outbox.frame(.friendRequest, to: key, payload: try Tandem_V1_FriendRequest().serializedBytes())
+            _ = try store.requestFriend(key, message: "hi", frame: item, nowMs: clock.now)
+            return item
+        }
+
+        func eventTypes() throws -> [String] { try log.events(since: 0, limit: 1000).map(\.type) }
+    }
+
+    func testEachFrameIsWrittenOncePerLinkUntilTheResendTime() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        let item = try rig.request(peer)
+        let first = FakeLink(serial: 1)
+        rig.transport.setLink(peer, first)
+        await rig.outbox.deliver(to: peer)
+        // A second round at once (a poke, the dial's own round racing "due at once"): nothing again.
+        await rig.outbox.deliver(to: peer)
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(first.written.map(\.messageID.bytes), [Array(item.messageId)])
+        // Past the resend time with no ACK: written again on the same link.
+        rig.clock.advance(30_001)
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(first.types, [.friendRequest, .friendRequest])
+        // A new link (the old one died): the frame goes out on it at once.
+        let second = FakeLink(serial: 2)
+        rig.transport.setLink(peer, second)
+        await rig.outbox.deliver(to: peer)
+        XCTAssertEqual(second.types, [.friendRequest])
+        XCTAssertTrue(rig.transport.dials.isEmpty, "a peer with a link is not dialled")
+    }
+
+    func testOnlyTheRecipientsAckRemovesAFrame() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        let item = try rig.request(peer)
+        await rig.core.run { rig.outbox.delivered(Array(item.messageId), by: SigningKeyPair.generate().publicKey) }
+        XCTAssertEqual(try rig.store.outbox(for: peer).count, 1, "someone else's ACK changes nothing")
+        await rig.core.run { rig.outbox.delivered(Array(item.messageId), by: peer) }
+        XCTAssertEqual(try rig.store.outbox(for: peer).count, 0)
+        XCTAssertTrue(try rig.eventTypes().contains("outbox.delivered"))
+        // After the ACK nothing is written on a later link.
+        let link = FakeLink(serial: 7)
+        rig.transport.setLink(peer, link)
+        rig.clock.advance(60_000)
+        await rig.outbox.deliverDue()
+        XCTAssertTrue(link.written.isEmpty)
+    }
+
+    func testAReplayedErrorCountsAsDelivered() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        let item = try rig.request(peer)
+        var error = Tandem_V1_Error()
+        error.code = .replayed
+        error.refMessageID = item.messageId
+        let reported = error
+        await rig.core.run { rig.outbox.peerReportedError(reported, from: peer) }
+        XCTAssertEqual(try rig.store.outboxCount(), 0)
+    }
+
+    func testUnreachablePeersAreDialledWithBackoff() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        try rig.request(peer)
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(rig.transport.dials.count, 1)
+        // Deferred: the next round at once dials nobody.
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(rig.transport.dials.count, 1)
+        let row = try XCTUnwrap(try rig.store.outbox(for: peer).first)
+        XCTAssertGreaterThan(row.nextAttemptMs, rig.clock.now)
+        XCTAssertEqual(row.lastError, "unreachable")
+        // Once due again, dialled again; this time it answers and gets the frame.
+        rig.clock.advance(61_000)
+        let link = FakeLink(serial: 3)
+        rig.transport.state.withLockedValue { $0.dialResult[peer] = .link(link) }
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(rig.transport.dials.count, 2)
+        XCTAssertEqual(link.types, [.friendRequest])
+        XCTAssertEqual(rig.outbox.book.withLockedValue { $0.failures(peer) }, 0, "a dial that worked clears the backoff")
+    }
+
+    func testFriendsWithoutLinksAreDialledWithBackoffEvenWithNothingToSend() async throws {
+        let rig = try Rig()
+        let friend = SigningKeyPair.generate().publicKey
+        try rig.request(friend)
+        _ = try rig.store.receiveFriendAccept(from: friend, displayName: "f", record: [], recordVersion: 1, nowMs: rig.clock.now)
+        XCTAssertEqual(try rig.store.outboxCount(), 0)
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(rig.transport.dials, [friend])
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(rig.transport.dials.count, 1, "backing off after a failed dial")
+        rig.clock.advance(120_000)
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(rig.transport.dials.count, 2)
+    }
+
+    func testAnOfflinePeersFramesGoToItsRelayMailbox() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        try rig.request(peer)
+        let relay = RelayAddress(id: NodeID(publicKey: SigningKeyPair.generate().publicKey), host: "127.0.0.1", port: 7)
+        rig.transport.state.withLockedValue { $0.dialResult[peer] = .offline(relay) }
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(rig.transport.state.withLockedValue { $0.deposits.map { $0.map(\.type) } }, [[.friendRequest]])
+        XCTAssertEqual(try rig.store.outboxCount(), 0)
+        XCTAssertTrue(try rig.eventTypes().contains("outbox.deposited"))
+    }
+
+    func testARelayThatStoresNothingLeavesTheFramesDue() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        try rig.request(peer)
+        let relay = RelayAddress(id: NodeID(publicKey: SigningKeyPair.generate().publicKey), host: "127.0.0.1", port: 7)
+        rig.transport.state.withLockedValue { $0.dialResult[peer] = .offline(relay); $0.depositAccepts = false }
+        await rig.outbox.deliverDue()
+        let row = try XCTUnwrap(try rig.store.outbox(for: peer).first)
+        XCTAssertEqual(row.lastError, "offline")
+        XCTAssertGreaterThan(row.nextAttemptMs, rig.clock.now)
+    }
+
+    func testAnOwedPresenceFollowsTheFramesThatMakeItMeaningful() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        // They asked; we accept: FRIEND_ACCEPT waits in the outbox, and they are a friend now.
+        _ = try rig.store.receiveFriendRequest(from: peer, displayName: "p", message: "", record: [], recordVersion: 1, reply: nil,
+                                               nowMs: rig.clock.now)
+        let accept = rig.outbox.frame(.friendAccept, to: peer, payload: try Tandem_V1_FriendAccept().serializedBytes())
+        _ = try rig.store.acceptFriend(peer, frame: accept, nowMs: rig.clock.now)
+        // The link is up: a PRESENCE is owed, not sent, while the accept waits.
+        let due = rig.outbox.book.withLockedValue { $0.presenceDue(peer, framesWaiting: true) }
+        XCTAssertFalse(due)
+        let link = FakeLink(serial: 9)
+        rig.transport.setLink(peer, link)
+        await rig.outbox.deliver(to: peer)
+        XCTAssertEqual(link.types, [.friendAccept, .presence])
+        // Owed once: the next round writes neither again.
+        await rig.outbox.deliver(to: peer)
+        XCTAssertEqual(link.types, [.friendAccept, .presence])
+    }
+
+    func testFramesSurviveARestartAndAreDeliveredOnce() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("outbox-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("node.sqlite").path
+        let me = SigningKeyPair.generate()
+        let peer = SigningKeyPair.generate().publicKey
+        let clock = ManualClock()
+        let item: OutboxItem
+        do {
+            let rig = try Rig(me: me, store: try NodeStore(path: path), clock: clock)
+            item = try rig.request(peer)
+        }
+        // A new process over the same file: the frame is still owed, and goes out.
+        let rig = try Rig(me: me, store: try NodeStore(path: path), clock: clock)
+        let link = FakeLink(serial: 1)
+        rig.transport.setLink(peer, link)
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(link.written.map(\.messageID.bytes), [Array(item.messageId)])
+        await rig.core.run { rig.outbox.delivered(Array(item.messageId), by: peer) }
+        // Acknowledged, then another restart: never written again.
+        let again = try Rig(me: me, store: try NodeStore(path: path), clock: clock)
+        let later = FakeLink(serial: 2)
+        again.transport.setLink(peer, later)
+        clock.advance(60_000)
+        await again.outbox.deliverDue()
+        XCTAssertTrue(later.written.isEmpty)
+        // Exactly once on the receiving side too: the handled mark commits with the change and
+        // outlives the process.
+        let incoming = Envelope.sign(type: .friendRequest, author: SigningKeyPair.generate(), recipient: me.publicKey,
+                                     createdAt: UInt64(clock.now), payload: [])
+        let mark = again.outbox.handledMark(incoming)
+        let first = try again.store.receiveFriendRequest(from: incoming.author, displayName: "x", message: "", record: [],
+                                                         recordVersion: 1, reply: nil, nowMs: clock.now, handled: mark)
+        XCTAssertNotEqual(first, .duplicate)
+        let reopened = try NodeStore(path: path)
+        XCTAssertTrue(try reopened.wasHandled(incoming.messageID.bytes))
+        let second = try reopened.receiveFriendRequest(from: incoming.author, displayName: "x", message: "", record: [],
+                                                       recordVersion: 1, reply: nil, nowMs: clock.now, handled: mark)
+        XCTAssertEqual(second, .duplicate)
+    }
+
+    func testStrangersRepliesAreBudgeted() {
+        var budget = ReplyBudget()
+        let stranger = SigningKeyPair.generate().publicKey
+        var allowed = 0
+        for _ in 0..<100 where budget.allow(sender: stranger, address: "10.0.0.1", nowMs: 0) { allowed += 1 }
+        XCTAssertEqual(allowed, Int(ReplyBudget.perSenderPerMinute))
+        // A minute later the bucket is full again.
+        XCTAssertTrue(budget.allow(sender: stranger, address: "10.0.0.1", nowMs: 60_000))
+    }
+
+    func testFriendRequestThrottlePerSenderAndAddress() {
+        var t = RequestThrottle()
+        let a = SigningKeyPair.generate().publicKey
+        var ok = 0
+        for _ in 0..<10 where t.allow(sender: a, address: "10.0.0.1", nowMs: 0, perSender: 5, perAddress: 30) { ok += 1 }
+        XCTAssertEqual(ok, 5)
+        // Other senders from the same address share its 30 (5 were taken above, and 5 refused ones cost the address too).
+        var fromAddress = 0
+        for _ in 0..<40 where t.allow(sender: SigningKeyPair.generate().publicKey, address: "10.0.0.1", nowMs: 0, perSender: 5, perAddress: 30) {
+            fromAddress += 1
+        }
+        XCTAssertEqual(fromAddress, 20)
+        XCTAssertEqual(t.noteThrottled(nowMs: 10_000), 1)
+        XCTAssertNil(t.noteThrottled(nowMs: 11_000), "one report per 10 s")
+    }
+}
