@@ -233,12 +233,16 @@ public final class EventBus: Sendable {
                 return
             }
             guard let last = page.last else { return }
-            for event in page {
-                for (id, subscriber) in state.subscribers where !subscriber.deliver(event) {
-                    state.subscribers[id] = nil
-                }
-            }
+            for event in page { deliver(event, &state) }
             state.delivered = last.seq
+            // A short page is the end of the log: no second read to find that out.
+            if page.count < 1000 { return }
+        }
+    }
+
+    private func deliver(_ event: NodeEvent, _ state: inout State) {
+        for (id, subscriber) in state.subscribers where !subscriber.deliver(event) {
+            state.subscribers[id] = nil
         }
     }
 
@@ -255,7 +259,14 @@ public final class EventBus: Sendable {
                 logger.error("cannot store event", metadata: ["type": "\(type)", "error": "\(error)"])
                 return nil
             }
-            catchUp(&state)
+            if event.seq == state.delivered + 1 {
+                // Nothing else was stored since the last delivery: this event is the next one, as
+                // appended (no read back from the log).
+                deliver(event, &state)
+                state.delivered = event.seq
+            } else {
+                catchUp(&state)
+            }
             return event
         }
     }

@@ -23,8 +23,11 @@ extension NodeStore {
 // MARK: - Contacts and friends
 
 extension NodeStore {
+    /// Read for nearly every frame: one cached statement (the query interface compiles it anew each time).
     public func contact(_ key: [UInt8]) throws -> Contact? {
-        try read { db in try Contact.fetchOne(db, key: Data(key)) }
+        try read { db in
+            try Contact.fetchOne(try db.cachedStatement(sql: "SELECT * FROM contact WHERE publicKey = ?"), arguments: [Data(key)])
+        }
     }
 
     public func contacts(_ relationships: [Relationship]) throws -> [Contact] {
@@ -335,7 +338,7 @@ extension NodeStore {
     /// Recipients with frames due now.
     public func dueRecipients(nowMs: Int64, limit: Int = 100) throws -> [[UInt8]] {
         try read { db in
-            try Data.fetchAll(db, sql: "SELECT DISTINCT recipient FROM outbox WHERE nextAttemptMs <= ? LIMIT ?",
+            try Data.fetchAll(try db.cachedStatement(sql: "SELECT DISTINCT recipient FROM outbox WHERE nextAttemptMs <= ? LIMIT ?"),
                               arguments: [nowMs, limit]).map { Array($0) }
         }
     }
@@ -343,14 +346,16 @@ extension NodeStore {
     /// Every waiting frame for a recipient, oldest first.
     public func outbox(for key: [UInt8]) throws -> [OutboxItem] {
         try read { db in
-            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).order(OutboxItem.Columns.createdAtMs).fetchAll(db)
+            try OutboxItem.fetchAll(try db.cachedStatement(sql: "SELECT * FROM outbox WHERE recipient = ? ORDER BY createdAtMs"),
+                                    arguments: [Data(key)])
         }
     }
 
     /// Whether any frame waits for `key` (one indexed read).
     public func hasOutbox(for key: [UInt8]) throws -> Bool {
         try read { db in
-            try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM outbox WHERE recipient = ?)", arguments: [Data(key)]) ?? false
+            try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS(SELECT 1 FROM outbox WHERE recipient = ?)"),
+                              arguments: [Data(key)]) ?? false
         }
     }
 
@@ -364,13 +369,15 @@ extension NodeStore {
     public func deferOutbox(for key: [UInt8], error: String, nowMs: Int64, maximumDelayMs: Int64 = 60_000,
                             only messageIds: Set<[UInt8]>? = nil) throws {
         try write { db in
-            for var item in try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).fetchAll(db)
-            where messageIds?.contains(Array(item.messageId)) ?? true {
-                item.attempts += 1
-                let delay = min(maximumDelayMs, 1000 << min(item.attempts - 1, 20))
-                item.nextAttemptMs = nowMs + delay
-                item.lastError = error
-                try item.update(db)
+            let rows = try Row.fetchAll(try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE recipient = ?"),
+                                        arguments: [Data(key)])
+            let update = try db.cachedStatement(sql: "UPDATE outbox SET attempts = ?, nextAttemptMs = ?, lastError = ? WHERE messageId = ?")
+            for row in rows {
+                let id: Data = try row.decode(Data.self, atIndex: 0)
+                guard messageIds?.contains(Array(id)) ?? true else { continue }
+                let attempts = (try row.decode(Int.self, atIndex: 1)).addingReportingOverflow(1).partialValue
+                let delay = min(maximumDelayMs, 1000 << min(max(attempts - 1, 0), 20))
+                try update.execute(arguments: [attempts, nowMs.addingSaturated(Int64(delay)), error, id])
             }
         }
     }
@@ -378,8 +385,8 @@ extension NodeStore {
     /// Makes a recipient's frames due now (the peer just appeared).
     public func expediteOutbox(for key: [UInt8], nowMs: Int64) throws {
         try write { db in
-            try db.execute(sql: "UPDATE outbox SET nextAttemptMs = ? WHERE recipient = ? AND nextAttemptMs > ?",
-                           arguments: [nowMs, Data(key), nowMs])
+            try db.cachedStatement(sql: "UPDATE outbox SET nextAttemptMs = ? WHERE recipient = ? AND nextAttemptMs > ?")
+                .execute(arguments: [nowMs, Data(key), nowMs])
         }
     }
 
@@ -393,8 +400,9 @@ extension NodeStore {
     @discardableResult
     public func acknowledge(_ messageId: [UInt8], from recipient: [UInt8]) throws -> Bool {
         try write { db in
-            try OutboxItem.filter(Column("messageId") == Data(messageId) && OutboxItem.Columns.recipient == Data(recipient))
-                .deleteAll(db) > 0
+            try db.cachedStatement(sql: "DELETE FROM outbox WHERE messageId = ? AND recipient = ?")
+                .execute(arguments: [Data(messageId), Data(recipient)])
+            return db.changesCount > 0
         }
     }
 
@@ -414,7 +422,7 @@ extension NodeStore {
     /// Whether a frame with this id was handled (within the window).
     public func wasHandled(_ messageId: [UInt8]) throws -> Bool {
         try read { db in
-            try Bool.fetchOne(db, sql: "SELECT 1 FROM seenMessage WHERE messageId = ?", arguments: [Data(messageId)]) ?? false
+            try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM seenMessage WHERE messageId = ?"), arguments: [Data(messageId)]) ?? false
         }
     }
 

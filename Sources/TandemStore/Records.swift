@@ -43,6 +43,32 @@ public struct Contact: Codable, Sendable, Equatable, FetchableRecord, Persistabl
     }
 
     public var key: [UInt8] { Array(publicKey) }
+
+    /// Decoded column by column: GRDB's Codable path costs several times more, and a contact is read
+    /// for nearly every frame. A row whose relationship is not one of the known values fails to
+    /// decode, as it did through Codable (start-up validation quarantines such rows).
+    public init(row: Row) throws {
+        publicKey = try row.decode(Data.self, forColumn: "publicKey")
+        displayName = try row.decode(String.self, forColumn: "displayName")
+        guard let r = Relationship(rawValue: try row.decode(String.self, forColumn: "relationship")) else {
+            throw UnreadableColumn(column: "relationship")
+        }
+        relationship = r
+        requestMessage = try row.decode(String?.self, forColumn: "requestMessage")
+        requestedAtMs = try row.decode(Int64?.self, forColumn: "requestedAtMs")
+        friendSinceMs = try row.decode(Int64?.self, forColumn: "friendSinceMs")
+        record = try row.decode(Data?.self, forColumn: "record")
+        recordVersion = try row.decode(Int64.self, forColumn: "recordVersion")
+        lastSeenMs = try row.decode(Int64?.self, forColumn: "lastSeenMs")
+        presence = try row.decode(String?.self, forColumn: "presence")
+        updatedAtMs = try row.decode(Int64.self, forColumn: "updatedAtMs")
+    }
+}
+
+/// A stored row with a value its type cannot hold.
+public struct UnreadableColumn: Error, CustomStringConvertible {
+    public let column: String
+    public var description: String { "unreadable value in column \(column)" }
 }
 
 public struct KnownAddress: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {

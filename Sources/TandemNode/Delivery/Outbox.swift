@@ -73,6 +73,7 @@ final class Outbox: @unchecked Sendable {
     /// What was written on which link, dial backoff, owed PRESENCE frames.
     let book: NIOLockedValueBox<DeliveryBook>
     private let replies = NIOLockedValueBox(ReplyBudget())
+    private let lastFullRound = NIOLockedValueBox(Int64.min)
     let wake = Wakeup()
     private let signals: AsyncStream<NodeSignal>?
 
@@ -115,6 +116,22 @@ final class Outbox: @unchecked Sendable {
 
     /// Nudges the delivery loop: at once when it waits, else as soon as its current round ends.
     func poke() { wake.poke() }
+
+    /// On the core, right after frames for `keys` were stored: a recipient with a link up gets
+    /// them now, from here (no hop through the delivery loop; each frame is still written once per
+    /// link); the others wait for the loop, which is woken.
+    func send(to keys: [[UInt8]]) {
+        var others = false
+        var seen = Set<[UInt8]>()
+        for key in keys where seen.insert(key).inserted {
+            if let link = transport.link(to: key) {
+                write(to: key, on: link)
+            } else {
+                others = true
+            }
+        }
+        if others { poke() }
+    }
 
     /// Frames for `key` are due now (a link came up, a fresh address was seen). True when any wait.
     @discardableResult
@@ -233,9 +250,20 @@ final class Outbox: @unchecked Sendable {
         }
     }
 
-    /// On the core: who this round goes to.
+    /// On the core: who this round goes to. Expiry and the dialling of wanted peers with no link
+    /// happen at most once per `retryTick`; a round a poke starts (a frame was just queued, a link
+    /// came up) only looks at what is due.
     func planRound() -> [[UInt8]] {
         let nowMs = now()
+        let tickMs = Int64(configuration.retryTick.components.seconds) * 1000
+            + Int64(configuration.retryTick.components.attoseconds / 1_000_000_000_000_000)
+        let full = lastFullRound.withLockedValue { last -> Bool in
+            guard nowMs.subtractingSaturated(last) >= tickMs else { return false }
+            last = nowMs
+            return true
+        }
+        var recipients = health.read("read the due outbox recipients", or: []) { try store.dueRecipients(nowMs: nowMs) }
+        guard full else { return recipients }
         do {
             for gone in try store.expireOutbox(nowMs: nowMs) {
                 events.emit("outbox.expired", ["to": .string(NodeID(publicKey: gone.recipient).canonical),
@@ -245,7 +273,6 @@ final class Outbox: @unchecked Sendable {
         } catch {
             health.failed("expire outbox frames", error)
         }
-        var recipients = health.read("read the due outbox recipients", or: []) { try store.dueRecipients(nowMs: nowMs) }
         // Friends without a link are tried too, with backoff, so they come online when reachable.
         let wanted = health.read("read the peers to keep connected", or: []) { try store.peersToKeepConnected() }
         for key in wanted where transport.link(to: key) == nil && !recipients.contains(key) {

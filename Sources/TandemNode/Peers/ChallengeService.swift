@@ -117,7 +117,9 @@ public final class ChallengeService: @unchecked Sendable {
     func after(_ c: Challenge, _ actions: [Challenge.Action]) {
         // The notices were stored with the step (`persist`); now they reach subscribers.
         events.published()
-        if actions.contains(where: { if case .send = $0 { return true } else { return false } }) { outbox.poke() }
+        var recipients: [[UInt8]] = []
+        for case .send(_, _, let to) in actions { recipients += to }
+        if !recipients.isEmpty { outbox.send(to: recipients) }
         schedule(c)
         refreshPresence()
     }

@@ -136,7 +136,7 @@ public final class FriendService: @unchecked Sendable {
         let item = outbox.frame(.friendRequest, to: key, payload: try req.serializedBytes())
         let contact = try mapStoreError { try store.requestFriend(key, message: message, frame: item, nowMs: now()) }
         events.emit("friend.request.sent", ["id": .string(NodeID(publicKey: key).canonical), "message": .string(message)])
-        outbox.poke()
+        outbox.send(to: [key])
         return contact
     }
 
@@ -148,7 +148,7 @@ public final class FriendService: @unchecked Sendable {
         events.emit("friend.accepted", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(c.displayName), "by": "me"])
         signals.post(.friendsChanged)
         presence.becameFriend(key, name: c.displayName)
-        outbox.poke()
+        outbox.send(to: [key])
         return c
     }
 
@@ -156,7 +156,7 @@ public final class FriendService: @unchecked Sendable {
         let item = outbox.frame(.friendDecline, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes())
         try mapStoreError { try store.declineFriend(key, frame: item, nowMs: now()) }
         events.emit("friend.declined", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"])
-        outbox.poke()
+        outbox.send(to: [key])
     }
 
     func removeNow(_ key: [UInt8]) throws {
@@ -164,7 +164,7 @@ public final class FriendService: @unchecked Sendable {
         try mapStoreError { try store.removeFriend(key, frame: item, nowMs: now()) }
         events.emit("friend.removed", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"])
         signals.post(.friendsChanged)
-        outbox.poke()
+        outbox.send(to: [key])
     }
 
     func blockNow(_ key: [UInt8]) throws {
@@ -198,10 +198,11 @@ public final class FriendService: @unchecked Sendable {
         var update = Tandem_V1_ContactUpdate()
         update.contact = contactRecord()
         let payload: [UInt8] = try update.serializedBytes()
-        for friend in try store.friendKeys() {
+        let friends = try store.friendKeys()
+        for friend in friends {
             try store.enqueue(outbox.frame(.contactUpdate, to: friend, payload: payload))
         }
-        outbox.poke()
+        outbox.send(to: friends)
     }
 
     private func mapStoreError<T>(_ body: () throws -> T) throws -> T {
@@ -327,9 +328,9 @@ public final class FriendService: @unchecked Sendable {
         case .mutual:
             signals.post(.friendsChanged)
             presence.becameFriend(author, name: record.displayName)
-            outbox.poke()
+            outbox.send(to: [author])
         case .alreadyFriends:
-            outbox.poke()
+            outbox.send(to: [author])
         case .blocked, .duplicate:
             break
         }
