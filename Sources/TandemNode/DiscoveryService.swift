@@ -216,7 +216,7 @@ public final class DiscoveryService: Service, Sendable {
                 }
                 .bind(host: configuration.bindHost, port: configuration.port).get()
         } catch {
-            throw TandemError("cannot bind the discovery port \(configuration.bindHost):\(configuration.port): \(error)")
+            throw NodeError.failed("cannot bind the discovery port \(configuration.bindHost):\(configuration.port): \(error)")
         }
         if let address = channel.localAddress {
             logger.info("discovery listening", metadata: ["address": "\(address)"])

@@ -94,7 +94,7 @@ public struct FieldCondition: Sendable, Equatable {
     /// Parses `key=value` (the value may contain `=` and may be empty).
     public init(parsing text: String) throws {
         guard let eq = text.firstIndex(of: "="), eq != text.startIndex else {
-            throw TandemError("'\(text)' is not key=value", exitCode: TandemError.usageExitCode)
+            throw NodeError.invalidArgument("'\(text)' is not key=value")
         }
         self.init(key: String(text[..<eq]), value: String(text[text.index(after: eq)...]))
     }
@@ -124,9 +124,14 @@ public protocol EventLog: Sendable {
     func events(since seq: Int64, limit: Int) throws -> [NodeEvent]
     /// The highest sequence number stored (0 when none). A default pages through `events`; stores should answer directly.
     func lastSeq() throws -> Int64
+    /// True while what is appended is not committed yet (the node core's batch on this thread):
+    /// the bus then stores events but delivers them only at the next `published()` after it.
+    var holdsDelivery: Bool { get }
 }
 
 extension EventLog {
+    public var holdsDelivery: Bool { false }
+
     public func lastSeq() throws -> Int64 {
         var cursor: Int64 = 0
         while true {
@@ -220,6 +225,7 @@ public final class EventBus: Sendable {
 
     /// Hands every event stored since the last delivery to subscribers, in seq order.
     public func published() {
+        guard !log.holdsDelivery else { return }
         state.withLockedValue { catchUp(&$0) }
     }
 
@@ -249,9 +255,19 @@ public final class EventBus: Sendable {
     /// Stores the event and delivers it. Returns nil (and logs) when the log cannot store it.
     @discardableResult
     public func emit(_ type: String, _ fields: [String: JSONValue] = [:]) -> NodeEvent? {
+        if log.holdsDelivery {
+            // Inside a batch (on the core): stored with it, delivered once it commits. No bus lock:
+            // another thread may hold it while it waits for the store this batch holds.
+            do {
+                return try log.append(type: type, timeMs: NodeEvent.nowMs(), fields: fields)
+            } catch {
+                logger.error("cannot store event", metadata: ["type": "\(type)", "error": "\(error)"])
+                return nil
+            }
+        }
         // Appending and delivering under one lock keeps delivery in sequence order and lets a new
         // subscriber split cleanly between "already in the log" and "delivered live".
-        state.withLockedValue { state in
+        return state.withLockedValue { state -> NodeEvent? in
             let event: NodeEvent
             do {
                 event = try log.append(type: type, timeMs: NodeEvent.nowMs(), fields: fields)

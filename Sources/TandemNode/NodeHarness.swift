@@ -45,7 +45,7 @@ public final class NodeHarness: @unchecked Sendable {
     /// thread: the harness runs no core thread of its own work, and is driven from one thread.
     public func deliver(_ envelope: Envelope) {
         let relay = RelayAddress(id: NodeID(publicKey: identity.publicKey), host: "127.0.0.1", port: 1)
-        runtime.frameRouter.handle(.mail(envelope, relay: relay, done: {}))
+        runtime.frameRouter.handle([.mail(envelope, relay: relay, done: {})])
     }
 
     /// One round of the challenge loop (expiries, starts, commits).

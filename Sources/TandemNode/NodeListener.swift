@@ -43,7 +43,7 @@ public final class NodeListener: Service, Sendable {
 
     deinit {
         // A listener that never ran must not leave its promise dangling (a completed promise ignores this).
-        bound.fail(TandemError("the listener was never started"))
+        bound.fail(NodeError.failed("the listener was never started"))
     }
 
     /// The bound address if the listener is up already (nil before).
@@ -84,7 +84,7 @@ public final class NodeListener: Service, Sendable {
                 }
             }
         } catch {
-            let e = TandemError("cannot listen on \(configuration.host):\(configuration.port): \(describe(error))")
+            let e = NodeError.failed("cannot listen on \(configuration.host):\(configuration.port): \(describe(error))")
             bound.fail(e)
             throw e
         }

@@ -74,7 +74,7 @@ public final class NodeRuntime: Sendable {
         do {
             store = try dataDirectory.map { try NodeStore(path: $0.storeFile.path) } ?? NodeStore.inMemory()
         } catch {
-            throw TandemError("cannot open the node's store in \(dataDirectory?.path ?? "memory"): \(error)")
+            throw NodeError.failed("cannot open the node's store in \(dataDirectory?.path ?? "memory"): \(error)")
         }
         self.store = store
         // Rows that fail validation are set aside before any service reads them (never fatal).
@@ -82,7 +82,7 @@ public final class NodeRuntime: Sendable {
         do {
             quarantined = try store.quarantineInvalidRows(nowMs: Int64(clamping: wallClockMilliseconds()))
         } catch {
-            throw TandemError("cannot check the node's store in \(dataDirectory?.path ?? "memory"): \(error)")
+            throw NodeError.failed("cannot check the node's store in \(dataDirectory?.path ?? "memory"): \(error)")
         }
         for row in quarantined {
             logger.warning("stored row quarantined", metadata: ["kind": "\(row.kind)", "key": "\(hexString(row.rowKey))",

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -214,12 +215,75 @@ public struct NodeStore: Sendable {
 
     // MARK: reading and writing
 
-    /// Runs `body` in one write transaction.
+    /// Runs `body` in one write transaction; inside a `batch` on this thread, in a savepoint of the
+    /// batch's transaction (a failing body rolls back its own writes only).
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
-        try writer.write(body)
+        guard let batch = currentBatch else { return try writer.write(body) }
+        var result: T?
+        try batch.db.inSavepoint {
+            result = try body(batch.db)
+            return .commit
+        }
+        return result!
     }
 
+    /// Reads; inside a `batch` on this thread, what the batch wrote so far included.
     public func read<T>(_ body: (Database) throws -> T) throws -> T {
-        try writer.read(body)
+        guard let batch = currentBatch else { return try writer.read(body) }
+        return try body(batch.db)
     }
+
+    // MARK: batches (one commit for many changes)
+
+    /// Runs `body` with every store access it makes on this thread in one transaction: its writes
+    /// share one commit (group commit), and what it hands to `afterCommit` runs once that commit
+    /// is durable, in order (acknowledgements, frames, event delivery). When the transaction
+    /// cannot commit, nothing of it is kept and the after-commit actions are dropped (peers then
+    /// resend what they were not acknowledged). A batch inside a batch joins the outer one.
+    public func batch(_ body: () throws -> Void) throws {
+        if currentBatch != nil { return try body() }
+        let key = BatchKey(writer: writer)
+        let context = try writer.write { db -> BatchContext in
+            let context = BatchContext(db: db)
+            Self.batches.withLock { $0[key] = context }
+            defer { Self.batches.withLock { $0[key] = nil } }
+            try body()
+            return context
+        }
+        for action in context.afterCommit { action() }
+    }
+
+    /// Runs `action` once the current batch on this thread has committed; at once outside a batch.
+    public func afterCommit(_ action: @escaping () -> Void) {
+        guard let batch = currentBatch else { return action() }
+        batch.afterCommit.append(action)
+    }
+
+    /// Whether this thread is inside a batch of this store.
+    public var isInBatch: Bool { currentBatch != nil }
+
+    private var currentBatch: BatchContext? {
+        let key = BatchKey(writer: writer)
+        return Self.batches.withLock { $0[key] }
+    }
+
+    private static let batches = Mutex<[BatchKey: BatchContext]>([:])
+}
+
+/// A batch belongs to one store and one thread.
+private struct BatchKey: Hashable, Sendable {
+    let writer: ObjectIdentifier
+    let thread: UInt
+
+    init(writer: any DatabaseWriter) {
+        self.writer = ObjectIdentifier(writer as AnyObject)
+        self.thread = UInt(bitPattern: Int(bitPattern: UInt(pthread_self())))
+    }
+}
+
+/// The open transaction of a batch and what waits for its commit. Used only on its own thread.
+private final class BatchContext: @unchecked Sendable {
+    let db: Database
+    var afterCommit: [() -> Void] = []
+    init(db: Database) { self.db = db }
 }

@@ -146,14 +146,8 @@ struct Run: AsyncParsableCommand {
         } catch {
             throw TandemError("cannot open the mailbox \(mailboxPath ?? "in memory"): \(error)")
         }
-        let server = RelayServer(identity: identity, configuration: c, mailbox: mailbox, logger: logger)
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: server)]
-        if let host = c.metricsHost {
-            services.append(.init(service: MetricsService(host: host, port: c.metricsPort, server: server, logger: logger)))
-        }
-        services.append(.init(service: AddressAnnouncer(server: server)))
-        let group = ServiceGroup(configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        let relay = RelayRuntime(identity: identity, configuration: c, mailbox: mailbox, logger: logger)
+        try await relay.run(extra: [AddressAnnouncer(server: relay.server)])
     }
 
     private func usage(_ message: String) -> TandemError { TandemError(message, exitCode: TandemError.usageExitCode) }
@@ -166,23 +160,6 @@ struct AddressAnnouncer: Service {
         let address = try await server.boundAddress
         FileHandle.standardOutput.write(Data("tandem-relay listening: \(server.address(bound: address))\n".utf8))
         try? await gracefulShutdown()
-    }
-}
-
-/// Serves /metrics while the relay runs.
-struct MetricsService: Service {
-    let host: String
-    let port: Int
-    let server: RelayServer
-    let logger: Logger
-
-    func run() async throws {
-        let metrics = MetricsServer(host: host, port: port, group: MultiThreadedEventLoopGroup.singleton, logger: logger,
-                                    render: { [server] in server.renderMetrics() })
-        let address = try await metrics.start()
-        logger.info("metrics at http://\(address.hostPort)/metrics")
-        try? await gracefulShutdown()
-        await metrics.stop()
     }
 }
 

@@ -35,6 +35,9 @@ struct Tandem: AsyncParsableCommand {
         } catch let error as TandemError {
             FileHandle.standardError.write(Data("tandem: error: \(error.message.terminalSafe)\n".utf8))
             Foundation.exit(error.exitCode)
+        } catch let error as NodeError {
+            FileHandle.standardError.write(Data("tandem: error: \(error.message.terminalSafe)\n".utf8))
+            Foundation.exit(error.exitCode)
         } catch {
             let code = exitCode(for: error)
             if code == .success || code.rawValue == 0 {

@@ -107,7 +107,7 @@ final class ChallengeLoopbackTests: XCTestCase {
         do {
             _ = try await call(b.node, "challenge.quit", ["id": .string(id)])
             XCTFail("quit twice")
-        } catch let e as TandemError {
+        } catch let e as NodeError {
             XCTAssertEqual(e.exitCode, 1)
         }
         let endA = try await event(a.node, "challenge.ended")
@@ -151,7 +151,7 @@ final class ChallengeLoopbackTests: XCTestCase {
             do {
                 _ = try await call(a.node, method, params)
                 XCTFail("\(method) \(params) succeeded")
-            } catch let e as TandemError {
+            } catch let e as NodeError {
                 XCTAssertEqual(e.exitCode, code, "\(method) \(params): \(e.message)")
             }
         }

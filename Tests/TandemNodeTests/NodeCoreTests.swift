@@ -27,11 +27,15 @@ final class NodeCoreTests: XCTestCase {
         let gate = ConditionLock(value: 0)
         private let seen = NIOLockedValueBox<[[UInt8]]>([])
         var authors: [[UInt8]] { seen.withLockedValue { $0 } }
-        func handle(_ event: InboundEvent) {
-            if case .sighting(let s) = event { seen.withLockedValue { $0.append(s.publicKey) } }
+        func handle(_ events: [InboundEvent]) {
+            for event in events {
+                if case .sighting(let s) = event { seen.withLockedValue { $0.append(s.publicKey) } }
+            }
+            batches.withLockedValue { $0.append(events.count) }
             gate.lock(whenValue: 1)
             gate.unlock(withValue: 1)
         }
+        let batches = NIOLockedValueBox<[Int]>([])
         func open() { gate.lock(); gate.unlock(withValue: 1) }
     }
 
@@ -66,6 +70,7 @@ final class NodeCoreTests: XCTestCase {
         XCTAssertFalse(link.paused)
         XCTAssertEqual(link.resumes, 1)
         XCTAssertEqual(consumer.authors.count, 9)
+        XCTAssertEqual(consumer.batches.withLockedValue { $0 }, [9], "what waited together is handed over together (one commit)")
         task.cancel()
         await task.value
     }

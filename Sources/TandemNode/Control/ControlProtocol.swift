@@ -72,6 +72,7 @@ public struct ControlError: Error, Sendable, Equatable, CustomStringConvertible 
     /// The error a handler's failure turns into on the wire.
     public static func from(_ error: Error) -> ControlError {
         if let e = error as? ControlError { return e }
+        if let e = error as? NodeError { return .init(code: "failed", message: e.message, exitCode: e.exitCode) }
         if let e = error as? TandemError { return .init(code: "failed", message: e.message, exitCode: e.exitCode) }
         if error is CancellationError { return .init(code: "cancelled", message: "the request was cancelled (is the node stopping?)") }
         return .internalError("\(error)")
@@ -290,6 +291,19 @@ extension JSONValue {
         return try array.map {
             guard let s = $0.stringValue else { throw ControlError.invalid("\"\(key)\" must be an array of strings") }
             return s
+        }
+    }
+}
+
+extension NodeError {
+    /// The CLI's exit code for this error (README.md, "Exit codes"): decided here, at the
+    /// boundary, not where the error arises.
+    public var exitCode: Int32 {
+        switch kind {
+        case .invalidArgument: return TandemError.usageExitCode
+        case .nothingToActOn: return TandemError.nothingToActOnExitCode
+        case .unavailable: return TandemError.unreachableExitCode
+        case .refused, .failed: return 1
         }
     }
 }

@@ -341,7 +341,7 @@ public final class ControlServer: Service, Sendable {
 
     private func logFailure(_ request: ControlRequest, _ error: Error) {
         switch error {
-        case is ControlError, is TandemError, is CancellationError:
+        case is ControlError, is TandemError, is NodeError, is CancellationError:
             logger.debug("control request failed", metadata: ["method": "\(request.method)", "error": "\(error)"])
         default:
             logger.error("control request failed", metadata: ["method": "\(request.method)", "error": "\(error)"])

@@ -32,9 +32,10 @@ protocol PausableLink: AnyObject, Sendable {
 
 extension PeerLink: PausableLink {}
 
-/// What the node core hands each inbound event to (the frame router).
+/// What the node core hands inbound events to (the frame router): one or more at a time, the
+/// events that waited together (at most `NodeCore.maximumBatch`), to handle in one commit.
 protocol InboundConsumer: Sendable {
-    func handle(_ event: InboundEvent)
+    func handle(_ events: [InboundEvent])
 }
 
 /// The one owner of the node's state. Every store read and write, every flow step and every event
@@ -59,6 +60,8 @@ final class NodeCore: FrameHandler, @unchecked Sendable {
 
     let maximumPending: Int
     let maximumPendingPerAuthor: Int
+    /// Inbound events handed over together at most (one commit for all: group commit).
+    static let maximumBatch = 32
 
     private struct Item {
         var event: InboundEvent
@@ -209,7 +212,7 @@ final class NodeCore: FrameHandler, @unchecked Sendable {
 
     private enum Next {
         case job(Job)
-        case event(InboundEvent, InboundConsumer, resume: [PausableLink])
+        case events([InboundEvent], InboundConsumer, resume: [PausableLink])
         case stop
     }
 
@@ -221,23 +224,27 @@ final class NodeCore: FrameHandler, @unchecked Sendable {
                 next = .stop
             } else if let job = state.work.popFirst() {
                 next = .job(job)
-            } else if let consumer = state.consumer, let item = state.inbound.popFirst() {
+            } else if let consumer = state.consumer, !state.inbound.isEmpty {
+                // What waits goes together (one commit), up to a batch.
+                var events: [InboundEvent] = []
                 var resume: [PausableLink] = []
-                if let author = item.author {
+                while events.count < Self.maximumBatch, let item = state.inbound.popFirst() {
+                    events.append(item.event)
+                    guard let author = item.author else { continue }
                     state.pendingFrames -= 1
                     let n = state.perAuthor[author, default: 1] - 1
                     state.perAuthor[author] = n > 0 ? n : nil
-                    // Paused links read again once the queue has drained to half (and their
-                    // author's share too), so a full queue does not flap at its bound.
-                    if !state.paused.isEmpty, state.pendingFrames <= maximumPending / 2 {
-                        for (serial, link) in state.paused
-                        where state.perAuthor[link.remotePublicKey ?? [], default: 0] <= maximumPendingPerAuthor / 2 {
-                            resume.append(link)
-                            state.paused[serial] = nil
-                        }
+                }
+                // Paused links read again once the queue has drained to half (and their author's
+                // share too), so a full queue does not flap at its bound.
+                if !state.paused.isEmpty, state.pendingFrames <= maximumPending / 2 {
+                    for (serial, link) in state.paused
+                    where state.perAuthor[link.remotePublicKey ?? [], default: 0] <= maximumPendingPerAuthor / 2 {
+                        resume.append(link)
+                        state.paused[serial] = nil
                     }
                 }
-                next = .event(item.event, consumer, resume: resume)
+                next = .events(events, consumer, resume: resume)
             } else {
                 lock.unlock(withValue: 0)
                 continue
@@ -248,9 +255,9 @@ final class NodeCore: FrameHandler, @unchecked Sendable {
                 return
             case .job(let job):
                 job()
-            case .event(let event, let consumer, let resume):
+            case .events(let events, let consumer, let resume):
                 for link in resume { link.resumeReading() }
-                consumer.handle(event)
+                consumer.handle(events)
             }
         }
     }

@@ -121,6 +121,11 @@ final class Outbox: @unchecked Sendable {
     /// them now, from here (no hop through the delivery loop; each frame is still written once per
     /// link); the others wait for the loop, which is woken.
     func send(to keys: [[UInt8]]) {
+        // The frames are written once they are durable (after the core's batch, when in one).
+        store.afterCommit { self.writeNow(to: keys) }
+    }
+
+    private func writeNow(to keys: [[UInt8]]) {
         var others = false
         var seen = Set<[UInt8]>()
         for key in keys where seen.insert(key).inserted {
@@ -159,7 +164,9 @@ final class Outbox: @unchecked Sendable {
         guard let link else { return }
         var ack = Tandem_V1_Ack()
         ack.messageID = Data(envelope.messageID.bytes)
-        link.send(type: .ack, payload: (try? ack.serializedBytes()) ?? [])
+        let payload = (try? ack.serializedBytes()) ?? []
+        // Inside the core's batch: once the change the frame made is durable.
+        store.afterCommit { link.send(type: .ack, payload: payload) }
     }
 
     /// An ACK (or a REPLAYED error) from the recipient of one of our frames: delivered. Only the
@@ -193,7 +200,7 @@ final class Outbox: @unchecked Sendable {
         guard let link, mayReply(to: envelope.author, on: link) else { return }
         let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: UInt64(clamping: now())) {
-            link.send(reply)
+            store.afterCommit { link.send(reply) }
         }
         if Self.isDurable(envelope.type) { acknowledge(envelope, on: link) }
     }

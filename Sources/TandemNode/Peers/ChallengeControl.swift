@@ -7,15 +7,15 @@ import TandemStore
 /// The control-socket methods of challenges, solo focus sessions, the ledger and stats
 /// (Protocol/control.md).
 extension ChallengeService {
-    static func usage(_ text: String) -> TandemError { TandemError(text, exitCode: TandemError.usageExitCode) }
+    static func usage(_ text: String) -> NodeError { .invalidArgument(text) }
 
     func refusing<T>(_ body: () throws -> T) throws -> T {
         do {
             return try body()
         } catch let r as Challenge.Refusal {
-            throw TandemError(r.description, exitCode: 1)
+            throw NodeError.refused(r.description)
         } catch is NotFound {
-            throw TandemError("no such challenge", exitCode: TandemError.nothingToActOnExitCode)
+            throw NodeError.nothingToActOn("no such challenge")
         }
     }
 
@@ -27,7 +27,7 @@ extension ChallengeService {
         }
         let found = try store.challenges(idPrefix: text)
         guard let first = found.first else {
-            throw TandemError("no challenge \(text) (see tandem challenge list)", exitCode: TandemError.nothingToActOnExitCode)
+            throw NodeError.nothingToActOn("no challenge \(text) (see tandem challenge list)")
         }
         guard found.count == 1 else { throw Self.usage("'\(text)' matches several challenges; give more digits") }
         return first
@@ -93,7 +93,7 @@ extension ChallengeService {
                 let key = try FriendService.key(.object(["id": .string(text)]))
                 guard key != me else { throw Self.usage("you cannot invite yourself") }
                 guard outbox.isFriend(key) else {
-                    throw TandemError("\(NodeID(publicKey: key).display) is not your friend (tandem friend request ID first)", exitCode: 1)
+                    throw NodeError.refused("\(NodeID(publicKey: key).display) is not your friend (tandem friend request ID first)")
                 }
                 if !invitees.contains(key) { invitees.append(key) }
             }
@@ -157,7 +157,7 @@ extension ChallengeService {
         router.register(on: core, "focus.start") { [self] params in
             let duration = try durationParam(params)
             if try store.challenges(phases: [.scheduled, .running]).contains(where: \.solo) {
-                throw TandemError("a focus session is already running (tandem focus status)", exitCode: 1)
+                throw NodeError.refused("a focus session is already running (tandem focus status)")
             }
             var c = try refusing { try Challenge.solo(id: Sodium.randomBytes(16), me: me, durationMs: duration, nowUs: wallClockMicros()) }
             try persist(&c, [])
@@ -170,7 +170,7 @@ extension ChallengeService {
         }
         router.register(on: core, "focus.quit") { [self] params in
             guard let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo) else {
-                throw TandemError("no focus session is running", exitCode: TandemError.nothingToActOnExitCode)
+                throw NodeError.nothingToActOn("no focus session is running")
             }
             return describe(try quit(c, reason: params["reason"]?.stringValue ?? ""))
         }

@@ -7,12 +7,12 @@ import TandemStore
 extension FriendService {
     static func key(_ params: JSONValue, _ name: String = "id") throws -> [UInt8] {
         guard let text = params[name]?.stringValue else {
-            throw TandemError("missing parameter '\(name)'", exitCode: TandemError.usageExitCode)
+            throw NodeError.invalidArgument("missing parameter '\(name)'")
         }
         do {
             return try NodeID.parse(text)
         } catch {
-            throw TandemError("'\(text)' is not a Tandem ID: \(error)", exitCode: TandemError.usageExitCode)
+            throw NodeError.invalidArgument("'\(text)' is not a Tandem ID: \(error)")
         }
     }
 
@@ -56,25 +56,25 @@ extension FriendService {
         router.register(on: core, "friend.request") { [self] params in
             // The ID may be a share code ("tandem:ID?relay=RELAY@host:port"); --relay names one too.
             guard let idText = params["id"]?.stringValue else {
-                throw TandemError("missing parameter 'id'", exitCode: TandemError.usageExitCode)
+                throw NodeError.invalidArgument("missing parameter 'id'")
             }
             let code: ShareCode
             do {
                 code = try ShareCode(parsing: idText)
             } catch {
-                throw TandemError("'\(idText)' is not a Tandem ID or share code: \(error)", exitCode: TandemError.usageExitCode)
+                throw NodeError.invalidArgument("'\(idText)' is not a Tandem ID or share code: \(error)")
             }
             let key = code.id.publicKey
             var relay = code.relay
             if let r = params["relay"]?.stringValue, !r.isEmpty {
                 do { relay = try RelayAddress(parsing: r) } catch {
-                    throw TandemError("'\(r)' is not a relay address: \(error)", exitCode: TandemError.usageExitCode)
+                    throw NodeError.invalidArgument("'\(r)' is not a relay address: \(error)")
                 }
             }
             var address: HostPort?
             if let addr = params["addr"]?.stringValue, !addr.isEmpty {
                 let (h, p) = try NodeConfiguration.parseHostPort(addr, defaultHost: "127.0.0.1")
-                guard p > 0 else { throw TandemError("--addr needs a port", exitCode: TandemError.usageExitCode) }
+                guard p > 0 else { throw NodeError.invalidArgument("--addr needs a port") }
                 address = HostPort(host: h, port: p)
             }
             let c = try requestNow(key, message: params["message"]?.stringValue ?? "", address: address, relay: relay)
@@ -104,7 +104,7 @@ extension FriendService {
         }
         router.register(on: core, "friend.unblock") { [self] params in
             let key = try Self.key(params)
-            guard try unblockNow(key) else { throw TandemError("that ID is not blocked", exitCode: TandemError.nothingToActOnExitCode) }
+            guard try unblockNow(key) else { throw NodeError.nothingToActOn("that ID is not blocked") }
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": false])
         }
         router.register(on: core, "friend.list") { [self] _ in
@@ -113,7 +113,7 @@ extension FriendService {
         }
         router.register(on: core, "name.get") { [self] _ in .object(["name": .string(displayName)]) }
         router.register(on: core, "name.set") { [self] params in
-            guard let name = params["name"]?.stringValue else { throw TandemError("missing parameter 'name'", exitCode: TandemError.usageExitCode) }
+            guard let name = params["name"]?.stringValue else { throw NodeError.invalidArgument("missing parameter 'name'") }
             try setNameNow(name)
             return .object(["name": .string(name)])
         }
@@ -135,7 +135,7 @@ extension FriendService {
         }
         router.register(on: core, "discoverable.set") { params in
             guard let text = params["mode"]?.stringValue, let mode = DiscoverableSetting.Mode(rawValue: text) else {
-                throw TandemError("mode must be on, off or auto", exitCode: TandemError.usageExitCode)
+                throw NodeError.invalidArgument("mode must be on, off or auto")
             }
             try discoverable.set(mode)
             return .object(["mode": .string(mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable)])

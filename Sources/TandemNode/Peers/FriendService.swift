@@ -116,9 +116,9 @@ public final class FriendService: @unchecked Sendable {
     }
 
     func requestNow(_ key: [UInt8], message: String, address: HostPort?, relay: RelayAddress? = nil) throws -> Contact {
-        guard key != identity.publicKey else { throw TandemError("that is your own ID", exitCode: TandemError.usageExitCode) }
+        guard key != identity.publicKey else { throw NodeError.invalidArgument("that is your own ID") }
         guard message.utf8.count <= configuration.maximumMessageBytes else {
-            throw TandemError("the message is longer than \(configuration.maximumMessageBytes) bytes", exitCode: TandemError.usageExitCode)
+            throw NodeError.invalidArgument("the message is longer than \(configuration.maximumMessageBytes) bytes")
         }
         var req = Tandem_V1_FriendRequest()
         req.message = message
@@ -168,7 +168,7 @@ public final class FriendService: @unchecked Sendable {
     }
 
     func blockNow(_ key: [UInt8]) throws {
-        guard key != identity.publicKey else { throw TandemError("that is your own ID", exitCode: TandemError.usageExitCode) }
+        guard key != identity.publicKey else { throw NodeError.invalidArgument("that is your own ID") }
         let wasFriend = try store.contact(key)?.relationship == .friend
         try store.block(key, nowMs: now())
         peers.link(to: key)?.close()
@@ -184,8 +184,8 @@ public final class FriendService: @unchecked Sendable {
 
     /// Sets our display name and tells every friend.
     func setNameNow(_ name: String) throws {
-        guard name.utf8.count <= 64 else { throw TandemError("a display name is at most 64 bytes", exitCode: TandemError.usageExitCode) }
-        guard !name.contains(where: { $0.isNewline }) else { throw TandemError("a display name is one line", exitCode: TandemError.usageExitCode) }
+        guard name.utf8.count <= 64 else { throw NodeError.invalidArgument("a display name is at most 64 bytes") }
+        guard !name.contains(where: { $0.isNewline }) else { throw NodeError.invalidArgument("a display name is one line") }
         try store.setSetting("display_name", name)
         try announceRecord()
         events.emit("name.changed", ["name": .string(name)])
@@ -210,11 +210,11 @@ public final class FriendService: @unchecked Sendable {
             return try body()
         } catch let e as FriendStoreError {
             switch e {
-            case .alreadyFriends: throw TandemError("you are already friends", exitCode: 1)
-            case .blocked: throw TandemError("that ID is blocked (tandem friend unblock ID first)", exitCode: 1)
-            case .noPendingRequest: throw TandemError("there is no pending friend request from that ID (see tandem friend requests)", exitCode: TandemError.nothingToActOnExitCode)
-            case .notAFriend: throw TandemError("that ID is not a friend", exitCode: TandemError.nothingToActOnExitCode)
-            case .isSelf: throw TandemError("that is your own ID", exitCode: TandemError.usageExitCode)
+            case .alreadyFriends: throw NodeError.refused("you are already friends")
+            case .blocked: throw NodeError.refused("that ID is blocked (tandem friend unblock ID first)")
+            case .noPendingRequest: throw NodeError.nothingToActOn("there is no pending friend request from that ID (see tandem friend requests)")
+            case .notAFriend: throw NodeError.nothingToActOn("that ID is not a friend")
+            case .isSelf: throw NodeError.invalidArgument("that is your own ID")
             }
         }
     }

@@ -15,7 +15,21 @@ struct NodeFrameRouter: InboundConsumer {
     let events: EventBus
     let health: StoreHealth
 
-    func handle(_ event: InboundEvent) {
+    /// Handles the events in one batch of the store: their changes share one commit, and the
+    /// acknowledgements, frames and event deliveries they cause follow it.
+    func handle(_ events: [InboundEvent]) {
+        do {
+            try store.batch {
+                for event in events { handle(event) }
+            }
+        } catch {
+            // Nothing of the batch was kept and nothing acknowledged: senders resend.
+            health.failed("commit \(events.count) inbound events", error)
+        }
+        self.events.published()
+    }
+
+    private func handle(_ event: InboundEvent) {
         switch event {
         case .frame(let envelope, let link, let receivedAtUs):
             frame(envelope, from: link, receivedAtUs: receivedAtUs)
@@ -24,7 +38,8 @@ struct NodeFrameRouter: InboundConsumer {
                                              "message_type": .string(envelope.type.description), "relay": .string(relay.description)])
             // Mail does not count as hearing from its author (it may be hours old).
             route(envelope, from: nil)
-            done()
+            // Acknowledged to the relay once what it changed is durable.
+            store.afterCommit(done)
         case .linkUp(let key, _):
             presence.linkUp(key)
             challenges.peerConnected(key)

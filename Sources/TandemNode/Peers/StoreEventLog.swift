@@ -20,4 +20,6 @@ public struct StoreEventLog: EventLog {
     }
 
     public func lastSeq() throws -> Int64 { try store.lastEventSeq() }
+
+    public var holdsDelivery: Bool { store.isInBatch }
 }

@@ -139,9 +139,9 @@ public final class RelayClient: @unchecked Sendable {
         case .refused(.offline, _):
             throw Offline(relay: relay)
         case .refused(_, let detail):
-            throw TandemError("relay \(relay.host):\(relay.port) refused the tunnel: \(detail)")
+            throw NodeError.failed("relay \(relay.host):\(relay.port) refused the tunnel: \(detail)")
         case .stored:
-            throw TandemError("relay \(relay.host):\(relay.port) answered the tunnel request as if it were mail")
+            throw NodeError.failed("relay \(relay.host):\(relay.port) answered the tunnel request as if it were mail")
         }
         return try await RelayTunnel.connect(relay: relay, token: token, remote: key, identity: identity,
                                              gate: gate, delegate: peers, options: options, group: peers.group, logger: logger).0
@@ -167,7 +167,7 @@ public final class RelayClient: @unchecked Sendable {
                 refusal = "the relay answered the mail as if it were a tunnel request"
             }
             logger.info("relay refused mail", metadata: ["relay": "\(relay)", "detail": "\(refusal)"])
-            if stored.isEmpty { throw TandemError("relay refused the mail: \(refusal)") }
+            if stored.isEmpty { throw NodeError.failed("relay refused the mail: \(refusal)") }
             break
         }
         return stored
@@ -395,7 +395,7 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
 
     func close() { state.withLockedValue { $0.link }?.close() }
 
-    private var closedError: TandemError { TandemError("the link to relay \(relay.host):\(relay.port) is closed") }
+    private var closedError: NodeError { NodeError.failed("the link to relay \(relay.host):\(relay.port) is closed") }
 
     /// Sends a request and waits (15 s at most) for its RELAY_REPLY.
     func request(_ request: RelayClientSession.Request) async throws -> RelayClientSession.Reply {
@@ -410,8 +410,7 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
                 s.machine.abandon(id)
                 return s.pending.removeValue(forKey: id)
             }
-            c?.resume(throwing: TandemError("relay \(self.relay.host):\(self.relay.port) did not answer within 15 s",
-                                            exitCode: TandemError.timeoutExitCode))
+            c?.resume(throwing: NodeError.unavailable("relay \(self.relay.host):\(self.relay.port) did not answer within 15 s"))
         }
         defer { timer.cancel() }
         return try await withCheckedThrowingContinuation { c in
@@ -427,12 +426,12 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
 
     /// RELAY_REGISTER; returns the number of mail items waiting once the relay confirms (10 s at most).
     func register(agent: String) async throws -> UInt32 {
-        guard let link = state.withLockedValue({ $0.link }) else { throw TandemError("not connected") }
+        guard let link = state.withLockedValue({ $0.link }) else { throw NodeError.failed("not connected") }
         let timer = link.channel.eventLoop.scheduleTask(in: .seconds(10)) { [weak self] in
             self?.state.withLockedValue { s -> CheckedContinuation<UInt32, Error>? in
                 defer { s.registration = nil }
                 return s.registration
-            }?.resume(throwing: TandemError("the relay did not confirm the registration within 10 s"))
+            }?.resume(throwing: NodeError.failed("the relay did not confirm the registration within 10 s"))
         }
         defer { timer.cancel() }
         return try await withCheckedThrowingContinuation { c in
@@ -441,7 +440,7 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
                 s.registration = c
                 return frame
             }
-            guard let frame else { return c.resume(throwing: TandemError("the relay closed the link")) }
+            guard let frame else { return c.resume(throwing: NodeError.failed("the relay closed the link")) }
             send(frame, on: link)
         }
     }
@@ -472,7 +471,7 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
             defer { s.pending = [:]; s.registration = nil }
             return (s.machine.closed(error: error.map { "\($0)" }), s.pending, s.registration)
         }
-        let e = TandemError("the link to relay \(relay.host):\(relay.port) closed\(ending.reason.map { ": \($0)" } ?? "")")
+        let e = NodeError.failed("the link to relay \(relay.host):\(relay.port) closed\(ending.reason.map { ": \($0)" } ?? "")")
         for (_, c) in pending { c.resume(throwing: e) }
         registration?.resume(throwing: e)
         client?.sessionClosed(self, reason: ending.reason, retryAfterMs: ending.retryAfterMs)

@@ -9,23 +9,23 @@ extension RelayClient {
     func registerControlMethods(on router: ControlRouter, friends: FriendService, core: NodeCore) {
         router.register(on: core, "relay.add") { [self] params in
             guard let text = params["address"]?.stringValue else {
-                throw TandemError("missing parameter 'address'", exitCode: TandemError.usageExitCode)
+                throw NodeError.invalidArgument("missing parameter 'address'")
             }
             let relay: RelayAddress
             do {
                 relay = try RelayAddress(parsing: text)
             } catch {
-                throw TandemError("'\(text)' is not a relay address: \(error)", exitCode: TandemError.usageExitCode)
+                throw NodeError.invalidArgument("'\(text)' is not a relay address: \(error)")
             }
             guard relay.id.publicKey != identity.publicKey else {
-                throw TandemError("that is this node's own ID, not a relay's", exitCode: TandemError.usageExitCode)
+                throw NodeError.invalidArgument("that is this node's own ID, not a relay's")
             }
             let wasFirst = ((try? store.relays()) ?? []).isEmpty
             let changed: Bool
             do {
                 changed = try store.addRelay(relay.id.publicKey, host: relay.host, port: relay.port, nowMs: now())
             } catch let e as RelayStoreError {
-                throw TandemError(e.description, exitCode: TandemError.usageExitCode)
+                throw NodeError.invalidArgument(e.description)
             }
             if changed {
                 disconnect(relay.id.publicKey)
@@ -37,19 +37,19 @@ extension RelayClient {
         }
         router.register(on: core, "relay.remove") { [self] params in
             guard let text = params["id"]?.stringValue else {
-                throw TandemError("missing parameter 'id'", exitCode: TandemError.usageExitCode)
+                throw NodeError.invalidArgument("missing parameter 'id'")
             }
             let key: [UInt8]
             if let r = try? RelayAddress(parsing: text) {
                 key = r.id.publicKey
             } else {
                 do { key = try NodeID.parse(text) } catch {
-                    throw TandemError("'\(text)' is not a relay ID or address: \(error)", exitCode: TandemError.usageExitCode)
+                    throw NodeError.invalidArgument("'\(text)' is not a relay ID or address: \(error)")
                 }
             }
             let wasHome = (try? store.relays().first?.publicKey) == key
             guard try store.removeRelay(key) else {
-                throw TandemError("that relay is not one of this node's relays (see tandem relay list)", exitCode: TandemError.nothingToActOnExitCode)
+                throw NodeError.nothingToActOn("that relay is not one of this node's relays (see tandem relay list)")
             }
             disconnect(key)
             if wasHome { try friends.announceRecord() }
