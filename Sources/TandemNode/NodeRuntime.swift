@@ -101,7 +101,7 @@ public final class NodeRuntime: Sendable {
         let events = EventBus(log: eventLog ?? StoreEventLog(store: store), logger: logger)
         self.eventBus = events
         let relays = RelayClient(identity: identity, store: store, peers: peers, gate: gate, options: configuration.link,
-                                 events: events, core: core, signals: signals, logger: logger)
+                                 events: events, core: core, health: health, signals: signals, logger: logger)
         self.relays = relays
         let friendsConfig = configuration.friends
         let presenceState = PresenceState(heartbeatSeconds: UInt32(clamping: friendsConfig.heartbeat.nanoseconds / 1_000_000_000))
@@ -127,7 +127,7 @@ public final class NodeRuntime: Sendable {
         self.challenges = challenges
         self.frameRouter = NodeFrameRouter(friends: friends, presence: presence, outbox: outbox, clock: clock, challenges: challenges,
                                            store: store, events: events, health: health)
-        let discoverable = DiscoverableSetting(store: store, signals: signals)
+        let discoverable = DiscoverableSetting(store: store, signals: signals, health: health)
         self.discoverable = discoverable
         if let discoveryConfig = configuration.discovery {
             let beaconState = self.beaconState

@@ -118,7 +118,7 @@ extension ChallengeService {
             }
             var hints: [[UInt8]: String] = [:]
             for k in invitees {
-                if let a = (try? store.addresses(k))?.first { hints[k] = a.host.contains(":") ? "[\(a.host)]:\(a.port)" : "\(a.host):\(a.port)" }
+                if let a = health.read("read a peer's addresses", or: [], { try store.addresses(k) }).first { hints[k] = a.host.contains(":") ? "[\(a.host)]:\(a.port)" : "\(a.host):\(a.port)" }
             }
             let (created, actions) = try refusing {
                 try Challenge.invite(id: Sodium.randomBytes(16), me: me, invitees: invitees, durationMs: duration, startAtUs: start,
@@ -162,7 +162,7 @@ extension ChallengeService {
             var c = try refusing { try Challenge.solo(id: Sodium.randomBytes(16), me: me, durationMs: duration, nowUs: wallClockMicros()) }
             try persist(&c, [])
             after(c, [])
-            return describe((try? store.challenge(c.id)) ?? c)
+            return describe(try store.challenge(c.id) ?? c)
         }
         router.register(on: core, "focus.status") { [self] _ in
             let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo)
@@ -196,7 +196,7 @@ extension ChallengeService {
         // Alone, there is nobody to keep the countdown for: a solo session ends at once.
         guard quit.solo else { return quit }
         endNow(quit.id)
-        return (try? store.challenge(quit.id)) ?? quit
+        return try store.challenge(quit.id) ?? quit
     }
 
     func describeEntry(_ e: LedgerEntry, committedAtMs: Int64) -> JSONValue {

@@ -163,7 +163,7 @@ public final class ChallengeService: @unchecked Sendable {
 
     func name(_ key: [UInt8]) -> String {
         if key == me { return health.read("read the display name", or: nil) { try store.setting("display_name") } ?? "" }
-        return (try? store.contact(key))?.displayName ?? ""
+        return health.read("read a contact", or: nil) { try store.contact(key) }?.displayName ?? ""
     }
 
     func isoLocal(_ us: Int64) -> JSONValue { FriendService.iso(us / 1000) }
@@ -261,13 +261,13 @@ public final class ChallengeService: @unchecked Sendable {
     /// A new clock sample from `key`: challenges timed by its clock are re-armed.
     func clockSampled(_ key: [UInt8]) {
         noteHeard(key, at: monotonicMicros())
-        for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] where c.inviter == key {
+        for c in health.read("read the challenges", or: []) { try store.challenges(phases: [.scheduled, .running]) } where c.inviter == key {
             schedule(c)
         }
     }
 
     func refreshPresence() {
-        let running = (try? store.challenges(phases: [.running, .scheduled])) ?? []
+        let running = health.read("read the challenges", or: []) { try store.challenges(phases: [.running, .scheduled]) }
         let status: Tandem_V1_PresenceStatus
         if running.contains(where: { !$0.solo && $0.phase == .running }) {
             status = .inChallenge
@@ -296,7 +296,7 @@ public final class ChallengeService: @unchecked Sendable {
 
     func peerConnected(_ key: [UInt8]) {
         // Partners in a challenge get measured at once.
-        let active = (try? store.activeChallenges()) ?? []
+        let active = health.read("read the active challenges", or: []) { try store.activeChallenges() }
         if active.contains(where: { $0.participant(key) != nil && $0.phase != .ended }) {
             clock.probe(key, count: 8)
         }
@@ -321,7 +321,7 @@ public final class ChallengeService: @unchecked Sendable {
     }
 
     func resume() {
-        for c in (try? store.activeChallenges()) ?? [] {
+        for c in health.read("read the active challenges", or: []) { try store.activeChallenges() } {
             if c.phase == .running, let end = c.endAtUs {
                 let remaining = max(0, (end - timebaseNow(c)) / 1000)
                 events.emit("challenge.resumed", ["id": .string(c.idHex), "remaining_ms": .int(remaining)])
@@ -334,7 +334,7 @@ public final class ChallengeService: @unchecked Sendable {
     }
 
     func tick() {
-        let active = (try? store.activeChallenges()) ?? []
+        let active = health.read("read the active challenges", or: []) { try store.activeChallenges() }
         let mono = monotonicMicros()
         for c in active {
             do {
@@ -432,7 +432,7 @@ public final class ChallengeService: @unchecked Sendable {
             case .challengeOutcome:
                 let m = try ChallengeOutcomeMessage(payload: envelope.payload)
                 try step(envelope, link, m.challengeID) { c in try c.receiveOutcome(from: envelope.author, m, signer: identity) }
-                if let c = try? store.challenge(m.challengeID) { commitIfReady(c) }
+                if let c = health.read("read a challenge", or: nil, { try store.challenge(m.challengeID) }) { commitIfReady(c) }
             default:
                 logger.debug("challenge frame type not handled", metadata: ["type": "\(envelope.type)"])
             }

@@ -31,7 +31,7 @@ extension FriendService {
             via = .string("relay")
         } else if online {
             let host = peers.remoteAddress(of: key)?.ipAddress ?? ""
-            let lan = ((try? store.sightings(since: now() - 60_000)) ?? []).contains { $0.publicKey == c.publicKey && $0.host == host }
+            let lan = health.read("read the LAN sightings", or: []) { try store.sightings(since: now() - 60_000) }.contains { $0.publicKey == c.publicKey && $0.host == host }
             via = .string(lan ? "lan" : "direct")
         }
         return .object([
@@ -45,7 +45,7 @@ extension FriendService {
             "message": c.requestMessage.map(JSONValue.string) ?? .null,
             "requested_at": Self.iso(c.requestedAtMs),
             "friend_since": Self.iso(c.friendSinceMs),
-            "relay": ((try? store.peerRelay(key)) ?? nil).map {
+            "relay": health.read("read a peer's relay", or: nil) { try store.peerRelay(key) }.map {
                 .string(RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port).description)
             } ?? .null,
         ])
@@ -148,21 +148,23 @@ public final class DiscoverableSetting: @unchecked Sendable {
     public enum Mode: String, Sendable { case on, off, auto }
     private let store: NodeStore
     private let signals: NodeSignals
+    private let health: StoreHealth
 
-    init(store: NodeStore, signals: NodeSignals) {
+    init(store: NodeStore, signals: NodeSignals, health: StoreHealth) {
         self.store = store
         self.signals = signals
+        self.health = health
     }
 
     public var mode: Mode {
-        (try? store.setting("discoverable")).flatMap { $0 }.flatMap(Mode.init(rawValue:)) ?? .auto
+        health.read("read the discoverable setting", or: nil) { try store.setting("discoverable") }.flatMap(Mode.init(rawValue:)) ?? .auto
     }
 
     public var isDiscoverable: Bool {
         switch mode {
         case .on: return true
         case .off: return false
-        case .auto: return ((try? store.friendKeys()) ?? []).isEmpty
+        case .auto: return health.read("read the friends", or: []) { try store.friendKeys() }.isEmpty
         }
     }
 

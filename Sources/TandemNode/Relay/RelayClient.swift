@@ -33,6 +33,7 @@ public final class RelayClient: @unchecked Sendable {
     let logger: Logger
     /// Mail goes to the node core like any inbound frame; its store reads run there too.
     let core: NodeCore
+    let health: StoreHealth
     /// `reachable` is posted when a home relay comes up (what waits may be deliverable now).
     let signals: NodeSignals
 
@@ -49,8 +50,9 @@ public final class RelayClient: @unchecked Sendable {
     private let wake = Wakeup()
 
     init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, gate: FrameGate, options: PeerPipeline.Options,
-         events: EventBus, core: NodeCore, signals: NodeSignals, logger: Logger) {
+         events: EventBus, core: NodeCore, health: StoreHealth, signals: NodeSignals, logger: Logger) {
         self.core = core
+        self.health = health
         self.signals = signals
         self.identity = identity
         self.store = store
@@ -65,7 +67,7 @@ public final class RelayClient: @unchecked Sendable {
 
     /// Our home relays, as stored.
     func homeRelays() -> [RelayAddress] {
-        ((try? store.relays()) ?? []).map { RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port) }
+        health.read("read the home relays", or: []) { try store.relays() }.map { RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port) }
     }
 
     /// A relay is its ID: when a peer names one of our home relays, by whatever address (a DNS name
@@ -231,8 +233,9 @@ public final class RelayClient: @unchecked Sendable {
             // A friend request the node did not take (throttled, or the store failed) stays at the
             // relay: it comes again at the next registration. Anything else was handled, or can
             // never be (a stranger's invite, a malformed payload), and is acknowledged.
-            if env.type == .friendRequest, (try? store.wasHandled(env.messageID.bytes)) != true,
-               (try? store.contact(env.author))?.relationship != .blocked {
+            if env.type == .friendRequest,
+               !health.read("read a handled mark", or: false, { try store.wasHandled(env.messageID.bytes) }),
+               health.read("read a contact", or: nil, { try store.contact(env.author) })?.relationship != .blocked {
                 logger.info("mail not taken now; the relay keeps it", metadata: ["relay": "\(session.relay)", "type": "\(env.type)"])
                 return
             }
@@ -317,7 +320,7 @@ public final class RelayClient: @unchecked Sendable {
 
     /// What `tandem relay list` shows.
     func status() -> [JSONValue] {
-        let stored = (try? store.relays()) ?? []
+        let stored = health.read("read the relays", or: []) { try store.relays() }
         return stored.map { r in
             let relay = RelayAddress(id: NodeID(publicKey: r.publicKey), host: r.host, port: r.port)
             let s = session(r.publicKey)

@@ -20,7 +20,7 @@ extension RelayClient {
             guard relay.id.publicKey != identity.publicKey else {
                 throw NodeError.invalidArgument("that is this node's own ID, not a relay's")
             }
-            let wasFirst = ((try? store.relays()) ?? []).isEmpty
+            let wasFirst = try store.relays().isEmpty
             let changed: Bool
             do {
                 changed = try store.addRelay(relay.id.publicKey, host: relay.host, port: relay.port, nowMs: now())
@@ -29,7 +29,7 @@ extension RelayClient {
             }
             if changed {
                 disconnect(relay.id.publicKey)
-                if wasFirst || (try? store.relays().first?.publicKey) == relay.id.publicKey { try friends.announceRecord() }
+                if try wasFirst || store.relays().first?.publicKey == relay.id.publicKey { try friends.announceRecord() }
                 events.emit("relay.added", ["relay": .string(relay.description)])
                 poke()
             }
@@ -47,7 +47,7 @@ extension RelayClient {
                     throw NodeError.invalidArgument("'\(text)' is not a relay ID or address: \(error)")
                 }
             }
-            let wasHome = (try? store.relays().first?.publicKey) == key
+            let wasHome = try store.relays().first?.publicKey == key
             guard try store.removeRelay(key) else {
                 throw NodeError.nothingToActOn("that relay is not one of this node's relays (see tandem relay list)")
             }
