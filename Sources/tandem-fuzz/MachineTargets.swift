@@ -29,7 +29,7 @@ extension FuzzTarget {
 }
 
 enum MachineTargets {
-    static let names = ["challenge", "outcome", "clock", "replay", "beacon", "relaybook"]
+    static let names = ["challenge", "outcome", "clock", "replay", "beacon", "relaybook", "relayclient"]
 
     /// TANDEM_FUZZ_MACHINES=challenge,outcome… fuzzes only those (to get past a known crash in
     /// another); the first byte picks the machine either way, so an input means the same thing
@@ -51,7 +51,8 @@ enum MachineTargets {
         case 2: ClockMachine.run(&input)
         case 3: ReplayMachine.run(&input)
         case 4: BeaconMachine.run(&input)
-        default: RelayBookMachine.run(&input)
+        case 5: RelayBookMachine.run(&input)
+        default: RelayClientMachine.run(&input)
         }
     }
 
@@ -551,5 +552,128 @@ enum RelayBookMachine {
                 }
             }
         }
+    }
+}
+
+// MARK: - The node's side of a relay link
+
+/// RelayClientSession (the node's relay link, sans IO) driven the way RelayClient drives it, with
+/// every frame from "the relay" chosen by the fuzzer: well-formed or not, signed by the relay or by
+/// someone else, answering requests that were made, abandoned, never made, or already answered.
+enum RelayClientMachine {
+    static func run(_ input: inout FuzzInput) {
+        let relay = FuzzKeys.people[0]
+        let other = FuzzKeys.people[1]
+        var clock = ManualClock()
+        var session = RelayClientSession(relay: relay.publicKey, nowMs: Int64(clock.ms))
+        var waiting = Set<UInt64>()
+        var answered = Set<UInt64>()
+        var everIssued: [UInt64] = []
+        var registerAsked = false
+        var registeredTimes = 0
+        var closed = false
+        for _ in 0..<MachineTargets.maximumSteps where !input.isExhausted {
+            switch input.u8() % 8 {
+            case 0:
+                let frame = session.register(agent: input.text())
+                if frame != nil { registerAsked = true }
+                MachineTargets.check(frame == nil || !closed, "a closed link registered")
+            case 1, 2:
+                let request: RelayClientSession.Request = input.bool()
+                    ? .tunnelOpen(target: input.take(Int(input.u8() % 40)))
+                    : .mailboxPut(recipient: input.take(32), sealed: input.take(Int(input.u8())))
+                if let (id, _) = session.request(request, nowMs: Int64(clock.ms)) {
+                    MachineTargets.check(!closed, "a closed link took a request")
+                    MachineTargets.check(!everIssued.contains(id), "a request id was issued twice")
+                    everIssued.append(id)
+                    waiting.insert(id)
+                }
+            case 3:
+                let id = !everIssued.isEmpty && input.bool() ? everIssued[input.pick(everIssued.count)] : input.uint64()
+                let was = session.abandon(id)
+                MachineTargets.check(was == waiting.contains(id), "abandon disagrees with what was waiting")
+                waiting.remove(id)
+            case 4:
+                let ending = session.closed(error: input.bool() ? input.text() : nil)
+                MachineTargets.check(closed || Set(ending.unanswered) == waiting, "the ending lists other requests than those waiting")
+                MachineTargets.check(ending.retryAfterMs >= 0 && ending.retryAfterMs <= 3_600_000, "retry-after out of range")
+                MachineTargets.check(ending.wasRegistered == (registeredTimes > 0), "wasRegistered disagrees with the registrations seen")
+                waiting.removeAll()
+                closed = true
+            case 5:
+                clock.advance(&input)
+            default:
+                let envelope = frame(&input, relay: relay, other: other, issued: everIssued, now: UInt64(clock.ms))
+                let action = session.receive(envelope)
+                if action != nil {
+                    MachineTargets.check(!closed, "a closed link acted on a frame")
+                    MachineTargets.check(envelope.author == relay.publicKey, "a frame not signed by the relay was taken")
+                }
+                switch action {
+                case .registered?:
+                    registeredTimes += 1
+                    MachineTargets.check(registerAsked && registeredTimes == 1, "registered without asking, or twice")
+                case .replied(let id, let reply)?:
+                    MachineTargets.check(waiting.contains(id) && !answered.contains(id), "a reply to a request that was not waiting")
+                    waiting.remove(id)
+                    answered.insert(id)
+                    if case .tunnel(let token) = reply {
+                        MachineTargets.check(token.count == TunnelJoin.tokenLength, "a tunnel token of the wrong length was taken")
+                    }
+                case .tunnelIncoming(let from, let token)?:
+                    MachineTargets.check(from.count == 32 && token.count == TunnelJoin.tokenLength, "a malformed TUNNEL_INCOMING was taken")
+                case .goodbye(_, let retry)?:
+                    MachineTargets.check(retry >= 0 && retry <= 3_600_000, "goodbye retry-after out of range")
+                case .mail?, nil:
+                    break
+                }
+            }
+            MachineTargets.check(session.waitingRequests == waiting.count, "the session waits for other requests than were made")
+            MachineTargets.check(session.isClosed == closed, "the session's closed state is wrong")
+        }
+    }
+
+    /// A frame as the relay (or someone else) might send it.
+    static func frame(_ input: inout FuzzInput, relay: SigningKeyPair, other: SigningKeyPair, issued: [UInt64], now: UInt64) -> Envelope {
+        let author = input.pick(8) == 0 ? other : relay
+        let requestID = !issued.isEmpty && input.pick(4) != 0 ? issued[input.pick(issued.count)] : input.uint64()
+        let type: MessageType
+        let payload: [UInt8]
+        switch input.u8() % 7 {
+        case 0:
+            var m = Tandem_V1_RelayRegistered()
+            m.mailboxItems = input.u32()
+            (type, payload) = (.relayRegistered, (try? m.serializedBytes()) ?? [])
+        case 1:
+            var m = Tandem_V1_RelayReply()
+            m.requestID = requestID
+            m.status = Tandem_V1_RelayStatus(rawValue: Int(input.u8() % 8)) ?? .ok
+            m.token = Data(input.bool() ? input.take(TunnelJoin.tokenLength) : input.take(Int(input.u8() % 40)))
+            m.itemID = input.uint64()
+            m.detail = input.text()
+            (type, payload) = (.relayReply, (try? m.serializedBytes()) ?? [])
+        case 2:
+            var m = Tandem_V1_TunnelIncoming()
+            m.from = Data(input.take(input.bool() ? 32 : Int(input.u8() % 40)))
+            m.token = Data(input.take(input.bool() ? TunnelJoin.tokenLength : Int(input.u8() % 40)))
+            (type, payload) = (.tunnelIncoming, (try? m.serializedBytes()) ?? [])
+        case 3:
+            var m = Tandem_V1_MailboxItem()
+            m.itemID = input.uint64()
+            m.sealed = Data(input.take(Int(input.u8())))
+            (type, payload) = (.mailboxItem, (try? m.serializedBytes()) ?? [])
+        case 4:
+            var m = Tandem_V1_RelayGoodbye()
+            m.reason = input.text()
+            m.retryAfterMs = input.uint64() % 7_200_000
+            (type, payload) = (.relayGoodbye, (try? m.serializedBytes()) ?? [])
+        case 5:
+            // Raw bytes under a relay type, or any type at all.
+            type = input.bool() ? MessageType(rawValue: UInt16(0x0300 + Int(input.u8() % 16))) : MessageType(rawValue: UInt16(input.u16()))
+            payload = input.take(Int(input.u8()))
+        default:
+            (type, payload) = (.relayReply, input.take(Int(input.u8())))
+        }
+        return Envelope.sign(type: type, author: author, recipient: FuzzKeys.local.publicKey, createdAt: now, payload: payload)
     }
 }

@@ -115,6 +115,8 @@ struct Wait: AsyncParsableCommand {
             _ = try matches.map(FieldCondition.init(parsing:))
         } catch let error as TandemError {
             throw ValidationError(error.message)
+        } catch let error as NodeError {
+            throw ValidationError(error.message)
         }
         if let since, since < 0 { throw ValidationError("--since must not be negative") }
         guard !eventType.isEmpty else { throw ValidationError("the event type must not be empty") }
