@@ -184,7 +184,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TandemStoreTests",
-            dependencies: ["TandemStore"]
+            dependencies: ["TandemStore", "TandemProtocol", .product(name: "GRDB", package: "GRDB.swift")]
         ),
         .testTarget(
             name: "TandemRelayTests",

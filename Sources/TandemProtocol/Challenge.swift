@@ -31,49 +31,63 @@ public struct Challenge: Codable, Sendable, Equatable {
     }
 
     public struct Participant: Codable, Sendable, Equatable {
-        public var key: [UInt8]
-        public var answer: Answer
-        public var result: Result?
-        public var quitElapsedMs: Int64?
-        public var reason: String?
+        public fileprivate(set) var key: [UInt8]
+        public fileprivate(set) var answer: Answer
+        public fileprivate(set) var result: Result?
+        public fileprivate(set) var quitElapsedMs: Int64?
+        public fileprivate(set) var reason: String?
         /// Shown while a partner has been silent for longer than the grace period.
-        public var outOfContact: Bool
-        public var addressHint: String
+        public fileprivate(set) var outOfContact: Bool
+        public fileprivate(set) var addressHint: String
+
+        /// The stored format (a JSON object per challenge row): these names are a schema that every
+        /// later version must read (the fixture in Tests/fixtures/store-v4 pins them).
+        enum CodingKeys: String, CodingKey {
+            case key, answer, result, quitElapsedMs, reason, outOfContact, addressHint
+        }
     }
 
-    public var id: [UInt8]
-    public var me: [UInt8]
-    public var inviter: [UInt8]
+    public private(set) var id: [UInt8]
+    public private(set) var me: [UInt8]
+    public private(set) var inviter: [UInt8]
     /// The inviter first.
-    public var participants: [Participant]
-    public var durationMs: Int64
+    public private(set) var participants: [Participant]
+    public private(set) var durationMs: Int64
     /// The start asked for in the invite; 0: when the invitee accepts (two people).
-    public var requestedStartUs: Int64
-    public var startAtUs: Int64?
-    public var expiresAtUs: Int64
-    public var graceMs: Int64
-    public var message: String
-    public var phase: Phase
+    public private(set) var requestedStartUs: Int64
+    public private(set) var startAtUs: Int64?
+    public private(set) var expiresAtUs: Int64
+    public private(set) var graceMs: Int64
+    public private(set) var message: String
+    public private(set) var phase: Phase
     /// Who takes part once started: the inviter and everyone who accepted in time.
-    public var roster: [[UInt8]]
-    public var solo: Bool
+    public private(set) var roster: [[UInt8]]
+    public private(set) var solo: Bool
     /// The start converted to our clock when last scheduled (µs), for a restart before re-sync.
-    public var localStartUs: Int64?
+    public private(set) var localStartUs: Int64?
     /// When we entered `running` and `ended`, on our clock (µs).
-    public var startedLocalUs: Int64?
-    public var endedLocalUs: Int64?
+    public private(set) var startedLocalUs: Int64?
+    public private(set) var endedLocalUs: Int64?
 
     // Outcome collection (13.6).
     /// Our current view of the outcome, canonical bytes.
-    public var record: [UInt8]?
+    public private(set) var record: [UInt8]?
     /// Signatures over `record`, by hex key.
-    public var signatures: [String: [UInt8]]
+    public private(set) var signatures: [String: [UInt8]]
     /// Everyone who signed any record of this challenge (they were in contact at the end).
-    public var signers: [String]
-    public var committed: Bool
+    public private(set) var signers: [String]
+    public private(set) var committed: Bool
     /// Outcome messages that arrived before we ended (their clock ran a little ahead), by hex key;
     /// handled when we end. At most one per participant.
-    public var early: [String: [UInt8]] = [:]
+    public private(set) var early: [String: [UInt8]] = [:]
+
+    /// The stored format (a JSON object per challenge row, TandemStore/Challenges.swift): these
+    /// names are a schema that every later version must read; a rename needs a migration. The
+    /// fixture in Tests/fixtures/store-v4, written by an earlier version, pins them.
+    enum CodingKeys: String, CodingKey {
+        case id, me, inviter, participants, durationMs, requestedStartUs, startAtUs, expiresAtUs, graceMs, message, phase
+        case roster, solo, localStartUs, startedLocalUs, endedLocalUs, record, signatures, signers, committed, early
+    }
 
     public static let startLeadUs: Int64 = 2_000_000
     public static let defaultGraceMs: Int64 = 60_000
@@ -92,7 +106,7 @@ public struct Challenge: Codable, Sendable, Equatable {
     public var others: [[UInt8]] { participants.map(\.key).filter { $0 != me } }
     public var rosterOthers: [[UInt8]] { roster.filter { $0 != me } }
 
-    public mutating func update(_ key: [UInt8], _ body: (inout Participant) -> Void) {
+    mutating func update(_ key: [UInt8], _ body: (inout Participant) -> Void) {
         if let i = participants.firstIndex(where: { $0.key == key }) { body(&participants[i]) }
     }
 
@@ -350,9 +364,28 @@ public struct Challenge: Codable, Sendable, Equatable {
                 return [.notify(.expired)]
             }
             return []
-        default:
+        case .declined, .expired, .cancelled, .scheduled, .running, .ended:
             return []
         }
+    }
+
+    /// The co-signed record is in the ledger now.
+    public mutating func markCommitted() {
+        committed = true
+    }
+
+    /// Remembers where the start falls on our own clock (µs), for a restart before the next clock sync.
+    public mutating func noteLocalStart(_ localUs: Int64) {
+        localStartUs = localUs
+    }
+
+    /// A partner went silent past the grace period (`silent`), or was heard again. False when
+    /// nothing changed (not a participant, or already so).
+    @discardableResult
+    public mutating func setOutOfContact(_ key: [UInt8], _ silent: Bool) -> Bool {
+        guard let p = participant(key), p.outOfContact != silent else { return false }
+        update(key) { $0.outOfContact = silent }
+        return true
     }
 
     public mutating func markStarted(localUs: Int64) {
@@ -399,7 +432,7 @@ public struct Challenge: Codable, Sendable, Equatable {
                 o.elapsedMs = UInt64(clamping: p.quitElapsedMs ?? 0)
                 o.reason = p.reason ?? ""
             case .outOfContact: o.result = .outOfContact
-            default: o.result = .completed
+            case .running, .completed, nil: o.result = .completed
             }
             return o
         }
@@ -421,7 +454,7 @@ public struct Challenge: Codable, Sendable, Equatable {
                 switch o.result {
                 case .quit: $0.result = .quit; $0.quitElapsedMs = Int64(clamping: o.elapsedMs); $0.reason = o.reason
                 case .outOfContact: $0.result = .outOfContact
-                default: $0.result = .completed; $0.outOfContact = false
+                case .completed, .unspecified, .UNRECOGNIZED: $0.result = .completed; $0.outOfContact = false
                 }
             }
         }

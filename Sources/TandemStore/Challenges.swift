@@ -88,7 +88,7 @@ extension NodeStore {
     public func commitToLedger(_ c: Challenge, nowMs: Int64, events: (LedgerEntry) -> [PendingEvent] = { _ in [] }) throws -> LedgerEntry? {
         guard let record = c.record else { return nil }
         var done = c
-        done.committed = true
+        done.markCommitted()
         let json = String(decoding: try Self.challengeEncoder.encode(done), as: UTF8.self)
         return try write { db in
             if try Bool.fetchOne(db, sql: "SELECT 1 FROM ledger WHERE challengeId = ?", arguments: [Data(c.id)]) != nil {

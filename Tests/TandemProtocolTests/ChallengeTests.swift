@@ -187,7 +187,7 @@ final class ChallengeTests: XCTestCase {
     func testDifferingViewsConvergeWhateverTheOrder() throws {
         var (a, b) = try running()
         // Alice lost contact with Bob near the end; Bob finished fine and signs.
-        a.update(bob.publicKey) { $0.outOfContact = true }
+        a.setOutOfContact(bob.publicKey, true)
         let ea = try a.markEnded(localUs: 0, signer: alice)
         XCTAssertEqual(a.participant(bob.publicKey)?.result, .outOfContact)
         XCTAssertFalse(a.readyToCommit(nowUs: t0 + 60_000_000), "Bob has not signed and the grace period is not over")
@@ -230,7 +230,7 @@ final class ChallengeTests: XCTestCase {
 
     func testOutOfContactCommitsAfterTheGracePeriod() throws {
         var (a, _) = try running()
-        a.update(bob.publicKey) { $0.outOfContact = true }
+        a.setOutOfContact(bob.publicKey, true)
         _ = try a.markEnded(localUs: 0, signer: alice)
         let end = a.endAtUs!
         XCTAssertFalse(a.readyToCommit(nowUs: end + a.graceMs * 1000 - 1))
@@ -337,17 +337,26 @@ final class ChallengeTests: XCTestCase {
     }
 
     func testExtremeStoredValuesNeverTrap() throws {
+        // Such values only come from disk: they are made here the way a damaged row would hold them.
         var (_, b) = try running()
-        b.startAtUs = Int64.max - 5
+        b = try stored(b) { $0["startAtUs"] = Int64.max - 5 }
         XCTAssertEqual(b.endAtUs, Int64.max, "saturates instead of trapping")
         XCTAssertThrowsError(try b.validate(), "a start past the stored range is refused at load")
-        b.startAtUs = t0
-        b.requestedStartUs = Int64.max
-        b.phase = .invited
+        b = try stored(b) {
+            $0["startAtUs"] = self.t0
+            $0["requestedStartUs"] = Int64.max
+            $0["phase"] = "invited"
+        }
         XCTAssertNoThrow(try b.tick(nowUs: t0))
         XCTAssertThrowsError(try b.validate())
         var (_, c) = try running()
-        c.update(bob.publicKey) { $0.quitElapsedMs = Int64.max }
+        c = try stored(c) { json in
+            var people = json["participants"] as! [[String: Any]]
+            for i in people.indices where (people[i]["key"] as? [Int])?.map({ UInt8($0) }) == self.bob.publicKey {
+                people[i]["quitElapsedMs"] = Int64.max
+            }
+            json["participants"] = people
+        }
         XCTAssertThrowsError(try c.validate(), "a quit time past the duration is refused at load")
         XCTAssertNoThrow(try running().1.validate())
     }
@@ -379,13 +388,17 @@ final class ChallengeTests: XCTestCase {
 
     func testSettlingKeepsAPartnerWhoSignedAnEarlierView() throws {
         var (a, b) = try running()
-        a.update(bob.publicKey) { $0.outOfContact = true }
+        a.setOutOfContact(bob.publicKey, true)
         _ = try a.markEnded(localUs: 0, signer: alice)
         let eb = try b.markEnded(localUs: 0, signer: bob)
         // Bob's view reaches Alice; hers changes (Bob completed) and she re-signs; Bob's signature
         // over her new view has not arrived when the grace period ends.
         _ = try a.receiveOutcome(from: bob.publicKey, ChallengeOutcomeMessage(payload: payload(eb, .challengeOutcome)!), signer: alice)
-        a.signatures[hexString(bob.publicKey)] = nil
+        a = try stored(a) { json in
+            var signatures = json["signatures"] as! [String: Any]
+            signatures[hexString(self.bob.publicKey)] = nil
+            json["signatures"] = signatures
+        }
         XCTAssertEqual(try a.settleAfterGrace(nowUs: a.endAtUs! + a.graceMs * 1000, signer: alice), [])
         XCTAssertEqual(a.participant(bob.publicKey)?.result, .completed)
     }
@@ -552,4 +565,13 @@ final class ChallengeTests: XCTestCase {
         XCTAssertEqual(byKey[Data(bob.publicKey)], .quit)
         XCTAssertEqual(byKey[Data(carol.publicKey)], .completed)
     }
+
+    /// `c` as stored, edited as a damaged or older row might hold it, and read back the way the
+    /// store reads it (stored fields change only through Challenge's transitions otherwise).
+    func stored(_ c: Challenge, _ edit: (inout [String: Any]) -> Void) throws -> Challenge {
+        var json = try JSONSerialization.jsonObject(with: JSONEncoder().encode(c)) as! [String: Any]
+        edit(&json)
+        return try JSONDecoder().decode(Challenge.self, from: JSONSerialization.data(withJSONObject: json))
+    }
+
 }

@@ -230,7 +230,7 @@ extension ChallengeService {
         case .completed: return "completed"
         case .quit: return "quit"
         case .outOfContact: return "out_of_contact"
-        default: return "unknown"
+        case .unspecified, .UNRECOGNIZED: return "unknown"
         }
     }
 
@@ -254,7 +254,7 @@ extension ChallengeService {
             case .quit:
                 if solo { soloFailed += 1 } else { failed += 1 }
                 focusedMs += Int64(clamping: mine.elapsedMs)
-            default:
+            case .outOfContact, .unspecified, .UNRECOGNIZED:
                 if solo { soloFailed += 1 } else { failed += 1 }
             }
         }

@@ -99,7 +99,7 @@ public final class ChallengeService: @unchecked Sendable {
     /// Stores a challenge with the frames its actions send.
     func persist(_ c: inout Challenge, _ actions: [Challenge.Action], handled: HandledMark? = nil) throws {
         if let start = c.startAtUs, c.isInviter || clock.hasSample(for: c.inviter) {
-            c.localStartUs = start - offset(c)
+            c.noteLocalStart(start - offset(c))
         }
         var frames: [OutboxItem] = []
         for case .send(let type, let payload, let recipients) in actions {
@@ -348,7 +348,7 @@ public final class ChallengeService: @unchecked Sendable {
                 case .ended:
                     let settled = try mutate(c.id) { c in try c.settleAfterGrace(nowUs: timebaseNow(c), signer: identity) }
                     commitIfReady(settled)
-                default:
+                case .declined, .expired, .cancelled:
                     break
                 }
             } catch {
@@ -375,9 +375,14 @@ public final class ChallengeService: @unchecked Sendable {
             let last = lastHeard.withLockedValue { $0[p.key] } ?? 0
             let silent = mono - last > c.graceMs * 1000
             guard silent != p.outOfContact else { continue }
-            _ = try? mutate(c.id) { c in
-                c.update(p.key) { $0.outOfContact = silent }
-                return []
+            do {
+                try mutate(c.id) { c in
+                    c.setOutOfContact(p.key, silent)
+                    return []
+                }
+            } catch {
+                health.failed("mark a partner out of contact", error)
+                continue
             }
             events.emit(silent ? "challenge.partner.out_of_contact" : "challenge.partner.back",
                         ["id": .string(c.idHex), "who": idText(p.key), "name": .string(name(p.key))])
