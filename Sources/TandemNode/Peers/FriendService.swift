@@ -43,6 +43,9 @@ public final class FriendService: @unchecked Sendable {
     let logger: Logger
     private let listenPort: NIOLockedValueBox<Int> = NIOLockedValueBox(0)
     private let throttle = NIOLockedValueBox(RequestThrottle())
+    /// Our contact record as last built: it changes only with the name, the port, the home relay
+    /// and the record version, each of which clears it (`recordChanged`).
+    private let recordCache = NIOLockedValueBox<Tandem_V1_ContactRecord?>(nil)
 
     init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, peers: PeerManager, outbox: Outbox,
          presence: PresenceService, relays: RelayClient, events: EventBus, health: StoreHealth, signals: NodeSignals,
@@ -69,6 +72,7 @@ public final class FriendService: @unchecked Sendable {
     /// were last told, a newer contact record goes to every friend.
     func listening(on port: Int) throws {
         listenPort.withLockedValue { $0 = port }
+        recordChanged()
         guard port > 0, try store.setting("advertised_port") != String(port) else { return }
         let firstRun = try store.setting("advertised_port") == nil
         try store.setSetting("advertised_port", String(port))
@@ -82,8 +86,18 @@ public final class FriendService: @unchecked Sendable {
         health.read("read the display name", or: nil) { try store.setting("display_name") } ?? ""
     }
 
+    /// Something our contact record holds changed: it is built again when next needed.
+    func recordChanged() { recordCache.withLockedValue { $0 = nil } }
+
     /// Our signed contact record's content.
     func contactRecord() -> Tandem_V1_ContactRecord {
+        if let cached = recordCache.withLockedValue({ $0 }) { return cached }
+        let r = buildContactRecord()
+        recordCache.withLockedValue { $0 = r }
+        return r
+    }
+
+    private func buildContactRecord() -> Tandem_V1_ContactRecord {
         var r = Tandem_V1_ContactRecord()
         r.publicKey = Data(identity.publicKey)
         r.displayName = displayName
@@ -187,6 +201,7 @@ public final class FriendService: @unchecked Sendable {
         guard name.utf8.count <= 64 else { throw NodeError.invalidArgument("a display name is at most 64 bytes") }
         guard !name.contains(where: { $0.isNewline }) else { throw NodeError.invalidArgument("a display name is one line") }
         try store.setSetting("display_name", name)
+        recordChanged()
         try announceRecord()
         events.emit("name.changed", ["name": .string(name)])
         signals.post(.nameChanged)
@@ -195,6 +210,7 @@ public final class FriendService: @unchecked Sendable {
     /// Tells every friend our newer contact record (after the name, the port or the home relay changed).
     func announceRecord() throws {
         try store.setSetting("record_version", String(now()))
+        recordChanged()
         var update = Tandem_V1_ContactUpdate()
         update.contact = contactRecord()
         let payload: [UInt8] = try update.serializedBytes()

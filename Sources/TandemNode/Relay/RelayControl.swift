@@ -28,6 +28,7 @@ extension RelayClient {
                 throw NodeError.invalidArgument(e.description)
             }
             if changed {
+                friends.recordChanged()
                 disconnect(relay.id.publicKey)
                 if try wasFirst || store.relays().first?.publicKey == relay.id.publicKey { try friends.announceRecord() }
                 events.emit("relay.added", ["relay": .string(relay.description)])
@@ -52,6 +53,7 @@ extension RelayClient {
                 throw NodeError.nothingToActOn("that relay is not one of this node's relays (see tandem relay list)")
             }
             disconnect(key)
+            friends.recordChanged()
             if wasHome { try friends.announceRecord() }
             events.emit("relay.removed", ["relay": .string(NodeID(publicKey: key).canonical)])
             return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
