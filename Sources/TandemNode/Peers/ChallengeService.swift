@@ -261,7 +261,7 @@ public final class ChallengeService: @unchecked Sendable {
     /// A new clock sample from `key`: challenges timed by its clock are re-armed.
     func clockSampled(_ key: [UInt8]) {
         noteHeard(key, at: monotonicMicros())
-        for c in health.read("read the challenges", or: []) { try store.challenges(phases: [.scheduled, .running]) } where c.inviter == key {
+        for c in health.read("read the challenges", or: [], { try store.challenges(phases: [.scheduled, .running]) }) where c.inviter == key {
             schedule(c)
         }
     }
@@ -321,7 +321,7 @@ public final class ChallengeService: @unchecked Sendable {
     }
 
     func resume() {
-        for c in health.read("read the active challenges", or: []) { try store.activeChallenges() } {
+        for c in health.read("read the active challenges", or: [], { try store.activeChallenges() }) {
             if c.phase == .running, let end = c.endAtUs {
                 let remaining = max(0, (end - timebaseNow(c)) / 1000)
                 events.emit("challenge.resumed", ["id": .string(c.idHex), "remaining_ms": .int(remaining)])
