@@ -9,7 +9,7 @@ import TandemProtocol
 
 extension NodeStore {
     public func setting(_ key: String) throws -> String? {
-        try read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE key = ?", arguments: [key]) }
+        try read { db in try String.fetchOne(try db.cachedStatement(sql: "SELECT value FROM setting WHERE key = ?"), arguments: [key]) }
     }
 
     public func setSetting(_ key: String, _ value: String) throws {
@@ -24,6 +24,16 @@ extension NodeStore {
 
 extension NodeStore {
     /// Read for nearly every frame: one cached statement (the query interface compiles it anew each time).
+    /// A contact inside a transaction, by a cached statement.
+    static func contact(_ db: Database, _ key: [UInt8]) throws -> Contact? {
+        try Contact.fetchOne(try db.cachedStatement(sql: "SELECT * FROM contact WHERE publicKey = ?"), arguments: [Data(key)])
+    }
+
+    /// Removes every frame waiting for `key` (its relationship changed).
+    static func clearOutbox(_ db: Database, for key: [UInt8]) throws {
+        try db.cachedStatement(sql: "DELETE FROM outbox WHERE recipient = ?").execute(arguments: [Data(key)])
+    }
+
     public func contact(_ key: [UInt8]) throws -> Contact? {
         try read { db in
             try Contact.fetchOne(try db.cachedStatement(sql: "SELECT * FROM contact WHERE publicKey = ?"), arguments: [Data(key)])
@@ -46,7 +56,7 @@ extension NodeStore {
     /// If they already asked us, the caller should accept instead.
     public func requestFriend(_ key: [UInt8], message: String?, frame: OutboxItem, nowMs: Int64) throws -> Contact {
         try write { db in
-            var c = try Contact.fetchOne(db, key: Data(key)) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
+            var c = try Self.contact(db, key) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
             switch c.relationship {
             case .friend: throw FriendStoreError.alreadyFriends
             case .blocked: throw FriendStoreError.blocked
@@ -95,7 +105,7 @@ extension NodeStore {
     private func receiveFriendRequest(_ db: Database, from key: [UInt8], displayName: String, message: String, record: [UInt8],
                                       recordVersion: Int64, reply: OutboxItem?, nowMs: Int64) throws -> IncomingRequest {
         do {
-            var c = try Contact.fetchOne(db, key: Data(key)) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
+            var c = try Self.contact(db, key) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
             let result: IncomingRequest
             switch c.relationship {
             case .blocked:
@@ -107,7 +117,7 @@ extension NodeStore {
             case .requested:
                 c.relationship = .friend
                 c.friendSinceMs = nowMs
-                try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+                try Self.clearOutbox(db, for: key)
                 if let reply { try reply.insert(db, onConflict: .replace) }
                 result = .mutual
             case .pending:
@@ -144,7 +154,7 @@ extension NodeStore {
     /// We accept their pending request; `frame` (our acceptance) is queued.
     public func acceptFriend(_ key: [UInt8], frame: OutboxItem, nowMs: Int64) throws -> Contact {
         try write { db in
-            guard var c = try Contact.fetchOne(db, key: Data(key)) else { throw FriendStoreError.noPendingRequest }
+            guard var c = try Self.contact(db, key) else { throw FriendStoreError.noPendingRequest }
             switch c.relationship {
             case .pending: break
             case .friend: throw FriendStoreError.alreadyFriends
@@ -165,7 +175,7 @@ extension NodeStore {
                                     nowMs: Int64, handled: HandledMark? = nil, events: [PendingEvent] = []) throws -> Bool {
         try write { db in
             if let handled, try !mark(db, handled) { return false }
-            guard var c = try Contact.fetchOne(db, key: Data(key)) else { return false }
+            guard var c = try Self.contact(db, key) else { return false }
             switch c.relationship {
             case .requested: break
             case .friend, .pending, .none, .blocked: return false
@@ -181,7 +191,7 @@ extension NodeStore {
             }
             try c.save(db)
             // Our request is answered: stop retrying it.
-            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+            try Self.clearOutbox(db, for: key)
             try Self.insert(events, db)
             return true
         }
@@ -190,7 +200,7 @@ extension NodeStore {
     /// We decline their pending request; `frame` tells them.
     public func declineFriend(_ key: [UInt8], frame: OutboxItem, nowMs: Int64) throws {
         try write { db in
-            guard var c = try Contact.fetchOne(db, key: Data(key)), c.relationship == .pending else {
+            guard var c = try Self.contact(db, key), c.relationship == .pending else {
                 throw FriendStoreError.noPendingRequest
             }
             c.relationship = .none
@@ -204,12 +214,12 @@ extension NodeStore {
     /// We end a friendship (or withdraw our request); `frame` tells them.
     public func removeFriend(_ key: [UInt8], frame: OutboxItem, nowMs: Int64) throws {
         try write { db in
-            guard var c = try Contact.fetchOne(db, key: Data(key)) else { throw FriendStoreError.notAFriend }
+            guard var c = try Self.contact(db, key) else { throw FriendStoreError.notAFriend }
             switch c.relationship {
             case .friend, .requested: break
             case .pending, .none, .blocked: throw FriendStoreError.notAFriend
             }
-            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+            try Self.clearOutbox(db, for: key)
             c.relationship = .none
             c.friendSinceMs = nil
             c.updatedAtMs = nowMs
@@ -225,13 +235,13 @@ extension NodeStore {
                                 events: (Relationship) -> [PendingEvent] = { _ in [] }) throws -> Relationship? {
         try write { db in
             if let handled, try !mark(db, handled) { return nil }
-            guard let c = try Contact.fetchOne(db, key: Data(key)) else { return nil }
+            guard let c = try Self.contact(db, key) else { return nil }
             let before = c.relationship
             switch before {
             case .friend, .requested, .pending: break
             case .none, .blocked: return nil
             }
-            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+            try Self.clearOutbox(db, for: key)
             try Self.forget(db, key)
             try Self.insert(events(before), db)
             return before
@@ -242,25 +252,25 @@ extension NodeStore {
     static func forget(_ db: Database, _ key: [UInt8]) throws {
         try Contact.deleteOne(db, key: Data(key))
         try KnownAddress.filter(Column("publicKey") == Data(key)).deleteAll(db)
-        try db.execute(sql: "DELETE FROM peerRelay WHERE publicKey = ?", arguments: [Data(key)])
+        try db.cachedStatement(sql: "DELETE FROM peerRelay WHERE publicKey = ?").execute(arguments: [Data(key)])
     }
 
     public func block(_ key: [UInt8], nowMs: Int64) throws {
         try write { db in
-            var c = try Contact.fetchOne(db, key: Data(key)) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
+            var c = try Self.contact(db, key) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
             c.relationship = .blocked
             c.friendSinceMs = nil
             c.requestMessage = nil
             c.updatedAtMs = nowMs
             try c.save(db)
-            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key)).deleteAll(db)
+            try Self.clearOutbox(db, for: key)
         }
     }
 
     /// Lifts a block; false when the key was not blocked.
     public func unblock(_ key: [UInt8], nowMs: Int64) throws -> Bool {
         try write { db in
-            guard var c = try Contact.fetchOne(db, key: Data(key)), c.relationship == .blocked else { return false }
+            guard var c = try Self.contact(db, key), c.relationship == .blocked else { return false }
             c.relationship = .none
             c.updatedAtMs = nowMs
             try c.save(db)
@@ -273,7 +283,7 @@ extension NodeStore {
                                     handled: HandledMark? = nil, events: [PendingEvent] = []) throws -> Bool {
         try write { db in
             if let handled, try !mark(db, handled) { return false }
-            guard var c = try Contact.fetchOne(db, key: Data(key)), c.relationship == .friend, version > c.recordVersion else {
+            guard var c = try Self.contact(db, key), c.relationship == .friend, version > c.recordVersion else {
                 return false
             }
             c.displayName = displayName
@@ -440,14 +450,14 @@ extension NodeStore {
     /// Records a handled message id inside the caller's transaction; false when it was handled
     /// before (the caller then changes nothing).
     func mark(_ db: Database, _ m: HandledMark) throws -> Bool {
-        if try Bool.fetchOne(db, sql: "SELECT 1 FROM seenMessage WHERE messageId = ?", arguments: [Data(m.messageId)]) != nil {
+        if try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM seenMessage WHERE messageId = ?"), arguments: [Data(m.messageId)]) != nil {
             return false
         }
         try db.execute(sql: "INSERT INTO seenMessage(messageId, createdAtMs, fromFriend) VALUES (?, ?, ?)",
                        arguments: [Data(m.messageId), m.createdAtMs, m.fromFriend])
-        try db.execute(sql: "DELETE FROM seenMessage WHERE createdAtMs < ?", arguments: [m.nowMs.subtractingSaturated(m.windowMs)])
+        try db.cachedStatement(sql: "DELETE FROM seenMessage WHERE createdAtMs < ?").execute(arguments: [m.nowMs.subtractingSaturated(m.windowMs)])
         if !m.fromFriend {
-            let strangers = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0") ?? 0
+            let strangers = try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0")) ?? 0
             if strangers > limits.maximumStrangerSeenMessages {
                 try db.execute(sql: """
                     DELETE FROM seenMessage WHERE messageId IN
@@ -503,7 +513,7 @@ extension NodeStore {
             var e = StoredEvent(seq: nil, type: type, timeMs: timeMs, fields: fields)
             try e.insert(db)
             if let seq = e.seq, seq % 1000 == 0 {
-                try db.execute(sql: "DELETE FROM event WHERE seq <= ?", arguments: [seq - Int64(limits.maximumEvents)])
+                try db.cachedStatement(sql: "DELETE FROM event WHERE seq <= ?").execute(arguments: [seq - Int64(limits.maximumEvents)])
             }
             return e
         }

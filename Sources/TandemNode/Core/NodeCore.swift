@@ -3,6 +3,7 @@ import NIOCore
 import NIOPosix
 import TandemNet
 import TandemProtocol
+import TandemStore
 
 #if canImport(Glibc)
 import Glibc
@@ -264,8 +265,18 @@ final class NodeCore: FrameHandler, @unchecked Sendable {
 }
 
 extension ControlRouter {
-    /// Registers a method whose body is store work: it runs on the node core.
-    func register(on core: NodeCore, _ method: String, _ body: @escaping @Sendable (JSONValue) throws -> JSONValue) {
-        register(method) { params in try await core.perform { try body(params) } }
+    /// Registers a method whose body is store work: it runs on the node core, as one transaction
+    /// of `store` (everything it writes commits together, or nothing if it throws), and its events
+    /// reach subscribers, its frames their links, and its answer the caller, after that commit.
+    func register(on core: NodeCore, in store: NodeStore, publishing events: EventBus, _ method: String,
+                  _ body: @escaping @Sendable (JSONValue) throws -> JSONValue) {
+        register(method) { params in
+            try await core.perform {
+                var result: JSONValue = .null
+                defer { events.published() }
+                try store.batch { result = try body(params) }
+                return result
+            }
+        }
     }
 }

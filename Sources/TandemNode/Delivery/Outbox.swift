@@ -153,9 +153,10 @@ final class Outbox: @unchecked Sendable {
 
     /// The mark that records `envelope` as handled, in the transaction of the change it makes
     /// (Protocol 12.5, "Exactly once"); marks from non-friends are kept apart and capped on their own.
-    func handledMark(_ envelope: Envelope) -> HandledMark {
+    /// `fromFriend`: when the caller already knows (one store read less).
+    func handledMark(_ envelope: Envelope, fromFriend: Bool? = nil) -> HandledMark {
         HandledMark(messageId: envelope.messageID.bytes, createdAtMs: Int64(clamping: envelope.createdAt),
-                    windowMs: Self.handledWindowMs, nowMs: now(), fromFriend: isFriend(envelope.author))
+                    windowMs: Self.handledWindowMs, nowMs: now(), fromFriend: fromFriend ?? isFriend(envelope.author))
     }
 
     /// Acknowledges a durable frame on the link it came by, after the change it made committed

@@ -116,13 +116,23 @@ public final class FriendService: @unchecked Sendable {
 
     public func request(_ key: [UInt8], message: String, address: (String, Int)?, relay: RelayAddress? = nil) async throws -> Contact {
         let address = address.map { HostPort(host: $0.0, port: $0.1) }
-        return try await core.perform { try self.requestNow(key, message: message, address: address, relay: relay) }
+        return try await intent { try self.requestNow(key, message: message, address: address, relay: relay) }
     }
 
-    public func accept(_ key: [UInt8]) async throws -> Contact { try await core.perform { try self.acceptNow(key) } }
-    public func decline(_ key: [UInt8]) async throws { try await core.perform { try self.declineNow(key) } }
-    public func remove(_ key: [UInt8]) async throws { try await core.perform { try self.removeNow(key) } }
-    public func setName(_ name: String) async throws { try await core.perform { try self.setNameNow(name) } }
+    public func accept(_ key: [UInt8]) async throws -> Contact { try await intent { try self.acceptNow(key) } }
+    public func decline(_ key: [UInt8]) async throws { try await intent { try self.declineNow(key) } }
+    public func remove(_ key: [UInt8]) async throws { try await intent { try self.removeNow(key) } }
+    public func setName(_ name: String) async throws { try await intent { try self.setNameNow(name) } }
+
+    /// One user intent: on the core, one transaction; events, frames and the answer after its commit.
+    private func intent<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await core.perform {
+            var result: T?
+            defer { self.events.published() }
+            try self.store.batch { result = try body() }
+            return result!
+        }
+    }
 
     struct HostPort: Sendable {
         var host: String
@@ -260,11 +270,11 @@ public final class FriendService: @unchecked Sendable {
         do {
             switch envelope.type {
             case .friendRequest:
-                try receiveRequest(envelope, from: link)
+                try receiveRequest(envelope, from: link, relationship: relationship)
             case .friendAccept:
                 let m = try FriendAcceptMessage(payload: envelope.payload, author: author)
                 guard relationship == .requested || relationship == .friend else { return outbox.dropUnrelated(envelope, on: link) }
-                try receiveAccept(envelope, m, from: link)
+                try receiveAccept(envelope, m, from: link, relationship: relationship)
             case .friendDecline, .friendRemove:
                 _ = try FarewellMessage(payload: envelope.payload, type: envelope.type)
                 guard relationship != .none else { return outbox.dropUnrelated(envelope, on: link) }
@@ -287,7 +297,7 @@ public final class FriendService: @unchecked Sendable {
         }
     }
 
-    private func receiveRequest(_ envelope: Envelope, from link: PeerLink?) throws {
+    private func receiveRequest(_ envelope: Envelope, from link: PeerLink?, relationship: Relationship) throws {
         let author = envelope.author
         let host = Outbox.origin(of: link)
         let allowed = throttle.withLockedValue {
@@ -305,14 +315,19 @@ public final class FriendService: @unchecked Sendable {
         }
         let req = try FriendRequestMessage(payload: envelope.payload, author: author)
         let record = req.contact
-        var accept = Tandem_V1_FriendAccept()
-        accept.contact = contactRecord()
-        let reply = outbox.frame(.friendAccept, to: author, payload: try accept.serializedBytes())
+        // Our acceptance is queued only when the request is mutual or comes from a friend: signed then.
+        var reply: OutboxItem?
+        if relationship == .requested || relationship == .friend {
+            var accept = Tandem_V1_FriendAccept()
+            accept.contact = contactRecord()
+            reply = outbox.frame(.friendAccept, to: author, payload: try accept.serializedBytes())
+        }
         let id = NodeID(publicKey: author).canonical
         // The handled mark, the change and its events commit in one transaction; the ACK follows it.
         let result = try store.receiveFriendRequest(from: author, displayName: record.displayName, message: req.message,
                                                     record: record.canonicalBytes, recordVersion: record.storedVersion,
-                                                    reply: reply, nowMs: now(), handled: outbox.handledMark(envelope)) { result in
+                                                    reply: reply, nowMs: now(),
+                                                    handled: outbox.handledMark(envelope, fromFriend: relationship == .friend)) { result in
             switch result {
             case .stored(let dropped):
                 let received = events.record("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
@@ -352,13 +367,14 @@ public final class FriendService: @unchecked Sendable {
         }
     }
 
-    private func receiveAccept(_ envelope: Envelope, _ m: FriendAcceptMessage, from link: PeerLink?) throws {
+    private func receiveAccept(_ envelope: Envelope, _ m: FriendAcceptMessage, from link: PeerLink?, relationship: Relationship) throws {
         let record = m.contact
         let accepted = events.record("friend.accepted", ["id": .string(NodeID(publicKey: envelope.author).canonical),
                                                          "name": .string(record.displayName), "by": "them"])
         let changed = try store.receiveFriendAccept(from: envelope.author, displayName: record.displayName,
                                                     record: record.canonicalBytes, recordVersion: record.storedVersion,
-                                                    nowMs: now(), handled: outbox.handledMark(envelope), events: [accepted])
+                                                    nowMs: now(), handled: outbox.handledMark(envelope, fromFriend: relationship == .friend),
+                                                    events: [accepted])
         outbox.acknowledge(envelope, on: link)
         guard changed else { return }
         events.published()
