@@ -189,6 +189,7 @@ let package = Package(
         .testTarget(
             name: "TandemRelayTests",
             dependencies: [
+                "TandemTestSupport",
                 "TandemNet",
                 "TandemRelay",
                 "TandemNode",
@@ -200,9 +201,18 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ]
         ),
+        // What the in-process loopback suites share (one copy): nodes started on loopback, polling, events.
+        .target(
+            name: "TandemTestSupport",
+            dependencies: ["TandemNode", "TandemNet", "TandemProtocol", "Sodium",
+                           .product(name: "Logging", package: "swift-log"),
+                           .product(name: "NIOCore", package: "swift-nio")],
+            path: "Tests/TandemTestSupport"
+        ),
         .testTarget(
             name: "TandemNodeTests",
             dependencies: [
+                "TandemTestSupport",
                 "TandemNet",
                 "TandemNode",
                 "TandemProtocol",

@@ -3,57 +3,26 @@ import NIOCore
 import Sodium
 import TandemNet
 import TandemProtocol
+import TandemTestSupport
 import XCTest
 @testable import TandemNode
 
 /// Two in-process nodes on loopback become friends and run challenges through their control
 /// methods: the whole path from invite to co-signed ledger entry, with real links and timers.
 final class ChallengeLoopbackTests: XCTestCase {
-    var logger: Logger = {
-        var l = Logger(label: "test")
-        l.logLevel = .critical
-        return l
-    }()
-
-    struct Running {
-        let node: NodeRuntime
-        let port: Int
-        let task: Task<Void, Error>
-    }
-
-    func start() async throws -> Running {
-        var config = NodeConfiguration()
-        config.host = "127.0.0.1"
-        config.port = 0
-        let node = try NodeRuntime(identity: .generate(), configuration: config, logger: logger)
-        let task = Task { try await node.run(signals: false) }
-        let port = try await node.listener.boundAddress.port!
-        return Running(node: node, port: port, task: task)
-    }
+    func start() async throws -> RunningNode { try await RunningNode.start() }
 
     func call(_ node: NodeRuntime, _ method: String, _ params: [String: JSONValue] = [:]) async throws -> JSONValue {
         guard case .unary(let handler) = node.router.entry(method) else { throw TandemError("no method \(method)") }
         return try await handler(.object(params))
     }
 
-    /// The first event of `type` (from the start of the log) matching `where`, within `seconds`.
     func event(_ node: NodeRuntime, _ type: String, seconds: Double = 10,
                where match: @escaping @Sendable (NodeEvent) -> Bool = { _ in true }) async throws -> NodeEvent {
-        let stream = node.eventBus.subscribe(since: 0)
-        let found = Task { () -> NodeEvent? in
-            for await e in stream where e.type == type && match(e) { return e }
-            return nil
-        }
-        let timer = Task {
-            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-            found.cancel()
-        }
-        defer { timer.cancel() }
-        guard let e = await found.value else { throw TandemError("no \(type) event within \(seconds) s") }
-        return e
+        try await TestSupport.event(node, type, seconds: seconds, where: match)
     }
 
-    func befriend(_ a: Running, _ b: Running) async throws {
+    func befriend(_ a: RunningNode, _ b: RunningNode) async throws {
         _ = try await a.node.friends.request(b.node.identity.publicKey, message: "", address: ("127.0.0.1", b.port))
         _ = try await event(b.node, "friend.request.received")
         _ = try await b.node.friends.accept(a.node.identity.publicKey)

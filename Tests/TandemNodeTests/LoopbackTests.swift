@@ -6,16 +6,13 @@ import ServiceLifecycleTestKit
 import Sodium
 import TandemNet
 import TandemProtocol
+import TandemTestSupport
 import XCTest
 @testable import TandemNode
 
 /// In-process nodes on loopback: real sockets, real handshakes, one process.
 final class LoopbackTests: XCTestCase {
-    var logger: Logger = {
-        var l = Logger(label: "test")
-        l.logLevel = .critical
-        return l
-    }()
+    var logger: Logger = TestSupport.quietLogger
 
     private func withNode<R>(handshakeTimeout: TimeAmount = .seconds(10), maxFrame: Int = TandemConstants.maximumEnvelopeLength,
                              _ body: (NodeRuntime, Int) async throws -> R) async throws -> R {
@@ -42,12 +39,7 @@ final class LoopbackTests: XCTestCase {
 
     /// Polls `condition` for up to `seconds`.
     private func eventually(_ seconds: Double = 5, _ condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-        while ContinuousClock.now < deadline {
-            if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        return condition()
+        await TestSupport.eventually(seconds, condition)
     }
 
     func testPingPongOverAnAuthenticatedLink() async throws {

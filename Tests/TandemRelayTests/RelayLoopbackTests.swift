@@ -4,6 +4,7 @@ import NIOCore
 import Sodium
 import TandemNet
 import TandemProtocol
+import TandemTestSupport
 import XCTest
 @testable import TandemNode
 @testable import TandemRelay
@@ -20,11 +21,6 @@ final class RelayLoopbackTests: XCTestCase {
     struct RunningRelay {
         let server: RelayServer
         let address: RelayAddress
-        let task: Task<Void, Error>
-    }
-
-    struct RunningNode {
-        let node: NodeRuntime
         let task: Task<Void, Error>
     }
 
@@ -46,14 +42,7 @@ final class RelayLoopbackTests: XCTestCase {
     }
 
     func startNode(identity: SigningKeyPair = .generate()) async throws -> RunningNode {
-        var config = NodeConfiguration()
-        config.host = "127.0.0.1"
-        config.port = 0
-        config.discovery = nil
-        let node = try NodeRuntime(identity: identity, configuration: config, logger: logger)
-        let task = Task { try await node.run(signals: false) }
-        _ = try await node.listener.boundAddress
-        return RunningNode(node: node, task: task)
+        try await RunningNode.start(identity: identity, logger: logger)
     }
 
     func stop(_ tasks: [Task<Void, Error>]) async {
@@ -61,31 +50,13 @@ final class RelayLoopbackTests: XCTestCase {
         for t in tasks { _ = await t.result }
     }
 
-    /// Polls `condition` until it holds or `seconds` pass.
     func eventually(_ seconds: Double = 8, _ condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-        while ContinuousClock.now < deadline {
-            if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(25))
-        }
-        return condition()
+        await TestSupport.eventually(seconds, condition)
     }
 
-    /// The first event of `type` (from the start of the log) matching `match`, within `seconds`.
     func event(_ node: NodeRuntime, _ type: String, seconds: Double = 8,
                where match: @escaping @Sendable (NodeEvent) -> Bool = { _ in true }) async throws -> NodeEvent {
-        let stream = node.eventBus.subscribe(since: 0)
-        let found = Task { () -> NodeEvent? in
-            for await e in stream where e.type == type && match(e) { return e }
-            return nil
-        }
-        let timer = Task {
-            try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-            found.cancel()
-        }
-        defer { timer.cancel() }
-        guard let e = await found.value else { throw TandemError("no \(type) event within \(seconds) s") }
-        return e
+        try await TestSupport.event(node, type, seconds: seconds, where: match)
     }
 
     /// Makes `relay` the node's home relay, the way `tandem relay add` does it.
