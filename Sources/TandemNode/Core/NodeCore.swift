@@ -265,6 +265,13 @@ final class NodeCore: FrameHandler, @unchecked Sendable {
 }
 
 extension ControlRouter {
+    /// Registers a method whose body is store work, on the node core, where each store intent it
+    /// calls is its own transaction (a challenge step stores its state, frames and events in one):
+    /// the frames a step queues go out right after that step's commit, not after the whole method.
+    func register(on core: NodeCore, _ method: String, _ body: @escaping @Sendable (JSONValue) throws -> JSONValue) {
+        register(method) { params in try await core.perform { try body(params) } }
+    }
+
     /// Registers a method whose body is store work: it runs on the node core, as one transaction
     /// of `store` (everything it writes commits together, or nothing if it throws), and its events
     /// reach subscribers, its frames their links, and its answer the caller, after that commit.

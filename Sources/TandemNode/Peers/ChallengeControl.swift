@@ -85,7 +85,7 @@ extension ChallengeService {
     }
 
     public func registerControlMethods(on router: ControlRouter) {
-        router.register(on: core, in: store, publishing: events, "challenge.invite") { [self] params in
+        router.register(on: core, "challenge.invite") { [self] params in
             let ids = params["ids"]?.arrayValue?.compactMap(\.stringValue) ?? []
             guard !ids.isEmpty else { throw Self.usage("name at least one friend to invite") }
             var invitees: [[UInt8]] = []
@@ -130,31 +130,31 @@ extension ChallengeService {
             for k in invitees { clock.probe(k, count: 8) }
             return describe(c)
         }
-        router.register(on: core, in: store, publishing: events, "challenge.list") { [self] params in
+        router.register(on: core, "challenge.list") { [self] params in
             let all = params["all"]?.boolValue ?? false
             let list = try store.challenges(limit: all ? 1000 : 200).filter { all || $0.isActive || $0.phase == .ended }
             return .object(["challenges": .array(list.prefix(all ? 1000 : 50).map(describe))])
         }
-        router.register(on: core, in: store, publishing: events, "challenge.show") { [self] params in describe(try resolve(params)) }
-        router.register(on: core, in: store, publishing: events, "challenge.accept") { [self] params in
+        router.register(on: core, "challenge.show") { [self] params in describe(try resolve(params)) }
+        router.register(on: core, "challenge.accept") { [self] params in
             let c = try resolve(params)
             clock.probe(c.inviter, count: 8)
             return describe(try refusing { try mutate(c.id) { try $0.accept() } })
         }
-        router.register(on: core, in: store, publishing: events, "challenge.decline") { [self] params in
+        router.register(on: core, "challenge.decline") { [self] params in
             let c = try resolve(params)
             return describe(try refusing { try mutate(c.id) { try $0.decline() } })
         }
-        router.register(on: core, in: store, publishing: events, "challenge.cancel") { [self] params in
+        router.register(on: core, "challenge.cancel") { [self] params in
             let c = try resolve(params)
             let reason = params["reason"]?.stringValue ?? ""
             return describe(try refusing { try mutate(c.id) { try $0.cancel(reason: reason) } })
         }
-        router.register(on: core, in: store, publishing: events, "challenge.quit") { [self] params in
+        router.register(on: core, "challenge.quit") { [self] params in
             let c = try resolve(params)
             return describe(try quit(c, reason: params["reason"]?.stringValue ?? ""))
         }
-        router.register(on: core, in: store, publishing: events, "focus.start") { [self] params in
+        router.register(on: core, "focus.start") { [self] params in
             let duration = try durationParam(params)
             if try store.challenges(phases: [.scheduled, .running]).contains(where: \.solo) {
                 throw NodeError.refused("a focus session is already running (tandem focus status)")
@@ -164,20 +164,20 @@ extension ChallengeService {
             after(c, [])
             return describe(try store.challenge(c.id) ?? c)
         }
-        router.register(on: core, in: store, publishing: events, "focus.status") { [self] _ in
+        router.register(on: core, "focus.status") { [self] _ in
             let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo)
             return .object(["session": c.map(describe) ?? .null])
         }
-        router.register(on: core, in: store, publishing: events, "focus.quit") { [self] params in
+        router.register(on: core, "focus.quit") { [self] params in
             guard let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo) else {
                 throw NodeError.nothingToActOn("no focus session is running")
             }
             return describe(try quit(c, reason: params["reason"]?.stringValue ?? ""))
         }
-        router.register(on: core, in: store, publishing: events, "ledger.list") { [self] _ in
+        router.register(on: core, "ledger.list") { [self] _ in
             .object(["entries": .array(try store.ledger().map { describeEntry($0.entry, committedAtMs: $0.committedAtMs) })])
         }
-        router.register(on: core, in: store, publishing: events, "ledger.verify") { [self] _ in
+        router.register(on: core, "ledger.verify") { [self] _ in
             let entries = try store.ledger().map(\.entry)
             if let broken = Ledger.verify(entries) {
                 return .object(["ok": false, "entries": .int(Int64(entries.count)),
@@ -186,12 +186,12 @@ extension ChallengeService {
             return .object(["ok": true, "entries": .int(Int64(entries.count)),
                             "head": entries.last.map { .string(hexString($0.hash)) } ?? .null])
         }
-        router.register(on: core, in: store, publishing: events, "stats") { [self] _ in try stats() }
+        router.register(on: core, "stats") { [self] _ in try stats() }
     }
 
     func quit(_ c: Challenge, reason: String) throws -> Challenge {
         let quit = try refusing {
-            try mutate(c.id) { c in try c.quit(elapsedMs: elapsedMs(c), reason: reason) }
+            try mutate(c.id, loaded: c) { c in try c.quit(elapsedMs: elapsedMs(c), reason: reason) }
         }
         // Alone, there is nobody to keep the countdown for: a solo session ends at once.
         guard quit.solo else { return quit }

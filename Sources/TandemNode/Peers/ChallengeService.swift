@@ -84,9 +84,11 @@ public final class ChallengeService: @unchecked Sendable {
     /// entry's `ledger.appended` out ahead of our `challenge.ended`).
     /// `handled`: the frame that caused the step, marked handled in the step's own transaction.
     @discardableResult
-    func mutate(_ id: [UInt8], handled: HandledMark? = nil, announce: ((Challenge) -> Void)? = nil,
+    /// `loaded`: the challenge as the caller just read it in this same core job (one read and
+    /// decode less; nothing else can have changed it in between).
+    func mutate(_ id: [UInt8], loaded: Challenge? = nil, handled: HandledMark? = nil, announce: ((Challenge) -> Void)? = nil,
                 _ body: (inout Challenge) throws -> [Challenge.Action]) throws -> Challenge {
-        guard var c = try store.challenge(id) else { throw NotFound() }
+        guard var c = try loaded ?? store.challenge(id) else { throw NotFound() }
         let before = c
         let actions = try body(&c)
         // Most ticks change nothing: no write then.
@@ -464,7 +466,7 @@ public final class ChallengeService: @unchecked Sendable {
         if try store.wasHandled(envelope.messageID.bytes) { return outbox.acknowledge(envelope, on: link) }
         var refusal: Error?
         do {
-            try mutate(id, handled: outbox.handledMark(envelope), body)
+            try mutate(id, loaded: current, handled: outbox.handledMark(envelope), body)
         } catch is NotFound {
             logger.debug("frame about an unknown challenge", metadata: ["challenge": "\(hexString(id))"])
         } catch {
