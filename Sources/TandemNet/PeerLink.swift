@@ -1,6 +1,7 @@
 import NIOConcurrencyHelpers
 import NIOCore
 import Sodium
+import Synchronization
 import TandemProtocol
 
 /// What the application above a peer link sees.
@@ -33,7 +34,7 @@ public final class PeerLink: Sendable {
     private let remoteHost = NIOLockedValueBox<String?>(nil)
     /// Set by whoever consumes the link's frames when its queue is full (backpressure): the link
     /// then hands on no further frame and reads nothing until `resumeReading()`.
-    private let consumerPaused = NIOLockedValueBox(false)
+    private let consumerPaused = Atomic<Bool>(false)
     private static let serials = NIOLockedValueBox<UInt64>(0)
 
     init(channel: Channel, identity: SigningKeyPair, relay: [UInt8]? = nil) {
@@ -85,17 +86,17 @@ public final class PeerLink: Sendable {
     /// thread). The frames of reads already done wait in the link, the socket's in the kernel, and
     /// TCP's flow control reaches the sender.
     public func pauseReading() {
-        consumerPaused.withLockedValue { $0 = true }
+        consumerPaused.store(true, ordering: .releasing)
     }
 
     /// Undoes `pauseReading()`: the frames that waited are handed on, then reading goes on.
     public func resumeReading() {
-        let was = consumerPaused.withLockedValue { p -> Bool in defer { p = false }; return p }
-        guard was else { return }
+        guard consumerPaused.exchange(false, ordering: .acquiringAndReleasing) else { return }
         channel.pipeline.fireUserInboundEventTriggered(ConsumerResumed())
     }
 
-    public var isReadingPaused: Bool { consumerPaused.withLockedValue { $0 } }
+    /// Read for every frame on the link's event loop: an atomic load, no lock.
+    public var isReadingPaused: Bool { consumerPaused.load(ordering: .acquiring) }
 }
 
 /// Sent down a link's pipeline when its consumer has room again.
