@@ -156,6 +156,11 @@ public final class NodeRuntime: Sendable {
         }
     }
 
+    /// The core's thread ends with the node (a node that was never run included).
+    deinit {
+        core.stop()
+    }
+
     /// On the core: what beacons say now.
     func refreshBeaconState() {
         let port = listener.boundAddressNow?.port ?? 0

@@ -124,4 +124,18 @@ final class NodeCoreTests: XCTestCase {
         task.cancel()
         await task.value
     }
+
+    func testACoreNobodyHoldsIsReleasedAndItsThreadEnds() async throws {
+        weak var released: NodeCore?
+        do {
+            let core = NodeCore(niceIncrement: 0)
+            released = core
+            let answer = await core.run { 42 }
+            XCTAssertEqual(answer, 42)
+        }
+        // The thread holds it only during a step (a second at most while idle).
+        let gone = await eventually { released == nil }
+        XCTAssertTrue(gone, "the core's thread keeps it alive")
+    }
+
 }

@@ -90,7 +90,9 @@ final class NodeCore: FrameHandler, @unchecked Sendable {
         self.maximumPendingPerAuthor = maximumPendingPerAuthor
         pool = NIOThreadPool(numberOfThreads: 1)
         pool.start()
-        pool.submit { [self] _ in
+        // The thread holds the core only while it runs a step (at most a second when idle), so a
+        // core nobody else holds any more is released, and its thread ends.
+        pool.submit { [weak self] _ in
             #if canImport(Glibc)
             if niceIncrement != 0 {
                 // On Linux, PRIO_PROCESS with who 0 is the calling thread only (nice is per thread).
@@ -98,7 +100,7 @@ final class NodeCore: FrameHandler, @unchecked Sendable {
                 _ = setpriority(which, 0, getpriority(which, 0) + niceIncrement)
             }
             #endif
-            loop()
+            while let core = self, core.step() {}
         }
     }
 
@@ -217,50 +219,51 @@ final class NodeCore: FrameHandler, @unchecked Sendable {
         case stop
     }
 
-    private func loop() {
-        while true {
-            lock.lock(whenValue: 1)
-            let next: Next
-            if state.stopped {
-                next = .stop
-            } else if let job = state.work.popFirst() {
-                next = .job(job)
-            } else if let consumer = state.consumer, !state.inbound.isEmpty {
-                // What waits goes together (one commit), up to a batch.
-                var events: [InboundEvent] = []
-                var resume: [PausableLink] = []
-                while events.count < Self.maximumBatch, let item = state.inbound.popFirst() {
-                    events.append(item.event)
-                    guard let author = item.author else { continue }
-                    state.pendingFrames -= 1
-                    let n = state.perAuthor[author, default: 1] - 1
-                    state.perAuthor[author] = n > 0 ? n : nil
-                }
-                // Paused links read again once the queue has drained to half (and their author's
-                // share too), so a full queue does not flap at its bound.
-                if !state.paused.isEmpty, state.pendingFrames <= maximumPending / 2 {
-                    for (serial, link) in state.paused
-                    where state.perAuthor[link.remotePublicKey ?? [], default: 0] <= maximumPendingPerAuthor / 2 {
-                        resume.append(link)
-                        state.paused[serial] = nil
-                    }
-                }
-                next = .events(events, consumer, resume: resume)
-            } else {
-                lock.unlock(withValue: 0)
-                continue
+    /// Runs one job or one batch of inbound events, waiting a second at most for one. False once
+    /// the core is stopped.
+    private func step() -> Bool {
+        guard lock.lock(whenValue: 1, timeoutSeconds: 1) else { return true }
+        let next: Next
+        if state.stopped {
+            next = .stop
+        } else if let job = state.work.popFirst() {
+            next = .job(job)
+        } else if let consumer = state.consumer, !state.inbound.isEmpty {
+            // What waits goes together (one commit), up to a batch.
+            var events: [InboundEvent] = []
+            var resume: [PausableLink] = []
+            while events.count < Self.maximumBatch, let item = state.inbound.popFirst() {
+                events.append(item.event)
+                guard let author = item.author else { continue }
+                state.pendingFrames -= 1
+                let n = state.perAuthor[author, default: 1] - 1
+                state.perAuthor[author] = n > 0 ? n : nil
             }
-            lock.unlock(withValue: state.hasWork || state.stopped ? 1 : 0)
-            switch next {
-            case .stop:
-                return
-            case .job(let job):
-                job()
-            case .events(let events, let consumer, let resume):
-                for link in resume { link.resumeReading() }
-                consumer.handle(events)
+            // Paused links read again once the queue has drained to half (and their author's
+            // share too), so a full queue does not flap at its bound.
+            if !state.paused.isEmpty, state.pendingFrames <= maximumPending / 2 {
+                for (serial, link) in state.paused
+                where state.perAuthor[link.remotePublicKey ?? [], default: 0] <= maximumPendingPerAuthor / 2 {
+                    resume.append(link)
+                    state.paused[serial] = nil
+                }
             }
+            next = .events(events, consumer, resume: resume)
+        } else {
+            lock.unlock(withValue: 0)
+            return true
         }
+        lock.unlock(withValue: state.hasWork || state.stopped ? 1 : 0)
+        switch next {
+        case .stop:
+            return false
+        case .job(let job):
+            job()
+        case .events(let events, let consumer, let resume):
+            for link in resume { link.resumeReading() }
+            consumer.handle(events)
+        }
+        return true
     }
 }
 
