@@ -7,26 +7,42 @@ import SwiftProtobuf
 /// timebase) and returns what to send and what to tell the user. The node stores the value whole
 /// after every step, so a restarted node resumes exactly where it stopped.
 ///
+/// Its fields are readable by anyone and changed only by its own transitions (the methods below).
+/// The JSON the node stores is a format on disk: `CodingKeys` and the raw values of the enums
+/// spell it out, and Tests/fixtures/store-v4 and challenge-v1.json hold rows every later version
+/// must decode.
+///
 /// Instants ending in `Us` are on the *timebase* (the inviter's wall clock, µs since the epoch);
 /// durations and elapsed times are clock-free.
 public struct Challenge: Codable, Sendable, Equatable {
+    // The raw values below are stored (the JSON state and the challenge table's `phase` column):
+    // a case may be renamed, its raw value stays.
     public enum Phase: String, Codable, Sendable {
         /// Waiting for answers (inviter) or for ours (invitee).
-        case invited
+        case invited = "invited"
         /// We accepted and wait for the inviter's START.
-        case accepted
-        case declined, expired, cancelled
+        case accepted = "accepted"
+        case declined = "declined"
+        case expired = "expired"
+        case cancelled = "cancelled"
         /// The start instant is fixed and still ahead.
-        case scheduled
-        case running
-        /// Over; `result(of: me)` says how it went for us.
-        case ended
+        case scheduled = "scheduled"
+        case running = "running"
+        /// Over; `participant(me)?.result` says how it went for us.
+        case ended = "ended"
     }
 
-    public enum Answer: String, Codable, Sendable { case pending, accepted, declined, expired }
+    public enum Answer: String, Codable, Sendable {
+        case pending = "pending"
+        case accepted = "accepted"
+        case declined = "declined"
+        case expired = "expired"
+    }
 
     public enum Result: String, Codable, Sendable {
-        case running, completed, quit
+        case running = "running"
+        case completed = "completed"
+        case quit = "quit"
         case outOfContact = "out_of_contact"
     }
 
@@ -42,8 +58,15 @@ public struct Challenge: Codable, Sendable, Equatable {
 
         /// The stored format (a JSON object per challenge row): these names are a schema that every
         /// later version must read (the fixture in Tests/fixtures/store-v4 pins them).
-        enum CodingKeys: String, CodingKey {
-            case key, answer, result, quitElapsedMs, reason, outOfContact, addressHint
+        /// Each name spelled out: a case may be renamed, the string stays.
+        enum CodingKeys: String, CodingKey, CaseIterable {
+            case key = "key"
+            case answer = "answer"
+            case result = "result"
+            case quitElapsedMs = "quitElapsedMs"
+            case reason = "reason"
+            case outOfContact = "outOfContact"
+            case addressHint = "addressHint"
         }
     }
 
@@ -84,9 +107,29 @@ public struct Challenge: Codable, Sendable, Equatable {
     /// The stored format (a JSON object per challenge row, TandemStore/Challenges.swift): these
     /// names are a schema that every later version must read; a rename needs a migration. The
     /// fixture in Tests/fixtures/store-v4, written by an earlier version, pins them.
-    enum CodingKeys: String, CodingKey {
-        case id, me, inviter, participants, durationMs, requestedStartUs, startAtUs, expiresAtUs, graceMs, message, phase
-        case roster, solo, localStartUs, startedLocalUs, endedLocalUs, record, signatures, signers, committed, early
+    /// Each name spelled out: a case may be renamed, the string stays.
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case id = "id"
+        case me = "me"
+        case inviter = "inviter"
+        case participants = "participants"
+        case durationMs = "durationMs"
+        case requestedStartUs = "requestedStartUs"
+        case startAtUs = "startAtUs"
+        case expiresAtUs = "expiresAtUs"
+        case graceMs = "graceMs"
+        case message = "message"
+        case phase = "phase"
+        case roster = "roster"
+        case solo = "solo"
+        case localStartUs = "localStartUs"
+        case startedLocalUs = "startedLocalUs"
+        case endedLocalUs = "endedLocalUs"
+        case record = "record"
+        case signatures = "signatures"
+        case signers = "signers"
+        case committed = "committed"
+        case early = "early"
     }
 
     public static let startLeadUs: Int64 = 2_000_000
@@ -99,14 +142,20 @@ public struct Challenge: Codable, Sendable, Equatable {
     public var isInviter: Bool { me == inviter }
     /// Saturating: a value loaded from disk is validated (`validate()`), but no arithmetic here traps.
     public var endAtUs: Int64? { startAtUs.map { $0.addingSaturated(durationMs.multipliedSaturated(1000)) } }
-    public var isActive: Bool { [.invited, .accepted, .scheduled, .running].contains(phase) || (phase == .ended && !committed) }
+    public var isActive: Bool {
+        switch phase {
+        case .invited, .accepted, .scheduled, .running: return true
+        case .ended: return !committed
+        case .declined, .expired, .cancelled: return false
+        }
+    }
     public var idHex: String { hexString(id) }
 
     public func participant(_ key: [UInt8]) -> Participant? { participants.first { $0.key == key } }
     public var others: [[UInt8]] { participants.map(\.key).filter { $0 != me } }
     public var rosterOthers: [[UInt8]] { roster.filter { $0 != me } }
 
-    mutating func update(_ key: [UInt8], _ body: (inout Participant) -> Void) {
+    private mutating func update(_ key: [UInt8], _ body: (inout Participant) -> Void) {
         if let i = participants.firstIndex(where: { $0.key == key }) { body(&participants[i]) }
     }
 
@@ -325,7 +374,10 @@ public struct Challenge: Codable, Sendable, Equatable {
     /// erase a running challenge). `sentAtUs` is kept for the log only.
     public mutating func receiveCancel(from key: [UInt8], sentAtUs: Int64) throws -> [Action] {
         guard key == inviter, !isInviter else { throw Refusal("CANCEL from someone other than the inviter") }
-        guard [.invited, .accepted, .scheduled].contains(phase) else { return [] }
+        switch phase {
+        case .invited, .accepted, .scheduled: break
+        case .declined, .expired, .cancelled, .running, .ended: return []
+        }
         phase = .cancelled
         return [.notify(.cancelled(by: key))]
     }
@@ -379,11 +431,16 @@ public struct Challenge: Codable, Sendable, Equatable {
         localStartUs = localUs
     }
 
-    /// A partner went silent past the grace period (`silent`), or was heard again. False when
-    /// nothing changed (not a participant, or already so).
+    /// A partner went silent past the grace period (`silent`), or was heard again. Counts only
+    /// while we run, and only for a partner on the roster who has not quit (the quit notice settled
+    /// that result); `markEnded` turns it into the result. False when nothing changed.
     @discardableResult
     public mutating func setOutOfContact(_ key: [UInt8], _ silent: Bool) -> Bool {
-        guard let p = participant(key), p.outOfContact != silent else { return false }
+        switch phase {
+        case .running: break
+        case .invited, .accepted, .declined, .expired, .cancelled, .scheduled, .ended: return false
+        }
+        guard key != me, roster.contains(key), let p = participant(key), p.result != .quit, p.outOfContact != silent else { return false }
         update(key) { $0.outOfContact = silent }
         return true
     }

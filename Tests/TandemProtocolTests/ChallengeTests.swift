@@ -412,6 +412,95 @@ final class ChallengeTests: XCTestCase {
         XCTAssertNil(Ledger.verify([Ledger.append(after: nil, record: s.record!, signatures: s.signatureList)]))
     }
 
+    // MARK: - Transitions the node drives
+
+    func testTheLocalStartIsKeptAsGiven() throws {
+        var (_, b) = try running()
+        let start = try XCTUnwrap(b.startAtUs)
+        // The inviter's clock runs 5 s ahead of Bob's: the start is 5 s earlier on his clock.
+        b.noteLocalStart(start - 5_000_000)
+        XCTAssertEqual(b.localStartUs, start - 5_000_000)
+        b.noteLocalStart(start + 250)
+        XCTAssertEqual(b.localStartUs, start + 250, "a later measurement replaces the earlier one")
+        XCTAssertEqual(b.phase, .running, "only the local instant changes")
+        XCTAssertEqual(b.startAtUs, start)
+        XCTAssertNoThrow(try b.validate())
+        b.noteLocalStart(-1)
+        XCTAssertThrowsError(try b.validate(), "an instant before the epoch is refused at load")
+    }
+
+    func testContactIsNotedOnlyForRunningPartnersWhoHaveNotQuit() throws {
+        var (s, _) = try invite([bob, carol], startAtUs: t0 + 60_000_000)
+        XCTAssertFalse(s.setOutOfContact(bob.publicKey, true), "invited: nothing runs yet")
+        XCTAssertEqual(s.participant(bob.publicKey)?.outOfContact, false)
+        var (a, b) = try running()
+        XCTAssertFalse(a.setOutOfContact(carol.publicKey, true), "not taking part")
+        XCTAssertFalse(a.setOutOfContact(alice.publicKey, true), "never ourselves")
+        XCTAssertFalse(a.setOutOfContact(bob.publicKey, false), "already in contact: no change")
+        XCTAssertTrue(a.setOutOfContact(bob.publicKey, true))
+        XCTAssertEqual(a.participant(bob.publicKey)?.outOfContact, true)
+        XCTAssertFalse(a.setOutOfContact(bob.publicKey, true), "no change the second time")
+        XCTAssertTrue(a.setOutOfContact(bob.publicKey, false), "heard from again")
+        XCTAssertEqual(a.participant(bob.publicKey)?.outOfContact, false)
+        // A quitter's silence does not matter: the notice settled the result.
+        let q = try b.quit(elapsedMs: 1_000, reason: "done")
+        let m = try Tandem_V1_ChallengeQuit(serializedBytes: payload(q, .challengeQuit)!)
+        _ = try a.receiveQuit(from: bob.publicKey, elapsedMs: Int64(m.elapsedMs), reason: m.reason)
+        XCTAssertFalse(a.setOutOfContact(bob.publicKey, true))
+        XCTAssertEqual(a.participant(bob.publicKey)?.outOfContact, false)
+        // After the end the results are fixed: the flag no longer moves.
+        var (c, _) = try running()
+        _ = try c.markEnded(localUs: 0, signer: alice)
+        XCTAssertFalse(c.setOutOfContact(bob.publicKey, true))
+        XCTAssertEqual(c.participant(bob.publicKey)?.outOfContact, false)
+        XCTAssertEqual(c.participant(bob.publicKey)?.result, .completed)
+    }
+
+    func testASilentPartnerEndsOutOfContact() throws {
+        var (a, _) = try running()
+        XCTAssertTrue(a.setOutOfContact(bob.publicKey, true))
+        _ = try a.markEnded(localUs: 0, signer: alice)
+        XCTAssertEqual(a.participant(bob.publicKey)?.result, .outOfContact)
+        XCTAssertEqual(Outcome.decode(a.record!)!.outcomes.first { Array($0.publicKey) == bob.publicKey }?.result, .outOfContact)
+    }
+
+    func testACommittedChallengeIsOverForGood() throws {
+        var (a, _) = try running()
+        _ = try a.markEnded(localUs: 0, signer: alice)
+        XCTAssertTrue(a.isActive, "ended, not yet in the ledger")
+        XCTAssertFalse(a.committed)
+        a.markCommitted()
+        XCTAssertTrue(a.committed)
+        XCTAssertFalse(a.isActive)
+        XCTAssertFalse(a.readyToCommit(nowUs: t0 + 3_600_000_000), "it goes into the ledger once")
+        // Later notices and outcomes change nothing.
+        XCTAssertEqual(try a.receiveQuit(from: bob.publicKey, elapsedMs: 10, reason: "late", signer: alice), [])
+        XCTAssertEqual(a.participant(bob.publicKey)?.result, .completed)
+        XCTAssertEqual(try a.settleAfterGrace(nowUs: t0 + 3_600_000_000, signer: alice), [])
+    }
+
+    func testEveryPhaseIsActiveOrNot() throws {
+        // isActive is an exhaustive switch; its answers, reached through real transitions.
+        let (a, bs) = try invite([bob])
+        XCTAssertTrue(a.isActive)
+        var b = bs[0]
+        _ = try b.accept()
+        XCTAssertTrue(b.isActive)
+        var d = bs[0]
+        _ = try d.decline()
+        XCTAssertFalse(d.isActive)
+        var e = bs[0]
+        _ = try e.tick(nowUs: t0 + Challenge.defaultExpiryUs)
+        XCTAssertEqual(e.phase, .expired)
+        XCTAssertFalse(e.isActive)
+        var c = a
+        _ = try c.cancel(reason: "")
+        XCTAssertEqual(c.phase, .cancelled)
+        XCTAssertFalse(c.isActive)
+        let (r, _) = try running()
+        XCTAssertTrue(r.isActive)
+    }
+
     func testStateSurvivesACodableRoundTrip() throws {
         let (a, _) = try running()
         let data = try JSONEncoder().encode(a)

@@ -1,7 +1,7 @@
 import Foundation
 import GRDB
 import TandemProtocol
-import TandemStore
+@testable import TandemStore
 import XCTest
 
 /// The challenge rows of a database written by an earlier version (Tests/fixtures/store-v4) must
@@ -13,6 +13,15 @@ final class StoredFormatTests: XCTestCase {
         "startAtUs", "startedLocalUs",
     ]
     static let participantKeys: Set<String> = ["addressHint", "answer", "key", "outOfContact", "quitElapsedMs", "reason", "result"]
+
+    // From store-v4/expected.json: Alice's node; Bob her friend; the three challenges she holds.
+    static let alice = "e634f76794591aaa2c4ece6a8bd60a88d2ec864d0c1ab611df1d123ab7eabf72"
+    static let bob = "2bc3ab540ff1661140c72cf98d9c71b25c3f412ddcf7e1a822947a84b7809f49"
+    static let finished = "51d338486cc7340ccfb6ae0e51512467"
+    static let pending = "ba1a5da7ff2acc74f947195ec9e73523"
+    static let solo = "a3e6bfe0a6fafb2e9e30b1ee9cfc0566"
+
+    func bytes(_ hex: String) throws -> [UInt8] { try XCTUnwrap(parseHex(hex)) }
 
     private func fixtureCopy() throws -> (String, URL) {
         let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -28,27 +37,77 @@ final class StoredFormatTests: XCTestCase {
         let (path, dir) = try fixtureCopy()
         defer { try? FileManager.default.removeItem(at: dir) }
         let store = try NodeStore(path: path)
-        let all = try store.challenges()
-        XCTAssertEqual(all.count, 3, "a row that no longer decodes would be missing here")
-        let finished = try XCTUnwrap(all.first { $0.message == "fixture run" })
-        XCTAssertEqual(finished.phase, .ended)
-        XCTAssertEqual(finished.durationMs, 3_000)
-        XCTAssertTrue(finished.committed)
-        XCTAssertFalse(finished.solo)
-        XCTAssertEqual(finished.participants.count, 2)
-        let quitter = try XCTUnwrap(finished.participants.first { $0.result == .quit })
-        XCTAssertEqual(quitter.reason, "phone call")
-        XCTAssertEqual(quitter.quitElapsedMs, 907)
-        XCTAssertNotNil(finished.record)
-        XCTAssertNotNil(finished.startAtUs)
-        XCTAssertNoThrow(try finished.validate())
-        let pending = try XCTUnwrap(all.first { $0.message == "later" })
-        XCTAssertEqual(pending.phase, .invited)
-        XCTAssertEqual(pending.durationMs, 1_500_000)
-        XCTAssertFalse(pending.isInviter)
-        let solo = try XCTUnwrap(all.first { $0.solo })
-        XCTAssertEqual(solo.durationMs, 1_000)
-        XCTAssertEqual(solo.participants.map(\.result), [.completed])
+        XCTAssertEqual(try store.challenges().count, 3, "a row that no longer decodes would be missing here")
+        XCTAssertEqual(try store.challengeRowsFailingValidation(), [])
+        XCTAssertEqual(try store.quarantineInvalidRows(nowMs: 1).filter { $0.kind == "challenge" }, [], "no challenge row is set aside")
+        let alice = try bytes(Self.alice), bob = try bytes(Self.bob)
+
+        // Alice invited Bob for 3 s; Bob quit after 907 ms ("phone call"); both signed; in the ledger.
+        let done = try XCTUnwrap(try store.challenge(try bytes(Self.finished)))
+        XCTAssertEqual(done.me, alice)
+        XCTAssertEqual(done.inviter, alice)
+        XCTAssertEqual(done.phase, .ended)
+        XCTAssertTrue(done.committed)
+        XCTAssertFalse(done.isActive)
+        XCTAssertFalse(done.solo)
+        XCTAssertEqual(done.durationMs, 3000)
+        XCTAssertEqual(done.graceMs, 60_000)
+        XCTAssertEqual(done.message, "fixture run")
+        XCTAssertEqual(done.requestedStartUs, 0)
+        XCTAssertEqual(done.startAtUs, 1_795_472_200_065_062)
+        XCTAssertEqual(done.localStartUs, 1_795_472_200_065_062)
+        XCTAssertEqual(done.startedLocalUs, 1_795_472_200_065_218)
+        XCTAssertEqual(done.endedLocalUs, 1_795_472_203_065_214)
+        XCTAssertEqual(done.expiresAtUs, 1_795_472_797_929_729)
+        XCTAssertEqual(done.roster, [alice, bob])
+        XCTAssertEqual(done.participants.map(\.key), [alice, bob])
+        XCTAssertEqual(done.participants.map(\.answer), [.accepted, .accepted])
+        XCTAssertEqual(done.participants.map(\.result), [.completed, .quit])
+        XCTAssertEqual(done.participants.map(\.outOfContact), [false, false])
+        XCTAssertEqual(done.participants.map(\.addressHint), ["", "127.0.0.1:34667"])
+        XCTAssertEqual(done.participant(bob)?.quitElapsedMs, 907)
+        XCTAssertEqual(done.participant(bob)?.reason, "phone call")
+        XCTAssertNil(done.participant(alice)?.quitElapsedMs)
+        XCTAssertEqual(Set(done.signatures.keys), [Self.alice, Self.bob])
+        XCTAssertEqual(done.signers, [Self.alice, Self.bob])
+        XCTAssertEqual(done.early, [:])
+        let record = try XCTUnwrap(done.record)
+        for (key, signature) in done.signatureList {
+            XCTAssertTrue(Outcome.verify(record, signature: signature, by: key), "a stored signature still verifies")
+        }
+        let outcome = try XCTUnwrap(Outcome.decode(record))
+        XCTAssertEqual(outcome.outcomes.first { Array($0.publicKey) == bob }?.result, .quit)
+        XCTAssertEqual(outcome.outcomes.first { Array($0.publicKey) == bob }?.elapsedMs, 907)
+        // Its record is the ledger's first entry.
+        XCTAssertEqual(try store.ledger().first?.entry.record, record)
+
+        // Bob's invite, unanswered.
+        let invite = try XCTUnwrap(try store.challenge(try bytes(Self.pending)))
+        XCTAssertEqual(invite.me, alice)
+        XCTAssertEqual(invite.inviter, bob)
+        XCTAssertFalse(invite.isInviter)
+        XCTAssertEqual(invite.phase, .invited)
+        XCTAssertEqual(invite.durationMs, 1_500_000)
+        XCTAssertEqual(invite.message, "later")
+        XCTAssertNil(invite.startAtUs)
+        XCTAssertNil(invite.record)
+        XCTAssertEqual(invite.roster, [])
+        XCTAssertEqual(invite.participants.map(\.answer), [.accepted, .pending])
+        XCTAssertEqual(invite.participants.map(\.result), [nil, nil])
+        XCTAssertEqual(invite.expiresAtUs, 1_795_472_803_926_996)
+
+        // A solo session of 1 s, in the ledger.
+        let session = try XCTUnwrap(try store.challenge(try bytes(Self.solo)))
+        XCTAssertTrue(session.solo)
+        XCTAssertEqual(session.phase, .ended)
+        XCTAssertTrue(session.committed)
+        XCTAssertEqual(session.roster, [alice])
+        XCTAssertEqual(session.durationMs, 1000)
+        XCTAssertEqual(session.participants.map(\.result), [.completed])
+        XCTAssertEqual(Set(session.signatures.keys), [Self.alice])
+
+        XCTAssertEqual(try store.activeChallenges().map(\.id), [try bytes(Self.pending)], "only the invite is still on")
+        XCTAssertEqual(Set(try store.challenges(phases: [.ended]).map(\.idHex)), [Self.finished, Self.solo])
     }
 
     func testTheStoredKeysAreThePinnedOnes() throws {
@@ -68,5 +127,37 @@ final class StoredFormatTests: XCTestCase {
         }
         XCTAssertEqual(stored, Self.challengeKeys)
         XCTAssertEqual(storedParticipant, Self.participantKeys)
+    }
+
+    /// Today's encoder writes each stored challenge back as exactly the bytes the earlier version
+    /// stored, so a row survives a load and a save unchanged.
+    func testEachRowReencodesToTheStoredBytes() throws {
+        let (path, dir) = try fixtureCopy()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let store = try NodeStore(path: path)
+        let rows = try store.read { db in try Row.fetchAll(db, sql: "SELECT id, phase, state FROM challenge") }
+        XCTAssertEqual(rows.count, 3)
+        for row in rows {
+            let json: String = row["state"]
+            let c = try JSONDecoder().decode(Challenge.self, from: Data(json.utf8))
+            XCTAssertEqual(String(decoding: try NodeStore.challengeEncoder.encode(c), as: UTF8.self), json)
+            XCTAssertEqual(Data(c.id), row["id"] as Data)
+            XCTAssertEqual(c.phase.rawValue, row["phase"] as String)
+        }
+    }
+
+    /// The stored invite still moves under today's rules: Alice accepts it, and the answer is stored.
+    func testAStoredInviteTakesItsNextStep() throws {
+        let (path, dir) = try fixtureCopy()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let store = try NodeStore(path: path)
+        var invite = try XCTUnwrap(try store.challenge(try bytes(Self.pending)))
+        let actions = try invite.accept()
+        XCTAssertEqual(invite.phase, .accepted)
+        guard case .send(.challengeAnswer, _, let to) = actions.first else { return XCTFail("no answer sent: \(actions)") }
+        XCTAssertEqual(to, [try bytes(Self.bob)])
+        try store.saveChallenge(invite, nowMs: 1_795_472_300_000)
+        XCTAssertEqual(try store.challenge(invite.id)?.phase, .accepted)
+        XCTAssertEqual(try store.challenge(invite.id), invite)
     }
 }
