@@ -27,14 +27,18 @@ public enum PeerConnector {
                         waiter.link = link
                     }
                 }
-                .connect(host: host, port: port).get()
+                .connect(host: host, port: port)
+                .valueUnlessCancelled { $0.close(promise: nil) }
+        } catch is CancellationError {
+            throw CancellationError()
         } catch {
             throw TandemError("cannot connect to \(host):\(port): \(describe(error))", exitCode: TandemError.unreachableExitCode)
         }
         do {
-            try await waiter.established.futureResult.get()
+            try await waiter.established.futureResult.valueUnlessCancelled()
         } catch {
             channel.close(promise: nil)
+            if error is CancellationError { throw error }
             throw TandemError("\(host):\(port): \(error)", exitCode: TandemError.authenticationExitCode)
         }
         return (waiter.link!, waiter)

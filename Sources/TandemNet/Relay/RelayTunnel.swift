@@ -32,15 +32,18 @@ public enum RelayTunnel {
                         try ch.pipeline.syncOperations.addHandler(handler)
                     }
                 }
-                .connect(host: relay.host, port: relay.port).get()
+                .connect(host: relay.host, port: relay.port)
+                .valueUnlessCancelled { $0.close(promise: nil) }
         } catch {
             joined.fail(error)
+            if error is CancellationError { throw error }
             throw TandemError("cannot connect to relay \(relay.host):\(relay.port): \(describe(error))", exitCode: TandemError.unreachableExitCode)
         }
         do {
-            try await joined.futureResult.get()
+            try await joined.futureResult.valueUnlessCancelled()
         } catch {
             channel.close(promise: nil)
+            if error is CancellationError { throw error }
             throw TandemError("tunnel through \(relay.host):\(relay.port): \(error)", exitCode: TandemError.unreachableExitCode)
         }
         return channel
@@ -61,9 +64,10 @@ public enum RelayTunnel {
                                                      relay: relay.id.publicKey)
         }
         do {
-            try await waiter.established.futureResult.get()
+            try await waiter.established.futureResult.valueUnlessCancelled()
         } catch {
             channel.close(promise: nil)
+            if error is CancellationError { throw error }
             throw TandemError("tunnel through \(relay.host):\(relay.port): \(error)", exitCode: TandemError.unreachableExitCode)
         }
         return (waiter.link!, waiter)

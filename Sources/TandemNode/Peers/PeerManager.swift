@@ -148,7 +148,7 @@ public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
             s.connecting[key] = p
             return (p, true)
         }
-        guard isNew else { return try await promise.futureResult.get() }
+        guard isNew else { return try await promise.futureResult.valueUnlessCancelled() }
         do {
             let (link, _) = try await PeerConnector.connect(host: host, port: port, remote: key, identity: identity, gate: gate,
                                                             delegate: self, options: options, group: group, logger: logger,

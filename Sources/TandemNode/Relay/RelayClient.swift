@@ -92,7 +92,8 @@ public final class RelayClient: @unchecked Sendable {
             return t
         }
         defer { connecting.withLockedValue { _ = $0.removeValue(forKey: relay.id.publicKey) } }
-        return try await task.value
+        // Others may wait for the same connection: a cancelled waiter leaves, the connecting goes on.
+        return try await task.valueUnlessCancelled(on: peers.group.next())
     }
 
     private func open(_ relay: RelayAddress, home: Bool) async throws -> RelaySession {
@@ -407,44 +408,68 @@ final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
             guard let link = s.link, let (id, frame) = s.machine.request(request, nowMs: nowMs) else { return nil }
             return (id, frame, link)
         }) else { throw closedError }
-        let timer = link.channel.eventLoop.scheduleTask(in: .seconds(15)) { [weak self] in
+        let giveUp: @Sendable (Error) -> Void = { [weak self] error in
             guard let self else { return }
             let c = self.state.withLockedValue { s -> CheckedContinuation<RelayClientSession.Reply, Error>? in
                 s.machine.abandon(id)
                 return s.pending.removeValue(forKey: id)
             }
-            c?.resume(throwing: NodeError.unavailable("relay \(self.relay.host):\(self.relay.port) did not answer within 15 s"))
+            c?.resume(throwing: error)
+        }
+        let timer = link.channel.eventLoop.scheduleTask(in: .seconds(15)) { [relay] in
+            giveUp(NodeError.unavailable("relay \(relay.host):\(relay.port) did not answer within 15 s"))
         }
         defer { timer.cancel() }
-        return try await withCheckedThrowingContinuation { c in
-            let closed = state.withLockedValue { s -> Bool in
-                if s.machine.isClosed { return true }
-                s.pending[id] = c
-                return false
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { c in
+                let refusal = state.withLockedValue { s -> Error? in
+                    if s.machine.isClosed { return closedError }
+                    // Checked under the lock the cancellation handler takes: no waiter is left behind.
+                    if Task.isCancelled {
+                        s.machine.abandon(id)
+                        return CancellationError()
+                    }
+                    s.pending[id] = c
+                    return nil
+                }
+                if let refusal { return c.resume(throwing: refusal) }
+                send(frame, on: link)
             }
-            if closed { return c.resume(throwing: closedError) }
-            send(frame, on: link)
+        } onCancel: {
+            giveUp(CancellationError())
         }
     }
 
     /// RELAY_REGISTER; returns the number of mail items waiting once the relay confirms (10 s at most).
     func register(agent: String) async throws -> UInt32 {
         guard let link = state.withLockedValue({ $0.link }) else { throw NodeError.failed("not connected") }
-        let timer = link.channel.eventLoop.scheduleTask(in: .seconds(10)) { [weak self] in
+        let giveUp: @Sendable (Error) -> Void = { [weak self] error in
             self?.state.withLockedValue { s -> CheckedContinuation<UInt32, Error>? in
                 defer { s.registration = nil }
                 return s.registration
-            }?.resume(throwing: NodeError.failed("the relay did not confirm the registration within 10 s"))
+            }?.resume(throwing: error)
+        }
+        let timer = link.channel.eventLoop.scheduleTask(in: .seconds(10)) {
+            giveUp(NodeError.failed("the relay did not confirm the registration within 10 s"))
         }
         defer { timer.cancel() }
-        return try await withCheckedThrowingContinuation { c in
-            let frame = state.withLockedValue { s -> RelayClientSession.Outbound? in
-                guard !s.machine.isClosed, let frame = s.machine.register(agent: agent) else { return nil }
-                s.registration = c
-                return frame
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { c in
+                let frame = state.withLockedValue { s -> Result<RelayClientSession.Outbound, Error> in
+                    guard !s.machine.isClosed, let frame = s.machine.register(agent: agent) else {
+                        return .failure(NodeError.failed("the relay closed the link"))
+                    }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    s.registration = c
+                    return .success(frame)
+                }
+                switch frame {
+                case .success(let frame): send(frame, on: link)
+                case .failure(let error): c.resume(throwing: error)
+                }
             }
-            guard let frame else { return c.resume(throwing: NodeError.failed("the relay closed the link")) }
-            send(frame, on: link)
+        } onCancel: {
+            giveUp(CancellationError())
         }
     }
 
