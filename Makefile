@@ -17,7 +17,7 @@ help:
 	@echo "make fuzz   - libFuzzer run of every fuzz target (RUNS=N each; make fuzz-short: the short run of make test)"
 	@echo "make proto  - regenerate Swift code from Protocol/*.proto (needs protoc)"
 
-# libsodium (and pkg-config to find it). apt-get on Debian/Ubuntu; elsewhere say what to do.
+# libsodium and zstd (and pkg-config to find them). apt-get on Debian/Ubuntu; elsewhere say what to do.
 deps:
 	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libsodium; then \
 	  if command -v apt-get >/dev/null 2>&1; then \
@@ -27,6 +27,16 @@ deps:
 	    echo "libsodium is missing: run 'brew install libsodium pkg-config', then try again." >&2; exit 1; \
 	  else \
 	    echo "libsodium is missing: install your system's libsodium development package (pkg-config name 'libsodium')." >&2; exit 1; \
+	  fi; \
+	fi
+	@if ! pkg-config --exists libzstd; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing libzstd-dev with apt-get…"; \
+	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libzstd-dev >/dev/null; \
+	  elif [ "$$(uname)" = Darwin ]; then \
+	    echo "zstd is missing: run 'brew install zstd', then try again." >&2; exit 1; \
+	  else \
+	    echo "zstd is missing: install your system's zstd development package (pkg-config name 'libzstd')." >&2; exit 1; \
 	  fi; \
 	fi
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "Swift 6 is needed: see https://www.swift.org/install/" >&2; exit 1; }

@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "TandemProtocol", targets: ["TandemProtocol"]),
         .library(name: "TandemNet", targets: ["TandemNet"]),
         .library(name: "TandemNode", targets: ["TandemNode"]),
+        .library(name: "TandemVault", targets: ["TandemVault"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -28,6 +29,14 @@ let package = Package(
             providers: [.apt(["libsodium-dev"]), .brew(["libsodium"])]
         ),
         .target(name: "Sodium", dependencies: ["CSodium"]),
+        .systemLibrary(
+            name: "CZstd",
+            pkgConfig: "libzstd",
+            providers: [.apt(["libzstd-dev"]), .brew(["zstd"])]
+        ),
+        // The vault's storage: chunking, blob encryption, packs, the encrypted index, the keys file.
+        // Pure storage: no networking, no node, no GRDB.
+        .target(name: "TandemVault", dependencies: ["Sodium", "CZstd"]),
         .target(
             name: "TandemProtocol",
             dependencies: [
@@ -159,6 +168,10 @@ let package = Package(
         .testTarget(
             name: "SodiumTests",
             dependencies: ["Sodium"]
+        ),
+        .testTarget(
+            name: "TandemVaultTests",
+            dependencies: ["TandemVault", "Sodium"]
         ),
         .testTarget(
             name: "TandemProtocolTests",

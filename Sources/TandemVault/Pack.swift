@@ -1,0 +1,209 @@
+import Foundation
+import Sodium
+
+/// A pack file:
+///
+///     blob₀ ‖ blob₁ ‖ … ‖ header box ‖ trailer
+///     header box = nonce (24) ‖ XChaCha20-Poly1305( header ) ‖ tag (16), additional data "tdmvault pack header v1"
+///     header     = version (u8 = 1) ‖ count (u32) ‖ count × ( chunk id (32) ‖ offset (u32) ‖ length (u32) )
+///     trailer    = header box length (u32 BE)
+///
+/// The header makes a pack self-describing (an index can be rebuilt from packs alone) and lets
+/// `check` compare a pack with the index without reading its blobs. It is encrypted, so chunk ids do
+/// not leak. The pack's name is the hex of the unkeyed BLAKE2b-256 of the whole file: anyone holding
+/// it (a friend keeping a backup) can check its integrity without any key.
+enum PackFormat {
+    /// A pack is closed once its blobs reach 4 MiB (and when an import ends).
+    static let targetSize = 4 * 1024 * 1024
+    static let headerVersion: UInt8 = 1
+    static let headerEntryBytes = ChunkID.byteCount + 4 + 4
+    static let trailerBytes = 4
+    static let headerAD = Array("tdmvault pack header v1".utf8)
+    /// The largest pack a writer makes: a pack just short of the target, one maximum blob, and a
+    /// header listing blobs of the smallest size (this bounds what a reader accepts).
+    static let maximumSize: Int64 = {
+        let blobs = targetSize + BlobCodec.maximumBlob
+        let entries = blobs / BlobCodec.overhead + 1
+        return Int64(blobs + 1 + 4 + entries * headerEntryBytes + BlobCodec.nonceBytes + BlobCodec.tagBytes + trailerBytes)
+    }()
+}
+
+/// One blob's place in a pack.
+struct PackEntry: Equatable, Sendable {
+    var id: ChunkID
+    var offset: Int
+    var length: Int
+}
+
+/// Collects blobs for one pack in a fixed buffer (the pack target plus one maximum blob: about
+/// 12 MiB, whatever the import's size) and writes the pack when it is full or the import ends.
+final class PackWriter {
+    private let buffer: UnsafeMutableRawBufferPointer
+    private(set) var length = 0
+    private(set) var entries: [PackEntry] = []
+    /// The most bytes the buffer held (reset by the owner per import).
+    var highWaterMark = 0
+
+    init() {
+        buffer = .allocate(byteCount: PackFormat.targetSize + BlobCodec.maximumBlob, alignment: 64)
+    }
+
+    deinit { buffer.deallocate() }
+
+    var isEmpty: Bool { entries.isEmpty }
+    var isFull: Bool { length >= PackFormat.targetSize }
+
+    /// Seals `plaintext` as blob `id` at the end of the pack. The pack must not be full.
+    func append(_ plaintext: UnsafeRawBufferPointer, id: ChunkID, tryCompress: Bool, keys: VaultKeys, zstd: Zstd) -> (entry: PackEntry, compressed: Bool) {
+        precondition(!isFull, "append to a full pack")
+        let (n, compressed) = BlobCodec.seal(plaintext, id: id, tryCompress: tryCompress, key: keys.dataKey,
+                                             zstd: zstd, into: buffer.baseAddress! + length)
+        let entry = PackEntry(id: id, offset: length, length: n)
+        entries.append(entry)
+        length += n
+        highWaterMark = Swift.max(highWaterMark, length)
+        return (entry, compressed)
+    }
+
+    /// Appends an already sealed blob (repacking copies blobs without opening them: the additional
+    /// data is the id, not the position, so a blob is valid in any pack).
+    func appendSealed(_ blob: [UInt8], id: ChunkID) -> PackEntry {
+        precondition(!isFull && blob.count <= BlobCodec.maximumBlob)
+        blob.withUnsafeBytes { (buffer.baseAddress! + length).copyMemory(from: $0.baseAddress!, byteCount: blob.count) }
+        let entry = PackEntry(id: id, offset: length, length: blob.count)
+        entries.append(entry)
+        length += blob.count
+        highWaterMark = Swift.max(highWaterMark, length)
+        return entry
+    }
+
+    /// Drops the open pack's blobs without writing them (an import that failed).
+    func discard() {
+        length = 0
+        entries.removeAll(keepingCapacity: true)
+    }
+
+    /// Adds the encrypted header and trailer, writes the pack durably under its hash name, and
+    /// empties the writer. Returns the pack's name and size.
+    func finish(store: PackStore, keys: VaultKeys) throws -> (name: ChunkID, size: Int64) {
+        var header = BinaryWriter()
+        header.u8(PackFormat.headerVersion)
+        header.u32(UInt32(entries.count))
+        for e in entries {
+            header.raw(e.id.bytes)
+            header.u32(UInt32(e.offset))
+            header.u32(UInt32(e.length))
+        }
+        let nonce = Sodium.randomBytes(BlobCodec.nonceBytes)
+        let sealed = try XChaCha20Poly1305.seal(header.bytes, additionalData: PackFormat.headerAD, nonce: nonce, key: keys.dataKey)
+        let box = nonce + sealed
+        var trailer = BinaryWriter()
+        trailer.u32(UInt32(box.count))
+        let blobs = UnsafeRawBufferPointer(start: buffer.baseAddress, count: length)
+        var hasher = Blake2b()
+        hasher.update(blobs)
+        hasher.update(box)
+        hasher.update(trailer.bytes)
+        guard let name = ChunkID(hasher.finalize()) else { fatalError("BLAKE2b-256 gave a digest that is not 32 bytes") }
+        try box.withUnsafeBytes { b in
+            try trailer.bytes.withUnsafeBytes { t in
+                try store.write(name: name, parts: [blobs, b, t])
+            }
+        }
+        let size = Int64(length + box.count + trailer.bytes.count)
+        length = 0
+        entries.removeAll(keepingCapacity: true)
+        return (name, size)
+    }
+}
+
+/// The packs directory: `<vault dir>/packs/<first 2 hex>/<64 hex>`.
+struct PackStore {
+    let root: URL
+
+    init(directory: URL) {
+        root = directory.appendingPathComponent("packs", isDirectory: true)
+    }
+
+    func url(for name: ChunkID) -> URL {
+        let hex = name.hex
+        return root.appendingPathComponent(String(hex.prefix(2)), isDirectory: true).appendingPathComponent(hex)
+    }
+
+    func write(name: ChunkID, parts: [UnsafeRawBufferPointer]) throws {
+        try FileIO.writeAtomically(parts, to: url(for: name), mode: 0o600)
+    }
+
+    func remove(_ name: ChunkID) throws {
+        try FileIO.remove(url(for: name))
+    }
+
+    /// The sealed bytes of one blob, after checking it lies inside a pack of the size the index
+    /// recorded (`packSize`).
+    func readBlob(pack: ChunkID, offset: Int, length: Int, packSize: Int64, file: ReadFile? = nil) throws -> [UInt8] {
+        let f = try file ?? ReadFile(url(for: pack), what: "pack \(pack.hex)")
+        guard f.size == packSize else {
+            throw VaultError.corrupt("pack \(pack.hex) is \(f.size) bytes, the index says \(packSize)")
+        }
+        var out = [UInt8](repeating: 0, count: length)
+        try out.withUnsafeMutableBytes { try f.read(into: $0, at: Int64(offset)) }
+        return out
+    }
+
+    /// Reads and decrypts a pack's header; every entry is checked to lie in the blob area.
+    func readHeader(pack: ChunkID, keys: VaultKeys, file: ReadFile? = nil) throws -> [PackEntry] {
+        let what = "pack \(pack.hex)"
+        let f = try file ?? ReadFile(url(for: pack), what: what)
+        let size = f.size
+        guard size >= Int64(PackFormat.trailerBytes), size <= PackFormat.maximumSize else {
+            throw VaultError.corrupt("\(what): size \(size) out of range")
+        }
+        var trailer = [UInt8](repeating: 0, count: PackFormat.trailerBytes)
+        try trailer.withUnsafeMutableBytes { try f.read(into: $0, at: size - Int64(PackFormat.trailerBytes)) }
+        var tr = BinaryReader(trailer, what: what)
+        let boxLength = Int64(try tr.u32())
+        let blobArea = size - Int64(PackFormat.trailerBytes) - boxLength
+        guard boxLength >= Int64(BlobCodec.nonceBytes + BlobCodec.tagBytes), blobArea >= 0 else {
+            throw VaultError.corrupt("\(what): header length \(boxLength) does not fit a \(size)-byte pack")
+        }
+        var box = [UInt8](repeating: 0, count: Int(boxLength))
+        try box.withUnsafeMutableBytes { try f.read(into: $0, at: blobArea) }
+        let nonce = Array(box[0..<BlobCodec.nonceBytes])
+        guard let header = XChaCha20Poly1305.open(Array(box[BlobCodec.nonceBytes...]), additionalData: PackFormat.headerAD,
+                                                  nonce: nonce, key: keys.dataKey) else {
+            throw VaultError.corrupt("\(what): header does not authenticate (damaged, tampered with, or another vault's pack)")
+        }
+        var r = BinaryReader(header, what: "\(what) header")
+        let version = try r.u8()
+        guard version == PackFormat.headerVersion else { throw r.fail("unknown version \(version)") }
+        let count = try r.count(minimumEntryBytes: PackFormat.headerEntryBytes, what: "entries")
+        var entries: [PackEntry] = []
+        entries.reserveCapacity(count)
+        for _ in 0..<count {
+            guard let id = ChunkID(try r.raw(ChunkID.byteCount)) else { throw r.fail("bad id") }
+            let offset = Int64(try r.u32())
+            let length = Int64(try r.u32())
+            guard length >= Int64(BlobCodec.overhead), length <= Int64(BlobCodec.maximumBlob), offset + length <= blobArea else {
+                throw r.fail("blob \(id.hex) at \(offset)+\(length) lies outside the blob area (\(blobArea) bytes)")
+            }
+            entries.append(PackEntry(id: id, offset: Int(offset), length: Int(length)))
+        }
+        try r.expectEnd()
+        return entries
+    }
+
+    /// The unkeyed BLAKE2b-256 of a whole pack file (what its name must be).
+    func hashFile(_ pack: ChunkID, file: ReadFile? = nil) throws -> ChunkID {
+        let f = try file ?? ReadFile(url(for: pack), what: "pack \(pack.hex)")
+        var hasher = Blake2b()
+        var buf = [UInt8](repeating: 0, count: 1 << 20)
+        var at: Int64 = 0
+        while at < f.size {
+            let n = Int(Swift.min(Int64(buf.count), f.size - at))
+            try buf.withUnsafeMutableBytes { try f.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<n]), at: at) }
+            buf.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            at += Int64(n)
+        }
+        return ChunkID(hasher.finalize())!
+    }
+}
