@@ -56,9 +56,18 @@ extension VaultRepository {
                 throw VaultError.corrupt("item \(item.id): blob \(cid.hex) is missing from the index")
             }
             if file?.pack != record.pack {
-                file = (record.pack, try ReadFile(packStore.url(for: record.pack), what: "pack \(record.pack.hex)"))
+                file = (record.pack, try openPack(record.pack, item: item.id, blob: cid))
             }
             try body(try readChunk(cid, item: item.id, file: file?.file))
+        }
+    }
+
+    /// A pack file for reading; a missing pack is damage to the vault (`.corrupt`), naming the blob.
+    func openPack(_ pack: ChunkID, item: String, blob: ChunkID) throws -> ReadFile {
+        do {
+            return try ReadFile(packStore.url(for: pack), what: "pack \(pack.hex)")
+        } catch let e as VaultError where e.kind == .notFound {
+            throw VaultError.corrupt("item \(item): blob \(blob.hex): pack \(pack.hex) is missing")
         }
     }
 
