@@ -74,6 +74,7 @@ let package = Package(
                 "TandemProtocol",
                 "TandemNet",
                 "TandemStore",
+                "TandemVault",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -116,6 +117,7 @@ let package = Package(
         .executableTarget(
             name: "tandem",
             dependencies: [
+                "TandemVault",
                 "TandemNet",
                 "TandemNode",
                 "TandemRelay",

@@ -3,10 +3,13 @@ public struct TandemError: Error, CustomStringConvertible, Sendable {
     public let message: String
     /// Process exit code (documented in README.md).
     public let exitCode: Int32
+    /// The node's error code, when the error came from the control socket (`vault_locked`, …).
+    public let code: String?
 
-    public init(_ message: String, exitCode: Int32 = 1) {
+    public init(_ message: String, exitCode: Int32 = 1, code: String? = nil) {
         self.message = message
         self.exitCode = exitCode
+        self.code = code
     }
 
     public var description: String { message }

@@ -10,6 +10,8 @@ public struct NodeConfiguration: Sendable {
     /// What links may cost (Protocol 5.12).
     public var linkLimits = LinkLimits.node
     public var friends = FriendService.Configuration()
+    /// The vault's PIN cost and default auto-lock.
+    public var vault = VaultService.Configuration()
     /// LAN discovery; nil turns it off (throwaway nodes, tests that must not broadcast).
     public var discovery: DiscoveryConfiguration? = nil
     public init() {}

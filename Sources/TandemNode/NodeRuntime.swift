@@ -40,6 +40,8 @@ public final class NodeRuntime: Sendable {
     public let discovery: DiscoveryService?
     /// Home relays, tunnels and mailboxes.
     public let relays: RelayClient
+    /// The encrypted vault (`<data-dir>/vault`).
+    public let vault: VaultService
     /// The one owner of the node's state: every store access and flow step runs on its thread.
     let core: NodeCore
     /// Frames owed to peers, until acknowledged.
@@ -127,6 +129,8 @@ public final class NodeRuntime: Sendable {
         self.challenges = challenges
         self.frameRouter = NodeFrameRouter(friends: friends, presence: presence, outbox: outbox, clock: clock, challenges: challenges,
                                            store: store, events: events, health: health)
+        self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store, core: core,
+                                  events: events, health: health, configuration: configuration.vault, group: group, logger: logger)
         let discoverable = DiscoverableSetting(store: store, signals: signals, health: health)
         self.discoverable = discoverable
         if let discoveryConfig = configuration.discovery {
@@ -149,6 +153,7 @@ public final class NodeRuntime: Sendable {
         friends.registerControlMethods(on: router, discoverable: discoverable)
         challenges.registerControlMethods(on: router)
         relays.registerControlMethods(on: router, friends: friends, core: core)
+        vault.registerControlMethods(on: router)
         registerStatus()
         for row in quarantined {
             events.emit("store.quarantined", ["kind": .string(row.kind), "key": .string(hexString(row.rowKey)),
@@ -233,6 +238,7 @@ public final class NodeRuntime: Sendable {
         services.append(FriendLoops(node: self))
         services.append(ChallengeLoop(challenges: challenges, listener: listener))
         services.append(RelayLoop(relays: relays, listener: listener))
+        services.append(vault)
         if let discovery { services.append(DiscoveryAfterListener(node: self, discovery: discovery)) }
         services.append(NodeAnnouncer(node: self))
         return services

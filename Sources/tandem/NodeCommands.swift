@@ -4,6 +4,7 @@ import Logging
 import TandemNet
 import TandemNode
 import TandemProtocol
+import TandemVault
 
 struct Node: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -62,6 +63,11 @@ struct Node: AsyncParsableCommand {
         var config = NodeConfiguration()
         (config.host, config.port) = try NodeConfiguration.parseHostPort(listen)
         config.link.maximumEnvelopeLength = maxFrame
+        // Tests only: a vault created by this node gets the cheapest Argon2id cost (stored in its
+        // keys file, so it stays cheap; never set this for a real vault).
+        if ProcessInfo.processInfo.environment["TANDEM_TEST_CHEAP_PIN_HASH"] == "1" {
+            config.vault.keyParameters = .testing
+        }
         let discoveryOff = noDiscovery || !(ProcessInfo.processInfo.environment["TANDEM_NO_DISCOVERY"] ?? "").isEmpty
         if !discoveryOff {
             var discovery = DiscoveryConfiguration()

@@ -209,7 +209,7 @@ final class ControlClientHandler: ChannelInboundHandler {
                     streams.removeValue(forKey: id)?.finish()
                 }
             case .error(let id?, let error):
-                let tandemError = TandemError(error.message, exitCode: error.exitCode)
+                let tandemError = TandemError(error.message, exitCode: error.exitCode, code: error.code)
                 calls.removeValue(forKey: id)?.fail(tandemError)
                 streams.removeValue(forKey: id)?.finish(throwing: tandemError)
             case .error(nil, let error):
