@@ -253,7 +253,7 @@ final class VaultRepositoryTests: XCTestCase {
 
     func testImportMemoryStaysBounded() throws {
         let url = dir.appendingPathComponent("big")
-        FileManager.default.createFile(atPath: url.path, contents: nil)
+        XCTAssertTrue(FileManager.default.createFile(atPath: url.path, contents: nil))
         let handle = try FileHandle(forWritingTo: url)
         for _ in 0..<64 { try handle.write(contentsOf: Data(randomBytes(1024 * 1024))) }
         try handle.close()
