@@ -228,6 +228,8 @@ let package = Package(
             name: "TandemNodeTests",
             dependencies: [
                 "TandemTestSupport",
+                "TandemVault",
+                "TandemStore",
                 "TandemNet",
                 "TandemNode",
                 "TandemProtocol",

@@ -1,0 +1,206 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOPosix
+import TandemNet
+import TandemStore
+import TandemVault
+import XCTest
+@testable import TandemNode
+
+/// The PIN rules as a value: the lockout schedule, what counts, the break-in log.
+final class PinGuardTests: XCTestCase {
+    func testScheduleOfWaits() {
+        var g = PinGuard()
+        var now: Int64 = 1_000_000
+        var waits: [Int64?] = []
+        for _ in 1...11 {
+            g.failed(attempt: "0000", nowMs: now, revealing: 0)
+            waits.append(g.wait(nowMs: now))
+            now += 10_000_000 // far past any wait, so every failure is an allowed attempt
+        }
+        XCTAssertEqual(waits, [nil, nil, 30_000, 30_000, 120_000, 120_000, 120_000, 900_000, 900_000, 3_600_000, 3_600_000])
+    }
+
+    func testSuccessResetsTheCounterButKeepsTheLog() {
+        var g = PinGuard()
+        for i in 0..<4 { g.failed(attempt: "12\(i)4", nowMs: Int64(i), revealing: 2) }
+        XCTAssertEqual(g.failures, 4)
+        XCTAssertEqual(g.breakIns.map(\.masked), ["••2•", "••3•"], "logged from the third failure on, one digit shown")
+        g.succeeded()
+        XCTAssertEqual(g.failures, 0)
+        XCTAssertNil(g.wait(nowMs: 10))
+        XCTAssertEqual(g.breakIns.count, 2)
+        g.failed(attempt: "9999", nowMs: 20, revealing: 0)
+        XCTAssertNil(g.wait(nowMs: 20), "after a right PIN the count starts again")
+    }
+
+    func testLogKeepsTheLastTwenty() {
+        var g = PinGuard()
+        for i in 0..<40 { g.failed(attempt: "1234", nowMs: Int64(i), revealing: i) }
+        XCTAssertEqual(g.breakIns.count, 20)
+        XCTAssertEqual(g.breakIns.first?.atMs, 20)
+        XCTAssertEqual(g.breakIns.last?.atMs, 39)
+    }
+
+    func testStoredValuesAreBounded() {
+        let now: Int64 = 5_000
+        let g = PinGuard(failures: -3, lockedUntilMs: Int64.max, breakIns: Array(repeating: .init(atMs: 1, masked: "•"), count: 99), nowMs: now)
+        XCTAssertEqual(g.failures, 0)
+        XCTAssertEqual(g.wait(nowMs: now), 3_600_000, "a lockout further away than the longest wait is cut to it")
+        XCTAssertEqual(g.breakIns.count, 20)
+    }
+
+    func testMaskShowsOnlyADigit() {
+        XCTAssertEqual(PinGuard.mask("4821", revealing: 5), "•8••")
+        XCTAssertEqual(PinGuard.mask("ab", revealing: 0), "••", "letters are never shown")
+        XCTAssertEqual(PinGuard.mask("", revealing: 3), "")
+    }
+}
+
+/// The vault service over a real store file and vault directory: the lockout survives a restart,
+/// attempts refused during a wait do not count, decoy and real vaults stay apart, change-PIN keeps
+/// every item, auto-lock 0 locks after each operation.
+final class VaultServiceTests: XCTestCase {
+    var root: URL!
+    let clock = NIOLockedValueBox<Int64>(1_700_000_000_000)
+
+    override func setUpWithError() throws {
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("vault-service-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(at: root)
+    }
+
+    /// A fresh service over the same files: what a node restart (or kill -9) leaves.
+    func makeService() throws -> (VaultService, NodeStore) {
+        let store = try NodeStore(path: root.appendingPathComponent("node.sqlite").path)
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        var configuration = VaultService.Configuration()
+        configuration.keyParameters = .testing
+        let clock = self.clock
+        let service = VaultService(directory: root.appendingPathComponent("vault"), store: store, core: NodeCore(),
+                                   events: EventBus(log: StoreEventLog(store: store), logger: logger),
+                                   health: StoreHealth(logger: logger), configuration: configuration,
+                                   group: MultiThreadedEventLoopGroup.singleton, logger: logger,
+                                   now: { clock.withLockedValue { $0 } })
+        return (service, store)
+    }
+
+    func code(_ body: () async throws -> Void) async -> String? {
+        do {
+            try await body()
+            return nil
+        } catch let e as ControlError {
+            return e.code
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    func items(_ service: VaultService, pin: String? = nil) async throws -> [String] {
+        try await service.withVault(pin: pin) { v in v.repository.items.map(\.name).sorted() }
+    }
+
+    func testLockoutSurvivesARestartAndRefusedAttemptsDoNotCount() async throws {
+        var (service, _) = try makeService()
+        try await service.initialize(pin: "2468")
+        service.lockNow(reason: "test")
+        for _ in 0..<2 { let c = await code { try await service.unlock(pin: "1111") }; XCTAssertEqual(c, "wrong_pin") }
+        let third = await code { try await service.unlock(pin: "1111") }
+        XCTAssertEqual(third, "wrong_pin")
+        // Even the right PIN is refused during the wait, and the refusal is not counted.
+        let refused = await code { try await service.unlock(pin: "2468") }
+        XCTAssertEqual(refused, "locked_out")
+
+        // Restart: a new service over the same store still waits.
+        (service, _) = try makeService()
+        let afterRestart = await code { try await service.unlock(pin: "2468") }
+        XCTAssertEqual(afterRestart, "locked_out", "a restart never shortens a lockout")
+        let status = await service.status()
+        XCTAssertEqual(status["failed_attempts"]?.intValue, 3)
+        XCTAssertEqual(status["retry_in_ms"]?.intValue, 30_000)
+
+        clock.withLockedValue { $0 += 30_001 }
+        let fourth = await code { try await service.unlock(pin: "0000") }
+        XCTAssertEqual(fourth, "wrong_pin")
+        clock.withLockedValue { $0 += 30_001 }
+        try await service.unlock(pin: "2468")
+        let reset = await service.status()
+        XCTAssertEqual(reset["failed_attempts"]?.intValue, 0)
+        let log = try await service.breakIns(pin: nil)
+        XCTAssertEqual(log.count, 2, "the third and fourth wrong PINs are logged")
+        XCTAssertTrue(log.allSatisfy { $0.masked.count == 4 && $0.masked.filter { $0 == "•" }.count >= 3 })
+    }
+
+    func testDecoyAndRealVaultsStayApart() async throws {
+        let (service, _) = try makeService()
+        try await service.initialize(pin: "1357")
+        _ = try await service.withVault(pin: nil) { v in try v.repository.importData(Array("real".utf8), name: "real.txt", type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
+        try await service.setDecoy(pin: "1357", decoy: "9753")
+        let sameAsPIN = await code { try await service.setDecoy(pin: "1357", decoy: "1357") }
+        XCTAssertNotNil(sameAsPIN)
+
+        try await service.unlock(pin: "9753")
+        let decoyStatus = await service.status()
+        let decoyItems = try await items(service)
+        XCTAssertEqual(decoyItems, [], "the decoy shows none of the real items")
+        _ = try await service.withVault(pin: nil) { v in try v.repository.importData(Array("decoy".utf8), name: "decoy.txt", type: .document, album: nil, createdAtMs: nil, nowMs: 2) }
+
+        try await service.unlock(pin: "1357")
+        let realStatus = await service.status()
+        let realItems = try await items(service)
+        XCTAssertEqual(realItems, ["real.txt"])
+        XCTAssertEqual(decoyStatus.objectValue?.keys.sorted(), realStatus.objectValue?.keys.sorted(), "status has the same shape in both")
+    }
+
+    func testChangePINKeepsEveryItem() async throws {
+        let (service, _) = try makeService()
+        try await service.initialize(pin: "1111")
+        _ = try await service.withVault(pin: nil) { v in
+            for i in 0..<3 { _ = try v.repository.importData(Array(repeating: UInt8(i), count: 1000), name: "f\(i)", type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
+        }
+        try await service.changePIN(old: "1111", new: "22222")
+        service.lockNow(reason: "test")
+        let old = await code { try await service.unlock(pin: "1111") }
+        XCTAssertEqual(old, "wrong_pin")
+        try await service.unlock(pin: "22222")
+        let names = try await items(service)
+        XCTAssertEqual(names, ["f0", "f1", "f2"])
+        let content = try await service.withVault(pin: nil) { v in try v.repository.read(v.repository.items.first { $0.name == "f2" }!.id) }
+        XCTAssertEqual(content, Array(repeating: 2, count: 1000))
+    }
+
+    func testAutoLockZeroLocksAfterEachOperationAndAPINOpensForOne() async throws {
+        let (service, _) = try makeService()
+        try await service.initialize(pin: "4321")
+        try await service.setAutoLock(ms: 0)
+        _ = try await items(service)
+        XCTAssertFalse(service.isUnlocked)
+        let locked = await code { _ = try await self.items(service) }
+        XCTAssertEqual(locked, "vault_locked")
+        let names = try await items(service, pin: "4321")
+        XCTAssertEqual(names, [])
+        XCTAssertFalse(service.isUnlocked)
+    }
+
+    func testPINShapeAndMissingVault() async throws {
+        let (service, _) = try makeService()
+        let none = await code { try await service.unlock(pin: "1234") }
+        XCTAssertEqual(none, "no_vault")
+        for bad in ["123", "123456789", "12a4", "", "١٢٣٤"] {
+            do {
+                try await service.initialize(pin: bad)
+                XCTFail("'\(bad)' accepted as a PIN")
+            } catch let e as NodeError {
+                XCTAssertTrue(e.message.contains("4 to 8 digits"), e.message)
+            }
+        }
+        try await service.initialize(pin: "12345678")
+        let again = await code { try await service.initialize(pin: "1234") }
+        XCTAssertEqual(again, "conflict")
+    }
+}
