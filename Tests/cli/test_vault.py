@@ -1,0 +1,134 @@
+"""The vault through the CLI, against a real node process: PIN from stdin, import/list/export
+round trip, nothing readable in the data directory, the lockout across kill -9, clear errors."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+
+from tandem_testkit import TANDEM, cli, one_line_error
+
+CHEAP = {"TANDEM_TEST_CHEAP_PIN_HASH": "1"}
+
+
+def vault(node, *args, pin=None, check=True, timeout=60):
+    """`tandem vault ARGS --data-dir DIR`, with `pin` (a string, or a list of lines) on stdin."""
+    stdin = None
+    if pin is not None:
+        stdin = "\n".join(pin if isinstance(pin, list) else [pin]) + "\n"
+        args = (*args, "--pin-stdin")
+    proc = subprocess.run([TANDEM, "vault", *args, "--data-dir", node.data_dir], input=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"tandem vault {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc
+
+
+def vault_json(node, *args, pin=None):
+    lines = [l for l in vault(node, *args, "--json", pin=pin).stdout.splitlines() if l.strip()]
+    return json.loads(lines[-1])
+
+
+def grep_tree(root, needles):
+    """Files under `root` whose bytes contain any of `needles`."""
+    hits = []
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            p = pathlib.Path(dirpath) / f
+            try:
+                data = p.read_bytes()
+            except OSError:
+                continue
+            hits += [(str(p), n) for n in needles if n.encode() in data]
+    return hits
+
+
+def test_import_list_export_round_trip_and_nothing_in_clear(make_node, tmp_path):
+    node = make_node("a").start(env=CHEAP)
+    vault(node, "init", pin="2580")
+    src = tmp_path / "src"
+    (src / "trip").mkdir(parents=True)
+    big = os.urandom(3 * 1024 * 1024 + 17)
+    (src / "trip" / "secret-holiday.jpg").write_bytes(b"\xff\xd8\xff" + big)
+    (src / "notes-for-lawyer.txt").write_text("Meet at the Zanzibar cafe.\n" * 4000)
+    (src / "trip" / ".hidden").write_text("skipped")
+    out = vault_json(node, "import", str(src / "trip"), str(src / "notes-for-lawyer.txt"), "--album", "Paris")
+    assert len(out["items"]) == 2, out
+    by_name = {i["name"]: i for i in out["items"]}
+    assert by_name["secret-holiday.jpg"]["type"] == "photo"
+    assert by_name["notes-for-lawyer.txt"]["type"] == "document"
+
+    listed = vault_json(node, "list", "--sort", "name")
+    assert [i["name"] for i in listed["items"]] == ["notes-for-lawyer.txt", "secret-holiday.jpg"]
+    assert all(i["album"] == "Paris" for i in listed["items"])
+    assert vault_json(node, "list", "--type", "photo")["items"][0]["id"] == by_name["secret-holiday.jpg"]["id"]
+
+    dest = tmp_path / "out"
+    dest.mkdir()
+    vault(node, "export", by_name["secret-holiday.jpg"]["id"], "notes-for-lawyer.txt", str(dest))
+    assert (dest / "secret-holiday.jpg").read_bytes() == (src / "trip" / "secret-holiday.jpg").read_bytes()
+    assert (dest / "notes-for-lawyer.txt").read_bytes() == (src / "notes-for-lawyer.txt").read_bytes()
+    # A second export never overwrites: it picks a free name.
+    vault(node, "export", "notes-for-lawyer.txt", str(dest))
+    assert (dest / "notes-for-lawyer (2).txt").exists()
+
+    check = vault_json(node, "check", "--read-data")
+    assert check["ok"] is True and check["blobs_checked"] >= 4, check
+
+    # Whoever copies the data directory learns no names, albums or contents.
+    assert grep_tree(node.data_dir, ["secret-holiday", "notes-for-lawyer", "Paris", "Zanzibar", ".jpg"]) == []
+    # Events name no file either.
+    events = cli(node, "events", "--json").stdout
+    assert "vault.imported" in events
+    assert "secret-holiday" not in events and "Paris" not in events
+
+
+def test_locked_vault_asks_for_the_pin_and_wrong_pins_lock_out_across_kill_9(make_node, tmp_path):
+    node = make_node("b").start(env=CHEAP)
+    vault(node, "init", pin="1234")
+    vault(node, "lock")
+    # Locked, no terminal, no --pin-stdin: one clear line, non-zero.
+    proc = vault(node, "list", check=False)
+    assert proc.returncode != 0
+    line = one_line_error(proc)
+    assert "PIN" in line, line
+    # --pin-stdin opens it for the command.
+    assert vault_json(node, "list", pin="1234")["items"] == []
+    vault(node, "lock")
+
+    for attempt in range(3):
+        proc = vault(node, "unlock", pin="9999", check=False)
+        assert proc.returncode == 5, proc.stderr
+        assert "wrong PIN" in one_line_error(proc)
+    assert "30 s" in proc.stderr
+
+    # kill -9 and restart: the wait is still there, and the right PIN is refused without counting.
+    node.proc.send_signal(signal.SIGKILL)
+    node.proc.wait(timeout=10)
+    node.start()
+    proc = vault(node, "unlock", pin="1234", check=False)
+    assert proc.returncode == 5
+    assert "too many wrong PINs" in one_line_error(proc)
+    status = vault_json(node, "status")
+    assert status["locked"] is True and status["failed_attempts"] == 3
+    assert 0 < status["retry_in_ms"] <= 30_000
+
+
+def test_bad_input_gets_one_line(make_node, tmp_path):
+    node = make_node("c").start(env=CHEAP)
+    proc = vault(node, "unlock", pin="1234", check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "tandem vault init" in one_line_error(proc)
+    proc = vault(node, "init", pin="12", check=False)
+    assert proc.returncode == 2
+    assert "4 to 8 digits" in one_line_error(proc)
+    vault(node, "init", pin="5555")
+    proc = vault(node, "import", str(tmp_path / "nope"), check=False)
+    assert proc.returncode != 0
+    one_line_error(proc)
+    proc = vault(node, "export", "no-such-item", str(tmp_path), check=False)
+    assert proc.returncode == 8
+    one_line_error(proc)
+    proc = vault(node, "album", "rename", "x", check=False)
+    assert proc.returncode == 2
+    one_line_error(proc)
