@@ -71,44 +71,139 @@ extension VaultRepository {
         }
     }
 
-    /// The shared body of the imports: `produce` feeds the file's bytes, in slices of any size.
+    /// The shared body of the single-file imports: stage, write the pack, commit.
     private func importStream(name: String, type: VaultItemType, album: String?, createdAtMs: Int64?, nowMs: Int64,
                               thumbnail: [UInt8]?, readBuffer: Int,
                               produce: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void) throws -> VaultItem {
         var staging = ImportStaging()
-        var chunker = Chunker(key: keys.chunkerKey)
         packWriter.highWaterMark = 0
+        // A failed import leaves the index untouched; packs already written stay unreferenced.
+        defer { packWriter.discard() }
+        let item = try stage(name: name, type: type, album: album, createdAtMs: createdAtMs, nowMs: nowMs,
+                             thumbnail: thumbnail, readBuffer: readBuffer, staging: &staging, reserved: [], produce: produce)
+        try flushPack(&staging)
+        try commit(items: [item], staging: staging, nowMs: nowMs)
+        return item
+    }
+
+    /// Streams one item's bytes into `staging` (and the open pack): the item to add, not yet in
+    /// the index. `reserved`: ids of items staged before it in the same batch.
+    private func stage(name: String, type: VaultItemType, album: String?, createdAtMs: Int64?, nowMs: Int64,
+                       thumbnail: [UInt8]?, readBuffer: Int, staging: inout ImportStaging, reserved: Set<String>,
+                       produce: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void) throws -> VaultItem {
+        var chunker = Chunker(key: keys.chunkerKey)
         var chunkIDs: [[UInt8]] = []
         var size: Int64 = 0
         var sniffed: Bool?
-        // A failed import leaves the index untouched; packs already written stay unreferenced.
-        defer { packWriter.discard() }
-        let onChunk: (UnsafeRawBufferPointer) throws -> Void = { chunk in
+        try withoutActuallyEscaping({ (chunk: UnsafeRawBufferPointer, staging: inout ImportStaging) throws in
             let id = try self.storeChunk(chunk, tryCompress: sniffed != true, staging: &staging)
             chunkIDs.append(id.bytes)
             size += Int64(chunk.count)
+        }) { store in
+            try produce { slice in
+                if sniffed == nil { sniffed = MediaSniffer.isAlreadyCompressed(prefix: slice) }
+                try chunker.feed(slice) { try store($0, &staging) }
+            }
+            try chunker.finish { try store($0, &staging) }
         }
-        try produce { slice in
-            if sniffed == nil { sniffed = MediaSniffer.isAlreadyCompressed(prefix: slice) }
-            try chunker.feed(slice, onChunk: onChunk)
-        }
-        try chunker.finish(onChunk: onChunk)
         var thumbnailID: ChunkID?
         if let thumbnail {
             thumbnailID = try thumbnail.withUnsafeBytes { try storeChunk($0, tryCompress: false, staging: &staging) }
         }
-        try flushPack(&staging)
         lastImportMemory = VaultImportMemory(chunkerBuffer: chunker.bufferHighWaterMark,
                                              packBuffer: packWriter.highWaterMark, readBuffer: readBuffer)
+        var id = newItemID()
+        while reserved.contains(id) { id = newItemID() }
+        return VaultItem(id: id, name: name, album: album, type: type, size: size, createdAtMs: createdAtMs,
+                         importedAtMs: nowMs, favorite: false, chunks: chunkIDs, thumbnail: thumbnailID?.bytes)
+    }
+
+    /// Commits staged chunks (their packs written) with the items that use them; albums they name
+    /// that do not exist yet are created.
+    private func commit(items: [VaultItem], staging: ImportStaging, nowMs: Int64) throws {
         var next = merged(staging)
-        if let album, !next.albums.contains(where: { $0.name == album }) {
+        for album in Set(items.compactMap(\.album)).sorted() where !next.albums.contains(where: { $0.name == album }) {
             next.albums.append(VaultAlbum(name: album, cover: nil, createdAtMs: nowMs))
         }
-        let item = VaultItem(id: newItemID(), name: name, album: album, type: type, size: size, createdAtMs: createdAtMs,
-                             importedAtMs: nowMs, favorite: false, chunks: chunkIDs, thumbnail: thumbnailID?.bytes)
-        next.items.append(item)
+        next.items.append(contentsOf: items)
         try commit(next)
-        return item
+    }
+
+    /// One file of a batch import.
+    public struct ImportSource: Sendable {
+        public var url: URL
+        public var name: String
+        public var type: VaultItemType
+        public var album: String?
+        public var createdAtMs: Int64?
+        public var thumbnail: [UInt8]?
+
+        public init(url: URL, name: String, type: VaultItemType, album: String?, createdAtMs: Int64?, thumbnail: [UInt8]? = nil) {
+            (self.url, self.name, self.type, self.album, self.createdAtMs, self.thumbnail) = (url, name, type, album, createdAtMs, thumbnail)
+        }
+    }
+
+    /// Bytes or files after which a batch import commits what it has (so a crash or a bad file
+    /// late in a large import loses little), whatever the packs.
+    public static let batchCommitBytes: Int64 = 256 << 20
+    public static let batchCommitFiles = 1_000
+
+    /// Imports many files sharing packs (many small photos make few packs, not one each), with
+    /// one index commit per `batchCommitBytes` / `batchCommitFiles` and at the end. `committed`
+    /// gets the items of each commit once it is durable (originals may be removed then);
+    /// `progress(file, bytesOfThatFile)` as bytes are read; `shouldStop` is asked between files
+    /// (what was staged since the last commit is then dropped, and `CancellationError` thrown).
+    /// A file that fails ends the import with an error naming it; earlier commits stay.
+    public func importFiles(_ sources: [ImportSource], nowMs: Int64,
+                            progress: (_ file: Int, _ bytes: Int64) -> Void,
+                            shouldStop: () -> Bool = { false },
+                            committed: ([VaultItem]) -> Void) throws -> [VaultItem] {
+        for s in sources { try validateImport(name: s.name, album: s.album, thumbnail: s.thumbnail) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.readBufferSize, alignment: 64)
+        defer { buffer.deallocate() }
+        defer { packWriter.discard() }
+        packWriter.highWaterMark = 0
+        var all: [VaultItem] = []
+        var pending: [VaultItem] = []
+        var staging = ImportStaging()
+        var pendingBytes: Int64 = 0
+        func commitPending() throws {
+            try flushPack(&staging)
+            guard !pending.isEmpty || !staging.chunks.isEmpty else { return }
+            try commit(items: pending, staging: staging, nowMs: nowMs)
+            committed(pending)
+            all += pending
+            pending = []
+            staging = ImportStaging()
+            pendingBytes = 0
+        }
+        for (n, source) in sources.enumerated() {
+            if shouldStop() { throw CancellationError() }
+            let file: ReadFile
+            do {
+                file = try ReadFile(source.url, what: "file")
+            } catch {
+                throw VaultError(.io, "cannot read \(source.url.path): \(error)")
+            }
+            let reserved = Set(pending.map(\.id))
+            let item = try stage(name: source.name, type: source.type, album: source.album, createdAtMs: source.createdAtMs,
+                                 nowMs: nowMs, thumbnail: source.thumbnail, readBuffer: buffer.count, staging: &staging,
+                                 reserved: reserved) { feed in
+                var total: Int64 = 0
+                while true {
+                    let count = try file.readSome(into: buffer)
+                    if count == 0 { break }
+                    total += Int64(count)
+                    try feed(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+                    progress(n, total)
+                }
+            }
+            pending.append(item)
+            pendingBytes += item.size
+            if pendingBytes >= Self.batchCommitBytes || pending.count >= Self.batchCommitFiles { try commitPending() }
+        }
+        try commitPending()
+        return all
     }
 
     /// Names a chunk and stores it unless the vault (or this import) already holds it.

@@ -15,6 +15,37 @@ final class VaultRepositoryTests: XCTestCase {
         return url
     }
 
+    /// Many small files share packs and one index commit; a stop between files drops only what
+    /// was staged since the last commit.
+    func testBatchImportSharesPacksAndCommitsInOrder() throws {
+        let repo = try newVault()
+        var sources: [VaultRepository.ImportSource] = []
+        var contents: [[UInt8]] = []
+        for i in 0..<60 {
+            let bytes = randomBytes(20_000 + i)
+            contents.append(bytes)
+            sources.append(.init(url: try writeFile(bytes, name: "photo\(i).jpg"), name: "photo\(i).jpg", type: .photo,
+                                 album: i % 2 == 0 ? "Even" : nil, createdAtMs: Int64(i)))
+        }
+        var commits: [[String]] = []
+        var lastProgress: [Int: Int64] = [:]
+        let items = try repo.importFiles(sources, nowMs: 7, progress: { lastProgress[$0] = $1 }) { commits.append($0.map(\.name)) }
+        XCTAssertEqual(items.map(\.name), sources.map(\.name))
+        XCTAssertEqual(commits.flatMap { $0 }, sources.map(\.name), "committed items arrive in source order")
+        XCTAssertEqual(lastProgress[59], Int64(contents[59].count))
+        XCTAssertEqual(packFiles(under: dir).count, 1, "60 small files share one pack")
+        XCTAssertEqual(Set(items.map(\.id)).count, 60)
+        for (item, bytes) in zip(items, contents) { XCTAssertEqual(try repo.read(item.id), bytes) }
+        XCTAssertEqual(repo.albums.map(\.name), ["Even"])
+
+        var asked = 0
+        XCTAssertThrowsError(try repo.importFiles(sources, nowMs: 8, progress: { _, _ in }, shouldStop: {
+            asked += 1
+            return asked > 3
+        }) { _ in XCTFail("nothing commits before the stop") })
+        XCTAssertEqual(try VaultRepository.open(at: dir, masterKey: key(1)).items.count, 60, "the stopped import left the index as it was")
+    }
+
     func testRoundTripOfEmptyTinyLargeAndCompressibleFiles() throws {
         let repo = try newVault()
         let payloads: [(String, [UInt8])] = [

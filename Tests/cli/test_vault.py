@@ -72,6 +72,18 @@ def test_import_list_export_round_trip_and_nothing_in_clear(make_node, tmp_path)
     vault(node, "export", "notes-for-lawyer.txt", str(dest))
     assert (dest / "notes-for-lawyer (2).txt").exists()
 
+    # --remove-originals: each original goes once the vault holds it durably.
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    for i in range(3):
+        (gone / f"scan{i}.pdf").write_bytes(os.urandom(5000))
+    kept = {p.name: p.read_bytes() for p in gone.iterdir()}
+    moved = vault_json(node, "import", str(gone), "--remove-originals")
+    assert sorted(i["name"] for i in moved["items"]) == sorted(kept)
+    assert list(gone.iterdir()) == []
+    vault(node, "export", *[i["id"] for i in moved["items"]], str(dest))
+    assert all((dest / n).read_bytes() == b for n, b in kept.items())
+
     check = vault_json(node, "check", "--read-data")
     assert check["ok"] is True and check["blobs_checked"] >= 4, check
 

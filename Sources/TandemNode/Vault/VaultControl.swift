@@ -356,34 +356,31 @@ extension VaultService {
         let imported = try await withOpenVault(pin: params["pin"]?.stringValue) { vault -> [VaultItem] in
             try await progress.relay(to: writer) {
                 try await self.onLane { () -> [VaultItem] in
-                    var items: [VaultItem] = []
-                    var before: Int64 = 0
-                    for (n, f) in files.enumerated() {
-                        if progress.stopped { throw CancellationError() }
-                        let prefix = Self.prefix(of: f.url)
-                        let item: VaultItem
-                        do {
-                            item = try vault.repository.importFile(
-                                at: f.url, name: f.url.lastPathComponent, type: Self.itemType(name: f.url.lastPathComponent, prefix: prefix),
-                                album: album, createdAtMs: f.modifiedMs, nowMs: self.now()) { done in
-                                progress.update(done: before + done, filesDone: n)
-                            }
-                        } catch let error as VaultError {
-                            throw NodeError.failed("importing \(f.url.path): \(error)")
-                        }
-                        before += f.size
-                        progress.update(done: before, filesDone: n + 1)
-                        items.append(item)
-                        if removeOriginals {
-                            // The index that holds the item is durable by now.
-                            do {
-                                try FileManager.default.removeItem(at: f.url)
-                            } catch {
-                                self.logger.warning("imported, but the original could not be removed", metadata: ["item": "\(item.id)"])
-                            }
-                        }
+                    let sources = files.map { f in
+                        VaultRepository.ImportSource(url: f.url, name: f.url.lastPathComponent,
+                                                     type: Self.itemType(name: f.url.lastPathComponent, prefix: Self.prefix(of: f.url)),
+                                                     album: album, createdAtMs: f.modifiedMs)
                     }
-                    return items
+                    let starts = files.reduce(into: [Int64]()) { acc, f in acc.append((acc.last ?? 0) + f.size) }
+                    var next = 0 // commits come in source order: the first item not yet removed
+                    do {
+                        return try vault.repository.importFiles(sources, nowMs: self.now(), progress: { n, done in
+                            progress.update(done: (n == 0 ? 0 : starts[n - 1]) + done, filesDone: n)
+                        }, shouldStop: { progress.stopped }, committed: { items in
+                            // Originals go only once the index that holds their items is durable.
+                            defer { next += items.count }
+                            guard removeOriginals else { return }
+                            for (k, item) in items.enumerated() where next + k < sources.count {
+                                do {
+                                    try FileManager.default.removeItem(at: sources[next + k].url)
+                                } catch {
+                                    self.logger.warning("imported, but the original could not be removed", metadata: ["item": "\(item.id)"])
+                                }
+                            }
+                        })
+                    } catch let error as VaultError {
+                        throw NodeError.failed("import stopped: \(error)")
+                    }
                 }
             }
         }
