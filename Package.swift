@@ -135,6 +135,7 @@ let package = Package(
         .executableTarget(
             name: "tandem-bench",
             dependencies: [
+                "TandemVault",
                 "TandemNet",
                 "CSodium",
                 "TandemRelay",
