@@ -89,6 +89,8 @@ proto: deps
 	  --swift_out=Sources/TandemProtocol/Generated --proto_path=Protocol Protocol/*.proto
 
 bench: deps
+	@command -v restic >/dev/null 2>&1 || { echo "Installing restic (the vault benchmark's baseline) with apt-get…"; \
+	  $(SUDO) apt-get install -y -qq restic >/dev/null; }
 	$(SWIFT) build -c release --product tandem-bench
 	.build/release/tandem-bench all
 
