@@ -35,7 +35,7 @@ enum BlobCodec {
         let payload = inner + innerHeaderBytes
         var payloadLength = raw
         var flags: UInt8 = 0
-        if tryCompress, raw > 0 {
+        if tryCompress, raw > 0, zstd.looksCompressible(plaintext, worthwhile: worthwhileCompressedSize) {
             let room = worthwhileCompressedSize(raw)
             if room > 0, let n = zstd.compress(plaintext, into: UnsafeMutableRawBufferPointer(start: payload, count: room)) {
                 payloadLength = n

@@ -36,22 +36,45 @@ struct PackEntry: Equatable, Sendable {
 }
 
 /// Collects blobs for one pack in a fixed buffer (the pack target plus one maximum blob: about
-/// 12 MiB, whatever the import's size) and writes the pack when it is full or the import ends.
+/// 12 MiB) and writes the pack when it is full or the import ends.
+///
+/// Writing runs beside sealing: `finish` names the pack and hands its buffer to a writer thread,
+/// then goes on in the second buffer (two buffers: about 24 MiB whatever the import's size), so
+/// the disk write and fsync of one pack overlap the chunking, hashing and sealing of the next.
+/// `waitForWrites()` returns once every pack handed over is durable (or throws the first failure);
+/// the repository calls it before any index that names those packs is written.
 final class PackWriter {
-    private let buffer: UnsafeMutableRawBufferPointer
+    private let buffers: [UnsafeMutableRawBufferPointer]
+    /// Per buffer: signalled once its last write ended (the buffer may be filled again).
+    private let free: [DispatchSemaphore]
+    private var current = 0
+    private let writer = DispatchQueue(label: "tandem.vault.packs")
+    private let failures = WriteFailures()
+    private var buffer: UnsafeMutableRawBufferPointer { buffers[current] }
     private(set) var length = 0
     private(set) var entries: [PackEntry] = []
-    /// The most bytes the buffer held (reset by the owner per import).
+    /// The most bytes the buffers held (reset by the owner per import): both buffers count.
     var highWaterMark = 0
 
     init() {
-        buffer = .allocate(byteCount: PackFormat.targetSize + BlobCodec.maximumBlob, alignment: 64)
+        buffers = (0..<2).map { _ in .allocate(byteCount: PackFormat.targetSize + BlobCodec.maximumBlob, alignment: 64) }
+        // Both start at 0 (libdispatch refuses to free a semaphore below its starting value);
+        // the second buffer is free from the start, the first is the one being filled.
+        free = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)]
+        free[1].signal()
     }
 
-    deinit { buffer.deallocate() }
+    deinit {
+        writer.sync {}
+        for b in buffers { b.deallocate() }
+    }
 
     var isEmpty: Bool { entries.isEmpty }
     var isFull: Bool { length >= PackFormat.targetSize }
+
+    private func noteHighWater() {
+        highWaterMark = Swift.max(highWaterMark, length + (buffers[0].count))
+    }
 
     /// Seals `plaintext` as blob `id` at the end of the pack. The pack must not be full.
     func append(_ plaintext: UnsafeRawBufferPointer, id: ChunkID, tryCompress: Bool, keys: VaultKeys, zstd: Zstd) -> (entry: PackEntry, compressed: Bool) {
@@ -61,7 +84,7 @@ final class PackWriter {
         let entry = PackEntry(id: id, offset: length, length: n)
         entries.append(entry)
         length += n
-        highWaterMark = Swift.max(highWaterMark, length)
+        noteHighWater()
         return (entry, compressed)
     }
 
@@ -73,7 +96,7 @@ final class PackWriter {
         let entry = PackEntry(id: id, offset: length, length: blob.count)
         entries.append(entry)
         length += blob.count
-        highWaterMark = Swift.max(highWaterMark, length)
+        noteHighWater()
         return entry
     }
 
@@ -83,8 +106,9 @@ final class PackWriter {
         entries.removeAll(keepingCapacity: true)
     }
 
-    /// Adds the encrypted header and trailer, writes the pack durably under its hash name, and
-    /// empties the writer. Returns the pack's name and size.
+    /// Adds the encrypted header and trailer, names the pack, and hands it to the writer thread;
+    /// the writer is then empty (in its other buffer). Returns the pack's name and size; the pack
+    /// is durable once `waitForWrites()` returns.
     func finish(store: PackStore, keys: VaultKeys) throws -> (name: ChunkID, size: Int64) {
         var header = BinaryWriter()
         header.u8(PackFormat.headerVersion)
@@ -99,21 +123,69 @@ final class PackWriter {
         let box = nonce + sealed
         var trailer = BinaryWriter()
         trailer.u32(UInt32(box.count))
+        let tail = box + trailer.bytes
         let blobs = UnsafeRawBufferPointer(start: buffer.baseAddress, count: length)
         var hasher = Blake2b()
         hasher.update(blobs)
-        hasher.update(box)
-        hasher.update(trailer.bytes)
+        hasher.update(tail)
         guard let name = ChunkID(hasher.finalize()) else { fatalError("BLAKE2b-256 gave a digest that is not 32 bytes") }
-        try box.withUnsafeBytes { b in
-            try trailer.bytes.withUnsafeBytes { t in
-                try store.write(name: name, parts: [blobs, b, t])
-            }
-        }
-        let size = Int64(length + box.count + trailer.bytes.count)
+        let size = Int64(length + tail.count)
+        let job = PackWrite(blobs: blobs, tail: tail, name: name, store: store, done: free[current], failures: failures)
+        writer.async { job.run() }
+        // Go on in the other buffer once its previous write (if any) has ended.
+        current = 1 - current
+        free[current].wait()
         length = 0
         entries.removeAll(keepingCapacity: true)
         return (name, size)
+    }
+
+    /// Returns once every pack handed to the writer is on disk and synced; throws the first
+    /// write that failed (then no index may name the packs of this import).
+    func waitForWrites() throws {
+        writer.sync {}
+        if let error = failures.take() { throw error }
+    }
+}
+
+/// One pack handed to the writer thread: its buffer stays untouched by the import until `done`
+/// is signalled.
+private struct PackWrite: @unchecked Sendable {
+    let blobs: UnsafeRawBufferPointer
+    let tail: [UInt8]
+    let name: ChunkID
+    let store: PackStore
+    let done: DispatchSemaphore
+    let failures: WriteFailures
+
+    func run() {
+        defer { done.signal() }
+        do {
+            try tail.withUnsafeBytes { t in try store.write(name: name, parts: [blobs, t]) }
+        } catch {
+            failures.note(error)
+        }
+    }
+}
+
+/// The first pack write that failed since the last `take()`.
+private final class WriteFailures: @unchecked Sendable {
+    private let lock = NSLock()
+    private var first: Error?
+
+    func note(_ error: Error) {
+        lock.lock()
+        if first == nil { first = error }
+        lock.unlock()
+    }
+
+    func take() -> Error? {
+        lock.lock()
+        defer {
+            first = nil
+            lock.unlock()
+        }
+        return first
     }
 }
 

@@ -76,6 +76,8 @@ public final class VaultRepository: @unchecked Sendable {
 
     /// Writes `staged` as the index and adopts it; on failure the in-memory state is unchanged.
     func commit(_ staged: VaultIndex) throws {
+        // Packs the new index names are durable first.
+        try packWriter.waitForWrites()
         var next = staged
         next.generation = index.generation &+ 1
         try IndexFile.write(next, to: indexFileURL(), keys: keys, zstd: zstd)

@@ -17,11 +17,27 @@ final class Zstd {
     }
 
     deinit {
+        probeScratch.deallocate()
         ZSTD_freeCCtx(cctx)
         ZSTD_freeDCtx(dctx)
     }
 
     static func compressBound(_ n: Int) -> Int { ZSTD_compressBound(n) }
+
+    /// Bytes of a chunk the compressibility probe compresses.
+    static let probeBytes = 64 << 10
+    private lazy var probeScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.probeBytes, alignment: 16)
+
+    /// Whether a chunk is worth compressing whole: chunks larger than four probes are judged by
+    /// 64 KiB from their middle (data that does not shrink there rarely shrinks elsewhere; random
+    /// and encrypted data then costs one small probe instead of a failed pass over the chunk).
+    func looksCompressible(_ source: UnsafeRawBufferPointer, worthwhile: (Int) -> Int) -> Bool {
+        guard source.count > 4 * Self.probeBytes else { return true }
+        let start = (source.count - Self.probeBytes) / 2
+        let sample = UnsafeRawBufferPointer(rebasing: source[start..<(start + Self.probeBytes)])
+        let room = worthwhile(Self.probeBytes)
+        return compress(sample, into: UnsafeMutableRawBufferPointer(rebasing: probeScratch[0..<room])) != nil
+    }
 
     /// Compresses `source` into `destination`; the compressed length, or nil when it does not fit
     /// (the caller sizes `destination` to the largest result worth keeping, so zstd stops early on
