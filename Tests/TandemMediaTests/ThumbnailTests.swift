@@ -1,0 +1,65 @@
+import XCTest
+@testable import TandemMedia
+
+final class ThumbnailTests: MediaTestCase {
+    func testJPEGThumbnailIsSquareJPEGWithOrientationApplied() throws {
+        // 400 × 200, red left, blue right, EXIF orientation 6 (rotate 90° clockwise to display):
+        // displayed it is 200 × 400, red on top, blue below.
+        let input = try file("camera.jpg", try TestImages.cameraJPEG())
+        let thumb = try PhotoProcessor.thumbnail(of: input)
+        XCTAssertEqual(Array(thumb.prefix(3)), [0xFF, 0xD8, 0xFF])
+        XCTAssertFalse(contains(thumb, "TestCam"))
+        XCTAssertFalse(contains(thumb, "Exif"), "thumbnail carries no metadata")
+        let d = try TestImages.decode(thumb)
+        XCTAssertEqual(d.width, 300)
+        XCTAssertEqual(d.height, 300)
+        assertColour(pixel(d, 40, 40), TestImages.red, "top left")
+        assertColour(pixel(d, 260, 40), TestImages.red, "top right")
+        assertColour(pixel(d, 40, 260), TestImages.blue, "bottom left")
+        assertColour(pixel(d, 260, 260), TestImages.blue, "bottom right")
+    }
+
+    func testUnrotatedThumbnailIsCentreCrop() throws {
+        let input = try file("camera.jpg", try TestImages.cameraJPEG(exif: TestImages.cameraExif(orientation: 1)))
+        let d = try TestImages.decode(try PhotoProcessor.thumbnail(of: input))
+        XCTAssertEqual([d.width, d.height], [300, 300])
+        // 400 × 200 covers 300 × 300 at 600 × 300; the centre crop keeps x 150…450: half red, half blue.
+        assertColour(pixel(d, 40, 150), TestImages.red, "left")
+        assertColour(pixel(d, 260, 150), TestImages.blue, "right")
+    }
+
+    func testPNGThumbnailAndSize() throws {
+        let input = try file("camera.png", try TestImages.cameraPNG(width: 90, height: 30))
+        let d = try TestImages.decode(try PhotoProcessor.thumbnail(of: input, size: 64))
+        XCTAssertEqual([d.width, d.height], [64, 64], "small images are scaled up to fill the square")
+        assertColour(pixel(d, 5, 32), TestImages.red, "left")
+        assertColour(pixel(d, 58, 32), TestImages.blue, "right")
+        XCTAssertThrowsError(try PhotoProcessor.thumbnail(of: input, size: 0))
+    }
+
+    func testTransparentPNGIsFlattenedOntoWhite() throws {
+        let pixels = [UInt8](repeating: 0, count: 32 * 32 * 4)   // fully transparent black
+        let img = try TestImages.image(pixels, width: 32, height: 32, bands: 4)
+        var buffer: UnsafeMutableRawPointer?
+        var length = 0
+        XCTAssertEqual(tdm_pngsave_buffer(img, &buffer, &length), 0)
+        g_object_unref(img)
+        let png = Array(UnsafeRawBufferPointer(start: buffer, count: length))
+        g_free(buffer)
+        let d = try TestImages.decode(try PhotoProcessor.thumbnail(of: try file("clear.png", png), size: 32))
+        assertColour(pixel(d, 16, 16), [255, 255, 255], "transparent becomes white")
+    }
+
+    /// Not an assertion on speed: the time for a 12-megapixel JPEG, printed for the record.
+    func testTwelveMegapixelThumbnailTime() throws {
+        let big = try TestImages.jpeg(width: 4000, height: 3000)
+        let input = try file("big.jpg", big)
+        let start = Date()
+        let runs = 3
+        for _ in 0..<runs { _ = try PhotoProcessor.thumbnail(of: input) }
+        let ms = Date().timeIntervalSince(start) * 1000 / Double(runs)
+        print("thumbnail of a 4000 × 3000 JPEG (\(big.count) bytes): \(String(format: "%.0f", ms)) ms per photo")
+    }
+}
+
+import CVips
