@@ -80,11 +80,7 @@ static inline void tdm_remove_metadata(VipsImage *image) {
     g_strfreev(fields);
 }
 
-// For tests, which build their inputs with libvips: plain JPEG (metadata kept), HEIC, and decoding.
-static inline int tdm_jpegsave_buffer_plain(VipsImage *in, void **buf, size_t *len) {
-    return vips_jpegsave_buffer(in, buf, len, "Q", 95, NULL);
-}
-
+// For tests, which build their inputs with libvips: HEIC, and decoding.
 static inline int tdm_heifsave_buffer(VipsImage *in, void **buf, size_t *len) {
     return vips_heifsave_buffer(in, buf, len, "Q", 90, "bitdepth", 8, "compression", VIPS_FOREIGN_HEIF_COMPRESSION_HEVC, NULL);
 }

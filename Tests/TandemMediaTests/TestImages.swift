@@ -37,8 +37,13 @@ enum TestImages {
         return Array(UnsafeRawBufferPointer(start: buffer, count: length))
     }
 
+    /// A JPEG with no metadata but a JFIF APP0 (libvips, asked to strip, writes neither EXIF nor JFIF).
     static func jpeg(width: Int, height: Int) throws -> [UInt8] {
-        try saved(try image(twoColour(width: width, height: height), width: width, height: height)) { tdm_jpegsave_buffer_plain($0, $1, $2) }
+        let bare = try saved(try image(twoColour(width: width, height: height), width: width, height: height)) {
+            tdm_jpegsave_buffer($0, $1, $2, 95)
+        }
+        let jfif = JPEGSegments.encode(marker: 0xE0, payload: Array("JFIF".utf8) + [0, 1, 2, 0, 0, 1, 0, 1, 0, 0])
+        return Array(bare[0..<2]) + jfif + Array(bare[2...])
     }
 
     static func png(width: Int, height: Int) throws -> [UInt8] {

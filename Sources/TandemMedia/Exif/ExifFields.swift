@@ -85,6 +85,10 @@ struct ExifFields: Equatable, Sendable {
         var k = self
         k.hasGPS = false
         k.deviceTags = []
+        // An offset means nothing without the date it qualifies.
+        if k.dateTimeOriginal == nil { k.offsetTimeOriginal = nil }
+        if k.dateTimeDigitized == nil { k.offsetTimeDigitized = nil }
+        if k.dateTime == nil { k.offsetTime = nil }
         return k
     }
 

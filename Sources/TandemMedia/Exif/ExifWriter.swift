@@ -20,14 +20,15 @@ enum ExifWriter {
         }
     }
 
-    /// The TIFF block (no "Exif\0\0" prefix), or nil when there is nothing to keep.
+    /// The TIFF block (no "Exif\0\0" prefix), or nil when there is nothing to keep. Pass `kept`
+    /// fields (offsets only with their dates).
     static func tiff(_ fields: ExifFields) -> [UInt8]? {
         var exif: [Field] = []
         if let d = fields.dateTimeOriginal { exif.append(.ascii(ExifTag.dateTimeOriginal, d.ascii)) }
         if let d = fields.dateTimeDigitized { exif.append(.ascii(ExifTag.dateTimeDigitized, d.ascii)) }
-        if fields.dateTime != nil, let o = fields.offsetTime { exif.append(.ascii(ExifTag.offsetTime, o.ascii)) }
-        if fields.dateTimeOriginal != nil, let o = fields.offsetTimeOriginal { exif.append(.ascii(ExifTag.offsetTimeOriginal, o.ascii)) }
-        if fields.dateTimeDigitized != nil, let o = fields.offsetTimeDigitized { exif.append(.ascii(ExifTag.offsetTimeDigitized, o.ascii)) }
+        if let o = fields.offsetTime { exif.append(.ascii(ExifTag.offsetTime, o.ascii)) }
+        if let o = fields.offsetTimeOriginal { exif.append(.ascii(ExifTag.offsetTimeOriginal, o.ascii)) }
+        if let o = fields.offsetTimeDigitized { exif.append(.ascii(ExifTag.offsetTimeDigitized, o.ascii)) }
         if !exif.isEmpty {
             exif.insert(Field(tag: ExifTag.exifVersion, type: 7, count: 4, data: Array("0232".utf8)), at: 0)
         }
