@@ -8,6 +8,7 @@ public struct MediaError: Error, CustomStringConvertible, Equatable, Sendable {
             case tooLarge = "too large"
             case io
             case decoder
+            case invalidArgument = "invalid argument"
         }
 
         private let base: Base
@@ -23,6 +24,8 @@ public struct MediaError: Error, CustomStringConvertible, Equatable, Sendable {
         public static let io = Kind(.io)
         /// libvips could not decode or encode the image; the detail carries its message.
         public static let decoder = Kind(.decoder)
+        /// An argument the caller chose is out of range (a thumbnail size).
+        public static let invalidArgument = Kind(.invalidArgument)
 
         public var description: String { base.rawValue }
     }

@@ -16,7 +16,7 @@ public enum PhotoProcessor {
     /// HEIC), so a large photo is never held whole. `size` is 16…2048.
     public static func thumbnail(of file: URL, size: Int = 300) throws -> [UInt8] {
         guard (16...2048).contains(size) else {
-            throw MediaError(.tooLarge, "thumbnail size \(size) is outside 16…2048")
+            throw MediaError(.invalidArgument, "thumbnail size \(size) is outside 16…2048")
         }
         let input = try InputFile(file)
         _ = try format(of: input)
