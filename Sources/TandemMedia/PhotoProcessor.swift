@@ -13,13 +13,18 @@ public enum PhotoProcessor {
 
     /// A `size` × `size` centre-cropped JPEG thumbnail (quality 80), EXIF orientation applied,
     /// metadata stripped. The file is streamed and shrunk on load where the format allows (JPEG,
-    /// HEIC), so a large photo is never held whole. `size` is 16…2048.
+    /// HEIC), so a large photo is never held whole. `size` is 16…2048. A JPEG's header and a PNG's
+    /// chunk list are checked first, so a crafted length fails at once instead of inside libvips.
     public static func thumbnail(of file: URL, size: Int = 300) throws -> [UInt8] {
         guard (16...2048).contains(size) else {
             throw MediaError(.invalidArgument, "thumbnail size \(size) is outside 16…2048")
         }
         let input = try InputFile(file)
-        _ = try format(of: input)
+        switch try format(of: input) {
+        case .jpeg: try JPEGSegments.checkHeader(input)
+        case .png: try PNGChunks.checkChunks(input)
+        case .heic: break   // libheif parses the box structure itself
+        }
         return try Thumbnailer.thumbnail(input, size: size)
     }
 

@@ -58,6 +58,13 @@ final class RobustnessTests: MediaTestCase {
         let ihdr = PNGChunks.encode(type: "IHDR", data: [0, 0, 0, 1, 0, 0, 0, 1, 8, 2, 0, 0, 0])
         try exercise(PNGChunks.signature + ihdr + [0x7F, 0xFF, 0xFF, 0xFF] + Array("IDAT".utf8), name: "c.png", thumbnail: true)
         try exercise(PNGChunks.signature + ihdr + [0xFF, 0xFF, 0xFF, 0xFF] + Array("eXIf".utf8), name: "d.png", thumbnail: true)
+        // libpng spends seconds on a text chunk announcing more than the file holds: refused first.
+        let png = try smallPNG()
+        var long = png
+        long.replaceSubrange(33..<37, with: [0x00, 0xFF, 0xFF, 0x00])   // the tEXt after IHDR
+        XCTAssertThrowsError(try PhotoProcessor.thumbnail(of: try file("long.png", long))) {
+            XCTAssertEqual(($0 as? MediaError)?.kind, .malformed, "\($0)")
+        }
         // A PNG announcing 100 000 × 100 000 pixels is refused before decoding.
         let bomb = PNGChunks.signature + PNGChunks.encode(type: "IHDR", data: [0, 1, 0x86, 0xA0, 0, 1, 0x86, 0xA0, 8, 2, 0, 0, 0])
             + PNGChunks.encode(type: "IDAT", data: [0x78, 0x9C, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01]) + PNGChunks.encode(type: "IEND", data: [])

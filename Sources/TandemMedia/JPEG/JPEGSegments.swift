@@ -94,6 +94,24 @@ enum JPEGSegments {
         }
     }
 
+    /// Walks the header's segments up to the first start-of-scan, checking every length against
+    /// the file, before libvips sees the file.
+    static func checkHeader(_ input: InputFile) throws {
+        try readStart(input)
+        while true {
+            let marker = try nextMarker(input)
+            if isStandalone(marker) { continue }
+            guard marker != eoi, marker != soi else {
+                throw MediaError.malformed("\(input.path): JPEG ends before its image data")
+            }
+            let hi = try input.byte("a JPEG segment length"), lo = try input.byte("a JPEG segment length")
+            let length = Int(hi) << 8 | Int(lo)
+            guard length >= 2 else { throw MediaError.malformed("\(input.path): JPEG segment has length \(length)") }
+            try input.skip(Int64(length - 2), "a JPEG segment")
+            if marker == sos { return }
+        }
+    }
+
     static func parseLeniently(_ tiff: [UInt8]) -> ExifFields? {
         do {
             return try ExifFields(tiff: tiff)

@@ -68,6 +68,21 @@ enum PNGChunks {
         return nil
     }
 
+    /// Walks every chunk (seeking over the data), checking that IHDR comes first, every length
+    /// fits in the file and IEND ends the list, before libvips sees the file: libpng, handed a
+    /// chunk announcing more than the file holds, spends seconds trying to read it.
+    static func checkChunks(_ input: InputFile) throws {
+        try readSignature(input)
+        var first = true
+        while let header = try nextHeader(input) {
+            if first, header.name != "IHDR" { throw MediaError.malformed("\(input.path): PNG does not start with IHDR") }
+            first = false
+            try input.skip(header.length + 4, "PNG chunk \(header.name)")
+            if header.name == "IEND" { return }
+        }
+        throw MediaError.malformed("\(input.path): PNG ends without an IEND chunk")
+    }
+
     /// A chunk as it is written, with its CRC over type and data.
     static func encode(type: String, data: [UInt8]) -> [UInt8] {
         let typeBytes = Array(type.utf8)
