@@ -17,7 +17,7 @@ help:
 	@echo "make fuzz   - libFuzzer run of every fuzz target (RUNS=N each; make fuzz-short: the short run of make test)"
 	@echo "make proto  - regenerate Swift code from Protocol/*.proto (needs protoc)"
 
-# libsodium and zstd (and pkg-config to find them). apt-get on Debian/Ubuntu; elsewhere say what to do.
+# libsodium, zstd and libvips (and pkg-config to find them). apt-get on Debian/Ubuntu; elsewhere say what to do.
 deps:
 	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libsodium; then \
 	  if command -v apt-get >/dev/null 2>&1; then \
@@ -37,6 +37,16 @@ deps:
 	    echo "zstd is missing: run 'brew install zstd', then try again." >&2; exit 1; \
 	  else \
 	    echo "zstd is missing: install your system's zstd development package (pkg-config name 'libzstd')." >&2; exit 1; \
+	  fi; \
+	fi
+	@if ! pkg-config --exists vips; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing libvips-dev with apt-get…"; \
+	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libvips-dev >/dev/null; \
+	  elif [ "$$(uname)" = Darwin ]; then \
+	    echo "libvips is missing: run 'brew install vips', then try again." >&2; exit 1; \
+	  else \
+	    echo "libvips is missing: install your system's libvips development package (pkg-config name 'vips')." >&2; exit 1; \
 	  fi; \
 	fi
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "Swift 6 is needed: see https://www.swift.org/install/" >&2; exit 1; }

@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "TandemNet", targets: ["TandemNet"]),
         .library(name: "TandemNode", targets: ["TandemNode"]),
         .library(name: "TandemVault", targets: ["TandemVault"]),
+        .library(name: "TandemMedia", targets: ["TandemMedia"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -37,6 +38,14 @@ let package = Package(
         // The vault's storage: chunking, blob encryption, packs, the encrypted index, the keys file.
         // Pure storage: no networking, no node, no GRDB.
         .target(name: "TandemVault", dependencies: ["Sodium", "CZstd"]),
+        .systemLibrary(
+            name: "CVips",
+            pkgConfig: "vips",
+            providers: [.apt(["libvips-dev"]), .brew(["vips"])]
+        ),
+        // What the vault does to a photo on import: sniffing, the thumbnail, the capture date, and a
+        // copy without GPS and device data. Pure: files in, bytes or files out; no vault, no node.
+        .target(name: "TandemMedia", dependencies: ["CVips"]),
         .target(
             name: "TandemProtocol",
             dependencies: [
@@ -175,6 +184,10 @@ let package = Package(
         .testTarget(
             name: "TandemVaultTests",
             dependencies: ["TandemVault", "Sodium"]
+        ),
+        .testTarget(
+            name: "TandemMediaTests",
+            dependencies: ["TandemMedia", "CVips"]
         ),
         .testTarget(
             name: "TandemProtocolTests",

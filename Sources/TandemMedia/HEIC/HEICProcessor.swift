@@ -1,0 +1,66 @@
+import CVips
+
+/// HEIC through libvips (libheif underneath, which decodes with libde265 and encodes with x265 on
+/// Debian 12). The EXIF block comes from libvips; sanitizing re-encodes the photo, because
+/// rewriting a HEIF's metadata items in place is a container editor this library does not have.
+enum HEICProcessor {
+    /// The re-encode's quality: high enough that a second generation is not visibly worse.
+    static let quality: Int32 = 90
+
+    static func open(_ input: InputFile) throws -> (VipsSourceRef, VipsImageRef) {
+        try Vips.start()
+        let source = try VipsSourceRef(descriptor: try input.rewoundDescriptor(), path: input.path)
+        guard let p = tdm_image_new_from_source(source.pointer) else { throw Vips.failure("cannot read", input.path) }
+        let image = VipsImageRef(p)
+        try ImageLimits.check(image, path: input.path)
+        return (source, image)
+    }
+
+    static func exifFields(_ input: InputFile) throws -> ExifFields? {
+        let (_, image) = try open(input)
+        return image.blob("exif-data").flatMap(tiffBody).flatMap(JPEGSegments.parseLeniently)
+    }
+
+    /// The TIFF structure inside an EXIF blob as a loader hands it over: bare, after "Exif\0\0", or
+    /// after HEIF's 4-byte offset to the TIFF header (ISO/IEC 23008-12 Annex A.2.1).
+    static func tiffBody(_ blob: [UInt8]) -> [UInt8]? {
+        func isTIFF(_ b: ArraySlice<UInt8>) -> Bool {
+            b.starts(with: [0x49, 0x49, 0x2A, 0x00]) || b.starts(with: [0x4D, 0x4D, 0x00, 0x2A])
+        }
+        let all = blob[...]
+        if isTIFF(all) { return blob }
+        if all.starts(with: JPEGSegments.exifPrefix) { return Array(all.dropFirst(6)) }
+        if blob.count >= 8 {
+            let skip = Int(blob[0]) << 24 | Int(blob[1]) << 16 | Int(blob[2]) << 8 | Int(blob[3])
+            guard skip <= blob.count - 4 else { return nil }
+            let rest = all.dropFirst(4 + skip)
+            if isTIFF(rest) { return Array(rest) }
+            if rest.starts(with: JPEGSegments.exifPrefix) { return Array(rest.dropFirst(6)) }
+        }
+        return nil
+    }
+
+    /// Decodes (libheif applies the container's rotation and mirroring, so the pixels come out
+    /// upright), drops every metadata field but the ICC profile, attaches a minimal EXIF block
+    /// (dates, orientation 1 since the pixels are upright), and encodes an 8-bit HEVC HEIC.
+    static func sanitize(_ input: InputFile, to output: OutputFile) throws {
+        let (_, image) = try open(input)
+        var kept = image.blob("exif-data").flatMap(tiffBody).flatMap(JPEGSegments.parseLeniently)?.kept ?? ExifFields()
+        kept.orientation = 1
+        var copied: UnsafeMutablePointer<VipsImage>?
+        guard tdm_copy(image.pointer, &copied) == 0, let copied else { throw Vips.failure("cannot copy", input.path) }
+        let clean = VipsImageRef(copied)
+        tdm_remove_metadata(clean.pointer)
+        vips_image_set_int(clean.pointer, "orientation", 1)
+        if let block = ExifWriter.tiff(kept) {
+            let blob = JPEGSegments.exifPrefix + block
+            blob.withUnsafeBytes { raw in
+                vips_image_set_blob_copy(clean.pointer, "exif-data", raw.baseAddress, raw.count)
+            }
+        }
+        let target = try VipsTargetRef(descriptor: try output.descriptor(), path: output.path)
+        guard tdm_heifsave_target(clean.pointer, target.pointer, quality) == 0 else {
+            throw Vips.failure("cannot encode a HEIC to", output.path)
+        }
+    }
+}
