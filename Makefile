@@ -71,10 +71,10 @@ test-deps: deps
 	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	  else echo "Please install:$$missing" >&2; exit 1; fi; \
 	fi
-	@if [ ! -x $(PY) ] || ! $(PY) -c 'import nacl, pytest, secret_handshake' >/dev/null 2>&1; then \
-	  echo "Setting up $(VENV) (PyNaCl, pytest, secret-handshake)…"; \
+	@if [ ! -x $(PY) ] || ! $(PY) -c 'import nacl, pytest, secret_handshake, PIL' >/dev/null 2>&1; then \
+	  echo "Setting up $(VENV) (PyNaCl, pytest, secret-handshake, Pillow)…"; \
 	  python3 -m venv $(VENV) && \
-	  $(PY) -m pip install -q --disable-pip-version-check pynacl async-generator pytest && \
+	  $(PY) -m pip install -q --disable-pip-version-check pynacl async-generator pytest pillow && \
 	  $(PY) -m pip install -q --disable-pip-version-check --no-deps secret-handshake; \
 	fi
 

@@ -144,3 +144,62 @@ def test_bad_input_gets_one_line(make_node, tmp_path):
     proc = vault(node, "album", "rename", "x", check=False)
     assert proc.returncode == 2
     one_line_error(proc)
+
+
+def make_photo(path, fmt="JPEG"):
+    """An 800 × 400 photo, left half red and right half blue, with Exif: a capture date, a camera
+    make and model, GPS coordinates, and orientation 6 (shown rotated 90° clockwise)."""
+    from PIL import Image
+
+    img = Image.new("RGB", (800, 400), (255, 0, 0))
+    img.paste((0, 0, 255), (400, 0, 800, 400))
+    exif = Image.Exif()
+    exif[0x010F] = "TestCam"          # Make
+    exif[0x0110] = "X100-SECRET"      # Model
+    exif[0x0112] = 6                  # Orientation
+    exif.get_ifd(0x8769)[0x9003] = "2021:07:04 10:30:00"   # DateTimeOriginal
+    gps = exif.get_ifd(0x8825)
+    gps[1] = "N"
+    gps[2] = (48.0, 51.0, 29.0)
+    gps[3] = "E"
+    gps[4] = (2.0, 17.0, 40.0)
+    img.save(path, fmt, exif=exif.tobytes())
+
+
+def test_photos_get_thumbnails_dates_and_lose_gps_and_camera(make_node, tmp_path):
+    from PIL import Image
+
+    node = make_node("p").start(env=CHEAP)
+    vault(node, "init", pin="8080")
+    src = tmp_path / "photos"
+    src.mkdir()
+    make_photo(src / "beach.jpg")
+    make_photo(src / "screenshot.png", "PNG")
+    items = {i["name"]: i for i in vault_json(node, "import", str(src))["items"]}
+    assert items["beach.jpg"]["type"] == "photo" and items["beach.jpg"]["thumbnail"] is True
+    assert items["screenshot.png"]["thumbnail"] is True
+    assert items["beach.jpg"]["created"] == "2021-07-04T10:30:00.000Z", items["beach.jpg"]
+    assert vault_json(node, "list", "--sort", "created")["items"][-1]["name"] in ("beach.jpg", "screenshot.png")
+
+    thumb = tmp_path / "thumb.jpg"
+    vault(node, "thumbnail", "beach.jpg", str(thumb))
+    with Image.open(thumb) as t:
+        assert t.format == "JPEG" and t.size == (300, 300)
+        # Orientation 6 applied: the red half (left) is now on top.
+        top, bottom = t.getpixel((150, 20)), t.getpixel((150, 280))
+        assert top[0] > 200 and top[2] < 60, top
+        assert bottom[2] > 200 and bottom[0] < 60, bottom
+
+    out = tmp_path / "out"
+    out.mkdir()
+    vault(node, "export", "beach.jpg", "screenshot.png", str(out))
+    for name in ("beach.jpg", "screenshot.png"):
+        data = (out / name).read_bytes()
+        assert b"TestCam" not in data and b"X100-SECRET" not in data, name
+        with Image.open(out / name) as exported:
+            exif = exported.getexif()
+            assert not exif.get_ifd(0x8825), f"{name} still has GPS"
+            assert exif.get(0x0112) == 6, f"{name} lost its orientation"
+            assert exif.get_ifd(0x8769).get(0x9003) == "2021:07:04 10:30:00", f"{name} lost its date"
+            assert exported.size == (800, 400)
+    assert grep_tree(node.data_dir, ["TestCam", "X100-SECRET", "beach"]) == []

@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import TandemNet
 import TandemProtocol
+import TandemMedia
 import TandemVault
 
 /// The vault's control-socket methods (Protocol/control.md, "Vault"). Every method that needs the
@@ -356,31 +357,51 @@ extension VaultService {
         let imported = try await withOpenVault(pin: params["pin"]?.stringValue) { vault -> [VaultItem] in
             try await progress.relay(to: writer) {
                 try await self.onLane { () -> [VaultItem] in
-                    let sources = files.map { f in
-                        VaultRepository.ImportSource(url: f.url, name: f.url.lastPathComponent,
-                                                     type: Self.itemType(name: f.url.lastPathComponent, prefix: Self.prefix(of: f.url)),
-                                                     album: album, createdAtMs: f.modifiedMs)
-                    }
                     let starts = files.reduce(into: [Int64]()) { acc, f in acc.append((acc.last ?? 0) + f.size) }
-                    var next = 0 // commits come in source order: the first item not yet removed
-                    do {
-                        return try vault.repository.importFiles(sources, nowMs: self.now(), progress: { n, done in
-                            progress.update(done: (n == 0 ? 0 : starts[n - 1]) + done, filesDone: n)
-                        }, shouldStop: { progress.stopped }, committed: { items in
-                            // Originals go only once the index that holds their items is durable.
-                            defer { next += items.count }
-                            guard removeOriginals else { return }
-                            for (k, item) in items.enumerated() where next + k < sources.count {
-                                do {
-                                    try FileManager.default.removeItem(at: sources[next + k].url)
-                                } catch {
-                                    self.logger.warning("imported, but the original could not be removed", metadata: ["item": "\(item.id)"])
+                    var imported: [VaultItem] = []
+                    // Groups of files: photos are prepared (thumbnail, capture date, a copy without
+                    // GPS or device data) just before their group, so the scratch copies never add
+                    // up to more than a group.
+                    var first = 0
+                    while first < files.count {
+                        var last = first
+                        var groupBytes: Int64 = 0
+                        while last < files.count, last - first < 64, groupBytes < VaultRepository.batchCommitBytes {
+                            groupBytes += files[last].size
+                            last += 1
+                        }
+                        let group = Array(files[first..<last])
+                        let prepared = group.map { PhotoPreparation.prepare($0.url, modifiedMs: $0.modifiedMs, scratch: vault.repository.directory, logger: self.logger) }
+                        defer { for p in prepared { p.cleanUp() } }
+                        let sources = zip(group, prepared).map { f, p in
+                            VaultRepository.ImportSource(url: p.readFrom, name: f.url.lastPathComponent, type: p.type,
+                                                         album: album, createdAtMs: p.createdAtMs, thumbnail: p.thumbnail)
+                        }
+                        let base = first
+                        var next = 0 // commits come in source order: the first item not yet removed
+                        do {
+                            imported += try vault.repository.importFiles(sources, nowMs: self.now(), progress: { n, done in
+                                let before = base + n == 0 ? 0 : starts[base + n - 1]
+                                progress.update(done: before + min(done, group[n].size), filesDone: base + n)
+                            }, shouldStop: { progress.stopped }, committed: { items in
+                                // Originals go only once the index that holds their items is durable.
+                                defer { next += items.count }
+                                guard removeOriginals else { return }
+                                for (k, item) in items.enumerated() where next + k < group.count {
+                                    do {
+                                        try FileManager.default.removeItem(at: group[next + k].url)
+                                    } catch {
+                                        self.logger.warning("imported, but the original could not be removed", metadata: ["item": "\(item.id)"])
+                                    }
                                 }
-                            }
-                        })
-                    } catch let error as VaultError {
-                        throw NodeError.failed("import stopped: \(error)")
+                            })
+                        } catch let error as VaultError {
+                            throw NodeError.failed("import stopped: \(error)")
+                        }
+                        first = last
+                        progress.update(done: starts[last - 1], filesDone: last)
                     }
+                    return imported
                 }
             }
         }
