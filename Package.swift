@@ -167,6 +167,8 @@ let package = Package(
         .executableTarget(
             name: "tandem-fuzz",
             dependencies: [
+                "TandemVault",
+                "TandemMedia",
                 "TandemNet",
                 "Sodium",
                 "TandemProtocol",

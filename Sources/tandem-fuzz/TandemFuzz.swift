@@ -13,6 +13,7 @@ import Glibc
 //   machines  the pure state machines with arbitrary event sequences (MachineTargets.swift)
 //   node      signed frames of every type into a real node's handlers (NodeTargets.swift)
 //   relay     signed relay frames, connects, tunnel joins, clock jumps into a relay's handlers (RelayTargets.swift)
+//   vault     files the vault reads: a keys file, photo metadata (VaultTargets.swift)
 //
 // Fuzzing build (the `make fuzz` command runs every target):
 //   swift build -c release --scratch-path .build-fuzz --product tandem-fuzz \
@@ -44,7 +45,7 @@ struct FuzzTarget: Sendable {
 /// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here (they read
 /// `tandem-fuzz -list-targets`: name, max_len, short-run share, summary, tab-separated).
 enum FuzzRegistry {
-    static let all: [FuzzTarget] = [.frames, .machines, .node, .relay]
+    static let all: [FuzzTarget] = [.frames, .machines, .node, .relay, .vault]
     static let defaultName = "frames"
     static let environmentVariable = "TANDEM_FUZZ_TARGET"
 

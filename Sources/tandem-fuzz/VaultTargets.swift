@@ -1,0 +1,59 @@
+import Foundation
+import Sodium
+import TandemMedia
+import TandemVault
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Files the vault reads that someone else may have written: a keys file in a copied data
+/// directory, and photos being imported (their JPEG segments, PNG chunks and Exif, parsed by
+/// TandemMedia's own code before any decoder sees them). The first byte picks the reader; the rest
+/// is the file. Each must throw or succeed, never trap or read out of bounds.
+extension FuzzTarget {
+    static let vault = FuzzTarget(name: "vault", summary: "vault keys file, JPEG/PNG metadata rewrite and Exif dates",
+                                  maximumLength: 65_536, shortRunShare: 2, run: { input in
+        let which = input.pick(3)
+        let body = input.take(input.remaining)
+        let scratch = VaultFuzzScratch.shared
+        switch which {
+        case 0:
+            let magic = Array("TDMK".utf8) + [1]
+            scratch.write(body.count > 5 && body[0] & 1 == 0 ? magic + body.dropFirst(5) : body, to: scratch.keys)
+            _ = try? VaultKeyFile.load(from: scratch.root)
+        case 1:
+            let soi: [UInt8] = [0xFF, 0xD8, 0xFF]
+            scratch.write(soi + body, to: scratch.photo)
+            _ = try? PhotoProcessor.captureDate(of: scratch.photo)
+            _ = try? PhotoProcessor.sanitizedCopy(of: scratch.photo, to: scratch.output)
+            try? FileManager.default.removeItem(at: scratch.output)
+        default:
+            let signature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+            scratch.write(signature + body, to: scratch.photo)
+            _ = try? PhotoProcessor.captureDate(of: scratch.photo)
+            _ = try? PhotoProcessor.sanitizedCopy(of: scratch.photo, to: scratch.output)
+            try? FileManager.default.removeItem(at: scratch.output)
+        }
+    })
+}
+
+/// One scratch directory per process for the files the vault target writes.
+final class VaultFuzzScratch: Sendable {
+    static let shared = VaultFuzzScratch()
+    let root: URL
+    var keys: URL { root.appendingPathComponent(VaultKeyFile.fileName) }
+    var photo: URL { root.appendingPathComponent("photo") }
+    var output: URL { root.appendingPathComponent("out") }
+
+    private init() {
+        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
+        root = URL(fileURLWithPath: base).appendingPathComponent("tandem-fuzz-vault-\(getpid())")
+        try? FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        atexit { try? FileManager.default.removeItem(at: VaultFuzzScratch.shared.root) }
+    }
+
+    func write(_ bytes: [UInt8], to url: URL) {
+        _ = FileManager.default.createFile(atPath: url.path, contents: Data(bytes))
+    }
+}
