@@ -183,10 +183,17 @@ struct VaultInit: AsyncParsableCommand {
         let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
         var result = try await client.call(method: "vault.init", params: ["pin": .string(secret)], timeout: .seconds(120))
         if let autoLockMs {
-            result = try await client.call(method: "vault.settings", params: ["auto_lock_ms": .int(autoLockMs)])
+            let settings = try await client.call(method: "vault.settings", params: ["auto_lock_ms": .int(autoLockMs)])
+            if case .object(var o) = result {
+                o["auto_lock_ms"] = settings["auto_lock_ms"] ?? .null
+                result = .object(o)
+            }
         }
         if common.json { outputJSON(result.compactJSON) } else {
             output("Vault created and unlocked. It locks after \(durationText(result["auto_lock_ms"]?.intValue ?? 0)) idle.")
+            if let code = result["recovery_code"]?.stringValue {
+                output("Your recovery code (write it down, keep it away from this machine): \(code)")
+            }
         }
     }
 }
@@ -492,6 +499,28 @@ struct VaultSettings: AsyncParsableCommand {
         if let autoLock { params["auto_lock_ms"] = .int(try durationMs(autoLock)) }
         try await callVault(common, pin, "vault.settings", params) { r in
             output("Auto-lock: \(durationText(r["auto_lock_ms"]?.intValue ?? 0)).")
+        }
+    }
+}
+
+struct RecoveryCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "recovery",
+        abstract: "Your node's recovery code: with it and one friend a lost node can be restored.",
+        subcommands: [RecoveryShow.self])
+}
+
+struct RecoveryShow: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show", abstract: "Print the recovery code (asks for the vault PIN once a vault exists).",
+        discussion: "Write it down and keep it away from this machine. Anyone with it and one of your friends can become you.")
+    @OptionGroup var common: CommonOptions
+    @OptionGroup var pin: PINOptions
+
+    func run() async throws {
+        try await callVault(common, pin, "recovery.show") { r in
+            output("Recovery code: \(r["code"]?.stringValue ?? "?")")
+            output("Write it down and keep it away from this machine: with it and one friend, a lost node can be restored.")
         }
     }
 }

@@ -3,6 +3,7 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOPosix
 import TandemNet
+import TandemProtocol
 import TandemStore
 import TandemVault
 import XCTest
@@ -185,6 +186,24 @@ final class VaultServiceTests: XCTestCase {
         let names = try await items(service, pin: "4321")
         XCTAssertEqual(names, [])
         XCTAssertFalse(service.isUnlocked)
+    }
+
+    /// The code `vault init` shows opens the real vault without the PIN (what a restore needs);
+    /// the decoy's sealed code opens nothing.
+    func testRecoveryCodeOpensTheRealVault() async throws {
+        let (service, _) = try makeService()
+        let code = try await service.initialize(pin: "1212")
+        _ = try await service.withVault(pin: nil) { v in try v.repository.importData([1, 2, 3], name: "kept", type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
+        let shown = try await service.recoveryCode(pin: nil)
+        XCTAssertEqual(shown, code)
+        let dir = root.appendingPathComponent("vault")
+        guard let master = try VaultKeyFile.load(from: dir).unlock(recoveryCode: code.bytes) else { return XCTFail("the code opens nothing") }
+        XCTAssertEqual(try VaultRepository.open(at: dir, masterKey: master).items.map(\.name), ["kept"])
+        try await service.setDecoy(pin: "1212", decoy: "3434")
+        try await service.unlock(pin: "3434")
+        let decoyCode = try await service.recoveryCode(pin: nil)
+        XCTAssertNotEqual(decoyCode, code, "the decoy shows a code of its own")
+        XCTAssertNil(try VaultKeyFile.load(from: dir).unlock(recoveryCode: decoyCode.bytes))
     }
 
     func testPINShapeAndMissingVault() async throws {

@@ -203,3 +203,28 @@ def test_photos_get_thumbnails_dates_and_lose_gps_and_camera(make_node, tmp_path
             assert exif.get_ifd(0x8769).get(0x9003) == "2021:07:04 10:30:00", f"{name} lost its date"
             assert exported.size == (800, 400)
     assert grep_tree(node.data_dir, ["TestCam", "X100-SECRET", "beach"]) == []
+
+
+def test_recovery_code_is_sealed_in_the_vault_once_there_is_one(make_node, tmp_path):
+    node = make_node("r").start(env=CHEAP)
+    before = json.loads(subprocess.run([TANDEM, "recovery", "show", "--json", "--data-dir", node.data_dir],
+                                       capture_output=True, text=True, check=True).stdout)["code"]
+    assert before.startswith("tdmr1-")
+    clear = pathlib.Path(node.data_dir) / "recovery-code"
+    assert clear.exists() and oct(clear.stat().st_mode & 0o777) == "0o600"
+    created = vault_json(node, "init", pin="7777")
+    assert created["recovery_code"] == before, "vault init shows the node's code"
+    assert not clear.exists(), "with a vault the code is no longer kept in clear"
+    compact = before.replace("-", "")
+    assert grep_tree(node.data_dir, [compact, compact[5:20]]) == []
+    vault(node, "lock")
+    proc = subprocess.run([TANDEM, "recovery", "show", "--json", "--pin-stdin", "--data-dir", node.data_dir], input="7777\n",
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["code"] == before
+    # Locked and no PIN: one clear line.
+    vault(node, "lock")
+    proc = subprocess.run([TANDEM, "recovery", "show", "--data-dir", node.data_dir], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode != 0
+    one_line_error(proc)

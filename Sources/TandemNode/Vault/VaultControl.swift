@@ -11,8 +11,17 @@ import TandemVault
 extension VaultService {
     public func registerControlMethods(on router: ControlRouter) {
         router.register("vault.init") { [self] params in
-            try await initialize(pin: try Self.string(params, "pin"))
-            return await status()
+            let code = try await initialize(pin: try Self.string(params, "pin"))
+            var result = await status()
+            if case .object(var o) = result {
+                o["recovery_code"] = .string(code.display)
+                result = .object(o)
+            }
+            return result
+        }
+        router.register("recovery.show") { [self] params in
+            let code = try await recoveryCode(pin: params["pin"]?.stringValue)
+            return ["code": .string(code.display)]
         }
         router.register("vault.unlock") { [self] params in
             try await unlock(pin: try Self.string(params, "pin"))

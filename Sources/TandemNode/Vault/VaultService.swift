@@ -233,29 +233,53 @@ public final class VaultService: Service, Sendable {
         }
     }
 
-    func initialize(pin: String) async throws {
+    @discardableResult
+    func initialize(pin: String) async throws -> RecoveryCode {
         try Self.validatePIN(pin)
         let dir = try vaultDirectory
         let parameters = configuration.keyParameters
-        try await turn.run {
+        return try await turn.run {
             guard !self.exists else {
                 throw ControlError(code: "conflict", message: "this node already has a vault (unlock it with `tandem vault unlock`)",
                                    exitCode: 1)
             }
-            let opened = try await self.onLane { () -> OpenVault in
+            let (opened, code) = try await self.onLane { () -> (OpenVault, RecoveryCode) in
                 try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true,
                                                         attributes: [.posixPermissions: 0o700])
-                let (keyFile, repository) = try VaultKeyFile.initializeVault(in: dir, pin: Array(pin.utf8), parameters: parameters)
-                guard let (master, _) = try keyFile.unlock(pin: pin) else {
-                    throw NodeError.failed("the new vault does not open with its PIN")
-                }
-                return OpenVault(repository: repository, keyFile: keyFile, masterKey: master)
+                // The node's recovery code (made now if it has none) wraps the new vault's key;
+                // once it is sealed in the vault, its clear copy goes.
+                let code = try RecoveryCodes.clearCode(vault: dir)
+                let (keyFile, master, spare) = try VaultKeyFile.create(in: dir, pin: Array(pin.utf8), parameters: parameters)
+                let repository = try VaultRepository.create(at: dir, masterKey: master)
+                _ = try VaultRepository.create(at: dir, masterKey: spare)
+                try keyFile.wrapForRecovery(code: code.bytes, masterKey: master)
+                try RecoveryCodes.seal([(code, master), (RecoveryCode(bytes: Sodium.randomBytes(RecoveryCode.byteCount)), spare)], vault: dir)
+                try FileManager.default.removeItem(at: RecoveryCodes.clearURL(vault: dir))
+                return (OpenVault(repository: repository, keyFile: keyFile, masterKey: master), code)
             }
             self.state.withLockedValue {
                 $0.open = opened
                 $0.lastUsedNs = DispatchTime.now().uptimeNanoseconds
             }
             self.events.emit("vault.created", [:])
+            return code
+        }
+    }
+
+    /// The node's recovery code: in clear (made on first ask) while there is no vault; with a
+    /// vault, the one sealed in it (the vault must be open, or `pin` open it).
+    func recoveryCode(pin: String?) async throws -> RecoveryCode {
+        let dir = try vaultDirectory
+        let clear = try await turn.run { () -> RecoveryCode? in
+            guard self.exists else { return try await self.onLane { try RecoveryCodes.clearCode(vault: dir) } }
+            return nil
+        }
+        if let clear { return clear }
+        return try await withVault(pin: pin) { vault in
+            guard let code = try RecoveryCodes.open(vault: dir, master: vault.masterKey) else {
+                throw NodeError.failed("this vault has no recovery code sealed in it")
+            }
+            return code
         }
     }
 
