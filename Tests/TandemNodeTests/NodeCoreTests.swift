@@ -65,8 +65,10 @@ final class NodeCoreTests: XCTestCase {
         let consumer = GatedConsumer()
         consumer.open()
         let task = Task { await core.consume(with: consumer) }
-        let drained = await eventually { core.pendingFrames == 0 }
+        // The consumer has them once the batch was handed over, which comes after the resume.
+        let drained = await eventually { consumer.authors.count == 9 }
         XCTAssertTrue(drained)
+        XCTAssertEqual(core.pendingFrames, 0)
         XCTAssertFalse(link.paused)
         XCTAssertEqual(link.resumes, 1)
         XCTAssertEqual(consumer.authors.count, 9)
