@@ -206,6 +206,24 @@ final class VaultServiceTests: XCTestCase {
         XCTAssertNil(try VaultKeyFile.load(from: dir).unlock(recoveryCode: decoyCode.bytes))
     }
 
+    /// A node stopping during a long vault operation: the service ends at once (the service
+    /// group gives cancelled services 2 s) and the vault is locked; the operation ends on its own.
+    func testStoppingDoesNotWaitForAnOperationInProgress() async throws {
+        let (service, _) = try makeService()
+        try await service.initialize(pin: "5656")
+        let slow = Task { try await service.withVault(pin: nil) { _ in Thread.sleep(forTimeInterval: 3); return true } }
+        try await Task.sleep(for: .milliseconds(100))
+        let running = Task { try await service.run() }
+        try await Task.sleep(for: .milliseconds(100))
+        let cancelledAt = ContinuousClock.now
+        running.cancel()
+        _ = try await running.value
+        XCTAssertLessThan(ContinuousClock.now - cancelledAt, .seconds(1.5))
+        XCTAssertFalse(service.isUnlocked)
+        XCTAssertTrue(service.isStopping)
+        _ = try await slow.value
+    }
+
     func testPINShapeAndMissingVault() async throws {
         let (service, _) = try makeService()
         let none = await code { try await service.unlock(pin: "1234") }

@@ -392,7 +392,7 @@ extension VaultService {
                             imported += try vault.repository.importFiles(sources, nowMs: self.now(), progress: { n, done in
                                 let before = base + n == 0 ? 0 : starts[base + n - 1]
                                 progress.update(done: before + min(done, group[n].size), filesDone: base + n)
-                            }, shouldStop: { progress.stopped }, committed: { items in
+                            }, shouldStop: { progress.stopped || self.isStopping }, committed: { items in
                                 // Originals go only once the index that holds their items is durable.
                                 defer { next += items.count }
                                 guard removeOriginals else { return }
@@ -441,7 +441,7 @@ extension VaultService {
                     var out: [(String, String)] = []
                     var before: Int64 = 0
                     for (n, item) in items.enumerated() {
-                        if progress.stopped { throw CancellationError() }
+                        if progress.stopped || self.isStopping { throw CancellationError() }
                         let target = Self.freeName(item.name, in: dir)
                         do {
                             try vault.repository.export(item.id, to: target) { done in progress.update(done: before + done, filesDone: n) }

@@ -48,6 +48,7 @@ public final class VaultService: Service, Sendable {
         /// Monotonic nanoseconds of the last operation's end.
         var lastUsedNs: UInt64 = 0
         var autoLockMs: Int64?
+        var stopping = false
     }
 
     /// `<data-dir>/vault`, nil for a node without a data directory.
@@ -87,6 +88,9 @@ public final class VaultService: Service, Sendable {
 
     // MARK: - The service: auto-lock, and lock at shutdown
 
+    /// Locks the vault after its idle time, and when the node stops. Neither waits for an
+    /// operation in progress (a long import): the stop must not outlast the service group's bound;
+    /// the operation keeps the vault it holds until it ends, at its next file when stopping.
     public func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
@@ -94,19 +98,23 @@ public final class VaultService: Service, Sendable {
                 await self.lockIfIdle()
             }
         }
-        await turn.run { self.lockNow(reason: "node stopping") }
+        state.withLockedValue { $0.stopping = true }
+        lockNow(reason: "node stopping")
     }
+
+    /// True once the node is stopping: long operations end at their next file.
+    var isStopping: Bool { state.withLockedValue { $0.stopping } }
 
     func lockIfIdle() async {
         let autoLock = await autoLockMs()
-        await turn.run {
-            let idle = state.withLockedValue { s -> Bool in
-                guard s.open != nil else { return false }
-                let idleNs = DispatchTime.now().uptimeNanoseconds &- s.lastUsedNs
-                return Int64(clamping: idleNs / 1_000_000) >= autoLock
-            }
-            if idle { lockNow(reason: "idle") }
+        // An operation in progress is use, not idleness.
+        guard !turn.isBusy else { return }
+        let idle = state.withLockedValue { s -> Bool in
+            guard s.open != nil else { return false }
+            let idleNs = DispatchTime.now().uptimeNanoseconds &- s.lastUsedNs
+            return Int64(clamping: idleNs / 1_000_000) >= autoLock
         }
+        if idle { lockNow(reason: "idle") }
     }
 
     /// Forgets the open vault (its keys are wiped when released).
@@ -409,6 +417,9 @@ final class AsyncTurn: Sendable {
     }
 
     private let state = NIOLockedValueBox(State())
+
+    /// Whether an operation holds the turn now.
+    var isBusy: Bool { state.withLockedValue { $0.busy } }
 
     func run<T: Sendable>(_ body: () async throws -> T) async rethrows -> T {
         await acquire()
