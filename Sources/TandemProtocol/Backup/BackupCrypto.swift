@@ -62,24 +62,39 @@ public enum BackupProofOfStorage {
     public static let nonceBytes = 32
     public static let macBytes = 32
 
-    /// The keyed MAC of a blob, fed piecewise. Also returns the blob's unkeyed name computed in the
-    /// same pass, so a holder learns while answering whether its copy is still intact.
-    public static func answer(nonce: [UInt8], feed: ((UnsafeRawBufferPointer) -> Void) throws -> Void) rethrows
-        -> (mac: [UInt8], name: BlobName) {
-        precondition(nonce.count == nonceBytes, "a proof nonce is 32 bytes")
-        var keyed = nonce.withUnsafeBytes { Blake2b(outputLength: macBytes, key: $0) }
-        var plain = Blake2b(outputLength: 32)
-        try feed { chunk in
+    /// The keyed MAC of a blob, fed piecewise, and the blob's unkeyed name computed in the same
+    /// pass, so a holder learns while answering whether its copy is still intact.
+    public struct Hasher: ~Copyable {
+        private var keyed: Blake2b
+        private var plain: Blake2b
+
+        public init(nonce: [UInt8]) {
+            precondition(nonce.count == BackupProofOfStorage.nonceBytes, "a proof nonce is 32 bytes")
+            let key = UnsafeMutableRawBufferPointer.allocate(byteCount: BackupProofOfStorage.nonceBytes, alignment: 1)
+            defer {
+                Sodium.wipe(key)
+                key.deallocate()
+            }
+            key.copyBytes(from: nonce)
+            keyed = Blake2b(outputLength: BackupProofOfStorage.macBytes, key: UnsafeRawBufferPointer(key))
+            plain = Blake2b(outputLength: 32)
+        }
+
+        public mutating func update(_ chunk: UnsafeRawBufferPointer) {
             keyed.update(chunk)
             plain.update(chunk)
         }
-        let mac = keyed.finalize()
-        return (mac, BlobName(bytes: plain.finalize())!)
+
+        public consuming func finalize() -> (mac: [UInt8], name: BlobName) {
+            (keyed.finalize(), BlobName(bytes: plain.finalize())!)
+        }
     }
 
     /// The MAC of a blob held in memory.
     public static func mac(nonce: [UInt8], blob: [UInt8]) -> [UInt8] {
-        answer(nonce: nonce) { sink in blob.withUnsafeBytes { sink($0) } }.mac
+        var h = Hasher(nonce: nonce)
+        blob.withUnsafeBytes { h.update($0) }
+        return h.finalize().mac
     }
 }
 

@@ -317,9 +317,10 @@ public struct BackupHolderBook: Sendable, Equatable {
                 answers.append(BackupProofAnswer(name: c.name, status: .notFound, mac: []))
                 continue
             }
-            let result = try? BackupProofOfStorage.answer(nonce: c.nonce) { sink in
-                try read(owner, c.name) { sink($0) }
-            }
+            var hasher = BackupProofOfStorage.Hasher(nonce: c.nonce)
+            let readOK = (try? read(owner, c.name) { hasher.update($0) }) != nil
+            let digest = hasher.finalize()
+            let result: (mac: [UInt8], name: BlobName)? = readOK ? digest : nil
             if let result, result.name == c.name {
                 answers.append(BackupProofAnswer(name: c.name, status: .ok, mac: result.mac))
             } else {

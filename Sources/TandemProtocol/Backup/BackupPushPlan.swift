@@ -128,17 +128,19 @@ public struct BackupPushPlan: Sendable, Equatable {
         var slots = min(limit, BackupLimits.piecesInFlight) - inFlight.count
         var i = 0
         while slots > 0, i < order.count {
-            var p = order[i]
-            defer { order[i] = p }
-            if p.done || p.cursor >= p.blob.size { i += 1; continue }
-            if !p.started {
+            if order[i].done || order[i].cursor >= order[i].blob.size {
+                i += 1
+                continue
+            }
+            if !order[i].started {
                 let open = order.filter { $0.started && !$0.done }.count
                 guard open < openLimit else { break }
-                p.started = true
+                order[i].started = true
             }
-            let length = Int(min(Int64(BackupLimits.pieceBytes), p.blob.size - p.cursor))
-            let piece = Piece(name: p.blob.name, size: p.blob.size, offset: p.cursor, length: length)
-            p.cursor += Int64(length)
+            let b = order[i].blob
+            let length = Int(min(Int64(BackupLimits.pieceBytes), b.size - order[i].cursor))
+            let piece = Piece(name: b.name, size: b.size, offset: order[i].cursor, length: length)
+            order[i].cursor += Int64(length)
             out.append(piece)
             inFlight.append(piece)
             bytesSent += Int64(length)
