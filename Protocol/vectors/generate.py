@@ -1329,6 +1329,145 @@ def gen_relay():
     }
 
 
+
+# ---------------------------------------------------------------------------------------------
+# backup.json (Protocol/backup.md)
+
+BACKUP_TYPES = {
+    "BACKUP_OFFER": 0x0401, "BACKUP_HAVE_QUERY": 0x0402, "BACKUP_HAVE_REPLY": 0x0403, "BACKUP_PIECE": 0x0404,
+    "BACKUP_REPLY": 0x0405, "BACKUP_SNAPSHOT": 0x0406, "BACKUP_FORGET": 0x0407, "BACKUP_LIST": 0x0408,
+    "BACKUP_LIST_REPLY": 0x0409, "BACKUP_PROVE": 0x040A, "BACKUP_PROOF": 0x040B, "BACKUP_FETCH": 0x040C,
+    "BACKUP_FETCHED": 0x040D, "BACKUP_KIT_PUT": 0x040E, "BACKUP_KIT_GET": 0x040F, "BACKUP_KIT": 0x0410,
+}
+
+
+def pb_msg(field, body):
+    return varint(field << 3 | 2) + varint(len(body)) + body
+
+
+def pb_rep_bytes(field, values):
+    return b"".join(varint(field << 3 | 2) + varint(len(v)) + v for v in values)
+
+
+def backup_blob(label, n):
+    out = b""
+    i = 0
+    while len(out) < n:
+        out += hashlib.sha256(b"tandem-vectors-v1/backup-blob/" + label.encode() + struct.pack(">I", i)).digest()
+        i += 1
+    return out[:n]
+
+
+def blob_name(b):
+    return hashlib.blake2b(b, digest_size=32).digest()
+
+
+def gen_backup():
+    proofs = []
+    for label, size in [("one-byte", 1), ("pack", 5000), ("two-blocks-and-a-byte", 257)]:
+        b = backup_blob(label, size)
+        nonce = label_bytes("backup-nonce/" + label)
+        proofs.append({
+            "name": label, "blob": h(b), "size": size, "blob_name": h(blob_name(b)), "nonce": h(nonce),
+            "mac": h(hashlib.blake2b(b, digest_size=32, key=nonce).digest()),
+        })
+    for p in proofs:
+        p["name_label"] = p.pop("name")
+        p["name"] = p.pop("blob_name")
+
+    code = label_bytes("recovery-code", 16)
+    code_text = bech32_encode_values("tdmr", convert_bits(code, 8, 5, True))
+    kit_key = hashlib.blake2b(b"tandem/backup/kit-key/v1", digest_size=32, key=code).digest()
+    locator = hashlib.blake2b(b"tandem/backup/kit-locator/v1", digest_size=32, key=code).digest()
+    plaintext = pb_bytes(1, label_bytes("seed/alice")) + pb_bytes(5, b"tdm1example@relay.example.org:7820") + pb_varint(7, NOW_MS)
+    nonce = label_bytes("backup-kit-nonce", 24)
+    sealed = nonce + sodium.crypto_aead_xchacha20poly1305_ietf_encrypt(plaintext, b"tandem/backup/kit/v1" + locator, nonce, kit_key)
+
+    rid = label_bytes("backup-request", 16)
+    b1 = backup_blob("pack", 5000)
+    n1 = blob_name(b1)
+    names = sorted([n1, blob_name(backup_blob("index", 100)), blob_name(backup_blob("other", 10))])
+    snap_id = label_bytes("backup-snapshot", 16)
+
+    def record(blobs, index, total, created=NOW_MS, sid=snap_id):
+        return pb_bytes(1, sid) + pb_varint(2, created) + pb_rep_bytes(3, blobs) + pb_rep_bytes(4, index) + pb_varint(5, total)
+
+    good_record = record(names, [names[0]], 5110)
+    holding = pb_bytes(1, n1) + pb_varint(2, 5000) + pb_varint(3, 4096)
+    summary = pb_bytes(1, snap_id) + pb_varint(2, NOW_MS) + pb_varint(3, 3) + pb_rep_bytes(4, [names[0]]) + pb_varint(5, 5110)
+    challenge = pb_bytes(1, n1) + pb_bytes(2, label_bytes("backup-nonce/pack"))
+    answer = pb_bytes(1, n1) + pb_varint(2, 1) + pb_bytes(3, hashlib.blake2b(b1, digest_size=32, key=label_bytes("backup-nonce/pack")).digest())
+    piece = b1[4096:5000]
+
+    m = []
+
+    def add(name, t, payload, valid, why=""):
+        e = {"name": name, "type": "%04x" % BACKUP_TYPES[t], "message": t, "payload": h(payload), "valid": valid}
+        if why:
+            e["why_invalid"] = why
+        m.append(e)
+
+    add("offer 10 GiB", "BACKUP_OFFER", pb_varint(1, 10 << 30) + pb_varint(2, NOW_MS), True)
+    add("offer withdrawn", "BACKUP_OFFER", pb_varint(2, NOW_MS), True)
+    add("offer over 1 PiB", "BACKUP_OFFER", pb_varint(1, (1 << 50) + 1) + pb_varint(2, NOW_MS), False, "quota_bytes > 2^50")
+    add("offer version 0", "BACKUP_OFFER", pb_varint(1, 1), False, "version 0")
+    add("have query", "BACKUP_HAVE_QUERY", pb_bytes(1, rid) + pb_rep_bytes(2, names), True)
+    add("have query, a name twice", "BACKUP_HAVE_QUERY", pb_bytes(1, rid) + pb_rep_bytes(2, [n1, n1]), False, "duplicate name")
+    add("have query, short name", "BACKUP_HAVE_QUERY", pb_bytes(1, rid) + pb_rep_bytes(2, [n1[:31]]), False, "name of 31 bytes")
+    add("have reply", "BACKUP_HAVE_REPLY", pb_bytes(1, rid) + pb_varint(2, 1) + pb_msg(3, holding) + pb_varint(4, 1 << 30) + pb_varint(5, 5000), True)
+    add("have reply, held > size", "BACKUP_HAVE_REPLY", pb_bytes(1, rid) + pb_msg(3, pb_bytes(1, n1) + pb_varint(2, 10) + pb_varint(3, 11)), False, "held > size")
+    add("piece, the last of a blob", "BACKUP_PIECE", pb_bytes(1, rid) + pb_bytes(2, n1) + pb_varint(3, 5000) + pb_varint(4, 4096) + pb_bytes(5, piece), True)
+    add("piece past the declared size", "BACKUP_PIECE", pb_bytes(1, rid) + pb_bytes(2, n1) + pb_varint(3, 5000) + pb_varint(4, 4097) + pb_bytes(5, piece), False, "offset + len(data) > size")
+    add("piece of a blob over 64 MiB", "BACKUP_PIECE", pb_bytes(1, rid) + pb_bytes(2, n1) + pb_varint(3, (64 << 20) + 1) + pb_bytes(5, b"x"), False, "size > 64 MiB")
+    add("piece with no data", "BACKUP_PIECE", pb_bytes(1, rid) + pb_bytes(2, n1) + pb_varint(3, 5000), False, "empty data")
+    add("piece, request id of 15 bytes", "BACKUP_PIECE", pb_bytes(1, rid[:15]) + pb_bytes(2, n1) + pb_varint(3, 5000) + pb_bytes(5, b"x"), False, "request id length")
+    add("reply complete", "BACKUP_REPLY", pb_bytes(1, rid) + pb_varint(2, 2) + pb_bytes(3, n1) + pb_varint(4, 5000) + pb_varint(5, 1 << 30) + pb_varint(6, 5000), True)
+    add("reply busy too long", "BACKUP_REPLY", pb_bytes(1, rid) + pb_varint(2, 13) + pb_varint(7, 3_600_001), False, "retry_after_ms > 1 h")
+    add("snapshot", "BACKUP_SNAPSHOT", pb_bytes(1, rid) + pb_msg(2, good_record), True)
+    add("snapshot, blobs unsorted", "BACKUP_SNAPSHOT", pb_bytes(1, rid) + pb_msg(2, record(names[::-1], [], 5110)), False, "blobs not strictly increasing")
+    add("snapshot, index not a blob", "BACKUP_SNAPSHOT", pb_bytes(1, rid) + pb_msg(2, record(names, [bytes(32)], 5110)), False, "index blob not in blobs")
+    add("snapshot from the future", "BACKUP_SNAPSHOT", pb_bytes(1, rid) + pb_msg(2, record(names, [], 5110, created=NOW_MS + 600_001)), False, "created_at_ms > now + 10 min")
+    add("snapshot without a record", "BACKUP_SNAPSHOT", pb_bytes(1, rid), False, "no record")
+    add("forget keep 3", "BACKUP_FORGET", pb_bytes(1, rid) + pb_varint(2, 3), True)
+    add("forget keep 0", "BACKUP_FORGET", pb_bytes(1, rid), False, "keep_last 0")
+    add("forget keep 65", "BACKUP_FORGET", pb_bytes(1, rid) + pb_varint(2, 65), False, "keep_last > 64")
+    add("list", "BACKUP_LIST", pb_bytes(1, rid), True)
+    add("list reply", "BACKUP_LIST_REPLY", pb_bytes(1, rid) + pb_varint(2, 1) + pb_msg(3, summary) + pb_varint(4, 1 << 30) + pb_varint(5, 5110), True)
+    add("prove", "BACKUP_PROVE", pb_bytes(1, rid) + pb_msg(2, challenge), True)
+    add("prove, nonce of 16 bytes", "BACKUP_PROVE", pb_bytes(1, rid) + pb_msg(2, pb_bytes(1, n1) + pb_bytes(2, bytes(16))), False, "nonce length")
+    add("prove, nothing asked", "BACKUP_PROVE", pb_bytes(1, rid), False, "no challenges")
+    add("proof", "BACKUP_PROOF", pb_bytes(1, rid) + pb_varint(2, 1) + pb_msg(3, answer), True)
+    add("proof, mac without OK", "BACKUP_PROOF", pb_bytes(1, rid) + pb_varint(2, 1) + pb_msg(3, pb_bytes(1, n1) + pb_varint(2, 12) + pb_bytes(3, bytes(32))), False, "mac with NOT_FOUND")
+    add("fetch", "BACKUP_FETCH", pb_bytes(1, rid) + pb_bytes(2, n1) + pb_varint(3, 4096) + pb_varint(4, 262_144), True)
+    add("fetch too much", "BACKUP_FETCH", pb_bytes(1, rid) + pb_bytes(2, n1) + pb_varint(4, 262_145), False, "length > 256 KiB")
+    add("fetched", "BACKUP_FETCHED", pb_bytes(1, rid) + pb_varint(2, 1) + pb_bytes(3, n1) + pb_varint(4, 5000) + pb_varint(5, 4096) + pb_bytes(6, piece), True)
+    add("fetched past the size", "BACKUP_FETCHED", pb_bytes(1, rid) + pb_varint(2, 1) + pb_bytes(3, n1) + pb_varint(4, 5000) + pb_varint(5, 4097) + pb_bytes(6, piece), False, "offset + len(data) > size")
+    add("kit put", "BACKUP_KIT_PUT", pb_bytes(1, rid) + pb_bytes(2, locator) + pb_varint(3, NOW_MS) + pb_bytes(4, sealed), True)
+    add("kit put, 40 bytes", "BACKUP_KIT_PUT", pb_bytes(1, rid) + pb_bytes(2, locator) + pb_varint(3, NOW_MS) + pb_bytes(4, sealed[:40]), False, "sealed kit < 41 bytes")
+    add("kit get", "BACKUP_KIT_GET", pb_bytes(1, rid) + pb_bytes(2, locator) + pb_varint(3, 1), True)
+    add("kit get, index 4", "BACKUP_KIT_GET", pb_bytes(1, rid) + pb_bytes(2, locator) + pb_varint(3, 4), False, "index > 3")
+    add("kit", "BACKUP_KIT", pb_bytes(1, rid) + pb_varint(2, 1) + pb_varint(3, NOW_MS) + pb_bytes(4, sealed) + pb_bytes(5, label_bytes("owner")) + pb_varint(6, 1), True)
+    add("kit not found", "BACKUP_KIT", pb_bytes(1, rid) + pb_varint(2, 12), True)
+    add("kit, five under one locator", "BACKUP_KIT", pb_bytes(1, rid) + pb_varint(2, 12) + pb_varint(6, 5), False, "count > 4")
+
+    return {
+        "description": "Backups held by friends (Protocol/backup.md). 'proofs': blob bytes, its name "
+                       "blake2b(blob, outlen 32) and the proof of storage mac = blake2b(blob, key = nonce, outlen 32). "
+                       "'kit': a recovery code (16 bytes, tdmr1 text), kit_key and locator derived from it, and the kit "
+                       "sealed as nonce || xchacha20poly1305(plaintext, key = kit_key, ad = 'tandem/backup/kit/v1' || locator). "
+                       "'messages': payloads of each backup message type with whether the validating decoder accepts them "
+                       "(receiver clock now_ms); every valid payload is in canonical encoding, so decoding and re-encoding "
+                       "gives the same bytes.",
+        "now_ms": NOW_MS,
+        "proofs": proofs,
+        "kit": {
+            "code": code_text, "code_bytes": h(code), "kit_key": h(kit_key), "locator": h(locator),
+            "plaintext": h(plaintext), "nonce": h(nonce), "sealed": h(sealed),
+        },
+        "messages": m,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 
 def main():
@@ -1341,6 +1480,7 @@ def main():
         "frames.json": gen_frames(),
         "identity.json": gen_identity(),
         "relay.json": gen_relay(),
+        "backup.json": gen_backup(),
     }
     check = "--check" in sys.argv[1:]
     stale = []

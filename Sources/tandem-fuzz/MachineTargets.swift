@@ -23,13 +23,13 @@ import TandemRelay
 extension FuzzTarget {
     static let machines = FuzzTarget(
         name: "machines",
-        summary: "Challenge, Outcome merge, ClockEstimator, ReplayCache/FrameVerifier, BeaconReceiver, RelayBook",
+        summary: "Challenge, Outcome merge, ClockEstimator, ReplayCache/FrameVerifier, BeaconReceiver, RelayBook, backup decoders/BackupHolderBook/BackupPushPlan",
         shortRunShare: 4,
         run: { MachineTargets.run(&$0) })
 }
 
 enum MachineTargets {
-    static let names = ["challenge", "outcome", "clock", "replay", "beacon", "relaybook", "relayclient"]
+    static let names = ["challenge", "outcome", "clock", "replay", "beacon", "relaybook", "relayclient", "backup"]
 
     /// TANDEM_FUZZ_MACHINES=challenge,outcome… fuzzes only those (to get past a known crash in
     /// another); the first byte picks the machine either way, so an input means the same thing
@@ -43,7 +43,11 @@ enum MachineTargets {
     }()
 
     static func run(_ input: inout FuzzInput) {
-        let machine = Int(input.u8()) % names.count
+        // The first byte picks the machine: 0xFE and 0xFF the backup machines (added later, so the
+        // kept inputs of Tests/fuzz-crashes, none of which starts with them, keep their meaning),
+        // anything else the first seven by its value modulo 7.
+        let first = input.u8()
+        let machine = first >= 0xFE ? 7 : Int(first) % 7
         guard enabled[machine] else { return }
         switch machine {
         case 0: ChallengeMachine.run(&input)
@@ -52,7 +56,8 @@ enum MachineTargets {
         case 3: ReplayMachine.run(&input)
         case 4: BeaconMachine.run(&input)
         case 5: RelayBookMachine.run(&input)
-        default: RelayClientMachine.run(&input)
+        case 6: RelayClientMachine.run(&input)
+        default: BackupMachine.run(&input)
         }
     }
 

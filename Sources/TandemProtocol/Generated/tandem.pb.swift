@@ -243,6 +243,120 @@ public nonisolated enum Tandem_V1_RelayStatus: SwiftProtobuf.Enum, Swift.CaseIte
 
 }
 
+public nonisolated enum Tandem_V1_BackupStatus: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case unspecified // = 0
+
+  /// accepted (a piece that is not the last one; a forget; a kit put)
+  case backupOk // = 1
+
+  /// the blob is whole, hash-checked and durably stored / snapshot recorded
+  case backupComplete // = 2
+
+  /// the holder has no offer for the asker
+  case backupNoOffer // = 3
+
+  /// the blob (reserved at its declared size) would pass the quota
+  case backupOverQuota // = 4
+
+  /// a piece that does not start at the bytes held; `held` says where to resume
+  case backupOutOfOrder // = 5
+
+  /// the finished blob does not hash to its name; discarded
+  case backupHashMismatch // = 6
+
+  /// the asker already has the maximum of unfinished blobs
+  case backupTooManyPartial // = 7
+
+  /// a piece declares another size than the blob's first piece did
+  case backupSizeMismatch // = 8
+
+  /// a snapshot names blobs the holder does not hold whole
+  case backupMissingBlobs // = 9
+
+  /// the asker already has the maximum of snapshots
+  case backupSnapshotLimit // = 10
+
+  /// a snapshot id already recorded with other contents
+  case backupConflict // = 11
+
+  /// no such blob, snapshot or kit
+  case backupNotFound // = 12
+
+  /// over a rate or work budget; ask again after `retry_after_ms`
+  case backupBusy // = 13
+
+  /// a request the holder's rules refuse (see backup.md)
+  case backupBadRequest // = 14
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .unspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .unspecified
+    case 1: self = .backupOk
+    case 2: self = .backupComplete
+    case 3: self = .backupNoOffer
+    case 4: self = .backupOverQuota
+    case 5: self = .backupOutOfOrder
+    case 6: self = .backupHashMismatch
+    case 7: self = .backupTooManyPartial
+    case 8: self = .backupSizeMismatch
+    case 9: self = .backupMissingBlobs
+    case 10: self = .backupSnapshotLimit
+    case 11: self = .backupConflict
+    case 12: self = .backupNotFound
+    case 13: self = .backupBusy
+    case 14: self = .backupBadRequest
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .unspecified: return 0
+    case .backupOk: return 1
+    case .backupComplete: return 2
+    case .backupNoOffer: return 3
+    case .backupOverQuota: return 4
+    case .backupOutOfOrder: return 5
+    case .backupHashMismatch: return 6
+    case .backupTooManyPartial: return 7
+    case .backupSizeMismatch: return 8
+    case .backupMissingBlobs: return 9
+    case .backupSnapshotLimit: return 10
+    case .backupConflict: return 11
+    case .backupNotFound: return 12
+    case .backupBusy: return 13
+    case .backupBadRequest: return 14
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Tandem_V1_BackupStatus] = [
+    .unspecified,
+    .backupOk,
+    .backupComplete,
+    .backupNoOffer,
+    .backupOverQuota,
+    .backupOutOfOrder,
+    .backupHashMismatch,
+    .backupTooManyPartial,
+    .backupSizeMismatch,
+    .backupMissingBlobs,
+    .backupSnapshotLimit,
+    .backupConflict,
+    .backupNotFound,
+    .backupBusy,
+    .backupBadRequest,
+  ]
+
+}
+
 /// Envelope message type 0x0001.
 public nonisolated struct Tandem_V1_Error: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -801,6 +915,446 @@ public nonisolated struct Tandem_V1_RelayGoodbye: Sendable {
   public init() {}
 }
 
+/// 0x0401 holder -> owner: "I hold up to quota_bytes for you". Outbox, acknowledged. quota_bytes 0
+/// withdraws the offer. A newer `version` replaces an older one; older or equal ones are ignored.
+public nonisolated struct Tandem_V1_BackupOffer: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var quotaBytes: UInt64 = 0
+
+  public var version: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0402 owner -> holder: which of these blobs do you hold, and how much of each?
+public nonisolated struct Tandem_V1_BackupHaveQuery: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var names: [Data] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Tandem_V1_BackupHolding: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var name: Data = Data()
+
+  /// The blob's declared size (0 when nothing is held).
+  public var size: UInt64 = 0
+
+  /// Bytes held: 0 = nothing; 0 < held < size: a partial blob; held = size: whole and hash-checked.
+  public var held: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0403 holder -> owner: one holding per queried name, in the query's order.
+public nonisolated struct Tandem_V1_BackupHaveReply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var status: Tandem_V1_BackupStatus = .unspecified
+
+  public var holdings: [Tandem_V1_BackupHolding] = []
+
+  public var quotaBytes: UInt64 = 0
+
+  public var usedBytes: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0404 owner -> holder: bytes [offset, offset + len(data)) of blob `name`, `size` bytes in all.
+public nonisolated struct Tandem_V1_BackupPiece: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var name: Data = Data()
+
+  public var size: UInt64 = 0
+
+  public var offset: UInt64 = 0
+
+  public var data: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0405 holder -> owner: the answer to BACKUP_PIECE, BACKUP_SNAPSHOT, BACKUP_FORGET and BACKUP_KIT_PUT.
+public nonisolated struct Tandem_V1_BackupReply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var status: Tandem_V1_BackupStatus = .unspecified
+
+  /// The blob the answer is about (pieces), else empty.
+  public var name: Data = Data()
+
+  /// Bytes of `name` held after the request (pieces).
+  public var held: UInt64 = 0
+
+  public var quotaBytes: UInt64 = 0
+
+  public var usedBytes: UInt64 = 0
+
+  /// For BACKUP_BUSY: when to ask again.
+  public var retryAfterMs: UInt64 = 0
+
+  /// Blobs freed (forget); at most the snapshot's blob limit.
+  public var freedBlobs: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// A snapshot: what completes a push.
+public nonisolated struct Tandem_V1_BackupSnapshotRecord: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var snapshotID: Data = Data()
+
+  public var createdAtMs: UInt64 = 0
+
+  /// Every blob the snapshot needs (packs and index blobs), sorted bytewise, distinct.
+  public var blobs: [Data] = []
+
+  /// The encrypted index files among `blobs`, sorted, distinct.
+  public var indexBlobs: [Data] = []
+
+  /// The sum of the sizes of `blobs`.
+  public var totalBytes: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0406 owner -> holder: record this snapshot (every blob must already be held whole).
+public nonisolated struct Tandem_V1_BackupSnapshot: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var record: Tandem_V1_BackupSnapshotRecord {
+    get {_record ?? Tandem_V1_BackupSnapshotRecord()}
+    set {_record = newValue}
+  }
+  /// Returns true if `record` has been explicitly set.
+  public var hasRecord: Bool {self._record != nil}
+  /// Clears the value of `record`. Subsequent reads from it will return its default value.
+  public mutating func clearRecord() {self._record = nil}
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+
+  fileprivate var _record: Tandem_V1_BackupSnapshotRecord? = nil
+}
+
+/// 0x0407 owner -> holder: keep the keep_last newest snapshots, free every blob none of them references.
+public nonisolated struct Tandem_V1_BackupForget: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var keepLast: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0408 owner -> holder: list my snapshots.
+public nonisolated struct Tandem_V1_BackupListQuery: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Tandem_V1_BackupSnapshotSummary: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var snapshotID: Data = Data()
+
+  public var createdAtMs: UInt64 = 0
+
+  public var blobCount: UInt32 = 0
+
+  public var indexBlobs: [Data] = []
+
+  public var totalBytes: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0409 holder -> owner: the snapshots, oldest first.
+public nonisolated struct Tandem_V1_BackupListReply: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var status: Tandem_V1_BackupStatus = .unspecified
+
+  public var snapshots: [Tandem_V1_BackupSnapshotSummary] = []
+
+  public var quotaBytes: UInt64 = 0
+
+  public var usedBytes: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Tandem_V1_BackupProofChallenge: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var name: Data = Data()
+
+  public var nonce: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x040A owner -> holder: prove you hold these blobs.
+public nonisolated struct Tandem_V1_BackupProve: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var challenges: [Tandem_V1_BackupProofChallenge] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Tandem_V1_BackupProofAnswer: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var name: Data = Data()
+
+  /// BACKUP_OK with `mac`, or BACKUP_NOT_FOUND.
+  public var status: Tandem_V1_BackupStatus = .unspecified
+
+  /// BLAKE2b-256(key = nonce, message = the blob's bytes).
+  public var mac: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x040B holder -> owner: one answer per challenge, in order.
+public nonisolated struct Tandem_V1_BackupProof: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var status: Tandem_V1_BackupStatus = .unspecified
+
+  public var answers: [Tandem_V1_BackupProofAnswer] = []
+
+  public var retryAfterMs: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x040C owner (or the restored owner) -> holder: bytes [offset, offset + length) of a blob of mine.
+public nonisolated struct Tandem_V1_BackupFetch: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var name: Data = Data()
+
+  public var offset: UInt64 = 0
+
+  public var length: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x040D holder -> owner: the bytes asked for (fewer at the blob's end).
+public nonisolated struct Tandem_V1_BackupFetched: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var status: Tandem_V1_BackupStatus = .unspecified
+
+  public var name: Data = Data()
+
+  public var size: UInt64 = 0
+
+  public var offset: UInt64 = 0
+
+  public var data: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x040E owner -> holder: keep my recovery kit under `locator` (replaces the previous one).
+public nonisolated struct Tandem_V1_BackupKitPut: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var locator: Data = Data()
+
+  public var version: UInt64 = 0
+
+  public var sealedKit: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x040F anyone -> holder: the kit stored under `locator`, if any.
+public nonisolated struct Tandem_V1_BackupKitGet: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var locator: Data = Data()
+
+  /// Which of the kits held under `locator` (0 first; several owners may have used one locator).
+  public var index: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0410 holder -> asker: the kit, or BACKUP_NOT_FOUND (also when rate-limited: see backup.md).
+public nonisolated struct Tandem_V1_BackupKit: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var requestID: Data = Data()
+
+  public var status: Tandem_V1_BackupStatus = .unspecified
+
+  public var version: UInt64 = 0
+
+  public var sealedKit: Data = Data()
+
+  /// The key of the owner that put this kit (the opened kit's identity must be this key).
+  public var owner: Data = Data()
+
+  /// How many kits are held under the locator (at most 4).
+  public var count: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// The plaintext of a sealed recovery kit (backup.md, "Recovery kit").
+public nonisolated struct Tandem_V1_RecoveryKitContents: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// The node's Ed25519 seed (32 bytes).
+  public var identitySeed: Data = Data()
+
+  /// The vault's keys file, byte for byte (Protocol/vault.md), or empty without a vault.
+  public var vaultKeysFile: Data = Data()
+
+  /// The real vault's master key (32 bytes), or empty without a vault.
+  public var vaultMasterKey: Data = Data()
+
+  /// Each friend's newest signed envelope carrying its contact record (section 12.1).
+  public var friendContacts: [Data] = []
+
+  /// Home relays, "ID@host:port".
+  public var homeRelays: [String] = []
+
+  /// The ledger's entries, oldest first, as stored (section 13.7).
+  public var ledgerEntries: [Data] = []
+
+  public var createdAtMs: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "tandem.v1"
@@ -819,6 +1373,10 @@ nonisolated extension Tandem_V1_ParticipantResult: SwiftProtobuf._ProtoNameProvi
 
 nonisolated extension Tandem_V1_RelayStatus: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0RELAY_STATUS_UNSPECIFIED\0\u{1}OK\0\u{1}OFFLINE\0\u{1}LIMIT\0\u{1}UNKNOWN_RECIPIENT\0\u{1}BAD_REQUEST\0\u{1}UNAVAILABLE\0")
+}
+
+nonisolated extension Tandem_V1_BackupStatus: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0BACKUP_STATUS_UNSPECIFIED\0\u{1}BACKUP_OK\0\u{1}BACKUP_COMPLETE\0\u{1}BACKUP_NO_OFFER\0\u{1}BACKUP_OVER_QUOTA\0\u{1}BACKUP_OUT_OF_ORDER\0\u{1}BACKUP_HASH_MISMATCH\0\u{1}BACKUP_TOO_MANY_PARTIAL\0\u{1}BACKUP_SIZE_MISMATCH\0\u{1}BACKUP_MISSING_BLOBS\0\u{1}BACKUP_SNAPSHOT_LIMIT\0\u{1}BACKUP_CONFLICT\0\u{1}BACKUP_NOT_FOUND\0\u{1}BACKUP_BUSY\0\u{1}BACKUP_BAD_REQUEST\0")
 }
 
 nonisolated extension Tandem_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -1963,6 +2521,990 @@ nonisolated extension Tandem_V1_RelayGoodbye: SwiftProtobuf.Message, SwiftProtob
   public static func ==(lhs: Tandem_V1_RelayGoodbye, rhs: Tandem_V1_RelayGoodbye) -> Bool {
     if lhs.reason != rhs.reason {return false}
     if lhs.retryAfterMs != rhs.retryAfterMs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupOffer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupOffer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}quota_bytes\0\u{1}version\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.quotaBytes) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.version) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.quotaBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.quotaBytes, fieldNumber: 1)
+    }
+    if self.version != 0 {
+      try visitor.visitSingularUInt64Field(value: self.version, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupOffer, rhs: Tandem_V1_BackupOffer) -> Bool {
+    if lhs.quotaBytes != rhs.quotaBytes {return false}
+    if lhs.version != rhs.version {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupHaveQuery: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupHaveQuery"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}names\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeRepeatedBytesField(value: &self.names) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.names.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.names, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupHaveQuery, rhs: Tandem_V1_BackupHaveQuery) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.names != rhs.names {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupHolding: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupHolding"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}size\0\u{1}held\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.name) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.held) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.name.isEmpty {
+      try visitor.visitSingularBytesField(value: self.name, fieldNumber: 1)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 2)
+    }
+    if self.held != 0 {
+      try visitor.visitSingularUInt64Field(value: self.held, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupHolding, rhs: Tandem_V1_BackupHolding) -> Bool {
+    if lhs.name != rhs.name {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.held != rhs.held {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupHaveReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupHaveReply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}status\0\u{1}holdings\0\u{3}quota_bytes\0\u{3}used_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.status) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.holdings) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.quotaBytes) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.usedBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if self.status != .unspecified {
+      try visitor.visitSingularEnumField(value: self.status, fieldNumber: 2)
+    }
+    if !self.holdings.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.holdings, fieldNumber: 3)
+    }
+    if self.quotaBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.quotaBytes, fieldNumber: 4)
+    }
+    if self.usedBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.usedBytes, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupHaveReply, rhs: Tandem_V1_BackupHaveReply) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.status != rhs.status {return false}
+    if lhs.holdings != rhs.holdings {return false}
+    if lhs.quotaBytes != rhs.quotaBytes {return false}
+    if lhs.usedBytes != rhs.usedBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupPiece: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupPiece"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}name\0\u{1}size\0\u{1}offset\0\u{1}data\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.name) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 5: try { try decoder.decodeSingularBytesField(value: &self.data) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularBytesField(value: self.name, fieldNumber: 2)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 3)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 4)
+    }
+    if !self.data.isEmpty {
+      try visitor.visitSingularBytesField(value: self.data, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupPiece, rhs: Tandem_V1_BackupPiece) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.data != rhs.data {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupReply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}status\0\u{1}name\0\u{1}held\0\u{3}quota_bytes\0\u{3}used_bytes\0\u{3}retry_after_ms\0\u{3}freed_blobs\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.status) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.name) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.held) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.quotaBytes) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.usedBytes) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.retryAfterMs) }()
+      case 8: try { try decoder.decodeSingularUInt64Field(value: &self.freedBlobs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if self.status != .unspecified {
+      try visitor.visitSingularEnumField(value: self.status, fieldNumber: 2)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularBytesField(value: self.name, fieldNumber: 3)
+    }
+    if self.held != 0 {
+      try visitor.visitSingularUInt64Field(value: self.held, fieldNumber: 4)
+    }
+    if self.quotaBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.quotaBytes, fieldNumber: 5)
+    }
+    if self.usedBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.usedBytes, fieldNumber: 6)
+    }
+    if self.retryAfterMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.retryAfterMs, fieldNumber: 7)
+    }
+    if self.freedBlobs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.freedBlobs, fieldNumber: 8)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupReply, rhs: Tandem_V1_BackupReply) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.status != rhs.status {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.held != rhs.held {return false}
+    if lhs.quotaBytes != rhs.quotaBytes {return false}
+    if lhs.usedBytes != rhs.usedBytes {return false}
+    if lhs.retryAfterMs != rhs.retryAfterMs {return false}
+    if lhs.freedBlobs != rhs.freedBlobs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupSnapshotRecord: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupSnapshotRecord"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}snapshot_id\0\u{3}created_at_ms\0\u{1}blobs\0\u{3}index_blobs\0\u{3}total_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.snapshotID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.createdAtMs) }()
+      case 3: try { try decoder.decodeRepeatedBytesField(value: &self.blobs) }()
+      case 4: try { try decoder.decodeRepeatedBytesField(value: &self.indexBlobs) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.totalBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.snapshotID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.snapshotID, fieldNumber: 1)
+    }
+    if self.createdAtMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.createdAtMs, fieldNumber: 2)
+    }
+    if !self.blobs.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.blobs, fieldNumber: 3)
+    }
+    if !self.indexBlobs.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.indexBlobs, fieldNumber: 4)
+    }
+    if self.totalBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.totalBytes, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupSnapshotRecord, rhs: Tandem_V1_BackupSnapshotRecord) -> Bool {
+    if lhs.snapshotID != rhs.snapshotID {return false}
+    if lhs.createdAtMs != rhs.createdAtMs {return false}
+    if lhs.blobs != rhs.blobs {return false}
+    if lhs.indexBlobs != rhs.indexBlobs {return false}
+    if lhs.totalBytes != rhs.totalBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupSnapshot: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupSnapshot"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}record\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularMessageField(value: &self._record) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    try { if let v = self._record {
+      try visitor.visitSingularMessageField(value: v, fieldNumber: 2)
+    } }()
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupSnapshot, rhs: Tandem_V1_BackupSnapshot) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs._record != rhs._record {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupForget: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupForget"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{3}keep_last\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.keepLast) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if self.keepLast != 0 {
+      try visitor.visitSingularUInt32Field(value: self.keepLast, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupForget, rhs: Tandem_V1_BackupForget) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.keepLast != rhs.keepLast {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupListQuery: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupListQuery"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupListQuery, rhs: Tandem_V1_BackupListQuery) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupSnapshotSummary: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupSnapshotSummary"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}snapshot_id\0\u{3}created_at_ms\0\u{3}blob_count\0\u{3}index_blobs\0\u{3}total_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.snapshotID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.createdAtMs) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.blobCount) }()
+      case 4: try { try decoder.decodeRepeatedBytesField(value: &self.indexBlobs) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.totalBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.snapshotID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.snapshotID, fieldNumber: 1)
+    }
+    if self.createdAtMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.createdAtMs, fieldNumber: 2)
+    }
+    if self.blobCount != 0 {
+      try visitor.visitSingularUInt32Field(value: self.blobCount, fieldNumber: 3)
+    }
+    if !self.indexBlobs.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.indexBlobs, fieldNumber: 4)
+    }
+    if self.totalBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.totalBytes, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupSnapshotSummary, rhs: Tandem_V1_BackupSnapshotSummary) -> Bool {
+    if lhs.snapshotID != rhs.snapshotID {return false}
+    if lhs.createdAtMs != rhs.createdAtMs {return false}
+    if lhs.blobCount != rhs.blobCount {return false}
+    if lhs.indexBlobs != rhs.indexBlobs {return false}
+    if lhs.totalBytes != rhs.totalBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupListReply: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupListReply"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}status\0\u{1}snapshots\0\u{3}quota_bytes\0\u{3}used_bytes\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.status) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.snapshots) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.quotaBytes) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.usedBytes) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if self.status != .unspecified {
+      try visitor.visitSingularEnumField(value: self.status, fieldNumber: 2)
+    }
+    if !self.snapshots.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.snapshots, fieldNumber: 3)
+    }
+    if self.quotaBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.quotaBytes, fieldNumber: 4)
+    }
+    if self.usedBytes != 0 {
+      try visitor.visitSingularUInt64Field(value: self.usedBytes, fieldNumber: 5)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupListReply, rhs: Tandem_V1_BackupListReply) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.status != rhs.status {return false}
+    if lhs.snapshots != rhs.snapshots {return false}
+    if lhs.quotaBytes != rhs.quotaBytes {return false}
+    if lhs.usedBytes != rhs.usedBytes {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupProofChallenge: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupProofChallenge"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}nonce\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.name) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.nonce) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.name.isEmpty {
+      try visitor.visitSingularBytesField(value: self.name, fieldNumber: 1)
+    }
+    if !self.nonce.isEmpty {
+      try visitor.visitSingularBytesField(value: self.nonce, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupProofChallenge, rhs: Tandem_V1_BackupProofChallenge) -> Bool {
+    if lhs.name != rhs.name {return false}
+    if lhs.nonce != rhs.nonce {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupProve: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupProve"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}challenges\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.challenges) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.challenges.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.challenges, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupProve, rhs: Tandem_V1_BackupProve) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.challenges != rhs.challenges {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupProofAnswer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupProofAnswer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}name\0\u{1}status\0\u{1}mac\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.name) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.status) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.mac) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.name.isEmpty {
+      try visitor.visitSingularBytesField(value: self.name, fieldNumber: 1)
+    }
+    if self.status != .unspecified {
+      try visitor.visitSingularEnumField(value: self.status, fieldNumber: 2)
+    }
+    if !self.mac.isEmpty {
+      try visitor.visitSingularBytesField(value: self.mac, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupProofAnswer, rhs: Tandem_V1_BackupProofAnswer) -> Bool {
+    if lhs.name != rhs.name {return false}
+    if lhs.status != rhs.status {return false}
+    if lhs.mac != rhs.mac {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupProof: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupProof"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}status\0\u{1}answers\0\u{3}retry_after_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.status) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.answers) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.retryAfterMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if self.status != .unspecified {
+      try visitor.visitSingularEnumField(value: self.status, fieldNumber: 2)
+    }
+    if !self.answers.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.answers, fieldNumber: 3)
+    }
+    if self.retryAfterMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.retryAfterMs, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupProof, rhs: Tandem_V1_BackupProof) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.status != rhs.status {return false}
+    if lhs.answers != rhs.answers {return false}
+    if lhs.retryAfterMs != rhs.retryAfterMs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupFetch: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupFetch"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}name\0\u{1}offset\0\u{1}length\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.name) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 4: try { try decoder.decodeSingularUInt32Field(value: &self.length) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularBytesField(value: self.name, fieldNumber: 2)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 3)
+    }
+    if self.length != 0 {
+      try visitor.visitSingularUInt32Field(value: self.length, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupFetch, rhs: Tandem_V1_BackupFetch) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.length != rhs.length {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupFetched: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupFetched"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}status\0\u{1}name\0\u{1}size\0\u{1}offset\0\u{1}data\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.status) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.name) }()
+      case 4: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 5: try { try decoder.decodeSingularUInt64Field(value: &self.offset) }()
+      case 6: try { try decoder.decodeSingularBytesField(value: &self.data) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if self.status != .unspecified {
+      try visitor.visitSingularEnumField(value: self.status, fieldNumber: 2)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularBytesField(value: self.name, fieldNumber: 3)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 4)
+    }
+    if self.offset != 0 {
+      try visitor.visitSingularUInt64Field(value: self.offset, fieldNumber: 5)
+    }
+    if !self.data.isEmpty {
+      try visitor.visitSingularBytesField(value: self.data, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupFetched, rhs: Tandem_V1_BackupFetched) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.status != rhs.status {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.offset != rhs.offset {return false}
+    if lhs.data != rhs.data {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupKitPut: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupKitPut"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}locator\0\u{1}version\0\u{3}sealed_kit\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.locator) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.version) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.sealedKit) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.locator.isEmpty {
+      try visitor.visitSingularBytesField(value: self.locator, fieldNumber: 2)
+    }
+    if self.version != 0 {
+      try visitor.visitSingularUInt64Field(value: self.version, fieldNumber: 3)
+    }
+    if !self.sealedKit.isEmpty {
+      try visitor.visitSingularBytesField(value: self.sealedKit, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupKitPut, rhs: Tandem_V1_BackupKitPut) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.locator != rhs.locator {return false}
+    if lhs.version != rhs.version {return false}
+    if lhs.sealedKit != rhs.sealedKit {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupKitGet: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupKitGet"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}locator\0\u{1}index\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.locator) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.index) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if !self.locator.isEmpty {
+      try visitor.visitSingularBytesField(value: self.locator, fieldNumber: 2)
+    }
+    if self.index != 0 {
+      try visitor.visitSingularUInt32Field(value: self.index, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupKitGet, rhs: Tandem_V1_BackupKitGet) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.locator != rhs.locator {return false}
+    if lhs.index != rhs.index {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_BackupKit: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".BackupKit"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}request_id\0\u{1}status\0\u{1}version\0\u{3}sealed_kit\0\u{1}owner\0\u{1}count\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.requestID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.status) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.version) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.sealedKit) }()
+      case 5: try { try decoder.decodeSingularBytesField(value: &self.owner) }()
+      case 6: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.requestID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.requestID, fieldNumber: 1)
+    }
+    if self.status != .unspecified {
+      try visitor.visitSingularEnumField(value: self.status, fieldNumber: 2)
+    }
+    if self.version != 0 {
+      try visitor.visitSingularUInt64Field(value: self.version, fieldNumber: 3)
+    }
+    if !self.sealedKit.isEmpty {
+      try visitor.visitSingularBytesField(value: self.sealedKit, fieldNumber: 4)
+    }
+    if !self.owner.isEmpty {
+      try visitor.visitSingularBytesField(value: self.owner, fieldNumber: 5)
+    }
+    if self.count != 0 {
+      try visitor.visitSingularUInt32Field(value: self.count, fieldNumber: 6)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_BackupKit, rhs: Tandem_V1_BackupKit) -> Bool {
+    if lhs.requestID != rhs.requestID {return false}
+    if lhs.status != rhs.status {return false}
+    if lhs.version != rhs.version {return false}
+    if lhs.sealedKit != rhs.sealedKit {return false}
+    if lhs.owner != rhs.owner {return false}
+    if lhs.count != rhs.count {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecoveryKitContents"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}identity_seed\0\u{3}vault_keys_file\0\u{3}vault_master_key\0\u{3}friend_contacts\0\u{3}home_relays\0\u{3}ledger_entries\0\u{3}created_at_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.identitySeed) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.vaultKeysFile) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.vaultMasterKey) }()
+      case 4: try { try decoder.decodeRepeatedBytesField(value: &self.friendContacts) }()
+      case 5: try { try decoder.decodeRepeatedStringField(value: &self.homeRelays) }()
+      case 6: try { try decoder.decodeRepeatedBytesField(value: &self.ledgerEntries) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.createdAtMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.identitySeed.isEmpty {
+      try visitor.visitSingularBytesField(value: self.identitySeed, fieldNumber: 1)
+    }
+    if !self.vaultKeysFile.isEmpty {
+      try visitor.visitSingularBytesField(value: self.vaultKeysFile, fieldNumber: 2)
+    }
+    if !self.vaultMasterKey.isEmpty {
+      try visitor.visitSingularBytesField(value: self.vaultMasterKey, fieldNumber: 3)
+    }
+    if !self.friendContacts.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.friendContacts, fieldNumber: 4)
+    }
+    if !self.homeRelays.isEmpty {
+      try visitor.visitRepeatedStringField(value: self.homeRelays, fieldNumber: 5)
+    }
+    if !self.ledgerEntries.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.ledgerEntries, fieldNumber: 6)
+    }
+    if self.createdAtMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.createdAtMs, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_RecoveryKitContents, rhs: Tandem_V1_RecoveryKitContents) -> Bool {
+    if lhs.identitySeed != rhs.identitySeed {return false}
+    if lhs.vaultKeysFile != rhs.vaultKeysFile {return false}
+    if lhs.vaultMasterKey != rhs.vaultMasterKey {return false}
+    if lhs.friendContacts != rhs.friendContacts {return false}
+    if lhs.homeRelays != rhs.homeRelays {return false}
+    if lhs.ledgerEntries != rhs.ledgerEntries {return false}
+    if lhs.createdAtMs != rhs.createdAtMs {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
