@@ -176,3 +176,12 @@ private func systemRename(_ from: String, _ to: String) -> Int32 {
     return Darwin.rename(from, to)
     #endif
 }
+
+/// Durable file writes for the vault's neighbours in the node (the recovery code): the same
+/// temporary-file, fsync, rename, directory-fsync sequence the vault uses for its own files.
+public enum DurableFile {
+    /// Writes `bytes` to `url` (mode 0600) atomically and durably; a `.io` VaultError on failure.
+    public static func write(_ bytes: [UInt8], to url: URL) throws {
+        try FileIO.writeAtomically(bytes, to: url)
+    }
+}

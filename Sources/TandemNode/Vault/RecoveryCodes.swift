@@ -66,22 +66,11 @@ enum RecoveryCodes {
         return nil
     }
 
-    /// Writes `bytes` to `url` (0600) through a temporary file, synced, then renamed.
     static func writePrivate(_ bytes: [UInt8], to url: URL) throws {
-        let temp = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(hexString(Sodium.randomBytes(4)))")
-        let fd = Foundation.open(temp.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw NodeError.failed("cannot write \(temp.path): \(String(cString: strerror(errno)))") }
-        var ok = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) == $0.count }
-        ok = ok && fsync(fd) == 0
-        close(fd)
-        guard ok, rename(temp.path, url.path) == 0 else {
-            unlink(temp.path)
-            throw NodeError.failed("cannot write \(url.path): \(String(cString: strerror(errno)))")
-        }
-        let dir = Foundation.open(url.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dir >= 0 {
-            _ = fsync(dir)
-            close(dir)
+        do {
+            try DurableFile.write(bytes, to: url)
+        } catch {
+            throw NodeError.failed("cannot write \(url.path): \(error)")
         }
     }
 }
