@@ -42,6 +42,8 @@ public final class NodeRuntime: Sendable {
     public let relays: RelayClient
     /// The encrypted vault (`<data-dir>/vault`).
     public let vault: VaultService
+    /// Backups: what this node holds for friends, and its pushes to them.
+    public let backup: BackupService
     /// The one owner of the node's state: every store access and flow step runs on its thread.
     let core: NodeCore
     /// Frames owed to peers, until acknowledged.
@@ -127,8 +129,13 @@ public final class NodeRuntime: Sendable {
         let challenges = ChallengeService(identity: identity, store: store, core: core, peers: peers, events: events, outbox: outbox,
                                           presence: presence, clock: clock, health: health, signals: signals, logger: logger)
         self.challenges = challenges
+        let backup = BackupService(identity: identity, store: store, core: core, peers: peers,
+                                   dialer: Dialer(store: store, core: core, peers: peers, relays: relays, health: health, logger: logger),
+                                   outbox: outbox, events: events, health: health, signals: signals, dataDirectory: dataDirectory,
+                                   logger: logger)
+        self.backup = backup
         self.frameRouter = NodeFrameRouter(friends: friends, presence: presence, outbox: outbox, clock: clock, challenges: challenges,
-                                           store: store, events: events, health: health)
+                                           backup: backup, store: store, events: events, health: health)
         self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store, core: core,
                                   events: events, health: health, configuration: configuration.vault, group: group, logger: logger)
         let discoverable = DiscoverableSetting(store: store, signals: signals, health: health)
@@ -154,6 +161,7 @@ public final class NodeRuntime: Sendable {
         challenges.registerControlMethods(on: router)
         relays.registerControlMethods(on: router, friends: friends, core: core)
         vault.registerControlMethods(on: router)
+        backup.registerControlMethods(on: router)
         registerStatus()
         for row in quarantined {
             events.emit("store.quarantined", ["kind": .string(row.kind), "key": .string(hexString(row.rowKey)),
@@ -239,6 +247,7 @@ public final class NodeRuntime: Sendable {
         services.append(ChallengeLoop(challenges: challenges, listener: listener))
         services.append(RelayLoop(relays: relays, listener: listener))
         services.append(vault)
+        services.append(backup)
         if let discovery { services.append(DiscoveryAfterListener(node: self, discovery: discovery)) }
         services.append(NodeAnnouncer(node: self))
         return services

@@ -46,12 +46,12 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
     public static let relayGoodbye = MessageType(rawValue: 0x0309)
 
     /// Types this implementation understands.
-    public static let known: Set<MessageType> = [.error, .ping, .pong, .friendRequest, .friendAccept, .friendDecline,
+    public static let known: Set<MessageType> = Set<MessageType>([.error, .ping, .pong, .friendRequest, .friendAccept, .friendDecline,
                                                  .friendRemove, .contactUpdate, .presence, .ack, .clockProbe, .clockReply,
                                                  .challengeInvite, .challengeAnswer, .challengeStart, .challengeCancel,
                                                  .challengeQuit, .challengeOutcome, .relayRegister, .relayRegistered,
                                                  .tunnelOpen, .relayReply, .tunnelIncoming, .mailboxPut, .mailboxItem,
-                                                 .mailboxAck, .relayGoodbye]
+                                                 .mailboxAck, .relayGoodbye]).union(backupTypes)
 
     public var description: String {
         switch self {

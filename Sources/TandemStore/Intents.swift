@@ -18,6 +18,18 @@ extension NodeStore {
                            arguments: [key, value])
         }
     }
+
+    /// Every setting whose key starts with `prefix`, by key.
+    public func settings(prefix: String) throws -> [(key: String, value: String)] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT key, value FROM setting WHERE substr(key, 1, ?) = ? ORDER BY key",
+                             arguments: [prefix.count, prefix]).map { ($0["key"], $0["value"]) }
+        }
+    }
+
+    public func removeSetting(_ key: String) throws {
+        try write { db in try db.execute(sql: "DELETE FROM setting WHERE key = ?", arguments: [key]) }
+    }
 }
 
 // MARK: - Contacts and friends

@@ -5,10 +5,10 @@ import Darwin
 #endif
 import Foundation
 
-/// The few POSIX file operations the vault needs, with errors that say which file and why.
+/// The few POSIX file operations the vault (and the node's backup holder) needs, with errors that say which file and why.
 /// POSIX rather than FileHandle so fsync of files and directories and pread are explicit.
-enum FileIO {
-    static func errorText() -> String { String(cString: strerror(errno)) }
+public enum FileIO {
+    public static func errorText() -> String { String(cString: strerror(errno)) }
 
     /// Writes `parts` to `url` atomically and durably: a temporary file in the same directory, fsync,
     /// rename over `url`, fsync of the directory. After it returns the file is on disk whole; a crash
@@ -33,11 +33,11 @@ enum FileIO {
         try syncDirectory(dir)
     }
 
-    static func writeAtomically(_ bytes: [UInt8], to url: URL) throws {
+    public static func writeAtomically(_ bytes: [UInt8], to url: URL) throws {
         try bytes.withUnsafeBytes { try writeAtomically([$0], to: url) }
     }
 
-    static func writeAll(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, path: String) throws {
+    public static func writeAll(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, path: String) throws {
         guard var p = buffer.baseAddress else { return }
         var left = buffer.count
         while left > 0 {
@@ -52,24 +52,24 @@ enum FileIO {
     }
 
     /// A new file open for writing (mode 0600); fails if it exists.
-    static func createExclusive(_ url: URL) throws -> Int32 {
+    public static func createExclusive(_ url: URL) throws -> Int32 {
         let fd = open(url.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw VaultError.io("cannot create \(url.path): \(errorText())") }
         return fd
     }
 
-    static func rename(_ from: URL, to: URL) throws {
+    public static func rename(_ from: URL, to: URL) throws {
         guard systemRename(from.path, to.path) == 0 else { throw VaultError.io("rename to \(to.path): \(errorText())") }
     }
 
-    static func syncDirectory(_ dir: URL) throws {
+    public static func syncDirectory(_ dir: URL) throws {
         let fd = open(dir.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw VaultError.io("open directory \(dir.path): \(errorText())") }
         defer { close(fd) }
         guard fsync(fd) == 0 else { throw VaultError.io("fsync directory \(dir.path): \(errorText())") }
     }
 
-    static func createDirectory(_ dir: URL) throws {
+    public static func createDirectory(_ dir: URL) throws {
         do {
             try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
@@ -78,13 +78,13 @@ enum FileIO {
         }
     }
 
-    static func exists(_ url: URL) -> Bool {
+    public static func exists(_ url: URL) -> Bool {
         var st = stat()
         return stat(url.path, &st) == 0
     }
 
     /// The whole file, refusing one larger than `limit` bytes (before reading it).
-    static func readAll(_ url: URL, limit: Int, what: String) throws -> [UInt8] {
+    public static func readAll(_ url: URL, limit: Int, what: String) throws -> [UInt8] {
         let file = try ReadFile(url, what: what)
         guard file.size <= Int64(limit) else { throw VaultError.corrupt("\(what) is \(file.size) bytes (at most \(limit))") }
         var out = [UInt8](repeating: 0, count: Int(file.size))
@@ -92,7 +92,7 @@ enum FileIO {
         return out
     }
 
-    static func remove(_ url: URL) throws {
+    public static func remove(_ url: URL) throws {
         guard unlink(url.path) == 0 || errno == ENOENT else { throw VaultError.io("cannot remove \(url.path): \(errorText())") }
     }
 
@@ -103,12 +103,12 @@ enum FileIO {
 }
 
 /// A file open for reading, with its size taken once; reads are positional (pread).
-final class ReadFile {
-    let fd: Int32
-    let size: Int64
-    let path: String
+public final class ReadFile {
+    public let fd: Int32
+    public let size: Int64
+    public let path: String
 
-    init(_ url: URL, what: String) throws {
+    public init(_ url: URL, what: String) throws {
         path = url.path
         fd = open(url.path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
@@ -128,7 +128,7 @@ final class ReadFile {
 
     /// Fills `buffer` from `offset`; a short file is `.corrupt` (the caller checked offsets against
     /// the size it expected, so running out means the file changed or is damaged).
-    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws {
+    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws {
         guard var p = buffer.baseAddress else { return }
         var left = buffer.count
         var at = off_t(offset)
@@ -146,7 +146,7 @@ final class ReadFile {
     }
 
     /// Up to `buffer.count` bytes from the current sequential position (for streaming imports); 0 at end.
-    func readSome(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    public func readSome(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let p = buffer.baseAddress else { return 0 }
         while true {
             let n = systemRead(fd, p, buffer.count)

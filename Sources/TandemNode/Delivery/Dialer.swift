@@ -20,14 +20,19 @@ struct Dialer: OutboxTransport {
 
     func link(to key: [UInt8]) -> OutboxLink? { peers.link(to: key) }
 
-    func dial(_ key: [UInt8]) async -> DialOutcome {
-        let (known, relay) = await core.run {
+    func dial(_ key: [UInt8]) async -> DialOutcome { await dial(key, lanOnly: false) }
+
+    /// `lanOnly`: only addresses on this machine or a private network, never a relay (backups'
+    /// `--lan-only`).
+    func dial(_ key: [UInt8], lanOnly: Bool) async -> DialOutcome {
+        let (known, storedRelay) = await core.run {
             (health.read("read a peer's addresses", or: []) { try store.addresses(key) },
              health.read("read a peer's relay", or: nil) { try store.peerRelay(key) })
         }
+        let relay = lanOnly ? nil : storedRelay
         let candidates = DialPolicy.order(known.map {
             DialPolicy.Candidate(host: $0.host, port: $0.port, source: AddressSource(stored: $0.source))
-        })
+        }).filter { !lanOnly || Self.isLocal($0.host) }
         for a in candidates {
             var host = a.host
             if a.source == .claimed, AddressScope(host: host) == .name {
@@ -60,6 +65,11 @@ struct Dialer: OutboxTransport {
 
     func deposit(_ envelopes: [Envelope], via relay: RelayAddress) async throws -> [[UInt8]] {
         try await relays.deposit(envelopes, via: relay)
+    }
+
+    /// On this machine or a private network (loopback, RFC 1918 / ULA, link-local).
+    static func isLocal(_ host: String) -> Bool {
+        [.loopback, .privateNetwork, .linkLocal].contains(AddressScope(host: host))
     }
 
     /// The first address a DNS name resolves to, when it is global (a claimed name must not lead

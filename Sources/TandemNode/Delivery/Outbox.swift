@@ -187,7 +187,7 @@ final class Outbox: @unchecked Sendable {
         if error.code == .replayed, error.refMessageID.count == 16 { delivered(Array(error.refMessageID), by: key) }
     }
 
-    static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate]
+    static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .backupOffer]
 
     static func isDurable(_ type: MessageType) -> Bool {
         durable.contains(type) || MessageType.challengeRange.contains(type.rawValue)

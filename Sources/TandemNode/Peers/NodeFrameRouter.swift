@@ -3,7 +3,7 @@ import TandemProtocol
 import TandemStore
 
 /// Hands each inbound event to the flow it belongs to, on the node core: clock sync, challenges
-/// (0x02xx), acknowledgements and presence, friends (the rest). Frames from blocked IDs go to the
+/// (0x02xx), backups (0x04xx), acknowledgements and presence, friends (the rest). Frames from blocked IDs go to the
 /// friends flow, which drops them.
 struct NodeFrameRouter: InboundConsumer {
     let friends: FriendService
@@ -11,6 +11,7 @@ struct NodeFrameRouter: InboundConsumer {
     let outbox: Outbox
     let clock: ClockSync
     let challenges: ChallengeService
+    let backup: BackupService
     let store: NodeStore
     let events: EventBus
     let health: StoreHealth
@@ -64,6 +65,7 @@ struct NodeFrameRouter: InboundConsumer {
     }
 
     private func route(_ envelope: Envelope, from link: PeerLink?) {
+        if envelope.type.isBackup { return backup.handle(envelope, from: link) }
         if envelope.type.isChallenge {
             let blocked = health.read("read a contact", or: nil) { try store.contact(envelope.author) }?.relationship == .blocked
             if !blocked { return challenges.handle(envelope, from: link) }

@@ -97,6 +97,106 @@ public struct BackupHolderBook: Sendable, Equatable {
         return .recorded
     }
 
+    // MARK: loading what a holder kept
+
+    /// What the holder's files say about one owner, as read back after a restart.
+    public struct StoredShelf: Sendable, Equatable {
+        public var quotaBytes: Int64
+        public var offerVersion: UInt64
+        /// Whole blobs: checked before they were renamed into place; size from the file.
+        public var whole: [BlobName: Int64]
+        /// Unfinished blobs: declared size and the partial file's length.
+        public var partial: [BlobName: (size: Int64, held: Int64)]
+        public var snapshots: [BackupSnapshotRecord]
+        public var kit: (locator: KitLocator, version: UInt64, size: Int64)?
+
+        public init(quotaBytes: Int64, offerVersion: UInt64, whole: [BlobName: Int64] = [:],
+                    partial: [BlobName: (size: Int64, held: Int64)] = [:], snapshots: [BackupSnapshotRecord] = [],
+                    kit: (locator: KitLocator, version: UInt64, size: Int64)? = nil) {
+            self.quotaBytes = quotaBytes
+            self.offerVersion = offerVersion
+            self.whole = whole
+            self.partial = partial
+            self.snapshots = snapshots
+            self.kit = kit
+        }
+
+        public static func == (a: StoredShelf, b: StoredShelf) -> Bool {
+            a.quotaBytes == b.quotaBytes && a.offerVersion == b.offerVersion && a.whole == b.whole
+                && a.partial.mapValues { [$0.size, $0.held] } == b.partial.mapValues { [$0.size, $0.held] }
+                && a.snapshots == b.snapshots && a.kit?.locator == b.kit?.locator && a.kit?.version == b.kit?.version
+                && a.kit?.size == b.kit?.size
+        }
+    }
+
+    /// What `load` set aside because it broke a rule (the service deletes these files).
+    public struct LoadReport: Sendable, Equatable {
+        public var discardedBlobs: [BlobName] = []
+        public var discardedSnapshots = 0
+        public var discardedKit = false
+    }
+
+    /// Puts an owner's shelf back from the holder's files, applying the same limits as when the
+    /// data arrived: sizes in range, at most 8 partial and 65 536 blobs, snapshots only over
+    /// whole blobs whose sizes add up, at most 64, kits at most 4 per locator. Whatever breaks a
+    /// rule is left out and reported, never fatal. An owner already loaded is replaced.
+    public mutating func load(owner: OwnerKey, _ stored: StoredShelf, nowMs: UInt64) -> LoadReport {
+        var report = LoadReport()
+        let quota = min(max(stored.quotaBytes, 0), BackupLimits.maximumQuotaBytes)
+        guard quota > 0, (1...BackupLimits.maximumVersion).contains(stored.offerVersion) else {
+            report.discardedBlobs = (Array(stored.whole.keys) + Array(stored.partial.keys)).sorted()
+            report.discardedSnapshots = stored.snapshots.count
+            report.discardedKit = stored.kit != nil
+            shelves[owner] = nil
+            return report
+        }
+        var s = Shelf(quotaBytes: quota, offerVersion: stored.offerVersion)
+        s.proofRefilledMs = nowMs
+        let sizes = 1...BackupLimits.maximumBlobBytes
+        for (name, size) in stored.whole.sorted(by: { $0.key < $1.key }) {
+            guard sizes.contains(size), s.blobs.count < BackupLimits.blobsPerOwner else {
+                report.discardedBlobs.append(name)
+                continue
+            }
+            s.blobs[name] = Blob(size: size, state: .whole, touchedMs: nowMs)
+            s.usedBytes += size
+        }
+        for (name, p) in stored.partial.sorted(by: { $0.key < $1.key }) {
+            guard s.blobs[name] == nil, sizes.contains(p.size), s.partialCount < BackupLimits.partialBlobsPerOwner,
+                  s.blobs.count < BackupLimits.blobsPerOwner else {
+                report.discardedBlobs.append(name)
+                continue
+            }
+            s.blobs[name] = Blob(size: p.size, state: .partial(held: min(max(p.held, 0), p.size - 1)), touchedMs: nowMs)
+            s.usedBytes += p.size
+        }
+        var seen = Set<[UInt8]>()
+        for r in stored.snapshots {
+            let whole = r.blobs.allSatisfy { s.blobs[$0]?.state == .whole }
+            let total = r.blobs.reduce(Int64(0)) { $0 + (s.blobs[$1]?.size ?? 0) }
+            guard whole, total == r.totalBytes, s.snapshots.count < BackupLimits.snapshotsPerOwner,
+                  seen.insert(r.snapshotID).inserted else {
+                report.discardedSnapshots += 1
+                continue
+            }
+            s.snapshots.append(r)
+        }
+        if let k = stored.kit {
+            let others = shelves.filter { $0.key != owner && $0.value.kit?.locator == k.locator }.count
+            if (Int64(BackupLimits.minimumSealedKitBytes)...Int64(BackupLimits.maximumSealedKitBytes)).contains(k.size),
+               (1...BackupLimits.maximumVersion).contains(k.version), others < BackupLimits.kitsPerLocator {
+                kitSequence += 1
+                s.kit = Kit(locator: k.locator, version: k.version, size: k.size, firstPutSequence: kitSequence)
+                s.usedBytes += k.size
+            } else {
+                report.discardedKit = true
+            }
+        }
+        shelves[owner] = s
+        report.discardedBlobs.sort()
+        return report
+    }
+
     // MARK: have
 
     public func have(owner: OwnerKey, _ q: BackupHaveQueryMessage) -> BackupHaveReplyMessage {

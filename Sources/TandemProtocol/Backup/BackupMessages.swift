@@ -28,8 +28,7 @@ extension MessageType {
     public static let backupKitGet = MessageType(rawValue: 0x040F)
     public static let backupKit = MessageType(rawValue: 0x0410)
 
-    /// The backup types (not yet in `known`: a node answers them UNKNOWN_TYPE until its backup
-    /// service handles them).
+    /// The backup types (in `known`: the node's backup service handles them).
     public static let backupTypes: [MessageType] = [
         .backupOffer, .backupHaveQuery, .backupHaveReply, .backupPiece, .backupReply, .backupSnapshot,
         .backupForget, .backupList, .backupListReply, .backupProve, .backupProof, .backupFetch,

@@ -1,0 +1,389 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import Sodium
+import TandemNet
+import TandemProtocol
+import TandemVault
+
+/// The holder's side of backups (Protocol/backup.md sections 3–9): answers the requests of the
+/// owners it offered space to, keeping their blobs in `HeldBlobs` and its accounting in a
+/// `BackupHolderBook`.
+///
+/// Threads: every request is handled on the holder's own serial queue (file writes, fsyncs and
+/// hashing never run on the node core or an event loop). At most `queuedPerAuthor` requests of
+/// one key and `queuedTotal` in all wait there; past that a request is dropped (its asker times
+/// out and asks again; an honest owner keeps at most 16 pieces in flight).
+final class BackupHolder: @unchecked Sendable {
+    static let queuedPerAuthor = 64
+    static let queuedTotal = 1024
+    /// KIT_GET answers per source address and per asker key (backup.md 7).
+    static let kitGetsPerAddressPerMinute = 10.0
+    static let kitGetsPerKeyPerMinute = 5.0
+    /// Answers to non-friends (NO_OFFER) per source address.
+    static let strangerAnswersPerMinute = 20.0
+
+    let identity: SigningKeyPair
+    let files: HeldBlobs?
+    let events: EventBus
+    let logger: Logger
+    let now: @Sendable () -> UInt64
+    private let queue = DispatchQueue(label: "tandem.backup.holder", qos: .utility)
+    private let queued = NIOLockedValueBox<(total: Int, perAuthor: [[UInt8]: Int])>((0, [:]))
+
+    // Touched on `queue` only.
+    private var book = BackupHolderBook()
+    private var nextSnapshot: [[UInt8]: Int64] = [:]
+    /// The running hash of each partial blob written in this process, while pieces come in order.
+    private var running: [String: RunningHash] = [:]
+    private var kitGetsByAddress = KeyedRateLimiter<String>(capacity: 10, refillPerSecond: kitGetsPerAddressPerMinute / 60,
+                                                            maximumKeys: 10_000)
+    private var kitGetsByKey = KeyedRateLimiter<[UInt8]>(capacity: 5, refillPerSecond: kitGetsPerKeyPerMinute / 60, maximumKeys: 10_000)
+    private var strangers = KeyedRateLimiter<String>(capacity: 20, refillPerSecond: strangerAnswersPerMinute / 60, maximumKeys: 10_000)
+
+    final class RunningHash {
+        var hasher: Blake2b? = Blake2b(outputLength: 32)
+        var length: Int64 = 0
+
+        func update(_ bytes: UnsafeRawBufferPointer) {
+            hasher?.update(bytes)
+            length += Int64(bytes.count)
+        }
+
+        /// The hash, once (nil after).
+        func finish() -> [UInt8]? { hasher.take()?.finalize() }
+    }
+
+    init(identity: SigningKeyPair, root: URL?, events: EventBus, logger: Logger,
+         now: @escaping @Sendable () -> UInt64 = { wallClockMilliseconds() }) {
+        self.identity = identity
+        self.files = root.map { HeldBlobs(root: $0) }
+        self.events = events
+        self.logger = logger
+        self.now = now
+    }
+
+    /// Reads what was held before a restart (on the holder's queue; returns when done).
+    func load() {
+        queue.sync {
+            guard let files else { return }
+            for l in files.load(nowMs: now(), quarantined: { what in
+                self.logger.warning("backup file quarantined", metadata: ["file": "\(what)"])
+            }) {
+                let report = book.load(owner: l.owner, l.shelf, nowMs: now())
+                nextSnapshot[l.owner] = l.nextSnapshot
+                for name in report.discardedBlobs { files.removeBlob(l.owner, name) }
+                // Partial files longer than the book keeps are cut back by the next piece's write.
+                if report.discardedSnapshots > 0 || report.discardedKit {
+                    logger.warning("backup shelf entries dropped on load", metadata: [
+                        "owner": "\(NodeID(publicKey: l.owner).short)", "snapshots": "\(report.discardedSnapshots)",
+                        "kit": "\(report.discardedKit)"])
+                }
+            }
+        }
+    }
+
+    // MARK: offers (the holder's own intent)
+
+    struct GivenOffer: Sendable {
+        let owner: [UInt8]
+        let quotaBytes: Int64
+        let usedBytes: Int64
+        let blobs: Int
+        let snapshots: Int
+        let hasKit: Bool
+    }
+
+    /// Records our offer to `owner` (quota 0 withdraws it and deletes what we hold), durably,
+    /// before the node sends it. Returns false when a newer version is already recorded.
+    func setOffer(owner: [UInt8], quotaBytes: Int64, version: UInt64) throws -> Bool {
+        try queue.sync {
+            guard let files else { throw NodeError.failed("this node has no data directory to hold backups in") }
+            var shelf = files.readShelf(owner) ?? HeldBlobs.ShelfFile(quotaBytes: quotaBytes, offerVersion: version)
+            if quotaBytes > 0 {
+                shelf.quotaBytes = quotaBytes
+                shelf.offerVersion = version
+                try FileIO.createDirectory(files.ownerDirectory(owner))
+                try files.writeShelf(owner, shelf)
+            }
+            switch book.setOffer(owner: owner, quotaBytes: quotaBytes, version: version) {
+            case .ignored: return false
+            case .recorded: return true
+            case .withdrawn:
+                files.removeOwner(owner)
+                nextSnapshot[owner] = nil
+                return true
+            }
+        }
+    }
+
+    /// Our offers, with what each owner uses.
+    func offersGiven() -> [GivenOffer] {
+        queue.sync {
+            book.shelves.map { key, s in
+                GivenOffer(owner: key, quotaBytes: s.quotaBytes, usedBytes: s.usedBytes, blobs: s.blobs.count,
+                           snapshots: s.snapshots.count, hasKit: s.kit != nil)
+            }.sorted { $0.owner.lexicographicallyPrecedes($1.owner) }
+        }
+    }
+
+    /// The friendship with these owners ended: everything held for them goes (backup.md 3).
+    func withdraw(ownersNotIn friends: Set<[UInt8]>) {
+        queue.async { [self] in
+            for owner in book.shelves.keys where !friends.contains(owner) {
+                _ = book.setOffer(owner: owner, quotaBytes: 0, version: BackupLimits.maximumVersion)
+                files?.removeOwner(owner)
+                nextSnapshot[owner] = nil
+                events.emit("backup.offer.ended", ["owner": .string(NodeID(publicKey: owner).canonical), "reason": .string("not a friend")])
+            }
+        }
+    }
+
+    /// Partial blobs idle for 7 days.
+    func expireIdlePartials() {
+        queue.async { [self] in
+            for (owner, name) in book.expireIdlePartials(nowMs: now()) { files?.removeBlob(owner, name) }
+        }
+    }
+
+    // MARK: requests
+
+    /// A backup request from a link (called on the node core). `isFriend`: the author is a friend.
+    func receive(_ envelope: Envelope, from link: PeerLink, isFriend: Bool) {
+        let author = envelope.author
+        let admitted = queued.withLockedValue { q -> Bool in
+            guard q.total < Self.queuedTotal, q.perAuthor[author, default: 0] < Self.queuedPerAuthor else { return false }
+            q.total += 1
+            q.perAuthor[author, default: 0] += 1
+            return true
+        }
+        guard admitted else {
+            logger.debug("backup request dropped: queue full", metadata: ["from": "\(NodeID(publicKey: author).short)"])
+            return
+        }
+        queue.async { [self] in
+            defer {
+                queued.withLockedValue { q in
+                    q.total -= 1
+                    q.perAuthor[author, default: 1] -= 1
+                    if q.perAuthor[author] == 0 { q.perAuthor[author] = nil }
+                }
+            }
+            do {
+                try handle(envelope, link: link, isFriend: isFriend)
+            } catch let e as PayloadError {
+                refuse(envelope, e, on: link, isFriend: isFriend)
+            } catch {
+                logger.error("backup request failed", metadata: ["type": "\(envelope.type)", "error": "\(error)"])
+            }
+        }
+    }
+
+    private func handle(_ envelope: Envelope, link: PeerLink, isFriend: Bool) throws {
+        let owner = envelope.author
+        let nowMs = now()
+        let hasShelf = book.shelves[owner] != nil && files != nil
+        // Without an offer the answers say NO_OFFER: to friends always, to others within a budget.
+        if !hasShelf, envelope.type != .backupKitGet {
+            guard isFriend || strangers.check(Outbox.origin(of: link), now: nowMs) == .allowed else { return }
+        }
+        switch envelope.type {
+        case .backupHaveQuery:
+            let q = try BackupHaveQueryMessage(payload: envelope.payload)
+            send(.backupHaveReply, book.have(owner: owner, q).payload, on: link)
+        case .backupPiece:
+            let p = try BackupPieceMessage(payload: envelope.payload)
+            piece(p, owner: owner, link: link, nowMs: nowMs)
+        case .backupSnapshot:
+            let m = try BackupSnapshotMessage(payload: envelope.payload, nowMs: nowMs)
+            snapshot(m, owner: owner, link: link)
+        case .backupForget:
+            let m = try BackupForgetMessage(payload: envelope.payload)
+            forget(m, owner: owner, link: link)
+        case .backupList:
+            let m = try BackupListQueryMessage(payload: envelope.payload)
+            send(.backupListReply, book.list(owner: owner, m).payload, on: link)
+        case .backupProve:
+            let m = try BackupProveMessage(payload: envelope.payload)
+            prove(m, owner: owner, link: link, nowMs: nowMs)
+        case .backupFetch:
+            let m = try BackupFetchMessage(payload: envelope.payload)
+            fetch(m, owner: owner, link: link)
+        case .backupKitPut:
+            let m = try BackupKitPutMessage(payload: envelope.payload)
+            kitPut(m, owner: owner, link: link)
+        case .backupKitGet:
+            let m = try BackupKitGetMessage(payload: envelope.payload)
+            kitGet(m, asker: owner, link: link, nowMs: nowMs)
+        default:
+            break
+        }
+    }
+
+    private func piece(_ p: BackupPieceMessage, owner: [UInt8], link: PeerLink, nowMs: UInt64) {
+        guard let files else { return }
+        let key = "\(hexString(owner))/\(p.name)"
+        let decision = book.receivePiece(owner: owner, p, nowMs: nowMs)
+        let write: () -> Bool = { [self] in
+            do {
+                try files.writePiece(owner, p.name, size: p.size, offset: p.offset, data: p.data)
+            } catch {
+                logger.error("cannot store a backup piece", metadata: ["error": "\(error)"])
+                book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
+                running[key] = nil
+                return false
+            }
+            // Hash as the bytes come, while they come in order; otherwise the file is hashed at the end.
+            let r: RunningHash
+            if p.offset == 0 {
+                r = RunningHash()
+                running[key] = r
+            } else if let existing = running[key], existing.length == p.offset {
+                r = existing
+            } else {
+                running[key] = nil
+                return true
+            }
+            p.data.withUnsafeBytes { r.update($0) }
+            return true
+        }
+        switch decision {
+        case .answer(let reply):
+            send(.backupReply, reply.payload, on: link)
+        case .write(let reply):
+            guard write() else { return }
+            send(.backupReply, reply.payload, on: link)
+        case .writeThenCheck:
+            guard write() else { return }
+            var known: BlobName?
+            if let r = running.removeValue(forKey: key), r.length == p.size {
+                known = r.finish().flatMap { BlobName(bytes: $0) }
+            }
+            let matches: Bool
+            do {
+                matches = try files.finish(owner, p.name, size: p.size, knownHash: known)
+            } catch {
+                logger.error("cannot finish a backup blob", metadata: ["error": "\(error)"])
+                book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
+                return
+            }
+            let reply = book.finishBlob(owner: owner, name: p.name, requestID: p.requestID, matches: matches)
+            send(.backupReply, reply.payload, on: link)
+        }
+    }
+
+    private func snapshot(_ m: BackupSnapshotMessage, owner: [UInt8], link: PeerLink) {
+        guard let files else { return }
+        let before = book.shelves[owner]?.snapshots.count ?? 0
+        let reply = book.recordSnapshot(owner: owner, m)
+        if reply.status == .complete, (book.shelves[owner]?.snapshots.count ?? 0) > before {
+            // Durable before the answer: the owner's push is done once it reads COMPLETE.
+            do {
+                let seq = nextSnapshot[owner, default: 1]
+                try files.writeSnapshot(owner, m.record, sequence: seq)
+                nextSnapshot[owner] = seq + 1
+            } catch {
+                logger.error("cannot store a snapshot record", metadata: ["error": "\(error)"])
+                _ = book.forget(owner: owner, BackupForgetMessage(requestID: m.requestID, keepLast: max(1, before)))
+                return
+            }
+            events.emit("backup.held", ["owner": .string(NodeID(publicKey: owner).canonical),
+                                        "blobs": .int(Int64(m.record.blobs.count)), "bytes": .int(m.record.totalBytes)])
+        }
+        send(.backupReply, reply.payload, on: link)
+    }
+
+    private func forget(_ m: BackupForgetMessage, owner: [UInt8], link: PeerLink) {
+        guard let files else { return }
+        let (reply, freed) = book.forget(owner: owner, m)
+        if let s = book.shelves[owner] {
+            do {
+                try files.pruneSnapshots(owner, kept: Set(s.snapshots.map(\.snapshotID)))
+            } catch {
+                logger.error("cannot remove snapshot records", metadata: ["error": "\(error)"])
+            }
+        }
+        for name in freed { files.removeBlob(owner, name) }
+        send(.backupReply, reply.payload, on: link)
+    }
+
+    private func prove(_ m: BackupProveMessage, owner: [UInt8], link: PeerLink, nowMs: UInt64) {
+        guard let files else { return }
+        let (reply, corrupted) = book.prove(owner: owner, m, nowMs: nowMs) { owner, name, sink in
+            try files.stream(files.blobURL(owner, name), what: "blob", sink)
+        }
+        for name in corrupted {
+            logger.warning("a held blob failed its hash check and was deleted", metadata: ["blob": "\(name)"])
+            files.removeBlob(owner, name)
+        }
+        send(.backupProof, reply.payload, on: link)
+    }
+
+    private func fetch(_ m: BackupFetchMessage, owner: [UInt8], link: PeerLink) {
+        guard let files else { return }
+        switch book.fetch(owner: owner, m) {
+        case .answer(let a):
+            send(.backupFetched, a.payload, on: link)
+        case .read(let name, let size, let offset, let length):
+            do {
+                let data = try files.readRange(owner, name, offset: offset, length: length)
+                send(.backupFetched, BackupFetchedMessage(requestID: m.requestID, status: .ok, name: name, size: size, offset: offset,
+                                                          data: data).payload, on: link)
+            } catch {
+                logger.warning("cannot read a held blob", metadata: ["blob": "\(name)", "error": "\(error)"])
+                send(.backupFetched, BackupFetchedMessage(requestID: m.requestID, status: .notFound, name: name).payload, on: link)
+            }
+        }
+    }
+
+    private func kitPut(_ m: BackupKitPutMessage, owner: [UInt8], link: PeerLink) {
+        guard let files else { return }
+        let (reply, store, _) = book.putKit(owner: owner, m)
+        if store {
+            do {
+                try files.writeKit(owner, m.sealedKit)
+                var shelf = files.readShelf(owner) ?? HeldBlobs.ShelfFile(quotaBytes: book.shelves[owner]?.quotaBytes ?? 1,
+                                                                           offerVersion: book.shelves[owner]?.offerVersion ?? 1)
+                shelf.kitLocator = hexString(m.locator.bytes)
+                shelf.kitVersion = m.version
+                try files.writeShelf(owner, shelf)
+            } catch {
+                logger.error("cannot store a recovery kit", metadata: ["error": "\(error)"])
+                // Back to the kit on disk: the book is reloaded from the files for this owner.
+                if let stored = files.load(nowMs: now(), quarantined: { _ in }).first(where: { $0.owner == owner }) {
+                    _ = book.load(owner: owner, stored.shelf, nowMs: now())
+                }
+                return
+            }
+        }
+        send(.backupReply, reply.payload, on: link)
+    }
+
+    private func kitGet(_ m: BackupKitGetMessage, asker: [UInt8], link: PeerLink, nowMs: UInt64) {
+        guard let files else { return }
+        // Anyone may ask (a restorer is a fresh key), within both budgets; past either, no answer.
+        guard kitGetsByAddress.check(Outbox.origin(of: link), now: nowMs) == .allowed,
+              kitGetsByKey.check(asker, now: nowMs) == .allowed else { return }
+        guard let (owner, kit, count) = book.kit(locator: m.locator, index: m.index),
+              let sealed = try? files.readKit(owner), Int64(sealed.count) == kit.size else {
+            send(.backupKit, BackupKitMessage(requestID: m.requestID, status: .notFound).payload, on: link)
+            return
+        }
+        send(.backupKit, BackupKitMessage(requestID: m.requestID, status: .ok, version: kit.version, sealedKit: sealed, owner: owner,
+                                          count: count).payload, on: link)
+    }
+
+    private func send(_ type: MessageType, _ payload: [UInt8], on link: PeerLink) {
+        link.send(type: type, payload: payload)
+    }
+
+    /// A request whose payload broke its rules: MALFORMED on the link, no answer message.
+    private func refuse(_ envelope: Envelope, _ e: PayloadError, on link: PeerLink, isFriend: Bool) {
+        logger.info("malformed backup payload", metadata: ["type": "\(envelope.type)", "detail": "\(e.detail)"])
+        guard isFriend || strangers.check(Outbox.origin(of: link), now: now()) == .allowed else { return }
+        let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
+        if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: now()) {
+            link.send(reply)
+        }
+    }
+}

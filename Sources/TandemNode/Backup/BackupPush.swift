@@ -1,0 +1,407 @@
+import Foundation
+import NIOConcurrencyHelpers
+import Sodium
+import TandemNet
+import TandemProtocol
+import TandemStore
+import TandemVault
+
+/// One push to one holder: its progress, and whoever waits for its end.
+final class PushTask: @unchecked Sendable {
+    let holder: [UInt8]
+    let lanOnly: Bool
+    private let lock = NIOLock()
+    private var done: Int64 = 0
+    private var total: Int64 = 0
+    private var outcome: Result<PushResult, Error>?
+    private var waiters: [CheckedContinuation<PushResult, Error>] = []
+
+    init(holder: [UInt8], lanOnly: Bool) {
+        self.holder = holder
+        self.lanOnly = lanOnly
+    }
+
+    func update(done: Int64, total: Int64) { lock.withLock { (self.done, self.total) = (done, total) } }
+    var progress: (done: Int64, total: Int64) { lock.withLock { (done, total) } }
+
+    /// Ends the task once (later calls do nothing) and wakes every waiter.
+    func finish(_ result: Result<PushResult, Error>) {
+        let woken = lock.withLock { () -> [CheckedContinuation<PushResult, Error>] in
+            guard outcome == nil else { return [] }
+            outcome = result
+            defer { waiters = [] }
+            return waiters
+        }
+        for w in woken { w.resume(with: result) }
+    }
+
+    func wait() async throws -> PushResult {
+        try await withCheckedThrowingContinuation { c in
+            let ready = lock.withLock { () -> Result<PushResult, Error>? in
+                if let outcome { return outcome }
+                waiters.append(c)
+                return nil
+            }
+            if let ready { c.resume(with: ready) }
+        }
+    }
+}
+
+struct PushResult: Sendable {
+    let holder: [UInt8]
+    let snapshotID: [UInt8]
+    let bytesSent: Int64
+    let blobs: Int
+    let blobsSent: Int
+    let totalBytes: Int64
+    let kitSent: Bool
+
+    var json: JSONValue {
+        ["to": .string(NodeID(publicKey: holder).canonical), "snapshot_id": .string(hexString(snapshotID)),
+         "bytes_sent": .int(bytesSent), "blobs": .int(Int64(blobs)), "blobs_sent": .int(Int64(blobsSent)),
+         "total_bytes": .int(totalBytes), "kit_sent": .bool(kitSent)]
+    }
+}
+
+/// What the last complete push to a holder recorded (a store setting): verify picks among its blobs.
+struct PushedRecord: Codable, Sendable {
+    var snapshotID: String
+    var atMs: Int64
+    var bytesSent: Int64
+    var totalBytes: Int64
+    var blobs: [BlobName]
+    var kitDigest: String?
+
+    static func decode(_ text: String) -> PushedRecord? {
+        guard let r = try? JSONDecoder().decode(PushedRecord.self, from: Data(text.utf8)),
+              r.blobs.count <= BackupLimits.blobsPerSnapshot, (0...BackupLimits.maximumSnapshotBytes).contains(r.totalBytes) else { return nil }
+        return r
+    }
+
+    var encoded: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data(), as: UTF8.self) }
+}
+
+/// The blobs of the local vault a push sends: its index files (read into memory first, so the
+/// snapshot is consistent: a pack is written before any index names it) and its pack files.
+struct LocalBlobs {
+    var blobs: [BackupPushPlan.LocalBlob] = []
+    var indexBytes: [BlobName: [UInt8]] = [:]
+    var packURLs: [BlobName: URL] = [:]
+    private var open: (name: BlobName, file: ReadFile)?
+
+    static func collect(vault: URL) throws -> LocalBlobs {
+        var out = LocalBlobs()
+        let fm = FileManager.default
+        let indexDir = vault.appendingPathComponent("index")
+        for name in ((try? fm.contentsOfDirectory(atPath: indexDir.path)) ?? []).sorted() where !name.hasPrefix(".") {
+            let bytes = try FileIO.readAll(indexDir.appendingPathComponent(name), limit: Int(BackupLimits.maximumBlobBytes), what: "index file")
+            guard !bytes.isEmpty else { continue }
+            let blob = BlobName(of: bytes)
+            guard out.indexBytes[blob] == nil else { continue }
+            out.indexBytes[blob] = bytes
+            out.blobs.append(.init(name: blob, size: Int64(bytes.count), isIndex: true))
+        }
+        let packsDir = vault.appendingPathComponent("packs")
+        for sub in ((try? fm.contentsOfDirectory(atPath: packsDir.path)) ?? []).sorted() where sub.count == 2 {
+            let dir = packsDir.appendingPathComponent(sub)
+            for file in ((try? fm.contentsOfDirectory(atPath: dir.path)) ?? []).sorted() {
+                guard file.count == 64, let bytes = parseHex(file), let name = BlobName(bytes: bytes), name.description == file,
+                      out.packURLs[name] == nil else { continue }
+                let url = dir.appendingPathComponent(file)
+                let size = try ReadFile(url, what: "pack").size
+                guard (1...BackupLimits.maximumBlobBytes).contains(size) else {
+                    throw NodeError.failed("pack \(file) is \(size) bytes: run tandem vault check")
+                }
+                out.packURLs[name] = url
+                out.blobs.append(.init(name: name, size: size, isIndex: false))
+            }
+        }
+        guard out.blobs.count <= BackupLimits.blobsPerSnapshot else {
+            throw NodeError.failed("the vault has \(out.blobs.count) packs; a snapshot names at most \(BackupLimits.blobsPerSnapshot)")
+        }
+        return out
+    }
+
+    var totalBytes: Int64 { blobs.reduce(0) { $0 + $1.size } }
+
+    mutating func read(_ name: BlobName, offset: Int64, length: Int) throws -> [UInt8] {
+        if let bytes = indexBytes[name] {
+            return Array(bytes[Int(offset)..<Int(offset) + length])
+        }
+        guard let url = packURLs[name] else { throw NodeError.failed("blob \(name) is not in the vault any more") }
+        let file: ReadFile
+        if let o = open, o.name == name {
+            file = o.file
+        } else {
+            file = try ReadFile(url, what: "pack")
+            open = (name, file)
+        }
+        var out = [UInt8](repeating: 0, count: length)
+        try out.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
+        return out
+    }
+
+    /// The proof-of-storage MAC of a local blob, or nil when the vault no longer has it as it was.
+    func mac(_ name: BlobName, nonce: [UInt8]) -> [UInt8]? {
+        if let bytes = indexBytes[name] { return BackupProofOfStorage.mac(nonce: nonce, blob: bytes) }
+        guard let url = packURLs[name], let file = try? ReadFile(url, what: "pack") else { return nil }
+        var h = BackupProofOfStorage.Hasher(nonce: nonce)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        while true {
+            guard let n = try? file.readSome(into: buffer) else { return nil }
+            if n == 0 { break }
+            h.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        }
+        let (mac, hashed) = h.finalize()
+        return hashed == name ? mac : nil
+    }
+}
+
+extension BackupService {
+    // MARK: - Starting and running pushes
+
+    /// Starts a push to `holder` (or joins the one running).
+    func startPush(to holder: [UInt8], lanOnly: Bool) async throws -> PushTask {
+        if let t = running.withLockedValue({ $0[holder] }) { return t }
+        // Remembered until it completes: a node stopped or killed mid-push resumes it at start.
+        try await core.perform { try self.store.setSetting(Self.pendingPrefix + hexString(holder), lanOnly ? "lan" : "any") }
+        let (task, isNew) = running.withLockedValue { r -> (PushTask, Bool) in
+            if let t = r[holder] { return (t, false) }
+            let t = PushTask(holder: holder, lanOnly: lanOnly)
+            r[holder] = t
+            return (t, true)
+        }
+        if isNew { pushRequestSink.yield(task) }
+        return task
+    }
+
+    func runPushes() async {
+        await withTaskGroup(of: Void.self) { group in
+            for await t in pushRequests {
+                group.addTask { await self.execute(t) }
+            }
+        }
+    }
+
+    func resumePendingPushes() async {
+        let pending = await core.run { self.health.read("read pending pushes", or: []) { try self.store.settings(prefix: Self.pendingPrefix) } }
+        for (key, value) in pending {
+            guard let holder = parseHex(String(key.dropFirst(Self.pendingPrefix.count))), holder.count == 32 else { continue }
+            logger.info("resuming a backup push", metadata: ["to": "\(NodeID(publicKey: holder).short)"])
+            _ = try? await startPush(to: holder, lanOnly: value == "lan")
+        }
+    }
+
+    private func execute(_ t: PushTask) async {
+        let result: Result<PushResult, Error>
+        do {
+            result = .success(try await push(t))
+        } catch {
+            result = .failure(error)
+        }
+        running.withLockedValue { $0[t.holder] = nil }
+        let to = NodeID(publicKey: t.holder).canonical
+        switch result {
+        case .success(let r):
+            events.emit("backup.pushed", ["to": .string(to), "bytes_sent": .int(r.bytesSent), "blobs_sent": .int(Int64(r.blobsSent)),
+                                          "total_bytes": .int(r.totalBytes), "snapshot_id": .string(hexString(r.snapshotID))])
+        case .failure(let e):
+            if Task.isCancelled { break }
+            events.emit("backup.push.failed", ["to": .string(to), "error": .string("\(e)")])
+            logger.warning("backup push failed", metadata: ["to": "\(NodeID(publicKey: t.holder).short)", "error": "\(e)"])
+        }
+        // A push the node's stop cut short stays pending; one that ended either way does not.
+        if !Task.isCancelled {
+            await core.run { self.health.attempt("clear a pending push") { try self.store.removeSetting(Self.pendingPrefix + hexString(t.holder)) } }
+        }
+        t.finish(result)
+    }
+
+    // MARK: - A push
+
+    struct PushFailed: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    /// Sends one snapshot to the holder: asks HAVE, sends what it lacks, records the snapshot,
+    /// then the recovery kit if it changed. A dropped link or a silent holder is retried (up to 5
+    /// times, backing off); each attempt plans anew from the holder's answers (nothing it holds is
+    /// sent again).
+    func push(_ t: PushTask) async throws -> PushResult {
+        guard let vaultDirectory, VaultKeyFile.exists(in: vaultDirectory) else {
+            throw NodeError.nothingToActOn("there is no vault to back up (tandem vault init)")
+        }
+        let offered = try await core.perform { try self.receivedOffers() }.contains { $0.0 == t.holder }
+        guard offered else {
+            throw NodeError.refused("\(NodeID(publicKey: t.holder).display) has not offered to hold your backups "
+                + "(they run: tandem backup offer YOUR-ID --quota 10GiB)")
+        }
+        var bytesSent: Int64 = 0
+        var attempt = 0
+        while true {
+            try Task.checkCancellation()
+            var local = try LocalBlobs.collect(vault: vaultDirectory)
+            let exchange: BackupExchange
+            do {
+                exchange = BackupExchange(peer: t.holder, link: try await link(to: t.holder, lanOnly: t.lanOnly), answers: answers)
+            } catch {
+                attempt += 1
+                guard attempt <= 5 else { throw error }
+                try await Task.sleep(for: .seconds(min(1 << attempt, 30)))
+                continue
+            }
+            do {
+                var result = try await pushOnce(exchange, &local, task: t)
+                bytesSent += exchange.bytesSent
+                let kitSent = try await putKitIfChanged(exchange)
+                bytesSent += exchange.bytesSent - result.bytesSent
+                result = PushResult(holder: t.holder, snapshotID: result.snapshotID, bytesSent: bytesSent, blobs: result.blobs,
+                                    blobsSent: result.blobsSent, totalBytes: result.totalBytes, kitSent: kitSent)
+                let record = PushedRecord(snapshotID: hexString(result.snapshotID), atMs: Int64(clamping: wallClockMilliseconds()),
+                                          bytesSent: bytesSent, totalBytes: result.totalBytes, blobs: local.blobs.map(\.name).sorted(),
+                                          kitDigest: nil)
+                try await core.perform {
+                    var r = record
+                    let key = Self.pushedPrefix + hexString(t.holder)
+                    r.kitDigest = try self.store.setting(key).flatMap(PushedRecord.decode)?.kitDigest
+                    if let digest = self.sentKitDigest.withLockedValue({ $0[t.holder] }) { r.kitDigest = digest }
+                    try self.store.setSetting(key, r.encoded)
+                }
+                return result
+            } catch let e as BackupExchange.LinkLost {
+                bytesSent += exchange.bytesSent
+                attempt += 1
+                guard attempt <= 5 else { throw PushFailed(description: "\(e) five times; the push resumes with the next one") }
+                try await Task.sleep(for: .seconds(min(1 << attempt, 30)))
+            } catch let e as BackupExchange.NoAnswer {
+                bytesSent += exchange.bytesSent
+                throw PushFailed(description: "\(e)")
+            }
+        }
+    }
+
+    private func pushOnce(_ ex: BackupExchange, _ local: inout LocalBlobs, task: PushTask) async throws -> PushResult {
+        // 1. What the holder has.
+        var holdings: [BackupHolding] = []
+        var quota: Int64 = 0
+        var used: Int64 = 0
+        let names = local.blobs.map(\.name)
+        var start = 0
+        while start < max(names.count, 1) {
+            let batch = Array(names[start..<min(start + BackupLimits.namesPerQuery, names.count)])
+            start += BackupLimits.namesPerQuery
+            guard !batch.isEmpty else { break }
+            let answer = try await ex.request(.backupHaveQuery, what: "which blobs it holds") {
+                BackupHaveQueryMessage(requestID: $0, names: batch).payload
+            }
+            guard case .have(let r) = answer else { throw PushFailed(description: "the holder answered HAVE with another message") }
+            try Self.check(r.status, expected: [.ok])
+            holdings += r.holdings
+            quota = r.quotaBytes
+            used = r.usedBytes
+        }
+        // 2. The plan.
+        var plan: BackupPushPlan
+        do {
+            plan = try BackupPushPlan(local: local.blobs, holdings: holdings, quotaBytes: quota, usedBytes: used)
+        } catch {
+            throw PushFailed(description: error.description)
+        }
+        let planned = plan.bytesPlanned
+        let blobsToSend = plan.blobsRemaining
+        task.update(done: 0, total: planned)
+        // 3. Pieces, at most 16 unanswered.
+        var inFlight: [BackupRequestID: (piece: BackupPushPlan.Piece, sentAt: ContinuousClock.Instant)] = [:]
+        var pausedUntil: ContinuousClock.Instant?
+        var confirmed: Int64 = 0
+        while !plan.isReadyForSnapshot {
+            if pausedUntil.map({ ContinuousClock.now >= $0 }) ?? true {
+                pausedUntil = nil
+                let pieces = plan.nextPieces()
+                for p in pieces {
+                    let data = try local.read(p.name, offset: p.offset, length: p.length)
+                    let id = BackupExchange.newRequestID()
+                    try ex.send(.backupPiece, id: id, payload: BackupPieceMessage(requestID: id, name: p.name, size: p.size, offset: p.offset,
+                                                                                  data: data).payload, flush: false)
+                    inFlight[id] = (p, .now)
+                }
+                if !pieces.isEmpty { ex.flush() }
+            }
+            switch try await ex.next() {
+            case .answer(.reply(let r)):
+                guard let sent = inFlight.removeValue(forKey: r.requestID) else { continue }
+                switch plan.handle(r, for: sent.piece) {
+                case .failed(let e):
+                    throw PushFailed(description: e.description)
+                case .wait(let ms):
+                    pausedUntil = .now + .milliseconds(Int64(ms))
+                case .progress, .blobComplete, .readyForSnapshot:
+                    if r.status == .ok || r.status == .complete { confirmed += Int64(sent.piece.length) }
+                }
+            case .tick:
+                let now = ContinuousClock.now
+                for (id, sent) in inFlight where now - sent.sentAt > .seconds(30) {
+                    plan.timedOut(sent.piece)
+                    inFlight[id] = nil
+                    ex.abandon([id])
+                }
+            case .answer, .closed:
+                break
+            }
+            // Pieces the plan rewound are sent again under new ids; answers to the old ones are ignored.
+            let still = plan.piecesInFlight
+            for (id, sent) in inFlight where !still.contains(sent.piece) {
+                inFlight[id] = nil
+                ex.abandon([id])
+            }
+            task.update(done: min(planned, confirmed), total: planned)
+        }
+        // 4. The snapshot.
+        let snapshotID = Sodium.randomBytes(16)
+        let record: BackupSnapshotRecord
+        do {
+            record = try plan.snapshotRecord(snapshotID: snapshotID, createdAtMs: wallClockMilliseconds())
+        } catch {
+            throw PushFailed(description: "cannot make the snapshot record: \(error.detail)")
+        }
+        let answer = try await ex.request(.backupSnapshot, what: "the snapshot") { BackupSnapshotMessage(requestID: $0, record: record).payload }
+        guard case .reply(let r) = answer else { throw PushFailed(description: "the holder answered the snapshot with another message") }
+        try Self.check(r.status, expected: [.complete])
+        task.update(done: planned, total: planned)
+        return PushResult(holder: ex.peer, snapshotID: snapshotID, bytesSent: ex.bytesSent, blobs: local.blobs.count,
+                          blobsSent: blobsToSend, totalBytes: record.totalBytes, kitSent: false)
+    }
+
+    /// Fails with the holder's refusal in words.
+    static func check(_ status: BackupStatus, expected: Set<BackupStatus>) throws {
+        guard !expected.contains(status) else { return }
+        switch status {
+        case .noOffer: throw PushFailed(description: "the holder has no offer for us (any more)")
+        case .overQuota: throw PushFailed(description: "over the holder's quota")
+        case .snapshotLimit: throw PushFailed(description: "the holder keeps 64 snapshots of ours: run tandem backup forget --keep-last N")
+        case .busy: throw PushFailed(description: "the holder is busy; try again later")
+        default: throw PushFailed(description: "the holder refused: \(status)")
+        }
+    }
+
+    /// Sends BACKUP_KIT_PUT when the kit differs from the one this holder last acknowledged.
+    private func putKitIfChanged(_ ex: BackupExchange) async throws -> Bool {
+        guard let provider = kitProvider, let dataDirectory else { return false }
+        let kit = try await core.perform { try provider(self.identity, self.store, dataDirectory) }
+        guard let kit else { return false }
+        let digest = hexString(kit.digest)
+        let last = try await core.perform {
+            try self.store.setting(Self.pushedPrefix + hexString(ex.peer)).flatMap(PushedRecord.decode)?.kitDigest
+        }
+        guard last != digest else { return false }
+        let version = min(wallClockMilliseconds(), BackupLimits.maximumVersion)
+        let answer = try await ex.request(.backupKitPut, what: "the recovery kit") {
+            BackupKitPutMessage(requestID: $0, locator: kit.locator, version: version, sealedKit: kit.sealed).payload
+        }
+        guard case .reply(let r) = answer else { return false }
+        try Self.check(r.status, expected: [.ok])
+        sentKitDigest.withLockedValue { $0[ex.peer] = digest }
+        return true
+    }
+}

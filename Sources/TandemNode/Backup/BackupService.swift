@@ -1,0 +1,213 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import ServiceLifecycle
+import Sodium
+import TandemNet
+import TandemProtocol
+import TandemStore
+import TandemVault
+
+/// Backups held by friends (Protocol/backup.md): this node as a **holder** (`BackupHolder`: the
+/// space it offered, the blobs it keeps) and as an **owner** (its offers from friends, pushes of
+/// its vault, proofs of storage, snapshots and retention at each holder).
+///
+/// Threads: frames arrive on the node core (`handle`); requests go to the holder's queue, answers
+/// to the exchange waiting for them. Pushes and verifies run as tasks of this service (so they
+/// end with the node) and do their store work on the core. A push that was running when the node
+/// stopped (or was killed) is resumed when it starts again: its state is the holder's, asked anew.
+public final class BackupService: Service, @unchecked Sendable {
+    let identity: SigningKeyPair
+    let store: NodeStore
+    let core: NodeCore
+    let peers: PeerManager
+    let dialer: Dialer
+    let outbox: Outbox
+    let events: EventBus
+    let health: StoreHealth
+    let signals: NodeSignals
+    let vaultDirectory: URL?
+    let dataDirectory: DataDirectory?
+    let logger: Logger
+    let holder: BackupHolder
+    let answers = BackupAnswers()
+    /// Pushes running now, by holder key: their progress, for `backup status` and waiting CLIs.
+    let running = NIOLockedValueBox<[[UInt8]: PushTask]>([:])
+    /// Pushes asked for (by commands, or resumed at start), run by `runPushes` in the service's task group.
+    let pushRequests: AsyncStream<PushTask>
+    let pushRequestSink: AsyncStream<PushTask>.Continuation
+
+    /// The node's sealed recovery kit now; nil until the node has a kit key (RecoveryKit).
+    typealias KitProvider = @Sendable (SigningKeyPair, NodeStore, DataDirectory) throws -> OutgoingKit?
+    let kitProvider: KitProvider?
+    /// The kit digest each holder acknowledged in this run (stored with the push record).
+    let sentKitDigest = NIOLockedValueBox<[[UInt8]: String]>([:])
+
+    static let offerPrefix = "backup.offer."
+    static let pushedPrefix = "backup.pushed."
+    static let pendingPrefix = "backup.pending."
+
+    init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, peers: PeerManager, dialer: Dialer, outbox: Outbox,
+         events: EventBus, health: StoreHealth, signals: NodeSignals, dataDirectory: DataDirectory?, logger: Logger,
+         kitProvider: KitProvider? = nil) {
+        self.kitProvider = kitProvider
+        self.identity = identity
+        self.store = store
+        self.core = core
+        self.peers = peers
+        self.dialer = dialer
+        self.outbox = outbox
+        self.events = events
+        self.health = health
+        self.signals = signals
+        self.dataDirectory = dataDirectory
+        self.vaultDirectory = dataDirectory.map { $0.url.appendingPathComponent("vault") }
+        self.logger = logger
+        self.holder = BackupHolder(identity: identity, root: dataDirectory.map { $0.url.appendingPathComponent("backup-held") },
+                                   events: events, logger: logger)
+        (pushRequests, pushRequestSink) = AsyncStream<PushTask>.makeStream(bufferingPolicy: .unbounded)
+    }
+
+    // MARK: - The service
+
+    public func run() async throws {
+        holder.load()
+        let friendsChanged = signals.subscribe { $0 == .friendsChanged }
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                // Pushes the node was doing when it stopped.
+                group.addTask { await self.resumePendingPushes() }
+                group.addTask {
+                    for await _ in friendsChanged {
+                        let friends = await self.core.run { self.health.read("read the friends", or: nil) { try self.store.friendKeys() } }
+                        if let friends { self.holder.withdraw(ownersNotIn: Set(friends)) }
+                    }
+                }
+                group.addTask {
+                    while !Task.isCancelled {
+                        self.holder.expireIdlePartials()
+                        try? await Task.sleep(for: .seconds(3600))
+                    }
+                }
+                group.addTask {
+                    // Pushes started by commands run here, so the node's stop ends them.
+                    await self.runPushes()
+                }
+                // Each ends when the service is cancelled (graceful shutdown cancels this scope).
+            }
+        }
+        pushRequestSink.finish()
+        for t in running.withLockedValue({ Array($0.values) }) { t.finish(.failure(NodeError.failed("the node is stopping"))) }
+    }
+
+    // MARK: - Frames (on the core)
+
+    /// A backup frame from a link or a relay mailbox (only the offer comes by mail).
+    func handle(_ envelope: Envelope, from link: PeerLink?) {
+        if envelope.type == .backupOffer { return receiveOffer(envelope, from: link) }
+        if BackupAnswer.types.contains(envelope.type) { return answers.deliver(envelope) }
+        guard let link else { return }
+        let isFriend = outbox.isFriend(envelope.author)
+        holder.receive(envelope, from: link, isFriend: isFriend)
+    }
+
+    /// BACKUP_OFFER (outbox, acknowledged): the newest version per holder is kept; from a key that
+    /// is not a friend it is acknowledged and dropped (backup.md 3).
+    private func receiveOffer(_ envelope: Envelope, from link: PeerLink?) {
+        let m: BackupOfferMessage
+        do {
+            m = try BackupOfferMessage(payload: envelope.payload)
+        } catch let e as PayloadError {
+            return outbox.refuseMalformed(envelope, e, on: link)
+        } catch {
+            return
+        }
+        guard outbox.isFriend(envelope.author) else { return outbox.dropUnrelated(envelope, on: link) }
+        let key = Self.offerPrefix + hexString(envelope.author)
+        let current = health.read("read a backup offer", or: nil) { try store.setting(key) }.flatMap(ReceivedOffer.decode)
+        if current.map({ m.version > $0.version }) ?? true {
+            let offer = ReceivedOffer(quotaBytes: m.quotaBytes, version: m.version, receivedAtMs: Int64(clamping: wallClockMilliseconds()))
+            health.attempt("store a backup offer") {
+                if m.isWithdrawal { try store.removeSetting(key) } else { try store.setSetting(key, offer.encoded) }
+            }
+            events.emit(m.isWithdrawal ? "backup.offer.withdrawn" : "backup.offer.received",
+                        ["from": .string(NodeID(publicKey: envelope.author).canonical), "quota_bytes": .int(m.quotaBytes)])
+        }
+        outbox.acknowledge(envelope, on: link)
+    }
+
+    struct ReceivedOffer: Codable {
+        var quotaBytes: Int64
+        var version: UInt64
+        var receivedAtMs: Int64
+
+        static func decode(_ text: String) -> ReceivedOffer? {
+            guard let o = try? JSONDecoder().decode(ReceivedOffer.self, from: Data(text.utf8)),
+                  (1...BackupLimits.maximumQuotaBytes).contains(o.quotaBytes), o.version <= BackupLimits.maximumVersion else { return nil }
+            return o
+        }
+
+        var encoded: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data(), as: UTF8.self) }
+    }
+
+    /// The holders that offered us space, by key (on the core).
+    func receivedOffers() throws -> [([UInt8], ReceivedOffer)] {
+        try store.settings(prefix: Self.offerPrefix).compactMap { key, value in
+            guard let k = parseHex(String(key.dropFirst(Self.offerPrefix.count))), k.count == 32,
+                  let o = ReceivedOffer.decode(value) else { return nil }
+            return (k, o)
+        }
+    }
+
+    // MARK: - Offering space (the holder's intent)
+
+    /// `backup offer FRIEND --quota Q`: recorded durably here, then sent through the outbox.
+    func offer(to friend: [UInt8], quotaBytes: Int64) async throws -> UInt64 {
+        guard (0...BackupLimits.maximumQuotaBytes).contains(quotaBytes) else {
+            throw NodeError.invalidArgument("a quota is 0 (withdraw) to 1 PiB")
+        }
+        guard friend != identity.publicKey else { throw NodeError.invalidArgument("that is your own ID") }
+        let isFriend = await core.run { self.outbox.isFriend(friend) }
+        guard isFriend else { throw NodeError.refused("\(NodeID(publicKey: friend).display) is not your friend") }
+        let version = min(wallClockMilliseconds(), BackupLimits.maximumVersion)
+        let held = holder.offersGiven().first { $0.owner == friend }
+        if quotaBytes == 0, held == nil { throw NodeError.nothingToActOn("you hold no backups for that friend") }
+        _ = try holder.setOffer(owner: friend, quotaBytes: quotaBytes, version: version)
+        let payload = BackupOfferMessage(quotaBytes: quotaBytes, version: version).payload
+        try await core.perform {
+            try self.store.batch {
+                let item = self.outbox.frame(.backupOffer, to: friend, payload: payload)
+                try self.store.enqueue(item)
+                self.outbox.send(to: [friend])
+                self.events.emit(quotaBytes == 0 ? "backup.offer.withdrawn" : "backup.offer.given",
+                                 ["to": .string(NodeID(publicKey: friend).canonical), "quota_bytes": .int(quotaBytes)])
+            }
+            self.events.published()
+        }
+        return version
+    }
+
+    // MARK: - Links to holders
+
+    /// A link to `holder`: the one up now, else a dial (LAN addresses only with `lanOnly`).
+    func link(to holder: [UInt8], lanOnly: Bool) async throws -> PeerLink {
+        if let l = peers.link(to: holder), !lanOnly || (l.relay == nil && l.directRemoteHost.map(Dialer.isLocal) == true) {
+            return l
+        }
+        switch await dialer.dial(holder, lanOnly: lanOnly) {
+        case .link(let l):
+            guard let link = l as? PeerLink else { throw NodeError.failed("no link to \(NodeID(publicKey: holder).display)") }
+            return link
+        case .offline, .unreachable:
+            throw NodeError.failed("\(NodeID(publicKey: holder).display) is not reachable\(lanOnly ? " on the LAN" : "") now")
+        }
+    }
+}
+
+/// A sealed recovery kit ready to put at holders (backup.md 7), with the digest of its contents
+/// (without their time) that tells whether it changed since a holder's last copy.
+struct OutgoingKit: Sendable {
+    let locator: KitLocator
+    let sealed: [UInt8]
+    let digest: [UInt8]
+}

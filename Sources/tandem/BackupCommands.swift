@@ -1,0 +1,227 @@
+import ArgumentParser
+import Foundation
+import TandemNet
+import TandemNode
+import TandemProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct BackupCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backup",
+        abstract: "Backups of your vault that friends hold for you (and theirs that you hold).",
+        discussion: """
+        A friend offers space (`tandem backup offer YOUR-ID --quota 10GiB` on their node); your node then pushes \
+        snapshots of your vault there: the encrypted index and the packs the friend lacks. Friends hold ciphertext \
+        only; `backup verify` makes them prove they still hold it. Your recovery kit (identity, friends, vault keys, \
+        sealed under your recovery code) goes with each push, so `tandem restore` can rebuild this node from any one of them.
+        """,
+        subcommands: [BackupOffer.self, BackupOffers.self, BackupPush.self, BackupStatus.self, BackupVerify.self,
+                      BackupSnapshots.self, BackupForget.self])
+}
+
+/// A byte count as people write it: 500MB, 10GiB, 1.5TB, 0 (no unit: bytes).
+func parseByteCount(_ text: String) throws -> Int64 {
+    let t = text.trimmingCharacters(in: .whitespaces)
+    let units: [(String, Double)] = [("KiB", 1024), ("MiB", 1_048_576), ("GiB", 1_073_741_824), ("TiB", 1_099_511_627_776),
+                                     ("KB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12), ("kB", 1e3), ("B", 1)]
+    var number = t
+    var factor = 1.0
+    for (suffix, f) in units where t.hasSuffix(suffix) {
+        number = String(t.dropLast(suffix.count)).trimmingCharacters(in: .whitespaces)
+        factor = f
+        break
+    }
+    guard let v = Double(number), v >= 0, v.isFinite, v * factor <= Double(1 << 50) else {
+        throw TandemError("'\(text)' is not a size (e.g. 500MB, 10GiB; at most 1 PiB)", exitCode: TandemError.usageExitCode)
+    }
+    return Int64(v * factor)
+}
+
+func callBackup(_ common: CommonOptions, _ method: String, _ params: [String: JSONValue] = [:], render: (JSONValue) -> Void) async throws -> JSONValue {
+    let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
+    let result = try await client.call(method: method, params: .object(params), timeout: .seconds(3600))
+    if common.json { outputJSON(result.compactJSON) } else { render(result.terminalSafe) }
+    return result
+}
+
+func shortID(_ id: String?) -> String {
+    guard let id else { return "?" }
+    return NodeID(id).map { "tdm1-" + $0.short + "…" } ?? id
+}
+
+struct BackupOffer: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "offer", abstract: "Offer a friend space for their backups (0 or --withdraw: stop).")
+    @OptionGroup var common: CommonOptions
+    @Argument(help: "The friend's ID.") var friend: String
+    @Option(help: ArgumentHelp("How much of their backups you hold at most (e.g. 10GiB).", valueName: "size")) var quota: String?
+    @Flag(help: "Withdraw the offer: everything you hold for them is deleted.") var withdraw = false
+
+    func validate() throws {
+        guard withdraw != (quota != nil) else { throw ValidationError("give --quota SIZE, or --withdraw") }
+    }
+
+    func run() async throws {
+        let bytes = withdraw ? 0 : try parseByteCount(quota ?? "0")
+        _ = try await callBackup(common, "backup.offer", ["id": .string(friend), "quota_bytes": .int(bytes)]) { r in
+            if bytes == 0 {
+                output("Offer withdrawn: nothing is held for \(shortID(r["to"]?.stringValue)) any more.")
+            } else {
+                output("Offered \(bytesText(bytes)) to \(shortID(r["to"]?.stringValue)); they are told when they are next reachable.")
+            }
+        }
+    }
+}
+
+struct BackupOffers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "offers", abstract: "What you hold for whom, and who holds yours.")
+    @OptionGroup var common: CommonOptions
+
+    func run() async throws {
+        _ = try await callBackup(common, "backup.offers") { r in
+            let given = r["given"]?.arrayValue ?? []
+            let received = r["received"]?.arrayValue ?? []
+            output(given.isEmpty ? "You hold backups for nobody." : "You hold backups for:")
+            for g in given {
+                output("  \(shortID(g["to"]?.stringValue))  \(bytesText(g["used_bytes"]?.intValue ?? 0)) of \(bytesText(g["quota_bytes"]?.intValue ?? 0)), "
+                    + "\(g["snapshots"]?.intValue ?? 0) snapshots")
+            }
+            output(received.isEmpty ? "Nobody has offered to hold yours yet." : "Offered to hold yours:")
+            for o in received {
+                output("  \(shortID(o["from"]?.stringValue))  up to \(bytesText(o["quota_bytes"]?.intValue ?? 0))")
+            }
+        }
+    }
+}
+
+struct BackupPush: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "push", abstract: "Send a snapshot of your vault to the friends who hold your backups.",
+        discussion: "Only what a friend lacks is sent; an interrupted push resumes where it stopped (also after a restart of either node).")
+    @OptionGroup var common: CommonOptions
+    @Option(help: ArgumentHelp("Only this friend (default: every friend who offered).", valueName: "friend")) var to: String?
+    @Flag(help: "Only over the LAN (this machine or a private network), never through a relay.") var lanOnly = false
+    @Flag(help: "Return at once; the node pushes in the background (see backup status).") var background = false
+
+    func run() async throws {
+        var params: [String: JSONValue] = ["lan_only": .bool(lanOnly), "background": .bool(background)]
+        if let to { params["to"] = .string(to) }
+        let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
+        let bar = ProgressBar(verb: "Pushing", enabled: !common.json && isatty(STDERR_FILENO) == 1)
+        var failed = false
+        do {
+            for try await item in client.stream(method: "backup.push", params: .object(params)) {
+                if let progress = item["progress"] {
+                    if common.json { outputJSON(JSONValue.object(["progress": progress]).compactJSON) } else { bar.show(progress) }
+                } else if let result = item["result"] {
+                    bar.finish()
+                    failed = !(result["failed"]?.arrayValue ?? []).isEmpty
+                    if common.json { outputJSON(result.compactJSON); continue }
+                    let r = result.terminalSafe
+                    for s in r["started"]?.arrayValue ?? [] { output("Pushing to \(shortID(s.stringValue)) in the background.") }
+                    for p in r["pushes"]?.arrayValue ?? [] {
+                        output("Pushed to \(shortID(p["to"]?.stringValue)): snapshot \(p["snapshot_id"]?.stringValue?.prefix(8) ?? "?") of "
+                            + "\(bytesText(p["total_bytes"]?.intValue ?? 0)), \(bytesText(p["bytes_sent"]?.intValue ?? 0)) sent "
+                            + "(\(p["blobs_sent"]?.intValue ?? 0) of \(p["blobs"]?.intValue ?? 0) blobs).")
+                    }
+                    for f in r["failed"]?.arrayValue ?? [] { FileHandle.standardError.write(Data("tandem: push failed: \(f.stringValue ?? "")\n".utf8)) }
+                }
+            }
+        } catch {
+            bar.finish()
+            throw error
+        }
+        if failed { throw ExitCode(1) }
+    }
+}
+
+struct BackupStatus: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Your backups at each friend: last push, pushes running.")
+    @OptionGroup var common: CommonOptions
+
+    func run() async throws {
+        _ = try await callBackup(common, "backup.status") { r in
+            let holders = r["holders"]?.arrayValue ?? []
+            guard !holders.isEmpty else { return output("No friend holds your backups yet.") }
+            for h in holders {
+                var line = "\(shortID(h["id"]?.stringValue))  quota \(bytesText(h["quota_bytes"]?.intValue ?? 0))"
+                if let last = h["last_push"], last != .null {
+                    line += ", last push \(last["at"]?.stringValue ?? "?"): \(bytesText(last["total_bytes"]?.intValue ?? 0))"
+                } else {
+                    line += ", never pushed"
+                }
+                if let p = h["pushing"], p != .null {
+                    line += ", pushing (\(bytesText(p["done"]?.intValue ?? 0)) of \(bytesText(p["total"]?.intValue ?? 0)))"
+                } else if h["pending"]?.boolValue == true {
+                    line += ", push pending"
+                }
+                output(line)
+            }
+        }
+    }
+}
+
+struct BackupVerify: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify", abstract: "Make friends prove they still hold your backups (exit 1 if one does not).",
+        discussion: "Each friend hashes randomly chosen blobs with a fresh random key; only the real data gives the right answer.")
+    @OptionGroup var common: CommonOptions
+    @Option(help: ArgumentHelp("Only this friend.", valueName: "friend")) var from: String?
+    @Flag(help: "Check every blob, not a random sample.") var all = false
+    @Option(help: ArgumentHelp("How many random blobs to check per friend.", valueName: "n")) var count = 32
+
+    func run() async throws {
+        var params: [String: JSONValue] = ["all": .bool(all), "count": .int(Int64(count))]
+        if let from { params["from"] = .string(from) }
+        let result = try await callBackup(common, "backup.verify", params) { r in
+            for h in r["holders"]?.arrayValue ?? [] {
+                let failures = h["failures"]?.arrayValue ?? []
+                if let note = h["note"]?.stringValue { output("\(shortID(h["from"]?.stringValue)): \(note)"); continue }
+                output("\(shortID(h["from"]?.stringValue)): \(h["checked"]?.intValue ?? 0) blobs checked, \(failures.count) failed")
+                for f in failures {
+                    output("  holder \(shortID(h["from"]?.stringValue)) \(f["problem"]?.stringValue ?? "lost or altered") blob \(f["blob"]?.stringValue ?? "?")")
+                }
+            }
+        }
+        if result["ok"]?.boolValue != true { throw ExitCode(1) }
+    }
+}
+
+struct BackupSnapshots: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "snapshots", abstract: "The snapshots each friend holds for you.")
+    @OptionGroup var common: CommonOptions
+    @Option(help: ArgumentHelp("Only this friend.", valueName: "friend")) var from: String?
+
+    func run() async throws {
+        var params: [String: JSONValue] = [:]
+        if let from { params["from"] = .string(from) }
+        _ = try await callBackup(common, "backup.snapshots", params) { r in
+            for h in r["holders"]?.arrayValue ?? [] {
+                output("\(shortID(h["from"]?.stringValue)): \(bytesText(h["used_bytes"]?.intValue ?? 0)) of \(bytesText(h["quota_bytes"]?.intValue ?? 0))")
+                for s in h["snapshots"]?.arrayValue ?? [] {
+                    output("  \(s["id"]?.stringValue?.prefix(8) ?? "?")  \(s["created"]?.stringValue ?? "?")  \(bytesText(s["total_bytes"]?.intValue ?? 0)), "
+                        + "\(s["blobs"]?.intValue ?? 0) blobs")
+                }
+            }
+        }
+    }
+}
+
+struct BackupForget: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "forget", abstract: "Keep only the newest snapshots at each friend; the rest is freed.")
+    @OptionGroup var common: CommonOptions
+    @Option(help: ArgumentHelp("Snapshots to keep (1-64).", valueName: "n")) var keepLast: Int
+    @Option(help: ArgumentHelp("Only this friend.", valueName: "friend")) var from: String?
+
+    func run() async throws {
+        var params: [String: JSONValue] = ["keep_last": .int(Int64(keepLast))]
+        if let from { params["from"] = .string(from) }
+        _ = try await callBackup(common, "backup.forget", params) { r in
+            for h in r["holders"]?.arrayValue ?? [] {
+                output("\(shortID(h["from"]?.stringValue)): \(h["freed_blobs"]?.intValue ?? 0) blobs freed, \(bytesText(h["used_bytes"]?.intValue ?? 0)) used")
+            }
+        }
+    }
+}
