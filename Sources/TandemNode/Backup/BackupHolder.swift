@@ -148,8 +148,17 @@ final class BackupHolder: @unchecked Sendable {
 
     // MARK: requests
 
+    /// Where the answers to one request go: signed frames for its author, on the link it came by.
+    typealias Reply = @Sendable (Envelope) -> Void
+
     /// A backup request from a link (called on the node core). `isFriend`: the author is a friend.
     func receive(_ envelope: Envelope, from link: PeerLink, isFriend: Bool) {
+        receive(envelope, origin: Outbox.origin(of: link), isFriend: isFriend) { link.send($0) }
+    }
+
+    /// A backup request; `origin` is the source address budgets count by (the relay's for a
+    /// tunnel). Handled on the holder's queue, in order; answers go to `reply`.
+    func receive(_ envelope: Envelope, origin: String, isFriend: Bool, reply: @escaping Reply) {
         let author = envelope.author
         let admitted = queued.withLockedValue { q -> Bool in
             guard q.total < Self.queuedTotal, q.perAuthor[author, default: 0] < Self.queuedPerAuthor else { return false }
@@ -169,6 +178,7 @@ final class BackupHolder: @unchecked Sendable {
                     if q.perAuthor[author] == 0 { q.perAuthor[author] = nil }
                 }
             }
+            let link = ReplyTo(author: author, origin: origin, reply: reply)
             do {
                 try handle(envelope, link: link, isFriend: isFriend)
             } catch let e as PayloadError {
@@ -179,13 +189,26 @@ final class BackupHolder: @unchecked Sendable {
         }
     }
 
-    private func handle(_ envelope: Envelope, link: PeerLink, isFriend: Bool) throws {
+    /// Waits until every request handed in so far has been handled (tests, the fuzzer).
+    func drain() { queue.sync {} }
+
+    /// The book, for checks (on the holder's queue).
+    var bookNow: BackupHolderBook { queue.sync { book } }
+
+    /// Who asked: the answers' recipient, the address budgets count by, where answers go.
+    struct ReplyTo {
+        let author: [UInt8]
+        let origin: String
+        let reply: Reply
+    }
+
+    private func handle(_ envelope: Envelope, link: ReplyTo, isFriend: Bool) throws {
         let owner = envelope.author
         let nowMs = now()
         let hasShelf = book.shelves[owner] != nil && files != nil
         // Without an offer the answers say NO_OFFER: to friends always, to others within a budget.
         if !hasShelf, envelope.type != .backupKitGet {
-            guard isFriend || strangers.check(Outbox.origin(of: link), now: nowMs) == .allowed else { return }
+            guard isFriend || strangers.check(link.origin, now: nowMs) == .allowed else { return }
         }
         switch envelope.type {
         case .backupHaveQuery:
@@ -220,7 +243,7 @@ final class BackupHolder: @unchecked Sendable {
         }
     }
 
-    private func piece(_ p: BackupPieceMessage, owner: [UInt8], link: PeerLink, nowMs: UInt64) {
+    private func piece(_ p: BackupPieceMessage, owner: [UInt8], link: ReplyTo, nowMs: UInt64) {
         guard let files else { return }
         let key = "\(hexString(owner))/\(p.name)"
         let decision = book.receivePiece(owner: owner, p, nowMs: nowMs)
@@ -272,7 +295,7 @@ final class BackupHolder: @unchecked Sendable {
         }
     }
 
-    private func snapshot(_ m: BackupSnapshotMessage, owner: [UInt8], link: PeerLink) {
+    private func snapshot(_ m: BackupSnapshotMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
         let before = book.shelves[owner]?.snapshots.count ?? 0
         let reply = book.recordSnapshot(owner: owner, m)
@@ -293,7 +316,7 @@ final class BackupHolder: @unchecked Sendable {
         send(.backupReply, reply.payload, on: link)
     }
 
-    private func forget(_ m: BackupForgetMessage, owner: [UInt8], link: PeerLink) {
+    private func forget(_ m: BackupForgetMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
         let (reply, freed) = book.forget(owner: owner, m)
         if let s = book.shelves[owner] {
@@ -307,7 +330,7 @@ final class BackupHolder: @unchecked Sendable {
         send(.backupReply, reply.payload, on: link)
     }
 
-    private func prove(_ m: BackupProveMessage, owner: [UInt8], link: PeerLink, nowMs: UInt64) {
+    private func prove(_ m: BackupProveMessage, owner: [UInt8], link: ReplyTo, nowMs: UInt64) {
         guard let files else { return }
         let (reply, corrupted) = book.prove(owner: owner, m, nowMs: nowMs) { owner, name, sink in
             try files.stream(files.blobURL(owner, name), what: "blob", sink)
@@ -319,7 +342,7 @@ final class BackupHolder: @unchecked Sendable {
         send(.backupProof, reply.payload, on: link)
     }
 
-    private func fetch(_ m: BackupFetchMessage, owner: [UInt8], link: PeerLink) {
+    private func fetch(_ m: BackupFetchMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
         switch book.fetch(owner: owner, m) {
         case .answer(let a):
@@ -336,7 +359,7 @@ final class BackupHolder: @unchecked Sendable {
         }
     }
 
-    private func kitPut(_ m: BackupKitPutMessage, owner: [UInt8], link: PeerLink) {
+    private func kitPut(_ m: BackupKitPutMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
         let (reply, store, _) = book.putKit(owner: owner, m)
         if store {
@@ -359,10 +382,10 @@ final class BackupHolder: @unchecked Sendable {
         send(.backupReply, reply.payload, on: link)
     }
 
-    private func kitGet(_ m: BackupKitGetMessage, asker: [UInt8], link: PeerLink, nowMs: UInt64) {
+    private func kitGet(_ m: BackupKitGetMessage, asker: [UInt8], link: ReplyTo, nowMs: UInt64) {
         guard let files else { return }
         // Anyone may ask (a restorer is a fresh key), within both budgets; past either, no answer.
-        guard kitGetsByAddress.check(Outbox.origin(of: link), now: nowMs) == .allowed,
+        guard kitGetsByAddress.check(link.origin, now: nowMs) == .allowed,
               kitGetsByKey.check(asker, now: nowMs) == .allowed else { return }
         guard let (owner, kit, count) = book.kit(locator: m.locator, index: m.index),
               let sealed = try? files.readKit(owner), Int64(sealed.count) == kit.size else {
@@ -373,17 +396,17 @@ final class BackupHolder: @unchecked Sendable {
                                           count: count).payload, on: link)
     }
 
-    private func send(_ type: MessageType, _ payload: [UInt8], on link: PeerLink) {
-        link.send(type: type, payload: payload)
+    private func send(_ type: MessageType, _ payload: [UInt8], on link: ReplyTo) {
+        link.reply(Envelope.sign(type: type, author: identity, recipient: link.author, createdAt: now(), payload: payload))
     }
 
     /// A request whose payload broke its rules: MALFORMED on the link, no answer message.
-    private func refuse(_ envelope: Envelope, _ e: PayloadError, on link: PeerLink, isFriend: Bool) {
+    private func refuse(_ envelope: Envelope, _ e: PayloadError, on link: ReplyTo, isFriend: Bool) {
         logger.info("malformed backup payload", metadata: ["type": "\(envelope.type)", "detail": "\(e.detail)"])
-        guard isFriend || strangers.check(Outbox.origin(of: link), now: now()) == .allowed else { return }
+        guard isFriend || strangers.check(link.origin, now: now()) == .allowed else { return }
         let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: now()) {
-            link.send(reply)
+            link.reply(reply)
         }
     }
 }
