@@ -1,0 +1,152 @@
+import ArgumentParser
+import Foundation
+import Logging
+import NIOCore
+import Sodium
+import TandemNet
+import TandemNode
+import TandemProtocol
+
+/// `tandem-bench backup`: a vault pushed to a friend's node over loopback, against the box-stream
+/// bulk rate of `tandem-bench bulk` and against restic, all in the same run on the same data.
+///
+/// Two nodes run in this process (data dirs in the work directory, 127.0.0.1, no discovery): the
+/// owner imports the data into its vault through its control socket, the holder offers space, and
+/// the owner pushes. Figures: the push's MB/s (vault bytes over the push's wall time) as a share of
+/// the bulk figure (goal ≥ 50 %); the bytes a second push with nothing changed sends, against the
+/// bytes restic adds to its repository for an unchanged second backup of the same data.
+struct BackupBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "backup",
+        abstract: "Vault push to a friend's node over loopback vs box-stream bulk (goal ≥ 50 %), second push vs restic.")
+
+    @Option(help: "MiB of incompressible data in the vault.") var sizeMib: Int = 1024
+    @Option(help: "Where to put the data, nodes and repositories (default: a temporary directory).") var workDir: String?
+    @Flag(help: "Indent the JSON.") var pretty = false
+
+    static let shareGoal = 0.5
+
+    func validate() throws {
+        guard (16...65_536).contains(sizeMib) else { throw ValidationError("--size-mib must be between 16 and 65536") }
+    }
+
+    func run() async throws {
+        warnIfDebug()
+        let root = URL(fileURLWithPath: workDir ?? NSTemporaryDirectory()).appendingPathComponent("tandem-backup-bench-\(getpid())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        let started = environment()
+        let bytes = Int64(sizeMib) << 20
+        let source = root.appendingPathComponent("data")
+        say("backup: writing \(sizeMib) MiB of incompressible data…")
+        try VaultBench.generate(kind: "incompressible", bytes: bytes, into: source)
+
+        say("backup: box-stream bulk rate (tandem-bench bulk)…")
+        let bulk = try await BulkBenchmark.run(BenchSettings())
+        let bulkMBps = bulk.measured
+
+        let logger = quietLogger("tandem-bench.backup")
+        var config = NodeConfiguration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        config.discovery = nil
+        config.vault.keyParameters = .testing
+        let ownerKey = SigningKeyPair.generate(), holderKey = SigningKeyPair.generate()
+        let ownerDir = DataDirectory(url: root.appendingPathComponent("owner"))
+        let holderDir = DataDirectory(url: root.appendingPathComponent("holder"))
+        let owner = try NodeRuntime(identity: ownerKey, configuration: config, dataDirectory: ownerDir, logger: logger)
+        let holder = try NodeRuntime(identity: holderKey, configuration: config, dataDirectory: holderDir, logger: logger)
+        var object: [String: Any] = [:]
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await owner.run(signals: false) }
+            tasks.addTask { try await holder.run(signals: false) }
+            defer { tasks.cancelAll() }
+            let holderAddress = try await holder.listener.boundAddress
+            _ = try await owner.listener.boundAddress
+            let ownerEvents = owner.eventBus.subscribe(since: nil)
+            _ = try await owner.friends.request(holderKey.publicKey, message: "bench", address: ("127.0.0.1", holderAddress.port ?? 0))
+            try await Self.waitUntil { (try? await holder.friends.accept(ownerKey.publicKey)) != nil }
+            let o = try await ControlClient.connect(dataDirectory: ownerDir)
+            let h = try await ControlClient.connect(dataDirectory: holderDir)
+            _ = try await o.call(method: "vault.init", params: ["pin": "2580"], timeout: .seconds(120))
+            say("backup: importing into the owner's vault…")
+            for try await _ in o.stream(method: "vault.import", params: ["paths": .array([.string(source.path)]), "pin": "2580"]) {}
+            // The holder's offer reaches the owner through its outbox.
+            try await Self.waitUntil {
+                (try? await h.call(method: "backup.offer", params: ["id": .string(NodeID(publicKey: ownerKey.publicKey).canonical),
+                                                                  "quota_bytes": .int(bytes * 2)])) != nil
+            }
+            for await e in ownerEvents where e.type == "backup.offer.received" { break }
+            let vaultBytes = VaultBench.directoryBytes(ownerDir.url.appendingPathComponent("vault/packs"))
+                + VaultBench.directoryBytes(ownerDir.url.appendingPathComponent("vault/index"))
+
+            say("backup: first push (\(vaultBytes / 1_000_000) MB of vault)…")
+            let t0 = ContinuousClock.now
+            let first = try await Self.push(o)
+            let seconds = Self.seconds(ContinuousClock.now - t0)
+            let pushMBps = Double(vaultBytes) / 1e6 / seconds
+            say("backup: second push, nothing changed…")
+            let second = try await Self.push(o)
+
+            say("backup: restic backup twice of the same data…")
+            let restic = try Self.resticSecondBackup(source: source, root: root)
+            let share = pushMBps / bulkMBps
+            object = [
+                "benchmark": "backup", "size_mib": sizeMib, "vault_bytes": vaultBytes,
+                "push_mb_per_s": pushMBps, "push_seconds": seconds, "push_bytes_sent": first,
+                "bulk_mb_per_s": bulkMBps, "share_of_bulk": share, "share_goal": Self.shareGoal,
+                "second_push_bytes_sent": second, "second_push_share_of_vault": Double(second) / Double(max(1, vaultBytes)),
+                "restic_second_backup_bytes_added": restic.added, "restic_seconds": restic.seconds,
+                "met": share >= Self.shareGoal && Double(second) < Double(vaultBytes) / 1000,
+            ]
+            say(String(format: "backup: push %.0f MB/s = %.0f %% of bulk %.0f MB/s (goal ≥ %.0f %%); second push %lld bytes "
+                        + "(%.4f %% of the vault) vs restic's second backup adding %lld bytes",
+                       pushMBps, 100 * share, bulkMBps, 100 * Self.shareGoal, second, 100 * Double(second) / Double(max(1, vaultBytes)),
+                       restic.added))
+        }
+        object["environment"] = started.merging(["load_average_end": loadAverage()]) { a, _ in a }
+        var options: JSONSerialization.WritingOptions = [.sortedKeys, .withoutEscapingSlashes]
+        if pretty { options.insert(.prettyPrinted) }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: options)) ?? Data("{}".utf8)
+        output(String(decoding: data, as: UTF8.self))
+    }
+
+    static func push(_ client: ControlClient) async throws -> Int64 {
+        var sent: Int64 = -1
+        for try await item in client.stream(method: "backup.push", params: [:]) {
+            if let r = item["result"] { sent = r["bytes_sent"]?.intValue ?? -1 }
+        }
+        guard sent >= 0 else { throw BenchError("the push gave no result") }
+        return sent
+    }
+
+    static func seconds(_ d: Duration) -> Double {
+        Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
+
+    /// Retries `body` every 100 ms for up to 30 s until it says true.
+    static func waitUntil(_ body: () async -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if await body() { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw BenchError("timed out waiting for the nodes")
+    }
+
+    /// Bytes restic's repository grows by for a second, unchanged backup of `source`.
+    static func resticSecondBackup(source: URL, root: URL) throws -> (added: Int64, seconds: [Double]) {
+        guard let restic = Measured.which("restic") else {
+            throw BenchError("restic is not installed (Debian: apt-get install restic; `make bench` installs it)")
+        }
+        let repo = root.appendingPathComponent("restic")
+        var env = ProcessInfo.processInfo.environment
+        env["RESTIC_PASSWORD"] = "tandem-bench"
+        env["RESTIC_CACHE_DIR"] = root.appendingPathComponent("restic-cache").path
+        _ = try Measured.run(restic, ["init", "-q", "-r", repo.path], environment: env)
+        let a = try Measured.run(restic, ["backup", "-q", "-r", repo.path, source.path], environment: env)
+        let before = VaultBench.directoryBytes(repo)
+        let b = try Measured.run(restic, ["backup", "-q", "-r", repo.path, source.path], environment: env)
+        return (VaultBench.directoryBytes(repo) - before, [a.seconds, b.seconds])
+    }
+}
