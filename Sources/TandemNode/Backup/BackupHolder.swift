@@ -29,6 +29,10 @@ final class BackupHolder: @unchecked Sendable {
     let logger: Logger
     let now: @Sendable () -> UInt64
     private let queue = DispatchQueue(label: "tandem.backup.holder", qos: .utility)
+    /// Hash checks and fsyncs of finished blobs (one at a time, beside the holder's queue).
+    private let finisher = DispatchQueue(label: "tandem.backup.holder.finish", qos: .utility)
+    /// Blobs on the finisher now (touched on `queue`).
+    private var finishing = 0
     private let queued = NIOLockedValueBox<(total: Int, perAuthor: [[UInt8]: Int])>((0, [:]))
 
     // Touched on `queue` only.
@@ -190,7 +194,13 @@ final class BackupHolder: @unchecked Sendable {
     }
 
     /// Waits until every request handed in so far has been handled (tests, the fuzzer).
-    func drain() { queue.sync {} }
+    func drain() {
+        while true {
+            queue.sync {}
+            finisher.sync {}
+            if queue.sync(execute: { finishing == 0 }) { return }
+        }
+    }
 
     /// The book, for checks (on the holder's queue).
     var bookNow: BackupHolderBook { queue.sync { book } }
@@ -282,16 +292,29 @@ final class BackupHolder: @unchecked Sendable {
             if let r = running.removeValue(forKey: key), r.length == p.size {
                 known = r.finish().flatMap { BlobName(bytes: $0) }
             }
-            let matches: Bool
-            do {
-                matches = try files.finish(owner, p.name, size: p.size, knownHash: known)
-            } catch {
-                logger.error("cannot finish a backup blob", metadata: ["error": "\(error)"])
-                book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
-                return
+            // The fsyncs of a finished blob run on their own queue, so pieces of the owner's next
+            // blobs are written meanwhile; the book and the answer come back to the holder's queue.
+            finishing += 1
+            let hash = known
+            finisher.async { [self] in
+                let outcome = Result { try files.finish(owner, p.name, size: p.size, knownHash: hash) }
+                queue.async { [self] in
+                    finishing -= 1
+                    guard book.shelves[owner]?.blobs[p.name]?.state == .checking else {
+                        // The offer was withdrawn meanwhile: nothing of it stays.
+                        files.removeBlob(owner, p.name)
+                        return
+                    }
+                    switch outcome {
+                    case .success(let matches):
+                        let reply = book.finishBlob(owner: owner, name: p.name, requestID: p.requestID, matches: matches)
+                        send(.backupReply, reply.payload, on: link)
+                    case .failure(let error):
+                        logger.error("cannot finish a backup blob", metadata: ["error": "\(error)"])
+                        book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
+                    }
+                }
             }
-            let reply = book.finishBlob(owner: owner, name: p.name, requestID: p.requestID, matches: matches)
-            send(.backupReply, reply.payload, on: link)
         }
     }
 

@@ -19,9 +19,10 @@ import Glibc
 /// ```
 ///
 /// Opaque to the holder: names are hashes, blobs ciphertext. Everything read back is validated
-/// like a peer's message (`load`); what fails is moved to quarantine, never fatal. Not thread-safe:
-/// the backup holder uses it from its one queue.
-final class HeldBlobs {
+/// like a peer's message (`load`); what fails is moved to quarantine, never fatal. It keeps no
+/// state of its own: the holder calls it from its queue, and finishes blobs on a second one (each
+/// call touches the files of one blob).
+final class HeldBlobs: Sendable {
     let root: URL
 
     init(root: URL) {
