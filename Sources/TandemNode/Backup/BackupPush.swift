@@ -188,6 +188,7 @@ extension BackupService {
         let pending = await core.run { self.health.read("read pending pushes", or: []) { try self.store.settings(prefix: Self.pendingPrefix) } }
         for (key, value) in pending {
             guard let holder = parseHex(String(key.dropFirst(Self.pendingPrefix.count))), holder.count == 32 else { continue }
+            guard running.withLockedValue({ $0[holder] == nil }) else { continue }
             logger.info("resuming a backup push", metadata: ["to": "\(NodeID(publicKey: holder).short)"])
             _ = try? await startPush(to: holder, lanOnly: value == "lan")
         }
@@ -211,8 +212,11 @@ extension BackupService {
             events.emit("backup.push.failed", ["to": .string(to), "error": .string("\(e)")])
             logger.warning("backup push failed", metadata: ["to": "\(NodeID(publicKey: t.holder).short)", "error": "\(e)"])
         }
-        // A push the node's stop cut short stays pending; one that ended either way does not.
-        if !Task.isCancelled {
+        // A push the node's stop cut short, or whose holder was unreachable, stays pending (tried
+        // again every minute); one that ended either way does not.
+        var unreachable = false
+        if case .failure(let e) = result, e is HolderUnreachable { unreachable = true }
+        if !Task.isCancelled, !unreachable {
             await core.run { self.health.attempt("clear a pending push") { try self.store.removeSetting(Self.pendingPrefix + hexString(t.holder)) } }
         }
         t.finish(result)
@@ -246,9 +250,10 @@ extension BackupService {
             do {
                 exchange = BackupExchange(peer: t.holder, link: try await link(to: t.holder, lanOnly: t.lanOnly), answers: answers)
             } catch {
+                // Unreachable at the start: say so now. After a link was lost mid-push, a few tries.
                 attempt += 1
-                guard attempt <= 5 else { throw error }
-                try await Task.sleep(for: .seconds(min(1 << attempt, 30)))
+                guard attempt > 1, attempt <= 4 else { throw error }
+                try await Task.sleep(for: .seconds(1 << (attempt - 1)))
                 continue
             }
             do {
@@ -272,8 +277,8 @@ extension BackupService {
             } catch let e as BackupExchange.LinkLost {
                 bytesSent += exchange.bytesSent
                 attempt += 1
-                guard attempt <= 5 else { throw PushFailed(description: "\(e) five times; the push resumes with the next one") }
-                try await Task.sleep(for: .seconds(min(1 << attempt, 30)))
+                guard attempt <= 4 else { throw PushFailed(description: "\(e) four times; run tandem backup push again later") }
+                try await Task.sleep(for: .seconds(1 << (attempt - 1)))
             } catch let e as BackupExchange.NoAnswer {
                 bytesSent += exchange.bytesSent
                 throw PushFailed(description: "\(e)")

@@ -75,8 +75,14 @@ public final class BackupService: Service, @unchecked Sendable {
         let friendsChanged = signals.subscribe { $0 == .friendsChanged }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
-                // Pushes the node was doing when it stopped.
-                group.addTask { await self.resumePendingPushes() }
+                // Pushes the node was doing when it stopped, and pushes to holders that were not
+                // reachable: tried again every minute.
+                group.addTask {
+                    while !Task.isCancelled {
+                        await self.resumePendingPushes()
+                        try? await Task.sleep(for: .seconds(60))
+                    }
+                }
                 group.addTask {
                     for await _ in friendsChanged {
                         let friends = await self.core.run { self.health.read("read the friends", or: nil) { try self.store.friendKeys() } }
@@ -196,10 +202,10 @@ public final class BackupService: Service, @unchecked Sendable {
         }
         switch await dialer.dial(holder, lanOnly: lanOnly) {
         case .link(let l):
-            guard let link = l as? PeerLink else { throw NodeError.failed("no link to \(NodeID(publicKey: holder).display)") }
+            guard let link = l as? PeerLink else { throw HolderUnreachable(description: "no link to \(NodeID(publicKey: holder).display)") }
             return link
         case .offline, .unreachable:
-            throw NodeError.failed("\(NodeID(publicKey: holder).display) is not reachable\(lanOnly ? " on the LAN" : "") now")
+            throw HolderUnreachable(description: "\(NodeID(publicKey: holder).display) is not reachable\(lanOnly ? " on the LAN" : "") now")
         }
     }
 }
@@ -210,4 +216,9 @@ struct OutgoingKit: Sendable {
     let locator: KitLocator
     let sealed: [UInt8]
     let digest: [UInt8]
+}
+
+/// The holder cannot be reached now (a push to it stays pending and is tried again).
+struct HolderUnreachable: Error, CustomStringConvertible {
+    let description: String
 }
