@@ -19,12 +19,12 @@ struct Restore: AsyncParsableCommand {
         the newest complete backup of the vault, checking every blob against its name. The vault keeps its old PIN.
 
         Interrupted, it can be run again with the same code: what is already in place is not fetched again.
-        --from takes the friend's address as ID@host:port.
+        --from takes the friend's address as ID@host:port, or its share code (tandem:ID?relay=…) to reach it through its relay.
         """)
 
     @OptionGroup var common: CommonOptions
 
-    @Option(help: ArgumentHelp("The friend that holds your backups: ID@host:port.", valueName: "address"))
+    @Option(help: ArgumentHelp("The friend that holds your backups: ID@host:port, or its share code.", valueName: "address"))
     var from: String
 
     @Flag(name: .long, help: "Read the recovery code from the first line of stdin instead of asking (for scripts).")
@@ -38,8 +38,8 @@ struct Restore: AsyncParsableCommand {
         let json = common.json
         let out = RestoreOutput(json: json)
         let client = RestoreClient(group: MultiThreadedEventLoopGroup.singleton, logger: logger)
-        let options = RestoreClient.Options(holder: holder.id, host: holder.host, port: holder.port, code: code,
-                                            dataDirectory: common.dataDirectory)
+        let options = RestoreClient.Options(holder: holder.holder, host: holder.host, port: holder.port, code: code,
+                                            dataDirectory: common.dataDirectory, relay: holder.relay)
         let report: RestoreClient.Report
         do {
             report = try await client.run(options) { out.show($0) }
@@ -62,18 +62,28 @@ struct Restore: AsyncParsableCommand {
         }
     }
 
-    /// `ID@host:port`. A share code (`tandem:ID?relay=…`) names a friend reachable only through its
-    /// relay: not supported by restore yet (the tunnel needs the relay client of a running node).
-    static func parseFrom(_ text: String) throws -> RelayAddress {
+    /// `ID@host:port`, or a share code `tandem:ID?relay=RELAY_ID@host:port` (through that relay).
+    static func parseFrom(_ text: String) throws -> (holder: NodeID, host: String, port: Int, relay: RelayAddress?) {
         let t = text.trimmingCharacters(in: .whitespaces)
+        let shown = String(t.prefix(200)).terminalSafe
         if t.lowercased().hasPrefix("tandem:") || !t.contains("@") {
-            throw TandemError("--from: restoring through a share code (a relay) is not supported yet: give the friend's ID@host:port",
-                              exitCode: TandemError.usageExitCode)
+            let code: ShareCode
+            do {
+                code = try ShareCode(parsing: t)
+            } catch {
+                throw TandemError("--from: '\(shown)' is neither ID@host:port nor a share code (\(error))", exitCode: TandemError.usageExitCode)
+            }
+            guard let relay = code.relay else {
+                throw TandemError("--from: that share code names no relay: give the friend's ID@host:port or a share code with ?relay=",
+                                  exitCode: TandemError.usageExitCode)
+            }
+            return (code.id, relay.host, relay.port, relay)
         }
         do {
-            return try RelayAddress(parsing: t)
+            let a = try RelayAddress(parsing: t)
+            return (a.id, a.host, a.port, nil)
         } catch {
-            throw TandemError("--from: '\(String(t.prefix(200)).terminalSafe)' is not ID@host:port (\(error))", exitCode: TandemError.usageExitCode)
+            throw TandemError("--from: '\(shown)' is not ID@host:port (\(error))", exitCode: TandemError.usageExitCode)
         }
     }
 

@@ -165,7 +165,7 @@ public enum RecoveryKit {
             c.friendContacts.append(record)
         }
         c.homeRelays = try store.relays().map { RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port).description }
-        c.ledgerEntries = try store.ledger().map { KitLedgerEntry(row: $0).bytes }
+        c.ledgerEntries = try store.ledger().map { Data(KitLedgerEntry(row: $0).bytes) }
         return c
     }
 

@@ -29,13 +29,28 @@ public struct RestoreClient {
         public var port: Int
         public var code: RecoveryCode
         public var dataDirectory: DataDirectory
-        public init(holder: NodeID, host: String, port: Int, code: RecoveryCode, dataDirectory: DataDirectory) {
+        /// The holder's relay (a share code): reached through a tunnel of it instead of host:port.
+        public var relay: RelayAddress?
+        public init(holder: NodeID, host: String, port: Int, code: RecoveryCode, dataDirectory: DataDirectory, relay: RelayAddress? = nil) {
             self.holder = holder
             self.host = host
             self.port = port
             self.code = code
             self.dataDirectory = dataDirectory
+            self.relay = relay
         }
+
+        /// How the holder is named in messages.
+        var holderText: String {
+            relay.map { "\(holder.short)… through relay \($0.host):\($0.port)" } ?? "\(holder.short)… at \(host):\(port)"
+        }
+    }
+
+    func connect(_ o: Options, as identity: SigningKeyPair) async throws -> RestoreLink {
+        if let relay = o.relay {
+            return try await RestoreLink.connect(through: relay, holder: o.holder, identity: identity, group: group, logger: logger)
+        }
+        return try await RestoreLink.connect(host: o.host, port: o.port, holder: o.holder, identity: identity, group: group, logger: logger)
     }
 
     /// What a restore reports as it goes.
@@ -89,7 +104,7 @@ public struct RestoreClient {
         }
 
         // 1. The kit, asked for as a throwaway key.
-        events(.step("asking \(o.holder.short)… at \(o.host):\(o.port) for the recovery kit"))
+        events(.step("asking \(o.holderText) for the recovery kit"))
         let kit = try await fetchKit(o)
         if let existing, existing != kit.identity.publicKey {
             throw TandemError("\(dir.path) already holds another identity (\(NodeID(publicKey: existing).short)…): restore into an empty data directory")
@@ -104,7 +119,7 @@ public struct RestoreClient {
         try store.applyRestore(RestoredState(friends: kit.friends,
                                              homeRelays: kit.homeRelays.map { StoredRelay(publicKey: $0.id.publicKey, host: $0.host, port: $0.port, atMs: 0) },
                                              ledger: kit.ledger,
-                                             addresses: [(o.holder.publicKey, o.host, o.port)]),
+                                             addresses: o.relay == nil ? [(o.holder.publicKey, o.host, o.port)] : []),
                                nowMs: now())
         report.friends = kit.friends.count
         report.homeRelays = kit.homeRelays.count
@@ -130,7 +145,7 @@ public struct RestoreClient {
 
     func fetchKit(_ o: Options) async throws -> RecoveryKit.Opened {
         let throwaway = SigningKeyPair.generate()
-        let link = try await RestoreLink.connect(host: o.host, port: o.port, holder: o.holder, identity: throwaway, group: group, logger: logger)
+        let link = try await connect(o, as: throwaway)
         defer { link.close() }
         let locator = RecoveryKitSeal.locator(o.code)
         var refusals: [String] = []
@@ -200,7 +215,7 @@ public struct RestoreClient {
         let keys = try vaultKeys(keysFile: keysFile, code: o.code, staging: staging)
         report.vault = true
 
-        let link = try await RestoreLink.connect(host: o.host, port: o.port, holder: o.holder, identity: identity, group: group, logger: logger)
+        let link = try await connect(o, as: identity)
         defer { link.close() }
         let list = try await link.request("BACKUP_LIST", make: { id in
             (.backupList, BackupListQueryMessage(requestID: id).payload)
