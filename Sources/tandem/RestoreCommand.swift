@@ -126,7 +126,8 @@ final class RestoreOutput: @unchecked Sendable {
     func show(_ event: RestoreClient.Event) {
         switch event {
         case .step(let text):
-            if json { outputJSON(JSONValue.object(["step": .string(text)]).compactJSON) } else {
+            // Steps are for a person watching (a terminal); a script gets them with --json.
+            if json { outputJSON(JSONValue.object(["step": .string(text)]).compactJSON) } else if bar.enabled {
                 bar.finish()
                 FileHandle.standardError.write(Data("\(text.terminalSafe)\n".utf8))
             }

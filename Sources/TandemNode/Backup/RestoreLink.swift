@@ -40,7 +40,7 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
     /// Links to the holder as `identity`.
     static func connect(host: String, port: Int, holder: NodeID, identity: SigningKeyPair,
                         group: EventLoopGroup, logger: Logger) async throws -> RestoreLink {
-        let r = RestoreLink(holder: holder, address: "\(holder.short)… at \(host):\(port)", eventLoop: group.next())
+        let r = RestoreLink(holder: holder, address: "\(holder.canonical) at \(host):\(port)", eventLoop: group.next())
         let gate = FrameGate(localPublicKey: identity.publicKey, metrics: TransportMetrics())
         let (link, _) = try await PeerConnector.connect(host: host, port: port, remote: holder.publicKey, identity: identity,
                                                         gate: gate, delegate: r, group: group, logger: logger)
@@ -54,7 +54,7 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
     /// (`RelayTunnel.connect`). The relay link stays open as long as this link.
     static func connect(through relay: RelayAddress, holder: NodeID, identity: SigningKeyPair,
                         group: EventLoopGroup, logger: Logger) async throws -> RestoreLink {
-        let r = RestoreLink(holder: holder, address: "\(holder.short)… through relay \(relay.host):\(relay.port)", eventLoop: group.next())
+        let r = RestoreLink(holder: holder, address: "\(holder.canonical) through relay \(relay.host):\(relay.port)", eventLoop: group.next())
         let gate = FrameGate(localPublicKey: identity.publicKey, metrics: TransportMetrics())
         let opener = TunnelOpener(relay: relay, eventLoop: group.next())
         let (relayLink, _) = try await PeerConnector.connect(host: relay.host, port: relay.port, remote: relay.id.publicKey,
