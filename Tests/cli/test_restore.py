@@ -89,8 +89,8 @@ def backed_up(make_node, tmp_path, size=3 * 1024 * 1024 + 17, friends=("bob",)):
     code = recovery_code(alice)
     holder = others[0]
     cli(holder, "backup", "offer", alice.id, "--quota", "1GiB")
-    wait_event(alice, "backup.offered", f"id={holder.id}", timeout="30s")
-    cli(alice, "backup", "push", holder.id, timeout=300)
+    wait_event(alice, "backup.offer.received", f"from={holder.id}", timeout="30s")
+    cli(alice, "backup", "push", "--to", holder.id, timeout=300)
     return alice, others, files, code
 
 
@@ -140,8 +140,8 @@ def test_whole_node_back_from_code_and_one_friend_then_a_challenge_as_the_old_id
 
 def test_a_holder_that_flips_a_byte_is_caught_and_named(make_node, tmp_path):
     alice, (bob,), files, code = backed_up(make_node, tmp_path)
-    held = pathlib.Path(bob.data_dir) / "backup-held"
-    blobs = sorted((p for p in held.rglob("*") if p.is_file() and len(p.name) == 64), key=lambda p: p.stat().st_size)
+    held = pathlib.Path(bob.data_dir) / "backup-held" / alice.info["public_key"] / "blobs"
+    blobs = sorted((p for p in held.iterdir() if p.is_file() and len(p.name) == 64), key=lambda p: p.stat().st_size)
     assert blobs, list(held.rglob("*"))
     victim = blobs[-1]
     bob.stop()

@@ -142,6 +142,13 @@ public enum RecoveryKit {
         return SealedKit(locator: key.locator, sealed: sealed, digest: digest, ledgerEntriesLeftOut: leftOut)
     }
 
+    /// What a push puts at holders (BackupService's kit provider): the kit sealed now, or nil
+    /// without a kit key.
+    static let provider: BackupService.KitProvider = { identity, store, dataDirectory in
+        try sealedKit(identity: identity, store: store, dataDirectory: dataDirectory, nowMs: min(wallClockMilliseconds(), BackupLimits.maximumVersion))
+            .map { OutgoingKit(locator: $0.locator, sealed: $0.sealed, digest: $0.digest) }
+    }
+
     /// What the kit holds, from the node's files and store.
     ///
     /// `vault_master_key` is left empty: the keys file's recovery slot opens with the recovery code,
