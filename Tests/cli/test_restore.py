@@ -101,6 +101,12 @@ def test_whole_node_back_from_code_and_one_friend_then_a_challenge_as_the_old_id
     alice.kill()
     shutil.rmtree(alice.data_dir)
 
+    # A data dir that is another node is refused, in one line, before anything is written.
+    other = make_node("other")
+    taken = restore(other.data_dir, bob, code, check=False)
+    assert taken.returncode == 1 and "another identity" in one_line_error(taken), taken.stderr
+    assert not (pathlib.Path(other.data_dir) / "vault").exists()
+
     fresh = tmp_path / "alice-restored"
     proc = restore(fresh, bob, code)
     report, lines = final_json(proc)
@@ -134,7 +140,7 @@ def test_whole_node_back_from_code_and_one_friend_then_a_challenge_as_the_old_id
     cid = inv["id"]
     wait_event(carol, "challenge.invited", f"id={cid}")
     cli(carol, "challenge", "accept", cid[:6])
-    wait_event(restored, "ledger.appended", f"challenge={cid}", timeout="60s")
+    assert wait_event(restored, "ledger.appended", f"challenge_id={cid}", timeout="60s")["signers"] == 2
     assert cli_json(restored, "ledger", "verify")["entries"] >= 1
 
 
