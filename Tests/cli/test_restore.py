@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tandem_testkit import TANDEM, Node, befriend, cli, cli_json, one_line_error, poll, wait_event
+from tandem_testkit import TANDEM, Node, Relay, befriend, cli, cli_json, one_line_error, poll, wait_event
 
 CHEAP = {"TANDEM_TEST_CHEAP_PIN_HASH": "1"}
 PIN = "2580"
@@ -200,6 +200,34 @@ def test_restore_killed_mid_way_resumes(make_node, tmp_path):
     again = restore(fresh, bob, code, check=False)
     assert again.returncode != 0
     one_line_error(again)
+
+
+def home_relay(node, relay):
+    cli(node, "relay", "add", relay.address)
+    poll(lambda: any(r["address"] == relay.address and r["connected"] for r in cli_json(node, "relay", "list")["relays"]),
+         15, what=f"{node.data_dir} registered at the relay")
+
+
+def test_restore_through_the_holders_relay_brings_home_relays_back(make_node, tmp_path):
+    alice, (bob,), files, code = backed_up(make_node, tmp_path, size=300_000)
+    relay = Relay(tmp_path).start()
+    try:
+        home_relay(bob, relay)
+        home_relay(alice, relay)
+        # Alice's kit changed (a home relay): her next push puts it again.
+        cli(alice, "backup", "push", "--to", bob.id, timeout=300)
+        alice.kill()
+        share = cli(bob, "id", "--share").stdout.strip()
+        assert "?relay=" in share, share
+        proc = subprocess.run([TANDEM, "restore", "--from", share, "--code-stdin", "--json", "--data-dir", str(tmp_path / "fresh")],
+                              input=code + "\n", capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        report, _ = final_json(proc)
+        assert report["id"] == alice.id and report["items"] == 2 and report["home_relays"] == 1, report
+        restored = RestoredNode(tmp_path / "fresh").start(env=CHEAP)
+        assert [r["address"] for r in cli_json(restored, "relay", "list")["relays"]] == [relay.address]
+    finally:
+        relay.stop()
 
 
 def test_bad_input_is_one_clear_line(make_node, tmp_path):
