@@ -202,6 +202,42 @@ def test_restore_killed_mid_way_resumes(make_node, tmp_path):
     one_line_error(again)
 
 
+def test_the_decoy_vault_comes_back_behind_its_own_pin(make_node, tmp_path):
+    alice = make_node("alice").start(env=CHEAP)
+    bob = make_node("bob").start(env=CHEAP)
+    befriend(alice, bob)
+    vault(alice, "init", pin=PIN)
+    code = recovery_code(alice)
+    subprocess.run([TANDEM, "vault", "decoy", "--pin-stdin", "--data-dir", alice.data_dir], input=f"{PIN}\n1357\n",
+                   capture_output=True, text=True, timeout=60, check=True)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "real.txt").write_text("the real one\n" * 1000)
+    (src / "decoy.txt").write_text("nothing to see\n" * 1000)
+    vault(alice, "import", str(src / "real.txt"), pin=PIN)
+    vault(alice, "lock")
+    vault(alice, "import", str(src / "decoy.txt"), pin="1357")
+    vault(alice, "lock")
+    cli(bob, "backup", "offer", alice.id, "--quota", "1GiB")
+    wait_event(alice, "backup.offer.received", f"from={bob.id}", timeout="30s")
+    cli(alice, "backup", "push", "--to", bob.id, timeout=300)
+    alice.kill()
+
+    restore(tmp_path / "fresh", bob, code)
+    restored = RestoredNode(tmp_path / "fresh").start(env=CHEAP)
+
+    def names(pin):
+        vault(restored, "lock")
+        out = subprocess.run([TANDEM, "vault", "list", "--json", "--pin-stdin", "--data-dir", restored.data_dir],
+                             input=pin + "\n", capture_output=True, text=True, timeout=60, check=True)
+        return [i["name"] for i in json.loads(out.stdout.splitlines()[-1])["items"]]
+
+    assert names(PIN) == ["real.txt"]
+    assert names("1357") == ["decoy.txt"]
+    vault(restored, "lock")
+    assert recovery_code(restored) == code
+
+
 def home_relay(node, relay):
     cli(node, "relay", "add", relay.address)
     poll(lambda: any(r["address"] == relay.address and r["connected"] for r in cli_json(node, "relay", "list")["relays"]),
