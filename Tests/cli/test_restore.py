@@ -266,6 +266,32 @@ def test_restore_through_the_holders_relay_brings_home_relays_back(make_node, tm
         relay.stop()
 
 
+def test_a_holder_restarting_mid_restore_is_reconnected(make_node, tmp_path):
+    alice, (bob,), files, code = backed_up(make_node, tmp_path, size=40 * 1024 * 1024)
+    alice.kill()
+    fresh = tmp_path / "fresh"
+    p = subprocess.Popen(restore_cmd(fresh, bob, "--json"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    p.stdin.write(code + "\n")
+    p.stdin.close()
+    packs = fresh / "vault" / "packs"
+    poll(lambda: packs.exists() and any(q.is_file() and len(q.name) == 64 for q in packs.rglob("*")), timeout=120,
+         interval=0.01, what="a pack in place")
+    bob.kill()
+    bob.start(port=bob.port, env=CHEAP)
+    out = p.stdout.read()
+    err = p.stderr.read()
+    p.wait(timeout=300)
+    assert p.returncode == 0, err
+    report = json.loads(out.splitlines()[-1])
+    assert report["items"] == 2, report
+    restored = RestoredNode(fresh).start(env=CHEAP)
+    dest = tmp_path / "out"
+    dest.mkdir()
+    vault(restored, "export", "holiday.bin", str(dest), pin=PIN)
+    assert (dest / "holiday.bin").read_bytes() == files["holiday.bin"]
+
+
 def test_bad_input_is_one_clear_line(make_node, tmp_path):
     bob = make_node("bob").start(env=CHEAP)
     target = tmp_path / "empty"

@@ -215,8 +215,9 @@ public struct RestoreClient {
         let keys = try vaultKeys(keysFile: keysFile, code: o.code, staging: staging)
         report.vault = true
 
-        let link = try await connect(o, as: identity)
-        defer { link.close() }
+        let holder = try await HolderConnection { try await self.connect(o, as: identity) }
+        defer { holder.close() }
+        let link = holder.link
         let list = try await link.request("BACKUP_LIST", make: { id in
             (.backupList, BackupListQueryMessage(requestID: id).payload)
         }, match: { a, id -> BackupListReplyMessage? in
@@ -236,7 +237,7 @@ public struct RestoreClient {
         var reasons: [String] = []
         for snapshot in list.snapshots.reversed() {
             do {
-                chosen = try await examine(snapshot, link: link, keys: keys, staging: staging, events: events)
+                chosen = try await examine(snapshot, holder: holder, keys: keys, staging: staging, events: events)
                 break
             } catch let e as SnapshotUnusable {
                 reasons.append(e.reason)
@@ -259,7 +260,7 @@ public struct RestoreClient {
         report.bytes = plan.totalBytes
         let startDone = plan.doneBytes
         events(.step("fetching \(chosen.packs.count - plan.skipped) pack(s) (\(plan.skipped) already here)"))
-        try await fetch(&plan, link: link, phase: "packs", events: events) { name in packURL(vaultDir, name) }
+        try await fetch(&plan, holder: holder, phase: "packs", events: events) { name in packURL(vaultDir, name) }
         report.bytesFetched = plan.doneBytes - startDone
 
         // The index files, the keys file, the code sealed in the vault, in that order.
@@ -289,18 +290,18 @@ public struct RestoreClient {
 
     /// A snapshot is usable when its index blobs are whole at the holder, fetch and hash right,
     /// open with the vault's keys, and every pack they list is whole at the holder.
-    func examine(_ snapshot: BackupSnapshotSummary, link: RestoreLink, keys: VaultKeys, staging: URL,
+    func examine(_ snapshot: BackupSnapshotSummary, holder: HolderConnection, keys: VaultKeys, staging: URL,
                  events: @escaping @Sendable (Event) -> Void) async throws
         -> (snapshot: BackupSnapshotSummary, indexes: [(locator: String, bytes: [UInt8])], packs: [RestorePlan.Blob]) {
         guard !snapshot.indexBlobs.isEmpty else { throw SnapshotUnusable(reason: "it names no index blob") }
-        let indexHoldings = try await have(snapshot.indexBlobs, link: link)
+        let indexHoldings = try await have(snapshot.indexBlobs, holder: holder)
         guard indexHoldings.allSatisfy(\.isWhole) else { throw SnapshotUnusable(reason: "the holder lacks an index blob") }
         let stagedIndex = staging.appendingPathComponent("index-blobs")
         try makeDirectory(stagedIndex)
         let inPlace = Set(indexHoldings.filter { FileManager.default.fileExists(atPath: stagedIndex.appendingPathComponent($0.name.description).path) }.map(\.name))
-        var plan = RestorePlan(holder: link.address, blobs: indexHoldings.map { RestorePlan.Blob(name: $0.name, size: $0.size) }, inPlace: inPlace)
+        var plan = RestorePlan(holder: holder.link.address, blobs: indexHoldings.map { RestorePlan.Blob(name: $0.name, size: $0.size) }, inPlace: inPlace)
         events(.step("fetching \(indexHoldings.count) index blob(s)"))
-        try await fetch(&plan, link: link, phase: "index", events: events) { stagedIndex.appendingPathComponent($0.description) }
+        try await fetch(&plan, holder: holder, phase: "index", events: events) { stagedIndex.appendingPathComponent($0.description) }
 
         // Which index is which: each is decrypted (and validated whole) with each vault's key.
         var indexes: [(locator: String, bytes: [UInt8])] = []
@@ -329,13 +330,24 @@ public struct RestoreClient {
         var i = 0
         while i < names.count {
             let batch = Array(names[i..<min(i + BackupLimits.namesPerQuery, names.count)])
-            for h in try await have(batch, link: link) {
+            for h in try await have(batch, holder: holder) {
                 guard h.isWhole else { throw SnapshotUnusable(reason: "the holder lacks pack \(h.name)") }
                 packs.append(RestorePlan.Blob(name: h.name, size: h.size))
             }
             i += batch.count
         }
         return (snapshot, indexes, packs)
+    }
+
+    func have(_ names: [BlobName], holder: HolderConnection) async throws -> [BackupHolding] {
+        while true {
+            do {
+                return try await have(names, link: holder.link)
+            } catch let e as TandemError where holder.link.isClosed {
+                _ = e
+                try await holder.reconnect()
+            }
+        }
     }
 
     func have(_ names: [BlobName], link: RestoreLink) async throws -> [BackupHolding] {
@@ -356,7 +368,7 @@ public struct RestoreClient {
 
     /// Runs `plan` to its end over `link`: FETCHes out, pieces written at their offsets into
     /// `<final>.tmp-restore`, each finished blob hashed, then renamed into place.
-    func fetch(_ plan: inout RestorePlan, link: RestoreLink, phase: String, events: @escaping @Sendable (Event) -> Void,
+    func fetch(_ plan: inout RestorePlan, holder: HolderConnection, phase: String, events: @escaping @Sendable (Event) -> Void,
                destination: (BlobName) -> URL) async throws {
         var files: [BlobName: Int32] = [:]
         defer { for (_, fd) in files { close(fd) } }
@@ -384,11 +396,18 @@ public struct RestoreClient {
                 guard fd >= 0 else { throw TandemError("cannot create \(tmp): \(String(cString: strerror(errno)))") }
                 files[b.name] = fd
             }
+            let link = holder.link
             for r in requests { link.send(.backupFetch, r.message.payload) }
             if let f = plan.failure { throw TandemError("restore refused: \(f)") }
             let wait = max(1, min(1_000, (plan.nextDeadline() ?? now() + 1_000) - now()))
             guard let answer = await link.next(withinMs: wait) else {
                 plan.tick(nowMs: now())
+                continue
+            }
+            if case .closed = answer {
+                // Everything in flight is asked again on the new link; pieces already written stay.
+                plan.linkLost()
+                try await holder.reconnect()
                 continue
             }
             try link.check(answer)
@@ -462,6 +481,41 @@ func decodeHex(_ text: String) -> [UInt8]? {
         i += 2
     }
     return out
+}
+
+/// The link to the holder during the vault's part, opened again when it drops (the holder
+/// restarted, a relay tunnel ended): at most 5 times, after 1, 2, 4, 8, 16 s.
+final class HolderConnection: @unchecked Sendable {
+    private(set) var link: RestoreLink
+    private let open: () async throws -> RestoreLink
+    private var reconnects = 0
+
+    init(open: @escaping () async throws -> RestoreLink) async throws {
+        self.open = open
+        link = try await open()
+    }
+
+    func reconnect() async throws {
+        link.close()
+        while true {
+            reconnects += 1
+            guard reconnects <= RestorePlan.resends else {
+                throw TandemError("holder \(link.address) closed the link and cannot be reached again: run restore again to resume",
+                                  exitCode: TandemError.unreachableExitCode)
+            }
+            try await Task.sleep(for: .seconds(1 << (reconnects - 1)))
+            do {
+                link = try await open()
+                return
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                continue
+            }
+        }
+    }
+
+    func close() { link.close() }
 }
 
 /// `<vault>/packs/<xx>/<name>` (vault.md layout).
