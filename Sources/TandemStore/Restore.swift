@@ -40,13 +40,16 @@ public struct RestoredState: Sendable {
     public var ledger: [RestoredLedgerEntry]
     /// Where friends were reached during the restore (the holder's address): kept as "manual".
     public var addresses: [(publicKey: [UInt8], host: String, port: Int)]
+    /// The node's display name, or empty.
+    public var displayName: String
 
     public init(friends: [RestoredFriend], homeRelays: [StoredRelay], ledger: [RestoredLedgerEntry],
-                addresses: [(publicKey: [UInt8], host: String, port: Int)]) {
+                addresses: [(publicKey: [UInt8], host: String, port: Int)], displayName: String = "") {
         self.friends = friends
         self.homeRelays = homeRelays
         self.ledger = ledger
         self.addresses = addresses
+        self.displayName = displayName
     }
 }
 
@@ -67,8 +70,17 @@ extension NodeStore {
     /// their record when it is not older than the stored one; home relays beyond the cap are
     /// left out; ledger rows are inserted where their `seq` is free and must agree with what is
     /// there (a different row at a `seq` throws: that store is not this kit's).
+    ///
+    /// Settings: the display name, and `advertised_port` = "0" when the store has none, so that
+    /// the node's first start counts as a change of port (not a first run) and sends every friend
+    /// a newer contact record: they learn where the restored node listens now.
     public func applyRestore(_ state: RestoredState, nowMs: Int64) throws {
         try write { db in
+            if !state.displayName.isEmpty {
+                try db.execute(sql: "INSERT INTO setting(key, value) VALUES ('display_name', ?) ON CONFLICT(key) DO NOTHING",
+                               arguments: [state.displayName])
+            }
+            try db.execute(sql: "INSERT INTO setting(key, value) VALUES ('advertised_port', '0') ON CONFLICT(key) DO NOTHING")
             for f in state.friends {
                 var c = try Self.contact(db, f.publicKey) ?? Contact(publicKey: f.publicKey, relationship: .friend, nowMs: nowMs)
                 c.relationship = .friend

@@ -206,6 +206,7 @@ final class RecoveryKitTests: XCTestCase {
         try source.applyRestore(RestoredState(friends: [bobRecord, carolRecord],
                                               homeRelays: [StoredRelay(publicKey: relay.id.publicKey, host: relay.host, port: relay.port, atMs: 0)],
                                               ledger: entries, addresses: []), nowMs: 1_000)
+        try source.setSetting("display_name", "Alice")
         let data = DataDirectory(url: dir)
         // No kit key and no clear code: no kit.
         XCTAssertNil(try RecoveryKit.sealedKit(identity: me, store: source, dataDirectory: data, nowMs: 5))
@@ -224,6 +225,7 @@ final class RecoveryKitTests: XCTestCase {
         XCTAssertEqual(opened.homeRelays, [relay])
         XCTAssertEqual(opened.ledger.map(\.entry), entries.map(\.entry))
         XCTAssertEqual(opened.createdAtMs, 5)
+        XCTAssertEqual(opened.displayName, "Alice")
         XCTAssertTrue(opened.skipped.isEmpty)
         XCTAssertNil(opened.keysFile)
 
@@ -231,7 +233,7 @@ final class RecoveryKitTests: XCTestCase {
         XCTAssertFalse(try target.holdsNodeState())
         let state = RestoredState(friends: opened.friends, homeRelays: opened.homeRelays.map {
             StoredRelay(publicKey: $0.id.publicKey, host: $0.host, port: $0.port, atMs: 0) }, ledger: opened.ledger,
-                                  addresses: [(bob.publicKey, "10.0.0.2", 7000)])
+                                  addresses: [(bob.publicKey, "10.0.0.2", 7000)], displayName: opened.displayName)
         try target.applyRestore(state, nowMs: 2_000)
         try target.applyRestore(state, nowMs: 3_000) // a second run writes the same
         XCTAssertTrue(try target.holdsNodeState())
@@ -242,6 +244,8 @@ final class RecoveryKitTests: XCTestCase {
         XCTAssertEqual(try target.ledger().map(\.entry), entries.map(\.entry))
         XCTAssertNil(Ledger.verify(try target.ledger().map(\.entry)))
         XCTAssertEqual(try target.addresses(bob.publicKey).first?.host, "10.0.0.2")
+        XCTAssertEqual(try target.setting("display_name"), "Alice")
+        XCTAssertEqual(try target.setting("advertised_port"), "0")
     }
 
     func testTamperedKitAndWrongOwnerAreRefused() throws {
@@ -269,6 +273,7 @@ final class RecoveryKitTests: XCTestCase {
         var c = Tandem_V1_RecoveryKitContents()
         c.identitySeed = Data(me.seed())
         c.friendContacts = [Data(bobRecord.record), Data([0xff, 0xff, 0x01]), Data(bobRecord.record)]
+        c.displayName = "two\nlines"
         c.homeRelays = ["not a relay", RelayAddress(id: NodeID(publicKey: bob.publicKey), host: "h", port: 1).description]
         var broken = KitLedgerEntry(row: (entries[1].entry, 0)).bytes
         broken[100] ^= 1
@@ -278,7 +283,8 @@ final class RecoveryKitTests: XCTestCase {
         XCTAssertEqual(opened.homeRelays.count, 1)
         XCTAssertEqual(opened.ledger.count, 1, "the chain is kept up to its first break")
         XCTAssertEqual(opened.ledger.first?.committedAtMs, 7)
-        XCTAssertEqual(opened.skipped.count, 4, "\(opened.skipped)")
+        XCTAssertEqual(opened.skipped.count, 5, "\(opened.skipped)")
+        XCTAssertEqual(opened.displayName, "")
 
         var short = c
         short.identitySeed = Data([1, 2, 3])

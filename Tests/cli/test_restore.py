@@ -76,6 +76,7 @@ def backed_up(make_node, tmp_path, size=3 * 1024 * 1024 + 17, friends=("bob",)):
     others = [make_node(n).start(env=CHEAP) for n in friends]
     for o in others:
         befriend(alice, o)
+    cli(alice, "name", "Alice")
     vault(alice, "init", pin=PIN)
     src = tmp_path / "src"
     src.mkdir()
@@ -122,6 +123,7 @@ def test_whole_node_back_from_code_and_one_friend_then_a_challenge_as_the_old_id
     restored = RestoredNode(fresh)
     assert restored.id == old_id
     restored.start(port=old_port, env=CHEAP)
+    assert cli(restored, "name").stdout.strip() == "Alice"
     friends = {f["id"] for f in cli_json(restored, "friend", "list")["friends"]}
     assert friends == {bob.id, carol.id}
     # The vault keeps its old PIN and gives the files back byte for byte.
@@ -134,8 +136,10 @@ def test_whole_node_back_from_code_and_one_friend_then_a_challenge_as_the_old_id
     assert check.returncode == 0, check.stderr
     assert recovery_code(restored) == code
 
-    # Carol never heard of a restore: she reaches the old identity at its old address.
+    # Carol never heard of a restore: she reaches the old identity at its old address, and gets
+    # its newer contact record (a restored node's first start announces it).
     wait_event(restored, "peer.online", f"id={carol.id}", timeout="60s")
+    assert wait_event(carol, "contact.updated", f"id={old_id}", timeout="60s")["name"] == "Alice"
     inv = cli_json(restored, "challenge", "invite", carol.id, "--duration", "2s")
     cid = inv["id"]
     wait_event(carol, "challenge.invited", f"id={cid}")

@@ -171,6 +171,7 @@ public enum RecoveryKit {
             guard let record = friend.record, !record.isEmpty else { continue }
             c.friendContacts.append(record)
         }
+        c.displayName = try store.setting("display_name") ?? ""
         c.homeRelays = try store.relays().map { RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port).description }
         c.ledgerEntries = try store.ledger().map { Data(KitLedgerEntry(row: $0).bytes) }
         return c
@@ -191,6 +192,8 @@ public enum RecoveryKit {
         public let friends: [RestoredFriend]
         public let homeRelays: [RelayAddress]
         public let ledger: [RestoredLedgerEntry]
+        /// The node's display name ("" when it had none, or when the kit's was not valid).
+        public let displayName: String
         public let createdAtMs: UInt64
         /// Entries skipped, one line each (never fatal).
         public let skipped: [String]
@@ -279,8 +282,14 @@ public enum RecoveryKit {
             entries.append(e.entry)
             ledger.append(RestoredLedgerEntry(entry: e.entry, challengeId: Array(record.challengeID), committedAtMs: e.committedAtMs))
         }
+        // As `tandem name` takes it: at most 64 bytes, one line.
+        var displayName = c.displayName
+        if displayName.utf8.count > 64 || displayName.contains(where: { $0.isNewline }) {
+            skipped.append("display name: longer than 64 bytes or more than one line")
+            displayName = ""
+        }
         return Opened(identity: identity, keysFile: keysFile, friends: friends, homeRelays: relays, ledger: ledger,
-                      createdAtMs: c.createdAtMs, skipped: skipped)
+                      displayName: displayName, createdAtMs: c.createdAtMs, skipped: skipped)
     }
 
     /// A keys file must load with TandemVault's own checks (size, magic, version, Argon2id ranges).

@@ -119,7 +119,8 @@ public struct RestoreClient {
         try store.applyRestore(RestoredState(friends: kit.friends,
                                              homeRelays: kit.homeRelays.map { StoredRelay(publicKey: $0.id.publicKey, host: $0.host, port: $0.port, atMs: 0) },
                                              ledger: kit.ledger,
-                                             addresses: o.relay == nil ? [(o.holder.publicKey, o.host, o.port)] : []),
+                                             addresses: o.relay == nil ? [(o.holder.publicKey, o.host, o.port)] : [],
+                                             displayName: kit.displayName),
                                nowMs: now())
         report.friends = kit.friends.count
         report.homeRelays = kit.homeRelays.count
