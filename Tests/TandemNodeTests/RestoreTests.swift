@@ -296,6 +296,23 @@ final class RecoveryKitTests: XCTestCase {
         XCTAssertNil(KitLedgerEntry(bytes: []))
     }
 
+    func testALedgerTooLongForOneKitKeepsItsOldestEntries() throws {
+        let me = SigningKeyPair.generate()
+        let (bob, bobRecord) = try friend("bob")
+        let entries = ledger(me, bob, count: 800)
+        let source = try NodeStore.inMemory()
+        try source.applyRestore(RestoredState(friends: [bobRecord], homeRelays: [], ledger: entries, addresses: []), nowMs: 1)
+        let code = RecoveryCode(bytes: Sodium.randomBytes(16))
+        try RecoveryKit.KeyFile(code: code).save(dir)
+        let kit = try XCTUnwrap(try RecoveryKit.sealedKit(identity: me, store: source, dataDirectory: DataDirectory(url: dir), nowMs: 1))
+        XCTAssertGreaterThan(kit.ledgerEntriesLeftOut, 0)
+        XCTAssertLessThanOrEqual(kit.sealed.count, RecoveryKitSeal.maximumSealedBytes)
+        let opened = try RecoveryKit.open(kit.sealed, code: code, owner: me.publicKey)
+        XCTAssertEqual(opened.ledger.count, 800 - kit.ledgerEntriesLeftOut)
+        XCTAssertEqual(opened.ledger.map(\.entry), Array(entries.prefix(opened.ledger.count)).map(\.entry))
+        XCTAssertTrue(opened.skipped.isEmpty)
+    }
+
     func testKeysFileTravelsAndOpensWithTheCode() throws {
         let vault = dir.appendingPathComponent("vault")
         let (keyFile, master, _) = try VaultKeyFile.create(in: vault, pin: Array("1234".utf8), parameters: .testing)

@@ -266,20 +266,33 @@ public enum RecoveryKit {
             if !relays.contains(where: { $0.id == r.id }) { relays.append(r) }
         }
         if c.homeRelays.count > 64 { skipped.append("\(c.homeRelays.count - 64) more home relays") }
-        // The ledger is a hash chain from the genesis: the longest prefix that verifies is kept.
-        var ledger: [RestoredLedgerEntry] = []
-        var entries: [LedgerEntry] = []
+        // The ledger is a hash chain from the genesis: the longest prefix that verifies is kept
+        // (found by bisection: a prefix that breaks stays broken when extended).
+        guard c.ledgerEntries.count <= 100_000 else { throw Refusal("the kit holds \(c.ledgerEntries.count) ledger entries") }
+        var parsed: [KitLedgerEntry] = []
         for (i, bytes) in c.ledgerEntries.enumerated() {
             guard let e = KitLedgerEntry(bytes: Array(bytes)) else {
                 skipped.append("ledger entries \(i + 1)…\(c.ledgerEntries.count): entry \(i + 1) is malformed")
                 break
             }
-            if let broken = Ledger.verify(entries + [e.entry]) {
-                skipped.append("ledger entries \(i + 1)…\(c.ledgerEntries.count): \(broken)")
-                break
+            parsed.append(e)
+        }
+        var good = 0
+        if let broken = Ledger.verify(parsed.map(\.entry)) {
+            var low = 0, high = parsed.count - 1 // prefix of `low` verifies, of `high + 1` does not
+            while low < high {
+                let mid = (low + high + 1) / 2
+                if Ledger.verify(parsed[..<mid].map(\.entry)) == nil { low = mid } else { high = mid - 1 }
             }
+            good = low
+            skipped.append("ledger entries \(good + 1)…\(c.ledgerEntries.count): \(broken)")
+        } else {
+            good = parsed.count
+        }
+        var ledger: [RestoredLedgerEntry] = []
+        for e in parsed.prefix(good) {
+            // Verified entries hold canonical records.
             guard let record = Outcome.decode(e.entry.record) else { break }
-            entries.append(e.entry)
             ledger.append(RestoredLedgerEntry(entry: e.entry, challengeId: Array(record.challengeID), committedAtMs: e.committedAtMs))
         }
         // As `tandem name` takes it: at most 64 bytes, one line.
