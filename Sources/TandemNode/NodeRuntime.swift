@@ -132,7 +132,7 @@ public final class NodeRuntime: Sendable {
         let backup = BackupService(identity: identity, store: store, core: core, peers: peers,
                                    dialer: Dialer(store: store, core: core, peers: peers, relays: relays, health: health, logger: logger),
                                    outbox: outbox, events: events, health: health, signals: signals, dataDirectory: dataDirectory,
-                                   logger: logger)
+                                   logger: logger, kitProvider: RecoveryKit.provider)
         self.backup = backup
         self.frameRouter = NodeFrameRouter(friends: friends, presence: presence, outbox: outbox, clock: clock, challenges: challenges,
                                            backup: backup, store: store, events: events, health: health)

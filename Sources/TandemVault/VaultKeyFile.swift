@@ -179,6 +179,13 @@ public final class VaultKeyFile: @unchecked Sendable {
         return unwrap(recovery, key: key, label: "R")
     }
 
+    /// Slot B's master key, opened through the link with slot A's `masterKey`; nil when
+    /// `masterKey` is not slot A's (so it also tells whether a key is the real vault's). A restore
+    /// knows slot A's key from the recovery code and needs B's to place and re-seal the spare vault.
+    public func spareKey(masterKey: SecretBytes) throws -> SecretBytes? {
+        unwrap(link, key: try Self.linkKey(masterKey), label: "L")
+    }
+
     // MARK: changing
 
     /// Re-wraps slot A's master key under `new` (content is not re-encrypted). `.wrongSecret` if

@@ -74,6 +74,11 @@ public final class VaultRepository: @unchecked Sendable {
 
     public func indexFileURL() -> URL { IndexFile.url(directory: directory, keys: keys) }
 
+    /// The index file's name (its locator, 64 hex) for the vault of `masterKey`.
+    public static func indexLocator(masterKey: SecretBytes) throws -> String {
+        IndexFile.locator(keys: try VaultKeys(masterKey: masterKey))
+    }
+
     /// Writes `staged` as the index and adopts it; on failure the in-memory state is unchanged.
     func commit(_ staged: VaultIndex) throws {
         // Packs the new index names are durable first.

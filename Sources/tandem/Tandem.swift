@@ -19,7 +19,7 @@ struct Tandem: AsyncParsableCommand {
         """,
         version: TandemVersion.string,
         subcommands: [Init.self, ID.self, Node.self, Name.self, Friend.self, ChallengeCommand.self, Focus.self, LedgerCommand.self,
-                      Stats.self, RelayCommand.self, VaultCommand.self, BackupCommand.self, RecoveryCommand.self, Peers.self, Discoverable.self, Events.self, Wait.self,
+                      Stats.self, RelayCommand.self, VaultCommand.self, BackupCommand.self, RecoveryCommand.self, Restore.self, Peers.self, Discoverable.self, Events.self, Wait.self,
                       Status.self, Ping.self, Demo.self, Dev.self]
     )
 

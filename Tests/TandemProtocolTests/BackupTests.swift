@@ -608,6 +608,12 @@ final class BackupVectorTests: XCTestCase {
         let sealed = try RecoveryKitSeal.seal(hex(kit["plaintext"]), code: code, nonce: hex(kit["nonce"]))
         XCTAssertEqual(sealed, hex(kit["sealed"]))
         XCTAssertEqual(RecoveryKitSeal.open(sealed, code: code), hex(kit["plaintext"]))
+        // Sealing from the derived key and locator (a node's <data-dir>/backup-kit) gives the same bytes.
+        let locator = KitLocator(bytes: hex(kit["locator"]))!
+        XCTAssertEqual(try RecoveryKitSeal.seal(hex(kit["plaintext"]), kitKey: hex(kit["kit_key"]), locator: locator,
+                                                nonce: hex(kit["nonce"])), sealed)
+        XCTAssertEqual(RecoveryKitSeal.open(sealed, kitKey: hex(kit["kit_key"]), locator: locator), hex(kit["plaintext"]))
+        XCTAssertNil(RecoveryKitSeal.open(sealed, kitKey: hex(kit["kit_key"]), locator: KitLocator(bytes: [UInt8](repeating: 7, count: 32))!))
         var tampered = sealed
         tampered[30] ^= 1
         XCTAssertNil(RecoveryKitSeal.open(tampered, code: code))

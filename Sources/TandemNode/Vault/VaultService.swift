@@ -257,6 +257,7 @@ public final class VaultService: Service, Sendable {
                 // The node's recovery code (made now if it has none) wraps the new vault's key;
                 // once it is sealed in the vault, its clear copy goes.
                 let code = try RecoveryCodes.clearCode(vault: dir)
+                try RecoveryKit.rememberKitKey(code: code, vaultDirectory: dir)
                 let (keyFile, master, spare) = try VaultKeyFile.create(in: dir, pin: Array(pin.utf8), parameters: parameters)
                 let repository = try VaultRepository.create(at: dir, masterKey: master)
                 _ = try VaultRepository.create(at: dir, masterKey: spare)
@@ -307,6 +308,7 @@ public final class VaultService: Service, Sendable {
             let keyFile = try VaultKeyFile.load(from: dir)
             guard (try? Self.validatePIN(pin)) != nil, let (master, _) = try keyFile.unlock(pin: pin) else { return nil }
             let repository = try VaultRepository.open(at: dir, masterKey: master)
+            RecoveryKit.rememberAtUnlock(keyFile: keyFile, master: master, vaultDirectory: dir)
             return OpenVault(repository: repository, keyFile: keyFile, masterKey: master)
         }
         let position = Int(Sodium.randomUInt64() % 8)

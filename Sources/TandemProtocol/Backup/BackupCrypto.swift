@@ -124,22 +124,34 @@ public enum RecoveryKitSeal {
 
     /// `nonce ‖ xchacha20poly1305(plaintext, key = kit key, ad = label ‖ locator)`.
     public static func seal(_ plaintext: [UInt8], code: RecoveryCode, nonce: [UInt8]) throws -> [UInt8] {
+        try seal(plaintext, kitKey: kitKey(code), locator: locator(code), nonce: nonce)
+    }
+
+    /// The same from the derived kit key and locator (what a node keeps in `<data-dir>/backup-kit`,
+    /// so it can re-seal its kit without the code).
+    public static func seal(_ plaintext: [UInt8], kitKey: [UInt8], locator: KitLocator, nonce: [UInt8]) throws -> [UInt8] {
         guard !plaintext.isEmpty, plaintext.count <= maximumPlaintextBytes else {
             throw SealError(detail: "a kit holds 1…\(maximumPlaintextBytes) bytes")
         }
         guard nonce.count == nonceBytes else { throw SealError(detail: "a kit nonce is 24 bytes") }
-        var k = kitKey(code)
+        guard kitKey.count == 32 else { throw SealError(detail: "a kit key is 32 bytes") }
+        var k = kitKey
         let key = SecretBytes(consuming: &k)
-        let box = try XChaCha20Poly1305.seal(plaintext, additionalData: adLabel + locator(code).bytes, nonce: nonce, key: key)
+        let box = try XChaCha20Poly1305.seal(plaintext, additionalData: adLabel + locator.bytes, nonce: nonce, key: key)
         return nonce + box
     }
 
     /// The plaintext, or nil when the kit does not open under this code.
     public static func open(_ sealed: [UInt8], code: RecoveryCode) -> [UInt8]? {
-        guard sealed.count > nonceBytes + tagBytes, sealed.count <= maximumSealedBytes else { return nil }
-        var k = kitKey(code)
+        open(sealed, kitKey: kitKey(code), locator: locator(code))
+    }
+
+    /// The plaintext, or nil when the kit does not open under this key and locator.
+    public static func open(_ sealed: [UInt8], kitKey: [UInt8], locator: KitLocator) -> [UInt8]? {
+        guard sealed.count > nonceBytes + tagBytes, sealed.count <= maximumSealedBytes, kitKey.count == 32 else { return nil }
+        var k = kitKey
         let key = SecretBytes(consuming: &k)
-        return XChaCha20Poly1305.open(Array(sealed[nonceBytes...]), additionalData: adLabel + locator(code).bytes,
+        return XChaCha20Poly1305.open(Array(sealed[nonceBytes...]), additionalData: adLabel + locator.bytes,
                                       nonce: Array(sealed[..<nonceBytes]), key: key)
     }
 }

@@ -1336,19 +1336,23 @@ public nonisolated struct Tandem_V1_RecoveryKitContents: Sendable {
   /// The vault's keys file, byte for byte (Protocol/vault.md), or empty without a vault.
   public var vaultKeysFile: Data = Data()
 
-  /// The real vault's master key (32 bytes), or empty without a vault.
+  /// The real vault's master key (32 bytes), or empty. Left empty by nodes: the keys file's
+  /// recovery slot opens with the code (backup.md section 7); a restorer ignores it.
   public var vaultMasterKey: Data = Data()
 
-  /// Each friend's newest signed envelope carrying its contact record (section 12.1).
+  /// Each friend's contact record as the store keeps it: canonical ContactRecord bytes (section 12).
   public var friendContacts: [Data] = []
 
   /// Home relays, "ID@host:port".
   public var homeRelays: [String] = []
 
-  /// The ledger's entries, oldest first, as stored (section 13.7).
+  /// The ledger's rows, oldest first (section 13.7), each encoded as backup.md section 7 says.
   public var ledgerEntries: [Data] = []
 
   public var createdAtMs: UInt64 = 0
+
+  /// The node's display name (at most 64 bytes, one line), or empty.
+  public var displayName: String = String()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -3452,7 +3456,7 @@ nonisolated extension Tandem_V1_BackupKit: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".RecoveryKitContents"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}identity_seed\0\u{3}vault_keys_file\0\u{3}vault_master_key\0\u{3}friend_contacts\0\u{3}home_relays\0\u{3}ledger_entries\0\u{3}created_at_ms\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}identity_seed\0\u{3}vault_keys_file\0\u{3}vault_master_key\0\u{3}friend_contacts\0\u{3}home_relays\0\u{3}ledger_entries\0\u{3}created_at_ms\0\u{3}display_name\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3467,6 +3471,7 @@ nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, Swif
       case 5: try { try decoder.decodeRepeatedStringField(value: &self.homeRelays) }()
       case 6: try { try decoder.decodeRepeatedBytesField(value: &self.ledgerEntries) }()
       case 7: try { try decoder.decodeSingularUInt64Field(value: &self.createdAtMs) }()
+      case 8: try { try decoder.decodeSingularStringField(value: &self.displayName) }()
       default: break
       }
     }
@@ -3494,6 +3499,9 @@ nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, Swif
     if self.createdAtMs != 0 {
       try visitor.visitSingularUInt64Field(value: self.createdAtMs, fieldNumber: 7)
     }
+    if !self.displayName.isEmpty {
+      try visitor.visitSingularStringField(value: self.displayName, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3505,6 +3513,7 @@ nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, Swif
     if lhs.homeRelays != rhs.homeRelays {return false}
     if lhs.ledgerEntries != rhs.ledgerEntries {return false}
     if lhs.createdAtMs != rhs.createdAtMs {return false}
+    if lhs.displayName != rhs.displayName {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,0 +1,261 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import Sodium
+import TandemNet
+import TandemProtocol
+
+/// One link from a restorer to a holder: connects, sends backup requests, and hands the answers
+/// (validated) to whoever waits for them, with the asker's timeout and resend rule of backup.md
+/// section 2 (30 s, then again with a new id after 1, 2, 4, 8, 16 s, six tries in all).
+final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
+    enum Answer: Sendable {
+        case kit(BackupKitMessage)
+        case list(BackupListReplyMessage)
+        case have(BackupHaveReplyMessage)
+        case fetched(BackupFetchedMessage)
+        case error(code: String, detail: String)
+        case closed
+    }
+
+    let holder: NodeID
+    let address: String
+    private(set) var link: PeerLink?
+    private let eventLoop: EventLoop
+    private struct State {
+        var buffer: [Answer] = []
+        var waiter: (token: UInt64, continuation: CheckedContinuation<Answer?, Never>)?
+        var closed = false
+        var nextToken: UInt64 = 0
+    }
+    private let state = NIOLockedValueBox(State())
+
+    private init(holder: NodeID, address: String, eventLoop: EventLoop) {
+        self.holder = holder
+        self.address = address
+        self.eventLoop = eventLoop
+    }
+
+    /// Links to the holder as `identity`.
+    static func connect(host: String, port: Int, holder: NodeID, identity: SigningKeyPair,
+                        group: EventLoopGroup, logger: Logger) async throws -> RestoreLink {
+        let r = RestoreLink(holder: holder, address: "\(holder.canonical) at \(host):\(port)", eventLoop: group.next())
+        let gate = FrameGate(localPublicKey: identity.publicKey, metrics: TransportMetrics())
+        let (link, _) = try await PeerConnector.connect(host: host, port: port, remote: holder.publicKey, identity: identity,
+                                                        gate: gate, delegate: r, group: group, logger: logger)
+        r.link = link
+        return r
+    }
+
+    /// Links to the holder through a tunnel of `relay` (a share code's relay): TUNNEL_OPEN on a
+    /// link to the relay (`RelayClientSession` builds and checks the frames, as the node's relay
+    /// client does), then the Secret Handshake with the holder through the joined tunnel
+    /// (`RelayTunnel.connect`). The relay link stays open as long as this link.
+    static func connect(through relay: RelayAddress, holder: NodeID, identity: SigningKeyPair,
+                        group: EventLoopGroup, logger: Logger) async throws -> RestoreLink {
+        let r = RestoreLink(holder: holder, address: "\(holder.canonical) through relay \(relay.host):\(relay.port)", eventLoop: group.next())
+        let gate = FrameGate(localPublicKey: identity.publicKey, metrics: TransportMetrics())
+        let opener = TunnelOpener(relay: relay, eventLoop: group.next())
+        let (relayLink, _) = try await PeerConnector.connect(host: relay.host, port: relay.port, remote: relay.id.publicKey,
+                                                             identity: identity, gate: gate, delegate: opener, group: group,
+                                                             logger: logger)
+        opener.link = relayLink
+        do {
+            let token = try await opener.open(to: holder.publicKey)
+            let (link, _) = try await RelayTunnel.connect(relay: relay, token: token, remote: holder.publicKey, identity: identity,
+                                                          gate: gate, delegate: r, group: group, logger: logger)
+            r.link = link
+            r.relayLink = relayLink
+            return r
+        } catch {
+            relayLink.close()
+            throw error
+        }
+    }
+
+    private var relayLink: PeerLink?
+
+    func close() {
+        link?.close()
+        relayLink?.close()
+    }
+
+    // MARK: PeerLinkDelegate (on the link's event loop)
+
+    func link(_ link: PeerLink, received envelope: Envelope) {
+        let answer: Answer
+        do {
+            switch envelope.type {
+            case .backupKit: answer = .kit(try BackupKitMessage(payload: envelope.payload))
+            case .backupListReply: answer = .list(try BackupListReplyMessage(payload: envelope.payload))
+            case .backupHaveReply: answer = .have(try BackupHaveReplyMessage(payload: envelope.payload))
+            case .backupFetched: answer = .fetched(try BackupFetchedMessage(payload: envelope.payload))
+            default: return
+            }
+        } catch {
+            // A malformed answer is dropped (backup.md 2): the asker's timeout covers it.
+            return
+        }
+        push(answer)
+    }
+
+    func link(_ link: PeerLink, receivedError error: Tandem_V1_Error, envelope: Envelope) {
+        push(.error(code: "\(error.code)", detail: error.detail))
+    }
+
+    func linkClosed(_ link: PeerLink, error: Error?) {
+        state.withLockedValue { $0.closed = true }
+        push(.closed)
+    }
+
+    private func push(_ a: Answer) {
+        let waiter = state.withLockedValue { s -> CheckedContinuation<Answer?, Never>? in
+            if let w = s.waiter {
+                s.waiter = nil
+                return w.continuation
+            }
+            s.buffer.append(a)
+            return nil
+        }
+        waiter?.resume(returning: a)
+    }
+
+    /// The next answer, or nil after `ms` without one.
+    func next(withinMs ms: Int64) async -> Answer? {
+        await withCheckedContinuation { (c: CheckedContinuation<Answer?, Never>) in
+            let token: UInt64? = state.withLockedValue { s in
+                if !s.buffer.isEmpty {
+                    return nil
+                }
+                s.nextToken += 1
+                s.waiter = (s.nextToken, c)
+                return s.nextToken
+            }
+            guard let token else {
+                let a = state.withLockedValue { $0.buffer.removeFirst() }
+                c.resume(returning: a)
+                return
+            }
+            eventLoop.scheduleTask(in: .milliseconds(max(1, ms))) {
+                let w = self.state.withLockedValue { s -> CheckedContinuation<Answer?, Never>? in
+                    guard let w = s.waiter, w.token == token else { return nil }
+                    s.waiter = nil
+                    return w.continuation
+                }
+                w?.resume(returning: nil)
+            }
+        }
+    }
+
+    var isClosed: Bool { state.withLockedValue { $0.closed } }
+
+    func send(_ type: MessageType, _ payload: [UInt8]) {
+        link?.send(type: type, payload: payload)
+    }
+
+    /// Sends a request and waits for its answer (matched by `match`), resending with a new id
+    /// after each 30 s of silence, at most 5 times with 1, 2, 4, 8, 16 s of backoff.
+    func request<T>(_ what: String, make: (BackupRequestID) -> (MessageType, [UInt8]),
+                    match: (Answer, BackupRequestID) -> T?) async throws -> T {
+        for attempt in 0...RestorePlan.resends {
+            if attempt > 0 { try await Task.sleep(for: .seconds(1 << (attempt - 1))) }
+            let id = BackupRequestID(bytes: Sodium.randomBytes(16))!
+            let (type, payload) = make(id)
+            send(type, payload)
+            let deadline = ContinuousClock.now + .milliseconds(RestorePlan.answerTimeoutMs)
+            while true {
+                let left = deadline - ContinuousClock.now
+                let ms = left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000
+                guard ms > 0 else { break }
+                guard let a = await next(withinMs: ms) else { break }
+                if let t = match(a, id) { return t }
+                try check(a)
+            }
+        }
+        throw TandemError("holder \(address) did not answer \(what) (\(RestorePlan.resends + 1) tries of \(RestorePlan.answerTimeoutMs / 1000) s): unreachable",
+                          exitCode: TandemError.timeoutExitCode)
+    }
+
+    /// Throws for an answer that ends the conversation: the link closed, or the holder does not
+    /// know backup messages.
+    func check(_ a: Answer) throws {
+        switch a {
+        case .closed:
+            throw TandemError("holder \(address) closed the link", exitCode: TandemError.unreachableExitCode)
+        case .error(let code, let detail):
+            if code.contains("unknownType") || code.lowercased().contains("unknown") {
+                throw TandemError("holder \(address) does not handle backups (\(detail.terminalSafe))")
+            }
+        case .kit, .list, .have, .fetched:
+            break
+        }
+    }
+}
+
+/// Asks a relay for a tunnel to a node: one TUNNEL_OPEN, its RELAY_REPLY within 15 s.
+private final class TunnelOpener: PeerLinkDelegate, @unchecked Sendable {
+    var link: PeerLink?
+    private let relay: RelayAddress
+    private let eventLoop: EventLoop
+    private let state: NIOLockedValueBox<(machine: RelayClientSession, waiting: CheckedContinuation<[UInt8], Error>?, id: UInt64?)>
+
+    init(relay: RelayAddress, eventLoop: EventLoop) {
+        self.relay = relay
+        self.eventLoop = eventLoop
+        state = NIOLockedValueBox((RelayClientSession(relay: relay.id.publicKey, nowMs: Int64(clamping: wallClockMilliseconds())), nil, nil))
+    }
+
+    func open(to key: [UInt8]) async throws -> [UInt8] {
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<[UInt8], Error>) in
+            let frame = state.withLockedValue { s -> RelayClientSession.Outbound? in
+                guard let (id, frame) = s.machine.request(.tunnelOpen(target: key), nowMs: Int64(clamping: wallClockMilliseconds())) else { return nil }
+                s.waiting = c
+                s.id = id
+                return frame
+            }
+            guard let frame else {
+                c.resume(throwing: TandemError("the link to relay \(relay.host):\(relay.port) closed", exitCode: TandemError.unreachableExitCode))
+                return
+            }
+            link?.send(type: frame.type, payload: frame.payload)
+            eventLoop.scheduleTask(in: .seconds(15)) {
+                self.finish(.failure(TandemError("relay \(self.relay.host):\(self.relay.port) did not answer the tunnel request",
+                                                 exitCode: TandemError.timeoutExitCode)))
+            }
+        }
+    }
+
+    private func finish(_ result: Result<[UInt8], Error>) {
+        let c = state.withLockedValue { s -> CheckedContinuation<[UInt8], Error>? in
+            defer { s.waiting = nil }
+            return s.waiting
+        }
+        c?.resume(with: result)
+    }
+
+    func link(_ link: PeerLink, received envelope: Envelope) {
+        let action = state.withLockedValue { $0.machine.receive(envelope) }
+        guard case .replied(_, let reply) = action else {
+            if case .goodbye(let reason, _) = action {
+                finish(.failure(TandemError("relay \(relay.host):\(relay.port) said goodbye: \(reason.terminalSafe)", exitCode: TandemError.unreachableExitCode)))
+            }
+            return
+        }
+        switch reply {
+        case .tunnel(let token):
+            finish(.success(token))
+        case .refused(let status, let detail):
+            let offline = status == .offline
+            finish(.failure(TandemError(offline ? "the holder is not connected to relay \(relay.host):\(relay.port)"
+                                                : "relay \(relay.host):\(relay.port) refused the tunnel: \(detail.terminalSafe)",
+                                        exitCode: TandemError.unreachableExitCode)))
+        case .stored:
+            finish(.failure(TandemError("relay \(relay.host):\(relay.port) answered the tunnel request as if it were mail")))
+        }
+    }
+
+    func linkClosed(_ link: PeerLink, error: Error?) {
+        finish(.failure(TandemError("the link to relay \(relay.host):\(relay.port) closed", exitCode: TandemError.unreachableExitCode)))
+    }
+}
