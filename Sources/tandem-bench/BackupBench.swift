@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import NIOCore
+import NIOPosix
 import Sodium
 import TandemNet
 import TandemNode
@@ -13,12 +14,13 @@ import TandemProtocol
 /// Two nodes run in this process (data dirs in the work directory, 127.0.0.1, no discovery): the
 /// owner imports the data into its vault through its control socket, the holder offers space, and
 /// the owner pushes. Figures: the push's MB/s (vault bytes over the push's wall time) as a share of
-/// the bulk figure (goal ≥ 50 %); the bytes a second push with nothing changed sends, against the
+/// the bulk figure (goal ≥ 50 %); a whole-node restore from the holder against `restic restore`;
+/// the bytes a second push with nothing changed sends, against the
 /// bytes restic adds to its repository for an unchanged second backup of the same data.
 struct BackupBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backup",
-        abstract: "Vault push to a friend's node over loopback vs box-stream bulk (goal ≥ 50 %), second push vs restic.")
+        abstract: "Vault push to a friend's node over loopback vs box-stream bulk (goal ≥ 50 %), second push and restore vs restic.")
 
     @Option(help: "MiB of incompressible data in the vault.") var sizeMib: Int = 1024
     @Option(help: "Where to put the data, nodes and repositories (default: a temporary directory).") var workDir: String?
@@ -88,7 +90,22 @@ struct BackupBench: AsyncParsableCommand {
             say("backup: second push, nothing changed…")
             let second = try await Self.push(o)
 
-            say("backup: restic backup twice of the same data…")
+            say("backup: restore of the whole node from the holder into a fresh data dir…")
+            guard let codeText = try await o.call(method: "recovery.show", params: ["pin": "2580"])["code"]?.stringValue else {
+                throw BenchError("the owner shows no recovery code")
+            }
+            let restoreDir = DataDirectory(url: root.appendingPathComponent("restored"))
+            let r0 = ContinuousClock.now
+            let report = try await RestoreClient(group: MultiThreadedEventLoopGroup.singleton, logger: logger)
+                .run(.init(holder: NodeID(publicKey: holderKey.publicKey), host: "127.0.0.1", port: holderAddress.port ?? 0,
+                           code: try RecoveryCode(parsing: codeText), dataDirectory: restoreDir), events: { _ in })
+            let restoreSeconds = Self.seconds(ContinuousClock.now - r0)
+            guard report.id == NodeID(publicKey: ownerKey.publicKey), report.bytesFetched >= vaultBytes / 2 else {
+                throw BenchError("the restore brought back \(report.bytesFetched) bytes as \(report.id.short)")
+            }
+            let restoreMBps = Double(vaultBytes) / 1e6 / restoreSeconds
+
+            say("backup: restic backup twice of the same data, then restic restore…")
             let restic = try Self.resticSecondBackup(source: source, root: root)
             let share = pushMBps / bulkMBps
             object = [
@@ -97,12 +114,16 @@ struct BackupBench: AsyncParsableCommand {
                 "bulk_mb_per_s": bulkMBps, "share_of_bulk": share, "share_goal": Self.shareGoal,
                 "second_push_bytes_sent": second, "second_push_share_of_vault": Double(second) / Double(max(1, vaultBytes)),
                 "restic_second_backup_bytes_added": restic.added, "restic_seconds": restic.seconds,
+                "restore_mb_per_s": restoreMBps, "restore_seconds": restoreSeconds, "restic_restore_mb_per_s": restic.restoreMBps,
+                "restore_ratio_to_restic": restoreMBps / restic.restoreMBps,
                 "met": share >= Self.shareGoal && Double(second) < Double(vaultBytes) / 1000,
             ]
             say(String(format: "backup: push %.0f MB/s = %.0f %% of bulk %.0f MB/s (goal ≥ %.0f %%); second push %lld bytes "
                         + "(%.4f %% of the vault) vs restic's second backup adding %lld bytes",
                        pushMBps, 100 * share, bulkMBps, 100 * Self.shareGoal, second, 100 * Double(second) / Double(max(1, vaultBytes)),
                        restic.added))
+            say(String(format: "backup: restore %.0f MB/s vs restic restore %.0f MB/s (×%.2f)", restoreMBps, restic.restoreMBps,
+                       restoreMBps / restic.restoreMBps))
         }
         object["environment"] = started.merging(["load_average_end": loadAverage()]) { a, _ in a }
         var options: JSONSerialization.WritingOptions = [.sortedKeys, .withoutEscapingSlashes]
@@ -135,7 +156,7 @@ struct BackupBench: AsyncParsableCommand {
     }
 
     /// Bytes restic's repository grows by for a second, unchanged backup of `source`.
-    static func resticSecondBackup(source: URL, root: URL) throws -> (added: Int64, seconds: [Double]) {
+    static func resticSecondBackup(source: URL, root: URL) throws -> (added: Int64, seconds: [Double], restoreMBps: Double) {
         guard let restic = Measured.which("restic") else {
             throw BenchError("restic is not installed (Debian: apt-get install restic; `make bench` installs it)")
         }
@@ -147,6 +168,9 @@ struct BackupBench: AsyncParsableCommand {
         let a = try Measured.run(restic, ["backup", "-q", "-r", repo.path, source.path], environment: env)
         let before = VaultBench.directoryBytes(repo)
         let b = try Measured.run(restic, ["backup", "-q", "-r", repo.path, source.path], environment: env)
-        return (VaultBench.directoryBytes(repo) - before, [a.seconds, b.seconds])
+        let added = VaultBench.directoryBytes(repo) - before
+        let target = root.appendingPathComponent("restic-restored")
+        let r = try Measured.run(restic, ["restore", "-q", "-r", repo.path, "latest", "--target", target.path], environment: env)
+        return (added, [a.seconds, b.seconds], Double(VaultBench.directoryBytes(target)) / 1e6 / r.seconds)
     }
 }
