@@ -264,13 +264,19 @@ final class BackupHolder: @unchecked Sendable {
         guard let files else { return }
         let key = "\(hexString(owner))/\(p.name)"
         let decision = book.receivePiece(owner: owner, p, nowMs: nowMs)
+        // A write or the finish failed: the book goes back to what is on disk, and when that is
+        // nothing, no file of the blob stays (a restart would count it again).
+        let failed = { [self] in
+            book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
+            if book.shelves[owner]?.blobs[p.name] == nil { files.removeBlob(owner, p.name) }
+            running[key] = nil
+        }
         let write: () -> Bool = { [self] in
             do {
                 try files.writePiece(owner, p.name, size: p.size, offset: p.offset, data: p.data)
             } catch {
                 logger.error("cannot store a backup piece", metadata: ["error": "\(error)"])
-                book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
-                running[key] = nil
+                failed()
                 return false
             }
             // Hash as the bytes come, while they come in order; otherwise the file is hashed at the end.
@@ -304,7 +310,7 @@ final class BackupHolder: @unchecked Sendable {
                 matches = try files.finish(owner, p.name, size: p.size, knownHash: known)
             } catch {
                 logger.error("cannot finish a backup blob", metadata: ["error": "\(error)"])
-                book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
+                failed()
                 return
             }
             let reply = book.finishBlob(owner: owner, name: p.name, requestID: p.requestID, matches: matches)
