@@ -12,6 +12,7 @@ import Glibc
 //   frames    frame decoder + verifier, box-stream decoder and reader (FrameTargets.swift)
 //   machines  the pure state machines with arbitrary event sequences (MachineTargets.swift)
 //   node      signed frames of every type into a real node's handlers (NodeTargets.swift)
+//   holder    backup requests, restarts and damaged files into a node's backup holder (HolderTargets.swift)
 //   relay     signed relay frames, connects, tunnel joins, clock jumps into a relay's handlers (RelayTargets.swift)
 //   vault     files the vault reads: a keys file, photo metadata (VaultTargets.swift)
 //
@@ -45,7 +46,7 @@ struct FuzzTarget: Sendable {
 /// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here (they read
 /// `tandem-fuzz -list-targets`: name, max_len, short-run share, summary, tab-separated).
 enum FuzzRegistry {
-    static let all: [FuzzTarget] = [.frames, .machines, .node, .relay, .vault]
+    static let all: [FuzzTarget] = [.frames, .machines, .node, .holder, .relay, .vault]
     static let defaultName = "frames"
     static let environmentVariable = "TANDEM_FUZZ_TARGET"
 

@@ -459,6 +459,31 @@ final class BackupHolderBookTests: XCTestCase {
                        .read(name: a.name, size: 5000, offset: 4990, length: 10))
     }
 
+    /// A blob found corrupted while proving goes, and so do the snapshots naming it: a kept
+    /// snapshot never names a blob the holder does not hold (found by the holder fuzz target).
+    func testProofThatFindsCorruptionDropsTheSnapshotsNamingTheBlob() throws {
+        var h = FakeHolder()
+        _ = h.book.setOffer(owner: owner, quotaBytes: 1 << 30, version: 1)
+        let bs = (0..<3).map { blob(UInt8(40 + $0), 200 + $0) }
+        for b in bs { XCTAssertEqual(h.send(piece(b, 0, b.bytes.count)).status, .complete) }
+        func snap(_ id: UInt8, _ idx: [Int]) throws -> BackupSnapshotMessage {
+            BackupSnapshotMessage(requestID: rid(id), record: try BackupSnapshotRecord(
+                snapshotID: [UInt8](repeating: id, count: 16), createdAtMs: now, blobs: idx.map { bs[$0].name }.sorted(), indexBlobs: [],
+                totalBytes: idx.reduce(Int64(0)) { $0 + Int64(bs[$1].bytes.count) }, nowMs: now))
+        }
+        XCTAssertEqual(h.book.recordSnapshot(owner: owner, try snap(1, [0, 1])).status, .complete)
+        XCTAssertEqual(h.book.recordSnapshot(owner: owner, try snap(2, [1, 2])).status, .complete)
+        h.files[bs[0].name]![7] ^= 1
+        let files = h.files
+        let prove = BackupProveMessage(requestID: rid(3), challenges: [BackupProofChallenge(name: bs[0].name, nonce: [UInt8](repeating: 1, count: 32))])
+        let (reply, corrupted) = h.book.prove(owner: owner, prove, nowMs: now) { _, name, sink in files[name]!.withUnsafeBytes { sink($0) } }
+        XCTAssertEqual(reply.answers.map(\.status), [.notFound])
+        XCTAssertEqual(corrupted, [bs[0].name])
+        XCTAssertTrue(h.book.invariantsHold())
+        XCTAssertEqual(h.book.shelves[owner]!.snapshots.map { $0.snapshotID[0] }, [2], "only the snapshot without the lost blob stays")
+        XCTAssertEqual(h.book.shelves[owner]!.blobs[bs[1].name]?.state, .whole)
+    }
+
     func testProofBudget() {
         var h = FakeHolder()
         _ = h.book.setOffer(owner: owner, quotaBytes: 1 << 40, version: 1)

@@ -103,7 +103,12 @@ final class BackupHolder: @unchecked Sendable {
     func setOffer(owner: [UInt8], quotaBytes: Int64, version: UInt64) throws -> Bool {
         try queue.sync {
             guard let files else { throw NodeError.failed("this node has no data directory to hold backups in") }
-            var shelf = files.readShelf(owner) ?? HeldBlobs.ShelfFile(quotaBytes: quotaBytes, offerVersion: version)
+            // A version at or below the recorded one changes nothing, on disk either (else a restart
+            // would bring back the older offer). Quotas are the book's: at most 1 PiB.
+            if let s = book.shelves[owner], version <= s.offerVersion { return false }
+            let quotaBytes = min(quotaBytes, BackupLimits.maximumQuotaBytes)
+            // An unreadable shelf file is rewritten from the book, kit included.
+            var shelf = files.readShelf(owner) ?? shelfFile(owner, quotaBytes: quotaBytes, version: version)
             if quotaBytes > 0 {
                 shelf.quotaBytes = quotaBytes
                 shelf.offerVersion = version
@@ -121,6 +126,17 @@ final class BackupHolder: @unchecked Sendable {
         }
     }
 
+    /// The shelf file the book describes, for an owner whose file is missing or unreadable.
+    private func shelfFile(_ owner: [UInt8], quotaBytes: Int64, version: UInt64) -> HeldBlobs.ShelfFile {
+        var f = HeldBlobs.ShelfFile(quotaBytes: book.shelves[owner]?.quotaBytes ?? quotaBytes,
+                                    offerVersion: book.shelves[owner]?.offerVersion ?? version)
+        if let k = book.shelves[owner]?.kit {
+            f.kitLocator = hexString(k.locator.bytes)
+            f.kitVersion = k.version
+        }
+        return f
+    }
+
     /// Our offers, with what each owner uses.
     func offersGiven() -> [GivenOffer] {
         queue.sync {
@@ -135,7 +151,8 @@ final class BackupHolder: @unchecked Sendable {
     func withdraw(ownersNotIn friends: Set<[UInt8]>) {
         queue.async { [self] in
             for owner in book.shelves.keys where !friends.contains(owner) {
-                _ = book.setOffer(owner: owner, quotaBytes: 0, version: BackupLimits.maximumVersion)
+                // Not setOffer(quota: 0): an offer already at the largest version would stay.
+                _ = book.endOffer(owner: owner)
                 files?.removeOwner(owner)
                 nextSnapshot[owner] = nil
                 events.emit("backup.offer.ended", ["owner": .string(NodeID(publicKey: owner).canonical), "reason": .string("not a friend")])
@@ -257,13 +274,19 @@ final class BackupHolder: @unchecked Sendable {
         guard let files else { return }
         let key = "\(hexString(owner))/\(p.name)"
         let decision = book.receivePiece(owner: owner, p, nowMs: nowMs)
+        // A write or the finish failed: the book goes back to what is on disk, and when that is
+        // nothing, no file of the blob stays (a restart would count it again).
+        let failed = { [self] in
+            book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
+            if book.shelves[owner]?.blobs[p.name] == nil { files.removeBlob(owner, p.name) }
+            running[key] = nil
+        }
         let write: () -> Bool = { [self] in
             do {
                 try files.writePiece(owner, p.name, size: p.size, offset: p.offset, data: p.data)
             } catch {
                 logger.error("cannot store a backup piece", metadata: ["error": "\(error)"])
-                book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
-                running[key] = nil
+                failed()
                 return false
             }
             // Hash as the bytes come, while they come in order; otherwise the file is hashed at the end.
@@ -312,6 +335,7 @@ final class BackupHolder: @unchecked Sendable {
                     case .failure(let error):
                         logger.error("cannot finish a backup blob", metadata: ["error": "\(error)"])
                         book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
+                        if book.shelves[owner]?.blobs[p.name] == nil { files.removeBlob(owner, p.name) }
                     }
                 }
             }
@@ -320,6 +344,7 @@ final class BackupHolder: @unchecked Sendable {
 
     private func snapshot(_ m: BackupSnapshotMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
+        let saved = book
         let before = book.shelves[owner]?.snapshots.count ?? 0
         let reply = book.recordSnapshot(owner: owner, m)
         if reply.status == .complete, (book.shelves[owner]?.snapshots.count ?? 0) > before {
@@ -330,7 +355,8 @@ final class BackupHolder: @unchecked Sendable {
                 nextSnapshot[owner] = seq + 1
             } catch {
                 logger.error("cannot store a snapshot record", metadata: ["error": "\(error)"])
-                _ = book.forget(owner: owner, BackupForgetMessage(requestID: m.requestID, keepLast: max(1, before)))
+                // Not recorded: the book goes back to before it (no answer; the owner asks again).
+                book = saved
                 return
             }
             events.emit("backup.held", ["owner": .string(NodeID(publicKey: owner).canonical),
@@ -362,6 +388,14 @@ final class BackupHolder: @unchecked Sendable {
             logger.warning("a held blob failed its hash check and was deleted", metadata: ["blob": "\(name)"])
             files.removeBlob(owner, name)
         }
+        if !corrupted.isEmpty, let s = book.shelves[owner] {
+            // The book dropped the snapshots that named them.
+            do {
+                try files.pruneSnapshots(owner, kept: Set(s.snapshots.map(\.snapshotID)))
+            } catch {
+                logger.error("cannot remove snapshot records", metadata: ["error": "\(error)"])
+            }
+        }
         send(.backupProof, reply.payload, on: link)
     }
 
@@ -384,6 +418,7 @@ final class BackupHolder: @unchecked Sendable {
 
     private func kitPut(_ m: BackupKitPutMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
+        let saved = book
         let (reply, store, _) = book.putKit(owner: owner, m)
         if store {
             do {
@@ -395,10 +430,9 @@ final class BackupHolder: @unchecked Sendable {
                 try files.writeShelf(owner, shelf)
             } catch {
                 logger.error("cannot store a recovery kit", metadata: ["error": "\(error)"])
-                // Back to the kit on disk: the book is reloaded from the files for this owner.
-                if let stored = files.load(nowMs: now(), quarantined: { _ in }).first(where: { $0.owner == owner }) {
-                    _ = book.load(owner: owner, stored.shelf, nowMs: now())
-                }
+                // Not stored: the book goes back to before the put (no answer; the owner asks again).
+                // Reloading from the files here would also run load's quarantine over every owner.
+                book = saved
                 return
             }
         }

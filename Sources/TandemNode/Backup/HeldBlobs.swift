@@ -77,15 +77,22 @@ final class HeldBlobs: Sendable {
         try FileIO.writeAtomically(Array(try JSONEncoder().encode(f)), to: url)
     }
 
-    /// Removes the snapshot files whose ids are not in `kept`.
+    /// Removes the snapshot files whose ids are not in `kept`: every one it can, then throws the
+    /// first failure (a stray directory there must not keep the next files from going).
     func pruneSnapshots(_ owner: [UInt8], kept: Set<[UInt8]>) throws {
         let dir = snapshotsDirectory(owner)
+        var failure: (any Error)?
         for file in (try? FileManager.default.contentsOfDirectory(atPath: dir.path)) ?? [] {
             let id = file.split(separator: "-").last.map { String($0.dropLast(5)) } ?? ""
             if let bytes = parseHex(id), kept.contains(bytes) { continue }
-            try FileIO.remove(dir.appendingPathComponent(file))
+            do {
+                try FileIO.remove(dir.appendingPathComponent(file))
+            } catch {
+                failure = failure ?? error
+            }
         }
         try? FileIO.syncDirectory(dir)
+        if let failure { throw failure }
     }
 
     // MARK: blobs
@@ -97,6 +104,13 @@ final class HeldBlobs: Sendable {
         let fd = open(url.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw NodeError.failed("cannot open \(url.path): \(FileIO.errorText())") }
         defer { close(fd) }
+        // A file shorter than what the book holds lost bytes (a torn write, damage): never fill the
+        // gap with zeros; the holder goes back to the length on disk.
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw NodeError.failed("cannot stat \(url.path): \(FileIO.errorText())") }
+        guard Int64(st.st_size) >= offset else {
+            throw NodeError.failed("\(url.path) is \(st.st_size) bytes, a piece at \(offset) would leave a gap")
+        }
         // A torn earlier write leaves the file longer than what the book holds: cut it back first.
         guard ftruncate(fd, off_t(offset)) == 0, lseek(fd, off_t(offset), SEEK_SET) >= 0 else {
             throw NodeError.failed("cannot position \(url.path): \(FileIO.errorText())")
@@ -104,11 +118,9 @@ final class HeldBlobs: Sendable {
         try data.withUnsafeBytes { try FileIO.writeAll(fd, $0, path: url.path) }
     }
 
-    /// The length of a partial file on disk (0 when missing).
+    /// The length of a partial file on disk (0 when missing, or not a regular file).
     func partialLength(_ owner: [UInt8], _ name: BlobName, size: Int64) -> Int64 {
-        var st = stat()
-        guard stat(partialURL(owner, name, size: size).path, &st) == 0 else { return 0 }
-        return Int64(st.st_size)
+        fileSize(partialURL(owner, name, size: size)) ?? 0
     }
 
     /// Hashes the finished partial file; when it matches `name`: fsync, rename into `blobs/`,

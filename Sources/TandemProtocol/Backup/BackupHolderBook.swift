@@ -97,6 +97,14 @@ public struct BackupHolderBook: Sendable, Equatable {
         return .recorded
     }
 
+    /// The friendship with `owner` ended (README 12.2): everything held for it is to be deleted,
+    /// whatever version its offer had (an offer at the largest version cannot be withdrawn by
+    /// `setOffer`). Returns what `setOffer` returns for a withdrawal.
+    public mutating func endOffer(owner: OwnerKey) -> OfferOutcome {
+        let s = shelves.removeValue(forKey: owner)
+        return .withdrawn(blobs: s.map { Array($0.blobs.keys).sorted() } ?? [], kit: s?.kit?.locator)
+    }
+
     // MARK: loading what a holder kept
 
     /// What the holder's files say about one owner, as read back after a restart.
@@ -429,6 +437,13 @@ public struct BackupHolderBook: Sendable, Equatable {
                 s.usedBytes -= b.size
                 corrupted.append(c.name)
             }
+        }
+        if !corrupted.isEmpty {
+            // A kept snapshot never names a blob the holder no longer has (section 5): the snapshots
+            // that named a lost blob cannot be restored from here and go with it. Their other blobs
+            // stay until a forget frees them.
+            let lost = Set(corrupted)
+            s.snapshots.removeAll { r in r.blobs.contains { lost.contains($0) } }
         }
         shelves[owner] = s
         return (BackupProofMessage(requestID: m.requestID, status: .ok, answers: answers), corrupted)
