@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TANDEM := .build/debug/tandem
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build demo test unit-test py-test deps test-deps proto fuzz fuzz-build fuzz-short bench clean help
+.PHONY: all build demo test unit-test py-test deps test-deps proto fuzz fuzz-build fuzz-corpus fuzz-short bench clean help
 
 all: build
 
@@ -15,6 +15,7 @@ help:
 	@echo "make test   - install test dependencies, build, run every test"
 	@echo "make bench  - release build of tandem-bench and a full run (JSON)"
 	@echo "make fuzz   - libFuzzer run of every fuzz target (RUNS=N each; make fuzz-short: the short run of make test)"
+	@echo "make fuzz-corpus - merge what make fuzz found into the committed seed corpus Tests/fuzz-corpus"
 	@echo "make proto  - regenerate Swift code from Protocol/*.proto (needs protoc)"
 
 # libsodium, zstd and libvips (and pkg-config to find them). apt-get on Debian/Ubuntu; elsewhere say what to do.
@@ -105,13 +106,21 @@ bench: deps
 	.build/release/tandem-bench all
 
 # libFuzzer (-sanitize=fuzzer) build of tandem-fuzz; one binary, several targets (tandem-fuzz -list-targets).
-# Corpus and crash files go to fuzz-corpus/ (git-ignored); crashes found and kept are in Tests/fuzz-crashes/TARGET/.
+# make fuzz grows fuzz-corpus/TARGET (git-ignored; crash files go to fuzz-corpus/crashes/), seeded with
+# the committed corpus Tests/fuzz-corpus/TARGET (read only: libFuzzer adds new inputs to the first
+# directory only); make fuzz-corpus then merges what it found into Tests/fuzz-corpus/TARGET
+# (libFuzzer -merge=1 -use_counters=0: only inputs that reach a coverage edge it does not). Crashes found
+# and kept are in Tests/fuzz-crashes/TARGET/ (Tests/fuzz-corpus/README.md, Tests/fuzz-crashes/README.md).
 FUZZ_CONFIG ?= release
 FUZZ_BIN := .build-fuzz/$(FUZZ_CONFIG)/tandem-fuzz
-# make test's short run: executions in total, split across the targets in proportion to their
-# short-run shares (tandem-fuzz -list-targets, third column: the fast decoder and machine targets
-# 4, the structure-aware node and relay targets 1).
-FUZZ_SHORT_RUNS ?= 100000
+# make test's short run needs no libFuzzer build: the replayer of the debug build (unit-test built
+# it) replays the kept crash inputs and the seed corpus, then runs FUZZ_SHORT_RUNS mutations of them
+# from seed FUZZ_SEED (tandem-fuzz -mutate, Mutator.swift), split across the targets in proportion to
+# their short-run shares (tandem-fuzz -list-targets, third column). 24,000: about 50 s of CPU (the node
+# and relay targets take two thirds), 85 s on a 2-core machine shared with a build.
+REPLAY_BIN := .build/debug/tandem-fuzz
+FUZZ_SHORT_RUNS ?= 24000
+FUZZ_SEED ?= 1
 
 fuzz-build: deps
 	$(SWIFT) build -c $(FUZZ_CONFIG) --scratch-path .build-fuzz --product tandem-fuzz -Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library
@@ -120,33 +129,42 @@ fuzz-build: deps
 fuzz: fuzz-build
 	@$(FUZZ_BIN) -list-targets | while IFS=$$'\t' read -r target maxlen share summary; do \
 	  echo "== fuzz target $$target ($$summary): $${RUNS:-1000000} runs"; \
-	  mkdir -p fuzz-corpus/$$target fuzz-corpus/crashes; \
+	  mkdir -p fuzz-corpus/$$target fuzz-corpus/crashes Tests/fuzz-corpus/$$target; \
 	  $(FUZZ_BIN) -target=$$target -runs=$${RUNS:-1000000} -max_len=$$maxlen -timeout=25 -print_final_stats=1 \
-	    -artifact_prefix=fuzz-corpus/crashes/$$target- fuzz-corpus/$$target </dev/null || exit 1; \
+	    -artifact_prefix=fuzz-corpus/crashes/$$target- fuzz-corpus/$$target Tests/fuzz-corpus/$$target </dev/null || exit 1; \
 	done
 
-# A short run for CI: first the kept crash inputs (Tests/fuzz-crashes/TARGET/*) replayed as regression
-# inputs, then FUZZ_SHORT_RUNS executions split across the targets from a fixed seed. Fails on any crash.
-fuzz-short: fuzz-build
-	@targets=$$($(FUZZ_BIN) -list-targets | cut -f1); shares=$$($(FUZZ_BIN) -list-targets | awk -F'\t' '{ s += $$3 } END { print s }'); \
-	for target in $$targets; do \
-	  maxlen=$$($(FUZZ_BIN) -list-targets | awk -F'\t' -v t=$$target '$$1 == t { print $$2 }'); \
-	  share=$$($(FUZZ_BIN) -list-targets | awk -F'\t' -v t=$$target '$$1 == t { print $$3 }'); \
-	  runs=$$(( $(FUZZ_SHORT_RUNS) * share / shares )); \
-	  kept=$$(ls Tests/fuzz-crashes/$$target/* 2>/dev/null); \
-	  if [ -n "$$kept" ]; then \
-	    echo "== $$target: replaying $$(echo $$kept | wc -w) kept inputs from Tests/fuzz-crashes/$$target"; \
-	    $(FUZZ_BIN) -target=$$target $$kept >/tmp/tandem-fuzz-$$target.log 2>&1 \
-	      || { tail -40 /tmp/tandem-fuzz-$$target.log; echo "fuzz-short: a kept input crashes target $$target" >&2; exit 1; }; \
-	  fi; \
-	  echo "== $$target: $$runs runs (seed $${FUZZ_SEED:-1})"; \
-	  dir=$$(mktemp -d); \
-	  $(FUZZ_BIN) -target=$$target -runs=$$runs -seed=$${FUZZ_SEED:-1} -max_len=$$maxlen -timeout=25 -print_final_stats=1 \
-	    -artifact_prefix=$$dir/ $$dir >/tmp/tandem-fuzz-$$target.log 2>&1 </dev/null \
-	    || { tail -40 /tmp/tandem-fuzz-$$target.log; echo "fuzz-short: target $$target crashed; the input is in $$dir" >&2; exit 1; }; \
-	  grep -E "^(stat::number_of_executed_units|Done )" /tmp/tandem-fuzz-$$target.log | head -2; \
-	  rm -rf $$dir; \
+# Merge fuzz-corpus/TARGET (from make fuzz) into the committed Tests/fuzz-corpus/TARGET: libFuzzer
+# adds only the inputs that reach an edge the corpus does not (edges, not hit counts: the corpus stays
+# small and cheap to replay), smallest first, named by their SHA-1. Run make fuzz-short, then commit.
+fuzz-corpus: fuzz-build
+	@$(FUZZ_BIN) -list-targets | while IFS=$$'\t' read -r target maxlen share summary; do \
+	  [ -d fuzz-corpus/$$target ] || continue; \
+	  mkdir -p Tests/fuzz-corpus/$$target; \
+	  before=$$(ls Tests/fuzz-corpus/$$target | wc -l); \
+	  $(FUZZ_BIN) -target=$$target -merge=1 -use_counters=0 -max_len=$$maxlen -timeout=25 \
+	    Tests/fuzz-corpus/$$target fuzz-corpus/$$target >/tmp/tandem-fuzz-merge-$$target.log 2>&1 </dev/null \
+	    || { tail -20 /tmp/tandem-fuzz-merge-$$target.log; echo "fuzz-corpus: merging $$target failed" >&2; exit 1; }; \
+	  echo "== $$target: $$before -> $$(ls Tests/fuzz-corpus/$$target | wc -l) inputs in Tests/fuzz-corpus/$$target"; \
 	done
+
+# make test's fuzz step: per target, replay Tests/fuzz-crashes/TARGET and Tests/fuzz-corpus/TARGET,
+# then run its share of FUZZ_SHORT_RUNS mutations. Fails on any crash or hang (25 s for one input),
+# naming the target and the file that holds the input.
+fuzz-short: deps
+	@[ -x $(REPLAY_BIN) ] || $(SWIFT) build --product tandem-fuzz
+	@list=$$($(REPLAY_BIN) -list-targets); shares=$$(echo "$$list" | awk -F'\t' '{ s += $$3 } END { print s }'); \
+	while IFS=$$'\t' read -r target maxlen share summary; do \
+	  runs=$$(( $(FUZZ_SHORT_RUNS) * share / shares )); \
+	  dirs=; for d in Tests/fuzz-crashes/$$target Tests/fuzz-corpus/$$target; do [ ! -d $$d ] || dirs="$$dirs $$d"; done; \
+	  out=$$(mktemp -d); \
+	  $(REPLAY_BIN) -target=$$target -mutate=$$runs -seed=$(FUZZ_SEED) -max_len=$$maxlen -timeout=25 \
+	    -artifact_prefix=$$out/ $$dirs >$$out/log 2>&1 </dev/null \
+	    || { rc=$$?; head -25 $$out/log; echo "fuzz-short: target $$target crashed or hung (exit $$rc); the input is in $$out/current-input" \
+	           "(replay: $(REPLAY_BIN) -target=$$target $$out/current-input)" >&2; exit 1; }; \
+	  tail -1 $$out/log; \
+	  rm -rf $$out; \
+	done <<< "$$list"
 
 clean:
 	rm -rf .build .build-fuzz .build-protoc $(VENV)

@@ -26,7 +26,8 @@ enum BackupMachine {
             let bytes = (0..<(1 + Int(input.u16() % 3000))).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ i) }
             return (BlobName(of: bytes), bytes)
         }
-        var files: [BlobName: [UInt8]] = [:]
+        // The holder's files, per owner (each owner's partial and whole blobs are its own, as in HeldBlobs).
+        var files: [[UInt8]: [UInt8]] = [:]
         for _ in 0..<MachineTargets.maximumSteps where !input.isExhausted {
             let owner = owners[input.pick(owners.count)]
             let rid = BackupRequestID(bytes: input.exactly(16))!
@@ -62,12 +63,12 @@ enum BackupMachine {
                 case .answer(let r):
                     MachineTargets.check(r.requestID == rid, "reply to another request")
                 case .write:
-                    append(&files, m)
+                    append(&files, owner, m)
                 case .writeThenCheck:
-                    append(&files, m)
-                    let ok = files[m.name].map { BlobName(of: $0) == m.name } ?? false
+                    append(&files, owner, m)
+                    let ok = files[fileKey(owner, m.name)].map { BlobName(of: $0) == m.name } ?? false
                     let r = book.finishBlob(owner: owner, name: m.name, requestID: rid, matches: ok && input.pick(16) != 0)
-                    if r.status != .complete { files[m.name] = nil }
+                    if r.status != .complete { files[fileKey(owner, m.name)] = nil }
                 }
             case 4:
                 let names = blobs.map(\.name).filter { _ in input.bool() }.sorted()
@@ -79,13 +80,13 @@ enum BackupMachine {
                 _ = book.recordSnapshot(owner: owner, BackupSnapshotMessage(requestID: rid, record: rec))
             case 5:
                 let (_, freed) = book.forget(owner: owner, BackupForgetMessage(requestID: rid, keepLast: 1 + input.pick(64)))
-                for n in freed where !owners.contains(where: { book.shelves[$0]?.blobs[n] != nil }) { files[n] = nil }
+                for n in freed { files[fileKey(owner, n)] = nil }
             case 6:
                 let cs = blobs.filter { _ in input.bool() }.map { BackupProofChallenge(name: $0.name, nonce: input.exactly(32)) }
                 guard !cs.isEmpty else { break }
                 let snapshot = files
-                _ = book.prove(owner: owner, BackupProveMessage(requestID: rid, challenges: cs), nowMs: clock.ms) { _, name, sink in
-                    guard let f = snapshot[name] else { throw CocoaError(.fileNoSuchFile) }
+                _ = book.prove(owner: owner, BackupProveMessage(requestID: rid, challenges: cs), nowMs: clock.ms) { o, name, sink in
+                    guard let f = snapshot[fileKey(o, name)] else { throw CocoaError(.fileNoSuchFile) }
                     f.withUnsafeBytes { sink($0) }
                 }
             case 7:
@@ -113,12 +114,14 @@ enum BackupMachine {
         planAgainst(&input, book: book, blobs: blobs)
     }
 
-    static func append(_ files: inout [BlobName: [UInt8]], _ p: BackupPieceMessage) {
-        var f = files[p.name] ?? []
+    static func fileKey(_ owner: [UInt8], _ name: BlobName) -> [UInt8] { owner + name.bytes }
+
+    static func append(_ files: inout [[UInt8]: [UInt8]], _ owner: [UInt8], _ p: BackupPieceMessage) {
+        var f = files[fileKey(owner, p.name)] ?? []
         MachineTargets.check(Int64(f.count) == p.offset || (p.offset == 0 && !f.isEmpty), "a write that is not an append")
         if p.offset == 0 { f = [] }
         f += p.data
-        files[p.name] = f
+        files[fileKey(owner, p.name)] = f
     }
 
     /// A push plan built from the book's answers, with replies fuzzed.

@@ -20,8 +20,10 @@ import Glibc
 //   swift build -c release --scratch-path .build-fuzz --product tandem-fuzz \
 //       -Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library
 //   .build-fuzz/release/tandem-fuzz -target=machines -runs=1000000 -max_len=70000
-// A normal `swift build` gives a replayer instead: `tandem-fuzz [-target=NAME] FILE…` runs each
-// file through the same entry point (for crash files and regression inputs, Tests/fuzz-crashes).
+// A normal `swift build` gives a replayer instead: `tandem-fuzz [-target=NAME] FILE_OR_DIR…` runs
+// each file through the same entry point (for crash files and regression inputs, Tests/fuzz-crashes
+// and the seed corpus Tests/fuzz-corpus). With `-mutate=N -seed=S` it then runs N inputs made from
+// those files by a seeded mutator (Mutator.swift; `make fuzz-short`, part of `make test`).
 // `tandem-fuzz -list-targets` prints the targets.
 //
 // SwiftPM links an executable's `main` to this module's entry point, so `main` below always
@@ -112,26 +114,119 @@ enum TandemFuzz {
         exit(code)
     }
 
-    /// Without libFuzzer: run the given files through the entry point.
-    static func replay(_ paths: [String]) {
-        let files = paths.filter { !$0.hasPrefix("-") }
-        guard !files.isEmpty else {
+    /// Without libFuzzer: run the given files through the entry point (a directory: its files, in
+    /// name order). With -mutate=N, then N inputs the Mutator makes from them (Mutator.swift).
+    static func replay(_ arguments: [String]) {
+        var options: [String: String] = [:]
+        var paths: [String] = []
+        for argument in arguments {
+            guard argument.hasPrefix("-") else { paths.append(argument); continue }
+            let parts = argument.drop { $0 == "-" }.split(separator: "=", maxSplits: 1)
+            options[String(parts.first ?? "")] = parts.count > 1 ? String(parts[1]) : ""
+        }
+        guard !paths.isEmpty || options["mutate"] != nil else {
             FileHandle.standardError.write(Data("""
-            usage: tandem-fuzz [-target=NAME] FILE…   (replays inputs; this build has no libFuzzer)
+            usage: tandem-fuzz [-target=NAME] FILE_OR_DIR…   (replays inputs; this build has no libFuzzer)
+                   tandem-fuzz [-target=NAME] -mutate=N [-seed=S] [-max_len=L] [-timeout=SECONDS]
+                               [-artifact_prefix=P] FILE_OR_DIR…
+                     replays the inputs, then runs N mutations of them; each input is first written to
+                     Pcurrent-input (removed after a clean run), so a crash leaves it there
             targets: \(FuzzRegistry.all.map(\.name).joined(separator: ", ")) (default \(FuzzRegistry.defaultName); or TANDEM_FUZZ_TARGET)
             fuzz with: swift build -c release --scratch-path .build-fuzz --product tandem-fuzz \\
                          -Xswiftc -sanitize=fuzzer -Xswiftc -parse-as-library
                        .build-fuzz/release/tandem-fuzz -target=NAME -runs=1000000 -max_len=70000
 
             """.utf8))
-            exit(paths.isEmpty ? 0 : 2)
+            exit(arguments.isEmpty ? 0 : 2)
         }
+        let files = paths.flatMap(expand)
+        guard options["mutate"] != nil else {
+            for path in files {
+                let bytes = read(path)
+                run(bytes)
+                print("\(path): ok (\(bytes.count) bytes, target \(FuzzRegistry.selected.name))")
+            }
+            return
+        }
+        func number<N: FixedWidthInteger>(_ key: String, default value: N) -> N {
+            guard let text = options[key] else { return value }
+            guard let n = N(text), n >= 0 else { fail("-\(key)=\(text): expected a whole number ≥ 0", code: 2) }
+            return n
+        }
+        let runs: Int = number("mutate", default: 0)
+        let seed: UInt64 = number("seed", default: 1)
+        let maximumLength: Int = number("max_len", default: FuzzRegistry.selected.maximumLength)
+        let timeout: UInt32 = number("timeout", default: 0)
+        guard maximumLength > 0 else { fail("-max_len must be positive", code: 2) }
+        let artifact = CurrentInput(path: (options["artifact_prefix"] ?? "") + "current-input")
+
+        let start = ContinuousClock.now
+        var corpus: [[UInt8]] = []
         for path in files {
-            guard let data = FileManager.default.contents(atPath: path) else { fail("cannot read \(path)", code: 1) }
-            let bytes = [UInt8](data)
-            bytes.withUnsafeBufferPointer { _ = LLVMFuzzerTestOneInput($0.baseAddress, $0.count) }
-            print("\(path): ok (\(bytes.count) bytes, target \(FuzzRegistry.selected.name))")
+            let bytes = read(path)
+            artifact.save(bytes)
+            alarm(timeout)
+            run(bytes)
+            corpus.append(bytes)
         }
+        if corpus.isEmpty { corpus = [[]] }
+        var mutator = Mutator(seed: seed, maximumLength: maximumLength)
+        for _ in 0..<runs {
+            let input = mutator.mutate(corpus[mutator.pick(corpus.count)], splicingWith: corpus[mutator.pick(corpus.count)])
+            artifact.save(input)
+            alarm(timeout)
+            run(input)
+        }
+        alarm(0)
+        artifact.remove()
+        let elapsed = ContinuousClock.now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        print("tandem-fuzz: target \(FuzzRegistry.selected.name): replayed \(files.count) files, ran \(runs) mutations "
+              + "(seed \(seed), max_len \(maximumLength)) in \(String(format: "%.1f", seconds)) s")
+    }
+
+    static func run(_ bytes: [UInt8]) {
+        bytes.withUnsafeBufferPointer { _ = LLVMFuzzerTestOneInput($0.baseAddress, $0.count) }
+    }
+
+    static func read(_ path: String) -> [UInt8] {
+        guard let data = FileManager.default.contents(atPath: path) else { fail("cannot read \(path)", code: 1) }
+        return [UInt8](data)
+    }
+
+    /// A directory's files (not its subdirectories or dot files) in name order; a file itself.
+    static func expand(_ path: String) -> [String] {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { fail("no such file \(path)", code: 1) }
+        guard isDirectory.boolValue else { return [path] }
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: path) else { fail("cannot list \(path)", code: 1) }
+        return names.filter { !$0.hasPrefix(".") }.sorted().map { "\(path)/\($0)" }.filter {
+            var isDirectory: ObjCBool = false
+            return FileManager.default.fileExists(atPath: $0, isDirectory: &isDirectory) && !isDirectory.boolValue
+        }
+    }
+}
+
+/// The file that holds the input being run, rewritten before each one: a trap (or the -timeout
+/// alarm) ends the process at once, and the input that did it is then on disk.
+struct CurrentInput {
+    let path: String
+    private let fd: CInt
+
+    init(path: String) {
+        self.path = path
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        guard fd >= 0 else { TandemFuzz.fail("cannot write \(path): \(String(cString: strerror(errno)))", code: 1) }
+    }
+
+    func save(_ bytes: [UInt8]) {
+        let written = bytes.withUnsafeBytes { ftruncate(fd, 0) == 0 ? pwrite(fd, $0.baseAddress, $0.count, 0) : -1 }
+        guard written == bytes.count else { TandemFuzz.fail("cannot write \(path): \(String(cString: strerror(errno)))", code: 1) }
+    }
+
+    func remove() {
+        close(fd)
+        unlink(path)
     }
 }
 
