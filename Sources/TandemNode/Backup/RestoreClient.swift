@@ -326,7 +326,7 @@ public struct RestoreClient {
         guard indexes.contains(where: { $0.locator == keys.locatorA }) else {
             throw SnapshotUnusable(reason: "no index blob opens with the vault's key")
         }
-        let names = packNames.sorted().compactMap { decodeHex($0).flatMap { BlobName(bytes: $0) } }
+        let names = packNames.sorted().compactMap { hexBytes($0).flatMap { BlobName(bytes: $0) } }
         var packs: [RestorePlan.Blob] = []
         var i = 0
         while i < names.count {
@@ -462,26 +462,6 @@ public struct RestoreClient {
         }
         return BlobName(bytes: h.finalize())!
     }
-}
-
-func decodeHex(_ text: String) -> [UInt8]? {
-    let chars = Array(text.utf8)
-    guard chars.count % 2 == 0 else { return nil }
-    func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case 48...57: return c - 48
-        case 97...102: return c - 87
-        default: return nil
-        }
-    }
-    var out: [UInt8] = []
-    var i = 0
-    while i < chars.count {
-        guard let hi = nibble(chars[i]), let lo = nibble(chars[i + 1]) else { return nil }
-        out.append(hi << 4 | lo)
-        i += 2
-    }
-    return out
 }
 
 /// The link to the holder during the vault's part, opened again when it drops (the holder

@@ -35,7 +35,8 @@ public struct BlobName: Hashable, Comparable, Sendable, Codable, CustomStringCon
     }
 }
 
-func hexBytes(_ text: String) -> [UInt8]? {
+/// Lowercase hex (as names and ids are written) to bytes; nil for anything else.
+public func hexBytes(_ text: String) -> [UInt8]? {
     let chars = Array(text.utf8)
     guard chars.count % 2 == 0 else { return nil }
     var out: [UInt8] = []
