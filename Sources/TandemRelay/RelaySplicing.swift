@@ -12,13 +12,19 @@ extension RelayServer {
     /// The first bytes were a tunnel join.
     func join(_ channel: Channel, connection: UInt64, address: String, token: [UInt8]) {
         book.withLockedValue { $0.leavePending(address: address) }
-        let result = book.withLockedValue { $0.join(token: token, connection: connection, nowMs: now()) }
+        // The first end is put in `waiting` under the book's lock: the second end (on another event
+        // loop) pairs only after it is there. (Apart, a second end could pair in between, find no
+        // waiting channel, and refuse both ends with "unknown token".)
+        let result = book.withLockedValue { b -> RelayBook.JoinResult in
+            let r = b.join(token: token, connection: connection, nowMs: now())
+            if case .waiting = r { waiting.withLockedValue { $0[connection] = channel } }
+            return r
+        }
         switch result {
         case .unknownToken:
             metrics.refused("tunnel_token")
             answer(channel, .unknownToken, close: true)
         case .waiting:
-            waiting.withLockedValue { $0[connection] = channel }
             channel.closeFuture.whenComplete { [self] _ in
                 if waiting.withLockedValue({ $0.removeValue(forKey: connection) }) != nil {
                     book.withLockedValue { $0.dropTunnel(token) }
