@@ -33,6 +33,8 @@ final class BackupHolder: @unchecked Sendable {
     private let finisher = DispatchQueue(label: "tandem.backup.holder.finish", qos: .utility)
     /// Blobs on the finisher now (touched on `queue`).
     private var finishing = 0
+    /// Whether the request being handled was charged to the stranger budget (touched on `queue`).
+    private var strangerCharged = false
     private let queued = NIOLockedValueBox<(total: Int, perAuthor: [[UInt8]: Int])>((0, [:]))
 
     // Touched on `queue` only.
@@ -200,6 +202,7 @@ final class BackupHolder: @unchecked Sendable {
                 }
             }
             let link = ReplyTo(author: author, origin: origin, reply: reply)
+            strangerCharged = false
             do {
                 try handle(envelope, link: link, isFriend: isFriend)
             } catch let e as PayloadError {
@@ -236,6 +239,7 @@ final class BackupHolder: @unchecked Sendable {
         // Without an offer the answers say NO_OFFER: to friends always, to others within a budget.
         if !hasShelf, envelope.type != .backupKitGet {
             guard isFriend || strangers.check(link.origin, now: nowMs) == .allowed else { return }
+            strangerCharged = !isFriend
         }
         switch envelope.type {
         case .backupHaveQuery:
@@ -460,7 +464,8 @@ final class BackupHolder: @unchecked Sendable {
     /// A request whose payload broke its rules: MALFORMED on the link, no answer message.
     private func refuse(_ envelope: Envelope, _ e: PayloadError, on link: ReplyTo, isFriend: Bool) {
         logger.info("malformed backup payload", metadata: ["type": "\(envelope.type)", "detail": "\(e.detail)"])
-        guard isFriend || strangers.check(link.origin, now: now()) == .allowed else { return }
+        // A stranger's request already charged to the budget (above) is not charged again.
+        guard isFriend || strangerCharged || strangers.check(link.origin, now: now()) == .allowed else { return }
         let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: now()) {
             link.reply(reply)
