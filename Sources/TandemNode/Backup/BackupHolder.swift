@@ -123,6 +123,7 @@ final class BackupHolder: @unchecked Sendable {
             case .withdrawn:
                 files.removeOwner(owner)
                 nextSnapshot[owner] = nil
+                pruneRunning()
                 return true
             }
         }
@@ -159,6 +160,7 @@ final class BackupHolder: @unchecked Sendable {
                 nextSnapshot[owner] = nil
                 events.emit("backup.offer.ended", ["owner": .string(NodeID(publicKey: owner).canonical), "reason": .string("not a friend")])
             }
+            pruneRunning()
         }
     }
 
@@ -166,6 +168,19 @@ final class BackupHolder: @unchecked Sendable {
     func expireIdlePartials() {
         queue.async { [self] in
             for (owner, name) in book.expireIdlePartials(nowMs: now()) { files?.removeBlob(owner, name) }
+            pruneRunning()
+        }
+    }
+
+    /// Forgets the running hashes of blobs the book no longer has unfinished (freed, expired, an
+    /// owner gone): their number stays bounded by the partial blobs held.
+    private func pruneRunning() {
+        running = running.filter { key, _ in
+            let parts = key.split(separator: "/")
+            guard parts.count == 2, let owner = hexBytes(String(parts[0])), let bytes = hexBytes(String(parts[1])),
+                  let name = BlobName(bytes: bytes), let blob = book.shelves[owner]?.blobs[name] else { return false }
+            if case .partial = blob.state { return true }
+            return false
         }
     }
 
@@ -380,6 +395,7 @@ final class BackupHolder: @unchecked Sendable {
             }
         }
         for name in freed { files.removeBlob(owner, name) }
+        if !freed.isEmpty { pruneRunning() }
         send(.backupReply, reply.payload, on: link)
     }
 
