@@ -50,6 +50,16 @@ deps:
 	    echo "libvips is missing: install your system's libvips development package (pkg-config name 'vips')." >&2; exit 1; \
 	  fi; \
 	fi
+	@if ! pkg-config --exists zbar; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing libzbar-dev (QR keys) with apt-get…"; \
+	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libzbar-dev >/dev/null; \
+	  elif [ "$$(uname)" = Darwin ]; then \
+	    echo "zbar is missing: run 'brew install zbar', then try again." >&2; exit 1; \
+	  else \
+	    echo "zbar is missing: install your system's zbar development package (pkg-config name 'zbar')." >&2; exit 1; \
+	  fi; \
+	fi
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "Swift 6 is needed: see https://www.swift.org/install/" >&2; exit 1; }
 
 build: deps
@@ -59,11 +69,13 @@ demo: build
 	$(TANDEM) demo
 
 # Test and bench tools: iproute2 (network namespaces), faketime (a node with a wrong clock; tandem-bench countdown),
+# qrencode (QR key images),
 # socat (the plain-splice path of tandem-bench relay), python3-venv, and the Python interop peer.
 test-deps: deps
 	@missing=""; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
+	command -v qrencode >/dev/null 2>&1 || missing="$$missing qrencode"; \
 	command -v socat >/dev/null 2>&1 || missing="$$missing socat"; \
 	python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \

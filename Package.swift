@@ -13,6 +13,8 @@ let package = Package(
         .library(name: "TandemNode", targets: ["TandemNode"]),
         .library(name: "TandemVault", targets: ["TandemVault"]),
         .library(name: "TandemMedia", targets: ["TandemMedia"]),
+        .library(name: "TandemKeys", targets: ["TandemKeys"]),
+        .library(name: "TandemBlocking", targets: ["TandemBlocking"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -45,7 +47,19 @@ let package = Package(
         ),
         // What the vault does to a photo on import: sniffing, the thumbnail, the capture date, and a
         // copy without GPS and device data. Pure: files in, bytes or files out; no vault, no node.
-        .target(name: "TandemMedia", dependencies: ["CVips"]),
+        .systemLibrary(
+            name: "CZbar",
+            pkgConfig: "zbar",
+            providers: [.apt(["libzbar-dev"]), .brew(["zbar"])]
+        ),
+        .target(name: "TandemMedia", dependencies: ["CVips", "CZbar"]),
+        // Object keys (issue 14): point-cloud frames (PLY, XYZ), shape features, the two-stage
+        // verifier (descriptors, then alignment and ICP against the enrolled model), and the
+        // synthetic shapes tests and tandem-bench use. Pure Swift: bytes in, values out.
+        .target(name: "TandemKeys"),
+        // Blocking on the machine while a mode is locked (issue 14): the managed hosts-file block,
+        // the app guard (stops blocked processes), and hooks. Linux; no node, no store.
+        .target(name: "TandemBlocking"),
         .target(
             name: "TandemProtocol",
             dependencies: [
@@ -85,6 +99,8 @@ let package = Package(
                 "TandemStore",
                 "TandemVault",
                 "TandemMedia",
+                "TandemKeys",
+                "TandemBlocking",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -128,6 +144,7 @@ let package = Package(
             name: "tandem",
             dependencies: [
                 "TandemVault",
+                "TandemKeys",
                 "TandemNet",
                 "TandemNode",
                 "TandemRelay",
@@ -146,6 +163,8 @@ let package = Package(
             name: "tandem-bench",
             dependencies: [
                 "TandemVault",
+                "TandemKeys",
+                "TandemBlocking",
                 "TandemNet",
                 "CSodium",
                 "TandemRelay",
@@ -168,6 +187,7 @@ let package = Package(
             name: "tandem-fuzz",
             dependencies: [
                 "TandemVault",
+                "TandemKeys",
                 "TandemMedia",
                 "TandemNet",
                 "Sodium",
@@ -191,6 +211,14 @@ let package = Package(
         .testTarget(
             name: "TandemMediaTests",
             dependencies: ["TandemMedia", "CVips"]
+        ),
+        .testTarget(
+            name: "TandemKeysTests",
+            dependencies: ["TandemKeys"]
+        ),
+        .testTarget(
+            name: "TandemBlockingTests",
+            dependencies: ["TandemBlocking"]
         ),
         .testTarget(
             name: "TandemProtocolTests",

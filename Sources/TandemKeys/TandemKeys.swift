@@ -1,0 +1,2 @@
+/// Object keys: point-cloud frames, shape features and the two-stage verifier (issue 14).
+public enum TandemKeys {}
