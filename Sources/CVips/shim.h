@@ -89,4 +89,19 @@ static inline VipsImage *tdm_image_new_from_buffer(const void *buf, size_t len) 
     return vips_image_new_from_buffer(buf, len, "", NULL);
 }
 
+/// A QR scan's input: the image scaled by `scale` (≤ 1), one 8-bit grey band.
+static inline int tdm_grey_for_scan(VipsImage *in, double scale, VipsImage **out) {
+    VipsImage *scaled = NULL, *grey = NULL, *band = NULL;
+    int rc = 0;
+    if (scale < 1.0) rc = vips_resize(in, &scaled, scale, NULL);
+    else { scaled = in; g_object_ref(in); }
+    if (rc == 0) rc = vips_colourspace(scaled, &grey, VIPS_INTERPRETATION_B_W, NULL);
+    if (rc == 0) rc = vips_extract_band(grey, &band, 0, NULL);
+    if (rc == 0) rc = vips_cast(band, out, VIPS_FORMAT_UCHAR, NULL);
+    if (scaled) g_object_unref(scaled);
+    if (grey) g_object_unref(grey);
+    if (band) g_object_unref(band);
+    return rc;
+}
+
 #endif

@@ -14,6 +14,8 @@ public struct NodeConfiguration: Sendable {
     public var vault = VaultService.Configuration()
     /// LAN discovery; nil turns it off (throwaway nodes, tests that must not broadcast).
     public var discovery: DiscoveryConfiguration? = nil
+    /// Local focus: where the site block goes, the hooks, the app guard.
+    public var focus = FocusService.Configuration()
     public init() {}
 
     /// Parses "host:port", ":port", "port" or "[v6]:port" (`HostPort.parse`).

@@ -44,6 +44,8 @@ public final class NodeRuntime: Sendable {
     public let vault: VaultService
     /// Backups: what this node holds for friends, and its pushes to them.
     public let backup: BackupService
+    /// Local focus: modes, keys, the lock and its blocking.
+    public let focus: FocusService
     /// The one owner of the node's state: every store access and flow step runs on its thread.
     let core: NodeCore
     /// Frames owed to peers, until acknowledged.
@@ -126,8 +128,11 @@ public final class NodeRuntime: Sendable {
         self.friends = friends
         let clock = ClockSync(peers: peers, signals: signals)
         self.clock = clock
+        let focus = try FocusService(identity: identity, store: store, core: core, events: events, health: health, signals: signals,
+                                     configuration: configuration.focus, dataDirectory: dataDirectory, logger: logger)
+        self.focus = focus
         let challenges = ChallengeService(identity: identity, store: store, core: core, peers: peers, events: events, outbox: outbox,
-                                          presence: presence, clock: clock, health: health, signals: signals, logger: logger)
+                                          presence: presence, clock: clock, focus: focus, health: health, signals: signals, logger: logger)
         self.challenges = challenges
         let backup = BackupService(identity: identity, store: store, core: core, peers: peers,
                                    dialer: Dialer(store: store, core: core, peers: peers, relays: relays, health: health, logger: logger),
@@ -162,6 +167,7 @@ public final class NodeRuntime: Sendable {
         relays.registerControlMethods(on: router, friends: friends, core: core)
         vault.registerControlMethods(on: router)
         backup.registerControlMethods(on: router)
+        focus.registerControlMethods(on: router)
         registerStatus()
         for row in quarantined {
             events.emit("store.quarantined", ["kind": .string(row.kind), "key": .string(hexString(row.rowKey)),
@@ -248,6 +254,7 @@ public final class NodeRuntime: Sendable {
         services.append(RelayLoop(relays: relays, listener: listener))
         services.append(vault)
         services.append(backup)
+        services.append(focus)
         if let discovery { services.append(DiscoveryAfterListener(node: self, discovery: discovery)) }
         services.append(NodeAnnouncer(node: self))
         return services

@@ -561,3 +561,23 @@ public struct HandledMark: Sendable, Equatable {
         self.fromFriend = fromFriend
     }
 }
+
+// MARK: - Focus
+
+extension NodeStore {
+    /// Local focus (issue 14): settings written (non-nil) or removed (nil), and the events that
+    /// report the change, in one transaction.
+    public func saveFocus(_ changes: [(key: String, value: String?)], events: [PendingEvent] = []) throws {
+        try write { db in
+            for (key, value) in changes {
+                if let value {
+                    try db.execute(sql: "INSERT INTO setting(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                                   arguments: [key, value])
+                } else {
+                    try db.execute(sql: "DELETE FROM setting WHERE key = ?", arguments: [key])
+                }
+            }
+            try Self.insert(events, db)
+        }
+    }
+}

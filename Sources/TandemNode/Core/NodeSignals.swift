@@ -12,6 +12,10 @@ enum NodeSignal: Sendable, Equatable {
     case reachable
     /// A clock sample from this peer was accepted (challenge timers move with the offset).
     case clockSampled([UInt8])
+    /// A mode was locked or opened (presence: friends see `focusing`).
+    case focusChanged
+    /// The main key ended a challenge's lock early: that challenge is quit with `reason`.
+    case focusQuitChallenge(id: String, reason: String)
 }
 
 /// The node's one internal signal stream. A service subscribes when it is built (so nothing posted

@@ -120,12 +120,15 @@ extension ChallengeService {
             for k in invitees {
                 if let a = health.read("read a peer's addresses", or: [], { try store.addresses(k) }).first { hints[k] = a.host.contains(":") ? "[\(a.host)]:\(a.port)" : "\(a.host):\(a.port)" }
             }
+            let lockMode = try params.optionalString("mode")
+            if let m = lockMode { try focus.checkLockable(mode: m) }
             let (created, actions) = try refusing {
                 try Challenge.invite(id: Sodium.randomBytes(16), me: me, invitees: invitees, durationMs: duration, startAtUs: start,
                                      nowUs: now, graceMs: grace, message: message, addressHints: hints)
             }
             var c = created
             try persist(&c, actions)
+            if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m) }
             after(c, actions)
             for k in invitees { clock.probe(k, count: 8) }
             return describe(c)
@@ -138,6 +141,11 @@ extension ChallengeService {
         router.register(on: core, "challenge.show") { [self] params in describe(try resolve(params)) }
         router.register(on: core, "challenge.accept") { [self] params in
             let c = try resolve(params)
+            if let m = try params.optionalString("mode") {
+                try focus.checkLockable(mode: m)
+                guard [.invited, .accepted].contains(c.phase) else { throw NodeError.refused("challenge \(c.idHex.prefix(8)) is \(c.phase.rawValue): it can no longer be accepted") }
+                try focus.attach(challenge: c.idHex, mode: m)
+            }
             clock.probe(c.inviter, count: 8)
             return describe(try refusing { try mutate(c.id) { try $0.accept() } })
         }
@@ -152,15 +160,18 @@ extension ChallengeService {
         }
         router.register(on: core, "challenge.quit") { [self] params in
             let c = try resolve(params)
-            return describe(try quit(c, reason: params["reason"]?.stringValue ?? ""))
+            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? ""))
         }
         router.register(on: core, "focus.start") { [self] params in
             let duration = try durationParam(params)
             if try store.challenges(phases: [.scheduled, .running]).contains(where: \.solo) {
                 throw NodeError.refused("a focus session is already running (tandem focus status)")
             }
+            let lockMode = try params.optionalString("mode")
+            if let m = lockMode { try focus.checkLockable(mode: m) }
             var c = try refusing { try Challenge.solo(id: Sodium.randomBytes(16), me: me, durationMs: duration, nowUs: wallClockMicros()) }
             try persist(&c, [])
+            if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m) }
             after(c, [])
             return describe(try store.challenge(c.id) ?? c)
         }
@@ -172,7 +183,7 @@ extension ChallengeService {
             guard let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo) else {
                 throw NodeError.nothingToActOn("no focus session is running")
             }
-            return describe(try quit(c, reason: params["reason"]?.stringValue ?? ""))
+            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? ""))
         }
         router.register(on: core, "ledger.list") { [self] _ in
             .object(["entries": .array(try store.ledger().map { describeEntry($0.entry, committedAtMs: $0.committedAtMs) })])
@@ -187,6 +198,15 @@ extension ChallengeService {
                             "head": entries.last.map { .string(hexString($0.hash)) } ?? .null])
         }
         router.register(on: core, "stats") { [self] _ in try stats() }
+    }
+
+    /// `challenge quit` / `focus quit`: refused while the challenge holds a mode's lock (only its
+    /// main key ends that early, `tandem unlock`, which quits with reason "unlocked").
+    func quitCommand(_ c: Challenge, reason: String) throws -> Challenge {
+        if focus.holdsLock(challenge: c.idHex), let m = focus.mode(ofChallenge: c.idHex) {
+            throw NodeError.refused("mode \(m) is locked for this challenge: present its main key (tandem unlock …) to quit early")
+        }
+        return try quit(c, reason: reason)
     }
 
     func quit(_ c: Challenge, reason: String) throws -> Challenge {

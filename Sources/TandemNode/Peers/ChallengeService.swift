@@ -29,9 +29,12 @@ public final class ChallengeService: @unchecked Sendable {
     let outbox: Outbox
     let presenceService: PresenceService
     let clock: ClockSync
+    /// Local focus: a challenge with `--mode` locks that mode; presence says `focusing` while locked.
+    let focus: FocusService
     let health: StoreHealth
     let logger: Logger
     private let clockSamples: AsyncStream<NodeSignal>
+    private let focusSignals: AsyncStream<NodeSignal>
     private let timers = NIOLockedValueBox<[[UInt8]: [Scheduled<Void>]]>([:])
     /// When we last heard from a peer (monotonic µs); bounded.
     private let lastHeard = NIOLockedValueBox<[[UInt8]: Int64]>([:])
@@ -41,7 +44,7 @@ public final class ChallengeService: @unchecked Sendable {
     let probeIntervalUs: Int64 = 2_000_000
 
     init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, peers: PeerManager, events: EventBus, outbox: Outbox,
-         presence: PresenceService, clock: ClockSync, health: StoreHealth, signals: NodeSignals, logger: Logger) {
+         presence: PresenceService, clock: ClockSync, focus: FocusService, health: StoreHealth, signals: NodeSignals, logger: Logger) {
         self.identity = identity
         self.store = store
         self.core = core
@@ -50,9 +53,16 @@ public final class ChallengeService: @unchecked Sendable {
         self.outbox = outbox
         self.presenceService = presence
         self.clock = clock
+        self.focus = focus
         self.health = health
         self.logger = logger
         self.clockSamples = signals.subscribe { if case .clockSampled = $0 { true } else { false } }
+        self.focusSignals = signals.subscribe {
+            switch $0 {
+            case .focusChanged, .focusQuitChallenge: true
+            default: false
+            }
+        }
     }
 
     var me: [UInt8] { identity.publicKey }
@@ -123,7 +133,19 @@ public final class ChallengeService: @unchecked Sendable {
         for case .send(_, _, let to) in actions { recipients += to }
         if !recipients.isEmpty { outbox.send(to: recipients) }
         schedule(c)
+        if [.cancelled, .declined, .expired].contains(c.phase), focus.mode(ofChallenge: c.idHex) != nil { focus.challengeEnded(c.idHex) }
         refreshPresence()
+    }
+
+    /// The main key opened a challenge's lock early: that is quitting it, with `reason`.
+    func focusQuit(_ idHex: String, reason: String) {
+        guard let id = parseHex(idHex), let c = health.read("read a challenge", or: nil, { try store.challenge(id) }),
+              c.phase == .running || c.phase == .scheduled else { return }
+        do {
+            _ = try quit(c, reason: reason)
+        } catch {
+            logger.error("cannot quit the challenge after an unlock", metadata: ["challenge": "\(idHex)", "error": "\(error)"])
+        }
     }
 
     func idText(_ key: [UInt8]) -> JSONValue { .string(NodeID(publicKey: key).canonical) }
@@ -230,6 +252,7 @@ public final class ChallengeService: @unchecked Sendable {
                                               "offset_us": .int(offset(c)), "late_ms": .int(max(0, late)),
                                               "duration_ms": .int(c.durationMs), "solo": .bool(c.solo),
                                               "roster": .array(c.roster.map(idText))])
+            focus.challengeStarted(c.idHex)
         } catch {
             logger.error("cannot start challenge", metadata: ["challenge": "\(hexString(id))", "error": "\(error)"])
         }
@@ -254,6 +277,7 @@ public final class ChallengeService: @unchecked Sendable {
                 return try c.markEnded(localUs: wall, signer: identity)
             }
             guard ended else { return }
+            focus.challengeEnded(c.idHex)
             commitIfReady(c)
         } catch {
             logger.error("cannot end challenge", metadata: ["challenge": "\(hexString(id))", "error": "\(error)"])
@@ -273,7 +297,7 @@ public final class ChallengeService: @unchecked Sendable {
         let status: Tandem_V1_PresenceStatus
         if running.contains(where: { !$0.solo && $0.phase == .running }) {
             status = .inChallenge
-        } else if running.contains(where: { $0.solo && $0.phase == .running }) {
+        } else if running.contains(where: { $0.solo && $0.phase == .running }) || focus.isLocked {
             status = .focusing
         } else {
             status = .idle
@@ -313,6 +337,15 @@ public final class ChallengeService: @unchecked Sendable {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
                 for await case .clockSampled(let key) in clockSamples { await core.run { self.clockSampled(key) } }
+            }
+            group.addTask { [self] in
+                for await signal in focusSignals {
+                    switch signal {
+                    case .focusQuitChallenge(let id, let reason): await core.run { self.focusQuit(id, reason: reason) }
+                    case .focusChanged: await core.run { self.refreshPresence() }
+                    default: break
+                    }
+                }
             }
             while !Task.isCancelled {
                 await core.run { self.tick() }

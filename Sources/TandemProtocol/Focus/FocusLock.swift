@@ -95,6 +95,11 @@ public struct FocusLock: Sendable, Equatable {
         public var effects: [Effect]
         public var refusal: FocusRefusal?
 
+        public init(effects: [Effect], refusal: FocusRefusal?) {
+            self.effects = effects
+            self.refusal = refusal
+        }
+
         public var events: [Event] { effects.compactMap { if case .emit(let e) = $0 { return e } else { return nil } } }
     }
 

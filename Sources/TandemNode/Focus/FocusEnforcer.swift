@@ -1,0 +1,154 @@
+import Dispatch
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import TandemBlocking
+import TandemProtocol
+
+/// Carries the lock's blocking out on the machine (TandemBlocking): the hosts-file block and the
+/// app guard follow a *target* (what the state calls for now; the newest one wins, so a restart or
+/// a missed edge cannot leave stale blocking behind), the hooks follow the transitions in order.
+/// Its own serial queue does the file writes, another runs the hooks: never the core or an event loop.
+final class FocusEnforcer: Sendable {
+    struct Target: Sendable, Equatable {
+        var mode: String?
+        var sites: [String]
+        var apps: [String]
+        /// Blocked apps the temporary unlock lets run now.
+        var allowedApps: [String]
+
+        static let none = Target(mode: nil, sites: [], apps: [], allowedApps: [])
+    }
+
+    private struct State {
+        var target = Target.none
+        var applied: Target?
+        /// Problems already reported (each once until it goes away).
+        var reported: Set<String> = []
+    }
+
+    private let hostsFile: HostsFile?
+    private let hostsPath: String?
+    private let guardian: AppGuard?
+    private let hooks: HookRunner?
+    private let events: EventBus
+    private let logger: Logger
+    private let queue = DispatchQueue(label: "tandem.focus.enforcer")
+    private let hookQueue = DispatchQueue(label: "tandem.focus.hooks")
+    private let state = NIOLockedValueBox(State())
+
+    init(configuration: FocusService.Configuration, events: EventBus, logger: Logger) {
+        self.events = events
+        self.logger = logger
+        hostsPath = configuration.hostsFile
+        hostsFile = configuration.hostsFile.map { HostsFile(path: $0) }
+        hooks = configuration.hooksDirectory.map { HookRunner(directory: $0, timeoutMs: configuration.hookTimeoutMs) }
+        if configuration.appGuard {
+            guardian = AppGuard(
+                onStop: { p in
+                    _ = events.emit("focus.app_stopped", ["pid": .int(Int64(p.pid)), "name": .string(p.name), "path": .string(p.path),
+                                                          "signal": .string(p.signal == SIGKILL ? "SIGKILL" : "SIGTERM")])
+                },
+                onError: { text in logger.warning("app guard", metadata: ["error": "\(text)"]) })
+        } else {
+            guardian = nil
+        }
+    }
+
+    /// What blocking cannot happen with this process's rights (said once at start; the lock still works).
+    func probe() -> [String] {
+        let problems = BlockingCapabilities.probe(hostsPath: hostsPath)
+        for p in problems { _ = events.emit("focus.blocking_limited", ["what": .string(p)]) }
+        return problems
+    }
+
+    func start() { guardian?.start() }
+    func stop() { guardian?.stop() }
+
+    /// The blocking the state calls for now (called on the core after every step).
+    func setTarget(_ target: Target) {
+        state.withLockedValue { $0.target = target }
+    }
+
+    /// Brings the machine to the newest target in the background.
+    func kick() {
+        queue.async { self.reconcile() }
+    }
+
+    /// Brings the machine to the newest target and returns what could not be done.
+    func sync() async -> [String] {
+        await withCheckedContinuation { (c: CheckedContinuation<[String], Never>) in
+            queue.async { c.resume(returning: self.reconcile()) }
+        }
+    }
+
+    /// On the queue. Writes only what changed; a failure is reported once (event and log) and tried
+    /// again at the next reconcile.
+    @discardableResult
+    private func reconcile() -> [String] {
+        let (target, applied) = state.withLockedValue { ($0.target, $0.applied) }
+        var problems: [String] = []
+        if let hostsFile, applied?.mode != target.mode || applied?.sites != target.sites {
+            do {
+                let present = HostsBlock.modes(in: try hostsFile.read())
+                for m in present where m != target.mode { try hostsFile.remove(mode: m) }
+                if let mode = target.mode {
+                    if target.sites.isEmpty { try hostsFile.remove(mode: mode) } else { try hostsFile.apply(mode: mode, domains: target.sites) }
+                }
+            } catch {
+                problems.append("site blocking: \(error)")
+            }
+        }
+        if let guardian, applied?.apps != target.apps || applied?.allowedApps != target.allowedApps || applied?.mode != target.mode {
+            guardian.set(blocked: target.mode == nil ? [] : target.apps, allowed: target.allowedApps)
+        }
+        let fresh = state.withLockedValue { s -> [String] in
+            if problems.isEmpty { s.applied = target } else { s.applied = nil }
+            let new = problems.filter { !s.reported.contains($0) }
+            s.reported = Set(problems)
+            return new
+        }
+        for p in fresh {
+            logger.error("focus blocking failed", metadata: ["error": "\(p)"])
+            _ = events.emit("focus.blocking_failed", ["error": .string(p), "mode": target.mode.map(JSONValue.string) ?? .null])
+        }
+        return problems
+    }
+
+    /// Runs the mode's hooks for a transition, in order after those queued before.
+    func hook(mode: FocusMode?, transition: String, lock: FocusLock, reason: String) {
+        guard let hooks, let mode else { return }
+        var until = ""
+        if let t = lock.locked?.temporary?.endsAtMs { until = String(t) } else if case .until(let t)? = lock.locked?.hold { until = String(t) }
+        var env: [String: String] = [
+            "TANDEM_MODE": mode.name, "TANDEM_TRANSITION": transition,
+            "TANDEM_BLOCKED_SITES": mode.blockedSites.joined(separator: " "),
+            "TANDEM_BLOCKED_APPS": mode.blockedApps.joined(separator: " "),
+            "TANDEM_TEMP_ITEMS": mode.temporaryItems.joined(separator: " "),
+            "TANDEM_UNTIL_MS": until, "TANDEM_REASON": reason,
+        ]
+        let inherited = ProcessInfo.processInfo.environment
+        for k in ["PATH", "HOME", "DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR"] { env[k] = inherited[k] }
+        let events = self.events
+        let logger = self.logger
+        let environment = env
+        hookQueue.async {
+            for r in hooks.run(mode: mode.name, transition: transition, environment: environment) {
+                var f: [String: JSONValue] = ["mode": .string(mode.name), "transition": .string(transition), "path": .string(r.path),
+                                              "exit": r.exitCode.map { .int(Int64($0)) } ?? .null,
+                                              "signal": r.signal.map { .int(Int64($0)) } ?? .null,
+                                              "timed_out": .bool(r.timedOut), "duration_ms": .int(r.durationMs)]
+                if r.failed {
+                    f["stderr"] = .string(String(r.stderr.suffix(2000)))
+                    f["stdout"] = .string(String(r.stdout.suffix(2000)))
+                    logger.error("focus hook failed", metadata: ["path": "\(r.path)", "exit": "\(r.exitCode.map(String.init) ?? "-")",
+                                                                 "timed_out": "\(r.timedOut)", "stderr": "\(r.stderr.suffix(500))"])
+                    _ = events.emit("focus.hook_failed", f)
+                } else {
+                    logger.info("focus hook ran", metadata: ["path": "\(r.path)", "transition": "\(transition)"])
+                    _ = events.emit("focus.hook", f)
+                }
+            }
+        }
+    }
+}

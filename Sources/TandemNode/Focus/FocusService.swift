@@ -1,0 +1,317 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import ServiceLifecycle
+import Sodium
+import TandemNet
+import TandemProtocol
+import TandemStore
+
+/// Local focus (issue 14, Protocol/focus.md): the modes and keys, the lock machine's owner, and the
+/// blocking that follows it. The state lives on the node core (every read and step runs there, each
+/// step stored before its effects are carried out); the blocking runs on the enforcer's own queue
+/// and the hooks on theirs, never on the core or an event loop.
+public final class FocusService: Service, Sendable {
+    /// What the node was told about blocking (`tandem node --hosts-file … --hooks-dir …`).
+    public struct Configuration: Sendable {
+        /// The hosts file the site block goes into; nil: no site blocking.
+        public var hostsFile: String? = "/etc/hosts"
+        /// Per-mode hooks (`<dir>/<mode>/<transition>`); nil: `<data-dir>/hooks` when there is a data directory.
+        public var hooksDirectory: String? = nil
+        /// Stop the blocked apps while locked.
+        public var appGuard = true
+        /// How long a hook may run.
+        public var hookTimeoutMs = 10_000
+        public init() {}
+    }
+
+    struct State {
+        var modes = FocusModes()
+        var lock = FocusLock()
+        /// What each key is (by key id); a key without one was quarantined and must be replaced.
+        var materials: [String: FocusKeyMaterial] = [:]
+        /// Challenge id (hex) → the mode it locks here.
+        var challengeModes: [String: String] = [:]
+    }
+
+    static let modesSetting = "focus.modes"
+    static let lockSetting = "focus.lock"
+    static let keyPrefix = "focus.key."
+    static let enrollPrefix = "focus.enroll."
+    static let challengePrefix = "focus.challenge."
+    static let quarantinePrefix = "focus.quarantine."
+
+    let store: NodeStore
+    let core: NodeCore
+    let events: EventBus
+    let health: StoreHealth
+    let signals: NodeSignals
+    let logger: Logger
+    let secrets: FocusSecrets
+    let enforcer: FocusEnforcer
+    /// Confined to the core (the box only makes the class Sendable).
+    let state = NIOLockedValueBox(State())
+    /// Read off the core: presence and `tandem status`.
+    private let lockedNow = NIOLockedValueBox(false)
+    /// What the start found wrong in the stored state (applied and reported by `run`).
+    private let loadNotes = NIOLockedValueBox<[String]>([])
+    private let wakeup = Wakeup()
+    /// Object presentations and enrolments under way (`FocusObjects.swift`).
+    let sessions = NIOLockedValueBox<[String: ObjectSession]>([:])
+
+    init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, events: EventBus, health: StoreHealth, signals: NodeSignals,
+         configuration: Configuration, dataDirectory: DataDirectory?, logger: Logger) throws {
+        self.store = store
+        self.core = core
+        self.events = events
+        self.health = health
+        self.signals = signals
+        self.logger = logger
+        self.secrets = try FocusSecrets(identity: identity)
+        var config = configuration
+        if config.hooksDirectory == nil, let dir = dataDirectory { config.hooksDirectory = dir.url.appendingPathComponent("hooks").path }
+        self.enforcer = FocusEnforcer(configuration: config, events: events, logger: logger)
+        // Before any service runs: nothing else touches the store's focus rows yet.
+        state.withLockedValue { $0 = load() }
+        lockedNow.withLockedValue { $0 = state.withLockedValue { $0.lock.isLocked } }
+    }
+
+    /// Whether a mode is locked now (presence: friends see `focusing`).
+    var isLocked: Bool { lockedNow.withLockedValue { $0 } }
+
+    // MARK: - Loading (every stored value judged like a peer's message; a bad one set aside, never fatal)
+
+    private func load() -> State {
+        var s = State()
+        var notes: [String] = []
+        var quarantine: [(String, String, String)] = []
+        let rows = health.read("read the focus settings", or: []) { try store.settings(prefix: "focus.") }
+        var byKey: [String: String] = [:]
+        for (k, v) in rows { byKey[k] = v }
+        if let text = byKey[Self.modesSetting] {
+            if let m = try? JSONDecoder().decode(FocusModes.self, from: Data(text.utf8)) {
+                s.modes = m
+            } else {
+                quarantine.append((Self.modesSetting, text, "the modes and keys do not decode or break a rule"))
+            }
+        }
+        for (k, v) in byKey where k.hasPrefix(Self.keyPrefix) {
+            let id = String(k.dropFirst(Self.keyPrefix.count))
+            if s.modes.key(id) != nil, let m = FocusKeyMaterial(json: v) {
+                s.materials[id] = m
+            } else {
+                quarantine.append((k, v, s.modes.key(id) == nil ? "no such key" : "the key's stored form is damaged"))
+            }
+        }
+        for (k, v) in byKey where k.hasPrefix(Self.challengePrefix) {
+            let id = String(k.dropFirst(Self.challengePrefix.count))
+            if FocusLock.isValidChallengeID(id), s.modes.mode(v) != nil { s.challengeModes[id] = v } else {
+                quarantine.append((k, v, "a challenge's mode that no longer exists"))
+            }
+        }
+        var lock = FocusLock()
+        if let text = byKey[Self.lockSetting] {
+            if let l = try? JSONDecoder().decode(FocusLock.self, from: Data(text.utf8)) {
+                lock = l
+            } else {
+                quarantine.append((Self.lockSetting, text, "the lock state does not decode"))
+            }
+        }
+        s.lock = lock
+        let now = Int64(clamping: wallClockMilliseconds())
+        for (k, v, why) in quarantine {
+            notes.append("\(k): \(why)")
+            health.attempt("quarantine a focus setting") {
+                try store.saveFocus([(Self.quarantinePrefix + "\(now)." + k, v), (k, nil)],
+                                    events: [events.record("focus.quarantined", ["setting": .string(k), "reason": .string(why)])])
+            }
+        }
+        loadNotes.withLockedValue { $0 = notes }
+        return s
+    }
+
+    // MARK: - The service
+
+    public func run() async throws {
+        // The restart: the stored state brought up to now (expiries that passed while down apply),
+        // the blocking established from it (it cannot know what survived), the deadline armed.
+        await core.run { self.resume() }
+        for note in loadNotes.withLockedValue({ $0 }) { logger.warning("focus state set aside", metadata: ["what": "\(note)"]) }
+        for problem in enforcer.probe() { logger.notice("focus blocking limited", metadata: ["what": "\(problem)"]) }
+        enforcer.start()
+        _ = await enforcer.sync()
+        await cancelWhenGracefulShutdown { [self] in
+            while !Task.isCancelled {
+                let next = await core.run { self.state.withLockedValue { $0.lock.nextDeadlineMs } }
+                let now = Int64(clamping: wallClockMilliseconds())
+                // Wake at the deadline, at a poke (a new lock), and at least every 30 s (a clock step).
+                let waitMs = min(30_000, max(0, (next ?? Int64.max).subtractingSaturated(now)))
+                if waitMs > 0 { await wakeup.wait(upTo: .milliseconds(waitMs)) }
+                if Task.isCancelled { break }
+                await core.run { self.tickNow() }
+                _ = await enforcer.sync()
+            }
+        }
+        enforcer.stop()
+    }
+
+    /// On the core: the start's validation, then what challenges did while the node was down.
+    private func resume() {
+        let now = Int64(clamping: wallClockMilliseconds())
+        let loaded = state.withLockedValue { $0 }
+        let (lock, step) = FocusLock.validated(loaded: loaded.lock, modes: loaded.modes, nowMs: now)
+        commit(lock, step)
+        // A challenge lock whose challenge ended (or vanished) while the node was down opens; a
+        // challenge that started meanwhile locks now.
+        let challengeModes = state.withLockedValue { $0.challengeModes }
+        for (idHex, _) in challengeModes {
+            guard let id = parseHex(idHex) else { continue }
+            let c = health.read("read a challenge", or: nil) { try store.challenge(id) }
+            switch c?.phase {
+            case .running?: challengeStarted(idHex)
+            case .scheduled?, .invited?, .accepted?: break
+            case .ended?, .declined?, .expired?, .cancelled?, nil: challengeEnded(idHex)
+            }
+        }
+        if case .challenge(let id)? = state.withLockedValue({ $0.lock.locked?.hold }), challengeModes[id] == nil {
+            challengeEnded(id)
+        }
+    }
+
+    /// On the core: applies the time.
+    func tickNow() {
+        var lock = state.withLockedValue { $0.lock }
+        let step = lock.tick(nowMs: Int64(clamping: wallClockMilliseconds()))
+        commit(lock, step)
+    }
+
+    // MARK: - Steps
+
+    /// On the core: stores the lock after a step (with its events, one transaction), then hands the
+    /// blocking its new target and the hooks their transitions. A refused step stores only its
+    /// `focus.key_refused`. Throws only when the store refuses (nothing was carried out then).
+    @discardableResult
+    func commit(_ lock: FocusLock, _ step: FocusLock.Step, extra: [(key: String, value: String?)] = []) -> FocusLock.Step {
+        let before = state.withLockedValue { $0.lock }
+        let modes = state.withLockedValue { $0.modes }
+        var changes = extra
+        if lock != before {
+            let json = (try? JSONEncoder().encode(lock)).map { String(decoding: $0, as: UTF8.self) }
+            changes.append((Self.lockSetting, json))
+        }
+        let pending = step.events.map { e -> PendingEvent in let (t, f) = eventFields(e); return events.record(t, f) }
+        if !changes.isEmpty || !pending.isEmpty {
+            do {
+                try store.saveFocus(changes, events: pending)
+            } catch {
+                health.failed("store the focus state", error)
+                return FocusLock.Step(effects: [], refusal: FocusRefusal(.invalid, "the node could not store the change: \(error)"))
+            }
+        }
+        state.withLockedValue { $0.lock = lock }
+        lockedNow.withLockedValue { $0 = lock.isLocked }
+        events.published()
+        enforcer.setTarget(target(lock: lock, modes: modes))
+        for effect in step.effects {
+            switch effect {
+            case .block(let m): enforcer.hook(mode: modes.mode(m), transition: "locked", lock: lock, reason: "")
+            case .unblock(let m):
+                enforcer.hook(mode: modes.mode(m) ?? FocusMode(name: m, mainKey: nil), transition: "unlocked", lock: lock,
+                              reason: step.events.compactMap { if case .unlocked(_, let r) = $0 { r.rawValue } else { nil } }.first ?? "")
+            case .allowTemporary(let m, _): enforcer.hook(mode: modes.mode(m), transition: "temp_unlocked", lock: lock, reason: "")
+            case .endTemporary(let m): enforcer.hook(mode: modes.mode(m), transition: "relocked", lock: lock, reason: "")
+            case .quitChallenge(let id, let reason): signals.post(.focusQuitChallenge(id: id, reason: reason))
+            case .emit: break
+            }
+        }
+        if lock.isLocked != before.isLocked { signals.post(.focusChanged) }
+        if lock.nextDeadlineMs != before.nextDeadlineMs { wakeup.poke() }
+        return step
+    }
+
+    /// What the blocking must be for this lock: the locked mode's sites and apps, less the
+    /// temporary items while a temporary unlock runs.
+    func target(lock: FocusLock, modes: FocusModes) -> FocusEnforcer.Target {
+        guard case .blocked(let name, let temporaryUntil) = lock.enforcement, let m = modes.mode(name) else { return .none }
+        let open = temporaryUntil == nil ? Set<String>() : Set(m.temporaryItems)
+        return FocusEnforcer.Target(mode: name, sites: m.blockedSites.filter { !open.contains($0) },
+                                    apps: m.blockedApps, allowedApps: m.blockedApps.filter { open.contains($0) })
+    }
+
+    /// An event of the lock machine as the node's event stream carries it.
+    func eventFields(_ e: FocusLock.Event) -> (String, [String: JSONValue]) {
+        var f: [String: JSONValue] = [:]
+        switch e {
+        case .locked(let mode, let hold):
+            f["mode"] = .string(mode)
+            switch hold {
+            case .key: f["hold"] = "key"
+            case .until(let t): f["hold"] = "until"; f["until"] = FriendService.iso(t); f["until_ms"] = .int(t)
+            case .challenge(let id): f["hold"] = "challenge"; f["challenge"] = .string(id)
+            }
+        case .unlocked(let mode, let reason):
+            f["mode"] = .string(mode); f["reason"] = .string(reason.rawValue)
+        case .temporaryUnlocked(let mode, let key, let until):
+            f["mode"] = .string(mode); f["key"] = .string(key); f["until"] = FriendService.iso(until); f["until_ms"] = .int(until)
+        case .relocked(let mode, let reason):
+            f["mode"] = .string(mode); f["reason"] = .string(reason.rawValue)
+        case .keyRefused(let mode, let key, let reason):
+            f["mode"] = mode.map(JSONValue.string) ?? .null; f["key"] = key.map(JSONValue.string) ?? .null
+            f["reason"] = .string(reason.rawValue)
+        case .modeSwitched(let from, let to):
+            f["from"] = from.map(JSONValue.string) ?? .null; f["to"] = .string(to)
+        }
+        return (e.name, f)
+    }
+
+    // MARK: - Challenges (called on the core by the challenge service)
+
+    /// `challenge invite|accept --mode M`, `focus start --mode M`: remembers which mode the challenge
+    /// locks here. Refused for a mode that cannot lock.
+    func attach(challenge idHex: String, mode name: String) throws {
+        try checkLockable(mode: name)
+        try store.saveFocus([(Self.challengePrefix + idHex, name)])
+        state.withLockedValue { $0.challengeModes[idHex] = name }
+    }
+
+    /// Refused for a mode that does not exist or has no main key (it could never open).
+    func checkLockable(mode name: String) throws {
+        let modes = state.withLockedValue { $0.modes }
+        guard let m = modes.mode(name) else { throw NodeError.invalidArgument("no mode \(name) (tandem mode list)") }
+        guard m.mainKey != nil else { throw NodeError.refused("mode \(name) has no main key yet (tandem mode edit \(name) --main-key KEY)") }
+    }
+
+    /// The mode a challenge locks here, if any.
+    func mode(ofChallenge idHex: String) -> String? { state.withLockedValue { $0.challengeModes[idHex] } }
+
+    /// The challenge started: its mode locks (unless a lock is already on: the person's own lock stays).
+    func challengeStarted(_ idHex: String) {
+        guard let mode = mode(ofChallenge: idHex) else { return }
+        var (lock, modes) = state.withLockedValue { ($0.lock, $0.modes) }
+        if case .challenge(let id)? = lock.locked?.hold, id == idHex { return }
+        let step = lock.challengeStarted(id: idHex, mode: mode, modes: modes, nowMs: Int64(clamping: wallClockMilliseconds()))
+        if let r = step.refusal {
+            logger.notice("a challenge could not lock its mode", metadata: ["challenge": "\(idHex)", "mode": "\(mode)", "why": "\(r)"])
+            _ = events.emit("focus.challenge_lock_refused", ["challenge": .string(idHex), "mode": .string(mode), "reason": .string(r.reason.rawValue),
+                                                              "message": .string(r.description)])
+        }
+        commit(lock, step)
+        enforcer.kick()
+    }
+
+    /// The challenge ended, was cancelled, or is gone: the lock it holds opens; its mode is forgotten.
+    func challengeEnded(_ idHex: String) {
+        var lock = state.withLockedValue { $0.lock }
+        let step = lock.challengeEnded(id: idHex, nowMs: Int64(clamping: wallClockMilliseconds()))
+        let known = state.withLockedValue { $0.challengeModes[idHex] != nil }
+        commit(lock, step, extra: known ? [(Self.challengePrefix + idHex, nil)] : [])
+        state.withLockedValue { _ = $0.challengeModes.removeValue(forKey: idHex) }
+        enforcer.kick()
+    }
+
+    /// Whether a challenge's lock is on (its early end needs the main key, not `challenge quit`).
+    func holdsLock(challenge idHex: String) -> Bool {
+        if case .challenge(let id)? = state.withLockedValue({ $0.lock.locked?.hold }) { return id == idHex }
+        return false
+    }
+}
