@@ -89,6 +89,7 @@ struct ChallengeInvite: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Start at this time: HH:MM[:SS] today (or tomorrow if past) or ISO 8601.", valueName: "time")) var startAt: String?
     @Option(help: "A short note (at most 280 bytes).") var message: String = ""
     @Option(help: ArgumentHelp("How long a silent partner stays in before counting as out of contact.", valueName: "duration")) var grace: String?
+    @Option(help: ArgumentHelp("Lock this focus mode on your node from the start to the end; its main key ends it early (a quit).", valueName: "mode")) var mode: String?
 
     func validate() throws {
         if startIn != nil && startAt != nil { throw ValidationError("give --start-in or --start-at, not both") }
@@ -103,6 +104,7 @@ struct ChallengeInvite: AsyncParsableCommand {
         ]
         if let startIn { params["start_in_ms"] = .int(try durationMs(startIn, what: "--start-in")) }
         if let startAt { params["start_at_ms"] = .int(try parseClockTime(startAt)) }
+        if let mode { params["mode"] = .string(mode) }
         if let grace { params["grace_ms"] = .int(try durationMs(grace, what: "--grace")) }
         try await callNode(common, "challenge.invite", .object(params)) { c in
             output("Invited: \(challengeLine(c))")
@@ -157,9 +159,12 @@ struct ChallengeAccept: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "accept", abstract: "Accept an invite.")
     @OptionGroup var common: CommonOptions
     @Argument(help: ArgumentHelp("The challenge id or a unique prefix.", valueName: "id")) var id: String
+    @Option(help: ArgumentHelp("Lock this focus mode on your node from the start to the end; its main key ends it early (a quit).", valueName: "mode")) var mode: String?
 
     func run() async throws {
-        try await callNode(common, "challenge.accept", .object(["id": .string(id)])) { c in
+        var params: [String: JSONValue] = ["id": .string(id)]
+        if let mode { params["mode"] = .string(mode) }
+        try await callNode(common, "challenge.accept", .object(params)) { c in
             output("Accepted: \(challengeLine(c))")
             output("It starts when the inviter's node confirms; watch it with: tandem challenge watch \(c["short"]?.stringValue ?? id)")
         }
@@ -285,11 +290,14 @@ struct FocusStart: AsyncParsableCommand {
     @OptionGroup var common: CommonOptions
     @Option(help: ArgumentHelp("How long: 25m, 1h, 90s.", valueName: "duration")) var duration: String
     @Flag(help: "Show the live countdown until the session ends.") var watch = false
+    @Option(help: ArgumentHelp("Lock this focus mode for the session; its main key ends it early (a quit).", valueName: "mode")) var mode: String?
 
     func run() async throws {
         let ms = try durationMs(duration, what: "--duration")
         var id = ""
-        try await callNode(common, "focus.start", .object(["duration_ms": .int(ms)])) { c in
+        var params: [String: JSONValue] = ["duration_ms": .int(ms)]
+        if let mode { params["mode"] = .string(mode) }
+        try await callNode(common, "focus.start", .object(params)) { c in
             id = c["id"]?.stringValue ?? ""
             output("Focus session started: \(clockText(ms)); quit early with `tandem focus quit`.")
         }

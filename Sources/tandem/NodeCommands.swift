@@ -37,6 +37,15 @@ struct Node: AsyncParsableCommand {
     @Flag(help: "Send and listen for no LAN beacons (friends are then reached at known addresses only). Also set by a non-empty $TANDEM_NO_DISCOVERY.")
     var noDiscovery = false
 
+    @Option(help: ArgumentHelp("The hosts file a locked mode's site block goes into (between '# BEGIN tandem mode NAME' and '# END tandem mode NAME').", valueName: "path"))
+    var hostsFile: String = "/etc/hosts"
+
+    @Option(help: ArgumentHelp("Hooks run at each lock transition: DIR/MODE/TRANSITION and DIR/all/TRANSITION (default: DATA-DIR/hooks).", valueName: "dir"))
+    var hooksDir: String?
+
+    @Flag(help: "Do not stop a locked mode's blocked apps (sites and hooks still apply).")
+    var noAppGuard = false
+
     func validate() throws {
         guard (1...65535).contains(discoveryPort) else { throw ValidationError("--discovery-port must be between 1 and 65535") }
         guard discoveryInterval >= 0.1, discoveryInterval <= 3600 else {
@@ -75,6 +84,9 @@ struct Node: AsyncParsableCommand {
             discovery.interval = .milliseconds(Int64(discoveryInterval * 1000))
             config.discovery = discovery
         }
+        config.focus.hostsFile = hostsFile
+        config.focus.hooksDirectory = hooksDir
+        config.focus.appGuard = !noAppGuard
         let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: dir, logger: logger)
         try await node.run()
         logger.info("node stopped")

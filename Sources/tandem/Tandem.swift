@@ -18,7 +18,7 @@ struct Tandem: AsyncParsableCommand {
         7 no node running for the data directory, 8 nothing to act on (no such request, friend or block).
         """,
         version: TandemVersion.string,
-        subcommands: [Init.self, ID.self, Node.self, Name.self, Friend.self, ChallengeCommand.self, Focus.self, LedgerCommand.self,
+        subcommands: [Init.self, ID.self, Node.self, Name.self, Friend.self, ChallengeCommand.self, Focus.self, ModeCommand.self, KeyCommand.self, LockCommand.self, UnlockCommand.self, TempUnlockCommand.self, LedgerCommand.self,
                       Stats.self, RelayCommand.self, VaultCommand.self, BackupCommand.self, RecoveryCommand.self, Restore.self, Peers.self, Discoverable.self, Events.self, Wait.self,
                       Status.self, Ping.self, Demo.self, Dev.self]
     )

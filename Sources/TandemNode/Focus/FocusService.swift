@@ -14,12 +14,13 @@ import TandemStore
 public final class FocusService: Service, Sendable {
     /// What the node was told about blocking (`tandem node --hosts-file … --hooks-dir …`).
     public struct Configuration: Sendable {
-        /// The hosts file the site block goes into; nil: no site blocking.
-        public var hostsFile: String? = "/etc/hosts"
+        /// The hosts file the site block goes into; nil (the library's default, for throwaway and
+        /// in-process nodes): no site blocking. `tandem node` sets /etc/hosts unless told otherwise.
+        public var hostsFile: String? = nil
         /// Per-mode hooks (`<dir>/<mode>/<transition>`); nil: `<data-dir>/hooks` when there is a data directory.
         public var hooksDirectory: String? = nil
-        /// Stop the blocked apps while locked.
-        public var appGuard = true
+        /// Stop the blocked apps while locked (`tandem node` turns it on).
+        public var appGuard = false
         /// How long a hook may run.
         public var hookTimeoutMs = 10_000
         public init() {}
