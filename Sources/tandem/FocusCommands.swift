@@ -328,9 +328,13 @@ struct KeyCheck: AsyncParsableCommand {
             let frames: JSONValue = r["frames"] ?? .array([])
             outputJSON(JSONValue.object(["match": .bool(match), "key": r["key"] ?? .null, "frames": frames]).compactJSON)
         } else {
-            output(match ? "Match: this is key \(key)." : "No match: this is not key \(key).")
+            if match { output("Match: this is key \(key).") }
         }
-        if !match { throw ExitCode(1) }
+        if !match {
+            let frames = r["frames"]?.arrayValue ?? []
+            let why = frames.isEmpty ? "the input is not key \(key)" : "the input is not key \(key) (no 3 frames in a row passed)"
+            throw TandemError("no match: \(why)", exitCode: 1)
+        }
     }
 }
 

@@ -83,52 +83,55 @@ public final class FocusService: Service, Sendable {
     // MARK: - Loading (every stored value judged like a peer's message; a bad one set aside, never fatal)
 
     private func load() -> State {
-        var s = State()
-        var notes: [String] = []
-        var quarantine: [(String, String, String)] = []
         let rows = health.read("read the focus settings", or: []) { try store.settings(prefix: "focus.") }
+        let (s, quarantine) = Self.judge(rows)
+        let now = Int64(clamping: wallClockMilliseconds())
+        for (k, v, why) in quarantine {
+            health.attempt("quarantine a focus setting") {
+                try store.saveFocus([(Self.quarantinePrefix + "\(now)." + k, v), (k, nil)],
+                                    events: [events.record("focus.quarantined", ["setting": .string(k), "reason": .string(why)])])
+            }
+        }
+        loadNotes.withLockedValue { $0 = quarantine.map { "\($0.0): \($0.2)" } }
+        return s
+    }
+
+    /// The stored focus settings judged like a peer's message: what is sound becomes the state, the
+    /// rest is listed (setting, value, why) for quarantine. Pure: the fuzz target `focus` drives it.
+    static func judge(_ rows: [(key: String, value: String)]) -> (State, [(String, String, String)]) {
+        var s = State()
+        var quarantine: [(String, String, String)] = []
         var byKey: [String: String] = [:]
         for (k, v) in rows { byKey[k] = v }
-        if let text = byKey[Self.modesSetting] {
+        if let text = byKey[modesSetting] {
             if let m = try? JSONDecoder().decode(FocusModes.self, from: Data(text.utf8)) {
                 s.modes = m
             } else {
-                quarantine.append((Self.modesSetting, text, "the modes and keys do not decode or break a rule"))
+                quarantine.append((modesSetting, text, "the modes and keys do not decode or break a rule"))
             }
         }
-        for (k, v) in byKey where k.hasPrefix(Self.keyPrefix) {
-            let id = String(k.dropFirst(Self.keyPrefix.count))
+        for (k, v) in byKey.sorted(by: { $0.key < $1.key }) where k.hasPrefix(keyPrefix) {
+            let id = String(k.dropFirst(keyPrefix.count))
             if s.modes.key(id) != nil, let m = FocusKeyMaterial(json: v) {
                 s.materials[id] = m
             } else {
                 quarantine.append((k, v, s.modes.key(id) == nil ? "no such key" : "the key's stored form is damaged"))
             }
         }
-        for (k, v) in byKey where k.hasPrefix(Self.challengePrefix) {
-            let id = String(k.dropFirst(Self.challengePrefix.count))
+        for (k, v) in byKey.sorted(by: { $0.key < $1.key }) where k.hasPrefix(challengePrefix) {
+            let id = String(k.dropFirst(challengePrefix.count))
             if FocusLock.isValidChallengeID(id), s.modes.mode(v) != nil { s.challengeModes[id] = v } else {
                 quarantine.append((k, v, "a challenge's mode that no longer exists"))
             }
         }
-        var lock = FocusLock()
-        if let text = byKey[Self.lockSetting] {
+        if let text = byKey[lockSetting] {
             if let l = try? JSONDecoder().decode(FocusLock.self, from: Data(text.utf8)) {
-                lock = l
+                s.lock = l
             } else {
-                quarantine.append((Self.lockSetting, text, "the lock state does not decode"))
+                quarantine.append((lockSetting, text, "the lock state does not decode"))
             }
         }
-        s.lock = lock
-        let now = Int64(clamping: wallClockMilliseconds())
-        for (k, v, why) in quarantine {
-            notes.append("\(k): \(why)")
-            health.attempt("quarantine a focus setting") {
-                try store.saveFocus([(Self.quarantinePrefix + "\(now)." + k, v), (k, nil)],
-                                    events: [events.record("focus.quarantined", ["setting": .string(k), "reason": .string(why)])])
-            }
-        }
-        loadNotes.withLockedValue { $0 = notes }
-        return s
+        return (s, quarantine)
     }
 
     // MARK: - The service

@@ -1,0 +1,34 @@
+import Foundation
+import TandemProtocol
+
+/// Entry points for the fuzz target `focus` (Sources/tandem-fuzz/FocusTargets.swift): what a node
+/// reads that it did not just write itself: its stored focus settings (a damaged or hand-edited
+/// store) and the key inputs clients send. Each must be judged, never trap.
+public enum FocusFuzzing {
+    /// Stored settings (`focus.modes`, `focus.lock`, `focus.key.ID`, `focus.challenge.ID`) judged as
+    /// at a start, the lock brought up to `nowMs`, then the lock machine stepped with `inputs`
+    /// (each: 0 lock, 1 unlock, 2 temporary unlock, 3 tick, 4 switch; an index into the keys or modes).
+    public static func storedState(_ rows: [(key: String, value: String)], nowMs: Int64, inputs: [(UInt8, UInt8, Int64)]) {
+        let (state, _) = FocusService.judge(rows)
+        var (lock, _) = FocusLock.validated(loaded: state.lock, modes: state.modes, nowMs: nowMs)
+        let keys = state.modes.keys.map(\.id)
+        let modes = state.modes.modes.map(\.name)
+        var now = nowMs
+        for (op, index, dt) in inputs {
+            now = now.addingSaturated(dt)
+            let key = keys.isEmpty ? nil : keys[Int(index) % keys.count]
+            let mode = modes.isEmpty ? nil : modes[Int(index) % modes.count]
+            switch op % 5 {
+            case 0: _ = lock.lock(mode: mode, presentedKey: key, untilMs: dt > 0 ? now.addingSaturated(dt) : nil, modes: state.modes, nowMs: now)
+            case 1: _ = lock.unlock(presentedKey: key, modes: state.modes, nowMs: now)
+            case 2: _ = lock.temporaryUnlock(presentedKey: key, modes: state.modes, nowMs: now)
+            case 3: lock.tick(nowMs: now)
+            default: if let mode { _ = lock.switchMode(to: mode, modes: state.modes, nowMs: now) }
+            }
+            // Whatever happened, the stored form reads back as the same state.
+            if let data = try? JSONEncoder().encode(lock), let back = try? JSONDecoder().decode(FocusLock.self, from: data) {
+                precondition(back == lock, "the lock state does not survive its own encoding")
+            }
+        }
+    }
+}

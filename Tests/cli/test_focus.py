@@ -1,0 +1,299 @@
+"""Local focus (issue 14) through real `tandem` processes: modes and keys, lock / unlock /
+temp-unlock with tag and QR keys, the hosts-file block added and removed exactly, a blocked app
+stopped while locked and allowed during a temporary unlock, hooks, durability across kill -9,
+and a challenge with --mode that one side unlocks early (the other side sees the quit)."""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tandem_testkit import Node, befriend, cli, cli_json, events, last_seq, one_line_error, poll, wait_event
+
+ORIGINAL_HOSTS = "127.0.0.1\tlocalhost\n# a comment the node must not touch\n::1 ip6-localhost\n10.0.0.5 printer.lan  # kept\n"
+
+
+class FocusNode(Node):
+    """A node whose site block goes into its own hosts file, with hooks in its own directory."""
+
+    keeps_port = True
+
+    def __init__(self, data_dir, hosts=None):
+        super().__init__(data_dir)
+        self.hosts = pathlib.Path(hosts or (pathlib.Path(self.data_dir).parent / (pathlib.Path(self.data_dir).name + ".hosts")))
+        if not self.hosts.exists():
+            self.hosts.write_text(ORIGINAL_HOSTS)
+        self.hooks = pathlib.Path(self.data_dir) / "hooks"
+
+    def command(self):
+        return super().command() + ["--hosts-file", str(self.hosts)]
+
+
+@pytest.fixture
+def make_focus(tmp_path):
+    nodes = []
+
+    def factory(name):
+        n = FocusNode(tmp_path / name)
+        nodes.append(n)
+        return n.start()
+
+    yield factory
+    for n in nodes:
+        n.kill()
+
+
+def fail(node, *args):
+    """A refused command: exit 1 and one clear line; returns that line."""
+    proc = cli(node, *args, check=False)
+    assert proc.returncode == 1, (args, proc.returncode, proc.stdout, proc.stderr)
+    return one_line_error(proc)
+
+
+def setup_deep(node, duration="10s"):
+    cli(node, "key", "enroll", "pen", "--tag", "pen-secret")
+    cli(node, "key", "enroll", "Blue card", "--tag", "card-1")
+    cli(node, "key", "enroll", "coin", "--tag", "coin-2")
+    cli(node, "mode", "create", "deep", "--block-site", "example.com", "news.example.org", "--block-app", "focus-victim",
+        "--temp-allow", "news.example.org", "focus-victim", "--temp-duration", duration,
+        "--main-key", "pen", "--temp-key", "blue-card", "--temp-key", "coin")
+
+
+def hosts_block(node):
+    """The lines of the node's hosts-file block for mode deep (None when there is none)."""
+    text = node.hosts.read_text()
+    begin, end = "# BEGIN tandem mode deep", "# END tandem mode deep"
+    if begin not in text:
+        return None
+    return text.split(begin, 1)[1].split(end, 1)[0].strip().splitlines()
+
+
+def blocked_names(node):
+    return {line.split()[1] for line in hosts_block(node) or [] if line and not line.startswith("#")}
+
+
+def test_modes_keys_lock_unlock_and_temporary_keys_with_tags(make_focus):
+    n = make_focus("alice")
+    setup_deep(n)
+    keys = {k["id"]: k for k in cli_json(n, "key", "list")["keys"]}
+    assert set(keys) == {"pen", "blue-card", "coin"} and keys["pen"]["main_key_of"] == ["deep"]
+    assert keys["blue-card"]["name"] == "Blue card" and keys["coin"]["temp_key_of"] == ["deep"]
+    # Only a salted keyed hash of a tag is stored: the payload is nowhere in the store.
+    for f in pathlib.Path(n.data_dir).glob("node.sqlite*"):
+        assert b"pen-secret" not in f.read_bytes()
+    # A key is tested before it is relied on; nothing changes.
+    assert cli_json(n, "key", "check", "pen", "--tag", "pen-secret")["match"] is True
+    proc = cli(n, "key", "check", "pen", "--tag", "nope", "--json", check=False)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["match"] is False
+    # Locking takes the main key and nothing else.
+    assert "matched none" in fail(n, "lock", "--mode", "deep", "--tag", "wrong")
+    assert "not the main key" in fail(n, "lock", "--mode", "deep", "--tag", "card-1")
+    since = last_seq(n)
+    locked = cli_json(n, "lock", "--mode", "deep", "--tag", "pen-secret")
+    assert locked["locked"] is True and locked["mode"] == "deep" and locked["hold"] == "key"
+    wait_event(n, "focus.locked", "mode=deep", since=since)
+    assert blocked_names(n) == {"example.com", "www.example.com", "news.example.org", "www.news.example.org"}
+    # While locked: no edit, no delete, no switch, no replacing its keys, no deleting its main key.
+    assert "locked" in fail(n, "mode", "edit", "deep", "--remove-site", "example.com")
+    assert "locked" in fail(n, "mode", "delete", "deep", "--yes")
+    assert "locked" in fail(n, "mode", "switch", "deep")
+    assert "locked" in fail(n, "key", "replace", "pen", "--tag", "new")
+    assert "main key" in fail(n, "key", "delete", "pen")
+    # A temporary key opens the temporary items; it is spent for this cycle; another still works later.
+    assert "only the main key" in fail(n, "unlock", "--tag", "card-1")
+    t = cli_json(n, "temp-unlock", "--tag", "card-1")
+    assert t["temporary"]["key"] == "blue-card" and t["spent"] == ["blue-card"]
+    assert blocked_names(n) == {"example.com", "www.example.com"}
+    assert "already running" in fail(n, "temp-unlock", "--tag", "coin-2")
+    assert "used in this lock cycle" in fail(n, "temp-unlock", "--tag", "card-1")
+    refused = wait_event(n, "focus.key_refused", "reason=key_spent", since=since)
+    assert refused["key"] == "blue-card"
+    # ... and the mode re-locks by itself when the temporary time is up.
+    relocked = wait_event(n, "focus.relocked", "mode=deep", since=since, timeout="15s")
+    assert relocked["reason"] == "expired"
+    poll(lambda: "news.example.org" in blocked_names(n), what="the temporary site blocked again")
+    assert "used in this lock cycle" in fail(n, "temp-unlock", "--tag", "card-1")
+    cli(n, "temp-unlock", "--tag", "coin-2")
+    # The main key opens it fully, the block goes exactly, and every temporary key is reset.
+    u = cli_json(n, "unlock", "--tag", "pen-secret")
+    assert u["locked"] is False
+    assert n.hosts.read_text() == ORIGINAL_HOSTS
+    unlocked = wait_event(n, "focus.unlocked", "mode=deep", since=since)
+    assert unlocked["reason"] == "main_key"
+    cli(n, "lock", "--tag", "pen-secret")  # the active mode
+    assert cli_json(n, "temp-unlock", "--tag", "card-1")["spent"] == ["blue-card"]
+    cli(n, "unlock", "--tag", "pen-secret")
+    assert n.hosts.read_text() == ORIGINAL_HOSTS
+    # Edits and deletes work again; a key that is not a main key can go.
+    cli(n, "mode", "edit", "deep", "--remove-temp-key", "coin")
+    cli(n, "key", "delete", "coin")
+    cli(n, "key", "rename", "blue-card", "Red card")
+    assert {k["name"] for k in cli_json(n, "key", "list")["keys"]} == {"pen", "Red card"}
+
+
+def test_timed_lock_and_restart_durability(make_focus):
+    n = make_focus("carol")
+    setup_deep(n, duration="10s")
+    cli(n, "lock", "--mode", "deep", "--tag", "pen-secret")
+    cli(n, "temp-unlock", "--tag", "card-1")
+    assert "news.example.org" not in blocked_names(n)
+    # kill -9 during the temporary unlock; the node is down when it ends.
+    n.proc.send_signal(signal.SIGKILL)
+    n.proc.wait()
+    time.sleep(10.5)
+    n.start()
+    relocked = wait_event(n, "focus.relocked", "mode=deep", timeout="10s")
+    assert relocked["reason"] == "expired"
+    s = cli_json(n, "mode", "status")
+    assert s["locked"] is True and s["temporary"] is None and s["spent"] == ["blue-card"]
+    poll(lambda: blocked_names(n) == {"example.com", "www.example.com", "news.example.org", "www.news.example.org"},
+         what="the block re-established after the restart")
+    assert "used in this lock cycle" in fail(n, "temp-unlock", "--tag", "card-1")
+    cli(n, "unlock", "--tag", "pen-secret")
+    # A timed lock opens by itself, also when that time passes while the node is down.
+    cli(n, "lock", "--tag", "pen-secret", "--for", "2s")
+    assert cli_json(n, "mode", "status")["hold"] == "until"
+    n.stop()
+    time.sleep(2.5)
+    n.start()
+    wait_event(n, "focus.unlocked", "reason=expired", timeout="10s")
+    assert cli_json(n, "mode", "status")["locked"] is False
+    poll(lambda: n.hosts.read_text() == ORIGINAL_HOSTS, what="the block removed after the expiry")
+
+
+def test_qr_keys_from_generated_images(make_focus, tmp_path):
+    if shutil.which("qrencode") is None:
+        pytest.skip("qrencode is not installed (make test-deps installs it)")
+    n = make_focus("dave")
+    good, other = tmp_path / "key.png", tmp_path / "other.png"
+    subprocess.run(["qrencode", "-o", str(good), "-s", "8", "tandem-qr-key-7f3a"], check=True)
+    subprocess.run(["qrencode", "-o", str(other), "-s", "8", "something else"], check=True)
+    cli(n, "key", "enroll", "qr desk", "--qr", str(good))
+    # The QR payload is the tag: typed, it matches too.
+    assert cli_json(n, "key", "check", "qr-desk", "--tag", "tandem-qr-key-7f3a")["match"] is True
+    assert cli_json(n, "key", "check", "qr-desk", "--qr", str(good))["match"] is True
+    proc = cli(n, "key", "check", "qr-desk", "--qr", str(other), check=False)
+    assert proc.returncode == 1
+    cli(n, "mode", "create", "study", "--block-site", "video.example", "--main-key", "qr-desk")
+    cli(n, "lock", "--mode", "study", "--qr", str(good))
+    assert "video.example" in n.hosts.read_text()
+    cli(n, "unlock", "--qr", str(good))
+    assert n.hosts.read_text() == ORIGINAL_HOSTS
+    # A photo without a code, a file that is no image: one clear line, exit 1.
+    blank = tmp_path / "blank.png"
+    subprocess.run(["qrencode", "-o", str(blank), "-s", "1", "x"], check=True)
+    blank.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
+    fail(n, "key", "check", "qr-desk", "--qr", str(blank))
+    fail(n, "key", "check", "qr-desk", "--qr", str(tmp_path / "missing.jpg"))
+
+
+def test_bad_input_gets_one_line(make_focus, tmp_path):
+    n = make_focus("erin")
+    # Usage errors: exit 2.
+    for args in (["mode", "create", "Bad Name"], ["mode", "create", "m", "--temp-duration", "1s"],
+                 ["key", "enroll", "k"], ["key", "enroll", "k", "--tag", "a", "--qr", "b.png"],
+                 ["mode", "create", "m2", "--block-site", "a b"]):
+        proc = cli(n, *args, check=False)
+        assert proc.returncode == 2, (args, proc.returncode, proc.stderr)
+        one_line_error(proc)
+    assert "no mode" in fail(n, "lock", "--mode", "nothing", "--tag", "x")
+    cli(n, "mode", "create", "m")
+    assert "no main key" in fail(n, "lock", "--mode", "m", "--tag", "x")
+    assert "not locked" in fail(n, "unlock", "--tag", "x")
+    proc = cli(n, "mode", "delete", "m", check=False)  # not a terminal, no --yes
+    assert proc.returncode == 2
+    one_line_error(proc)
+    cli(n, "mode", "delete", "m", "--yes")
+    assert cli_json(n, "mode", "list")["modes"] == []
+
+
+def test_hooks_run_with_the_transition_and_a_failing_hook_is_reported(make_focus, tmp_path):
+    n = make_focus("frank")
+    setup_deep(n)
+    out = tmp_path / "hook.out"
+    (n.hooks / "deep").mkdir(parents=True)
+    (n.hooks / "all").mkdir(parents=True)
+    hook = n.hooks / "deep" / "locked"
+    hook.write_text(f"#!/bin/sh\necho \"$TANDEM_MODE $TANDEM_TRANSITION $TANDEM_BLOCKED_SITES\" >> {out}\n")
+    hook.chmod(0o755)
+    bad = n.hooks / "all" / "unlocked"
+    bad.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    bad.chmod(0o755)
+    since = last_seq(n)
+    cli(n, "lock", "--mode", "deep", "--tag", "pen-secret")
+    ran = wait_event(n, "focus.hook", "transition=locked", since=since)
+    assert ran["exit"] == 0
+    assert out.read_text().strip() == "deep locked example.com news.example.org"
+    cli(n, "unlock", "--tag", "pen-secret")
+    failed = wait_event(n, "focus.hook_failed", "transition=unlocked", since=since)
+    assert failed["exit"] == 3 and "broken" in failed["stderr"]
+
+
+def test_a_blocked_app_is_stopped_while_locked_and_allowed_during_a_temporary_unlock(make_focus, tmp_path):
+    n = make_focus("gina")
+    setup_deep(n, duration="10s")
+    victim = tmp_path / "focus-victim"
+    shutil.copy("/bin/sleep", victim)
+
+    def start_victim():
+        return subprocess.Popen([str(victim), "60"])
+
+    before = start_victim()
+    since = last_seq(n)
+    cli(n, "lock", "--mode", "deep", "--tag", "pen-secret")
+    # Already running at the lock: stopped within a second or so.
+    poll(lambda: before.poll() is not None, timeout=3, what="the running blocked app stopped")
+    started = time.monotonic()
+    late = start_victim()
+    poll(lambda: late.poll() is not None, timeout=3, what="a blocked app started while locked stopped")
+    assert time.monotonic() - started < 2.0
+    stopped = wait_event(n, "focus.app_stopped", "name=focus-victim", since=since)
+    assert stopped["signal"] in ("SIGTERM", "SIGKILL")
+    # During the temporary unlock it runs.
+    cli(n, "temp-unlock", "--tag", "card-1")
+    allowed = start_victim()
+    time.sleep(1.5)
+    assert allowed.poll() is None, "a temporary item was stopped"
+    # Re-locked: stopped again.
+    wait_event(n, "focus.relocked", since=since, timeout="15s")
+    poll(lambda: allowed.poll() is not None, timeout=3, what="the app stopped after the re-lock")
+    cli(n, "unlock", "--tag", "pen-secret")
+    free = start_victim()
+    time.sleep(1.5)
+    assert free.poll() is None
+    free.kill()
+
+
+def test_a_challenge_with_mode_locks_both_and_an_early_unlock_is_a_quit(make_focus):
+    alice, bob = make_focus("alice"), make_focus("bob")
+    befriend(alice, bob)
+    for n in (alice, bob):
+        setup_deep(n)
+    c = cli_json(alice, "challenge", "invite", bob.id, "--duration", "30s", "--mode", "deep")
+    cid = c["id"]
+    wait_event(bob, "challenge.invited", f"id={cid}")
+    cli(bob, "challenge", "accept", cid, "--mode", "deep")
+    for n in (alice, bob):
+        wait_event(n, "challenge.started", f"id={cid}", timeout="15s")
+        locked = wait_event(n, "focus.locked", "mode=deep", timeout="5s")
+        assert locked["hold"] == "challenge" and locked["challenge"] == cid
+        assert blocked_names(n) >= {"example.com"}
+    # Friends see "focusing".
+    poll(lambda: any(e.get("status") in ("in_challenge", "focusing") for e in events(alice, "presence.changed")),
+         what="bob's presence")
+    # Quitting without the key is refused while the mode is locked for the challenge.
+    assert "main key" in fail(bob, "challenge", "quit", cid)
+    since = last_seq(alice)
+    cli(bob, "unlock", "--tag", "pen-secret")
+    assert bob.hosts.read_text() == ORIGINAL_HOSTS
+    quit_b = wait_event(bob, "challenge.quit", f"id={cid}")
+    assert quit_b["reason"] == "unlocked"
+    told = wait_event(alice, "challenge.partner.quit", f"id={cid}", f"who={bob.id}", since=since, timeout="5s")
+    assert told["reason"] == "unlocked"
+    # Alice is still locked until the end.
+    assert cli_json(alice, "mode", "status")["locked"] is True
+    cli(alice, "unlock", "--tag", "pen-secret")
