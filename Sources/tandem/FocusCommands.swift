@@ -73,7 +73,7 @@ struct KeyInputOptions: ParsableArguments {
 /// (printing each frame's verdict as it comes). Returns the node's final answer.
 func presentKey(_ common: CommonOptions, _ input: KeyInputOptions, _ method: String, _ params: [String: JSONValue],
                 finish: Bool = false, restart: Bool = false, quiet: Bool = false) async throws -> JSONValue {
-    try input.requireSome()
+    if !(input.given == 0 && finish) { try input.requireSome() }
     let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
     if let payload = try input.tagPayload() {
         var p = params

@@ -107,7 +107,7 @@ extension FocusService {
             try refusing { try FocusKeyMaterial.checkTag(payload) }
             return try await tagInput(action, payload, params)
         }
-        if params["frame_b64"] != nil || params["finish"] != nil {
+        if params["session"] != nil {
             return try await objectInput(action, params)
         }
         throw NodeError.invalidArgument("give a key: --tag TEXT, --tag-stdin, --qr IMAGE or --object FRAME…")

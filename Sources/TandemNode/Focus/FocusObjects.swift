@@ -1,11 +1,237 @@
 import Foundation
+import Sodium
+import TandemKeys
 import TandemProtocol
 
-/// Object keys through the control socket (placeholder until TandemKeys lands).
-struct ObjectSession: Sendable {}
+/// One object presentation or enrolment under way: the client sends its frames one request at a
+/// time (`session`, `frame_b64`), then a last request (`last: true`, no frame). Sessions are few
+/// (`maximumSessions`, the oldest goes) and short-lived (`idleLimitMs`).
+struct ObjectSession: Sendable {
+    enum Work: Sendable {
+        /// Lock, unlock, temporary unlock or check: each candidate key's verifier.
+        case verify([(key: String, verifier: ObjectVerifier)])
+        /// Enrol a new key `name`, or re-enrol key `replacing`.
+        case enroll(ObjectEnrollment, name: String, replacing: String?)
+    }
+
+    var action: FocusService.KeyAction
+    var work: Work
+    var verdicts: [JSONValue] = []
+    var lastUsedMs: Int64
+}
 
 extension FocusService {
+    static let maximumSessions = 8
+    static let idleLimitMs: Int64 = 120_000
+    static let maximumFramesPerSession = 240
+
+    /// One request of an object key input (see `ObjectSession`).
     func objectInput(_ action: KeyAction, _ params: JSONValue) async throws -> JSONValue {
-        throw NodeError.refused("object keys are not available in this build")
+        let id = try params.requiredString("session")
+        guard (8...64).contains(id.utf8.count), id.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }) else {
+            throw NodeError.invalidArgument("\"session\" is 8 to 64 lowercase hex digits")
+        }
+        let last = params["last"]?.boolValue ?? false
+        var frame: PointFrame?
+        if let text = try params.optionalString("frame_b64") {
+            guard let data = Data(base64Encoded: text) else { throw NodeError.invalidArgument("\"frame_b64\" is not base64") }
+            do {
+                frame = try KeyFrameWire.decode(Array(data))
+            } catch {
+                throw NodeError.invalidArgument("\(error)")
+            }
+        }
+        let now = Int64(clamping: wallClockMilliseconds())
+        var session: ObjectSession
+        if let s = takeSession(id, now: now) {
+            guard s.action == action else { throw NodeError.invalidArgument("session \(id) is for another command") }
+            session = s
+        } else {
+            session = try await core.perform { [self] in try newSession(action, params, now: now) }
+        }
+        guard session.verdicts.count < Self.maximumFramesPerSession else {
+            throw NodeError.refused("at most \(Self.maximumFramesPerSession) frames in one presentation")
+        }
+        session.lastUsedMs = now
+        switch session.work {
+        case .verify(var verifiers):
+            var matchedKey: String?
+            if let frame {
+                // The heavy part (features, alignment, ICP), off the core.
+                var best: (FrameVerdict, String)?
+                for i in verifiers.indices {
+                    let v = verifiers[i].verifier.present(frame)
+                    if verifiers[i].verifier.matched, matchedKey == nil { matchedKey = verifiers[i].key }
+                    if best == nil || (v.passed && !best!.0.passed) || (v.passed == best!.0.passed && v.score > best!.0.score) {
+                        best = (v, verifiers[i].key)
+                    }
+                }
+                session.verdicts.append(best.map { verdictJSON($0.0, key: $0.1) } ?? noCandidateVerdict(frame))
+                session.work = .verify(verifiers)
+            }
+            if matchedKey == nil && !last {
+                putSession(id, session)
+                return ["done": false, "frame": session.verdicts.last ?? .null, "frames_seen": .int(Int64(session.verdicts.count))]
+            }
+            let frames = JSONValue.array(session.verdicts)
+            if action == .check {
+                return ["done": true, "match": .bool(matchedKey != nil), "key": .string(verifiers.first?.key ?? ""), "frames": frames]
+            }
+            let step = try await core.perform { [self] in try lockStep(action, presented: matchedKey, params) }
+            var result = try await finishLockStep(step)
+            if case .object(var o) = result {
+                o["done"] = true
+                o["frames"] = frames
+                o["key"] = matchedKey.map(JSONValue.string) ?? .null
+                result = .object(o)
+            }
+            return result
+        case .enroll(var enrollment, let name, let replacing):
+            var report: JSONValue = .null
+            if let frame {
+                let r = enrollment.add(frame)
+                report = ["accepted": .bool(r.accepted), "quality": .double(r.quality), "guidance": r.guidance.map(JSONValue.string) ?? .null,
+                          "new_viewpoint": .bool(r.newViewpoint), "good_frames": .int(Int64(r.goodFrames)), "viewpoints": .int(Int64(r.viewpoints))]
+                session.verdicts.append(report)
+            }
+            let finishNow = enrollment.isComplete && (enrollment.goodFrames >= ObjectEnrollment.maximumFrames || last)
+            let force = last && (params["finish"]?.boolValue ?? false)
+            if finishNow || force {
+                let template: ObjectTemplate
+                do {
+                    template = try enrollment.finish(force: force)
+                } catch {
+                    try await core.perform { [self] in try savePending(enrollment, name: name, replacing: replacing) }
+                    throw NodeError.refused("\(error)")
+                }
+                let key = try await core.perform { [self] in try saveObjectKey(template, name: name, replacing: replacing) }
+                return ["done": true, "complete": true, "key": key, "warnings": .array(template.warnings.map(JSONValue.string)),
+                        "good_frames": .int(Int64(template.goodFrames)), "frames": .array(session.verdicts)]
+            }
+            session.work = .enroll(enrollment, name: name, replacing: replacing)
+            if last {
+                try await core.perform { [self] in try savePending(enrollment, name: name, replacing: replacing) }
+                return ["done": true, "complete": false, "good_frames": .int(Int64(enrollment.goodFrames)),
+                        "viewpoints": .int(Int64(enrollment.viewpoints)), "needed_frames": .int(Int64(ObjectEnrollment.requiredFrames)),
+                        "needed_viewpoints": .int(Int64(ObjectEnrollment.requiredViewpoints)), "frames": .array(session.verdicts)]
+            }
+            putSession(id, session)
+            return ["done": false, "frame": report, "good_frames": .int(Int64(enrollment.goodFrames)),
+                    "viewpoints": .int(Int64(enrollment.viewpoints))]
+        }
+    }
+
+    private func takeSession(_ id: String, now: Int64) -> ObjectSession? {
+        sessions.withLockedValue { all in
+            all = all.filter { now.subtractingSaturated($0.value.lastUsedMs) < Self.idleLimitMs }
+            return all.removeValue(forKey: id)
+        }
+    }
+
+    private func putSession(_ id: String, _ s: ObjectSession) {
+        sessions.withLockedValue { all in
+            if all.count >= Self.maximumSessions, let oldest = all.min(by: { $0.value.lastUsedMs < $1.value.lastUsedMs })?.key {
+                all.removeValue(forKey: oldest)
+            }
+            all[id] = s
+        }
+    }
+
+    /// On the core: the session's candidates (their templates opened) or the enrolment it continues.
+    private func newSession(_ action: KeyAction, _ params: JSONValue, now: Int64) throws -> ObjectSession {
+        let s = state.withLockedValue { $0 }
+        switch action {
+        case .enroll, .replace:
+            var name: String
+            var replacing: String?
+            if action == .enroll {
+                name = try params.requiredString("name")
+                guard s.modes.key(named: name) == nil else { throw NodeError.refused("there is already a key named \(name) (tandem key replace \(name) … re-enrols it)") }
+            } else {
+                let key = try resolveKey(params, s.modes)
+                try checkReplaceable(key.id, modes: s.modes, lock: s.lock)
+                name = key.name
+                replacing = key.id
+            }
+            let pendingKey = Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
+            var enrollment = ObjectEnrollment()
+            if params["restart"]?.boolValue == true {
+                try store.saveFocus([(pendingKey, nil)])
+            } else if let stored = try store.setting(pendingKey) {
+                if let sealed = Data(base64Encoded: stored), let plain = secrets.open(Array(sealed), context: pendingKey),
+                   let e = try? JSONDecoder().decode(ObjectEnrollment.self, from: Data(plain)) {
+                    enrollment = e
+                } else {
+                    logger.warning("an unfinished enrolment could not be read; starting over", metadata: ["setting": "\(pendingKey)"])
+                }
+            }
+            return ObjectSession(action: action, work: .enroll(enrollment, name: name, replacing: replacing), lastUsedMs: now)
+        case .check, .lock, .unlock, .temporaryUnlock:
+            var ids: [String]
+            if action == .check {
+                let key = try resolveKey(params, s.modes)
+                guard case .object? = s.materials[key.id] else {
+                    throw NodeError.invalidArgument("key \(key.name) is not an object key (check it with --tag, --tag-stdin or --qr)")
+                }
+                ids = [key.id]
+            } else {
+                ids = candidates(action, s, params)
+            }
+            var verifiers: [(key: String, verifier: ObjectVerifier)] = []
+            for id in ids {
+                guard case .object(let sealed, _)? = s.materials[id] else { continue }
+                guard let plain = secrets.open(sealed, context: Self.keyPrefix + id), let t = try? ObjectTemplate(serialized: plain) else {
+                    logger.error("an object key's template cannot be opened", metadata: ["key": "\(id)"])
+                    continue
+                }
+                verifiers.append((id, ObjectVerifier(template: t)))
+            }
+            return ObjectSession(action: action, work: .verify(verifiers), lastUsedMs: now)
+        }
+    }
+
+    /// On the core: an unfinished enrolment kept (sealed) for the next `key enroll NAME --object …`.
+    private func savePending(_ e: ObjectEnrollment, name: String, replacing: String?) throws {
+        let pendingKey = Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
+        let plain = Array(try JSONEncoder().encode(e))
+        let sealed = try secrets.seal(plain, context: pendingKey)
+        try store.saveFocus([(pendingKey, Data(sealed).base64EncodedString())])
+    }
+
+    /// On the core: the finished template becomes a key (or replaces one's), sealed at rest.
+    private func saveObjectKey(_ t: ObjectTemplate, name: String, replacing: String?) throws -> JSONValue {
+        var modes = state.withLockedValue { $0.modes }
+        let id: String
+        if let r = replacing {
+            guard modes.key(r) != nil else { throw NodeError.nothingToActOn("key \(r) was deleted meanwhile") }
+            id = r
+        } else {
+            guard modes.key(named: name) == nil else { throw NodeError.refused("there is already a key named \(name)") }
+            id = newKeyID(name, modes)
+            try refusing { try modes.addKey(id: id, name: name) }
+        }
+        let material = FocusKeyMaterial.object(sealed: try secrets.seal(t.serialized(), context: Self.keyPrefix + id), frames: max(1, min(64, t.goodFrames)))
+        let pendingKey = Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
+        let fields: [String: JSONValue] = ["key": .string(id), "name": .string(name), "kind": "object", "frames": .int(Int64(t.goodFrames)),
+                                           "warnings": .array(t.warnings.map(JSONValue.string))]
+        if replacing == nil {
+            try saveModes(modes, extra: [(Self.keyPrefix + id, material.json), (pendingKey, nil)], event: ("focus.key_enrolled", fields))
+        } else {
+            try store.saveFocus([(Self.keyPrefix + id, material.json), (pendingKey, nil)], events: [events.record("focus.key_replaced", fields)])
+            events.published()
+        }
+        state.withLockedValue { $0.materials[id] = material }
+        return describe(modes.key(id)!, state.withLockedValue { $0 })
+    }
+
+    func verdictJSON(_ v: FrameVerdict, key: String) -> JSONValue {
+        ["score": .double(v.score), "fit": .double(v.fit), "rms": .double(v.rms), "coverage": .double(v.coverage), "quality": .double(v.quality),
+         "guidance": v.guidance.map(JSONValue.string) ?? .null, "passed": .bool(v.passed), "key": .string(key)]
+    }
+
+    func noCandidateVerdict(_ frame: PointFrame) -> JSONValue {
+        let q = FrameCheck.assess(frame)
+        return ["score": .double(0), "fit": .double(0), "rms": .double(0), "coverage": .double(0), "quality": .double(q.quality),
+                "guidance": .string(q.guidance ?? "no object key can do this now"), "passed": false, "key": .null]
     }
 }
