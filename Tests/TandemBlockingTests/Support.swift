@@ -21,7 +21,7 @@ final class TempDir {
         let p = file(name)
         try! FileManager.default.createDirectory(atPath: (p as NSString).deletingLastPathComponent,
                                                  withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: p, contents: Data(text.utf8))
+        _ = FileManager.default.createFile(atPath: p, contents: Data(text.utf8))
         chmod(p, mode)
         return p
     }
@@ -94,7 +94,8 @@ func termSignal(_ status: Int32) -> Int32? { (status & 0x7f) != 0 && (status & 0
 /// A copy of a system binary under a distinctive name (so the guard matches only it).
 func copyBinary(_ source: String, to dir: TempDir, name: String) -> String {
     let dest = dir.file(name)
-    try! FileManager.default.copyItem(atPath: source, toPath: dest)
+    let real = URL(fileURLWithPath: source).resolvingSymlinksInPath().path  // /bin/sh is a link to dash
+    try! FileManager.default.copyItem(atPath: real, toPath: dest)
     chmod(dest, 0o755)
     return dest
 }
