@@ -44,7 +44,12 @@ public struct StoppedProcess: Sendable, Equatable, CustomStringConvertible {
 /// once per process through `onError`).
 ///
 /// Thread safety: all state is under a lock; callbacks run on the guard's thread, never under
-/// the lock, so they may call `set` (and `stop`, which then does not wait for itself).
+/// the lock, so they may call `set` (and `stop`, which then does not wait for itself). The
+/// thread keeps the guard alive: call `stop()` when done.
+///
+/// Cost: each scan lists `/proc` and reads one small file per process (`comm` for processes
+/// already judged, `stat` for new ones); `exe` and `cmdline` only for new ones. A pid reused
+/// within one scan interval by a process with the same `comm` is not judged again.
 public final class AppGuard: @unchecked Sendable {
     /// At most this many items per list; longer lists are cut.
     public static let maxItems = 1000
