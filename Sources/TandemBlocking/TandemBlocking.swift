@@ -1,2 +1,0 @@
-/// Blocking while a mode is locked: hosts file, app guard, hooks (issue 14).
-public enum TandemBlocking {}

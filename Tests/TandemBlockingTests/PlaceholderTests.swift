@@ -1,3 +1,0 @@
-import XCTest
-@testable import TandemBlocking
-final class TandemBlockingPlaceholderTests: XCTestCase { func testModuleLoads() { XCTAssertNotNil(TandemBlocking.self as Any) } }
