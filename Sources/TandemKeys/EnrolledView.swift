@@ -63,13 +63,13 @@ extension PrincipalAxes {
 
     /// Angle (degrees) between two views' orientations, from the axes whose variance stands out
     /// (an axis whose variance is within 20 % of its neighbour's is ill-defined and ignored), sign-free.
-    func orientationDifference(_ o: PrincipalAxes) -> Double {
+    func orientationDifference(_ o: PrincipalAxes) -> Double? {
         func separated1(_ e: SIMD3<Float>) -> Bool { e.y < 0.8 * e.x }
         func separated3(_ e: SIMD3<Float>) -> Bool { e.z < 0.8 * e.y }
         func angle(_ a: SIMD3<Float>, _ b: SIMD3<Float>) -> Double { _acos(Double(min(1, abs(dot3(a, b))))) * 180 / .pi }
-        var worst = 0.0
-        if separated1(eigenvalues), separated1(o.eigenvalues) { worst = max(worst, angle(axes.column0, o.axes.column0)) }
-        if separated3(eigenvalues), separated3(o.eigenvalues) { worst = max(worst, angle(axes.column2, o.axes.column2)) }
+        var worst: Double?
+        if separated1(eigenvalues), separated1(o.eigenvalues) { worst = max(worst ?? 0, angle(axes.column0, o.axes.column0)) }
+        if separated3(eigenvalues), separated3(o.eigenvalues) { worst = max(worst ?? 0, angle(axes.column2, o.axes.column2)) }
         return worst
     }
 }

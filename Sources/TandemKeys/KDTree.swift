@@ -5,6 +5,8 @@
 struct KDTree: Sendable {
     /// The points, reordered so that every node covers a contiguous range.
     let points: [SIMD3<Float>]
+    /// For each reordered point, its index in the input.
+    let order: [Int32]
     private let nodes: [Node]
 
     private struct Node: Sendable {
@@ -19,6 +21,7 @@ struct KDTree: Sendable {
 
     init(_ input: [SIMD3<Float>]) {
         var pts = input
+        var ord = (0..<Int32(input.count)).map { $0 }
         var nodes: [Node] = []
         nodes.reserveCapacity(2 * (input.count / KDTree.leafSize + 1))
         func build(_ lo: Int, _ hi: Int) -> Int32 {
@@ -29,7 +32,9 @@ struct KDTree: Sendable {
             for i in lo..<hi { mn = pointwiseMin(mn, pts[i]); mx = pointwiseMax(mx, pts[i]) }
             let spread = mx - mn
             let axis = spread.x >= spread.y && spread.x >= spread.z ? 0 : (spread.y >= spread.z ? 1 : 2)
-            pts[lo..<hi].sort { $0[axis] < $1[axis] }
+            var pairs = (lo..<hi).map { (pts[$0], ord[$0]) }
+            pairs.sort { $0.0[axis] < $1.0[axis] }
+            for (k, pair) in pairs.enumerated() { pts[lo + k] = pair.0; ord[lo + k] = pair.1 }
             let mid = (lo + hi) / 2
             let split = pts[mid][axis]
             let l = build(lo, mid)
@@ -42,6 +47,7 @@ struct KDTree: Sendable {
         }
         if !pts.isEmpty { _ = build(0, pts.count) }
         self.points = pts
+        self.order = ord
         self.nodes = nodes
     }
 
@@ -54,9 +60,15 @@ struct KDTree: Sendable {
 
     /// The nearest point and its squared distance.
     func nearest(_ q: SIMD3<Float>) -> (point: SIMD3<Float>, distanceSquared: Float) {
-        guard !nodes.isEmpty else { return (q, .infinity) }
+        let (i, d) = nearestIndex(q)
+        return (i < 0 ? q : points[i], d)
+    }
+
+    /// Index (in `points`, reordered: `order` maps it to the input) of the nearest point, -1 if empty.
+    func nearestIndex(_ q: SIMD3<Float>) -> (index: Int, distanceSquared: Float) {
+        guard !nodes.isEmpty else { return (-1, .infinity) }
         var best = Float.infinity
-        var bestPoint = q
+        var bestPoint = -1
         points.withUnsafeBufferPointer { pts in
             nodes.withUnsafeBufferPointer { nodes in
                 func visit(_ n: Int) {
@@ -64,7 +76,7 @@ struct KDTree: Sendable {
                     if node.axis < 0 {
                         for i in Int(node.lo)..<Int(node.hi) {
                             let d = distanceSquared(pts[i], q)
-                            if d < best { best = d; bestPoint = pts[i] }
+                            if d < best { best = d; bestPoint = i }
                         }
                         return
                     }
@@ -77,6 +89,19 @@ struct KDTree: Sendable {
             }
         }
         return (bestPoint, best)
+    }
+
+    /// Unit normals of the surface at each reordered point (smallest principal axis of its k nearest).
+    func normals(k: Int = 10) -> [SIMD3<Float>] {
+        var out = [SIMD3<Float>](repeating: SIMD3(0, 0, 1), count: points.count)
+        var neighbours: [SIMD3<Float>] = []
+        for i in points.indices {
+            nearest(points[i], k: k, into: &neighbours)
+            guard neighbours.count >= 3 else { continue }
+            let pa = neighbours.withUnsafeBufferPointer { PrincipalAxes($0) }
+            out[i] = pa.axes.column2
+        }
+        return out
     }
 
     /// The k nearest points' squared distances and the points, nearest first (fewer if the tree is smaller).

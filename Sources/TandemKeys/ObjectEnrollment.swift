@@ -19,11 +19,13 @@ public struct EnrollmentFrameReport: Sendable, Equatable, Codable {
 /// their principal axes, as seen by the camera, are within 20°.
 public struct ObjectEnrollment: Sendable, Codable, Equatable {
     public static let requiredFrames = 8
-    public static let requiredViewpoints = 5
+    public static let requiredViewpoints = 4
     public static let maximumFrames = 12
     public static let minimumForcedFrames = 3
     static let sameViewCosine = 0.985
     static let sameViewDegrees = 20.0
+    /// When neither view has a well-defined axis (a cube face-on, a ball), only the shape can tell.
+    static let sameShapeCosine = 0.998
 
     public let roi: RegionOfInterest?
     var views: [EnrolledView] = []
@@ -51,8 +53,9 @@ public struct ObjectEnrollment: Sendable, Codable, Equatable {
         guard check.good else { rejectedFrames += 1; return report(false, check.guidance, false) }
         let view = EnrolledView(analysis, quality: check.quality)
         let same = views.indices.first { i in
-            cosine(views[i].vector, view.vector) >= Self.sameViewCosine
-                && views[i].axes.orientationDifference(view.axes) < Self.sameViewDegrees
+            let c = cosine(views[i].vector, view.vector)
+            guard let angle = views[i].axes.orientationDifference(view.axes) else { return c >= Self.sameShapeCosine }
+            return c >= Self.sameViewCosine && angle < Self.sameViewDegrees
         }
         let newViewpoint = same == nil
         let id = same.map { cluster[$0] } ?? ((cluster.max() ?? -1) + 1)

@@ -6,11 +6,11 @@ import Foundation
 /// `init(serialized:)` validates every field and throws on anything wrong, never traps.
 public struct ObjectTemplate: Sendable, Equatable {
     public struct View: Sendable, Equatable {
-        var vector: [Float]
+        public internal(set) var vector: [Float]
         /// Principal frame in model coordinates (meaningful when `registered`).
         var axes: PrincipalAxes
         /// Whether the frame could be registered into the model.
-        var registered: Bool
+        public internal(set) var registered: Bool
     }
 
     public internal(set) var views: [View]
@@ -151,7 +151,7 @@ extension ObjectTemplate {
     /// Registers the views into one model and calibrates the thresholds (leave-one-out).
     static func build(_ views: [EnrolledView], goodFrames: Int, viewpoints: Int, flags: Flags) -> ObjectTemplate {
         let diameter = views.map(\.extents.x).max() ?? 0.1
-        let tau = min(max(0.02 * diameter, 0.003), 0.012)
+        let tau = min(max(0.02 * diameter, 0.004), 0.012)
         let cell = max(diameter / 48, 0.002)
         var poses: [RigidTransform?] = Array(repeating: nil, count: views.count)
         poses[0] = .identity
@@ -185,9 +185,11 @@ extension ObjectTemplate {
                 let m = assemble(views, others, cell: cell)
                 let candidates = nearestViews(to: views[i].vector, among: registered.filter { $0 != i }, views)
                 let targets = candidates.map { views[$0].axes.transformed(poses[$0]!) }
-                let a = Registration.align(views[i].cloud, axes: views[i].axes, to: KDTree(m), targets: targets, tau: tau)
+                let tree = KDTree(m)
+                let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree, targets: targets, tau: tau,
+                                           normals: tree.normals(), cell: cell)
                 fits.append(a.fit); rmss.append(a.rms)
-                coverages.append(Registration.coverage(model: m, view: views[i].cloud.map(a.transform.apply), t: a.transform, tau: tau, cell: cell))
+                coverages.append(Registration.coverage(model: m, view: views[i].cloud, t: a.transform, tau: tau, cell: cell))
             }
         }
         var minimumFit: Float = 0.6, maximumRMS = tau, minimumCoverage: Float = 0.5

@@ -26,6 +26,7 @@ public struct ObjectVerifier: Sendable {
     public let template: ObjectTemplate
     public let roi: RegionOfInterest?
     private let tree: KDTree
+    private let normals: [SIMD3<Float>]
     public private(set) var consecutive = 0
     public private(set) var matched = false
 
@@ -33,6 +34,7 @@ public struct ObjectVerifier: Sendable {
         self.template = template
         self.roi = roi.flatMap { $0.isValid ? $0 : nil }
         tree = KDTree(template.model)
+        normals = tree.normals()
     }
 
     public mutating func present(_ frame: PointFrame) -> FrameVerdict {
@@ -65,10 +67,10 @@ public struct ObjectVerifier: Sendable {
         let candidates = template.views.indices.filter { template.views[$0].registered }
             .sorted { scores[$0] > scores[$1] }.prefix(ObjectTemplate.candidateViews)
         let alignment = Registration.align(a.cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
-                                           tau: template.inlierDistance)
+                                           tau: template.inlierDistance, normals: normals, cell: template.cell)
         v.fit = alignment.fit
         v.rms = alignment.rms
-        v.coverage = Registration.coverage(model: template.model, view: a.cloud.map(alignment.transform.apply),
+        v.coverage = Registration.coverage(model: template.model, view: a.cloud,
                                            t: alignment.transform, tau: template.inlierDistance, cell: template.cell)
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
             && v.coverage >= Double(template.minimumCoverage)

@@ -16,7 +16,7 @@ enum Registration {
     static let finePoints = 400
     static let coarseIterations = 4
     static let fineIterations = 25
-    static let refinedHypotheses = 3
+    static let refinedHypotheses = 4
 
     /// Transforms taking the source's principal frame onto each target frame (all 4 proper sign
     /// choices; also with the first two axes swapped when their variances are within 25 %).
@@ -74,12 +74,25 @@ enum Registration {
         return t
     }
 
-    static func evaluate(_ source: [SIMD3<Float>], _ tree: KDTree, _ t: RigidTransform, tau: Float) -> (fit: Double, rms: Double) {
+    /// Fit and RMS. With `normals` (of the tree's points), the distance is the point-to-plane one
+    /// plus whatever of the tangential offset exceeds half the model's point spacing `cell`: the
+    /// spacing of the model's points is forgiven, a part beyond the model's edge is not.
+    static func evaluate(_ source: [SIMD3<Float>], _ tree: KDTree, _ t: RigidTransform, tau: Float,
+                         normals: [SIMD3<Float>]? = nil, cell: Float = 0) -> (fit: Double, rms: Double) {
         guard !source.isEmpty else { return (0, .infinity) }
         var d = [Float](repeating: 0, count: source.count)
         var inliers = 0
         for i in source.indices {
-            d[i] = tree.nearestDistanceSquared(t.apply(source[i]))
+            let q = t.apply(source[i])
+            let (k, d2) = tree.nearestIndex(q)
+            if let normals, k >= 0 {
+                let v = q - tree.points[k]
+                let plane = dot3(v, normals[k])
+                let tangential = max(0, (max(0, d2 - plane * plane)).squareRoot() - cell / 2)
+                d[i] = plane * plane + tangential * tangential
+            } else {
+                d[i] = d2
+            }
             if d[i] <= tau * tau { inliers += 1 }
         }
         d.sort()
@@ -91,7 +104,8 @@ enum Registration {
 
     /// The best alignment of `source` (a view's cloud, its principal axes) to the model in `tree`,
     /// trying the hypotheses built from `targets` (principal frames of enrolment views, model coordinates).
-    static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float) -> Alignment {
+    static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
+                      normals: [SIMD3<Float>]? = nil, cell: Float = 0) -> Alignment {
         let coarse = subsample(source, coarsePoints)
         let fine = subsample(source, finePoints)
         var scored: [(Double, RigidTransform)] = []
@@ -103,7 +117,7 @@ enum Registration {
         var best = Alignment(transform: .identity, fit: 0, rms: .infinity)
         for (_, t0) in scored.prefix(refinedHypotheses) {
             let t = icp(fine, tree, from: t0, tau: tau, iterations: fineIterations)
-            let (fit, rms) = evaluate(fine, tree, t, tau: tau)
+            let (fit, rms) = evaluate(fine, tree, t, tau: tau, normals: normals, cell: cell)
             if fit > best.fit || (fit == best.fit && rms < best.rms) { best = Alignment(transform: t, fit: fit, rms: rms) }
         }
         return best
@@ -112,6 +126,7 @@ enum Registration {
     /// Of the model points the camera would see with the view aligned by `t` (view → model), the
     /// fraction with a view point within 2τ: a model part the view lacks (a handle, 3 cm more box)
     /// lowers it. Visibility: a z-buffer over the model seen from the camera, cell = `cell` metres.
+    /// `view` is in the camera's frame.
     static func coverage(model: [SIMD3<Float>], view: [SIMD3<Float>], t: RigidTransform, tau: Float, cell: Float) -> Double {
         guard !model.isEmpty, !view.isEmpty else { return 0 }
         let inverse = t.inverse
@@ -137,7 +152,7 @@ enum Registration {
         }
         for i in camera.indices { let k = index(projected[i]); zbuffer[k] = min(zbuffer[k], camera[i].z) }
         let viewTree = KDTree(view)
-        let tolerance = 2 * cell
+        let tolerance = cell
         var visible = 0, matched = 0
         let limit = 4 * tau * tau
         for i in camera.indices where camera[i].z <= zbuffer[index(projected[i])] + tolerance {
