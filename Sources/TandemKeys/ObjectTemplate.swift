@@ -1,0 +1,222 @@
+import Foundation
+
+/// What enrolment leaves: every good frame's feature vector and principal frame, a metric model of
+/// the object (the registered frames merged, ≤ 4,000 points, metres) and fit thresholds calibrated
+/// on the object's own frames. `serialized()` gives compact bytes (the node encrypts them at rest);
+/// `init(serialized:)` validates every field and throws on anything wrong, never traps.
+public struct ObjectTemplate: Sendable, Equatable {
+    public struct View: Sendable, Equatable {
+        public internal(set) var vector: [Float]
+        /// Principal frame in model coordinates (meaningful when `registered`).
+        var axes: PrincipalAxes
+        /// Whether the frame could be registered into the model.
+        public internal(set) var registered: Bool
+    }
+
+    public internal(set) var views: [View]
+    /// Model points (metres, model coordinates = the first good frame's camera frame).
+    public internal(set) var model: [SIMD3<Float>]
+    /// Inlier distance τ (metres) and the model's voxel edge.
+    public internal(set) var inlierDistance: Float
+    public internal(set) var cell: Float
+    /// Calibrated thresholds: a live frame needs fit ≥ minimumFit, rms ≤ maximumRMS and
+    /// coverage ≥ minimumCoverage.
+    public internal(set) var minimumFit: Float
+    public internal(set) var maximumRMS: Float
+    public internal(set) var minimumCoverage: Float
+    public internal(set) var goodFrames: Int
+    public internal(set) var viewpoints: Int
+    public internal(set) var flags: Flags
+
+    public struct Flags: OptionSet, Sendable, Equatable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        /// Finished early with `force`.
+        public static let forced = Flags(rawValue: 1)
+        public static let flat = Flags(rawValue: 2)
+        public static let featureless = Flags(rawValue: 4)
+        public static let fewViewpoints = Flags(rawValue: 8)
+    }
+
+    public var warnings: [String] { ObjectEnrollment.warningText(flags) }
+
+    public static let maximumViews = 32
+    public static let maximumModelPoints = 4_000
+    static let magic: [UInt8] = Array("TKT".utf8)
+    static let version: UInt8 = 1
+
+    // MARK: serialization
+
+    public func serialized() -> [UInt8] {
+        var out = Self.magic + [Self.version, flags.rawValue]
+        func u16(_ v: Int) { let x = UInt16(clamping: v); out.append(UInt8(x & 0xFF)); out.append(UInt8(x >> 8)) }
+        func f(_ v: Float) { let b = v.bitPattern; for s in stride(from: 0, to: 32, by: 8) { out.append(UInt8((b >> UInt32(s)) & 0xFF)) } }
+        u16(goodFrames); u16(viewpoints)
+        for v in [inlierDistance, cell, minimumFit, maximumRMS, minimumCoverage] { f(v) }
+        u16(ShapeAnalysis.dimension); u16(views.count)
+        for v in views {
+            out.append(v.registered ? 1 : 0)
+            v.vector.forEach(f)
+            v.axes.floats.forEach(f)
+        }
+        u16(model.count)
+        for p in model { f(p.x); f(p.y); f(p.z) }
+        return out
+    }
+
+    public init(serialized bytes: [UInt8]) throws {
+        var r = ByteReader(bytes)
+        guard try r.bytes(3) == Self.magic else { throw KeyInputError(.badTemplate("not an object template")) }
+        let version = try r.u8()
+        guard version == Self.version else { throw KeyInputError(.badTemplate("version \(version) (this build reads \(Self.version))")) }
+        flags = Flags(rawValue: try r.u8())
+        goodFrames = try r.u16(); viewpoints = try r.u16()
+        inlierDistance = try r.f32(); cell = try r.f32(); minimumFit = try r.f32(); maximumRMS = try r.f32(); minimumCoverage = try r.f32()
+        guard (0.0005...0.05).contains(inlierDistance), (0.0005...0.1).contains(cell), (0...1).contains(minimumFit),
+              (0.0001...0.1).contains(maximumRMS), (0...1).contains(minimumCoverage) else {
+            throw KeyInputError(.badTemplate("thresholds out of range"))
+        }
+        let dimension = try r.u16()
+        guard dimension == ShapeAnalysis.dimension else { throw KeyInputError(.badTemplate("feature dimension \(dimension), expected \(ShapeAnalysis.dimension)")) }
+        let count = try r.u16()
+        guard (1...Self.maximumViews).contains(count) else { throw KeyInputError(.badTemplate("\(count) views (1…\(Self.maximumViews))")) }
+        views = []
+        for _ in 0..<count {
+            let flag = try r.u8()
+            guard flag <= 1 else { throw KeyInputError(.badTemplate("bad view flag")) }
+            var vector: [Float] = []
+            for _ in 0..<dimension { vector.append(try r.f32(limit: 10)) }
+            var a: [Float] = []
+            for _ in 0..<15 { a.append(try r.f32(limit: 100)) }
+            views.append(View(vector: vector, axes: PrincipalAxes(floats: a), registered: flag == 1))
+        }
+        guard views.contains(where: \.registered) else { throw KeyInputError(.badTemplate("no registered view")) }
+        let points = try r.u16()
+        guard (16...Self.maximumModelPoints).contains(points) else { throw KeyInputError(.badTemplate("\(points) model points (16…\(Self.maximumModelPoints))")) }
+        model = []
+        model.reserveCapacity(points)
+        for _ in 0..<points { model.append(SIMD3(try r.f32(limit: 100), try r.f32(limit: 100), try r.f32(limit: 100))) }
+        guard r.isAtEnd else { throw KeyInputError(.badTemplate("\(r.remaining) bytes after the model")) }
+    }
+
+    init(views: [View], model: [SIMD3<Float>], inlierDistance: Float, cell: Float, minimumFit: Float, maximumRMS: Float,
+         minimumCoverage: Float, goodFrames: Int, viewpoints: Int, flags: Flags) {
+        self.views = views; self.model = model; self.inlierDistance = inlierDistance; self.cell = cell
+        self.minimumFit = minimumFit; self.maximumRMS = maximumRMS; self.minimumCoverage = minimumCoverage
+        self.goodFrames = goodFrames; self.viewpoints = viewpoints; self.flags = flags
+    }
+}
+
+extension ObjectTemplate: Codable {
+    public init(from decoder: Decoder) throws {
+        let data = try decoder.singleValueContainer().decode(Data.self)
+        try self.init(serialized: [UInt8](data))
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(Data(serialized()))
+    }
+}
+
+struct ByteReader {
+    let bytes: [UInt8]
+    var offset = 0
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    var remaining: Int { bytes.count - offset }
+    var isAtEnd: Bool { offset == bytes.count }
+
+    mutating func bytes(_ n: Int) throws -> [UInt8] {
+        guard n <= remaining else { throw KeyInputError(.badTemplate("truncated")) }
+        defer { offset += n }
+        return Array(bytes[offset..<offset + n])
+    }
+    mutating func u8() throws -> UInt8 { try bytes(1)[0] }
+    mutating func u16() throws -> Int { let b = try bytes(2); return Int(b[0]) | Int(b[1]) << 8 }
+    mutating func f32(limit: Float = 1_000) throws -> Float {
+        let b = try bytes(4)
+        let v = Float(bitPattern: UInt32(b[0]) | UInt32(b[1]) << 8 | UInt32(b[2]) << 16 | UInt32(b[3]) << 24)
+        guard v.isFinite, abs(v) <= limit else { throw KeyInputError(.badTemplate("a value out of range")) }
+        return v
+    }
+}
+
+// MARK: building
+
+extension ObjectTemplate {
+    /// Views proposed as registration targets / hypotheses: the registered views most like the frame.
+    static let candidateViews = 4
+    static let registrationFit = 0.45
+
+    /// Registers the views into one model and calibrates the thresholds (leave-one-out).
+    static func build(_ views: [EnrolledView], goodFrames: Int, viewpoints: Int, flags: Flags) -> ObjectTemplate {
+        let diameter = views.map(\.extents.x).max() ?? 0.1
+        let tau = min(max(0.02 * diameter, 0.004), 0.012)
+        let cell = max(diameter / 48, 0.002)
+        var poses: [RigidTransform?] = Array(repeating: nil, count: views.count)
+        poses[0] = .identity
+        // Register the others, most similar to an already registered view first; two passes.
+        for _ in 0..<2 {
+            while true {
+                let pending = views.indices.filter { poses[$0] == nil }
+                if pending.isEmpty { break }
+                func similarity(_ i: Int) -> Double {
+                    views.indices.filter { poses[$0] != nil }.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0
+                }
+                var progressed = false
+                for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
+                    let registered = views.indices.filter { poses[$0] != nil }
+                    let model = assemble(views, poses, cell: cell)
+                    let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
+                    let a = Registration.align(views[i].cloud, axes: views[i].axes, to: KDTree(model), targets: targets, tau: tau)
+                    if a.fit >= registrationFit { poses[i] = a.transform; progressed = true }
+                }
+                if !progressed { break }
+            }
+        }
+        let model = assemble(views, poses, cell: cell)
+        // Leave-one-out: each registered view against the model of the others, as verification would.
+        let registered = views.indices.filter { poses[$0] != nil }
+        var fits: [Double] = [], rmss: [Double] = [], coverages: [Double] = []
+        if registered.count >= 3 {
+            for i in registered {
+                var others = poses
+                others[i] = nil
+                let m = assemble(views, others, cell: cell)
+                let candidates = nearestViews(to: views[i].vector, among: registered.filter { $0 != i }, views)
+                let targets = candidates.map { views[$0].axes.transformed(poses[$0]!) }
+                let tree = KDTree(m)
+                let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree, targets: targets, tau: tau,
+                                           normals: tree.normals(), cell: cell)
+                fits.append(a.fit); rmss.append(a.rms)
+                coverages.append(Registration.coverage(model: m, view: views[i].cloud, t: a.transform, tau: tau, cell: cell))
+            }
+        }
+        var minimumFit: Float = 0.6, maximumRMS = tau, minimumCoverage: Float = 0.5
+        if fits.count >= 3 {
+            let robustLow = { (v: [Double]) in v.sorted()[v.count >= 6 ? 1 : 0] }
+            let robustHigh = { (v: [Double]) in v.sorted(by: >)[v.count >= 6 ? 1 : 0] }
+            minimumFit = Float(min(max(robustLow(fits) - 0.06, 0.35), 0.95))
+            maximumRMS = Float(min(max(robustHigh(rmss) * 1.3, 0.5 * Double(tau)), 2 * Double(tau)))
+            minimumCoverage = Float(min(max(robustLow(coverages) - 0.08, 0.3), 0.95))
+        }
+        let templateViews = views.indices.map { i in
+            View(vector: views[i].vector, axes: poses[i].map { views[i].axes.transformed($0) } ?? views[i].axes, registered: poses[i] != nil)
+        }
+        return ObjectTemplate(views: templateViews, model: model, inlierDistance: tau, cell: cell, minimumFit: minimumFit,
+                              maximumRMS: maximumRMS, minimumCoverage: minimumCoverage, goodFrames: goodFrames,
+                              viewpoints: viewpoints, flags: flags)
+    }
+
+    /// The registered views' clouds in model coordinates, one point per voxel, at most 4,000.
+    static func assemble(_ views: [EnrolledView], _ poses: [RigidTransform?], cell: Float) -> [SIMD3<Float>] {
+        var union: [SIMD3<Float>] = []
+        for (i, v) in views.enumerated() { if let t = poses[i] { union.append(contentsOf: v.cloud.map(t.apply)) } }
+        guard !union.isEmpty else { return [] }
+        return Registration.subsample(ShapeAnalysis.voxelDownsample(union, voxel: cell), maximumModelPoints)
+    }
+
+    static func nearestViews(to vector: [Float], among indices: [Int], _ views: [EnrolledView]) -> [Int] {
+        Array(indices.sorted { cosine(vector, views[$0].vector) > cosine(vector, views[$1].vector) }.prefix(candidateViews))
+    }
+}

@@ -1,0 +1,87 @@
+/// The verdict on one live frame.
+public struct FrameVerdict: Sendable, Equatable, Codable {
+    /// Stage 1: best cosine similarity of the frame's feature vector to the template's vectors.
+    public var score: Double
+    /// Stage 2: inlier fraction (0…1) of the frame's points after alignment to the model.
+    public var fit: Double
+    /// Stage 2: RMS distance (metres) of the closest 90 % of the frame's points to the model.
+    public var rms: Double
+    /// Stage 2: fraction of the model points the camera should see that the frame has.
+    public var coverage: Double
+    public var quality: Double
+    public var guidance: String?
+    public var stage1Passed: Bool
+    public var stage2Passed: Bool
+    public var passed: Bool
+}
+
+/// Verifies live frames against one template. A frame passes when it is good, its score is at
+/// least `minimumScore` (stage 1, the seeds' rule) and its alignment to the model fits within the
+/// template's calibrated thresholds (stage 2). The key matches after `requiredConsecutive`
+/// consecutive passing frames, and stays matched.
+public struct ObjectVerifier: Sendable {
+    public static let requiredConsecutive = 3
+    public static let minimumScore = 0.90
+
+    public let template: ObjectTemplate
+    public let roi: RegionOfInterest?
+    private let tree: KDTree
+    private let normals: [SIMD3<Float>]
+    public private(set) var consecutive = 0
+    public private(set) var matched = false
+
+    public init(template: ObjectTemplate, roi: RegionOfInterest? = nil) {
+        self.template = template
+        self.roi = roi.flatMap { $0.isValid ? $0 : nil }
+        tree = KDTree(template.model)
+        normals = tree.normals()
+    }
+
+    public mutating func present(_ frame: PointFrame) -> FrameVerdict {
+        let v = evaluate(frame, ShapeAnalysis(frame, roi: roi))
+        consecutive = v.passed ? consecutive + 1 : 0
+        if consecutive >= Self.requiredConsecutive { matched = true }
+        return v
+    }
+
+    /// Presents the frames in order; whether the key matched, and each frame's verdict.
+    public mutating func matches(_ frames: [PointFrame]) -> (matched: Bool, verdicts: [FrameVerdict]) {
+        let verdicts = frames.map { present($0) }
+        return (matched, verdicts)
+    }
+
+    /// Stage 1 alone (for comparison figures).
+    func score(_ a: ShapeAnalysis) -> Double {
+        template.views.map { cosine($0.vector, a.vector) }.max() ?? 0
+    }
+
+    func evaluate(_ frame: PointFrame, _ a: ShapeAnalysis) -> FrameVerdict {
+        let check = FrameCheck.assess(frame, a)
+        var v = FrameVerdict(score: 0, fit: 0, rms: 0, coverage: 0, quality: check.quality, guidance: check.guidance,
+                             stage1Passed: false, stage2Passed: false, passed: false)
+        guard check.good else { return v }
+        let scores = template.views.map { cosine($0.vector, a.vector) }
+        v.score = scores.max() ?? 0
+        v.stage1Passed = v.score >= Self.minimumScore
+        // Stage 2: hypotheses from the registered views most like this frame.
+        let candidates = template.views.indices.filter { template.views[$0].registered }
+            .sorted { scores[$0] > scores[$1] }.prefix(ObjectTemplate.candidateViews)
+        let alignment = Registration.align(a.cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
+                                           tau: template.inlierDistance, normals: normals, cell: template.cell)
+        v.fit = alignment.fit
+        v.rms = alignment.rms
+        v.coverage = Registration.coverage(model: template.model, view: a.cloud,
+                                           t: alignment.transform, tau: template.inlierDistance, cell: template.cell)
+        v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
+            && v.coverage >= Double(template.minimumCoverage)
+        v.passed = v.stage1Passed && v.stage2Passed
+        if !v.stage1Passed {
+            v.guidance = "not the enrolled object (shape score \(rounded(v.score)), need \(Self.minimumScore))"
+        } else if !v.stage2Passed {
+            v.guidance = "does not fit the enrolled object (fit \(rounded(v.fit)) need \(rounded(Double(template.minimumFit))), coverage \(rounded(v.coverage)) need \(rounded(Double(template.minimumCoverage))))"
+        }
+        return v
+    }
+
+    private func rounded(_ x: Double) -> Double { (x * 100).rounded() / 100 }
+}

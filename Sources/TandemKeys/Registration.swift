@@ -1,0 +1,164 @@
+/// Rigid registration of a partial view to a model: coarse global hypotheses from principal axes
+/// (the four sign choices of a right-handed frame, and the swap of two axes whose variances are
+/// close), each refined by a few ICP iterations on a small subsample; the best few are then refined
+/// by full ICP (point-to-point, closed-form Horn steps, k-d tree correspondences, pairs farther than
+/// max(2τ, 2 × mean distance) rejected) and scored by inlier fraction.
+struct Alignment: Sendable {
+    var transform: RigidTransform
+    /// Fraction of the view's points within τ of the model after alignment.
+    var fit: Double
+    /// RMS distance (metres) of the closest 90 % of the view's points to the model.
+    var rms: Double
+}
+
+enum Registration {
+    static let coarsePoints = 120
+    static let finePoints = 400
+    static let coarseIterations = 4
+    static let fineIterations = 25
+    static let refinedHypotheses = 4
+
+    /// Transforms taking the source's principal frame onto each target frame (all 4 proper sign
+    /// choices; also with the first two axes swapped when their variances are within 25 %).
+    static func hypotheses(source s: PrincipalAxes, targets: [PrincipalAxes]) -> [RigidTransform] {
+        let signs: [SIMD3<Float>] = [SIMD3(1, 1, 1), SIMD3(-1, -1, 1), SIMD3(-1, 1, -1), SIMD3(1, -1, -1)]
+        let sourceT = s.axes.transposed
+        var out: [RigidTransform] = []
+        for t in targets {
+            var frames = [t.axes]
+            let ambiguous12 = s.eigenvalues.y > 0.75 * s.eigenvalues.x || t.eigenvalues.y > 0.75 * t.eigenvalues.x
+            let ambiguous23 = s.eigenvalues.z > 0.75 * s.eigenvalues.y || t.eigenvalues.z > 0.75 * t.eigenvalues.y
+            if ambiguous12 { frames.append(Mat3(columns: t.axes.column1, t.axes.column0, -t.axes.column2)) }
+            if ambiguous23 { frames.append(Mat3(columns: -t.axes.column0, t.axes.column2, t.axes.column1)) }
+            for f in frames {
+                for sign in signs {
+                    let target = Mat3(columns: f.column0 * sign.x, f.column1 * sign.y, f.column2 * sign.z)
+                    let r = target * sourceT
+                    out.append(RigidTransform(rotation: r, translation: t.centroid - r.apply(s.centroid)))
+                }
+            }
+        }
+        return out
+    }
+
+    static func subsample(_ points: [SIMD3<Float>], _ count: Int) -> [SIMD3<Float>] {
+        guard points.count > count, count > 0 else { return points }
+        let step = Double(points.count) / Double(count)
+        return (0..<count).map { points[Int(Double($0) * step)] }
+    }
+
+    static func icp(_ source: [SIMD3<Float>], _ tree: KDTree, from initial: RigidTransform, tau: Float, iterations: Int) -> RigidTransform {
+        var t = initial
+        var a: [SIMD3<Float>] = [], b: [SIMD3<Float>] = []
+        var moved = [SIMD3<Float>](repeating: .zero, count: source.count)
+        var nearest = [SIMD3<Float>](repeating: .zero, count: source.count)
+        var dist = [Float](repeating: 0, count: source.count)
+        a.reserveCapacity(source.count); b.reserveCapacity(source.count)
+        for _ in 0..<iterations {
+            var sum: Float = 0
+            for i in source.indices {
+                let q = t.apply(source[i])
+                let (n, d2) = tree.nearest(q)
+                moved[i] = q; nearest[i] = n
+                dist[i] = d2.squareRoot()
+                sum += dist[i]
+            }
+            let cutoff = max(2 * tau, 2 * sum / Float(max(source.count, 1)))
+            a.removeAll(keepingCapacity: true); b.removeAll(keepingCapacity: true)
+            for i in source.indices where dist[i] <= cutoff { a.append(moved[i]); b.append(nearest[i]) }
+            guard a.count >= 6 else { break }
+            let step = a.withUnsafeBufferPointer { pa in b.withUnsafeBufferPointer { pb in horn(pa, pb) } }
+            t = step.composed(after: t)
+            if step.rotation.rotationAngle < 1e-4, length3(step.translation) < 1e-5 { break }
+        }
+        return t
+    }
+
+    /// Fit and RMS. With `normals` (of the tree's points), the distance is the point-to-plane one
+    /// plus whatever of the tangential offset exceeds half the model's point spacing `cell`: the
+    /// spacing of the model's points is forgiven, a part beyond the model's edge is not.
+    static func evaluate(_ source: [SIMD3<Float>], _ tree: KDTree, _ t: RigidTransform, tau: Float,
+                         normals: [SIMD3<Float>]? = nil, cell: Float = 0) -> (fit: Double, rms: Double) {
+        guard !source.isEmpty else { return (0, .infinity) }
+        var d = [Float](repeating: 0, count: source.count)
+        var inliers = 0
+        for i in source.indices {
+            let q = t.apply(source[i])
+            let (k, d2) = tree.nearestIndex(q)
+            if let normals, k >= 0 {
+                let v = q - tree.points[k]
+                let plane = dot3(v, normals[k])
+                let tangential = max(0, (max(0, d2 - plane * plane)).squareRoot() - cell / 2)
+                d[i] = plane * plane + tangential * tangential
+            } else {
+                d[i] = d2
+            }
+            if d[i] <= tau * tau { inliers += 1 }
+        }
+        d.sort()
+        let keep = max(1, source.count * 9 / 10)
+        var s: Double = 0
+        for i in 0..<keep { s += Double(d[i]) }
+        return (Double(inliers) / Double(source.count), (s / Double(keep)).squareRoot())
+    }
+
+    /// The best alignment of `source` (a view's cloud, its principal axes) to the model in `tree`,
+    /// trying the hypotheses built from `targets` (principal frames of enrolment views, model coordinates).
+    static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
+                      normals: [SIMD3<Float>]? = nil, cell: Float = 0) -> Alignment {
+        let coarse = subsample(source, coarsePoints)
+        let fine = subsample(source, finePoints)
+        var scored: [(Double, RigidTransform)] = []
+        for h in hypotheses(source: axes, targets: targets) {
+            let t = icp(coarse, tree, from: h, tau: 2 * tau, iterations: coarseIterations)
+            scored.append((evaluate(coarse, tree, t, tau: 2 * tau).fit, t))
+        }
+        scored.sort { $0.0 > $1.0 }
+        var best = Alignment(transform: .identity, fit: 0, rms: .infinity)
+        for (_, t0) in scored.prefix(refinedHypotheses) {
+            let t = icp(fine, tree, from: t0, tau: tau, iterations: fineIterations)
+            let (fit, rms) = evaluate(fine, tree, t, tau: tau, normals: normals, cell: cell)
+            if fit > best.fit || (fit == best.fit && rms < best.rms) { best = Alignment(transform: t, fit: fit, rms: rms) }
+        }
+        return best
+    }
+
+    /// Of the model points the camera would see with the view aligned by `t` (view → model), the
+    /// fraction with a view point within 2τ: a model part the view lacks (a handle, 3 cm more box)
+    /// lowers it. Visibility: a z-buffer over the model seen from the camera, cell = `cell` metres.
+    /// `view` is in the camera's frame.
+    static func coverage(model: [SIMD3<Float>], view: [SIMD3<Float>], t: RigidTransform, tau: Float, cell: Float) -> Double {
+        guard !model.isEmpty, !view.isEmpty else { return 0 }
+        let inverse = t.inverse
+        let camera = model.map { inverse.apply($0) }
+        var lo = SIMD2<Float>(repeating: .infinity), hi = SIMD2<Float>(repeating: -.infinity)
+        var depth: Float = 0
+        for p in camera { depth += p.z }
+        depth = max(depth / Float(camera.count), 0.05)
+        let angular = cell / depth
+        var projected = [SIMD2<Float>](repeating: .zero, count: camera.count)
+        for (i, p) in camera.enumerated() {
+            let z = max(p.z, 0.01)
+            let q = SIMD2(p.x / z, p.y / z) / angular
+            projected[i] = q
+            lo = pointwiseMin(lo, q); hi = pointwiseMax(hi, q)
+        }
+        let w = min(Int(hi.x - lo.x) + 1, 400), h = min(Int(hi.y - lo.y) + 1, 400)
+        guard w > 0, h > 0 else { return 0 }
+        var zbuffer = [Float](repeating: .infinity, count: w * h)
+        func index(_ q: SIMD2<Float>) -> Int {
+            let x = min(max(Int(q.x - lo.x), 0), w - 1), y = min(max(Int(q.y - lo.y), 0), h - 1)
+            return y * w + x
+        }
+        for i in camera.indices { let k = index(projected[i]); zbuffer[k] = min(zbuffer[k], camera[i].z) }
+        let viewTree = KDTree(view)
+        let tolerance = cell
+        var visible = 0, matched = 0
+        let limit = 4 * tau * tau
+        for i in camera.indices where camera[i].z <= zbuffer[index(projected[i])] + tolerance {
+            visible += 1
+            if viewTree.nearestDistanceSquared(camera[i]) <= limit { matched += 1 }
+        }
+        return visible == 0 ? 0 : Double(matched) / Double(visible)
+    }
+}
