@@ -46,7 +46,7 @@ final class FocusEnforcer: Sendable {
         if configuration.appGuard {
             guardian = AppGuard(
                 onStop: { p in
-                    _ = events.emit("focus.app_stopped", ["pid": .int(Int64(p.pid)), "name": .string(p.name), "path": .string(p.path),
+                    _ = events.emit("focus.app_stopped", ["pid": .int(Int64(p.pid)), "name": .string(p.name), "path": .string(p.path ?? ""), "item": .string(p.item),
                                                           "signal": .string(p.signal == SIGKILL ? "SIGKILL" : "SIGTERM")])
                 },
                 onError: { text in logger.warning("app guard", metadata: ["error": "\(text)"]) })
@@ -57,7 +57,9 @@ final class FocusEnforcer: Sendable {
 
     /// What blocking cannot happen with this process's rights (said once at start; the lock still works).
     func probe() -> [String] {
-        let problems = BlockingCapabilities.probe(hostsPath: hostsPath)
+        var problems = BlockingCapabilities.probe(hostsPath: hostsPath ?? "/")
+        if hostsPath == nil { problems.removeAll { $0.hasPrefix("site") } }
+        if guardian == nil { problems.removeAll { $0.hasPrefix("app") } }
         for p in problems { _ = events.emit("focus.blocking_limited", ["what": .string(p)]) }
         return problems
     }
@@ -100,7 +102,8 @@ final class FocusEnforcer: Sendable {
             }
         }
         if let guardian, applied?.apps != target.apps || applied?.allowedApps != target.allowedApps || applied?.mode != target.mode {
-            guardian.set(blocked: target.mode == nil ? [] : target.apps, allowed: target.allowedApps)
+            let rejected = guardian.set(blocked: target.mode == nil ? [] : target.apps, allowed: target.allowedApps)
+            if !rejected.isEmpty { problems.append("app blocking: cannot match \(rejected.joined(separator: ", ")) (a name, or an absolute path)") }
         }
         let fresh = state.withLockedValue { s -> [String] in
             if problems.isEmpty { s.applied = target } else { s.applied = nil }
@@ -116,36 +119,32 @@ final class FocusEnforcer: Sendable {
     }
 
     /// Runs the mode's hooks for a transition, in order after those queued before.
-    func hook(mode: FocusMode?, transition: String, lock: FocusLock, reason: String) {
+    func hook(mode: FocusMode?, transition: HookTransition, lock: FocusLock, reason: String) {
         guard let hooks, let mode else { return }
-        var until = ""
-        if let t = lock.locked?.temporary?.endsAtMs { until = String(t) } else if case .until(let t)? = lock.locked?.hold { until = String(t) }
-        var env: [String: String] = [
-            "TANDEM_MODE": mode.name, "TANDEM_TRANSITION": transition,
-            "TANDEM_BLOCKED_SITES": mode.blockedSites.joined(separator: " "),
-            "TANDEM_BLOCKED_APPS": mode.blockedApps.joined(separator: " "),
-            "TANDEM_TEMP_ITEMS": mode.temporaryItems.joined(separator: " "),
-            "TANDEM_UNTIL_MS": until, "TANDEM_REASON": reason,
-        ]
-        let inherited = ProcessInfo.processInfo.environment
-        for k in ["PATH", "HOME", "DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR"] { env[k] = inherited[k] }
+        var until: Int64?
+        if let t = lock.locked?.temporary?.endsAtMs { until = t } else if case .until(let t)? = lock.locked?.hold { until = t }
+        // What is blocked now: nothing once unlocked, less the temporary items while they are open.
+        let open = transition == .tempUnlocked ? Set(mode.temporaryItems) : []
+        let blocked = transition != .unlocked
+        let environment = HookEnvironment(blockedSites: blocked ? mode.blockedSites.filter { !open.contains($0) } : [],
+                                          blockedApps: blocked ? mode.blockedApps.filter { !open.contains($0) } : [],
+                                          tempItems: mode.temporaryItems, untilMs: until, reason: reason)
         let events = self.events
         let logger = self.logger
-        let environment = env
         hookQueue.async {
             for r in hooks.run(mode: mode.name, transition: transition, environment: environment) {
-                var f: [String: JSONValue] = ["mode": .string(mode.name), "transition": .string(transition), "path": .string(r.path),
+                var f: [String: JSONValue] = ["mode": .string(mode.name), "transition": .string(transition.rawValue), "path": .string(r.path),
                                               "exit": r.exitCode.map { .int(Int64($0)) } ?? .null,
                                               "signal": r.signal.map { .int(Int64($0)) } ?? .null,
-                                              "timed_out": .bool(r.timedOut), "duration_ms": .int(r.durationMs)]
+                                              "timed_out": .bool(r.timedOut), "duration_ms": .int(Int64(r.durationMs))]
                 if r.failed {
                     f["stderr"] = .string(String(r.stderr.suffix(2000)))
                     f["stdout"] = .string(String(r.stdout.suffix(2000)))
-                    logger.error("focus hook failed", metadata: ["path": "\(r.path)", "exit": "\(r.exitCode.map(String.init) ?? "-")",
-                                                                 "timed_out": "\(r.timedOut)", "stderr": "\(r.stderr.suffix(500))"])
+                    f["error"] = r.error.map(JSONValue.string) ?? .null
+                    logger.error("focus hook failed", metadata: ["hook": "\(r)"])
                     _ = events.emit("focus.hook_failed", f)
                 } else {
-                    logger.info("focus hook ran", metadata: ["path": "\(r.path)", "transition": "\(transition)"])
+                    logger.info("focus hook ran", metadata: ["path": "\(r.path)", "transition": "\(transition.rawValue)"])
                     _ = events.emit("focus.hook", f)
                 }
             }

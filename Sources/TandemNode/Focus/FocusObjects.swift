@@ -77,7 +77,8 @@ extension FocusService {
             if action == .check {
                 return ["done": true, "match": .bool(matchedKey != nil), "key": .string(verifiers.first?.key ?? ""), "frames": frames]
             }
-            let step = try await core.perform { [self] in try lockStep(action, presented: matchedKey, params) }
+            let presented = matchedKey
+            let step = try await core.perform { [self] in try lockStep(action, presented: presented, params) }
             var result = try await finishLockStep(step)
             if case .object(var o) = result {
                 o["done"] = true
@@ -101,7 +102,8 @@ extension FocusService {
                 do {
                     template = try enrollment.finish(force: force)
                 } catch {
-                    try await core.perform { [self] in try savePending(enrollment, name: name, replacing: replacing) }
+                    let kept = enrollment
+                    try await core.perform { [self] in try savePending(kept, name: name, replacing: replacing) }
                     throw NodeError.refused("\(error)")
                 }
                 let key = try await core.perform { [self] in try saveObjectKey(template, name: name, replacing: replacing) }
@@ -110,7 +112,8 @@ extension FocusService {
             }
             session.work = .enroll(enrollment, name: name, replacing: replacing)
             if last {
-                try await core.perform { [self] in try savePending(enrollment, name: name, replacing: replacing) }
+                let kept = enrollment
+                try await core.perform { [self] in try savePending(kept, name: name, replacing: replacing) }
                 return ["done": true, "complete": false, "good_frames": .int(Int64(enrollment.goodFrames)),
                         "viewpoints": .int(Int64(enrollment.viewpoints)), "needed_frames": .int(Int64(ObjectEnrollment.requiredFrames)),
                         "needed_viewpoints": .int(Int64(ObjectEnrollment.requiredViewpoints)), "frames": .array(session.verdicts)]

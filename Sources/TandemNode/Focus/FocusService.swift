@@ -3,6 +3,7 @@ import Logging
 import NIOConcurrencyHelpers
 import ServiceLifecycle
 import Sodium
+import TandemBlocking
 import TandemNet
 import TandemProtocol
 import TandemStore
@@ -218,12 +219,12 @@ public final class FocusService: Service, Sendable {
         enforcer.setTarget(target(lock: lock, modes: modes))
         for effect in step.effects {
             switch effect {
-            case .block(let m): enforcer.hook(mode: modes.mode(m), transition: "locked", lock: lock, reason: "")
+            case .block(let m): enforcer.hook(mode: modes.mode(m), transition: .locked, lock: lock, reason: "")
             case .unblock(let m):
-                enforcer.hook(mode: modes.mode(m) ?? FocusMode(name: m, mainKey: nil), transition: "unlocked", lock: lock,
+                enforcer.hook(mode: modes.mode(m) ?? FocusMode(name: m, mainKey: nil), transition: .unlocked, lock: lock,
                               reason: step.events.compactMap { if case .unlocked(_, let r) = $0 { r.rawValue } else { nil } }.first ?? "")
-            case .allowTemporary(let m, _): enforcer.hook(mode: modes.mode(m), transition: "temp_unlocked", lock: lock, reason: "")
-            case .endTemporary(let m): enforcer.hook(mode: modes.mode(m), transition: "relocked", lock: lock, reason: "")
+            case .allowTemporary(let m, _): enforcer.hook(mode: modes.mode(m), transition: .tempUnlocked, lock: lock, reason: "")
+            case .endTemporary(let m): enforcer.hook(mode: modes.mode(m), transition: .relocked, lock: lock, reason: "")
             case .quitChallenge(let id, let reason): signals.post(.focusQuitChallenge(id: id, reason: reason))
             case .emit: break
             }
