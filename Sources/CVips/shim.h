@@ -9,8 +9,28 @@
 /// vips_init once per process (VIPS_INIT's work, as a function), then the process-wide policy:
 /// only the JPEG, PNG and HEIF loaders may run (the others, ImageMagick's among them, are never
 /// reached by hostile files) and no operation cache (every photo is processed once). 0 on success.
+static void tdm_quiet_log(const gchar *domain, GLogLevelFlags level, const gchar *message, gpointer data) {
+    (void)domain; (void)level; (void)message; (void)data;
+}
+
+/// GLib's structured log writer: warnings and lesser messages from libvips dropped, the rest as usual.
+static GLogWriterOutput tdm_log_writer(GLogLevelFlags level, const GLogField *fields, gsize n, gpointer data) {
+    if ((level & (G_LOG_LEVEL_WARNING | G_LOG_LEVEL_MESSAGE | G_LOG_LEVEL_INFO | G_LOG_LEVEL_DEBUG)) != 0) {
+        for (gsize i = 0; i < n; i++) {
+            if (strcmp(fields[i].key, "GLIB_DOMAIN") == 0 && fields[i].length < 0 && fields[i].value != NULL
+                && strcmp((const char *)fields[i].value, "VIPS") == 0)
+                return G_LOG_WRITER_HANDLED;
+        }
+    }
+    return g_log_writer_default(level, fields, n, data);
+}
+
 static inline int tdm_init(void) {
     if (vips_init("tandem") != 0) return -1;
+    // A damaged file's loader warnings would go to stderr as lines of their own; the failure that
+    // follows is reported once, by the caller, with libvips's error text.
+    g_log_set_handler("VIPS", (GLogLevelFlags)(G_LOG_LEVEL_WARNING | G_LOG_LEVEL_MESSAGE | G_LOG_LEVEL_INFO), tdm_quiet_log, NULL);
+    g_log_set_writer_func(tdm_log_writer, NULL, NULL);
     vips_operation_block_set("VipsForeignLoad", TRUE);
     vips_operation_block_set("VipsForeignLoadJpeg", FALSE);
     vips_operation_block_set("VipsForeignLoadPng", FALSE);

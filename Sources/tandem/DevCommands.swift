@@ -25,7 +25,7 @@ struct Dev: AsyncParsableCommand {
         commandName: "dev",
         abstract: "Developer tools for interoperability tests.",
         shouldDisplay: false,
-        subcommands: [ShsServe.self, ShsConnect.self, DevDiscover.self, DevFlood.self])
+        subcommands: [ShsServe.self, ShsConnect.self, DevDiscover.self, DevFlood.self, DevKeyFrames.self])
 }
 
 // MARK: - shs-serve

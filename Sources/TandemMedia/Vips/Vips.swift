@@ -12,10 +12,10 @@ enum Vips {
 
     /// libvips's error text (its buffer is process-wide), cleared; one line.
     static func takeError() -> String {
-        guard let text = vips_error_buffer_copy() else { return "unknown libvips error" }
+        guard let text = vips_error_buffer_copy() else { return "the file is damaged or not an image libvips can read" }
         defer { g_free(text) }
         let message = String(cString: text).split(whereSeparator: \.isNewline).joined(separator: "; ")
-        return message.isEmpty ? "unknown libvips error" : message
+        return message.isEmpty ? "the file is damaged or not an image libvips can read" : message
     }
 
     /// A decoder failure naming the file and what libvips said.
