@@ -164,12 +164,13 @@ extension ObjectTemplate {
                     views.indices.filter { poses[$0] != nil }.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0
                 }
                 var progressed = false
+                var tree: KDTree?
                 for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
                     let registered = views.indices.filter { poses[$0] != nil }
-                    let model = assemble(views, poses, cell: cell)
+                    if tree == nil { tree = KDTree(assemble(views, poses, cell: cell)) }
                     let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
-                    let a = Registration.align(views[i].cloud, axes: views[i].axes, to: KDTree(model), targets: targets, tau: tau)
-                    if a.fit >= registrationFit { poses[i] = a.transform; progressed = true }
+                    let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree!, targets: targets, tau: tau)
+                    if a.fit >= registrationFit { poses[i] = a.transform; progressed = true; tree = nil }
                 }
                 if !progressed { break }
             }
