@@ -36,7 +36,7 @@ public enum FrameCheck {
         case .notAvailable?: return bad("tracking lost: hold the camera steady and point it at the object")
         case .normal?, nil: break
         }
-        if a.pointCount < minimumPoints { return bad("too few points (\(a.pointCount), need \(minimumPoints)): more light or move closer") }
+        if a.pointCount < minimumPoints { return bad("too few points: more light or move closer (\(a.pointCount) of \(minimumPoints))") }
         let span = a.extents.x
         if span > maximumSpan {
             return bad("move closer: the cloud spans \(centimetres(span)) (crop the background or set a region of interest)")

@@ -98,8 +98,7 @@ struct KDTree: Sendable {
         for i in points.indices {
             nearest(points[i], k: k, into: &neighbours)
             guard neighbours.count >= 3 else { continue }
-            let pa = neighbours.withUnsafeBufferPointer { PrincipalAxes($0) }
-            out[i] = pa.axes.column2
+            out[i] = neighbours.withUnsafeBufferPointer { ShapeAnalysis.normal($0) }
         }
         return out
     }

@@ -147,6 +147,8 @@ extension ObjectTemplate {
     /// Views proposed as registration targets / hypotheses: the registered views most like the frame.
     static let candidateViews = 4
     static let registrationFit = 0.45
+    /// Leave-one-out models are thinned to this many points (calibration cost; the margin absorbs it).
+    static let looModelPoints = 2_000
 
     /// Registers the views into one model and calibrates the thresholds (leave-one-out).
     static func build(_ views: [EnrolledView], goodFrames: Int, viewpoints: Int, flags: Flags) -> ObjectTemplate {
@@ -164,12 +166,13 @@ extension ObjectTemplate {
                     views.indices.filter { poses[$0] != nil }.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0
                 }
                 var progressed = false
+                var tree: KDTree?
                 for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
                     let registered = views.indices.filter { poses[$0] != nil }
-                    let model = assemble(views, poses, cell: cell)
+                    if tree == nil { tree = KDTree(assemble(views, poses, cell: cell)) }
                     let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
-                    let a = Registration.align(views[i].cloud, axes: views[i].axes, to: KDTree(model), targets: targets, tau: tau)
-                    if a.fit >= registrationFit { poses[i] = a.transform; progressed = true }
+                    let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree!, targets: targets, tau: tau)
+                    if a.fit >= registrationFit { poses[i] = a.transform; progressed = true; tree = nil }
                 }
                 if !progressed { break }
             }
@@ -182,7 +185,7 @@ extension ObjectTemplate {
             for i in registered {
                 var others = poses
                 others[i] = nil
-                let m = assemble(views, others, cell: cell)
+                let m = Registration.subsample(assemble(views, others, cell: cell), looModelPoints)
                 let candidates = nearestViews(to: views[i].vector, among: registered.filter { $0 != i }, views)
                 let targets = candidates.map { views[$0].axes.transformed(poses[$0]!) }
                 let tree = KDTree(m)

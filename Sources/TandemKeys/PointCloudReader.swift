@@ -34,6 +34,7 @@ public enum PointCloudReader {
         if points.isEmpty, dropped > 0 {
             throw KeyInputError(.noPoints("all \(dropped) points have NaN, infinite or out-of-range coordinates"))
         }
+        if points.isEmpty { throw KeyInputError(.noPoints("the frame holds no points")) }
         return PointFrame(points: points, trackingState: tracking, droppedPoints: dropped)
     }
 
@@ -86,13 +87,13 @@ public enum PointCloudReader {
             if n >= 3 {
                 if acceptable(values.0), acceptable(values.1), acceptable(values.2) {
                     guard points.count < TandemKeys.maximumPointsPerFrame else {
-                        throw KeyInputError(.tooLarge("more than \(TandemKeys.maximumPointsPerFrame) points in one frame"))
+                        throw KeyInputError(.tooLarge("more than \(TandemKeys.maximumPointsPerFrame) points (at most \(TandemKeys.maximumPointsPerFrame) per frame)"))
                     }
                     points.append(SIMD3(Float(values.0), Float(values.1), Float(values.2)))
                 } else {
                     dropped += 1
                     guard dropped <= TandemKeys.maximumPointsPerFrame else {
-                        throw KeyInputError(.tooLarge("more than \(TandemKeys.maximumPointsPerFrame) points in one frame"))
+                        throw KeyInputError(.tooLarge("more than \(TandemKeys.maximumPointsPerFrame) points (at most \(TandemKeys.maximumPointsPerFrame) per frame)"))
                     }
                 }
             }

@@ -14,7 +14,7 @@ struct ShapeAnalysis: Sendable {
     /// One point per occupied voxel, at most `maximumVoxelPoints`, in the camera's frame.
     var cloud: [SIMD3<Float>]
     var axes: PrincipalAxes
-    /// Robust extents (2nd–98th percentile) along the principal axes, longest first, metres.
+    /// Robust extents (4th–96th percentile: a few % of outliers do not count) along the principal axes, longest first, metres.
     var extents: SIMD3<Float>
     var vector: [Float]
 
@@ -59,7 +59,7 @@ struct ShapeAnalysis: Sendable {
         vector = Self.features(cloud, axes: axes, extents: extents)
     }
 
-    /// 2nd–98th percentile spans along the three axes, sorted longest first.
+    /// 4th–96th percentile spans along the three axes, sorted longest first.
     static func robustExtents(_ points: [SIMD3<Float>], _ pa: PrincipalAxes) -> SIMD3<Float> {
         let n = points.count
         guard n >= 2 else { return .zero }
@@ -71,7 +71,7 @@ struct ShapeAnalysis: Sendable {
         for axis in columns {
             for i in 0..<take { projected[i] = dot3(points[Int(Double(i) * step)] - pa.centroid, axis) }
             projected.sort()
-            let lo = projected[Int(Float(take - 1) * 0.02)], hi = projected[Int(Float(take - 1) * 0.98)]
+            let lo = projected[Int(Float(take - 1) * 0.04)], hi = projected[Int(Float(take - 1) * 0.96)]
             spans.append(hi - lo)
         }
         spans.sort(by: >)
@@ -169,6 +169,24 @@ struct ShapeAnalysis: Sendable {
         for x in block { norm += x * x }
         norm = norm.squareRoot()
         for x in block { v.append(norm > 0 ? weight * x / norm : 0) }
+    }
+
+    /// Unit normal of a neighbourhood: the eigenvector of the smallest covariance eigenvalue, from
+    /// the closed-form eigenvalue and the largest cross product of two rows of (C − λI).
+    static func normal(_ p: UnsafeBufferPointer<SIMD3<Float>>) -> SIMD3<Float> {
+        var c = SIMD3<Float>.zero
+        for q in p { c += q }
+        c /= Float(p.count)
+        var xx: Float = 0, xy: Float = 0, xz: Float = 0, yy: Float = 0, yz: Float = 0, zz: Float = 0
+        for q in p {
+            let d = q - c
+            xx += d.x * d.x; xy += d.x * d.y; xz += d.x * d.z; yy += d.y * d.y; yz += d.y * d.z; zz += d.z * d.z
+        }
+        let lambda = Float(surfaceVariation(p)) * (xx + yy + zz)
+        let r0 = SIMD3(xx - lambda, xy, xz), r1 = SIMD3(xy, yy - lambda, yz), r2 = SIMD3(xz, yz, zz - lambda)
+        let candidates = [cross3(r0, r1), cross3(r0, r2), cross3(r1, r2)]
+        let best = candidates.max { dot3($0, $0) < dot3($1, $1) }!
+        return dot3(best, best) > 0 ? normalized3(best) : SIMD3(0, 0, 1)
     }
 
     /// Smallest covariance eigenvalue over their sum, from the closed form of a 3×3 symmetric matrix.

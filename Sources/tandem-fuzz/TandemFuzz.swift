@@ -15,6 +15,7 @@ import Glibc
 //   holder    backup requests, restarts and damaged files into a node's backup holder (HolderTargets.swift)
 //   relay     signed relay frames, connects, tunnel joins, clock jumps into a relay's handlers (RelayTargets.swift)
 //   vault     files the vault reads: a keys file, photo metadata (VaultTargets.swift)
+//   keys      point-cloud files and streams, object templates (KeysTargets.swift)
 //   focus     stored focus state and key inputs into the focus service (FocusTargets.swift)
 //
 // Fuzzing build (the `make fuzz` command runs every target):
@@ -49,7 +50,7 @@ struct FuzzTarget: Sendable {
 /// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here (they read
 /// `tandem-fuzz -list-targets`: name, max_len, short-run share, summary, tab-separated).
 enum FuzzRegistry {
-    static let all: [FuzzTarget] = [.frames, .machines, .node, .holder, .relay, .vault, .focus]
+    static let all: [FuzzTarget] = [.frames, .machines, .node, .holder, .relay, .vault, .keys, .focus]
     static let defaultName = "frames"
     static let environmentVariable = "TANDEM_FUZZ_TARGET"
 

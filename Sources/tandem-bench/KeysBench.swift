@@ -1,0 +1,176 @@
+import ArgumentParser
+import Foundation
+import TandemKeys
+import TandemNet
+
+/// `tandem-bench keys`: object keys (issue 14) on generated objects (TandemKeys.SyntheticShapes).
+///
+/// - Feature extraction of a 10,000-point frame (goal ≤ 5 ms at p50), with the same-run cost of
+///   reading that frame from binary and ascii PLY.
+/// - Recognition: each object is enrolled from its own views (3k–15k points, random viewpoints);
+///   each object then gets `--sweeps` fresh 3-frame sweeps (the camera moving 40° around it between
+///   frames). Genuine trials: an object's sweeps against its own template; impostor trials: its
+///   sweeps against every other template. Two-stage rule (goals: FRR ≤ 5 %, FAR ≤ 1 %), and stage 1
+///   alone for comparison. Accepted impostors and the nearest misses are listed.
+/// - Verification of a 3-frame sweep (goal ≤ 50 ms at p50).
+struct KeysBench: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "keys",
+        abstract: "Object keys: feature extraction (goal ≤ 5 ms), FRR ≤ 5 % / FAR ≤ 1 % on generated objects, 3-frame verification ≤ 50 ms.")
+
+    @Option(help: "Objects from the catalogue (default: all of them).") var objects: Int = 0
+    @Option(help: "Enrolment frames offered per object (it completes after 8 diverse ones).") var enrolFrames: Int = 12
+    @Option(help: "3-frame sweeps per object.") var sweeps: Int = 4
+    @Option(help: "Feature-extraction repetitions.") var featureRuns: Int = 200
+    @Option(help: "Seed of the run.") var seed: UInt64 = 1
+    @Flag(help: "Indent the JSON.") var pretty = false
+
+    static let featureGoalMs = 5.0
+    static let verifyGoalMs = 50.0
+    static let frrGoal = 0.05
+    static let farGoal = 0.01
+
+    func validate() throws {
+        guard objects == 0 || (2...SyntheticShapes.catalogue.count).contains(objects) else {
+            throw ValidationError("--objects must be 0 (all) or between 2 and \(SyntheticShapes.catalogue.count)")
+        }
+        guard (8...12).contains(enrolFrames) else { throw ValidationError("--enrol-frames must be between 8 and 12") }
+        guard (1...50).contains(sweeps) else { throw ValidationError("--sweeps must be between 1 and 50") }
+        guard (10...100_000).contains(featureRuns) else { throw ValidationError("--feature-runs must be between 10 and 100000") }
+    }
+
+    func run() throws {
+        warnIfDebug()
+        let started = environment()
+        let clock = ContinuousClock()
+        func ms(_ d: Duration) -> Double { Double(d.components.seconds) * 1e3 + Double(d.components.attoseconds) / 1e15 }
+        func percentile(_ v: [Double], _ p: Double) -> Double {
+            let s = v.sorted()
+            return s.isEmpty ? 0 : s[min(s.count - 1, Int(Double(s.count - 1) * p + 0.5))]
+        }
+
+        // Feature extraction and parsing of one 10,000-point frame.
+        let mug = SyntheticShapes.named("mug")!
+        let frame = SyntheticShapes.view(of: mug, seed: seed, points: 10_000)
+        let binary = PLYWriter.binary(frame), ascii = PLYWriter.ascii(frame)
+        var featureMs: [Double] = [], binaryMs: [Double] = [], asciiMs: [Double] = []
+        for _ in 0..<featureRuns {
+            var t = clock.now
+            _ = FrameCheck.assess(frame)
+            featureMs.append(ms(clock.now - t))
+            t = clock.now
+            _ = try PointCloudReader.read(binary)
+            binaryMs.append(ms(clock.now - t))
+            if asciiMs.count < 50 {
+                t = clock.now
+                _ = try PointCloudReader.read(ascii)
+                asciiMs.append(ms(clock.now - t))
+            }
+        }
+        let featureP50 = percentile(featureMs, 0.5)
+        say(String(format: "keys: features of %d points p50 %.2f ms p99 %.2f ms (goal ≤ %.0f); parse binary %.2f ms, ascii %.2f ms",
+                   frame.points.count, featureP50, percentile(featureMs, 0.99), Self.featureGoalMs, percentile(binaryMs, 0.5), percentile(asciiMs, 0.5)))
+
+        // Enrolment.
+        let shapes = objects == 0 ? SyntheticShapes.catalogue : Array(SyntheticShapes.catalogue.prefix(objects))
+        var g = SplitMix64(seed: seed)
+        func points() -> Int { 3_000 + Int(g.next() % 12_001) }
+        var verifiers: [ObjectVerifier] = []
+        var enrolMs: [Double] = []
+        var enrolment: [[String: Any]] = []
+        for (o, shape) in shapes.enumerated() {
+            var e = ObjectEnrollment()
+            var offered = 0
+            while !e.isComplete, offered < enrolFrames {
+                _ = e.add(SyntheticShapes.view(of: shape, seed: seed &* 1_000_003 &+ UInt64(o * 100 + offered), points: points()))
+                offered += 1
+            }
+            let t = clock.now
+            let template = try e.finish(force: !e.isComplete)
+            enrolMs.append(ms(clock.now - t))
+            verifiers.append(ObjectVerifier(template: template))
+            enrolment.append(["object": shape.name, "frames_offered": offered, "good_frames": e.goodFrames, "viewpoints": e.viewpoints,
+                              "registered": template.views.filter(\.registered).count, "model_points": template.model.count,
+                              "bytes": template.serialized().count, "min_fit": template.minimumFit, "max_rms_mm": template.maximumRMS * 1000,
+                              "min_coverage": template.minimumCoverage, "warnings": template.warnings])
+            say("keys: enrolled \(shape.name): \(e.goodFrames) frames, \(e.viewpoints) viewpoints, \(template.views.filter(\.registered).count) registered\(e.isComplete ? "" : " (forced)")")
+        }
+
+        // Sweeps.
+        var sweepsOf: [[[PointFrame]]] = []
+        for (o, shape) in shapes.enumerated() {
+            sweepsOf.append((0..<sweeps).map { s in
+                let base = seed &* 7_919 &+ UInt64(o * 1_000 + s * 10) &+ 500_000
+                let pose = SyntheticPose.random(seed: base)
+                return (0..<3).map { k in SyntheticShapes.view(of: shape, pose: pose.turned(degrees: Float(k) * 40), seed: base &+ UInt64(k), points: points()) }
+            })
+        }
+        var genuine = 0, genuineRejected = 0, impostor = 0, impostorAccepted = 0
+        var stage1Genuine = 0, stage1Impostor = 0
+        var verifyMs: [Double] = []
+        var accepted: [[String: Any]] = []
+        var misses: [(Double, [String: Any])] = []
+        var rejectedGenuine: [[String: Any]] = []
+        var hardPairs: [String: Any] = [:]
+        for (t, base) in verifiers.enumerated() {
+            for (o, list) in sweepsOf.enumerated() {
+                for (s, sweep) in list.enumerated() {
+                    var v = base
+                    let start = clock.now
+                    let (matched, verdicts) = v.matches(sweep)
+                    if o == t { verifyMs.append(ms(clock.now - start)) }
+                    let stage1 = verdicts.allSatisfy(\.stage1Passed)
+                    let summary: [String: Any] = ["template": shapes[t].name, "object": shapes[o].name, "sweep": s,
+                                                  "frames": verdicts.map { ["score": $0.score, "fit": $0.fit, "rms_mm": $0.rms * 1000, "coverage": $0.coverage, "passed": $0.passed] }]
+                    if o == t {
+                        genuine += 1
+                        if !matched { genuineRejected += 1; rejectedGenuine.append(summary) }
+                        if !stage1 { stage1Genuine += 1 }
+                    } else {
+                        impostor += 1
+                        if matched { impostorAccepted += 1; accepted.append(summary) }
+                        if stage1 { stage1Impostor += 1 }
+                        let passedFrames = verdicts.filter(\.passed).count
+                        let closeness = Double(passedFrames) + (verdicts.map(\.fit).min() ?? 0)
+                        if !matched { misses.append((closeness, summary)) }
+                        if SyntheticShapes.hardPairs.contains(where: { ($0.0 == shapes[t].name && $0.1 == shapes[o].name) || ($0.1 == shapes[t].name && $0.0 == shapes[o].name) }) {
+                            let key = "\(shapes[o].name) vs template \(shapes[t].name)"
+                            var entry = hardPairs[key] as? [String: Int] ?? ["sweeps": 0, "accepted": 0, "frames_passed": 0]
+                            entry["sweeps"]! += 1
+                            entry["accepted"]! += matched ? 1 : 0
+                            entry["frames_passed"]! += passedFrames
+                            hardPairs[key] = entry
+                        }
+                    }
+                }
+            }
+            say("keys: template \(t + 1)/\(verifiers.count) (\(shapes[t].name)) done; so far FRR \(genuineRejected)/\(genuine), FAR \(impostorAccepted)/\(impostor)")
+        }
+        let frr = Double(genuineRejected) / Double(max(genuine, 1)), far = Double(impostorAccepted) / Double(max(impostor, 1))
+        let frr1 = Double(stage1Genuine) / Double(max(genuine, 1)), far1 = Double(stage1Impostor) / Double(max(impostor, 1))
+        let verifyP50 = percentile(verifyMs, 0.5)
+        let met = featureP50 <= Self.featureGoalMs && verifyP50 <= Self.verifyGoalMs && frr <= Self.frrGoal && far <= Self.farGoal
+        say(String(format: "keys: %d objects; two-stage FRR %.1f %% (%d/%d, goal ≤ 5), FAR %.2f %% (%d/%d, goal ≤ 1); stage 1 alone FRR %.1f %%, FAR %.1f %%; verify 3 frames p50 %.1f ms p99 %.1f ms: %@",
+                   shapes.count, 100 * frr, genuineRejected, genuine, 100 * far, impostorAccepted, impostor, 100 * frr1, 100 * far1,
+                   verifyP50, percentile(verifyMs, 0.99), met ? "OK" : "MISSED"))
+        for a in accepted { say("keys: ACCEPTED impostor \(a["object"]!) against template \(a["template"]!)") }
+        var object: [String: Any] = [
+            "benchmark": "keys", "seed": seed, "met": met,
+            "features": ["points": frame.points.count, "p50_ms": featureP50, "p99_ms": percentile(featureMs, 0.99), "goal_ms": Self.featureGoalMs,
+                         "parse_binary_p50_ms": percentile(binaryMs, 0.5), "parse_ascii_p50_ms": percentile(asciiMs, 0.5),
+                         "binary_bytes": binary.count, "ascii_bytes": ascii.count, "runs": featureRuns] as [String: Any],
+            "recognition": ["objects": shapes.count, "sweeps_per_object": sweeps, "genuine_trials": genuine, "impostor_trials": impostor,
+                            "frr": frr, "far": far, "frr_goal": Self.frrGoal, "far_goal": Self.farGoal,
+                            "stage1_only_frr": frr1, "stage1_only_far": far1,
+                            "accepted_impostors": accepted, "rejected_genuine": rejectedGenuine,
+                            "nearest_misses": misses.sorted { $0.0 > $1.0 }.prefix(8).map(\.1), "hard_pairs": hardPairs] as [String: Any],
+            "verify_3_frames": ["p50_ms": verifyP50, "p99_ms": percentile(verifyMs, 0.99), "goal_ms": Self.verifyGoalMs] as [String: Any],
+            "enrolment": ["finish_p50_ms": percentile(enrolMs, 0.5), "finish_max_ms": enrolMs.max() ?? 0, "objects": enrolment] as [String: Any],
+        ]
+        object["environment"] = started.merging(["load_average_end": loadAverage()]) { a, _ in a }
+        var options: JSONSerialization.WritingOptions = [.sortedKeys, .withoutEscapingSlashes]
+        if pretty { options.insert(.prettyPrinted) }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: options)) ?? Data("{}".utf8)
+        output(String(decoding: data, as: UTF8.self))
+    }
+}

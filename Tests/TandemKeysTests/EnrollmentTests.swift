@@ -1,0 +1,152 @@
+import Foundation
+import XCTest
+@testable import TandemKeys
+
+/// Enrolment frames: 1,500 points (the suite must stay fast in debug builds).
+func enrolled(_ name: String, frames: Int = 12, seed: UInt64 = 100) -> (ObjectEnrollment, ObjectTemplate?) {
+    var e = ObjectEnrollment()
+    var s = seed
+    while !e.isComplete, s < seed + UInt64(frames) {
+        _ = e.add(SyntheticShapes.view(of: shape(name), seed: s, points: 1_500))
+        s += 1
+    }
+    return (e, try? e.finish(force: !e.isComplete))
+}
+
+enum Templates {
+    nonisolated(unsafe) static var cache: [String: ObjectTemplate] = [:]
+    static func get(_ name: String) -> ObjectTemplate {
+        if let t = cache[name] { return t }
+        let t = enrolled(name).1!
+        cache[name] = t
+        return t
+    }
+}
+
+final class EnrollmentTests: XCTestCase {
+    func testCompletesWithEightDiverseFrames() throws {
+        var e = ObjectEnrollment()
+        for s in 0..<UInt64(8) {
+            let r = e.add(SyntheticShapes.view(of: shape("box-2-3-4"), seed: 200 + s, points: 1_500))
+            XCTAssertTrue(r.accepted, r.guidance ?? "")
+        }
+        XCTAssertEqual(e.goodFrames, 8)
+        XCTAssertTrue(e.isComplete, "viewpoints \(e.viewpoints)")
+        XCTAssertEqual(e.warnings, [])
+        let t = try e.finish(force: false)
+        XCTAssertEqual(t.views.count, 8)
+        XCTAssertGreaterThanOrEqual(t.views.filter(\.registered).count, 6)
+        XCTAssertLessThanOrEqual(t.model.count, ObjectTemplate.maximumModelPoints)
+        XCTAssertFalse(t.flags.contains(.forced))
+    }
+
+    func testSameViewpointEightTimesIsNotEnough() throws {
+        var e = ObjectEnrollment()
+        let pose = SyntheticPose.random(seed: 7)
+        var last: EnrollmentFrameReport?
+        for s in 0..<UInt64(8) {
+            last = e.add(SyntheticShapes.view(of: shape("box-2-3-4"), pose: pose, seed: 300 + s, points: 1_500 + Int(s) * 100))
+        }
+        XCTAssertEqual(e.goodFrames, 8)
+        XCTAssertEqual(e.viewpoints, 1)
+        XCTAssertFalse(e.isComplete)
+        XCTAssertEqual(last?.guidance, "same view as before: turn the object or move around it")
+        XCTAssertThrowsError(try e.finish(force: false))
+    }
+
+    func testForcedFinishNeedsThreeGoodFrames() throws {
+        var e = ObjectEnrollment()
+        for s in 0..<UInt64(2) { _ = e.add(SyntheticShapes.view(of: shape("mug"), seed: s, points: 1_500)) }
+        XCTAssertThrowsError(try e.finish(force: true))
+        let bad = e.add(PointFrame(points: [SIMD3(0, 0, 1)]))
+        XCTAssertFalse(bad.accepted)
+        XCTAssertEqual(e.rejectedFrames, 1)
+        _ = e.add(SyntheticShapes.view(of: shape("mug"), seed: 9, points: 1_500))
+        let forced = try e.finish(force: true)
+        XCTAssertTrue(forced.flags.contains(.forced))
+        XCTAssertTrue(forced.warnings.contains { $0.contains("less reliable") })
+    }
+
+    func testFlatPlateWarning() {
+        var e = ObjectEnrollment()
+        for s in 0..<UInt64(3) { _ = e.add(SyntheticShapes.view(of: shape("tile"), seed: s, points: 1_500)) }
+        XCTAssertTrue(e.warnings.contains { $0.hasPrefix("flat object") }, "\(e.warnings)")
+    }
+
+    func testCodableRoundTrip() throws {
+        var e = ObjectEnrollment(roi: RegionOfInterest(minimum: SIMD3(-1, -1, 0), maximum: SIMD3(1, 1, 2)))
+        for s in 0..<UInt64(3) { _ = e.add(SyntheticShapes.view(of: shape("mug"), seed: s, points: 1_500)) }
+        let data = try JSONEncoder().encode(e)
+        let back = try JSONDecoder().decode(ObjectEnrollment.self, from: data)
+        XCTAssertEqual(back, e)
+        // A tampered enrolment is refused, not trapped on.
+        let bad = String(decoding: data, as: UTF8.self).replacingOccurrences(of: "\"quality\":", with: "\"quality\":7")
+        XCTAssertThrowsError(try JSONDecoder().decode(ObjectEnrollment.self, from: Data(bad.utf8)))
+    }
+}
+
+final class TemplateTests: XCTestCase {
+    func testSerializationRoundTripAndValidation() throws {
+        let t = Templates.get("mug")
+        let bytes = t.serialized()
+        XCTAssertEqual(try ObjectTemplate(serialized: bytes), t)
+        XCTAssertLessThan(bytes.count, 60_000)
+        let json = try JSONEncoder().encode(t)
+        XCTAssertEqual(try JSONDecoder().decode(ObjectTemplate.self, from: json), t)
+        // Every prefix and a sample of byte flips throw or decode; none traps.
+        for n in stride(from: 0, to: bytes.count, by: 97) { XCTAssertThrowsError(try ObjectTemplate(serialized: Array(bytes.prefix(n)))) }
+        XCTAssertThrowsError(try ObjectTemplate(serialized: bytes + [0]))
+        var g = SplitMix64(seed: 3)
+        for _ in 0..<300 {
+            var b = bytes
+            b[Int(g.next() % UInt64(min(b.count, 400)))] ^= UInt8(truncatingIfNeeded: g.next() | 1)
+            _ = try? ObjectTemplate(serialized: b)
+        }
+        var wrongVersion = bytes
+        wrongVersion[3] = 9
+        XCTAssertThrowsError(try ObjectTemplate(serialized: wrongVersion))
+    }
+}
+
+final class VerificationTests: XCTestCase {
+    /// A sweep: the camera moving around the object, 40° between frames.
+    func sweep(_ name: String, seed: UInt64, points: Int = 1_500) -> [PointFrame] {
+        let pose = SyntheticPose.random(seed: seed)
+        return (0..<3).map { SyntheticShapes.view(of: shape(name), pose: pose.turned(degrees: Float($0) * 40), seed: seed * 10 + UInt64($0), points: points) }
+    }
+
+    func testGenuineMatches() {
+        for name in ["mug", "cube"] {
+            var v = ObjectVerifier(template: Templates.get(name))
+            let (matched, verdicts) = v.matches(sweep(name, seed: 901))
+            XCTAssertTrue(matched, "\(name): \(verdicts)")
+            XCTAssertEqual(verdicts.count, 3)
+            for verdict in verdicts {
+                XCTAssertGreaterThanOrEqual(verdict.score, 0.9)
+                XCTAssertTrue((0...1).contains(verdict.fit))
+                XCTAssertLessThan(verdict.rms, 0.005)
+            }
+        }
+    }
+
+    func testHardPairImpostorsAreRefused() {
+        for (template, impostor) in [("cube", "rounded-cube"), ("box-1-1-2", "box-1-1-2.3"), ("mug-no-handle", "mug")] {
+            var v = ObjectVerifier(template: Templates.get(template))
+            let (matched, verdicts) = v.matches(sweep(impostor, seed: 902))
+            XCTAssertFalse(matched, "\(impostor) opened \(template): \(verdicts)")
+        }
+    }
+
+    func testNeedsThreeConsecutivePasses() {
+        var v = ObjectVerifier(template: Templates.get("mug"))
+        let frames = sweep("mug", seed: 903)
+        XCTAssertTrue(v.present(frames[0]).passed)
+        XCTAssertTrue(v.present(frames[1]).passed)
+        let bad = v.present(PointFrame(points: [SIMD3(0, 0, 1)]))
+        XCTAssertFalse(bad.passed)
+        XCTAssertNotNil(bad.guidance)
+        XCTAssertTrue(v.present(frames[2]).passed)
+        XCTAssertFalse(v.matched)
+        XCTAssertEqual(v.consecutive, 1)
+    }
+}

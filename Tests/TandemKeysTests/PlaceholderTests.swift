@@ -1,3 +1,0 @@
-import XCTest
-@testable import TandemKeys
-final class TandemKeysPlaceholderTests: XCTestCase { func testModuleLoads() { XCTAssertNotNil(TandemKeys.self as Any) } }

@@ -1,0 +1,90 @@
+import XCTest
+@testable import TandemKeys
+
+func shape(_ name: String) -> SyntheticShape { SyntheticShapes.named(name)! }
+
+func moved(_ f: PointFrame, by t: RigidTransform) -> PointFrame {
+    PointFrame(points: f.points.map(t.apply), trackingState: f.trackingState)
+}
+
+final class FrameCheckTests: XCTestCase {
+    func testGoodFrame() {
+        let r = FrameCheck.assess(SyntheticShapes.view(of: shape("mug"), seed: 1, points: 3_000))
+        XCTAssertTrue(r.good)
+        XCTAssertNil(r.guidance)
+        XCTAssertGreaterThan(r.quality, 0.8)
+        XCTAssertLessThanOrEqual(r.quality, 1)
+    }
+
+    func testGuidance() {
+        let mug = SyntheticShapes.view(of: shape("mug"), seed: 1, points: 3_000)
+        let few = FrameCheck.assess(PointFrame(points: Array(mug.points.prefix(200))))
+        XCTAssertFalse(few.good)
+        XCTAssertEqual(few.quality, 0)
+        XCTAssertTrue(few.guidance!.contains("too few points: more light or move closer"), few.guidance!)
+        var limited = mug
+        limited.trackingState = .limited
+        XCTAssertEqual(FrameCheck.assess(limited).guidance, "tracking limited: hold the camera steady")
+        // The background left in: a wall 2 m wide behind the object.
+        var g = SplitMix64(seed: 9)
+        let wall = (0..<2_000).map { _ in SIMD3<Float>(Float(g.uniform(-1, 1)), Float(g.uniform(-1, 1)), 1.2) }
+        let background = FrameCheck.assess(PointFrame(points: mug.points + wall))
+        XCTAssertFalse(background.good)
+        XCTAssertTrue(background.guidance!.hasPrefix("move closer"), background.guidance!)
+        // The same scene cropped by a region of interest is fine.
+        let roi = RegionOfInterest(minimum: SIMD3(-0.3, -0.3, 0.2), maximum: SIMD3(0.3, 0.3, 1.0))
+        XCTAssertTrue(FrameCheck.assess(PointFrame(points: mug.points + wall), roi: roi).good)
+        // A 1 cm speck: too close or too small.
+        let tiny = PointFrame(points: mug.points.map { ($0 - SIMD3(0, 0, 0.5)) * 0.08 + SIMD3(0, 0, 0.3) })
+        XCTAssertTrue(FrameCheck.assess(tiny).guidance!.hasPrefix("move back"), FrameCheck.assess(tiny).guidance!)
+        // Far away.
+        let far = PointFrame(points: mug.points.map { $0 + SIMD3(0, 0, 2) })
+        XCTAssertTrue(FrameCheck.assess(far).guidance!.hasPrefix("move closer"))
+    }
+}
+
+final class FeatureTests: XCTestCase {
+    func testInvariantToRotationTranslationAndDensity() {
+        for name in ["mug", "box-2-3-4", "l-shape", "donut"] {
+            let pose = SyntheticPose.random(seed: 42)
+            let dense = SyntheticShapes.view(of: shape(name), pose: pose, seed: 1, points: 4_000)
+            let sparse = SyntheticShapes.view(of: shape(name), pose: pose, seed: 2, points: 1_500)
+            let a = ShapeAnalysis(dense, roi: nil).vector
+            XCTAssertEqual(a.count, ShapeAnalysis.dimension)
+            // A rigid motion of the whole scene (the camera moved with the object).
+            let spin = RigidTransform(rotation: rotationMatrix(normalized4(SIMD4(0.3, -0.5, 0.7, 0.2))), translation: SIMD3(0.05, -0.02, 0.1))
+            let moved = ShapeAnalysis(TandemKeysTests.moved(dense, by: spin), roi: nil).vector
+            XCTAssertGreaterThan(cosine(a, moved), 0.99, name)
+            XCTAssertGreaterThan(cosine(a, ShapeAnalysis(sparse, roi: nil).vector), 0.97, name)
+        }
+    }
+
+    func testDifferentObjectsDiffer() {
+        let a = ShapeAnalysis(SyntheticShapes.view(of: shape("rod"), seed: 1, points: 2_000), roi: nil).vector
+        let b = ShapeAnalysis(SyntheticShapes.view(of: shape("ball-16"), seed: 1, points: 2_000), roi: nil).vector
+        XCTAssertLessThan(cosine(a, b), 0.9)
+    }
+
+    func testEigenAndHorn() {
+        let r = rotationMatrix(normalized4(SIMD4(0.9, 0.1, -0.3, 0.2)))
+        let t = RigidTransform(rotation: r, translation: SIMD3(0.1, 0.2, -0.3))
+        var g = SplitMix64(seed: 1)
+        let src = (0..<50).map { _ in SIMD3<Float>(Float(g.unit()), Float(g.unit()), Float(g.unit())) }
+        let dst = src.map(t.apply)
+        let h = src.withUnsafeBufferPointer { s in dst.withUnsafeBufferPointer { d in horn(s, d) } }
+        for p in src { XCTAssertLessThan(length3(h.apply(p) - t.apply(p)), 1e-4) }
+        let tree = KDTree(src)
+        for q in dst.prefix(10) {
+            let brute = src.map { distanceSquared($0, q) }.min()!
+            XCTAssertEqual(tree.nearestDistanceSquared(q), brute, accuracy: 1e-6)
+        }
+    }
+
+    func testCatalogue() {
+        XCTAssertGreaterThanOrEqual(SyntheticShapes.catalogue.count, 20)
+        XCTAssertEqual(Set(SyntheticShapes.catalogue.map(\.name)).count, SyntheticShapes.catalogue.count)
+        let f = SyntheticShapes.view(of: shape("cube"), seed: 5, points: 1_000)
+        XCTAssertEqual(f, SyntheticShapes.view(of: shape("cube"), seed: 5, points: 1_000))
+        XCTAssertEqual(f.points.count, 1_000)
+    }
+}
