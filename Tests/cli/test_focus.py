@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tandem_testkit import Node, befriend, cli, cli_json, events, last_seq, one_line_error, poll, wait_event
+from tandem_testkit import TANDEM, Node, befriend, cli, cli_json, events, last_seq, one_line_error, poll, run, wait_event
 
 ORIGINAL_HOSTS = "127.0.0.1\tlocalhost\n# a comment the node must not touch\n::1 ip6-localhost\n10.0.0.5 printer.lan  # kept\n"
 
@@ -297,3 +297,53 @@ def test_a_challenge_with_mode_locks_both_and_an_early_unlock_is_a_quit(make_foc
     # Alice is still locked until the end.
     assert cli_json(alice, "mode", "status")["locked"] is True
     cli(alice, "unlock", "--tag", "pen-secret")
+
+
+def key_frames(node, shape, count, seed, out, *extra):
+    run("dev", "key-frames", shape, "--count", str(count), "--seed", str(seed), "--out", str(out), "--points", "4000", *extra)
+    return sorted(str(p) for p in pathlib.Path(out).iterdir())
+
+
+def test_object_keys_enrol_check_lock_and_unlock_through_frames(make_focus, tmp_path):
+    n = make_focus("hana")
+    frames = key_frames(n, "mug", 10, 100, tmp_path / "enrol")
+    # Enrolment in two sittings: 5 frames are kept (sealed) until more come; then it completes at 8+.
+    first = cli_json(n, "key", "enroll", "mug", "--object", *frames[:5])
+    assert first["complete"] is False and first["good_frames"] == 5 and first["needed_frames"] == 8
+    assert cli_json(n, "key", "list")["keys"] == []
+    done = cli_json(n, "key", "enroll", "mug", "--object", *frames[5:])
+    assert done["complete"] is True and done["key"]["kind"] == "object" and done["good_frames"] >= 8
+    enrolled = [e for e in events(n, "focus.key_enrolled") if e["key"] == "mug"]
+    assert enrolled and enrolled[0]["kind"] == "object"
+    # A fresh sweep of the same object matches; another object does not (exit 1, per-frame scores).
+    live = key_frames(n, "mug", 3, 500, tmp_path / "live")
+    ok = cli_json(n, "key", "check", "mug", "--object", *live)
+    assert ok["match"] is True and len(ok["frames"]) == 3
+    assert all({"score", "fit", "quality", "guidance"} <= set(f) for f in ok["frames"])
+    other = key_frames(n, "box-2-3-4", 3, 900, tmp_path / "other")
+    proc = cli(n, "key", "check", "mug", "--object", *other, "--json", check=False)
+    assert proc.returncode == 1, proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert verdict["match"] is False and len(verdict["frames"]) == 3
+    assert "no match" in one_line_error(proc)
+    # Lock and unlock with frames streamed on stdin (XYZ frames separated by ---).
+    cli(n, "mode", "create", "desk", "--block-site", "video.example", "--main-key", "mug")
+    stream = subprocess.run([TANDEM, "dev", "key-frames", "mug", "--count", "4", "--seed", "700", "--points", "4000",
+                             "--format", "xyz", "--stdout"], capture_output=True, check=True).stdout
+    proc = subprocess.run(cli_args(n, "lock", "--mode", "desk", "--object", "-"), input=stream, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "video.example" in n.hosts.read_text()
+    proc = subprocess.run(cli_args(n, "unlock", "--object", *other), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "not recognised" in proc.stderr, proc.stderr
+    cli(n, "unlock", "--object", *key_frames(n, "mug", 3, 800, tmp_path / "again"))
+    assert n.hosts.read_text() == ORIGINAL_HOSTS
+    # Bad frames: one clear line, nothing changes.
+    bad = tmp_path / "bad.ply"
+    bad.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 999999999\nproperty float x\nend_header\n")
+    proc = cli(n, "key", "check", "mug", "--object", str(bad), check=False)
+    assert proc.returncode == 2
+    one_line_error(proc)
+
+
+def cli_args(node, *args):
+    return [TANDEM, *args, "--data-dir", node.data_dir]

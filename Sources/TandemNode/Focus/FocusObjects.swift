@@ -79,6 +79,14 @@ extension FocusService {
             }
             let presented = matchedKey
             let step = try await core.perform { [self] in try lockStep(action, presented: presented, params) }
+            if let r = step.refusal, r.reason == .noKeyMatched {
+                // Said for an object: what was seen, and what it takes.
+                let passed = session.verdicts.filter { $0["passed"]?.boolValue == true }.count
+                let why = verifiers.isEmpty ? "no object key can do this now"
+                    : "the object was not recognised: \(passed) of \(session.verdicts.count) frames passed, \(ObjectVerifier.requiredConsecutive) in a row are needed"
+                _ = await enforcer.sync()
+                throw ControlError(code: r.reason.rawValue, message: why, exitCode: 1)
+            }
             var result = try await finishLockStep(step)
             if case .object(var o) = result {
                 o["done"] = true
