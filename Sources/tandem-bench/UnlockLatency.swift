@@ -1,0 +1,96 @@
+import Foundation
+import Sodium
+import TandemKeys
+import TandemNet
+import TandemNode
+import TandemProtocol
+
+/// Key presented → mode unlocked and the hosts block gone (issue 14 goal: p99 ≤ 50 ms): a node in
+/// this process with its own hosts file; a client on its control socket locks, then presents the
+/// main key and stops the clock when the answer says "unlocked" — which the node sends only after
+/// the enforcer removed the block — and checks the file. A tag key (the key itself costs a hash)
+/// and an object key (three live frames, each verified, in the requests a CLI sends).
+enum UnlockLatency {
+    struct Figures {
+        var tagMs: [Double] = []
+        var objectMs: [Double] = []
+    }
+
+    static func measure(rounds: Int, objectRounds: Int, shape: String = "mug") async throws -> Figures {
+        let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tandem-unlock-bench-\(getpid())")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: root) }
+        let hosts = root.appendingPathComponent("hosts")
+        let original = "127.0.0.1 localhost\n::1 ip6-localhost\n"
+        try original.write(to: hosts, atomically: true, encoding: .utf8)
+        var config = NodeConfiguration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        config.discovery = nil
+        config.focus.hostsFile = hosts.path
+        let dir = DataDirectory(url: root.appendingPathComponent("node"))
+        let node = try NodeRuntime(identity: SigningKeyPair.generate(), configuration: config, dataDirectory: dir,
+                                   logger: quietLogger("tandem-bench.unlock"))
+        var figures = Figures()
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await node.run(signals: false) }
+            defer { tasks.cancelAll() }
+            _ = try await node.listener.boundAddress
+            let c = try await ControlClient.connect(dataDirectory: dir)
+            let tag: JSONValue = .string(Data("bench-main-key".utf8).base64EncodedString())
+            _ = try await c.call(method: "key.enroll", params: ["name": "pen", "tag_b64": tag])
+            guard let s = SyntheticShapes.named(shape) else { throw BenchError("no shape \(shape)") }
+            let enrolSession = hexString(Sodium.randomBytes(8))
+            for i in 0..<10 {
+                let f = KeyFrameWire.encode(SyntheticShapes.view(of: s, seed: 100 + UInt64(i), points: 6000))
+                _ = try await c.call(method: "key.enroll", params: ["name": "obj", "session": .string(enrolSession),
+                                                                    "frame_b64": .string(Data(f).base64EncodedString())], timeout: .seconds(120))
+            }
+            _ = try await c.call(method: "mode.create", params: ["name": "deep", "block_sites": ["example.com", "news.example.org"],
+                                                                 "main_key": "pen"])
+            _ = try await c.call(method: "mode.create", params: ["name": "desk", "block_sites": ["example.com"], "main_key": "obj"])
+            let clock = ContinuousClock()
+            for _ in 0..<rounds {
+                _ = try await c.call(method: "lock.lock", params: ["mode": "deep", "tag_b64": tag])
+                let t0 = clock.now
+                let r = try await c.call(method: "lock.unlock", params: ["tag_b64": tag])
+                figures.tagMs.append(ms(clock.now - t0))
+                try check(r, hosts, original)
+            }
+            let live = (0..<3).map { KeyFrameWire.encode(SyntheticShapes.view(of: s, seed: 500 + UInt64($0), points: 6000)) }
+            // The object key locks and unlocks `desk`: each round presents the three frames twice.
+            for _ in 0..<objectRounds {
+                _ = try await present(c, "lock.lock", live, extra: ["mode": "desk"])
+                let t0 = clock.now
+                let r = try await present(c, "lock.unlock", live, extra: [:])
+                figures.objectMs.append(ms(clock.now - t0))
+                try check(r, hosts, original)
+            }
+        }
+        return figures
+    }
+
+    static func present(_ c: ControlClient, _ method: String, _ frames: [[UInt8]], extra: [String: JSONValue]) async throws -> JSONValue {
+        let session = hexString(Sodium.randomBytes(8))
+        for f in frames {
+            var p = extra
+            p["session"] = .string(session)
+            p["frame_b64"] = .string(Data(f).base64EncodedString())
+            let r = try await c.call(method: method, params: .object(p), timeout: .seconds(60))
+            if r["done"]?.boolValue == true { return r }
+        }
+        var p = extra
+        p["session"] = .string(session)
+        p["last"] = true
+        return try await c.call(method: method, params: .object(p), timeout: .seconds(60))
+    }
+
+    static func check(_ r: JSONValue, _ hosts: URL, _ original: String) throws {
+        guard r["locked"]?.boolValue == false else { throw BenchError("the unlock did not unlock: \(r.compactJSON)") }
+        guard (try String(contentsOf: hosts, encoding: .utf8)) == original else { throw BenchError("the hosts block is still there after the answer") }
+    }
+
+    static func ms(_ d: Duration) -> Double {
+        Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15
+    }
+}
