@@ -1,4 +1,5 @@
 import Foundation
+import TandemKeys
 import TandemProtocol
 
 /// Entry points for the fuzz target `focus` (Sources/tandem-fuzz/FocusTargets.swift): what a node
@@ -30,5 +31,12 @@ public enum FocusFuzzing {
                 precondition(back == lock, "the lock state does not survive its own encoding")
             }
         }
+    }
+
+    /// A key frame as a client sends it: decoded (or refused with a reason), then judged as a frame.
+    public static func keyFrame(_ bytes: [UInt8]) {
+        guard let frame = try? KeyFrameWire.decode(bytes) else { return }
+        precondition(frame.points.count <= KeyFrameWire.maximumPoints)
+        _ = FrameCheck.assess(frame)
     }
 }
