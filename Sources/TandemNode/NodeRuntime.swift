@@ -219,6 +219,7 @@ public final class NodeRuntime: Sendable {
             o["links_paused_queue_full"] = .int(Int64(core.pausedLinks))
             o["frames_waiting"] = .int(Int64(core.pendingFrames))
             o["transport"] = transportStatus()
+            o["focus"] = focus.statusJSON()
             return .object(o)
     }
 

@@ -347,3 +347,21 @@ def test_object_keys_enrol_check_lock_and_unlock_through_frames(make_focus, tmp_
 
 def cli_args(node, *args):
     return [TANDEM, *args, "--data-dir", node.data_dir]
+
+
+def test_a_solo_session_with_mode_locks_until_its_end(make_focus):
+    n = make_focus("ivan")
+    setup_deep(n)
+    # A mode without a main key cannot be a session's lock.
+    cli(n, "mode", "create", "keyless", "--block-site", "x.example")
+    assert "no main key" in fail(n, "focus", "start", "--duration", "3s", "--mode", "keyless")
+    since = last_seq(n)
+    cli(n, "focus", "start", "--duration", "3s", "--mode", "deep")
+    locked = wait_event(n, "focus.locked", "mode=deep", since=since, timeout="10s")
+    assert locked["hold"] == "challenge"
+    assert "example.com" in blocked_names(n)
+    assert "main key" in fail(n, "focus", "quit")
+    unlocked = wait_event(n, "focus.unlocked", "mode=deep", since=since, timeout="10s")
+    assert unlocked["reason"] == "challenge_ended"
+    assert n.hosts.read_text() == ORIGINAL_HOSTS
+    assert cli_json(n, "focus", "status")["session"] is None
