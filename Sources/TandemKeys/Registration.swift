@@ -13,10 +13,10 @@ struct Alignment: Sendable {
 
 enum Registration {
     static let coarsePoints = 120
-    static let finePoints = 400
+    static let finePoints = 300
     static let coarseIterations = 4
-    static let fineIterations = 25
-    static let refinedHypotheses = 4
+    static let fineIterations = 20
+    static let refinedHypotheses = 3
 
     /// Transforms taking the source's principal frame onto each target frame (all 4 proper sign
     /// choices; also with the first two axes swapped when their variances are within 25 %).
