@@ -205,10 +205,10 @@ extension ObjectTemplate {
         if fits.count >= 3 {
             let robustLow = { (v: [Double]) in v.sorted()[v.count >= 6 ? 1 : 0] }
             let robustHigh = { (v: [Double]) in v.sorted(by: >)[v.count >= 6 ? 1 : 0] }
-            minimumFit = Float(min(max(robustLow(fits) - 0.06, 0.35), 0.95))
-            maximumRMS = Float(min(max(robustHigh(rmss) * 1.3, 0.5 * Double(tau)), 2 * Double(tau)))
-            minimumCoverage = Float(min(max(robustLow(coverages) - 0.08, 0.3), 0.95))
-            maximumExcess = Float(min(max(robustHigh(excesses) + 0.02, 0.02), 0.2))
+            minimumFit = Float(min(max(robustLow(fits) - 0.10, 0.35), 0.95))
+            maximumRMS = Float(min(max(robustHigh(rmss) * 1.5, 0.5 * Double(tau)), 2 * Double(tau)))
+            minimumCoverage = Float(min(max(robustLow(coverages) - 0.12, 0.3), 0.95))
+            maximumExcess = Float(min(max(robustHigh(excesses) + 0.03, 0.02), 0.2))
         }
         let templateViews = views.indices.map { i in
             View(vector: views[i].vector, axes: poses[i].map { views[i].axes.transformed($0) } ?? views[i].axes, registered: poses[i] != nil)
