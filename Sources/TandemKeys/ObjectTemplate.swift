@@ -24,6 +24,7 @@ public struct ObjectTemplate: Sendable, Equatable {
     public internal(set) var minimumFit: Float
     public internal(set) var maximumRMS: Float
     public internal(set) var minimumCoverage: Float
+    public internal(set) var maximumExcess: Float
     public internal(set) var goodFrames: Int
     public internal(set) var viewpoints: Int
     public internal(set) var flags: Flags
@@ -52,7 +53,7 @@ public struct ObjectTemplate: Sendable, Equatable {
         func u16(_ v: Int) { let x = UInt16(clamping: v); out.append(UInt8(x & 0xFF)); out.append(UInt8(x >> 8)) }
         func f(_ v: Float) { let b = v.bitPattern; for s in stride(from: 0, to: 32, by: 8) { out.append(UInt8((b >> UInt32(s)) & 0xFF)) } }
         u16(goodFrames); u16(viewpoints)
-        for v in [inlierDistance, cell, minimumFit, maximumRMS, minimumCoverage] { f(v) }
+        for v in [inlierDistance, cell, minimumFit, maximumRMS, minimumCoverage, maximumExcess] { f(v) }
         u16(ShapeAnalysis.dimension); u16(views.count)
         for v in views {
             out.append(v.registered ? 1 : 0)
@@ -72,7 +73,8 @@ public struct ObjectTemplate: Sendable, Equatable {
         flags = Flags(rawValue: try r.u8())
         goodFrames = try r.u16(); viewpoints = try r.u16()
         inlierDistance = try r.f32(); cell = try r.f32(); minimumFit = try r.f32(); maximumRMS = try r.f32(); minimumCoverage = try r.f32()
-        guard (0.0005...0.05).contains(inlierDistance), (0.0005...0.1).contains(cell), (0...1).contains(minimumFit),
+        maximumExcess = try r.f32()
+        guard (0...1).contains(maximumExcess), (0.0005...0.05).contains(inlierDistance), (0.0005...0.1).contains(cell), (0...1).contains(minimumFit),
               (0.0001...0.1).contains(maximumRMS), (0...1).contains(minimumCoverage) else {
             throw KeyInputError(.badTemplate("thresholds out of range"))
         }
@@ -100,7 +102,8 @@ public struct ObjectTemplate: Sendable, Equatable {
     }
 
     init(views: [View], model: [SIMD3<Float>], inlierDistance: Float, cell: Float, minimumFit: Float, maximumRMS: Float,
-         minimumCoverage: Float, goodFrames: Int, viewpoints: Int, flags: Flags) {
+         minimumCoverage: Float, maximumExcess: Float, goodFrames: Int, viewpoints: Int, flags: Flags) {
+        self.maximumExcess = maximumExcess
         self.views = views; self.model = model; self.inlierDistance = inlierDistance; self.cell = cell
         self.minimumFit = minimumFit; self.maximumRMS = maximumRMS; self.minimumCoverage = minimumCoverage
         self.goodFrames = goodFrames; self.viewpoints = viewpoints; self.flags = flags
@@ -148,7 +151,7 @@ extension ObjectTemplate {
     static let candidateViews = 4
     static let registrationFit = 0.45
     /// Leave-one-out models are thinned to this many points (calibration cost; the margin absorbs it).
-    static let looModelPoints = 2_000
+    static let looModelPoints = 4_000
 
     /// Registers the views into one model and calibrates the thresholds (leave-one-out).
     static func build(_ views: [EnrolledView], goodFrames: Int, viewpoints: Int, flags: Flags) -> ObjectTemplate {
@@ -180,34 +183,38 @@ extension ObjectTemplate {
         let model = assemble(views, poses, cell: cell)
         // Leave-one-out: each registered view against the model of the others, as verification would.
         let registered = views.indices.filter { poses[$0] != nil }
-        var fits: [Double] = [], rmss: [Double] = [], coverages: [Double] = []
+        var fits: [Double] = [], rmss: [Double] = [], coverages: [Double] = [], excesses: [Double] = []
         if registered.count >= 3 {
             for i in registered {
                 var others = poses
                 others[i] = nil
                 let m = Registration.subsample(assemble(views, others, cell: cell), looModelPoints)
-                let candidates = nearestViews(to: views[i].vector, among: registered.filter { $0 != i }, views)
-                let targets = candidates.map { views[$0].axes.transformed(poses[$0]!) }
+                // From the pose registration found (the search itself is what verification adds).
                 let tree = KDTree(m)
-                let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree, targets: targets, tau: tau,
-                                           normals: tree.normals(), cell: cell)
-                fits.append(a.fit); rmss.append(a.rms)
+                let normals = tree.normals()
+                let fine = Registration.subsample(views[i].cloud, Registration.finePoints)
+                let pose = Registration.icp(fine, tree, from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
+                let a = Alignment(transform: pose, fit: 0, rms: 0)
+                let (fit, rms) = Registration.evaluate(fine, tree, pose, tau: tau, normals: normals, cell: cell)
+                fits.append(fit); rmss.append(rms)
+                excesses.append(Registration.excess(views[i].cloud, pose, tree, normals, cell: cell, tau: tau))
                 coverages.append(Registration.coverage(model: m, view: views[i].cloud, t: a.transform, tau: tau, cell: cell))
             }
         }
-        var minimumFit: Float = 0.6, maximumRMS = tau, minimumCoverage: Float = 0.5
+        var minimumFit: Float = 0.6, maximumRMS = tau, minimumCoverage: Float = 0.5, maximumExcess: Float = 0.05
         if fits.count >= 3 {
             let robustLow = { (v: [Double]) in v.sorted()[v.count >= 6 ? 1 : 0] }
             let robustHigh = { (v: [Double]) in v.sorted(by: >)[v.count >= 6 ? 1 : 0] }
-            minimumFit = Float(min(max(robustLow(fits) - 0.06, 0.35), 0.95))
-            maximumRMS = Float(min(max(robustHigh(rmss) * 1.3, 0.5 * Double(tau)), 2 * Double(tau)))
-            minimumCoverage = Float(min(max(robustLow(coverages) - 0.08, 0.3), 0.95))
+            minimumFit = Float(min(max(robustLow(fits) - 0.10, 0.35), 0.95))
+            maximumRMS = Float(min(max(robustHigh(rmss) * 1.5, 0.5 * Double(tau)), 2 * Double(tau)))
+            minimumCoverage = Float(min(max(robustLow(coverages) - 0.12, 0.3), 0.95))
+            maximumExcess = Float(min(max(robustHigh(excesses) + 0.03, 0.02), 0.2))
         }
         let templateViews = views.indices.map { i in
             View(vector: views[i].vector, axes: poses[i].map { views[i].axes.transformed($0) } ?? views[i].axes, registered: poses[i] != nil)
         }
         return ObjectTemplate(views: templateViews, model: model, inlierDistance: tau, cell: cell, minimumFit: minimumFit,
-                              maximumRMS: maximumRMS, minimumCoverage: minimumCoverage, goodFrames: goodFrames,
+                              maximumRMS: maximumRMS, minimumCoverage: minimumCoverage, maximumExcess: maximumExcess, goodFrames: goodFrames,
                               viewpoints: viewpoints, flags: flags)
     }
 

@@ -8,6 +8,8 @@ public struct FrameVerdict: Sendable, Equatable, Codable {
     public var rms: Double
     /// Stage 2: fraction of the model points the camera should see that the frame has.
     public var coverage: Double
+    /// Stage 2: fraction of the frame's points off the model in clusters (a part the model lacks).
+    public var excess: Double
     public var quality: Double
     public var guidance: String?
     public var stage1Passed: Bool
@@ -57,7 +59,7 @@ public struct ObjectVerifier: Sendable {
 
     func evaluate(_ frame: PointFrame, _ a: ShapeAnalysis) -> FrameVerdict {
         let check = FrameCheck.assess(frame, a)
-        var v = FrameVerdict(score: 0, fit: 0, rms: 0, coverage: 0, quality: check.quality, guidance: check.guidance,
+        var v = FrameVerdict(score: 0, fit: 0, rms: 0, coverage: 0, excess: 0, quality: check.quality, guidance: check.guidance,
                              stage1Passed: false, stage2Passed: false, passed: false)
         guard check.good else { return v }
         let scores = template.views.map { cosine($0.vector, a.vector) }
@@ -72,13 +74,14 @@ public struct ObjectVerifier: Sendable {
         v.rms = alignment.rms
         v.coverage = Registration.coverage(model: template.model, view: a.cloud,
                                            t: alignment.transform, tau: template.inlierDistance, cell: template.cell)
+        v.excess = Registration.excess(a.cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance)
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
-            && v.coverage >= Double(template.minimumCoverage)
+            && v.coverage >= Double(template.minimumCoverage) && v.excess <= Double(template.maximumExcess)
         v.passed = v.stage1Passed && v.stage2Passed
         if !v.stage1Passed {
             v.guidance = "not the enrolled object (shape score \(rounded(v.score)), need \(Self.minimumScore))"
         } else if !v.stage2Passed {
-            v.guidance = "does not fit the enrolled object (fit \(rounded(v.fit)) need \(rounded(Double(template.minimumFit))), coverage \(rounded(v.coverage)) need \(rounded(Double(template.minimumCoverage))))"
+            v.guidance = "does not fit the enrolled object (fit \(rounded(v.fit)) need \(rounded(Double(template.minimumFit))), coverage \(rounded(v.coverage)) need \(rounded(Double(template.minimumCoverage))), excess \(rounded(v.excess)) at most \(rounded(Double(template.maximumExcess))))"
         }
         return v
     }

@@ -13,10 +13,10 @@ struct Alignment: Sendable {
 
 enum Registration {
     static let coarsePoints = 120
-    static let finePoints = 400
+    static let finePoints = 300
     static let coarseIterations = 4
-    static let fineIterations = 25
-    static let refinedHypotheses = 4
+    static let fineIterations = 20
+    static let refinedHypotheses = 3
 
     /// Transforms taking the source's principal frame onto each target frame (all 4 proper sign
     /// choices; also with the first two axes swapped when their variances are within 25 %).
@@ -121,6 +121,36 @@ enum Registration {
             if fit > best.fit || (fit == best.fit && rms < best.rms) { best = Alignment(transform: t, fit: fit, rms: rms) }
         }
         return best
+    }
+
+    /// Squared hybrid distance of a point (model coordinates) to the model (see `evaluate`).
+    @inline(__always) static func distance2(_ q: SIMD3<Float>, _ tree: KDTree, _ normals: [SIMD3<Float>], _ cell: Float) -> Float {
+        let (k, d2) = tree.nearestIndex(q)
+        guard k >= 0 else { return .infinity }
+        let plane = dot3(q - tree.points[k], normals[k])
+        let tangential = max(0, (max(0, d2 - plane * plane)).squareRoot() - cell / 2)
+        return plane * plane + tangential * tangential
+    }
+
+    /// The fraction of the view's points that are off the model (> 2τ) together with most of their
+    /// neighbours: a part the model lacks (a handle, 3 cm more box, a sharp corner where the model is
+    /// rounded). Scattered outliers of the camera do not count: their neighbours are on the surface.
+    static func excess(_ view: [SIMD3<Float>], _ t: RigidTransform, _ tree: KDTree, _ normals: [SIMD3<Float>], cell: Float, tau: Float) -> Double {
+        guard !view.isEmpty else { return 1 }
+        let limit = 4 * tau * tau
+        var off: [SIMD3<Float>] = []
+        for p in view where distance2(t.apply(p), tree, normals, cell) > limit { off.append(p) }
+        guard !off.isEmpty else { return 0 }
+        let viewTree = KDTree(view)
+        var neighbours: [SIMD3<Float>] = []
+        var clustered = 0
+        for p in off {
+            viewTree.nearest(p, k: 7, into: &neighbours)
+            var n = 0
+            for q in neighbours.dropFirst() where distance2(t.apply(q), tree, normals, cell) > limit { n += 1 }
+            if n >= 4 { clustered += 1 }
+        }
+        return Double(clustered) / Double(view.count)
     }
 
     /// Of the model points the camera would see with the view aligned by `t` (view → model), the

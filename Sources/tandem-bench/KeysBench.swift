@@ -51,7 +51,9 @@ struct KeysBench: ParsableCommand {
 
         // Feature extraction and parsing of one 10,000-point frame.
         let mug = SyntheticShapes.named("mug")!
-        let frame = SyntheticShapes.view(of: mug, seed: seed, points: 10_000)
+        // The visible surface holds fewer points than were sampled: ask for more, keep 10,000.
+        var frame = SyntheticShapes.view(of: mug, seed: seed, points: 16_000)
+        frame.points = Array(frame.points.prefix(10_000))
         let binary = PLYWriter.binary(frame), ascii = PLYWriter.ascii(frame)
         var featureMs: [Double] = [], binaryMs: [Double] = [], asciiMs: [Double] = []
         for _ in 0..<featureRuns {
