@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import Sodium
 import TandemKeys
@@ -36,7 +37,12 @@ enum UnlockLatency {
             tasks.addTask { try await node.run(signals: false) }
             defer { tasks.cancelAll() }
             _ = try await node.listener.boundAddress
-            let c = try await ControlClient.connect(dataDirectory: dir)
+            var client: ControlClient?
+            for _ in 0..<200 where client == nil {
+                client = try? await ControlClient.connect(dataDirectory: dir)
+                if client == nil { try await Task.sleep(for: .milliseconds(25)) }
+            }
+            guard let c = client else { throw BenchError("the node's control socket did not come up") }
             let tag: JSONValue = .string(Data("bench-main-key".utf8).base64EncodedString())
             _ = try await c.call(method: "key.enroll", params: ["name": "pen", "tag_b64": tag])
             guard let s = SyntheticShapes.named(shape) else { throw BenchError("no shape \(shape)") }
@@ -46,6 +52,9 @@ enum UnlockLatency {
                 _ = try await c.call(method: "key.enroll", params: ["name": "obj", "session": .string(enrolSession),
                                                                     "frame_b64": .string(Data(f).base64EncodedString())], timeout: .seconds(120))
             }
+            let enrolled = try await c.call(method: "key.enroll", params: ["name": "obj", "session": .string(enrolSession), "last": true],
+                                            timeout: .seconds(120))
+            if enrolled["complete"]?.boolValue == false { throw BenchError("the object key did not enrol: \(enrolled.compactJSON)") }
             _ = try await c.call(method: "mode.create", params: ["name": "deep", "block_sites": ["example.com", "news.example.org"],
                                                                  "main_key": "pen"])
             _ = try await c.call(method: "mode.create", params: ["name": "desk", "block_sites": ["example.com"], "main_key": "obj"])
@@ -92,5 +101,48 @@ enum UnlockLatency {
 
     static func ms(_ d: Duration) -> Double {
         Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15
+    }
+}
+
+/// `tandem-bench unlock`: key presented → mode unlocked and the hosts block gone (goal p99 ≤ 50 ms),
+/// with a tag key and with an object key (three frames); `tandem-bench keys` runs it too.
+struct UnlockBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "unlock", abstract: "Key presented → mode unlocked and hosts block gone (goal p99 ≤ 50 ms): tag and object keys.")
+    @Option(help: "Lock/unlock rounds with a tag key.") var rounds = 200
+    @Option(help: "Lock/unlock rounds with an object key (three frames each).") var objectRounds = 30
+    @Flag(help: "Indent the JSON.") var pretty = false
+
+    static let goalMs = 50.0
+
+    func run() async throws {
+        warnIfDebug()
+        let f = try await UnlockLatency.measure(rounds: rounds, objectRounds: objectRounds)
+        let object = UnlockLatency.summary(f.tagMs, f.objectMs)
+        let data = try JSONSerialization.data(withJSONObject: object, options: pretty ? [.prettyPrinted, .sortedKeys] : [.sortedKeys])
+        print(String(decoding: data, as: UTF8.self))
+    }
+}
+
+extension UnlockLatency {
+    static func percentile(_ v: [Double], _ p: Double) -> Double {
+        guard !v.isEmpty else { return 0 }
+        let s = v.sorted()
+        return s[min(s.count - 1, Int((Double(s.count - 1) * p).rounded()))]
+    }
+
+    static func summary(_ tag: [Double], _ object: [Double]) -> [String: Any] {
+        func r(_ x: Double) -> Double { (x * 100).rounded() / 100 }
+        let tagP99 = percentile(tag, 0.99), objP99 = percentile(object, 0.99)
+        say("unlock: tag key p50 \(r(percentile(tag, 0.5))) ms p99 \(r(tagP99)) ms; object key (3 frames) p50 \(r(percentile(object, 0.5))) ms p99 \(r(objP99)) ms (goal p99 ≤ \(UnlockBench.goalMs) ms)")
+        return [
+            "benchmark": "unlock",
+            "environment": environment(),
+            "goal_p99_ms": UnlockBench.goalMs,
+            "tag": ["rounds": tag.count, "p50_ms": r(percentile(tag, 0.5)), "p99_ms": r(tagP99), "max_ms": r(tag.max() ?? 0),
+                    "meets_goal": tagP99 <= UnlockBench.goalMs],
+            "object": ["rounds": object.count, "frames": 3, "p50_ms": r(percentile(object, 0.5)), "p99_ms": r(objP99),
+                       "max_ms": r(object.max() ?? 0), "meets_goal": objP99 <= UnlockBench.goalMs],
+        ]
     }
 }
