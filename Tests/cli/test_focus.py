@@ -273,13 +273,20 @@ def test_a_challenge_with_mode_locks_both_and_an_early_unlock_is_a_quit(make_foc
     befriend(alice, bob)
     for n in (alice, bob):
         setup_deep(n)
+    # A locked mode shows as "focusing" to friends, and idle again once it opens.
+    since_b = last_seq(bob)
+    cli(alice, "lock", "--mode", "deep", "--tag", "pen-secret")
+    wait_event(bob, "presence.changed", f"id={alice.id}", "status=focusing", since=since_b)
+    cli(alice, "unlock", "--tag", "pen-secret")
+    wait_event(bob, "presence.changed", f"id={alice.id}", "status=idle", since=since_b)
+    before = {n.id: last_seq(n) for n in (alice, bob)}
     c = cli_json(alice, "challenge", "invite", bob.id, "--duration", "30s", "--mode", "deep")
     cid = c["id"]
     wait_event(bob, "challenge.invited", f"id={cid}")
     cli(bob, "challenge", "accept", cid, "--mode", "deep")
     for n in (alice, bob):
-        wait_event(n, "challenge.started", f"id={cid}", timeout="15s")
-        locked = wait_event(n, "focus.locked", "mode=deep", timeout="5s")
+        wait_event(n, "challenge.started", f"id={cid}", since=before[n.id], timeout="15s")
+        locked = wait_event(n, "focus.locked", "mode=deep", since=before[n.id], timeout="5s")
         assert locked["hold"] == "challenge" and locked["challenge"] == cid
         assert blocked_names(n) >= {"example.com"}
     # Friends see "focusing".
