@@ -73,7 +73,7 @@ struct KeyInputOptions: ParsableArguments {
 /// (printing each frame's verdict as it comes). Returns the node's final answer.
 func presentKey(_ common: CommonOptions, _ input: KeyInputOptions, _ method: String, _ params: [String: JSONValue],
                 finish: Bool = false, restart: Bool = false, quiet: Bool = false) async throws -> JSONValue {
-    if !(input.given == 0 && finish) { try input.requireSome() }
+    if !(input.given == 0 && (finish || restart)) { try input.requireSome() }
     let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
     if let payload = try input.tagPayload() {
         var p = params
@@ -307,6 +307,8 @@ struct KeyEnroll: AsyncParsableCommand {
         if s["complete"]?.boolValue == true {
             output("Key enrolled: \(keyLine(s["key"] ?? .null))")
             for w in s["warnings"]?.arrayValue ?? [] { output("warning: \(w.stringValue ?? "")") }
+        } else if restart && (s["good_frames"]?.intValue ?? 0) == 0 {
+            output("The unfinished enrolment of \(name) was dropped.")
         } else {
             output("Enrolment of \(name) continues: \(s["good_frames"]?.intValue ?? 0) good frames of \(s["needed_frames"]?.intValue ?? 8); "
                    + "add more with `tandem key enroll \(name) --object …`, or --finish.")

@@ -96,7 +96,7 @@ func presentObject(_ client: ControlClient, _ common: CommonOptions, _ input: Ke
         if !quiet { printFrameVerdict(n, label, r["frame"] ?? (r["frames"]?.arrayValue?.last ?? .null), r) }
         if r["done"]?.boolValue == true { return r }
     }
-    if n == 0 && !finish { throw TandemError("no frames in the --object input", exitCode: TandemError.usageExitCode) }
+    if n == 0 && !finish && !restart { throw TandemError("no frames in the --object input", exitCode: TandemError.usageExitCode) }
     return try await request(["last": true, "finish": .bool(finish)])
 }
 

@@ -77,10 +77,30 @@ final class FocusEnforcer: Sendable {
         queue.async { self.reconcile() }
     }
 
-    /// Brings the machine to the newest target and returns what could not be done.
-    func sync() async -> [String] {
+    /// Brings the machine to the newest target and returns what could not be done. `verify`: also
+    /// check that the hosts block is still as written (someone may have edited the file) and
+    /// restore it if not.
+    func sync(verify: Bool = false) async -> [String] {
         await withCheckedContinuation { (c: CheckedContinuation<[String], Never>) in
-            queue.async { c.resume(returning: self.reconcile()) }
+            queue.async {
+                if verify { self.restoreIfTampered() }
+                c.resume(returning: self.reconcile())
+            }
+        }
+    }
+
+    /// On the queue: the applied block, if the file no longer holds it exactly, is written again.
+    private func restoreIfTampered() {
+        let applied = state.withLockedValue { $0.applied }
+        guard let hostsFile, let applied, let mode = applied.mode, !applied.sites.isEmpty,
+              let text = try? hostsFile.read() else { return }
+        guard HostsBlock.applying(mode: mode, domains: applied.sites, to: text) != text else { return }
+        do {
+            try hostsFile.apply(mode: mode, domains: applied.sites)
+            logger.warning("the hosts block was changed while locked; restored", metadata: ["mode": "\(mode)"])
+            _ = events.emit("focus.block_restored", ["mode": .string(mode)])
+        } catch {
+            state.withLockedValue { $0.applied = nil }
         }
     }
 

@@ -24,6 +24,7 @@ extension FocusService {
     static let maximumSessions = 8
     static let idleLimitMs: Int64 = 120_000
     static let maximumFramesPerSession = 240
+    static let maximumPendingEnrolments = 16
 
     /// One request of an object key input (see `ObjectSession`).
     func objectInput(_ action: KeyAction, _ params: JSONValue) async throws -> JSONValue {
@@ -121,7 +122,12 @@ extension FocusService {
             session.work = .enroll(enrollment, name: name, replacing: replacing)
             if last {
                 let kept = enrollment
-                try await core.perform { [self] in try savePending(kept, name: name, replacing: replacing) }
+                try await core.perform { [self] in
+                    // Nothing good to keep (`--restart` alone, or only bad frames): no unfinished enrolment stays.
+                    if kept.goodFrames == 0 { try store.saveFocus([(pendingKey(name: name, replacing: replacing), nil)]) } else {
+                        try savePending(kept, name: name, replacing: replacing)
+                    }
+                }
                 return ["done": true, "complete": false, "good_frames": .int(Int64(enrollment.goodFrames)),
                         "viewpoints": .int(Int64(enrollment.viewpoints)), "needed_frames": .int(Int64(ObjectEnrollment.requiredFrames)),
                         "needed_viewpoints": .int(Int64(ObjectEnrollment.requiredViewpoints)), "frames": .array(session.verdicts)]
@@ -157,6 +163,8 @@ extension FocusService {
             var replacing: String?
             if action == .enroll {
                 name = try params.requiredString("name")
+                guard FocusModes.isValidKeyName(name) else { throw NodeError.invalidArgument("a key name is 1–64 bytes without control characters") }
+                guard s.modes.keys.count < FocusModes.maximumKeys else { throw NodeError.refused("at most \(FocusModes.maximumKeys) keys") }
                 guard s.modes.key(named: name) == nil else { throw NodeError.refused("there is already a key named \(name) (tandem key replace \(name) … re-enrols it)") }
             } else {
                 let key = try resolveKey(params, s.modes)
@@ -164,8 +172,12 @@ extension FocusService {
                 name = key.name
                 replacing = key.id
             }
-            let pendingKey = Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
+            let pendingKey = pendingKey(name: name, replacing: replacing)
             var enrollment = ObjectEnrollment()
+            let pending = try store.settings(prefix: Self.enrollPrefix)
+            if !pending.contains(where: { $0.key == pendingKey }), pending.count >= Self.maximumPendingEnrolments {
+                throw NodeError.refused("\(pending.count) enrolments are unfinished: finish one (--finish) or start it over (--restart) first")
+            }
             if params["restart"]?.boolValue == true {
                 try store.saveFocus([(pendingKey, nil)])
             } else if let stored = try store.setting(pendingKey) {
@@ -201,9 +213,14 @@ extension FocusService {
         }
     }
 
+    /// The setting an unfinished enrolment of `name` (or re-enrolment of key `replacing`) is kept in.
+    func pendingKey(name: String, replacing: String?) -> String {
+        Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
+    }
+
     /// On the core: an unfinished enrolment kept (sealed) for the next `key enroll NAME --object …`.
     private func savePending(_ e: ObjectEnrollment, name: String, replacing: String?) throws {
-        let pendingKey = Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
+        let pendingKey = pendingKey(name: name, replacing: replacing)
         let plain = Array(try JSONEncoder().encode(e))
         let sealed = try secrets.seal(plain, context: pendingKey)
         try store.saveFocus([(pendingKey, Data(sealed).base64EncodedString())])
@@ -222,7 +239,7 @@ extension FocusService {
             try refusing { try modes.addKey(id: id, name: name) }
         }
         let material = FocusKeyMaterial.object(sealed: try secrets.seal(t.serialized(), context: Self.keyPrefix + id), frames: max(1, min(64, t.goodFrames)))
-        let pendingKey = Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
+        let pendingKey = pendingKey(name: name, replacing: replacing)
         let fields: [String: JSONValue] = ["key": .string(id), "name": .string(name), "kind": "object", "frames": .int(Int64(t.goodFrames)),
                                            "warnings": .array(t.warnings.map(JSONValue.string))]
         if replacing == nil {
