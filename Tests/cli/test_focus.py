@@ -153,6 +153,11 @@ def test_timed_lock_and_restart_durability(make_focus):
     poll(lambda: blocked_names(n) == {"example.com", "www.example.com", "news.example.org", "www.news.example.org"},
          what="the block re-established after the restart")
     assert "used in this lock cycle" in fail(n, "temp-unlock", "--tag", "card-1")
+    # Editing the block away while locked does not last: the node puts it back.
+    since = last_seq(n)
+    n.hosts.write_text(ORIGINAL_HOSTS)
+    wait_event(n, "focus.block_restored", "mode=deep", since=since, timeout="15s")
+    assert blocked_names(n) == {"example.com", "www.example.com", "news.example.org", "www.news.example.org"}
     cli(n, "unlock", "--tag", "pen-secret")
     # A timed lock opens by itself, also when that time passes while the node is down.
     cli(n, "lock", "--tag", "pen-secret", "--for", "2s")
