@@ -1,4 +1,5 @@
 import Foundation
+import TandemKeys
 import Logging
 import NIOCore
 import NIOPosix
@@ -47,7 +48,13 @@ public enum DemoScenario {
             c.discovery = d
             return c
         }
-        let aliceNode = try NodeRuntime(identity: alice, configuration: try config(discoveryPort: alicePort, target: bobPort),
+        var aliceConfig = try config(discoveryPort: alicePort, target: bobPort)
+        // Alice's site block goes into a hosts file of the demo's own, not /etc/hosts.
+        let aliceHosts = root.appendingPathComponent("alice-hosts")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        try "127.0.0.1 localhost\n".write(to: aliceHosts, atomically: true, encoding: .utf8)
+        aliceConfig.focus.hostsFile = aliceHosts.path
+        let aliceNode = try NodeRuntime(identity: alice, configuration: aliceConfig,
                                         dataDirectory: aliceDir, logger: logger)
         let bobNode = try NodeRuntime(identity: bob, configuration: try config(discoveryPort: bobPort, target: alicePort),
                                       dataDirectory: bobDir, logger: logger)
@@ -111,12 +118,56 @@ public enum DemoScenario {
 
             try showLedgers(a, b, say: say)
 
+            try await focusDemo(a, hosts: root.appendingPathComponent("alice-hosts"), say: say)
+
             let m = bobNode.metrics.snapshot
-            say("11. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
+            say("12. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
             tasks.cancelAll()
             _ = try? await tasks.next()
         }
-        say("12. Both nodes shut down and their temporary data directories are removed. Done.")
+        say("13. Both nodes shut down and their temporary data directories are removed. Done.")
+    }
+
+    /// Local focus with an object key: Alice enrols a mug from depth frames (generated here, as a
+    /// depth camera would give them), locks a mode with it (the hosts file gets the block), a box is
+    /// refused, the mug opens it again.
+    static func focusDemo(_ a: DemoNode, hosts: URL, say: @escaping @Sendable (String) -> Void) async throws {
+        func frames(_ shape: String, _ seed: UInt64, _ count: Int) -> [JSONValue] {
+            guard let s = SyntheticShapes.named(shape) else { return [] }
+            return (0..<count).map { i in
+                .string(Data(KeyFrameWire.encode(SyntheticShapes.view(of: s, seed: seed + UInt64(i), points: 6000))).base64EncodedString())
+            }
+        }
+        func present(_ method: String, _ frames: [JSONValue], _ extra: [String: JSONValue]) async throws -> JSONValue {
+            let session = hexString(Sodium.randomBytes(8))
+            for f in frames {
+                var p = extra
+                p["session"] = .string(session)
+                p["frame_b64"] = f
+                let r = try await a.call(method, .object(p))
+                if r["done"]?.boolValue == true { return r }
+            }
+            var p = extra
+            p["session"] = .string(session)
+            p["last"] = true
+            return try await a.call(method, .object(p))
+        }
+        func block() -> [String] {
+            ((try? String(contentsOf: hosts, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init).filter { $0.contains("news.example") }
+        }
+        say("11. Local focus: Alice enrols her mug as a key from 10 depth frames (`tandem key enroll mug --object …`),")
+        let enrolled = try await present("key.enroll", frames("mug", 100, 10), ["name": "mug"])
+        say("    \(enrolled["good_frames"]?.intValue ?? 0) good frames; the template is encrypted at rest. Mode deep blocks news.example:")
+        _ = try await a.call("mode.create", ["name": "deep", "block_sites": ["news.example"], "main_key": "mug"])
+        _ = try await present("lock.lock", frames("mug", 500, 8), ["mode": "deep"])
+        say("    locked with the mug; her hosts file now holds \(block().joined(separator: ", ")).")
+        do {
+            _ = try await present("lock.unlock", frames("box-2-3-4", 900, 4), [:])
+        } catch {
+            say("    A box is shown instead: refused (\(ControlError.from(error).message)).")
+        }
+        _ = try await present("lock.unlock", frames("mug", 800, 8), [:])
+        say("    The mug again: unlocked, and the block is gone (\(block().isEmpty ? "no news.example line left" : "still there?!")).")
     }
 
     /// One challenge between two friends: invite, accept, both countdowns printed side by side

@@ -178,4 +178,8 @@ def test_demo_runs_and_cleans_up():
     assert "identical: the same records, signatures and hashes" in proc.stdout
     assert proc.stdout.count("every hash and every signature holds") == 2
     assert "INVALID" not in proc.stdout and "BROKEN" not in proc.stdout
+    # Local focus: an object key locks a mode (the hosts block appears), a box is refused, the mug opens it.
+    assert "locked with the mug; her hosts file now holds 0.0.0.0 news.example" in proc.stdout
+    assert "A box is shown instead: refused" in proc.stdout
+    assert "unlocked, and the block is gone (no news.example line left)" in proc.stdout
     assert "Done." in proc.stdout
