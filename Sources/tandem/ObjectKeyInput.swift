@@ -92,6 +92,10 @@ func presentObject(_ client: ControlClient, _ common: CommonOptions, _ input: Ke
     for try await (label, frame) in ObjectFrames(sources: input.object) {
         n += 1
         let bytes = KeyFrameWire.encode(frame, roi: roi)
+        if bytes.count <= 9 {
+            if !quiet { output("frame \(n) (\(label)): no points inside --roi; skipped") }
+            continue
+        }
         let r = try await request(["frame_b64": .string(Data(bytes).base64EncodedString())])
         if !quiet { printFrameVerdict(n, label, r["frame"] ?? (r["frames"]?.arrayValue?.last ?? .null), r) }
         if r["done"]?.boolValue == true { return r }

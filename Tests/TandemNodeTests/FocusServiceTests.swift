@@ -26,7 +26,7 @@ final class FocusServiceTests: XCTestCase {
 
     func testHostileKeyFramesAreRefusedWithAReason() {
         let good = KeyFrameWire.encode(PointFrame(points: [SIMD3(0, 0, 0.5)]))
-        var cases: [[UInt8]] = [[], Array("TKF1".utf8), Array("TKF2".utf8) + [0, 1, 0, 0, 0] + [UInt8](repeating: 0, count: 12)]
+        var cases: [[UInt8]] = [[], Array("TKF1".utf8), Array("TKF1".utf8) + [0, 0, 0, 0, 0], Array("TKF2".utf8) + [0, 1, 0, 0, 0] + [UInt8](repeating: 0, count: 12)]
         cases.append(Array(good.dropLast()))
         cases.append(good + [0])
         var badTracking = good; badTracking[4] = 9; cases.append(badTracking)

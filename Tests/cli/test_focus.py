@@ -2,6 +2,7 @@
 temp-unlock with tag and QR keys, the hosts-file block added and removed exactly, a blocked app
 stopped while locked and allowed during a temporary unlock, hooks, durability across kill -9,
 and a challenge with --mode that one side unlocks early (the other side sees the quit)."""
+import base64
 import json
 import os
 import pathlib
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from tandem_testkit import TANDEM, Node, befriend, cli, cli_json, events, last_seq, one_line_error, poll, run, wait_event
+from tandem_testkit import TANDEM, Node, befriend, cli, cli_json, control_call, events, last_seq, one_line_error, poll, run, wait_event
 
 ORIGINAL_HOSTS = "127.0.0.1\tlocalhost\n# a comment the node must not touch\n::1 ip6-localhost\n10.0.0.5 printer.lan  # kept\n"
 
@@ -214,6 +215,20 @@ def test_bad_input_gets_one_line(make_focus, tmp_path):
     one_line_error(proc)
     cli(n, "mode", "delete", "m", "--yes")
     assert cli_json(n, "mode", "list")["modes"] == []
+    # A tag over 4096 bytes on stdin; hostile requests straight on the control socket.
+    proc = subprocess.run(cli_args(n, "key", "enroll", "long", "--tag-stdin"), input=b"x" * 5000, capture_output=True, text=False)
+    assert proc.returncode == 2 and b"4096" in proc.stderr
+    for method, params in (("key.enroll", {"name": "t", "tag_b64": "not base64!"}),
+                           ("key.enroll", {"name": "t", "tag_b64": base64.b64encode(b"y" * 5000).decode()}),
+                           ("lock.unlock", {"session": "zz", "frame_b64": "AAAA"}),
+                           ("lock.unlock", {"session": "00112233", "frame_b64": base64.b64encode(b"TKF1" + b"\0" * 5).decode()}),
+                           ("lock.unlock", {"session": "00112233", "frame_b64": base64.b64encode(b"TKF1\x01\xff\xff\xff\x7f").decode()}),
+                           ("lock.lock", {"mode": 7, "tag_b64": "eA=="}),
+                           ("mode.create", {"name": "x" * 65}),
+                           ("mode.create", {"name": "ok", "block_sites": ["a"] * 600})):
+        answer = control_call(n, method, params)
+        assert answer["ok"] is False and answer["error"]["exit"] == 2, (method, answer)
+    assert cli_json(n, "key", "list")["keys"] == [] and cli_json(n, "mode", "list")["modes"] == []
 
 
 def test_hooks_run_with_the_transition_and_a_failing_hook_is_reported(make_focus, tmp_path):

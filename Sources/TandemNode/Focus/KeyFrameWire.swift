@@ -9,7 +9,8 @@ import TandemKeys
 ///            | points × (x, y, z) float32 LE, metres
 ///
 /// Decoding is the node's one validating initialiser for it: exact length, a count within the
-/// limit, every coordinate finite and within ±1 km; anything else is refused with a reason.
+/// limit (at least one point), every coordinate finite and within ±1 km; anything else is refused
+/// with a reason.
 public enum KeyFrameWire {
     public static let maximumPoints = 3_000
     static let magic: [UInt8] = Array("TKF1".utf8)
@@ -56,6 +57,7 @@ public enum KeyFrameWire {
         default: throw Refused(description: "unknown tracking state \(bytes[4])")
         }
         let count = Int(readU32(bytes, 5))
+        guard count > 0 else { throw Refused(description: "a key frame without points") }
         guard count <= maximumPoints else { throw Refused(description: "a key frame carries at most \(maximumPoints) points, not \(count)") }
         guard bytes.count == 9 + count * 12 else { throw Refused(description: "a key frame of \(count) points is \(9 + count * 12) bytes, not \(bytes.count)") }
         var points: [SIMD3<Float>] = []
