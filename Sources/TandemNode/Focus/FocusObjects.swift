@@ -203,11 +203,7 @@ extension FocusService {
             var verifiers: [(key: String, verifier: ObjectVerifier)] = []
             for id in ids {
                 guard case .object(let sealed, _)? = s.materials[id] else { continue }
-                guard let plain = secrets.open(sealed, context: Self.keyPrefix + id), let t = try? ObjectTemplate(serialized: plain) else {
-                    logger.error("an object key's template cannot be opened", metadata: ["key": "\(id)"])
-                    continue
-                }
-                verifiers.append((id, ObjectVerifier(template: t)))
+                if let v = verifier(id, sealed) { verifiers.append((id, v)) }
             }
             return ObjectSession(action: action, work: .verify(verifiers), lastUsedMs: now)
         }
@@ -216,6 +212,22 @@ extension FocusService {
     /// The setting an unfinished enrolment of `name` (or re-enrolment of key `replacing`) is kept in.
     func pendingKey(name: String, replacing: String?) -> String {
         Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
+    }
+
+    /// A fresh verifier for object key `id` (its template opened, its model's k-d tree built): kept
+    /// per key while its sealed template stays the same, so a presentation does not rebuild it.
+    private func verifier(_ id: String, _ sealed: [UInt8]) -> ObjectVerifier? {
+        if let (cachedSealed, v) = verifiers.withLockedValue({ $0[id] }), cachedSealed == sealed { return v }
+        guard let plain = secrets.open(sealed, context: Self.keyPrefix + id), let t = try? ObjectTemplate(serialized: plain) else {
+            logger.error("an object key's template cannot be opened", metadata: ["key": "\(id)"])
+            return nil
+        }
+        let v = ObjectVerifier(template: t)
+        verifiers.withLockedValue { cache in
+            if cache.count >= 16 { cache.removeAll() }
+            cache[id] = (sealed, v)
+        }
+        return v
     }
 
     /// On the core: an unfinished enrolment kept (sealed) for the next `key enroll NAME --object …`.

@@ -4,6 +4,7 @@ import NIOConcurrencyHelpers
 import ServiceLifecycle
 import Sodium
 import TandemBlocking
+import TandemKeys
 import TandemNet
 import TandemProtocol
 import TandemStore
@@ -60,6 +61,8 @@ public final class FocusService: Service, Sendable {
     private let wakeup = Wakeup()
     /// Object presentations and enrolments under way (`FocusObjects.swift`).
     let sessions = NIOLockedValueBox<[String: ObjectSession]>([:])
+    /// Object keys' verifiers, ready to copy (`FocusObjects.swift`).
+    let verifiers = NIOLockedValueBox<[String: ([UInt8], ObjectVerifier)]>([:])
 
     init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, events: EventBus, health: StoreHealth, signals: NodeSignals,
          configuration: Configuration, dataDirectory: DataDirectory?, logger: Logger) throws {
