@@ -48,7 +48,9 @@ extension FocusService {
             guard s.action == action else { throw NodeError.invalidArgument("session \(id) is for another command") }
             session = s
         } else {
-            session = try await core.perform { [self] in try newSession(action, params, now: now) }
+            // What the session needs is read on the core; opening templates and enrolments (decryption,
+            // decoding, k-d trees) happens here, off it.
+            session = build(try await core.perform { [self] in try newSession(action, params) }, action, now: now)
         }
         guard session.verdicts.count < Self.maximumFramesPerSession else {
             throw NodeError.refused("at most \(Self.maximumFramesPerSession) frames in one presentation")
@@ -155,7 +157,33 @@ extension FocusService {
     }
 
     /// On the core: the session's candidates (their templates opened) or the enrolment it continues.
-    private func newSession(_ action: KeyAction, _ params: JSONValue, now: Int64) throws -> ObjectSession {
+    /// What a new session is made from, as read on the core.
+    enum SessionSource: Sendable {
+        case verify([(id: String, sealed: [UInt8])])
+        case enroll(name: String, replacing: String?, pendingKey: String, stored: String?)
+    }
+
+    private func build(_ source: SessionSource, _ action: KeyAction, now: Int64) -> ObjectSession {
+        switch source {
+        case .verify(let keys):
+            let verifiers = keys.compactMap { k in verifier(k.id, k.sealed).map { (key: k.id, verifier: $0) } }
+            return ObjectSession(action: action, work: .verify(verifiers), lastUsedMs: now)
+        case .enroll(let name, let replacing, let pendingKey, let stored):
+            var enrollment = ObjectEnrollment()
+            if let stored {
+                if let sealed = Data(base64Encoded: stored), let plain = secrets.open(Array(sealed), context: pendingKey),
+                   let e = try? JSONDecoder().decode(ObjectEnrollment.self, from: Data(plain)) {
+                    enrollment = e
+                } else {
+                    logger.warning("an unfinished enrolment could not be read; starting over", metadata: ["setting": "\(pendingKey)"])
+                }
+            }
+            return ObjectSession(action: action, work: .enroll(enrollment, name: name, replacing: replacing), lastUsedMs: now)
+        }
+    }
+
+    /// On the core: who the session is for, checked against the configuration and the lock.
+    private func newSession(_ action: KeyAction, _ params: JSONValue) throws -> SessionSource {
         let s = state.withLockedValue { $0 }
         switch action {
         case .enroll, .replace:
@@ -173,22 +201,16 @@ extension FocusService {
                 replacing = key.id
             }
             let pendingKey = pendingKey(name: name, replacing: replacing)
-            var enrollment = ObjectEnrollment()
             let pending = try store.settings(prefix: Self.enrollPrefix)
             if !pending.contains(where: { $0.key == pendingKey }), pending.count >= Self.maximumPendingEnrolments {
                 throw NodeError.refused("\(pending.count) enrolments are unfinished: finish one (--finish) or start it over (--restart) first")
             }
             if params["restart"]?.boolValue == true {
                 try store.saveFocus([(pendingKey, nil)])
-            } else if let stored = try store.setting(pendingKey) {
-                if let sealed = Data(base64Encoded: stored), let plain = secrets.open(Array(sealed), context: pendingKey),
-                   let e = try? JSONDecoder().decode(ObjectEnrollment.self, from: Data(plain)) {
-                    enrollment = e
-                } else {
-                    logger.warning("an unfinished enrolment could not be read; starting over", metadata: ["setting": "\(pendingKey)"])
-                }
+                return .enroll(name: name, replacing: replacing, pendingKey: pendingKey, stored: nil)
             }
-            return ObjectSession(action: action, work: .enroll(enrollment, name: name, replacing: replacing), lastUsedMs: now)
+            return .enroll(name: name, replacing: replacing, pendingKey: pendingKey,
+                           stored: pending.first(where: { $0.key == pendingKey })?.value)
         case .check, .lock, .unlock, .temporaryUnlock:
             var ids: [String]
             if action == .check {
@@ -200,12 +222,9 @@ extension FocusService {
             } else {
                 ids = candidates(action, s, params)
             }
-            var verifiers: [(key: String, verifier: ObjectVerifier)] = []
-            for id in ids {
-                guard case .object(let sealed, _)? = s.materials[id] else { continue }
-                if let v = verifier(id, sealed) { verifiers.append((id, v)) }
-            }
-            return ObjectSession(action: action, work: .verify(verifiers), lastUsedMs: now)
+            return .verify(ids.compactMap { id in
+                if case .object(let sealed, _)? = s.materials[id] { return (id, sealed) } else { return nil }
+            })
         }
     }
 
