@@ -205,7 +205,7 @@ FRIEND_MEMBERS = {"id", "name", "relationship", "online", "status", "via", "last
                   "friend_since", "relay"}
 STATUS_MEMBERS = {"id", "display", "name", "listen", "data_dir", "friends", "pending_requests", "outbox", "links",
                   "discoverable", "relays", "quarantined", "quarantine", "store_errors", "frames_dropped_queue_full",
-                  "links_paused_queue_full", "frames_waiting", "transport"}
+                  "links_paused_queue_full", "frames_waiting", "focus", "transport"}
 TRANSPORT_MEMBERS = {"frames_accepted", "frames_rejected", "error_replies_suppressed", "replies_dropped_unwritable",
                      "links_closed", "handshakes_refused", "reads_paused", "handshakes_pending", "partial_frame_bytes",
                      "replay_cache_entries"}
@@ -262,5 +262,6 @@ def test_control_results_have_the_documented_members(make_node):
     status = result(alice, "node.status")
     assert set(status) == STATUS_MEMBERS, sorted(status)
     assert set(status["transport"]) == TRANSPORT_MEMBERS, sorted(status["transport"])
+    assert status["focus"] == {"locked": False, "active_mode": None, "mode": None}, status["focus"]
     assert status["id"] == alice.id and status["listen"] == alice.address and status["friends"] == 1
     assert status["name"] == "Alice" and status["discoverable"] is False and status["relays"] == []
