@@ -152,9 +152,9 @@ public final class FocusService: Service, Sendable {
             while !Task.isCancelled {
                 let next = await core.run { self.state.withLockedValue { $0.lock.nextDeadlineMs } }
                 let now = Int64(clamping: wallClockMilliseconds())
-                // Wake at the deadline, at a poke (a new lock), and at least every 10 s (a clock step; a
+                // Wake at the deadline, at a poke (a new lock), and at least every 5 s (a clock step; a
                 // hosts block someone edited away is put back then).
-                let waitMs = min(10_000, max(0, (next ?? Int64.max).subtractingSaturated(now)))
+                let waitMs = min(5_000, max(0, (next ?? Int64.max).subtractingSaturated(now)))
                 if waitMs > 0 { await wakeup.wait(upTo: .milliseconds(waitMs)) }
                 if Task.isCancelled { break }
                 await core.run { self.tickNow() }
