@@ -149,7 +149,8 @@ struct ByteReader {
 extension ObjectTemplate {
     /// Views proposed as registration targets / hypotheses: the registered views most like the frame.
     static let candidateViews = 4
-    static let registrationFit = 0.45
+    static let registrationFit = 0.5
+    static let clearFit = 0.75
     /// Leave-one-out models are thinned to this many points (calibration cost; the margin absorbs it).
     static let looModelPoints = 4_000
 
@@ -159,26 +160,37 @@ extension ObjectTemplate {
         let tau = min(max(0.02 * diameter, 0.004), 0.012)
         let cell = max(diameter / 48, 0.002)
         var poses: [RigidTransform?] = Array(repeating: nil, count: views.count)
-        poses[0] = .identity
-        // Register the others, most similar to an already registered view first; two passes.
-        for _ in 0..<2 {
-            while true {
-                let pending = views.indices.filter { poses[$0] == nil }
-                if pending.isEmpty { break }
-                func similarity(_ i: Int) -> Double {
-                    views.indices.filter { poses[$0] != nil }.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0
-                }
-                var progressed = false
-                var tree: KDTree?
-                for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
-                    let registered = views.indices.filter { poses[$0] != nil }
-                    if tree == nil { tree = KDTree(assemble(views, poses, cell: cell)) }
-                    let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
-                    let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree!, targets: targets, tau: tau)
-                    if a.fit >= registrationFit { poses[i] = a.transform; progressed = true; tree = nil }
-                }
-                if !progressed { break }
+        // Seed: the view of highest quality (the most points), then greedily the pending view that
+        // fits the growing model best; a view that never fits well enough stays out of the model.
+        let seed = views.indices.max { views[$0].quality < views[$1].quality || (views[$0].quality == views[$1].quality && views[$0].cloud.count < views[$1].cloud.count) } ?? 0
+        poses[seed] = .identity
+        // Pending views, most similar to a registered one first: a view that fits clearly (≥ 0.75) is
+        // taken at once; otherwise, after a full pass, the best fitting one if it fits at all.
+        while true {
+            let pending = views.indices.filter { poses[$0] == nil }
+            if pending.isEmpty { break }
+            let registered = views.indices.filter { poses[$0] != nil }
+            func similarity(_ i: Int) -> Double { registered.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0 }
+            let tree = KDTree(assemble(views, poses, cell: cell))
+            var best: (Int, Alignment)?
+            for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
+                let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
+                let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree, targets: targets, tau: tau,
+                                           refine: Registration.enrolmentRefinedHypotheses)
+                if a.fit > (best?.1.fit ?? -1) { best = (i, a) }
+                if a.fit >= clearFit { break }
             }
+            guard let (i, a) = best, a.fit >= registrationFit else { break }
+            poses[i] = a.transform
+        }
+        // Global refinement: each registered view once more against the model of the others.
+        let ordered = views.indices.filter { poses[$0] != nil && $0 != seed }
+        for i in ordered {
+            var others = poses
+            others[i] = nil
+            let tree = KDTree(assemble(views, others, cell: cell))
+            let fine = Registration.subsample(views[i].cloud, Registration.finePoints)
+            poses[i] = Registration.icp(fine, tree, from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
         }
         let model = assemble(views, poses, cell: cell)
         // Leave-one-out: each registered view against the model of the others, as verification would.

@@ -73,8 +73,8 @@ public struct ObjectVerifier: Sendable {
         v.fit = alignment.fit
         v.rms = alignment.rms
         v.coverage = Registration.coverage(model: template.model, view: a.cloud,
-                                           t: alignment.transform, tau: template.inlierDistance, cell: template.cell)
-        v.excess = Registration.excess(a.cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance)
+                                           t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: a.tree)
+        v.excess = Registration.excess(a.cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: a.tree)
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
             && v.coverage >= Double(template.minimumCoverage) && v.excess <= Double(template.maximumExcess)
         v.passed = v.stage1Passed && v.stage2Passed
