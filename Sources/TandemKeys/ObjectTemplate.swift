@@ -260,16 +260,16 @@ extension ObjectTemplate {
 
     /// Drops the camera's outliers: every view brings ~3 % scattered points, each alone in its voxel
     /// while the surface's voxels are shared, so a merged model would be a fifth strays. A point is
-    /// kept when its 3 nearest neighbours are within 3 cells (a corner of a patch seen once still is).
+    /// kept when its 4 nearest neighbours are within 3 cells.
     static func removeStrays(_ points: [SIMD3<Float>], cell: Float) -> [SIMD3<Float>] {
         guard points.count > 32 else { return points }
         let tree = KDTree(points)
         var neighbours: [SIMD3<Float>] = []
-        neighbours.reserveCapacity(4)
+        neighbours.reserveCapacity(5)
         let limit = 9 * cell * cell
         let kept = points.filter { p in
-            tree.nearest(p, k: 4, into: &neighbours)
-            return neighbours.count == 4 && distanceSquared(neighbours[3], p) <= limit
+            tree.nearest(p, k: 5, into: &neighbours)
+            return neighbours.count == 5 && distanceSquared(neighbours[4], p) <= limit
         }
         return kept.count >= 16 ? kept : points
     }

@@ -107,7 +107,7 @@ enum Registration {
     /// trying the hypotheses built from `targets` (principal frames of enrolment views, model coordinates).
     static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
                       normals: [SIMD3<Float>]? = nil, cell: Float = 0, refine: Int = refinedHypotheses,
-                      untilFit: Double = 0, maximumRefined: Int = 6) -> Alignment {
+                      untilFit: Double = 0, maximumRefined: Int = 12) -> Alignment {
         let coarse = subsample(source, coarsePoints)
         let fine = subsample(source, finePoints)
         var scored: [(Double, RigidTransform)] = []
