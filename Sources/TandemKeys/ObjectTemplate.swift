@@ -168,6 +168,10 @@ extension ObjectTemplate {
     /// Calibration never asks more than this fit, nor an RMS below this (metres): sensor-noise floors.
     static let maximumFitThreshold = 0.78
     static let minimumRMSThreshold = 0.0025
+    /// Likewise the coverage asked is never above 0.75 and the excess allowed never below 0.06: a
+    /// genuine, well aligned frame shows coverage 0.8–1.0 and excess up to ~0.09 (noise at edges).
+    static let maximumCoverageThreshold = 0.75
+    static let minimumExcessThreshold = 0.06
     /// Leave-one-out models are thinned to this many points (calibration cost; the margin absorbs it).
     static let looModelPoints = 4_000
 
@@ -239,8 +243,8 @@ extension ObjectTemplate {
             // RMS ≈ 1.3–2.5 mm whatever the 8 frames said.
             minimumFit = Float(min(max(robustLow(fits) - 0.10, 0.35), maximumFitThreshold))
             maximumRMS = Float(min(max(robustHigh(rmss) * 1.5, 0.5 * Double(tau), minimumRMSThreshold), 2 * Double(tau)))
-            minimumCoverage = Float(min(max(robustLow(coverages) - 0.12, 0.3), 0.95))
-            maximumExcess = Float(min(max(robustHigh(excesses) + 0.03, 0.02), 0.2))
+            minimumCoverage = Float(min(max(robustLow(coverages) - 0.12, 0.3), maximumCoverageThreshold))
+            maximumExcess = Float(min(max(robustHigh(excesses) + 0.03, minimumExcessThreshold), 0.2))
         }
         let templateViews = views.indices.map { i in
             View(vector: views[i].vector, axes: poses[i].map { views[i].axes.transformed($0) } ?? views[i].axes, registered: poses[i] != nil)
