@@ -21,34 +21,57 @@ struct KDTree: Sendable {
 
     init(_ input: [SIMD3<Float>]) {
         var pts = input
-        var ord = (0..<Int32(input.count)).map { $0 }
+        var ord = [Int32](unsafeUninitializedCapacity: input.count) { b, n in
+            for i in 0..<input.count { b[i] = Int32(i) }
+            n = input.count
+        }
         var nodes: [Node] = []
         nodes.reserveCapacity(2 * (input.count / KDTree.leafSize + 1))
-        func build(_ lo: Int, _ hi: Int) -> Int32 {
-            let index = Int32(nodes.count)
-            nodes.append(Node(lo: Int32(lo), hi: Int32(hi), axis: -1, split: 0, left: -1, right: -1))
-            if hi - lo <= KDTree.leafSize { return index }
-            var mn = pts[lo], mx = pts[lo]
-            for i in lo..<hi { mn = pointwiseMin(mn, pts[i]); mx = pointwiseMax(mx, pts[i]) }
-            let spread = mx - mn
-            let axis = spread.x >= spread.y && spread.x >= spread.z ? 0 : (spread.y >= spread.z ? 1 : 2)
-            var pairs = (lo..<hi).map { (pts[$0], ord[$0]) }
-            pairs.sort { $0.0[axis] < $1.0[axis] }
-            for (k, pair) in pairs.enumerated() { pts[lo + k] = pair.0; ord[lo + k] = pair.1 }
-            let mid = (lo + hi) / 2
-            let split = pts[mid][axis]
-            let l = build(lo, mid)
-            let r = build(mid, hi)
-            nodes[Int(index)].axis = Int32(axis)
-            nodes[Int(index)].split = split
-            nodes[Int(index)].left = l
-            nodes[Int(index)].right = r
-            return index
+        pts.withUnsafeMutableBufferPointer { p in
+            ord.withUnsafeMutableBufferPointer { o in
+                // In place: each node partitions its range around the median (quickselect), no allocation.
+                func build(_ lo: Int, _ hi: Int) -> Int32 {
+                    let index = Int32(nodes.count)
+                    nodes.append(Node(lo: Int32(lo), hi: Int32(hi), axis: -1, split: 0, left: -1, right: -1))
+                    if hi - lo <= KDTree.leafSize { return index }
+                    var mn = p[lo], mx = p[lo]
+                    for i in lo..<hi { mn = pointwiseMin(mn, p[i]); mx = pointwiseMax(mx, p[i]) }
+                    let spread = mx - mn
+                    let axis = spread.x >= spread.y && spread.x >= spread.z ? 0 : (spread.y >= spread.z ? 1 : 2)
+                    let mid = (lo + hi) / 2
+                    KDTree.select(p, o, lo, hi - 1, mid, axis)
+                    let split = p[mid][axis]
+                    let l = build(lo, mid)
+                    let r = build(mid, hi)
+                    nodes[Int(index)].axis = Int32(axis)
+                    nodes[Int(index)].split = split
+                    nodes[Int(index)].left = l
+                    nodes[Int(index)].right = r
+                    return index
+                }
+                if p.count > 0 { _ = build(0, p.count) }
+            }
         }
-        if !pts.isEmpty { _ = build(0, pts.count) }
         self.points = pts
         self.order = ord
         self.nodes = nodes
+    }
+
+    /// Hoare quickselect: afterwards p[k] has the k-th smallest coordinate on `axis` in lo...hi,
+    /// smaller-or-equal before it, greater-or-equal after it.
+    private static func select(_ p: UnsafeMutableBufferPointer<SIMD3<Float>>, _ o: UnsafeMutableBufferPointer<Int32>,
+                               _ lo0: Int, _ hi0: Int, _ k: Int, _ axis: Int) {
+        var lo = lo0, hi = hi0
+        while hi > lo {
+            let pivot = p[(lo + hi) / 2][axis]
+            var i = lo, j = hi
+            while i <= j {
+                while p[i][axis] < pivot { i += 1 }
+                while p[j][axis] > pivot { j -= 1 }
+                if i <= j { p.swapAt(i, j); o.swapAt(i, j); i += 1; j -= 1 }
+            }
+            if k <= j { hi = j } else if k >= i { lo = i } else { return }
+        }
     }
 
     var isEmpty: Bool { points.isEmpty }
@@ -71,21 +94,27 @@ struct KDTree: Sendable {
         var bestPoint = -1
         points.withUnsafeBufferPointer { pts in
             nodes.withUnsafeBufferPointer { nodes in
-                func visit(_ n: Int) {
-                    let node = nodes[n]
-                    if node.axis < 0 {
+                withUnsafeTemporaryAllocation(of: (Int32, Float).self, capacity: 64) { stack in
+                    var top = 0
+                    stack[0] = (0, 0); top = 1
+                    while top > 0 {
+                        top -= 1
+                        let (n, bound) = stack[top]
+                        if bound >= best { continue }
+                        var node = nodes[Int(n)]
+                        // Descend to the leaf, pushing the far sides.
+                        while node.axis >= 0 {
+                            let diff = q[Int(node.axis)] - node.split
+                            let (near, far) = diff < 0 ? (node.left, node.right) : (node.right, node.left)
+                            if top < 64 { stack[top] = (far, diff * diff); top += 1 }
+                            node = nodes[Int(near)]
+                        }
                         for i in Int(node.lo)..<Int(node.hi) {
                             let d = distanceSquared(pts[i], q)
                             if d < best { best = d; bestPoint = i }
                         }
-                        return
                     }
-                    let diff = q[Int(node.axis)] - node.split
-                    let (near, far) = diff < 0 ? (node.left, node.right) : (node.right, node.left)
-                    visit(Int(near))
-                    if diff * diff < best { visit(Int(far)) }
                 }
-                visit(0)
             }
         }
         return (bestPoint, best)
@@ -107,33 +136,40 @@ struct KDTree: Sendable {
     func nearest(_ q: SIMD3<Float>, k: Int, into result: inout [SIMD3<Float>]) {
         result.removeAll(keepingCapacity: true)
         guard !nodes.isEmpty, k > 0 else { return }
-        var dists = [Float](repeating: .infinity, count: k)
-        var found = [SIMD3<Float>](repeating: .zero, count: k)
-        var count = 0
         points.withUnsafeBufferPointer { pts in
             nodes.withUnsafeBufferPointer { nodes in
-                func visit(_ n: Int) {
-                    let node = nodes[n]
-                    if node.axis < 0 {
-                        for i in Int(node.lo)..<Int(node.hi) {
-                            let d = distanceSquared(pts[i], q)
-                            if count < k || d < dists[k - 1] {
-                                var j = min(count, k - 1)
-                                while j > 0, dists[j - 1] > d { dists[j] = dists[j - 1]; found[j] = found[j - 1]; j -= 1 }
-                                dists[j] = d; found[j] = pts[i]
-                                if count < k { count += 1 }
+                withUnsafeTemporaryAllocation(of: Float.self, capacity: k) { dists in
+                    withUnsafeTemporaryAllocation(of: Int32.self, capacity: k) { found in
+                        withUnsafeTemporaryAllocation(of: (Int32, Float).self, capacity: 64) { stack in
+                            var count = 0
+                            var top = 1
+                            stack[0] = (0, 0)
+                            while top > 0 {
+                                top -= 1
+                                let (n, bound) = stack[top]
+                                if count == k, bound >= dists[k - 1] { continue }
+                                var node = nodes[Int(n)]
+                                while node.axis >= 0 {
+                                    let diff = q[Int(node.axis)] - node.split
+                                    let (near, far) = diff < 0 ? (node.left, node.right) : (node.right, node.left)
+                                    if top < 64 { stack[top] = (far, diff * diff); top += 1 }
+                                    node = nodes[Int(near)]
+                                }
+                                for i in Int(node.lo)..<Int(node.hi) {
+                                    let d = distanceSquared(pts[i], q)
+                                    if count < k || d < dists[k - 1] {
+                                        var j = min(count, k - 1)
+                                        while j > 0, dists[j - 1] > d { dists[j] = dists[j - 1]; found[j] = found[j - 1]; j -= 1 }
+                                        dists[j] = d; found[j] = Int32(i)
+                                        if count < k { count += 1 }
+                                    }
+                                }
                             }
+                            for j in 0..<count { result.append(pts[Int(found[j])]) }
                         }
-                        return
                     }
-                    let diff = q[Int(node.axis)] - node.split
-                    let (near, far) = diff < 0 ? (node.left, node.right) : (node.right, node.left)
-                    visit(Int(near))
-                    if count < k || diff * diff < dists[k - 1] { visit(Int(far)) }
                 }
-                visit(0)
             }
         }
-        result.append(contentsOf: found[0..<count])
     }
 }

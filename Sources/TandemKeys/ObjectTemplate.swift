@@ -16,6 +16,9 @@ public struct ObjectTemplate: Sendable, Equatable {
     public internal(set) var views: [View]
     /// Model points (metres, model coordinates = the first good frame's camera frame).
     public internal(set) var model: [SIMD3<Float>]
+    /// Unit surface normal of each model point, oriented towards the enrolment cameras that saw it
+    /// (outward): stage 2's visibility test. Stored as 3 signed bytes each (unit length within 1 %).
+    public internal(set) var normals: [SIMD3<Float>]
     /// Inlier distance τ (metres) and the model's voxel edge.
     public internal(set) var inlierDistance: Float
     public internal(set) var cell: Float
@@ -44,7 +47,7 @@ public struct ObjectTemplate: Sendable, Equatable {
     public static let maximumViews = 32
     public static let maximumModelPoints = 4_000
     static let magic: [UInt8] = Array("TKT".utf8)
-    static let version: UInt8 = 1
+    static let version: UInt8 = 2
 
     // MARK: serialization
 
@@ -62,6 +65,8 @@ public struct ObjectTemplate: Sendable, Equatable {
         }
         u16(model.count)
         for p in model { f(p.x); f(p.y); f(p.z) }
+        func q(_ x: Float) -> UInt8 { UInt8(bitPattern: Int8(max(-127, min(127, (x * 127).rounded())))) }
+        for n in normals { out.append(q(n.x)); out.append(q(n.y)); out.append(q(n.z)) }
         return out
     }
 
@@ -98,13 +103,22 @@ public struct ObjectTemplate: Sendable, Equatable {
         model = []
         model.reserveCapacity(points)
         for _ in 0..<points { model.append(SIMD3(try r.f32(limit: 100), try r.f32(limit: 100), try r.f32(limit: 100))) }
+        normals = []
+        normals.reserveCapacity(points)
+        for _ in 0..<points {
+            let b = try r.bytes(3)
+            let n = SIMD3<Float>(Float(Int8(bitPattern: b[0])), Float(Int8(bitPattern: b[1])), Float(Int8(bitPattern: b[2]))) / 127
+            let l = length3(n)
+            guard l > 0.9, l < 1.1 else { throw KeyInputError(.badTemplate("a model normal out of range")) }
+            normals.append(n)
+        }
         guard r.isAtEnd else { throw KeyInputError(.badTemplate("\(r.remaining) bytes after the model")) }
     }
 
-    init(views: [View], model: [SIMD3<Float>], inlierDistance: Float, cell: Float, minimumFit: Float, maximumRMS: Float,
+    init(views: [View], model: [SIMD3<Float>], normals: [SIMD3<Float>], inlierDistance: Float, cell: Float, minimumFit: Float, maximumRMS: Float,
          minimumCoverage: Float, maximumExcess: Float, goodFrames: Int, viewpoints: Int, flags: Flags) {
         self.maximumExcess = maximumExcess
-        self.views = views; self.model = model; self.inlierDistance = inlierDistance; self.cell = cell
+        self.views = views; self.model = model; self.normals = normals; self.inlierDistance = inlierDistance; self.cell = cell
         self.minimumFit = minimumFit; self.maximumRMS = maximumRMS; self.minimumCoverage = minimumCoverage
         self.goodFrames = goodFrames; self.viewpoints = viewpoints; self.flags = flags
     }
@@ -149,7 +163,15 @@ struct ByteReader {
 extension ObjectTemplate {
     /// Views proposed as registration targets / hypotheses: the registered views most like the frame.
     static let candidateViews = 4
-    static let registrationFit = 0.45
+    static let registrationFit = 0.5
+    static let clearFit = 0.75
+    /// Calibration never asks more than this fit, nor an RMS below this (metres): sensor-noise floors.
+    static let maximumFitThreshold = 0.78
+    static let minimumRMSThreshold = 0.0025
+    /// Likewise the coverage asked is never above 0.75 and the excess allowed never below 0.06: a
+    /// genuine, well aligned frame shows coverage 0.8–1.0 and excess up to ~0.09 (noise at edges).
+    static let maximumCoverageThreshold = 0.75
+    static let minimumExcessThreshold = 0.06
     /// Leave-one-out models are thinned to this many points (calibration cost; the margin absorbs it).
     static let looModelPoints = 4_000
 
@@ -159,26 +181,37 @@ extension ObjectTemplate {
         let tau = min(max(0.02 * diameter, 0.004), 0.012)
         let cell = max(diameter / 48, 0.002)
         var poses: [RigidTransform?] = Array(repeating: nil, count: views.count)
-        poses[0] = .identity
-        // Register the others, most similar to an already registered view first; two passes.
-        for _ in 0..<2 {
-            while true {
-                let pending = views.indices.filter { poses[$0] == nil }
-                if pending.isEmpty { break }
-                func similarity(_ i: Int) -> Double {
-                    views.indices.filter { poses[$0] != nil }.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0
-                }
-                var progressed = false
-                var tree: KDTree?
-                for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
-                    let registered = views.indices.filter { poses[$0] != nil }
-                    if tree == nil { tree = KDTree(assemble(views, poses, cell: cell)) }
-                    let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
-                    let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree!, targets: targets, tau: tau)
-                    if a.fit >= registrationFit { poses[i] = a.transform; progressed = true; tree = nil }
-                }
-                if !progressed { break }
+        // Seed: the view of highest quality (the most points), then greedily the pending view that
+        // fits the growing model best; a view that never fits well enough stays out of the model.
+        let seed = views.indices.max { views[$0].quality < views[$1].quality || (views[$0].quality == views[$1].quality && views[$0].cloud.count < views[$1].cloud.count) } ?? 0
+        poses[seed] = .identity
+        // Pending views, most similar to a registered one first: a view that fits clearly (≥ 0.75) is
+        // taken at once; otherwise, after a full pass, the best fitting one if it fits at all.
+        while true {
+            let pending = views.indices.filter { poses[$0] == nil }
+            if pending.isEmpty { break }
+            let registered = views.indices.filter { poses[$0] != nil }
+            func similarity(_ i: Int) -> Double { registered.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0 }
+            let tree = KDTree(assemble(views, poses, cell: cell))
+            var best: (Int, Alignment)?
+            for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
+                let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
+                let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree, targets: targets, tau: tau,
+                                           refine: Registration.enrolmentRefinedHypotheses)
+                if a.fit > (best?.1.fit ?? -1) { best = (i, a) }
+                if a.fit >= clearFit { break }
             }
+            guard let (i, a) = best, a.fit >= registrationFit else { break }
+            poses[i] = a.transform
+        }
+        // Global refinement: each registered view once more against the model of the others.
+        let ordered = views.indices.filter { poses[$0] != nil && $0 != seed }
+        for i in ordered {
+            var others = poses
+            others[i] = nil
+            let tree = KDTree(assemble(views, others, cell: cell))
+            let fine = Registration.subsample(views[i].cloud, Registration.finePoints)
+            poses[i] = Registration.icp(fine, tree, from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
         }
         let model = assemble(views, poses, cell: cell)
         // Leave-one-out: each registered view against the model of the others, as verification would.
@@ -191,29 +224,32 @@ extension ObjectTemplate {
                 let m = Registration.subsample(assemble(views, others, cell: cell), looModelPoints)
                 // From the pose registration found (the search itself is what verification adds).
                 let tree = KDTree(m)
-                let normals = tree.normals()
+                let oriented = orientedNormals(m, views, others, cell: cell)
+                let normals = tree.order.map { oriented[Int($0)] }
                 let fine = Registration.subsample(views[i].cloud, Registration.finePoints)
                 let pose = Registration.icp(fine, tree, from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
                 let a = Alignment(transform: pose, fit: 0, rms: 0)
                 let (fit, rms) = Registration.evaluate(fine, tree, pose, tau: tau, normals: normals, cell: cell)
                 fits.append(fit); rmss.append(rms)
                 excesses.append(Registration.excess(views[i].cloud, pose, tree, normals, cell: cell, tau: tau))
-                coverages.append(Registration.coverage(model: m, view: views[i].cloud, t: a.transform, tau: tau, cell: cell))
+                coverages.append(Registration.coverage(model: m, normals: oriented, view: views[i].cloud, t: a.transform, tau: tau, cell: cell))
             }
         }
         var minimumFit: Float = 0.6, maximumRMS = tau, minimumCoverage: Float = 0.5, maximumExcess: Float = 0.05
         if fits.count >= 3 {
             let robustLow = { (v: [Double]) in v.sorted()[v.count >= 6 ? 1 : 0] }
             let robustHigh = { (v: [Double]) in v.sorted(by: >)[v.count >= 6 ? 1 : 0] }
-            minimumFit = Float(min(max(robustLow(fits) - 0.10, 0.35), 0.95))
-            maximumRMS = Float(min(max(robustHigh(rmss) * 1.5, 0.5 * Double(tau)), 2 * Double(tau)))
-            minimumCoverage = Float(min(max(robustLow(coverages) - 0.12, 0.3), 0.95))
-            maximumExcess = Float(min(max(robustHigh(excesses) + 0.03, 0.02), 0.2))
+            // Floors from the sensor (σ ≈ 1.5 mm): a well aligned genuine frame has fit ≈ 0.85–0.95 and
+            // RMS ≈ 1.3–2.5 mm whatever the 8 frames said.
+            minimumFit = Float(min(max(robustLow(fits) - 0.10, 0.35), maximumFitThreshold))
+            maximumRMS = Float(min(max(robustHigh(rmss) * 1.5, 0.5 * Double(tau), minimumRMSThreshold), 2 * Double(tau)))
+            minimumCoverage = Float(min(max(robustLow(coverages) - 0.12, 0.3), maximumCoverageThreshold))
+            maximumExcess = Float(min(max(robustHigh(excesses) + 0.03, minimumExcessThreshold), 0.2))
         }
         let templateViews = views.indices.map { i in
             View(vector: views[i].vector, axes: poses[i].map { views[i].axes.transformed($0) } ?? views[i].axes, registered: poses[i] != nil)
         }
-        return ObjectTemplate(views: templateViews, model: model, inlierDistance: tau, cell: cell, minimumFit: minimumFit,
+        return ObjectTemplate(views: templateViews, model: model, normals: orientedNormals(model, views, poses, cell: cell), inlierDistance: tau, cell: cell, minimumFit: minimumFit,
                               maximumRMS: maximumRMS, minimumCoverage: minimumCoverage, maximumExcess: maximumExcess, goodFrames: goodFrames,
                               viewpoints: viewpoints, flags: flags)
     }
@@ -223,7 +259,50 @@ extension ObjectTemplate {
         var union: [SIMD3<Float>] = []
         for (i, v) in views.enumerated() { if let t = poses[i] { union.append(contentsOf: v.cloud.map(t.apply)) } }
         guard !union.isEmpty else { return [] }
-        return Registration.subsample(ShapeAnalysis.voxelDownsample(union, voxel: cell), maximumModelPoints)
+        return Registration.subsample(removeStrays(ShapeAnalysis.voxelDownsample(union, voxel: cell), cell: cell), maximumModelPoints)
+    }
+
+    /// Drops the camera's outliers: every view brings ~3 % scattered points, each alone in its voxel
+    /// while the surface's voxels are shared, so a merged model would be a fifth strays. A point is
+    /// kept when its 4 nearest neighbours are within 3 cells.
+    static func removeStrays(_ points: [SIMD3<Float>], cell: Float) -> [SIMD3<Float>] {
+        guard points.count > 32 else { return points }
+        let tree = KDTree(points)
+        var neighbours: [SIMD3<Float>] = []
+        neighbours.reserveCapacity(5)
+        let limit = 9 * cell * cell
+        let kept = points.filter { p in
+            tree.nearest(p, k: 5, into: &neighbours)
+            return neighbours.count == 5 && distanceSquared(neighbours[4], p) <= limit
+        }
+        return kept.count >= 16 ? kept : points
+    }
+
+    /// Unit normals of the model points (in the model's order), each oriented towards the cameras of
+    /// the registered views that saw it (a vote over the views' points nearest to it).
+    static func orientedNormals(_ model: [SIMD3<Float>], _ views: [EnrolledView], _ poses: [RigidTransform?], cell: Float) -> [SIMD3<Float>] {
+        guard !model.isEmpty else { return [] }
+        let tree = KDTree(model)
+        let raw = tree.normals()
+        var normals = [SIMD3<Float>](repeating: SIMD3(0, 0, 1), count: model.count)
+        var votes = [Float](repeating: 0, count: model.count)
+        let limit = 4 * cell * cell
+        for (j, n) in raw.enumerated() { normals[Int(tree.order[j])] = n }
+        for (i, v) in views.enumerated() {
+            guard let t = poses[i] else { continue }
+            let camera = t.translation
+            for p in v.cloud {
+                let q = t.apply(p)
+                let (k, d2) = tree.nearestIndex(q)
+                guard k >= 0, d2 <= limit else { continue }
+                let m = Int(tree.order[k])
+                let toCamera = camera - q
+                votes[m] += dot3(normals[m], toCamera) / max(length3(toCamera), 1e-6)
+            }
+        }
+        for m in normals.indices where votes[m] < 0 { normals[m] = -normals[m] }
+        // As stored: 3 signed bytes (x 127), so that a template equals its serialized copy.
+        return normals.map { n in SIMD3((n.x * 127).rounded(), (n.y * 127).rounded(), (n.z * 127).rounded()) / 127 }
     }
 
     static func nearestViews(to vector: [Float], among indices: [Int], _ views: [EnrolledView]) -> [Int] {

@@ -36,7 +36,8 @@ public struct ObjectVerifier: Sendable {
         self.template = template
         self.roi = roi.flatMap { $0.isValid ? $0 : nil }
         tree = KDTree(template.model)
-        normals = tree.normals()
+        // The template's oriented normals, in the tree's order.
+        normals = template.normals.count == template.model.count ? tree.order.map { template.normals[Int($0)] } : tree.normals()
     }
 
     public mutating func present(_ frame: PointFrame) -> FrameVerdict {
@@ -69,12 +70,13 @@ public struct ObjectVerifier: Sendable {
         let candidates = template.views.indices.filter { template.views[$0].registered }
             .sorted { scores[$0] > scores[$1] }.prefix(ObjectTemplate.candidateViews)
         let alignment = Registration.align(a.cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
-                                           tau: template.inlierDistance, normals: normals, cell: template.cell)
+                                           tau: template.inlierDistance, normals: normals, cell: template.cell,
+                                           untilFit: Double(template.minimumFit) + 0.05)
         v.fit = alignment.fit
         v.rms = alignment.rms
-        v.coverage = Registration.coverage(model: template.model, view: a.cloud,
-                                           t: alignment.transform, tau: template.inlierDistance, cell: template.cell)
-        v.excess = Registration.excess(a.cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance)
+        v.coverage = Registration.coverage(model: template.model, normals: template.normals, view: a.cloud,
+                                           t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: a.tree)
+        v.excess = Registration.excess(a.cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: a.tree)
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
             && v.coverage >= Double(template.minimumCoverage) && v.excess <= Double(template.maximumExcess)
         v.passed = v.stage1Passed && v.stage2Passed

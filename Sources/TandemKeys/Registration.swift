@@ -17,6 +17,7 @@ enum Registration {
     static let coarseIterations = 4
     static let fineIterations = 20
     static let refinedHypotheses = 3
+    static let enrolmentRefinedHypotheses = 8
 
     /// Transforms taking the source's principal frame onto each target frame (all 4 proper sign
     /// choices; also with the first two axes swapped when their variances are within 25 %).
@@ -105,7 +106,8 @@ enum Registration {
     /// The best alignment of `source` (a view's cloud, its principal axes) to the model in `tree`,
     /// trying the hypotheses built from `targets` (principal frames of enrolment views, model coordinates).
     static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
-                      normals: [SIMD3<Float>]? = nil, cell: Float = 0) -> Alignment {
+                      normals: [SIMD3<Float>]? = nil, cell: Float = 0, refine: Int = refinedHypotheses,
+                      untilFit: Double = 0, maximumRefined: Int = 12) -> Alignment {
         let coarse = subsample(source, coarsePoints)
         let fine = subsample(source, finePoints)
         var scored: [(Double, RigidTransform)] = []
@@ -115,7 +117,9 @@ enum Registration {
         }
         scored.sort { $0.0 > $1.0 }
         var best = Alignment(transform: .identity, fit: 0, rms: .infinity)
-        for (_, t0) in scored.prefix(refinedHypotheses) {
+        // The best `refine` hypotheses; more (up to `maximumRefined`) while none reaches `untilFit`.
+        for (k, (_, t0)) in scored.prefix(max(refine, maximumRefined)).enumerated() {
+            if k >= refine, best.fit >= untilFit { break }
             let t = icp(fine, tree, from: t0, tau: tau, iterations: fineIterations)
             let (fit, rms) = evaluate(fine, tree, t, tau: tau, normals: normals, cell: cell)
             if fit > best.fit || (fit == best.fit && rms < best.rms) { best = Alignment(transform: t, fit: fit, rms: rms) }
@@ -135,13 +139,14 @@ enum Registration {
     /// The fraction of the view's points that are off the model (> 2τ) together with most of their
     /// neighbours: a part the model lacks (a handle, 3 cm more box, a sharp corner where the model is
     /// rounded). Scattered outliers of the camera do not count: their neighbours are on the surface.
-    static func excess(_ view: [SIMD3<Float>], _ t: RigidTransform, _ tree: KDTree, _ normals: [SIMD3<Float>], cell: Float, tau: Float) -> Double {
+    static func excess(_ view: [SIMD3<Float>], _ t: RigidTransform, _ tree: KDTree, _ normals: [SIMD3<Float>], cell: Float, tau: Float,
+                       viewTree given: KDTree? = nil) -> Double {
         guard !view.isEmpty else { return 1 }
         let limit = 4 * tau * tau
         var off: [SIMD3<Float>] = []
         for p in view where distance2(t.apply(p), tree, normals, cell) > limit { off.append(p) }
         guard !off.isEmpty else { return 0 }
-        let viewTree = KDTree(view)
+        let viewTree = given ?? KDTree(view)
         var neighbours: [SIMD3<Float>] = []
         var clustered = 0
         for p in off {
@@ -157,7 +162,8 @@ enum Registration {
     /// fraction with a view point within 2τ: a model part the view lacks (a handle, 3 cm more box)
     /// lowers it. Visibility: a z-buffer over the model seen from the camera, cell = `cell` metres.
     /// `view` is in the camera's frame.
-    static func coverage(model: [SIMD3<Float>], view: [SIMD3<Float>], t: RigidTransform, tau: Float, cell: Float) -> Double {
+    static func coverage(model: [SIMD3<Float>], normals: [SIMD3<Float>], view: [SIMD3<Float>], t: RigidTransform, tau: Float, cell: Float,
+                         viewTree given: KDTree? = nil) -> Double {
         guard !model.isEmpty, !view.isEmpty else { return 0 }
         let inverse = t.inverse
         let camera = model.map { inverse.apply($0) }
@@ -181,11 +187,18 @@ enum Registration {
             return y * w + x
         }
         for i in camera.indices { let k = index(projected[i]); zbuffer[k] = min(zbuffer[k], camera[i].z) }
-        let viewTree = KDTree(view)
+        let viewTree = given ?? KDTree(view)
         let tolerance = cell
         var visible = 0, matched = 0
         let limit = 4 * tau * tau
+        // Facing the camera (oriented normals; the camera is at t's translation in model coordinates) and not hidden.
+        let eye = t.translation
+        let oriented = normals.count == model.count
         for i in camera.indices where camera[i].z <= zbuffer[index(projected[i])] + tolerance {
+            if oriented {
+                let toEye = eye - model[i]
+                if dot3(normals[i], toEye) < 0.2 * length3(toEye) { continue }
+            }
             visible += 1
             if viewTree.nearestDistanceSquared(camera[i]) <= limit { matched += 1 }
         }

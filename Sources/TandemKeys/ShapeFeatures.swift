@@ -17,6 +17,8 @@ struct ShapeAnalysis: Sendable {
     /// Robust extents (4th–96th percentile: a few % of outliers do not count) along the principal axes, longest first, metres.
     var extents: SIMD3<Float>
     var vector: [Float]
+    /// k-d tree of `cloud` (built for the features, reused by stage 2).
+    var tree: KDTree
 
     static let maximumVoxelPoints = 2_000
     static let voxelDivisions: Float = 32
@@ -43,6 +45,7 @@ struct ShapeAnalysis: Sendable {
             axes = PrincipalAxes(centroid: .zero, eigenvalues: .zero, axes: .identity)
             extents = .zero
             vector = [Float](repeating: 0, count: Self.dimension)
+            tree = KDTree(points)
             return
         }
         let rawAxes = points.withUnsafeBufferPointer { PrincipalAxes($0) }
@@ -56,7 +59,9 @@ struct ShapeAnalysis: Sendable {
         self.cloud = cloud
         axes = cloud.withUnsafeBufferPointer { PrincipalAxes($0) }
         extents = Self.robustExtents(cloud, axes)
-        vector = Self.features(cloud, axes: axes, extents: extents)
+        let tree = KDTree(cloud)
+        self.tree = tree
+        vector = Self.features(cloud, tree: tree, axes: axes, extents: extents)
     }
 
     /// 4th–96th percentile spans along the three axes, sorted longest first.
@@ -108,7 +113,7 @@ struct ShapeAnalysis: Sendable {
         return out
     }
 
-    static func features(_ cloud: [SIMD3<Float>], axes pa: PrincipalAxes, extents e: SIMD3<Float>) -> [Float] {
+    static func features(_ cloud: [SIMD3<Float>], tree: KDTree, axes pa: PrincipalAxes, extents e: SIMD3<Float>) -> [Float] {
         let n = cloud.count
         var v = [Float]()
         v.reserveCapacity(dimension)
@@ -143,9 +148,8 @@ struct ShapeAnalysis: Sendable {
         append(block: radial, weight: wq, to: &v)
         // Local surface variation λ3 / (λ1 + λ2 + λ3) of the k nearest voxels, over [0, 1/3].
         var variation = [Float](repeating: 0, count: variationBins)
-        let tree = KDTree(cloud)
         var neighbours: [SIMD3<Float>] = []
-        neighbours.reserveCapacity(neighbours.count)
+        neighbours.reserveCapacity(neighbours_k(n))
         let queries = min(n, variationQueries)
         let step = Double(n) / Double(max(queries, 1))
         for i in 0..<queries {

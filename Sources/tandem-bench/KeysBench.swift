@@ -95,7 +95,9 @@ struct KeysBench: ParsableCommand {
                               "registered": template.views.filter(\.registered).count, "model_points": template.model.count,
                               "bytes": template.serialized().count, "min_fit": template.minimumFit, "max_rms_mm": template.maximumRMS * 1000,
                               "min_coverage": template.minimumCoverage, "warnings": template.warnings])
-            say("keys: enrolled \(shape.name): \(e.goodFrames) frames, \(e.viewpoints) viewpoints, \(template.views.filter(\.registered).count) registered\(e.isComplete ? "" : " (forced)")")
+            say("keys: enrolled \(shape.name): \(e.goodFrames) frames, \(e.viewpoints) viewpoints, \(template.views.filter(\.registered).count) registered\(e.isComplete ? "" : " (forced)")"
+                + String(format: "; fit ≥ %.2f, rms ≤ %.2f mm, coverage ≥ %.2f, excess ≤ %.3f, τ %.1f mm", template.minimumFit, template.maximumRMS * 1000,
+                         template.minimumCoverage, template.maximumExcess, template.inlierDistance * 1000))
         }
 
         // Sweeps.
@@ -114,6 +116,18 @@ struct KeysBench: ParsableCommand {
         var misses: [(Double, [String: Any])] = []
         var rejectedGenuine: [[String: Any]] = []
         var hardPairs: [String: Any] = [:]
+        /// Why a frame failed: "good" (frame check), "s1" (stage 1), then the stage-2 measures.
+        func reasons(_ v: FrameVerdict, _ t: ObjectTemplate) -> [String] {
+            var r: [String] = []
+            if v.quality == 0 { return ["check"] }
+            if !v.stage1Passed { r.append("s1") }
+            if v.fit < Double(t.minimumFit) { r.append("fit") }
+            if v.rms > Double(t.maximumRMS) { r.append("rms") }
+            if v.coverage < Double(t.minimumCoverage) { r.append("cov") }
+            if v.excess > Double(t.maximumExcess) { r.append("exc") }
+            return r
+        }
+        var perObject: [String: (sweeps: Int, rejected: Int, frames: Int, reasons: [String: Int])] = [:]
         for (t, base) in verifiers.enumerated() {
             for (o, list) in sweepsOf.enumerated() {
                 for (s, sweep) in list.enumerated() {
@@ -123,8 +137,22 @@ struct KeysBench: ParsableCommand {
                     if o == t { verifyMs.append(ms(clock.now - start)) }
                     let stage1 = verdicts.allSatisfy(\.stage1Passed)
                     let summary: [String: Any] = ["template": shapes[t].name, "object": shapes[o].name, "sweep": s,
-                                                  "frames": verdicts.map { ["score": $0.score, "fit": $0.fit, "rms_mm": $0.rms * 1000, "coverage": $0.coverage, "passed": $0.passed] }]
+                                                  "frames": verdicts.map { ["score": $0.score, "fit": $0.fit, "rms_mm": $0.rms * 1000, "coverage": $0.coverage,
+                                                                            "excess": $0.excess, "passed": $0.passed, "failed": reasons($0, base.template)] as [String: Any] }]
                     if o == t {
+                        var entry = perObject[shapes[t].name] ?? (0, 0, 0, [:])
+                        entry.sweeps += 1
+                        if !matched { entry.rejected += 1 }
+                        for verdict in verdicts where !verdict.passed {
+                            entry.frames += 1
+                            for r in reasons(verdict, base.template) { entry.reasons[r, default: 0] += 1 }
+                        }
+                        perObject[shapes[t].name] = entry
+                        if ProcessInfo.processInfo.environment["KEYS_VERBOSE"] != nil {
+                            let tp = base.template
+                            say("keys:   \(shapes[t].name) sweep \(s) thresholds fit \(tp.minimumFit) rms \(tp.maximumRMS * 1000) cov \(tp.minimumCoverage) exc \(tp.maximumExcess): "
+                                + verdicts.map { String(format: "[s %.3f f %.2f r %.2f c %.2f e %.3f]", $0.score, $0.fit, $0.rms * 1000, $0.coverage, $0.excess) }.joined(separator: " "))
+                        }
                         genuine += 1
                         if !matched { genuineRejected += 1; rejectedGenuine.append(summary) }
                         if !stage1 { stage1Genuine += 1 }
@@ -147,6 +175,10 @@ struct KeysBench: ParsableCommand {
                 }
             }
             say("keys: template \(t + 1)/\(verifiers.count) (\(shapes[t].name)) done; so far FRR \(genuineRejected)/\(genuine), FAR \(impostorAccepted)/\(impostor)")
+        }
+        for shape in shapes {
+            guard let e = perObject[shape.name] else { continue }
+            say("keys: genuine \(shape.name): \(e.rejected)/\(e.sweeps) sweeps rejected, \(e.frames) frames failed: \(e.reasons.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
         }
         let frr = Double(genuineRejected) / Double(max(genuine, 1)), far = Double(impostorAccepted) / Double(max(impostor, 1))
         let frr1 = Double(stage1Genuine) / Double(max(genuine, 1)), far1 = Double(stage1Impostor) / Double(max(impostor, 1))

@@ -90,7 +90,12 @@ final class TemplateTests: XCTestCase {
         let t = Templates.get("mug")
         let bytes = t.serialized()
         XCTAssertEqual(try ObjectTemplate(serialized: bytes), t)
-        XCTAssertLessThan(bytes.count, 60_000)
+        XCTAssertLessThan(bytes.count, 70_000)
+        XCTAssertEqual(t.normals.count, t.model.count)
+        // A zero normal (the last 3 bytes) is refused.
+        var zeroNormal = bytes
+        for i in zeroNormal.count - 3..<zeroNormal.count { zeroNormal[i] = 0 }
+        XCTAssertThrowsError(try ObjectTemplate(serialized: zeroNormal))
         let json = try JSONEncoder().encode(t)
         XCTAssertEqual(try JSONDecoder().decode(ObjectTemplate.self, from: json), t)
         // Every prefix and a sample of byte flips throw or decode; none traps.
