@@ -149,8 +149,11 @@ public final class AppGuard: @unchecked Sendable {
             let stop = monitor.withLock { stopRequested }
             if stop { break }
             scanOnce()
+            // Idle (nothing blocked, no SIGKILL due): sleep until `set` or `stop` wakes the thread,
+            // instead of scanning every interval in every node that has no lock on.
+            let waiting = scanLock.withLock { !pending.isEmpty }
             monitor.withLock {
-                if !stopRequested { monitor.wait(ms: interval) }
+                if !stopRequested { monitor.wait(ms: blocked.isEmpty && !waiting ? 60_000 : interval) }
             }
         }
         scanLock.withLock {
