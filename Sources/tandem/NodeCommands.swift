@@ -46,11 +46,15 @@ struct Node: AsyncParsableCommand {
     @Flag(help: "Do not stop a locked mode's blocked apps (sites and hooks still apply).")
     var noAppGuard = false
 
+    @Option(help: ArgumentHelp("Seconds between heartbeats on each friend link; a friend silent for three heartbeats is offline.", valueName: "seconds"))
+    var heartbeat: Int = 10
+
     func validate() throws {
         guard (1...65535).contains(discoveryPort) else { throw ValidationError("--discovery-port must be between 1 and 65535") }
         guard discoveryInterval >= 0.1, discoveryInterval <= 3600 else {
             throw ValidationError("--discovery-interval must be between 0.1 and 3600 seconds")
         }
+        guard (1...300).contains(heartbeat) else { throw ValidationError("--heartbeat must be between 1 and 300 seconds") }
         guard StructuredLogHandler.Format(rawValue: logFormat) != nil else {
             throw ValidationError("--log-format must be text or json")
         }
@@ -84,6 +88,8 @@ struct Node: AsyncParsableCommand {
             discovery.interval = .milliseconds(Int64(discoveryInterval * 1000))
             config.discovery = discovery
         }
+        config.friends.heartbeat = .seconds(Int64(heartbeat))
+        config.friends.silenceLimit = .seconds(Int64(3 * heartbeat))
         config.focus.hostsFile = hostsFile
         config.focus.hooksDirectory = hooksDir
         config.focus.appGuard = !noAppGuard

@@ -396,5 +396,6 @@ def test_a_solo_session_with_mode_locks_until_its_end(make_focus):
     assert "main key" in fail(n, "focus", "quit")
     unlocked = wait_event(n, "focus.unlocked", "mode=deep", since=since, timeout="10s")
     assert unlocked["reason"] == "challenge_ended"
-    assert n.hosts.read_text() == ORIGINAL_HOSTS
+    # The step (and its event) is stored before its effects: the block goes right after.
+    poll(lambda: n.hosts.read_text() == ORIGINAL_HOSTS, what="the block removed at the end")
     assert cli_json(n, "focus", "status")["session"] is None

@@ -18,7 +18,7 @@ def nodes(lan, tmp_path):
             d = tmp_path / name.lower()
             info = init_node(d)
             proc = subprocess.Popen(["ip", "netns", "exec", ns, TANDEM_BIN, "node", "--data-dir", str(d),
-                                     "--listen", "0.0.0.0:7810", "--discovery-interval", "0.3"],
+                                     "--listen", "0.0.0.0:7810", "--discovery-interval", "0.3", "--heartbeat", "2"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=NODE_ENV)
             procs.append(proc)
             node = {"dir": str(d), "id": info["id"], "ip": f"{SUBNET}.{i}", "name": name, "proc": proc}
@@ -96,8 +96,8 @@ def test_partition_and_heal(nodes):
     ns_alice = nodes[0]["proc"].args[3]
     subprocess.run(["ip", "-n", ns_alice, "link", "set", "eth0", "down"], check=True)
     try:
-        # Silence is noticed by the heartbeat (30 s limit) or the broken connection, whichever is first.
-        offline = wait_event(bob, "peer.offline", f"id={alice['id']}", timeout="60s")
+        # Silence is noticed by the heartbeat (3 × 2 s here) or the broken connection, whichever is first.
+        offline = wait_event(bob, "peer.offline", f"id={alice['id']}", timeout="30s")
     finally:
         subprocess.run(["ip", "-n", ns_alice, "link", "set", "eth0", "up"], check=True)
     # Both nodes survive the outage (a send error on a vanished network must not stop discovery).
