@@ -209,3 +209,74 @@ import Foundation
 @inline(__always) func _acos(_ x: Double) -> Double { Foundation.acos(x) }
 @inline(__always) func _atan2(_ y: Double, _ x: Double) -> Double { Foundation.atan2(y, x) }
 #endif
+
+/// The small rigid motion minimising Σ((p_i + ω×p_i + t − q_i)·n_i)² (point-to-plane, linearised;
+/// Chen & Medioni 1991), as a proper rotation (Rodrigues of ω) and t. A lightly damped 6×6 solve, so
+/// that a direction the surface does not constrain (sliding along a plane) stays put.
+func pointToPlaneStep(_ src: UnsafeBufferPointer<SIMD3<Float>>, _ dst: UnsafeBufferPointer<SIMD3<Float>>,
+                      _ normals: UnsafeBufferPointer<SIMD3<Float>>) -> RigidTransform {
+    let n = min(src.count, dst.count, normals.count)
+    guard n >= 6 else { return .identity }
+    // Centred on the source's centroid: better conditioned rotations.
+    var c = SIMD3<Float>.zero
+    for i in 0..<n { c += src[i] }
+    c /= Float(n)
+    var ata = [Double](repeating: 0, count: 36), atb = [Double](repeating: 0, count: 6)
+    for i in 0..<n {
+        let p = src[i] - c, nn = normals[i]
+        let pn = cross3(p, nn)
+        let a = [Double(pn.x), Double(pn.y), Double(pn.z), Double(nn.x), Double(nn.y), Double(nn.z)]
+        let b = -Double(dot3(src[i] - dst[i], nn))
+        for r in 0..<6 {
+            atb[r] += a[r] * b
+            for k in r..<6 { ata[r * 6 + k] += a[r] * a[k] }
+        }
+    }
+    for r in 0..<6 { for k in 0..<r { ata[r * 6 + k] = ata[k * 6 + r] } }
+    var trace = 0.0
+    for r in 0..<6 { trace += ata[r * 6 + r] }
+    for r in 0..<6 { ata[r * 6 + r] += 1e-6 * trace / 6 + 1e-12 }
+    guard let x = solve6(ata, atb) else { return .identity }
+    let w = SIMD3<Float>(Float(x[0]), Float(x[1]), Float(x[2])), t = SIMD3<Float>(Float(x[3]), Float(x[4]), Float(x[5]))
+    let r = rodrigues(w)
+    // x ↦ R(x − c) + c + t.
+    return RigidTransform(rotation: r, translation: c + t - r.apply(c))
+}
+
+/// The rotation by |w| radians about w.
+func rodrigues(_ w: SIMD3<Float>) -> Mat3 {
+    let theta = length3(w)
+    guard theta > 1e-9 else { return .identity }
+    let k = w / theta
+    let s = Float(_sin(Double(theta))), c = Float(_cos(Double(theta))), v = 1 - c
+    return Mat3(r0: SIMD3(c + k.x * k.x * v, k.x * k.y * v - k.z * s, k.x * k.z * v + k.y * s),
+                r1: SIMD3(k.y * k.x * v + k.z * s, c + k.y * k.y * v, k.y * k.z * v - k.x * s),
+                r2: SIMD3(k.z * k.x * v - k.y * s, k.z * k.y * v + k.x * s, c + k.z * k.z * v))
+}
+
+/// Solves the 6×6 system (row-major) by Gaussian elimination with partial pivoting; nil when singular.
+func solve6(_ m: [Double], _ rhs: [Double]) -> [Double]? {
+    var a = m, b = rhs
+    for col in 0..<6 {
+        var pivot = col
+        for r in col + 1..<6 where abs(a[r * 6 + col]) > abs(a[pivot * 6 + col]) { pivot = r }
+        guard abs(a[pivot * 6 + col]) > 1e-18 else { return nil }
+        if pivot != col {
+            for k in 0..<6 { a.swapAt(col * 6 + k, pivot * 6 + k) }
+            b.swapAt(col, pivot)
+        }
+        for r in col + 1..<6 {
+            let f = a[r * 6 + col] / a[col * 6 + col]
+            guard f != 0 else { continue }
+            for k in col..<6 { a[r * 6 + k] -= f * a[col * 6 + k] }
+            b[r] -= f * b[col]
+        }
+    }
+    var x = [Double](repeating: 0, count: 6)
+    for r in stride(from: 5, through: 0, by: -1) {
+        var s = b[r]
+        for k in r + 1..<6 { s -= a[r * 6 + k] * x[k] }
+        x[r] = s / a[r * 6 + r]
+    }
+    return x.allSatisfy(\.isFinite) ? x : nil
+}

@@ -177,9 +177,19 @@ extension ObjectTemplate {
 
     /// Registers the views into one model and calibrates the thresholds (leave-one-out).
     static func build(_ views: [EnrolledView], goodFrames: Int, viewpoints: Int, flags: Flags) -> ObjectTemplate {
+        let (tau, cell) = scales(views)
+        let poses = register(views, tau: tau, cell: cell)
+        return build(views, poses: poses, tau: tau, cell: cell, goodFrames: goodFrames, viewpoints: viewpoints, flags: flags)
+    }
+
+    /// Inlier distance τ and model voxel edge for these views.
+    static func scales(_ views: [EnrolledView]) -> (tau: Float, cell: Float) {
         let diameter = views.map(\.extents.x).max() ?? 0.1
-        let tau = min(max(0.02 * diameter, 0.004), 0.012)
-        let cell = max(diameter / 48, 0.002)
+        return (min(max(0.02 * diameter, 0.004), 0.012), max(diameter / 48, 0.002))
+    }
+
+    /// Each view's pose (its camera frame → model coordinates), nil for a view that could not be registered.
+    static func register(_ views: [EnrolledView], tau: Float, cell: Float) -> [RigidTransform?] {
         var poses: [RigidTransform?] = Array(repeating: nil, count: views.count)
         // Seed: the view of highest quality (the most points), then greedily the pending view that
         // fits the growing model best; a view that never fits well enough stays out of the model.
@@ -193,11 +203,12 @@ extension ObjectTemplate {
             let registered = views.indices.filter { poses[$0] != nil }
             func similarity(_ i: Int) -> Double { registered.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0 }
             let tree = KDTree(assemble(views, poses, cell: cell))
+            let normals = tree.normals()
             var best: (Int, Alignment)?
             for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
                 let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
                 let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree, targets: targets, tau: tau,
-                                           refine: Registration.enrolmentRefinedHypotheses)
+                                           normals: normals, cell: cell, refine: Registration.enrolmentRefinedHypotheses)
                 if a.fit > (best?.1.fit ?? -1) { best = (i, a) }
                 if a.fit >= clearFit { break }
             }
@@ -211,8 +222,13 @@ extension ObjectTemplate {
             others[i] = nil
             let tree = KDTree(assemble(views, others, cell: cell))
             let fine = Registration.subsample(views[i].cloud, Registration.finePoints)
-            poses[i] = Registration.icp(fine, tree, from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
+            poses[i] = Registration.icpPlane(fine, tree, normals: tree.normals(), from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
         }
+        return poses
+    }
+
+    static func build(_ views: [EnrolledView], poses: [RigidTransform?], tau: Float, cell: Float, goodFrames: Int, viewpoints: Int,
+                      flags: Flags) -> ObjectTemplate {
         let model = assemble(views, poses, cell: cell)
         // Leave-one-out: each registered view against the model of the others, as verification would.
         let registered = views.indices.filter { poses[$0] != nil }
@@ -229,7 +245,7 @@ extension ObjectTemplate {
                 let fine = Registration.subsample(views[i].cloud, Registration.finePoints)
                 let pose = Registration.icp(fine, tree, from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
                 let a = Alignment(transform: pose, fit: 0, rms: 0)
-                let (fit, rms) = Registration.evaluate(fine, tree, pose, tau: tau, normals: normals, cell: cell)
+                let (fit, rms) = Registration.evaluate(fine, tree, pose, tau: tau, normals: normals, cell: cell, oriented: true)
                 fits.append(fit); rmss.append(rms)
                 excesses.append(Registration.excess(views[i].cloud, pose, tree, normals, cell: cell, tau: tau))
                 coverages.append(Registration.coverage(model: m, normals: oriented, view: views[i].cloud, t: a.transform, tau: tau, cell: cell))

@@ -70,7 +70,7 @@ public struct ObjectVerifier: Sendable {
         let candidates = template.views.indices.filter { template.views[$0].registered }
             .sorted { scores[$0] > scores[$1] }.prefix(ObjectTemplate.candidateViews)
         let alignment = Registration.align(a.cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
-                                           tau: template.inlierDistance, normals: normals, cell: template.cell,
+                                           tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell,
                                            untilFit: Double(template.minimumFit) + 0.05)
         v.fit = alignment.fit
         v.rms = alignment.rms

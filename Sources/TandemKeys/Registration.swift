@@ -1,8 +1,10 @@
 /// Rigid registration of a partial view to a model: coarse global hypotheses from principal axes
 /// (the four sign choices of a right-handed frame, and the swap of two axes whose variances are
 /// close), each refined by a few ICP iterations on a small subsample; the best few are then refined
-/// by full ICP (point-to-point, closed-form Horn steps, k-d tree correspondences, pairs farther than
-/// max(2τ, 2 × mean distance) rejected) and scored by inlier fraction.
+/// by full ICP and the best kept. ICP is point-to-plane when the model's
+/// normals are known (a damped linearised 6×6 solve per step), else point-to-point (closed-form
+/// Horn steps); k-d tree correspondences, pairs farther than max(2τ, 2 × mean distance) rejected;
+/// alignments are scored by inlier fraction.
 struct Alignment: Sendable {
     var transform: RigidTransform
     /// Fraction of the view's points within τ of the model after alignment.
@@ -75,14 +77,50 @@ enum Registration {
         return t
     }
 
+    /// ICP minimising point-to-plane distances (the tree's `normals`, in its order): converges where
+    /// point-to-point ICP stalls on surfaces sliding over each other (faces of a box, steps).
+    static func icpPlane(_ source: [SIMD3<Float>], _ tree: KDTree, normals: [SIMD3<Float>], from initial: RigidTransform, tau: Float,
+                         iterations: Int) -> RigidTransform {
+        var t = initial
+        var a: [SIMD3<Float>] = [], b: [SIMD3<Float>] = [], n: [SIMD3<Float>] = []
+        var moved = [SIMD3<Float>](repeating: .zero, count: source.count)
+        var index = [Int](repeating: 0, count: source.count)
+        var dist = [Float](repeating: 0, count: source.count)
+        a.reserveCapacity(source.count); b.reserveCapacity(source.count); n.reserveCapacity(source.count)
+        for _ in 0..<iterations {
+            var sum: Float = 0
+            for i in source.indices {
+                let q = t.apply(source[i])
+                let (k, d2) = tree.nearestIndex(q)
+                moved[i] = q; index[i] = k
+                dist[i] = d2.squareRoot()
+                sum += dist[i]
+            }
+            let cutoff = max(2 * tau, 2 * sum / Float(max(source.count, 1)))
+            a.removeAll(keepingCapacity: true); b.removeAll(keepingCapacity: true); n.removeAll(keepingCapacity: true)
+            for i in source.indices where dist[i] <= cutoff && index[i] >= 0 {
+                a.append(moved[i]); b.append(tree.points[index[i]]); n.append(normals[index[i]])
+            }
+            guard a.count >= 12 else { break }
+            let step = a.withUnsafeBufferPointer { pa in b.withUnsafeBufferPointer { pb in n.withUnsafeBufferPointer { pn in pointToPlaneStep(pa, pb, pn) } } }
+            t = step.composed(after: t)
+            if step.rotation.rotationAngle < 1e-4, length3(step.translation) < 1e-5 { break }
+        }
+        return t
+    }
+
     /// Fit and RMS. With `normals` (of the tree's points), the distance is the point-to-plane one
     /// plus whatever of the tangential offset exceeds half the model's point spacing `cell`: the
     /// spacing of the model's points is forgiven, a part beyond the model's edge is not.
+    /// With `oriented` normals (pointing out of the object), a point whose nearest model point faces
+    /// away from the camera (at `t.translation` in model coordinates) is an outlier, however near:
+    /// the camera cannot see a back face (a tile's front seen as its back, a shell inside out).
     static func evaluate(_ source: [SIMD3<Float>], _ tree: KDTree, _ t: RigidTransform, tau: Float,
-                         normals: [SIMD3<Float>]? = nil, cell: Float = 0) -> (fit: Double, rms: Double) {
+                         normals: [SIMD3<Float>]? = nil, cell: Float = 0, oriented: Bool = false) -> (fit: Double, rms: Double) {
         guard !source.isEmpty else { return (0, .infinity) }
         var d = [Float](repeating: 0, count: source.count)
         var inliers = 0
+        let eye = t.translation
         for i in source.indices {
             let q = t.apply(source[i])
             let (k, d2) = tree.nearestIndex(q)
@@ -91,6 +129,10 @@ enum Registration {
                 let plane = dot3(v, normals[k])
                 let tangential = max(0, (max(0, d2 - plane * plane)).squareRoot() - cell / 2)
                 d[i] = plane * plane + tangential * tangential
+                if oriented {
+                    let toEye = eye - q
+                    if dot3(normals[k], toEye) < -0.3 * length3(toEye) { d[i] = max(d[i], 4.01 * tau * tau) }
+                }
             } else {
                 d[i] = d2
             }
@@ -106,7 +148,7 @@ enum Registration {
     /// The best alignment of `source` (a view's cloud, its principal axes) to the model in `tree`,
     /// trying the hypotheses built from `targets` (principal frames of enrolment views, model coordinates).
     static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
-                      normals: [SIMD3<Float>]? = nil, cell: Float = 0, refine: Int = refinedHypotheses,
+                      normals: [SIMD3<Float>]? = nil, oriented: Bool = false, cell: Float = 0, refine: Int = refinedHypotheses,
                       untilFit: Double = 0, maximumRefined: Int = 12) -> Alignment {
         let coarse = subsample(source, coarsePoints)
         let fine = subsample(source, finePoints)
@@ -118,10 +160,13 @@ enum Registration {
         scored.sort { $0.0 > $1.0 }
         var best = Alignment(transform: .identity, fit: 0, rms: .infinity)
         // The best `refine` hypotheses; more (up to `maximumRefined`) while none reaches `untilFit`.
+        // (Fewer ICP steps per candidate on a thinner sample, then the winner in full, was 14 % faster
+        // and rejected 5 more of 144 genuine sweeps: not taken.)
         for (k, (_, t0)) in scored.prefix(max(refine, maximumRefined)).enumerated() {
             if k >= refine, best.fit >= untilFit { break }
-            let t = icp(fine, tree, from: t0, tau: tau, iterations: fineIterations)
-            let (fit, rms) = evaluate(fine, tree, t, tau: tau, normals: normals, cell: cell)
+            let t = normals.map { icpPlane(fine, tree, normals: $0, from: t0, tau: tau, iterations: fineIterations) }
+                ?? icp(fine, tree, from: t0, tau: tau, iterations: fineIterations)
+            let (fit, rms) = evaluate(fine, tree, t, tau: tau, normals: normals, cell: cell, oriented: oriented)
             if fit > best.fit || (fit == best.fit && rms < best.rms) { best = Alignment(transform: t, fit: fit, rms: rms) }
         }
         return best

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import TandemKeys
 import TandemNet
+import NIOConcurrencyHelpers
 
 /// `tandem-bench keys`: object keys (issue 14) on generated objects (TandemKeys.SyntheticShapes).
 ///
@@ -128,13 +129,42 @@ struct KeysBench: ParsableCommand {
             return r
         }
         var perObject: [String: (sweeps: Int, rejected: Int, frames: Int, reasons: [String: Int])] = [:]
+        // Every template against every sweep, on every core (the verdicts do not depend on timing);
+        // then the genuine sweeps once more, one at a time, for the verification time.
+        let trials = verifiers.count * sweepsOf.count
+        let results = NIOLockedValueBox([[(Bool, [FrameVerdict])]](repeating: [], count: trials))
+        let (allSweeps, allVerifiers) = (sweepsOf, verifiers)
+        DispatchQueue.concurrentPerform(iterations: trials) { k in
+            let (t, o) = k.quotientAndRemainder(dividingBy: allSweeps.count)
+            let out = allSweeps[o].map { sweep in
+                var v = allVerifiers[t]
+                return v.matches(sweep)
+            }
+            results.withLockedValue { $0[k] = out }
+        }
+        let verdictsOf = results.withLockedValue { $0 }
+        // KEYS_DUMP=FILE: every frame's measures as TSV (for studying the thresholds).
+        if let path = ProcessInfo.processInfo.environment["KEYS_DUMP"] {
+            var tsv = "template\tobject\tsweep\tframe\tscore\tfit\trms\tcoverage\texcess\tquality\n"
+            for t in verifiers.indices { for o in sweepsOf.indices { for (s, r) in verdictsOf[t * sweepsOf.count + o].enumerated() {
+                for (f, v) in r.1.enumerated() {
+                    tsv += "\(shapes[t].name)\t\(shapes[o].name)\t\(s)\t\(f)\t\(v.score)\t\(v.fit)\t\(v.rms)\t\(v.coverage)\t\(v.excess)\t\(v.quality)\n"
+                }
+            } } }
+            try tsv.write(toFile: path, atomically: true, encoding: .utf8)
+        }
+        for (t, base) in verifiers.enumerated() {
+            for sweep in sweepsOf[t] {
+                var v = base
+                let start = clock.now
+                _ = v.matches(sweep)
+                verifyMs.append(ms(clock.now - start))
+            }
+        }
         for (t, base) in verifiers.enumerated() {
             for (o, list) in sweepsOf.enumerated() {
-                for (s, sweep) in list.enumerated() {
-                    var v = base
-                    let start = clock.now
-                    let (matched, verdicts) = v.matches(sweep)
-                    if o == t { verifyMs.append(ms(clock.now - start)) }
+                for s in list.indices {
+                    let (matched, verdicts) = verdictsOf[t * sweepsOf.count + o][s]
                     let stage1 = verdicts.allSatisfy(\.stage1Passed)
                     let summary: [String: Any] = ["template": shapes[t].name, "object": shapes[o].name, "sweep": s,
                                                   "frames": verdicts.map { ["score": $0.score, "fit": $0.fit, "rms_mm": $0.rms * 1000, "coverage": $0.coverage,
