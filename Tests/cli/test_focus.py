@@ -9,6 +9,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -399,3 +400,52 @@ def test_a_solo_session_with_mode_locks_until_its_end(make_focus):
     # The step (and its event) is stored before its effects: the block goes right after.
     poll(lambda: n.hosts.read_text() == ORIGINAL_HOSTS, what="the block removed at the end")
     assert cli_json(n, "focus", "status")["session"] is None
+
+
+NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root (to run the node as another user) and setpriv")
+def test_an_app_the_node_may_not_signal_is_named_and_the_lock_still_holds():
+    """A node running as an unprivileged user cannot stop another user's process: it says so once
+    (focus.blocking_failed, naming the app and what right is missing), leaves it alone, still stops
+    its own user's copy, and the lock itself holds."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix="tandem-focus-nobody-"))
+    os.chmod(base, 0o755)
+    procs = []
+    n = None
+    try:
+        n = FocusNode(base / "nobody")
+        victim = base / "focus-victim"
+        shutil.copy("/bin/sleep", victim)
+        os.chmod(victim, 0o755)
+        subprocess.run(["chown", "-R", "65534:65534", str(base)], check=True)
+        n.start(prefix=NOBODY)
+        setup_deep(n)
+        roots = subprocess.Popen([str(victim), "60"])  # root's: not ours to stop
+        procs.append(roots)
+        since = last_seq(n)
+        cli(n, "lock", "--mode", "deep", "--tag", "pen-secret")
+        failed = wait_event(n, "focus.blocking_failed", since=since, timeout="10s")
+        assert "not permitted to stop focus-victim" in failed["error"] and f"pid {roots.pid}" in failed["error"], failed
+        assert "CAP_KILL" in failed["error"]
+        own = subprocess.Popen([*NOBODY, str(victim), "60"])
+        procs.append(own)
+        poll(lambda: own.poll() is not None, timeout=3, what="the node's own user's copy stopped")
+        assert roots.poll() is None, "another user's process was stopped"
+        s = cli_json(n, "mode", "status")
+        assert s["locked"] is True
+        assert "example.com" in n.hosts.read_text()
+        # Reported once, not at every scan.
+        time.sleep(1.5)
+        assert len([e for e in events(n, "focus.blocking_failed") if e["seq"] > since]) == 1
+        cli(n, "unlock", "--tag", "pen-secret")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if n is not None:
+            n.kill()
+        shutil.rmtree(base, ignore_errors=True)

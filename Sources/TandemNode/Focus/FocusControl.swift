@@ -176,7 +176,6 @@ extension FocusService {
         case .check, .enroll, .replace:
             throw NodeError.invalidArgument("not a lock action")
         }
-        _ = modes
         return commit(lock, step)
     }
 

@@ -44,12 +44,18 @@ final class FocusEnforcer: Sendable {
         hostsFile = configuration.hostsFile.map { HostsFile(path: $0) }
         hooks = configuration.hooksDirectory.map { HookRunner(directory: $0, timeoutMs: configuration.hookTimeoutMs) }
         if configuration.appGuard {
+            let budget = ReportBudget(perMinute: 20)
             guardian = AppGuard(
                 onStop: { p in
                     _ = events.emit("focus.app_stopped", ["pid": .int(Int64(p.pid)), "name": .string(p.name), "path": .string(p.path ?? ""), "item": .string(p.item),
                                                           "signal": .string(p.signal == SIGKILL ? "SIGKILL" : "SIGTERM")])
                 },
-                onError: { text in logger.warning("app guard", metadata: ["error": "\(text)"]) })
+                onError: { text in
+                    // Each process is judged once, so a report per process; still at most 20 events a
+                    // minute (a user starting copies by the thousand fills the log, not the event store).
+                    logger.warning("app guard", metadata: ["error": "\(text)"])
+                    if budget.allow() { _ = events.emit("focus.blocking_failed", ["error": .string(text), "mode": .null]) }
+                })
         } else {
             guardian = nil
         }
@@ -168,6 +174,24 @@ final class FocusEnforcer: Sendable {
                     _ = events.emit("focus.hook", f)
                 }
             }
+        }
+    }
+}
+
+/// At most `perMinute` reports in any minute-long window (fixed windows; thread-safe).
+final class ReportBudget: Sendable {
+    private let state = NIOLockedValueBox((windowStart: ContinuousClock.now, used: 0))
+    let perMinute: Int
+
+    init(perMinute: Int) { self.perMinute = perMinute }
+
+    func allow() -> Bool {
+        state.withLockedValue { s in
+            let now = ContinuousClock.now
+            if now - s.windowStart >= .seconds(60) { s = (now, 0) }
+            guard s.used < perMinute else { return false }
+            s.used += 1
+            return true
         }
     }
 }
