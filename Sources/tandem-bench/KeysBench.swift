@@ -20,7 +20,7 @@ struct KeysBench: ParsableCommand {
         abstract: "Object keys: feature extraction (goal ≤ 5 ms), FRR ≤ 5 % / FAR ≤ 1 % on generated objects, 3-frame verification ≤ 50 ms.")
 
     @Option(help: "Objects from the catalogue (default: all of them).") var objects: Int = 0
-    @Option(help: "Enrolment frames offered per object (it completes after 8 diverse ones).") var enrolFrames: Int = 12
+    @Option(help: "Enrolment frames offered per object, in one command (8 diverse ones complete it; all good ones up to 12 are used).") var enrolFrames: Int = 12
     @Option(help: "3-frame sweeps per object.") var sweeps: Int = 4
     @Option(help: "Feature-extraction repetitions.") var featureRuns: Int = 200
     @Option(help: "Seed of the run.") var seed: UInt64 = 1
@@ -84,7 +84,9 @@ struct KeysBench: ParsableCommand {
         for (o, shape) in shapes.enumerated() {
             var e = ObjectEnrollment()
             var offered = 0
-            while !e.isComplete, offered < enrolFrames {
+            // All offered frames in one command, as `tandem key enroll K --object f1 … fN` does: the
+            // enrolment takes every good one (up to 12) and finishes after the last.
+            while offered < enrolFrames, e.goodFrames < ObjectEnrollment.maximumFrames {
                 _ = e.add(SyntheticShapes.view(of: shape, seed: seed &* 1_000_003 &+ UInt64(o * 100 + offered), points: points()))
                 offered += 1
             }
