@@ -50,61 +50,53 @@ enum Registration {
         return (0..<count).map { points[Int(Double($0) * step)] }
     }
 
+    /// Point-to-point ICP: each step the closed-form rigid transform of the kept pairs (Horn).
     static func icp(_ source: [SIMD3<Float>], _ tree: KDTree, from initial: RigidTransform, tau: Float, iterations: Int) -> RigidTransform {
-        var t = initial
-        var a: [SIMD3<Float>] = [], b: [SIMD3<Float>] = []
-        var moved = [SIMD3<Float>](repeating: .zero, count: source.count)
-        var nearest = [SIMD3<Float>](repeating: .zero, count: source.count)
-        var dist = [Float](repeating: 0, count: source.count)
-        a.reserveCapacity(source.count); b.reserveCapacity(source.count)
-        for _ in 0..<iterations {
-            var sum: Float = 0
-            for i in source.indices {
-                let q = t.apply(source[i])
-                let (n, d2) = tree.nearest(q)
-                moved[i] = q; nearest[i] = n
-                dist[i] = d2.squareRoot()
-                sum += dist[i]
-            }
-            let cutoff = max(2 * tau, 2 * sum / Float(max(source.count, 1)))
-            a.removeAll(keepingCapacity: true); b.removeAll(keepingCapacity: true)
-            for i in source.indices where dist[i] <= cutoff { a.append(moved[i]); b.append(nearest[i]) }
-            guard a.count >= 6 else { break }
-            let step = a.withUnsafeBufferPointer { pa in b.withUnsafeBufferPointer { pb in horn(pa, pb) } }
-            t = step.composed(after: t)
-            if step.rotation.rotationAngle < 1e-4, length3(step.translation) < 1e-5 { break }
+        iterate(source, tree, from: initial, tau: tau, iterations: iterations, minimumPairs: 6) { moved, model in
+            let targets = model.map { tree.points[$0] }
+            return moved.withUnsafeBufferPointer { pa in targets.withUnsafeBufferPointer { pb in horn(pa, pb) } }
         }
-        return t
     }
 
     /// ICP minimising point-to-plane distances (the tree's `normals`, in its order): converges where
     /// point-to-point ICP stalls on surfaces sliding over each other (faces of a box, steps).
     static func icpPlane(_ source: [SIMD3<Float>], _ tree: KDTree, normals: [SIMD3<Float>], from initial: RigidTransform, tau: Float,
                          iterations: Int) -> RigidTransform {
+        iterate(source, tree, from: initial, tau: tau, iterations: iterations, minimumPairs: 12) { moved, model in
+            let targets = model.map { tree.points[$0] }, n = model.map { normals[$0] }
+            return moved.withUnsafeBufferPointer { pa in
+                targets.withUnsafeBufferPointer { pb in n.withUnsafeBufferPointer { pn in pointToPlaneStep(pa, pb, pn) } }
+            }
+        }
+    }
+
+    /// The ICP loop both kinds share: correspondences from the tree, pairs farther than
+    /// max(2τ, 2 × mean distance) dropped, `step` (moved source points, their model points' indices)
+    /// composed on, until it barely moves or fewer than `minimumPairs` pairs are left.
+    private static func iterate(_ source: [SIMD3<Float>], _ tree: KDTree, from initial: RigidTransform, tau: Float, iterations: Int,
+                                minimumPairs: Int, step: ([SIMD3<Float>], [Int]) -> RigidTransform) -> RigidTransform {
         var t = initial
-        var a: [SIMD3<Float>] = [], b: [SIMD3<Float>] = [], n: [SIMD3<Float>] = []
+        var a: [SIMD3<Float>] = [], k: [Int] = []
         var moved = [SIMD3<Float>](repeating: .zero, count: source.count)
         var index = [Int](repeating: 0, count: source.count)
         var dist = [Float](repeating: 0, count: source.count)
-        a.reserveCapacity(source.count); b.reserveCapacity(source.count); n.reserveCapacity(source.count)
+        a.reserveCapacity(source.count); k.reserveCapacity(source.count)
         for _ in 0..<iterations {
             var sum: Float = 0
             for i in source.indices {
                 let q = t.apply(source[i])
-                let (k, d2) = tree.nearestIndex(q)
-                moved[i] = q; index[i] = k
+                let (j, d2) = tree.nearestIndex(q)
+                moved[i] = q; index[i] = j
                 dist[i] = d2.squareRoot()
                 sum += dist[i]
             }
             let cutoff = max(2 * tau, 2 * sum / Float(max(source.count, 1)))
-            a.removeAll(keepingCapacity: true); b.removeAll(keepingCapacity: true); n.removeAll(keepingCapacity: true)
-            for i in source.indices where dist[i] <= cutoff && index[i] >= 0 {
-                a.append(moved[i]); b.append(tree.points[index[i]]); n.append(normals[index[i]])
-            }
-            guard a.count >= 12 else { break }
-            let step = a.withUnsafeBufferPointer { pa in b.withUnsafeBufferPointer { pb in n.withUnsafeBufferPointer { pn in pointToPlaneStep(pa, pb, pn) } } }
-            t = step.composed(after: t)
-            if step.rotation.rotationAngle < 1e-4, length3(step.translation) < 1e-5 { break }
+            a.removeAll(keepingCapacity: true); k.removeAll(keepingCapacity: true)
+            for i in source.indices where dist[i] <= cutoff && index[i] >= 0 { a.append(moved[i]); k.append(index[i]) }
+            guard a.count >= minimumPairs else { break }
+            let s = step(a, k)
+            t = s.composed(after: t)
+            if s.rotation.rotationAngle < 1e-4, length3(s.translation) < 1e-5 { break }
         }
         return t
     }
