@@ -18,8 +18,11 @@ import pytest
 from tandem_testkit import (LIBFAKETIME, Node, befriend, cli, cli_json, events, last_seq, one_line_error, realtime_prefix,
                             wait_event)
 
-# Start and end on every node within this much of each other (µs of CLOCK_MONOTONIC).
-SKEW_US = 5_000
+# Start and end on every node within this much of each other (µs of CLOCK_MONOTONIC). Not the goal
+# (p99 ≤ 5 ms, release, measured by `tandem-bench countdown`): a debug build on two shared CPUs was
+# seen 12.7 ms late once under a full test run; a node that ignored the partner's clock offset (seconds
+# under libfaketime) or armed its timer from the wrong instant is off by far more than this.
+SKEW_US = 25_000
 REALTIME = realtime_prefix()
 
 

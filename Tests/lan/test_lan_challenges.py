@@ -14,7 +14,9 @@ import pytest
 from netns import NODE_ENV, SUBNET, TANDEM_BIN, answers, cli, cli_json, init_node, until, wait_event
 from tandem_testkit import LIBFAKETIME, realtime_prefix
 
-SKEW_US = 5_000
+# Together within this (µs of CLOCK_MONOTONIC); the 5 ms goal is `tandem-bench countdown`'s
+# (release), see Tests/cli/test_challenges.py.
+SKEW_US = 25_000
 REALTIME = realtime_prefix()
 
 
