@@ -58,7 +58,8 @@ public final class EventBus: Sendable {
     /// them; needs a log kept in that store, `StoreEventLog`). Call `published()` once the
     /// transaction has committed.
     public func record(_ type: String, _ fields: [String: JSONValue] = [:]) -> PendingEvent {
-        PendingEvent(type: type, timeMs: Int64(clamping: NodeEvent.nowMs()), fields: JSONValue.object(fields).compactJSON)
+        PendingEvent(type: type, timeMs: Int64(clamping: NodeEvent.nowMs()), fields: JSONValue.object(fields).compactJSON,
+                     decoded: JSONValue.object(fields).survivesJSONRoundTrip ? fields : nil)
     }
 
     /// Hands every event stored since the last delivery to subscribers, in seq order.

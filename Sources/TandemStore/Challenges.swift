@@ -25,7 +25,7 @@ extension NodeStore {
                 ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, updatedAtMs = excluded.updatedAtMs, state = excluded.state
                 """, arguments: [Data(c.id), c.phase.rawValue, c.solo, nowMs, nowMs, json])
             for f in frames { try f.insert(db, onConflict: .ignore) }
-            try Self.insert(events, db)
+            try insertEvents(events, db)
             return true
         }
     }
@@ -100,7 +100,7 @@ extension NodeStore {
                            arguments: [entry.seq, Data(c.id), Data(entry.record), Data(entry.packedSignatures),
                                        Data(entry.previousHash), Data(entry.hash), nowMs])
             try db.execute(sql: "UPDATE challenge SET state = ?, updatedAtMs = ? WHERE id = ?", arguments: [json, nowMs, Data(c.id)])
-            try Self.insert(events(entry), db)
+            try insertEvents(events(entry), db)
             return entry
         }
     }

@@ -75,7 +75,7 @@ extension NodeStore {
             case .none, .requested, .pending: break
             }
             // Replace an earlier unanswered request to the same peer: one request in flight.
-            try OutboxItem.filter(OutboxItem.Columns.recipient == Data(key) && Column("type") == frame.type).deleteAll(db)
+            try db.cachedStatement(sql: "DELETE FROM outbox WHERE recipient = ? AND type = ?").execute(arguments: [Data(key), frame.type])
             c.relationship = .requested
             c.requestMessage = message
             c.requestedAtMs = nowMs
@@ -108,7 +108,7 @@ extension NodeStore {
             if let handled, try !mark(db, handled) { return .duplicate }
             let result = try receiveFriendRequest(db, from: key, displayName: displayName, message: message, record: record,
                                                   recordVersion: recordVersion, reply: reply, nowMs: nowMs)
-            try Self.insert(events(result), db)
+            try insertEvents(events(result), db)
             return result
         }
         return result
@@ -149,7 +149,8 @@ extension NodeStore {
             }
             try c.save(db)
             if case .stored = result {
-                let pending = try Contact.filter(Contact.Columns.relationship == Relationship.pending.rawValue).fetchCount(db)
+                let pending = try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM contact WHERE relationship = ?"),
+                                               arguments: [Relationship.pending.rawValue]) ?? 0
                 if pending > limits.maximumPendingRequests {
                     if let oldest = try Contact.filter(Contact.Columns.relationship == Relationship.pending.rawValue)
                         .order(Contact.Columns.requestedAtMs.asc).fetchOne(db), oldest.publicKey != Data(key) {
@@ -204,7 +205,7 @@ extension NodeStore {
             try c.save(db)
             // Our request is answered: stop retrying it.
             try Self.clearOutbox(db, for: key)
-            try Self.insert(events, db)
+            try insertEvents(events, db)
             return true
         }
     }
@@ -255,7 +256,7 @@ extension NodeStore {
             }
             try Self.clearOutbox(db, for: key)
             try Self.forget(db, key)
-            try Self.insert(events(before), db)
+            try insertEvents(events(before), db)
             return before
         }
     }
@@ -303,7 +304,7 @@ extension NodeStore {
             c.recordVersion = version
             c.updatedAtMs = nowMs
             try c.save(db)
-            try Self.insert(events, db)
+            try insertEvents(events, db)
             return true
         }
     }
@@ -322,15 +323,23 @@ extension NodeStore {
     /// Remembers where a peer was reached or seen; keeps the most recent few per peer.
     public func rememberAddress(_ key: [UInt8], host: String, port: Int, source: String, nowMs: Int64) throws {
         try write { db in
-            try KnownAddress(publicKey: key, host: host, port: port, source: source, lastSeenMs: nowMs).save(db)
-            let all = try KnownAddress.filter(Column("publicKey") == Data(key)).order(Column("lastSeenMs").desc).fetchAll(db)
-            for stale in all.dropFirst(limits.maximumAddressesPerPeer) { try stale.delete(db) }
+            // On every frame that carries a contact record, so two statements, both prepared once.
+            try db.cachedStatement(sql: """
+                INSERT INTO address (publicKey, host, port, source, lastSeenMs) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (publicKey, host, port) DO UPDATE SET source = excluded.source, lastSeenMs = excluded.lastSeenMs
+                """).execute(arguments: [Data(key), host, port, source, nowMs])
+            // The peer's addresses beyond the newest `maximumAddressesPerPeer` go.
+            try db.cachedStatement(sql: """
+                DELETE FROM address WHERE publicKey = ?1 AND (host, port) NOT IN
+                    (SELECT host, port FROM address WHERE publicKey = ?1 ORDER BY lastSeenMs DESC LIMIT ?2)
+                """).execute(arguments: [Data(key), limits.maximumAddressesPerPeer])
         }
     }
 
     public func addresses(_ key: [UInt8]) throws -> [KnownAddress] {
         try read { db in
-            try KnownAddress.filter(Column("publicKey") == Data(key)).order(Column("lastSeenMs").desc).fetchAll(db)
+            try KnownAddress.fetchAll(try db.cachedStatement(sql: "SELECT * FROM address WHERE publicKey = ? ORDER BY lastSeenMs DESC"),
+                                      arguments: [Data(key)])
         }
     }
 
@@ -504,26 +513,36 @@ public struct PendingEvent: Sendable, Equatable {
     public let timeMs: Int64
     /// The event's fields as a JSON object.
     public let fields: String
-    public init(type: String, timeMs: Int64, fields: String) {
+    /// The same fields as the caller holds them decoded (kept in memory with the event once it is
+    /// stored, so it is not parsed again to be handed out); not stored, not compared.
+    public let decoded: (any Sendable)?
+    public init(type: String, timeMs: Int64, fields: String, decoded: (any Sendable)? = nil) {
         self.type = type
         self.timeMs = timeMs
         self.fields = fields
+        self.decoded = decoded
+    }
+
+    public static func == (a: PendingEvent, b: PendingEvent) -> Bool {
+        a.type == b.type && a.timeMs == b.timeMs && a.fields == b.fields
     }
 }
 
 extension NodeStore {
     /// Inserts events inside a transaction already open (an intent's).
-    static func insert(_ events: [PendingEvent], _ db: Database) throws {
+    func insertEvents(_ events: [PendingEvent], _ db: Database) throws {
         for p in events {
             var e = StoredEvent(seq: nil, type: p.type, timeMs: p.timeMs, fields: p.fields)
             try e.insert(db)
+            inserted(e, decoded: p.decoded)
         }
     }
 
-    public func appendEvent(type: String, timeMs: Int64, fields: String) throws -> StoredEvent {
+    public func appendEvent(type: String, timeMs: Int64, fields: String, decoded: (any Sendable)? = nil) throws -> StoredEvent {
         try write { db in
             var e = StoredEvent(seq: nil, type: type, timeMs: timeMs, fields: fields)
             try e.insert(db)
+            inserted(e, decoded: decoded)
             if let seq = e.seq, seq % 1000 == 0 {
                 try db.cachedStatement(sql: "DELETE FROM event WHERE seq <= ?").execute(arguments: [seq - Int64(limits.maximumEvents)])
             }
@@ -532,8 +551,17 @@ extension NodeStore {
     }
 
     public func events(since seq: Int64, limit: Int) throws -> [StoredEvent] {
-        try read { db in
-            try StoredEvent.filter(Column("seq") > seq).order(Column("seq")).limit(limit).fetchAll(db)
+        try recentEvents(since: seq, limit: limit).map(\.stored)
+    }
+
+    /// `events(since:limit:)`, each with its fields decoded when the newest events held in memory
+    /// still have them (the event bus hands out what a step just stored without parsing it).
+    public func recentEvents(since seq: Int64, limit: Int) throws -> [RecentEvent] {
+        // Outside a transaction of its own: what the tail holds is committed.
+        if !isInBatch, let recent = tail.events(after: seq, limit: limit) { return recent }
+        return try read { db in
+            try StoredEvent.fetchAll(try db.cachedStatement(sql: "SELECT * FROM event WHERE seq > ? ORDER BY seq LIMIT ?"),
+                                     arguments: [seq, limit]).map { RecentEvent(stored: $0, decoded: nil) }
         }
     }
 
@@ -577,7 +605,7 @@ extension NodeStore {
                     try db.execute(sql: "DELETE FROM setting WHERE key = ?", arguments: [key])
                 }
             }
-            try Self.insert(events, db)
+            try insertEvents(events, db)
         }
     }
 }

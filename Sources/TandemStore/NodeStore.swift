@@ -41,6 +41,8 @@ public struct PrivateFileError: Error, CustomStringConvertible {
 /// durable together before anything is acknowledged (DESIGN.md, "A node").
 public struct NodeStore: Sendable {
     private let writer: any DatabaseWriter
+    /// The newest committed events, so they are handed out without being read back.
+    let tail = EventTail()
 
     /// Limits that keep a stranger from growing the store without bound.
     public struct Limits: Sendable {
@@ -218,13 +220,30 @@ public struct NodeStore: Sendable {
     /// Runs `body` in one write transaction; inside a `batch` on this thread, in a savepoint of the
     /// batch's transaction (a failing body rolls back its own writes only).
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
-        guard let batch = currentBatch else { return try writer.write(body) }
         var result: T?
-        try batch.db.inSavepoint {
-            result = try body(batch.db)
-            return .commit
+        guard let batch = currentBatch else {
+            // A write on its own is a batch of one (so the events it stores reach the tail).
+            try self.batch { result = try write(body) }
+            return result!
+        }
+        let eventsBefore = batch.events.count
+        do {
+            try batch.db.inSavepoint {
+                result = try body(batch.db)
+                return .commit
+            }
+        } catch {
+            // Rolled back: the events this body stored were never written.
+            batch.events.removeSubrange(min(eventsBefore, batch.events.count)...)
+            throw error
         }
         return result!
+    }
+
+    /// Notes an event row this transaction inserted (for the tail, once it commits), with its
+    /// fields as the caller holds them decoded, if it does.
+    func inserted(_ event: StoredEvent, decoded: (any Sendable)?) {
+        currentBatch?.events.append(RecentEvent(stored: event, decoded: decoded))
     }
 
     /// Reads; inside a `batch` on this thread, what the batch wrote so far included.
@@ -248,6 +267,12 @@ public struct NodeStore: Sendable {
             Self.batches.withLock { $0[key] = context }
             defer { Self.batches.withLock { $0[key] = nil } }
             try body()
+            if !context.events.isEmpty {
+                // On the writer's queue right after the commit, before any later transaction: the
+                // tail grows in commit order. Nothing reaches it from a transaction rolled back.
+                let events = context.events, tail = self.tail
+                db.afterNextTransaction(onCommit: { _ in tail.committed(events) })
+            }
             return context
         }
         for action in context.afterCommit { action() }
@@ -285,5 +310,44 @@ private struct BatchKey: Hashable, Sendable {
 private final class BatchContext: @unchecked Sendable {
     let db: Database
     var afterCommit: [() -> Void] = []
+    /// Event rows inserted so far, minus those of savepoints rolled back.
+    var events: [RecentEvent] = []
     init(db: Database) { self.db = db }
+}
+
+/// The newest committed events, in seq order, so the event bus can hand out what a step just
+/// stored without reading it back (every step of a flow ends with that hand-out). Fed only by this
+/// store's own commits; the node is its store's only writer (one node per data directory). Seqs
+/// are contiguous (AUTOINCREMENT; a rolled-back insert takes none), so a gap means an insert the
+/// tail did not see: it starts again from there, and older reads go to the database.
+final class EventTail: Sendable {
+    static let capacity = 256
+    private let events = Mutex<[RecentEvent]>([])
+
+    func committed(_ new: [RecentEvent]) {
+        events.withLock { tail in
+            for e in new {
+                guard let seq = e.stored.seq else { continue }
+                if let last = tail.last?.stored.seq, seq != last &+ 1 { tail.removeAll(keepingCapacity: true) }
+                tail.append(e)
+            }
+            if tail.count > Self.capacity { tail.removeFirst(tail.count - Self.capacity) }
+        }
+    }
+
+    /// The events after `seq` (at most `limit`), when the tail holds every one of them; else nil.
+    func events(after seq: Int64, limit: Int) -> [RecentEvent]? {
+        events.withLock { tail -> [RecentEvent]? in
+            guard let first = tail.first?.stored.seq, let last = tail.last?.stored.seq, seq >= first &- 1, seq <= last else { return nil }
+            let start = Int(seq &- first &+ 1)
+            return Array(tail[start..<min(tail.count, start &+ max(0, limit))])
+        }
+    }
+}
+
+/// A committed event and, when whoever stored it held them, its fields decoded (so they need not
+/// be parsed again to be handed out).
+public struct RecentEvent: Sendable {
+    public let stored: StoredEvent
+    public let decoded: (any Sendable)?
 }

@@ -22,7 +22,7 @@ final class StoreTests: XCTestCase {
         // rolls the farewell back too.
         struct Boom: Error {}
         XCTAssertThrowsError(try store.write { db -> Void in
-            try NodeStore.insert([PendingEvent(type: "x", timeMs: 2, fields: "{}")], db)
+            try store.insertEvents([PendingEvent(type: "x", timeMs: 2, fields: "{}")], db)
             throw Boom()
         })
         XCTAssertEqual(try store.lastEventSeq(), 1, "nothing of the failed transaction stays")
@@ -30,6 +30,63 @@ final class StoreTests: XCTestCase {
                        .pending)
         XCTAssertNil(try store.contact(bob), "a relationship that ends leaves no row")
         XCTAssertEqual(try store.events(since: 1, limit: 10).map(\.type), ["friend.removed"])
+    }
+
+    /// The newest committed events are handed out from memory (the tail); what it hands out is
+    /// always what the database holds: never an event of a rolled-back savepoint or transaction,
+    /// none missing, in order, whatever mix of batches, nested writes and failures stored them.
+    func testEventTailHandsOutExactlyWhatWasCommitted() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tail-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("store.sqlite").path
+        let store = try NodeStore(path: path)
+        struct Boom: Error {}
+        var rng = SystemRandomNumberGenerator()
+        var n = 0
+        func event() -> PendingEvent { n += 1; return PendingEvent(type: "e\(n)", timeMs: Int64(n), fields: #"{"n":\#(n)}"#, decoded: n) }
+        for _ in 0..<300 {
+            switch Int.random(in: 0..<5, using: &rng) {
+            case 0: _ = try store.appendEvent(type: "append", timeMs: 1, fields: "{}")
+            case 1:
+                // A batch of writes, one of which fails and rolls back alone.
+                try store.batch {
+                    try store.write { db in try store.insertEvents([event(), event()], db) }
+                    XCTAssertThrowsError(try store.write { db -> Void in try store.insertEvents([event()], db); throw Boom() })
+                    _ = try store.appendEvent(type: "in-batch", timeMs: 1, fields: "{}")
+                }
+            case 2:
+                // A whole batch that fails: nothing of it is kept.
+                XCTAssertThrowsError(try store.batch {
+                    try store.write { db in try store.insertEvents([event()], db) }
+                    throw Boom()
+                })
+            case 3:
+                // Nested savepoints: the inner one fails, the outer one commits.
+                try store.write { db in
+                    try store.insertEvents([event()], db)
+                    try store.batch {
+                        XCTAssertThrowsError(try store.write { db -> Void in try store.insertEvents([event()], db); throw Boom() })
+                    }
+                }
+            default:
+                XCTAssertThrowsError(try store.write { db -> Void in try store.insertEvents([event(), event()], db); throw Boom() })
+            }
+            // From memory, then from the file through a second connection that never wrote.
+            let last = try store.lastEventSeq()
+            let since = max(0, last - Int64.random(in: 0...20, using: &rng))
+            let fromTail = try store.recentEvents(since: since, limit: 1_000)
+            let fromDisk = try NodeStore(path: path).events(since: since, limit: 1_000)
+            XCTAssertEqual(fromTail.map(\.stored), fromDisk)
+            for r in fromTail where r.decoded != nil {
+                XCTAssertEqual(r.stored.fields, #"{"n":\#(r.decoded as! Int)}"#, "decoded fields belong to their row")
+            }
+        }
+        // The tail served the recent reads: the newest events come with their decoded fields.
+        let newest = try store.recentEvents(since: max(0, try store.lastEventSeq() - 5), limit: 10)
+        XCTAssertFalse(newest.isEmpty)
+        XCTAssertEqual(try store.events(since: 0, limit: 100_000).count,
+                       try NodeStore(path: path).events(since: 0, limit: 100_000).count)
     }
 
     /// Marks of strangers' frames are capped apart and never evict friends' marks.

@@ -134,6 +134,13 @@ public final class FriendService: @unchecked Sendable {
         }
     }
 
+    /// Tells the other services once the change is durable (a signal about a change that rolls
+    /// back would be wrong), after the step's events are handed out: waking their tasks costs time
+    /// the step's commit and its events should not wait for.
+    private func signalAfterCommit(_ signal: NodeSignal) {
+        store.afterCommit { [signals] in signals.post(signal) }
+    }
+
     struct HostPort: Sendable {
         var host: String
         var port: Int
@@ -170,9 +177,9 @@ public final class FriendService: @unchecked Sendable {
         let item = outbox.frame(.friendAccept, to: key, payload: try acc.serializedBytes())
         let c = try mapStoreError { try store.acceptFriend(key, frame: item, nowMs: now()) }
         events.emit("friend.accepted", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(c.displayName), "by": "me"])
-        signals.post(.friendsChanged)
         presence.becameFriend(key, name: c.displayName)
         outbox.send(to: [key])
+        signalAfterCommit(.friendsChanged)
         return c
     }
 
@@ -187,8 +194,8 @@ public final class FriendService: @unchecked Sendable {
         let item = outbox.frame(.friendRemove, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes())
         try mapStoreError { try store.removeFriend(key, frame: item, nowMs: now()) }
         events.emit("friend.removed", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"])
-        signals.post(.friendsChanged)
         outbox.send(to: [key])
+        signalAfterCommit(.friendsChanged)
     }
 
     func blockNow(_ key: [UInt8]) throws {
@@ -197,7 +204,7 @@ public final class FriendService: @unchecked Sendable {
         try store.block(key, nowMs: now())
         peers.link(to: key)?.close()
         events.emit("friend.blocked", ["id": .string(NodeID(publicKey: key).canonical)])
-        if wasFriend { signals.post(.friendsChanged) }
+        if wasFriend { signalAfterCommit(.friendsChanged) }
     }
 
     func unblockNow(_ key: [UInt8]) throws -> Bool {
@@ -214,7 +221,7 @@ public final class FriendService: @unchecked Sendable {
         recordChanged()
         try announceRecord()
         events.emit("name.changed", ["name": .string(name)])
-        signals.post(.nameChanged)
+        signalAfterCommit(.nameChanged)
     }
 
     /// Tells every friend our newer contact record (after the name, the port or the home relay changed).
@@ -357,9 +364,9 @@ public final class FriendService: @unchecked Sendable {
         case .stored, .refreshed:
             break
         case .mutual:
-            signals.post(.friendsChanged)
             presence.becameFriend(author, name: record.displayName)
             outbox.send(to: [author])
+            signalAfterCommit(.friendsChanged)
         case .alreadyFriends:
             outbox.send(to: [author])
         case .blocked, .duplicate:
@@ -379,7 +386,7 @@ public final class FriendService: @unchecked Sendable {
         guard changed else { return }
         events.published()
         rememberRecordAddresses(record, author: envelope.author, link: link)
-        signals.post(.friendsChanged)
+        signalAfterCommit(.friendsChanged)
         presence.becameFriend(envelope.author, name: record.displayName)
     }
 
@@ -392,7 +399,7 @@ public final class FriendService: @unchecked Sendable {
         outbox.acknowledge(envelope, on: link)
         guard let before else { return }
         events.published()
-        if before == .friend { signals.post(.friendsChanged) }
+        if before == .friend { signalAfterCommit(.friendsChanged) }
     }
 
     private func receiveContactUpdate(_ envelope: Envelope, _ m: ContactUpdateMessage, from link: PeerLink?) throws {

@@ -21,6 +21,9 @@ struct NodeFrameRouter: InboundConsumer {
     func handle(_ events: [InboundEvent]) {
         do {
             try store.batch {
+                // First once the batch is durable: its events to subscribers (then the ACKs, frames
+                // and signals its steps left for after the commit).
+                store.afterCommit { [self] in self.events.published() }
                 for event in events { handle(event) }
             }
         } catch {

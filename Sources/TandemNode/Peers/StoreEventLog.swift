@@ -8,14 +8,17 @@ public struct StoreEventLog: EventLog {
     public init(store: NodeStore) { self.store = store }
 
     public func append(type: String, timeMs: UInt64, fields: [String: JSONValue]) throws -> NodeEvent {
-        let stored = try store.appendEvent(type: type, timeMs: Int64(timeMs), fields: JSONValue.object(fields).compactJSON)
+        let stored = try store.appendEvent(type: type, timeMs: Int64(timeMs), fields: JSONValue.object(fields).compactJSON,
+                                           decoded: JSONValue.object(fields).survivesJSONRoundTrip ? fields : nil)
         return NodeEvent(seq: stored.seq ?? 0, type: type, timeMs: timeMs, fields: fields)
     }
 
     public func events(since seq: Int64, limit: Int) throws -> [NodeEvent] {
-        try store.events(since: seq, limit: limit).map { e in
-            NodeEvent(seq: e.seq ?? 0, type: e.type, timeMs: UInt64(max(0, e.timeMs)),
-                      fields: (try? JSONValue.parse(e.fields))?.objectValue ?? [:])
+        try store.recentEvents(since: seq, limit: limit).map { recent in
+            let e = recent.stored
+            // Fields decoded by whoever stored the event, else parsed from the row.
+            let fields = recent.decoded as? [String: JSONValue] ?? (try? JSONValue.parse(e.fields))?.objectValue ?? [:]
+            return NodeEvent(seq: e.seq ?? 0, type: e.type, timeMs: UInt64(max(0, e.timeMs)), fields: fields)
         }
     }
 

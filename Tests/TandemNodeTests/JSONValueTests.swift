@@ -1,0 +1,71 @@
+import Foundation
+import XCTest
+@testable import TandemNode
+
+/// `JSONValue.compactJSON` is written by hand for speed; it must give what `JSONEncoder` (sorted
+/// keys, slashes not escaped) gives, byte for byte, and parse back to the same value.
+final class JSONValueTests: XCTestCase {
+    private let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return e
+    }()
+
+    private struct Generator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    /// Characters a string may hold: quotes, backslashes, slashes, every control character, DEL,
+    /// line and paragraph separators, accents, emoji.
+    private static let alphabet: [Character] = ["a", "Z", "0", "_", ".", " ", "\"", "\\", "/", "\u{7F}", "é", "ß", "\u{2028}",
+                                                "\u{2029}", "😀", "\u{FEFF}", "\r\n"] + (0..<0x20).map { Character(Unicode.Scalar($0)!) }
+
+    private func string(_ g: inout Generator) -> String {
+        String((0..<Int.random(in: 0...12, using: &g)).map { _ in Self.alphabet.randomElement(using: &g)! })
+    }
+
+    private func value(_ g: inout Generator, depth: Int) -> JSONValue {
+        switch Int.random(in: 0...(depth > 3 ? 4 : 6), using: &g) {
+        case 0: return .null
+        case 1: return .bool(Bool.random(using: &g))
+        case 2: return .int([Int64.min, Int64.max, 0, -1, Int64.random(in: -1_000_000...1_000_000, using: &g)].randomElement(using: &g)!)
+        case 3: return .double([0.1, -0.0, 1e20, 1e-7, 3.0, 123456789.125, Double.random(in: -1e6...1e6, using: &g)].randomElement(using: &g)!)
+        case 4: return .string(string(&g))
+        case 5: return .array((0..<Int.random(in: 0...4, using: &g)).map { _ in value(&g, depth: depth + 1) })
+        default:
+            var o: [String: JSONValue] = [:]
+            for _ in 0..<Int.random(in: 0...5, using: &g) { o[string(&g)] = value(&g, depth: depth + 1) }
+            return .object(o)
+        }
+    }
+
+    func testCompactJSONIsWhatJSONEncoderWrites() throws {
+        var g = Generator(state: 7)
+        for _ in 0..<2_000 {
+            let v = value(&g, depth: 0)
+            let expected = String(decoding: try encoder.encode(v), as: UTF8.self)
+            XCTAssertEqual(v.compactJSON, expected)
+            XCTAssertEqual(Array(v.jsonData), Array(expected.utf8))
+            // And it reads back: exactly, unless a double is in it (3.0 comes back as 3).
+            if v.survivesJSONRoundTrip { XCTAssertEqual(try JSONValue.parse(v.compactJSON), v) }
+        }
+    }
+
+    func testNonFiniteDoublesAreNull() {
+        let v: JSONValue = ["a": .double(.nan), "b": .array([.double(.infinity), .double(-.infinity)])]
+        XCTAssertEqual(v.compactJSON, #"{"a":null,"b":[null,null]}"#)
+        XCTAssertFalse(v.survivesJSONRoundTrip)
+    }
+
+    func testEscapes() {
+        let v: JSONValue = .string("q\"b\\s/\n\t\r\u{8}\u{c}\u{1}\u{1f}\u{7f}é")
+        XCTAssertEqual(v.compactJSON, #""q\"b\\s/\n\t\r\b\f\u0001\u001f"# + "\u{7f}é\"")
+    }
+}
