@@ -88,10 +88,18 @@ struct KDTree: Sendable {
     }
 
     /// Index (in `points`, reordered: `order` maps it to the input) of the nearest point, -1 if empty.
-    func nearestIndex(_ q: SIMD3<Float>) -> (index: Int, distanceSquared: Float) {
+    /// `hint`: a point likely to be near (the last answer for a point that moved a little, as in an
+    /// ICP step); its distance bounds the search from the start, so most of the tree is never
+    /// visited. The answer is the nearest point either way (of several at the same distance, the
+    /// hint if it is one of them).
+    func nearestIndex(_ q: SIMD3<Float>, hint: Int = -1) -> (index: Int, distanceSquared: Float) {
         guard !nodes.isEmpty else { return (-1, .infinity) }
         var best = Float.infinity
         var bestPoint = -1
+        if points.indices.contains(hint) {
+            best = distanceSquared(points[hint], q)
+            bestPoint = hint
+        }
         points.withUnsafeBufferPointer { pts in
             nodes.withUnsafeBufferPointer { nodes in
                 withUnsafeTemporaryAllocation(of: (Int32, Float).self, capacity: 64) { stack in

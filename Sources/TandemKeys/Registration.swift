@@ -78,14 +78,15 @@ enum Registration {
         var t = initial
         var a: [SIMD3<Float>] = [], k: [Int] = []
         var moved = [SIMD3<Float>](repeating: .zero, count: source.count)
-        var index = [Int](repeating: 0, count: source.count)
+        var index = [Int](repeating: -1, count: source.count)
         var dist = [Float](repeating: 0, count: source.count)
         a.reserveCapacity(source.count); k.reserveCapacity(source.count)
         for _ in 0..<iterations {
             var sum: Float = 0
             for i in source.indices {
                 let q = t.apply(source[i])
-                let (j, d2) = tree.nearestIndex(q)
+                // The last step's nearest point bounds the search (the point moved only a little).
+                let (j, d2) = tree.nearestIndex(q, hint: index[i])
                 moved[i] = q; index[i] = j
                 dist[i] = d2.squareRoot()
                 sum += dist[i]

@@ -80,6 +80,25 @@ final class FeatureTests: XCTestCase {
         }
     }
 
+    /// A hint (any point, near or far, or none) bounds the search but never changes the answer.
+    func testNearestWithAHintIsStillTheNearest() {
+        var g = SystemRandomNumberGenerator()
+        let points = (0..<2_000).map { _ in SIMD3<Float>(Float.random(in: -1...1, using: &g), Float.random(in: -1...1, using: &g),
+                                                        Float.random(in: -0.2...0.2, using: &g)) }
+        let tree = KDTree(points)
+        for _ in 0..<500 {
+            let q = SIMD3<Float>(Float.random(in: -1.5...1.5, using: &g), Float.random(in: -1.5...1.5, using: &g), Float.random(in: -1...1, using: &g))
+            let brute = points.map { distanceSquared($0, q) }.min()!
+            let plain = tree.nearestIndex(q)
+            XCTAssertEqual(plain.distanceSquared, brute)
+            for hint in [-1, plain.index, Int.random(in: 0..<points.count, using: &g), points.count + 5] {
+                let hinted = tree.nearestIndex(q, hint: hint)
+                XCTAssertEqual(hinted.distanceSquared, brute, "hint \(hint)")
+                XCTAssertEqual(distanceSquared(tree.points[hinted.index], q), brute)
+            }
+        }
+    }
+
     func testCatalogue() {
         XCTAssertGreaterThanOrEqual(SyntheticShapes.catalogue.count, 20)
         XCTAssertEqual(Set(SyntheticShapes.catalogue.map(\.name)).count, SyntheticShapes.catalogue.count)
