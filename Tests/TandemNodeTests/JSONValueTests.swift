@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import TandemNode
+import TandemTestSupport
 
 /// `JSONValue.compactJSON` is written by hand for speed; it must give what `JSONEncoder` (sorted
 /// keys, slashes not escaped) gives, byte for byte, and parse back to the same value.
@@ -11,27 +12,16 @@ final class JSONValueTests: XCTestCase {
         return e
     }()
 
-    private struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Characters a string may hold: quotes, backslashes, slashes, every control character, DEL,
     /// line and paragraph separators, accents, emoji.
     private static let alphabet: [Character] = ["a", "Z", "0", "_", ".", " ", "\"", "\\", "/", "\u{7F}", "é", "ß", "\u{2028}",
                                                 "\u{2029}", "😀", "\u{FEFF}", "\r\n"] + (0..<0x20).map { Character(Unicode.Scalar($0)!) }
 
-    private func string(_ g: inout Generator) -> String {
+    private func string(_ g: inout SplitMix64) -> String {
         String((0..<Int.random(in: 0...12, using: &g)).map { _ in Self.alphabet.randomElement(using: &g)! })
     }
 
-    private func value(_ g: inout Generator, depth: Int) -> JSONValue {
+    private func value(_ g: inout SplitMix64, depth: Int) -> JSONValue {
         switch Int.random(in: 0...(depth > 3 ? 4 : 6), using: &g) {
         case 0: return .null
         case 1: return .bool(Bool.random(using: &g))
@@ -47,7 +37,7 @@ final class JSONValueTests: XCTestCase {
     }
 
     func testCompactJSONIsWhatJSONEncoderWrites() throws {
-        var g = Generator(state: 7)
+        var g = SplitMix64(seed: 7)
         for _ in 0..<2_000 {
             let v = value(&g, depth: 0)
             let expected = String(decoding: try encoder.encode(v), as: UTF8.self)
