@@ -275,6 +275,7 @@ let package = Package(
             name: "TandemNodeTests",
             dependencies: [
                 "TandemTestSupport",
+                "TandemKeys",
                 "TandemVault",
                 "TandemStore",
                 "TandemNet",

@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 @testable import TandemNode
-import TandemTestSupport
+import TandemKeys
 
 /// `JSONValue.compactJSON` is written by hand for speed; it must give what `JSONEncoder` (sorted
 /// keys, slashes not escaped) gives, byte for byte, and parse back to the same value.
