@@ -84,8 +84,10 @@ struct BackupBench: AsyncParsableCommand {
 
             say("backup: first push (\(vaultBytes / 1_000_000) MB of vault)…")
             let t0 = ContinuousClock.now
+            let cpu0 = processCPUSeconds()
             let first = try await Self.push(o)
             let seconds = Self.seconds(ContinuousClock.now - t0)
+            let pushCPU = processCPUSeconds() - cpu0
             let pushMBps = Double(vaultBytes) / 1e6 / seconds
             say("backup: second push, nothing changed…")
             let second = try await Self.push(o)
@@ -96,10 +98,12 @@ struct BackupBench: AsyncParsableCommand {
             }
             let restoreDir = DataDirectory(url: root.appendingPathComponent("restored"))
             let r0 = ContinuousClock.now
+            let rcpu0 = processCPUSeconds()
             let report = try await RestoreClient(group: MultiThreadedEventLoopGroup.singleton, logger: logger)
                 .run(.init(holder: NodeID(publicKey: holderKey.publicKey), host: "127.0.0.1", port: holderAddress.port ?? 0,
                            code: try RecoveryCode(parsing: codeText), dataDirectory: restoreDir), events: { _ in })
             let restoreSeconds = Self.seconds(ContinuousClock.now - r0)
+            let restoreCPU = processCPUSeconds() - rcpu0
             guard report.id == NodeID(publicKey: ownerKey.publicKey), report.bytesFetched >= vaultBytes / 2 else {
                 throw BenchError("the restore brought back \(report.bytesFetched) bytes as \(report.id.short)")
             }
@@ -111,6 +115,9 @@ struct BackupBench: AsyncParsableCommand {
             object = [
                 "benchmark": "backup", "size_mib": sizeMib, "vault_bytes": vaultBytes,
                 "push_mb_per_s": pushMBps, "push_seconds": seconds, "push_bytes_sent": first,
+                "push_cpu_seconds": pushCPU, "restore_cpu_seconds": restoreCPU,
+                "cpu_note": "CPU seconds of this process (both nodes, or the restoring client and the holder) over the step; "
+                    + "against the wall time × cores it says whether the step was bound by CPU or by waiting",
                 "bulk_mb_per_s": bulkMBps, "share_of_bulk": share, "share_goal": Self.shareGoal,
                 "second_push_bytes_sent": second, "second_push_share_of_vault": Double(second) / Double(max(1, vaultBytes)),
                 "restic_second_backup_bytes_added": restic.added, "restic_seconds": restic.seconds,

@@ -46,6 +46,37 @@ final class FrameTests: XCTestCase {
         }
     }
 
+    /// BACKUP_PIECE and BACKUP_FETCHED sign a digest of their payload (README 5.4): every byte is
+    /// still covered, the type decides the scheme and cannot be changed, and a signature made with
+    /// one scheme never verifies under the other.
+    func testDigestSignedTypesCoverEveryByteAndCannotSwitchScheme() throws {
+        XCTAssertEqual((0...0xFFFF).filter { MessageType(rawValue: UInt16($0)).signsPayloadDigest }, [0x0404, 0x040D])
+        let payload = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        for type in [MessageType.backupPiece, .backupFetched] {
+            let env = Envelope.sign(type: type, author: alice, recipient: bob.publicKey, createdAt: now, payload: payload)
+            XCTAssertTrue(try Envelope.parse(env.bytes).hasValidSignature)
+            XCTAssertEqual(env.signingInput.count, 16 + Envelope.headerLength + 32, "the payload is not signed itself")
+            XCTAssertFalse(Ed25519.verify(signature: env.signature,
+                                          message: Envelope.signingDomain + env.bytes.dropLast(64), publicKey: alice.publicKey))
+            for i in stride(from: 1, to: env.bytes.count - 64, by: 7) {
+                var bytes = env.bytes
+                bytes[i] ^= 0x20
+                guard let parsed = try? Envelope.parse(bytes) else { continue }
+                XCTAssertFalse(parsed.hasValidSignature, "\(type): byte \(i) is not covered")
+            }
+            // Retyped to a type that signs its bytes (or the other way round), the signature fails.
+            for other: UInt16 in [0x0405, 0x0002, 0x040C, type == .backupPiece ? 0x040D : 0x0404] {
+                var bytes = env.bytes
+                bytes[1] = UInt8(other >> 8)
+                bytes[2] = UInt8(other & 0xFF)
+                XCTAssertFalse(try Envelope.parse(bytes).hasValidSignature, "\(type) retyped to \(other)")
+            }
+        }
+        // A ping keeps the scheme of version 1: its signature covers its bytes.
+        let p = ping()
+        XCTAssertEqual(p.signingInput, Envelope.signingDomain + p.bytes.dropLast(64))
+    }
+
     func testDecoderByteByByteRandomSplitsAndPrefixes() throws {
         let frames = (0..<5).map { ping(UInt64($0)) }
         let wire = Array(frames.map(\.frameBytes).joined())
