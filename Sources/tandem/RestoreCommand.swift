@@ -54,10 +54,12 @@ struct Restore: AsyncParsableCommand {
                                     "blobs": report.blobs, "blobs_already_here": report.blobsAlreadyHere, "bytes": report.bytes,
                                     "bytes_fetched": report.bytesFetched, "skipped": report.skipped]
             if let t = report.snapshotCreatedAtMs { o["snapshot_created_at_ms"] = t }
+            if let from = report.vaultFrom { o["vault_from"] = from.canonical }
             printJSON(o)
         } else {
             output("Restored \(report.id.canonical): \(report.friends) friend(s), \(report.ledgerEntries) ledger entr\(report.ledgerEntries == 1 ? "y" : "ies")"
-                   + (report.vault ? ", vault with \(report.items) item(s) (\(bytesText(report.bytes)))" : ", no vault") + ".")
+                   + (report.vault ? ", vault with \(report.items) item(s) (\(bytesText(report.bytes)))" : ", no vault")
+                   + (report.vaultFrom.map { $0 != holder.holder ? " from friend \($0.short)…" : "" } ?? "") + ".")
             if report.vault { output("The vault keeps its old PIN. Start the node with `tandem node`.") }
         }
     }

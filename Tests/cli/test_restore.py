@@ -270,6 +270,44 @@ def test_restore_through_the_holders_relay_brings_home_relays_back(make_node, tm
         relay.stop()
 
 
+def test_a_tampered_holder_is_passed_over_for_another_friend_reached_through_its_relay(make_node, tmp_path):
+    """The holder named with --from gives the kit but a tampered vault; the restore names it and the
+    blob, then gets the vault from another friend in the kit, through that friend's home relay."""
+    alice, (bob, carol), files, code = backed_up(make_node, tmp_path, size=300_000, friends=("bob", "carol"))
+    relay = Relay(tmp_path).start()
+    try:
+        home_relay(carol, relay)
+        poll(lambda: any(f["id"] == carol.id and f.get("relay") for f in cli_json(alice, "friend", "list")["friends"]),
+             30, what="alice learning carol's home relay from her contact record")
+        cli(carol, "backup", "offer", alice.id, "--quota", "1GiB")
+        wait_event(alice, "backup.offer.received", f"from={carol.id}", timeout="30s")
+        cli(alice, "backup", "push", "--to", carol.id, timeout=300)
+        # The kit changed (carol's relay): this push puts it at bob again.
+        cli(alice, "backup", "push", "--to", bob.id, timeout=300)
+        held = pathlib.Path(bob.data_dir) / "backup-held" / alice.info["public_key"] / "blobs"
+        victim = max((p for p in held.iterdir() if p.is_file() and len(p.name) == 64), key=lambda p: p.stat().st_size)
+        bob.stop()
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        victim.write_bytes(bytes(data))
+        bob.start(port=bob.port, env=CHEAP)
+        alice.kill()
+
+        proc = restore(tmp_path / "fresh", bob, code)
+        report, _ = final_json(proc)
+        assert report["id"] == alice.id and report["items"] == 2, report
+        assert report["vault_from"] == carol.id, report
+        assert any(bob.id in s and victim.name in s for s in report["skipped"]), report["skipped"]
+        restored = RestoredNode(tmp_path / "fresh").start(env=CHEAP)
+        dest = tmp_path / "out"
+        dest.mkdir()
+        vault(restored, "export", "holiday.bin", "notes.txt", str(dest), pin=PIN)
+        for name, data in files.items():
+            assert (dest / name).read_bytes() == data, name
+    finally:
+        relay.stop()
+
+
 def test_a_holder_restarting_mid_restore_is_reconnected(make_node, tmp_path):
     alice, (bob,), files, code = backed_up(make_node, tmp_path, size=40 * 1024 * 1024)
     alice.kill()

@@ -73,6 +73,18 @@ public struct RestoreClient {
         public var blobsAlreadyHere = 0
         public var bytes: Int64 = 0
         public var bytesFetched: Int64 = 0
+        /// The friend whose snapshot the vault came back from.
+        public var vaultFrom: NodeID?
+    }
+
+    /// The kit's other friends that can be reached without an address from the user: those with a
+    /// home relay, through a tunnel of it; in the kit's order. Any of them may hold a snapshot.
+    static func otherHolders(_ o: Options, friends: [RestoredFriend]) -> [Options] {
+        friends.compactMap { f in
+            guard f.publicKey != o.holder.publicKey, let r = f.homeRelay else { return nil }
+            return Options(holder: NodeID(publicKey: f.publicKey), host: r.host, port: r.port, code: o.code,
+                           dataDirectory: o.dataDirectory, relay: RelayAddress(id: NodeID(publicKey: r.publicKey), host: r.host, port: r.port))
+        }
     }
 
     let group: EventLoopGroup
@@ -127,10 +139,36 @@ public struct RestoreClient {
         report.ledgerEntries = kit.ledger.count
         events(.step("identity \(report.id.canonical) restored with \(kit.friends.count) friend(s), \(kit.ledger.count) ledger entr\(kit.ledger.count == 1 ? "y" : "ies")"))
 
-        // 3. The vault, as the old identity.
+        // 3. The vault, as the old identity: from the holder named, else from any other friend in
+        // the kit that holds a complete snapshot, reached through its home relay.
         let vaultDir = dir.url.appendingPathComponent("vault")
         if let keysFile = kit.keysFile {
-            try await restoreVault(o, identity: kit.identity, keysFile: keysFile, vaultDir: vaultDir, report: &report, events: events)
+            let candidates = [o] + Self.otherHolders(o, friends: kit.friends)
+            var failures: [(holder: String, error: Error)] = []
+            for candidate in candidates {
+                var attempt = report
+                do {
+                    if !failures.isEmpty { events(.step("trying friend \(candidate.holderText)")) }
+                    try await restoreVault(candidate, identity: kit.identity, keysFile: keysFile, vaultDir: vaultDir,
+                                           report: &attempt, events: events)
+                    report = attempt
+                    report.vaultFrom = candidate.holder
+                    break
+                } catch is CancellationError {
+                    throw CancellationError()
+                } catch {
+                    failures.append((candidate.holderText, error))
+                    report.skipped.append("vault from \(candidate.holderText): \(error)")
+                    if candidates.count > 1 { events(.skipped("vault from \(candidate.holderText): \(error)")) }
+                }
+            }
+            if report.vaultFrom == nil {
+                // One holder: its own error, as it was. Several: each named with what went wrong.
+                if failures.count == 1 { throw failures[0].error }
+                let exit = (failures[0].error as? TandemError)?.exitCode ?? 1
+                throw TandemError("no friend gave back a complete vault: "
+                                  + failures.map { "\($0.holder): \($0.error)" }.joined(separator: "; "), exitCode: exit)
+            }
         } else {
             // No vault: the code lived in clear beside the identity; it is back there.
             let clear = dir.url.appendingPathComponent(RecoveryCodes.clearFileName)
