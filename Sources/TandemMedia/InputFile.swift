@@ -162,6 +162,33 @@ final class InputFile {
     }
 }
 
+/// Random access for formats that point around (HEIF's item locations). pread leaves the
+/// descriptor's offset, and so the buffered reading above, alone.
+extension InputFile: RandomAccessBytes {
+    var name: String { path }
+
+    func bytes(at position: Int64, count: Int) throws -> [UInt8] {
+        guard position >= 0, count >= 0, position <= size, Int64(count) <= size - position else {
+            throw MediaError.malformed("\(path): \(count) bytes at \(position) are outside its \(size) bytes")
+        }
+        var out = [UInt8](repeating: 0, count: count)
+        var done = 0
+        while done < count {
+            let n = out.withUnsafeMutableBytes { raw -> Int in
+                guard let base = raw.baseAddress else { return 0 }
+                return pread(fd, base + done, count - done, off_t(position + Int64(done)))
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw MediaError.io("read \(path): \(errorText())")
+            }
+            guard n > 0 else { throw MediaError.malformed("\(path) ended while being read (at byte \(position + Int64(done)))") }
+            done += n
+        }
+        return out
+    }
+}
+
 @inline(__always)
 private func systemRead(_ fd: Int32, _ p: UnsafeMutableRawPointer, _ n: Int) -> Int {
     #if canImport(Glibc)

@@ -43,20 +43,37 @@ public enum PhotoProcessor {
     ///    image data from the first SOS on is copied byte for byte; bytes after EOI are dropped.
     ///  - PNG, lossless: text chunks, tIME and unknown ancillary chunks are dropped, eXIf becomes the
     ///    same minimal block; all other chunks are copied whole; bytes after IEND are dropped.
-    ///  - HEIC, re-encoded (quality 90, 8-bit HEVC): pixels upright, ICC profile kept, a minimal EXIF
-    ///    block with the dates; all other metadata dropped.
+    ///  - HEIC, lossless when its container allows (`HEIFMetadataRewrite`): the file copied byte for
+    ///    byte, every Exif item overwritten in place by the same minimal block (zero-padded to its old
+    ///    length), every XMP item by an empty one padded with spaces, vendor top-level boxes turned
+    ///    into `free` boxes; no offset moves and the coded image data is untouched.
+    ///  - HEIC the in-place rewrite refuses (an image sequence, metadata shared with image data or
+    ///    built from other items, a damaged container): re-encoded (quality 90, 8-bit HEVC), pixels
+    ///    upright, ICC profile kept, a minimal EXIF block with the dates; all other metadata dropped.
+    ///    `SanitizeReport.reencodedBecause` says why. If that fails too, this throws.
     /// `output` is created or replaced; it is removed again if anything fails.
     public static func sanitizedCopy(of file: URL, to output: URL) throws -> SanitizeReport {
         let input = try InputFile(file)
         let format = try format(of: input)
-        try OutputFile.write(to: output) { out in
+        let heic = try OutputFile.write(to: output) { out -> HEICProcessor.Method? in
             switch format {
             case .jpeg: try JPEGSanitizer.sanitize(input, to: out)
             case .png: try PNGSanitizer.sanitize(input, to: out)
-            case .heic: try HEICProcessor.sanitize(input, to: out)
+            case .heic: return try HEICProcessor.sanitize(input, to: out)
             }
+            return nil
         }
-        return SanitizeReport(format: format, strippedGPS: true, strippedDevice: true, lossless: format != .heic)
+        if case .reencoded(let reason) = heic {
+            return SanitizeReport(format: format, strippedGPS: true, strippedDevice: true, lossless: false, reencodedBecause: reason.detail)
+        }
+        return SanitizeReport(format: format, strippedGPS: true, strippedDevice: true, lossless: true)
+    }
+
+    /// The in-place HEIF metadata rewrite on bytes in memory, without the re-encode fallback: the
+    /// rewritten bytes, or the reason it refused. For the fuzzer.
+    @_spi(Fuzzing)
+    public static func rewriteHEIFMetadata(_ bytes: [UInt8]) throws -> [UInt8] {
+        try HEIFMetadataRewrite(MemoryBytes(bytes)).applied(to: bytes)
     }
 
     /// The orientation and dates of the photo's EXIF block, with whether it held GPS or device tags;

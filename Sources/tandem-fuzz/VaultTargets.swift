@@ -1,6 +1,6 @@
 import Foundation
 import Sodium
-import TandemMedia
+@_spi(Fuzzing) import TandemMedia
 import TandemVault
 
 #if canImport(Glibc)
@@ -8,15 +8,29 @@ import Glibc
 #endif
 
 /// Files the vault reads that someone else may have written: a keys file in a copied data
-/// directory, and photos being imported (their JPEG segments, PNG chunks and Exif, parsed by
-/// TandemMedia's own code before any decoder sees them). The first byte picks the reader; the rest
-/// is the file. Each must throw or succeed, never trap or read out of bounds.
+/// directory, and photos being imported (their JPEG segments, PNG chunks, HEIF boxes and Exif,
+/// parsed by TandemMedia's own code before any decoder sees them). The first byte picks the reader;
+/// the rest is the file. Each must throw or succeed, never trap or read out of bounds.
+///
+/// A file that starts like an ISOBMFF `ftyp` box (its bytes 4…7 are "ftyp") goes to the HEIF
+/// metadata rewrite, whatever the first byte: routing by content rather than by a fourth value of
+/// the first byte keeps the meaning of every seed committed before HEIF was added. The HEIF path
+/// runs the in-place rewrite only, in memory: not libheif, which a fuzzer would exercise instead
+/// of this code (and the re-encode it would start takes seconds).
 extension FuzzTarget {
-    static let vault = FuzzTarget(name: "vault", summary: "vault keys file, JPEG/PNG metadata rewrite and Exif dates",
+    static let vault = FuzzTarget(name: "vault", summary: "vault keys file, JPEG/PNG/HEIF metadata rewrite and Exif dates",
                                   maximumLength: 65_536, shortRunShare: 2, run: { input in
         let which = input.pick(3)
         let body = input.take(input.remaining)
         let scratch = VaultFuzzScratch.shared
+        if body.count >= 8, body[4..<8].elementsEqual("ftyp".utf8) {
+            // A rewrite keeps the length, and a second one changes nothing (it touched no structure).
+            if let out = try? PhotoProcessor.rewriteHEIFMetadata(body) {
+                guard out.count == body.count else { fatalError("the HEIF rewrite changed the length: \(body.count) → \(out.count)") }
+                guard (try? PhotoProcessor.rewriteHEIFMetadata(out)) == out else { fatalError("a second HEIF rewrite changed the file") }
+            }
+            return
+        }
         switch which {
         case 0:
             let magic = Array("TDMK".utf8) + [1]

@@ -20,7 +20,7 @@ final class HEICTests: MediaTestCase {
 
         let output = dir.appendingPathComponent("clean.heic")
         let report = try PhotoProcessor.sanitizedCopy(of: input, to: output)
-        XCTAssertEqual(report, SanitizeReport(format: .heic, strippedGPS: true, strippedDevice: true, lossless: false))
+        XCTAssertEqual(report, SanitizeReport(format: .heic, strippedGPS: true, strippedDevice: true, lossless: true))
         let clean = try read(output)
         XCTAssertEqual(PhotoProcessor.sniff(Array(clean.prefix(12))), .heic)
         for secret in ["TestCam", "X100", "SN12345", "TestFirmware"] {
@@ -35,6 +35,74 @@ final class HEICTests: MediaTestCase {
         XCTAssertEqual([c.width, c.height], [400, 200])
         assertColour(pixel(c, 50, 100), TestImages.red, "left")
         assertColour(pixel(c, 350, 100), TestImages.blue, "right")
+    }
+
+    private static let xmp = Array(#"<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"><rdf:Description xmlns:tiff="http://ns.adobe.com/tiff/1.0/" tiff:Make="TestCam" tiff:Model="X100"/></rdf:RDF></x:xmpmeta>"#.utf8)
+
+    /// The in-place rewrite on a HEIC libheif wrote: same size, the same bytes outside the Exif and
+    /// XMP items, the same decoded pixels, no GPS, device or XMP data, the date and orientation kept.
+    func testHEICIsRewrittenInPlaceLosslessly() throws {
+        let original = try TestImages.heic(width: 400, height: 200, exif: TestImages.cameraExif(orientation: 6), xmp: HEICTests.xmp)
+        let container = try HEIFContainer(MemoryBytes(original))
+        let metadata = container.items.filter { $0.isExif || $0.isXMP }
+        XCTAssertEqual(metadata.map(\.isExif), [true, false], "libheif wrote an Exif and an XMP item")
+        let ranges = try metadata.compactMap { container.locations[$0.id] }.flatMap(container.fileRanges)
+        let input = try file("camera.heic", original)
+
+        let output = dir.appendingPathComponent("clean.heic")
+        let report = try PhotoProcessor.sanitizedCopy(of: input, to: output)
+        XCTAssertEqual(report, SanitizeReport(format: .heic, strippedGPS: true, strippedDevice: true, lossless: true))
+        let clean = try read(output)
+        XCTAssertEqual(clean.count, original.count)
+        var outside = [Bool](repeating: true, count: original.count)
+        for r in ranges { for i in r { outside[Int(i)] = false } }
+        let changed = (0..<original.count).filter { outside[$0] && original[$0] != clean[$0] }
+        XCTAssertEqual(changed, [], "bytes outside the metadata items changed")
+        for secret in ["TestCam", "X100", "SN12345", "TestFirmware"] {
+            XCTAssertTrue(contains(original, secret), secret)
+            XCTAssertFalse(contains(clean, secret), "\(secret) survived")
+        }
+        let after = try XCTUnwrap(try PhotoProcessor.exifFields(of: output))
+        XCTAssertFalse(after.hasGPS)
+        XCTAssertTrue(after.deviceTags.isEmpty, "\(after.deviceTags)")
+        XCTAssertEqual(after.orientation, 6)
+        XCTAssertEqual(try PhotoProcessor.captureDate(of: output), TestImages.cameraDate)
+
+        let a = try TestImages.decode(original), b = try TestImages.decode(clean)
+        XCTAssertEqual([a.width, a.height, a.bands], [b.width, b.height, b.bands])
+        XCTAssertTrue(a.pixels == b.pixels, "decoded pixels differ")
+        let (_, image) = try HEICProcessor.open(try InputFile(output))
+        let xmp = try XCTUnwrap(image.blob("xmp-data"))
+        XCTAssertEqual(String(decoding: xmp, as: UTF8.self).trimmingCharacters(in: .whitespaces),
+                       String(decoding: HEIFMetadataRewrite.emptyXMP, as: UTF8.self))
+    }
+
+    /// A vendor's top-level box (here a `uuid` box holding text) becomes a `free` box of the same size.
+    func testHEICVendorBoxBecomesFree() throws {
+        let plain = try TestImages.heic(width: 64, height: 32, exif: TestImages.cameraExif(orientation: 1))
+        let vendor = HEIFBuilder.box("uuid", [UInt8](repeating: 0x5A, count: 16) + Array("owner SN12345 TestCam".utf8))
+        let input = try file("vendor.heic", plain + vendor)
+        let output = dir.appendingPathComponent("clean.heic")
+        XCTAssertTrue(try PhotoProcessor.sanitizedCopy(of: input, to: output).lossless)
+        let clean = try read(output)
+        XCTAssertEqual(clean.count, plain.count + vendor.count)
+        XCTAssertEqual(Array(clean[(plain.count + 4)..<(plain.count + 8)]), Array("free".utf8))
+        XCTAssertFalse(contains(clean, "SN12345"))
+        XCTAssertTrue(try TestImages.decode(clean).pixels == TestImages.decode(plain).pixels)
+    }
+
+    /// A container the in-place rewrite refuses (here: a top-level `moov`, an image sequence's) is
+    /// re-encoded instead, and the report says why.
+    func testHEICTheRewriteRefusesIsReencoded() throws {
+        let plain = try TestImages.heic(width: 64, height: 32, exif: TestImages.cameraExif(orientation: 1))
+        let input = try file("sequence.heic", plain + HEIFBuilder.box("moov", []))
+        let output = dir.appendingPathComponent("clean.heic")
+        let report = try PhotoProcessor.sanitizedCopy(of: input, to: output)
+        XCTAssertFalse(report.lossless)
+        XCTAssertTrue(report.reencodedBecause?.contains("image sequence") == true, "\(String(describing: report.reencodedBecause))")
+        let clean = try read(output)
+        for secret in ["TestCam", "X100", "SN12345", "TestFirmware"] { XCTAssertFalse(contains(clean, secret), secret) }
+        XCTAssertEqual(try PhotoProcessor.captureDate(of: output), TestImages.cameraDate)
     }
 
     /// What libvips makes of an EXIF orientation in a HEIC that has no `irot` box (HEIF says the

@@ -49,6 +49,21 @@ final class RobustnessTests: MediaTestCase {
         }
     }
 
+    /// A real HEIC cut short and flipped, through the whole path: the in-place rewrite, and libheif
+    /// (thumbnail, capture date, the re-encode fallback) for whatever the rewrite refuses.
+    func testHEICPrefixesAndByteFlips() throws {
+        let heic = try TestImages.heic(width: 24, height: 16, exif: TestImages.cameraExif(orientation: 1))
+        for n in stride(from: 0, to: heic.count, by: 13) { try exercise(Array(heic.prefix(n)), name: "p.heic", thumbnail: n % 39 == 0) }
+        var generator = SeededGenerator(seed: 2)
+        for i in 0..<200 {
+            var b = heic
+            for _ in 0..<Int.random(in: 1...4, using: &generator) {
+                b[Int.random(in: 12..<b.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator)
+            }
+            try exercise(b, name: "f.heic", thumbnail: i % 20 == 0)
+        }
+    }
+
     func testCraftedLengths() throws {
         // An APP1 announcing more than the file holds.
         try exercise([0xFF, 0xD8, 0xFF, 0xE1, 0xFF, 0xFF] + Array("Exif\0\0".utf8), name: "a.jpg", thumbnail: true)

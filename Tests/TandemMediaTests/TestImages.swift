@@ -50,12 +50,15 @@ enum TestImages {
         try saved(try image(twoColour(width: width, height: height), width: width, height: height)) { tdm_pngsave_buffer($0, $1, $2) }
     }
 
-    /// A HEIC whose EXIF block is `exif` (a TIFF structure).
-    static func heic(width: Int, height: Int, exif: [UInt8]?) throws -> [UInt8] {
+    /// A HEIC whose EXIF block is `exif` (a TIFF structure) and whose XMP item is `xmp`.
+    static func heic(width: Int, height: Int, exif: [UInt8]?, xmp: [UInt8]? = nil) throws -> [UInt8] {
         let img = try image(twoColour(width: width, height: height), width: width, height: height)
         if let exif {
             let blob = JPEGSegments.exifPrefix + exif
             blob.withUnsafeBytes { vips_image_set_blob_copy(img, "exif-data", $0.baseAddress, $0.count) }
+        }
+        if let xmp {
+            xmp.withUnsafeBytes { vips_image_set_blob_copy(img, "xmp-data", $0.baseAddress, $0.count) }
         }
         return try saved(img) { tdm_heifsave_buffer($0, $1, $2) }
     }

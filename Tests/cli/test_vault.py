@@ -3,6 +3,7 @@ round trip, nothing readable in the data directory, the lockout across kill -9, 
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 
@@ -203,6 +204,61 @@ def test_photos_get_thumbnails_dates_and_lose_gps_and_camera(make_node, tmp_path
             assert exif.get_ifd(0x8769).get(0x9003) == "2021:07:04 10:30:00", f"{name} lost its date"
             assert exported.size == (800, 400)
     assert grep_tree(node.data_dir, ["TestCam", "X100-SECRET", "beach"]) == []
+
+
+def test_heic_photo_loses_gps_camera_and_xmp_in_place(make_node, tmp_path):
+    """A HEIC (libvips's `vips copy` of make_photo's JPEG, with an XMP packet added: libheif writes
+    the Exif and XMP items) is stored with its metadata items rewritten in place: the exported file
+    has the original's size and decodes to the same pixels, keeps the date and orientation, and has
+    no GPS, camera or XMP data left."""
+    import shutil
+    import pytest
+    from PIL import Image
+
+    if not (shutil.which("vips") and shutil.which("vipsheader")):
+        pytest.skip("the vips command-line tools (libvips-tools) make and read the HEIC here")
+    src = tmp_path / "photos"
+    src.mkdir()
+    jpeg = tmp_path / "street.jpg"
+    make_photo(jpeg)
+    with Image.open(jpeg) as img:
+        img.save(jpeg, "JPEG", exif=img.info["exif"], quality=95,
+                 xmp=b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF>TestCam XMP-SECRET 48,51N</rdf:RDF></x:xmpmeta>')
+    heic = src / "street.heic"
+    subprocess.run(["vips", "copy", str(jpeg), str(heic)], check=True, capture_output=True, timeout=120)
+    original = heic.read_bytes()
+    assert b"X100-SECRET" in original and b"XMP-SECRET" in original
+
+    node = make_node("h").start(env=CHEAP)
+    vault(node, "init", pin="8080")
+    item = vault_json(node, "import", str(src))["items"][0]
+    assert item["type"] == "photo" and item["thumbnail"] is True, item
+    assert item["created"] == "2021-07-04T10:30:00.000Z", item
+
+    out = tmp_path / "out"
+    out.mkdir()
+    vault(node, "export", "street.heic", str(out))
+    exported = (out / "street.heic").read_bytes()
+    assert len(exported) == len(original), "rewritten in place: same size"
+    for secret in (b"TestCam", b"X100-SECRET", b"XMP-SECRET"):
+        assert secret not in exported, secret
+    header = subprocess.run(["vipsheader", "-a", str(out / "street.heic")], capture_output=True, text=True,
+                            check=True, timeout=60).stdout
+    assert "GPS" not in header and "TestCam" not in header, header
+    assert "2021:07:04 10:30:00" in header, header
+    # The Exif item as it is in the file (libvips hides its orientation: libheif applies the container's).
+    exif = Image.Exif()
+    exif.load(exported[re.search(rb"Exif\0\0(II\*\0|MM\0\*)", exported).start():][:65536])
+    assert exif.get(0x0112) == 6 and not exif.get_ifd(0x8825) and exif.get(0x010F) is None, dict(exif)
+    assert exif.get_ifd(0x8769).get(0x9003) == "2021:07:04 10:30:00"
+
+    raw = {}
+    for name, path in (("original", heic), ("exported", out / "street.heic")):
+        target = tmp_path / f"{name}.raw"
+        subprocess.run(["vips", "rawsave", str(path), str(target)], check=True, capture_output=True, timeout=120)
+        raw[name] = target.read_bytes()
+    assert raw["original"] == raw["exported"], "decoded pixels differ"
+    assert grep_tree(node.data_dir, ["TestCam", "X100-SECRET", "XMP-SECRET", "street"]) == []
 
 
 def test_recovery_code_is_sealed_in_the_vault_once_there_is_one(make_node, tmp_path):

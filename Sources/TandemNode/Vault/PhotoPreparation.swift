@@ -6,11 +6,13 @@ import TandemProtocol
 import TandemVault
 
 /// What the vault stores for one imported file: photos (JPEG, PNG, HEIC) get a 300 × 300
-/// thumbnail, their capture date, and — JPEG and PNG — a copy without GPS or device data (a
-/// lossless rewrite of their metadata) that is stored instead of the original. A HEIC is stored as
-/// it is: re-encoding it costs tens of seconds and hundreds of MB per photo (Protocol/vault.md).
-/// A photo the decoder refuses is still stored (type photo, no thumbnail, as it is; the
-/// import goes on; the log says which item).
+/// thumbnail, their capture date, and a copy without GPS or device data that is stored instead of
+/// the original: a lossless rewrite of their metadata (for a HEIC, its Exif and XMP items
+/// overwritten in place), or for a HEIC whose container that rewrite refuses, a re-encode (slow:
+/// tens of seconds per photo; the log says why). A photo that can be neither rewritten nor
+/// re-encoded is still stored (type photo, as it is, metadata included: the vault keeps what it
+/// was given rather than drop a file; the import goes on; the log says which item and why).
+/// Protocol/vault.md, "Photos".
 struct PhotoPreparation {
     var readFrom: URL
     var type: VaultItemType
@@ -35,18 +37,20 @@ struct PhotoPreparation {
             logger.info("no thumbnail for an imported photo", metadata: ["error": "\(error)"])
         }
         if let taken = try? PhotoProcessor.captureDate(of: url) { result.createdAtMs = taken }
-        guard format != .heic else { return result }
         // The copy lives in the vault's own directory (0700), under a random name, for moments.
         let scratchDir = directory.appendingPathComponent("tmp", isDirectory: true)
         try? FileManager.default.createDirectory(at: scratchDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let copy = scratchDir.appendingPathComponent("import-" + hexString(Sodium.randomBytes(8)))
         do {
-            _ = try PhotoProcessor.sanitizedCopy(of: url, to: copy)
+            let report = try PhotoProcessor.sanitizedCopy(of: url, to: copy)
+            if let reason = report.reencodedBecause {
+                logger.info("photo re-encoded: its metadata could not be rewritten in place", metadata: ["format": "\(format)", "reason": "\(reason)"])
+            }
             result.readFrom = copy
             result.scratch = copy
         } catch {
             try? FileManager.default.removeItem(at: copy)
-            logger.info("photo metadata could not be rewritten; stored as it is", metadata: ["error": "\(error)"])
+            logger.warning("photo metadata could not be rewritten; stored as it is", metadata: ["format": "\(format)", "error": "\(error)"])
         }
         return result
     }
