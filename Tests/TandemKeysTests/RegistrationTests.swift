@@ -48,4 +48,64 @@ final class RegistrationTests: XCTestCase {
             if all { print(String(format: "registration %-14@ τ %.1f mm: ", name, tau * 1000) + line.joined(separator: " ")) }
         }
     }
+
+    /// `align` spreads its hypotheses over the cores; what it returns must be exactly what one
+    /// thread taking them in order finds (the early stop at `untilFit` included).
+    func testParallelAlignmentEqualsTheOneThreadReference() throws {
+        func reference(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
+                       normals: [SIMD3<Float>], untilFit: Double) -> (best: Alignment, refined: [Alignment]) {
+            let coarse = Registration.subsample(source, Registration.coarsePoints)
+            let fine = Registration.subsample(source, Registration.finePoints)
+            var scored: [(Double, RigidTransform)] = []
+            for h in Registration.hypotheses(source: axes, targets: targets) {
+                let t = Registration.icp(coarse, tree, from: h, tau: 2 * tau, iterations: Registration.coarseIterations)
+                scored.append((Registration.evaluate(coarse, tree, t, tau: 2 * tau).fit, t))
+            }
+            scored.sort { $0.0 > $1.0 }
+            var best = Alignment(transform: .identity, fit: 0, rms: .infinity)
+            var refined: [Alignment] = []
+            for (k, (_, t0)) in scored.prefix(12).enumerated() {
+                if k >= Registration.refinedHypotheses, best.fit >= untilFit { break }
+                let t = Registration.icpPlane(fine, tree, normals: normals, from: t0, tau: tau, iterations: Registration.fineIterations)
+                let (fit, rms) = Registration.evaluate(fine, tree, t, tau: tau, normals: normals, cell: 0.003, oriented: true)
+                refined.append(Alignment(transform: t, fit: fit, rms: rms))
+                if fit > best.fit || (fit == best.fit && rms < best.rms) { best = refined.last! }
+            }
+            return (best, refined)
+        }
+        var compared = 0
+        for (n, name) in ["mug", "box-1-1-2", "stairs", "egg"].enumerated() {
+            let s = shape(name)
+            let model = ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: UInt64(70 + n)), seed: UInt64(70 + n), points: 6_000), roi: nil)
+            let tree = KDTree(model.cloud)
+            let normals = tree.normals()
+            for k in 0..<4 {
+                let seed = UInt64(900 + 10 * n + k)
+                let view = ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: seed), seed: seed, points: 4_000), roi: nil)
+                // untilFit 0 stops after the first three; 1.1 refines all; and each best fit reached
+                // after the fourth, fifth, … candidate stops one at a time exactly there.
+                let all = reference(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
+                                    normals: normals, untilFit: 1.1).refined
+                var stops = [0.0, 1.1]
+                var running = 0.0
+                for (j, r) in all.enumerated() {
+                    running = max(running, r.fit)
+                    if j >= Registration.refinedHypotheses - 1 { stops.append(running) }
+                }
+                for untilFit in stops {
+                    let a = Registration.align(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
+                                               normals: normals, oriented: true, cell: 0.003, untilFit: untilFit)
+                    let r = reference(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
+                                      normals: normals, untilFit: untilFit).best
+                    XCTAssertEqual(a.transform, r.transform, "\(name) view \(k) untilFit \(untilFit)")
+                    XCTAssertEqual(a.fit, r.fit)
+                    XCTAssertEqual(a.rms, r.rms)
+                    compared += 1
+                }
+            }
+        }
+        XCTAssertGreaterThan(compared, 48)
+        let squares = Registration.parallelMap(Array(0..<1_000)) { $0 * $0 }
+        XCTAssertEqual(squares, (0..<1_000).map { $0 * $0 })
+    }
 }
