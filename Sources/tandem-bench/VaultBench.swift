@@ -48,6 +48,8 @@ struct VaultBench: AsyncParsableCommand {
 
         say("vault: raw XChaCha20-Poly1305 speed…")
         let aead = Self.aeadMBps()
+        say("vault: durable write speed of the work directory…")
+        let disk = try Self.durableWriteMBps(bytes: bytes, in: root)
         var sets: [String: Any] = [:]
         var met = true
         var lines: [String] = []
@@ -81,6 +83,7 @@ struct VaultBench: AsyncParsableCommand {
             met = met && setMet
             sets[kind] = [
                 "tandem_mb_per_s": mbps, "restic_mb_per_s": resticMBps, "ratio": ratio, "aead_share": mbps / aead,
+                "share_of_durable_write": mbps / disk,
                 "tandem_peak_rss_mb": peakMB, "restic_peak_rss_mb": resticPeakMB,
                 "tandem_seconds": ours.map(\.seconds), "restic_seconds": theirs.map(\.seconds),
                 "tandem_stored_bytes": ours.map(\.storedBytes).max() ?? 0, "restic_stored_bytes": theirs.map(\.storedBytes).max() ?? 0,
@@ -90,8 +93,14 @@ struct VaultBench: AsyncParsableCommand {
                                 kind, mbps, resticMBps, ratio, Self.ratioGoal, 100 * mbps / aead, peakMB, resticPeakMB))
             try? FileManager.default.removeItem(at: source)
         }
-        say("vault: " + lines.joined(separator: "; ") + String(format: "; raw AEAD %.0f MB/s: %@", aead, met ? "OK" : "MISSED"))
+        say("vault: " + lines.joined(separator: "; ") + String(format: "; raw AEAD %.0f MB/s; durable writes %.0f MB/s: %@", aead, disk,
+                                                                 met ? "OK" : "MISSED"))
         var object: [String: Any] = ["benchmark": "vault", "size_mib": sizeMib, "runs": runs, "raw_aead_mb_per_s": aead,
+                                     "durable_write_mb_per_s": disk,
+                                     "durable_write_note": "one new file of size_mib written in 1 MiB blocks and fsynced once, in the work "
+                                         + "directory (what `dd conv=fsync` measures): an import stores at least the data it imports and "
+                                         + "must be durable when it returns, so it cannot run faster than this; when it is below "
+                                         + "aead_share_goal × raw_aead_mb_per_s the AEAD share goal cannot be met on this disk",
                                      "ratio_goal": Self.ratioGoal, "aead_share_goal": Self.aeadShareGoal, "rss_goal_mb": Self.rssGoalMB,
                                      "met": met]
         object.merge(sets) { a, _ in a }
@@ -100,6 +109,26 @@ struct VaultBench: AsyncParsableCommand {
         if pretty { options.insert(.prettyPrinted) }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: options)) ?? Data("{}".utf8)
         output(String(decoding: data, as: UTF8.self))
+    }
+
+    /// MB/s of writing `bytes` to a new file in `directory` (1 MiB writes, one fsync at the end).
+    static func durableWriteMBps(bytes: Int64, in directory: URL) throws -> Double {
+        let path = directory.appendingPathComponent("durable-write-probe").path
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        guard fd >= 0 else { throw BenchError("cannot create \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd); unlink(path) }
+        var block = [UInt8](repeating: 0, count: 1 << 20)
+        for i in block.indices { block[i] = UInt8(truncatingIfNeeded: i &* 2_654_435_761 >> 13) }
+        let start = ContinuousClock.now
+        var written: Int64 = 0
+        while written < bytes {
+            let n = block.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { throw BenchError("cannot write \(path): \(String(cString: strerror(errno)))") }
+            written += Int64(n)
+        }
+        guard fsync(fd) == 0 else { throw BenchError("cannot fsync \(path): \(String(cString: strerror(errno)))") }
+        let d = ContinuousClock.now - start
+        return Double(written) / 1e6 / (Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18)
     }
 
     /// XChaCha20-Poly1305 (what the vault seals chunks with) over 1 MiB buffers, in MB/s.
