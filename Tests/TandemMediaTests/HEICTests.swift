@@ -23,13 +23,7 @@ final class HEICTests: MediaTestCase {
         XCTAssertEqual(report, SanitizeReport(format: .heic, strippedGPS: true, strippedDevice: true, lossless: true))
         let clean = try read(output)
         XCTAssertEqual(PhotoProcessor.sniff(Array(clean.prefix(12))), .heic)
-        for secret in ["TestCam", "X100", "SN12345", "TestFirmware"] {
-            XCTAssertTrue(contains(original, secret), secret)
-            XCTAssertFalse(contains(clean, secret), "\(secret) survived")
-        }
-        let after = try XCTUnwrap(try PhotoProcessor.exifFields(of: output))
-        XCTAssertFalse(after.hasGPS)
-        XCTAssertTrue(after.deviceTags.isEmpty, "\(after.deviceTags)")
+        let after = try assertNoCameraSecrets(original: original, clean: clean, output: output)
         XCTAssertEqual(try PhotoProcessor.captureDate(of: output), TestImages.cameraDate)
         let c = try TestImages.decode(clean)
         XCTAssertEqual([c.width, c.height], [400, 200])
@@ -58,13 +52,7 @@ final class HEICTests: MediaTestCase {
         for r in ranges { for i in r { outside[Int(i)] = false } }
         let changed = (0..<original.count).filter { outside[$0] && original[$0] != clean[$0] }
         XCTAssertEqual(changed, [], "bytes outside the metadata items changed")
-        for secret in ["TestCam", "X100", "SN12345", "TestFirmware"] {
-            XCTAssertTrue(contains(original, secret), secret)
-            XCTAssertFalse(contains(clean, secret), "\(secret) survived")
-        }
-        let after = try XCTUnwrap(try PhotoProcessor.exifFields(of: output))
-        XCTAssertFalse(after.hasGPS)
-        XCTAssertTrue(after.deviceTags.isEmpty, "\(after.deviceTags)")
+        let after = try assertNoCameraSecrets(original: original, clean: clean, output: output)
         XCTAssertEqual(after.orientation, 6)
         XCTAssertEqual(try PhotoProcessor.captureDate(of: output), TestImages.cameraDate)
 
@@ -119,5 +107,20 @@ final class HEICTests: MediaTestCase {
             assertColour(pixel(e, x, y), pixel(d, x, y), "(\(x), \(y))")
         }
         print("HEIC with EXIF orientation 6 and no irot: thumbnail top-right is \(pixel(d, 260, 40)) (red = rotated, blue = not)")
+    }
+
+    /// The camera's strings were in the original and are gone from the copy, which has no GPS and no
+    /// device tags left; returns the copy's fields for further checks.
+    @discardableResult
+    private func assertNoCameraSecrets(original: [UInt8], clean: [UInt8], output: URL,
+                                       file: StaticString = #filePath, line: UInt = #line) throws -> ExifFields {
+        for secret in ["TestCam", "X100", "SN12345", "TestFirmware"] {
+            XCTAssertTrue(contains(original, secret), secret, file: file, line: line)
+            XCTAssertFalse(contains(clean, secret), "\(secret) survived", file: file, line: line)
+        }
+        let after = try XCTUnwrap(try PhotoProcessor.exifFields(of: output), file: file, line: line)
+        XCTAssertFalse(after.hasGPS, file: file, line: line)
+        XCTAssertTrue(after.deviceTags.isEmpty, "\(after.deviceTags)", file: file, line: line)
+        return after
     }
 }

@@ -148,17 +148,24 @@ def test_whole_node_back_from_code_and_one_friend_then_a_challenge_as_the_old_id
     assert cli_json(restored, "ledger", "verify")["entries"] >= 1
 
 
-def test_a_holder_that_flips_a_byte_is_caught_and_named(make_node, tmp_path):
-    alice, (bob,), files, code = backed_up(make_node, tmp_path)
-    held = pathlib.Path(bob.data_dir) / "backup-held" / alice.info["public_key"] / "blobs"
+def flip_a_byte_of_the_largest_blob(owner, holder):
+    """Stops `holder`, flips one byte in the middle of the largest blob it holds for `owner`, starts
+    it again on the same port. Returns the blob's path."""
+    held = pathlib.Path(holder.data_dir) / "backup-held" / owner.info["public_key"] / "blobs"
     blobs = sorted((p for p in held.iterdir() if p.is_file() and len(p.name) == 64), key=lambda p: p.stat().st_size)
     assert blobs, list(held.rglob("*"))
     victim = blobs[-1]
-    bob.stop()
+    holder.stop()
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0x01
     victim.write_bytes(bytes(data))
-    bob.start(port=bob.port, env=CHEAP)
+    holder.start(port=holder.port, env=CHEAP)
+    return victim
+
+
+def test_a_holder_that_flips_a_byte_is_caught_and_named(make_node, tmp_path):
+    alice, (bob,), files, code = backed_up(make_node, tmp_path)
+    victim = flip_a_byte_of_the_largest_blob(alice, bob)
     alice.kill()
 
     proc = restore(tmp_path / "fresh", bob, code, check=False)
@@ -284,13 +291,7 @@ def test_a_tampered_holder_is_passed_over_for_another_friend_reached_through_its
         cli(alice, "backup", "push", "--to", carol.id, timeout=300)
         # The kit changed (carol's relay): this push puts it at bob again.
         cli(alice, "backup", "push", "--to", bob.id, timeout=300)
-        held = pathlib.Path(bob.data_dir) / "backup-held" / alice.info["public_key"] / "blobs"
-        victim = max((p for p in held.iterdir() if p.is_file() and len(p.name) == 64), key=lambda p: p.stat().st_size)
-        bob.stop()
-        data = bytearray(victim.read_bytes())
-        data[len(data) // 2] ^= 0x01
-        victim.write_bytes(bytes(data))
-        bob.start(port=bob.port, env=CHEAP)
+        victim = flip_a_byte_of_the_largest_blob(alice, bob)
         alice.kill()
 
         proc = restore(tmp_path / "fresh", bob, code)
