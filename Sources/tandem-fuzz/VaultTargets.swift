@@ -1,6 +1,8 @@
 import Foundation
 import Sodium
 @_spi(Fuzzing) import TandemMedia
+import TandemNode
+import TandemProtocol
 import TandemVault
 
 #if canImport(Glibc)
@@ -12,17 +14,33 @@ import Glibc
 /// parsed by TandemMedia's own code before any decoder sees them). The first byte picks the reader;
 /// the rest is the file. Each must throw or succeed, never trap or read out of bounds.
 ///
+/// A file that starts with "TKIT" is a recovery kit's contents as a restorer finds them once the
+/// seal opened (backup.md 7): protobuf, then `RecoveryKit.validate` with the owner set to the key
+/// of the seed inside, so the friends' records, relays and ledger entries are all reached.
+///
 /// A file that starts like an ISOBMFF `ftyp` box (its bytes 4…7 are "ftyp") goes to the HEIF
 /// metadata rewrite, whatever the first byte: routing by content rather than by a fourth value of
 /// the first byte keeps the meaning of every seed committed before HEIF was added. The HEIF path
 /// runs the in-place rewrite only, in memory: not libheif, which a fuzzer would exercise instead
 /// of this code (and the re-encode it would start takes seconds).
 extension FuzzTarget {
-    static let vault = FuzzTarget(name: "vault", summary: "vault keys file, JPEG/PNG/HEIF metadata rewrite and Exif dates",
+    static let vault = FuzzTarget(name: "vault", summary: "vault keys file, JPEG/PNG/HEIF metadata rewrite, Exif dates, recovery kit contents",
                                   maximumLength: 65_536, shortRunShare: 2, run: { input in
         let which = input.pick(3)
         let body = input.take(input.remaining)
         let scratch = VaultFuzzScratch.shared
+        if body.starts(with: Array("TKIT".utf8)) {
+            guard let contents = try? Tandem_V1_RecoveryKitContents(serializedBytes: Array(body.dropFirst(4))) else { return }
+            let owner = contents.identitySeed.count == SigningKeyPair.seedBytes
+                ? (try? SigningKeyPair(seed: Array(contents.identitySeed)))?.publicKey : nil
+            if let opened = try? RecoveryKit.validate(contents, owner: owner) {
+                guard opened.identity.publicKey == owner, opened.friends.count <= contents.friendContacts.count,
+                      opened.ledger.count <= contents.ledgerEntries.count else {
+                    fatalError("a validated kit holds what its contents did not")
+                }
+            }
+            return
+        }
         if body.count >= 8, body[4..<8].elementsEqual("ftyp".utf8) {
             // A rewrite keeps the length, and a second one changes nothing (it touched no structure).
             if let out = try? PhotoProcessor.rewriteHEIFMetadata(body) {
