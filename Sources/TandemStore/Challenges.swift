@@ -5,41 +5,48 @@ import TandemProtocol
 /// Challenges and the ledger: each step of a challenge is one transaction holding its new state
 /// and the frames it sends (DESIGN.md, "durable before acknowledged").
 extension NodeStore {
-    static let challengeEncoder: JSONEncoder = {
-        let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys]
-        return e
-    }()
-
     /// Stores the challenge's state and queues `frames`, together (with `handled`, the frame that
     /// caused the step is marked handled in the same transaction; false, and nothing stored, when it
     /// was handled before).
     @discardableResult
     public func saveChallenge(_ c: Challenge, frames: [OutboxItem] = [], events: [PendingEvent] = [], nowMs: Int64,
                               handled: HandledMark? = nil) throws -> Bool {
-        let json = String(decoding: try Self.challengeEncoder.encode(c), as: UTF8.self)
+        let state = Data(try c.storedBytes())
         return try write { db in
             if let handled, try !mark(db, handled) { return false }
             try db.execute(sql: """
                 INSERT INTO challenge(id, phase, solo, createdAtMs, updatedAtMs, state) VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, updatedAtMs = excluded.updatedAtMs, state = excluded.state
-                """, arguments: [Data(c.id), c.phase.rawValue, c.solo, nowMs, nowMs, json])
+                """, arguments: [Data(c.id), c.phase.rawValue, c.solo, nowMs, nowMs, state])
             for f in frames { try f.insert(db, onConflict: .ignore) }
             try insertEvents(events, db)
             return true
         }
     }
 
-    /// A stored challenge, decoded and validated; nil for a row that fails (it is quarantined at
-    /// the next start, `quarantineInvalidRows`).
-    static func decodeChallenge(_ json: String) -> Challenge? {
-        guard let c = try? JSONDecoder().decode(Challenge.self, from: Data(json.utf8)), (try? c.validate()) != nil else { return nil }
+    /// A stored challenge's `state`, decoded and validated: the stored form (Protocol/store.proto)
+    /// in a BLOB, or JSON text in a row written before it. Throws what is wrong with it.
+    static func loadChallenge(_ state: DatabaseValue) throws -> Challenge {
+        let c: Challenge
+        switch state.storage {
+        case .blob(let data):
+            c = try Challenge(storedBytes: Array(data))
+        case .string(let json):
+            c = try JSONDecoder().decode(Challenge.self, from: Data(json.utf8))
+        case .null, .int64, .double:
+            throw Challenge.StoredFormatError(description: "stored challenge: neither the stored form nor JSON")
+        }
+        try c.validate()
         return c
     }
 
+    /// `loadChallenge`, nil for a row that fails (it is quarantined at the next start,
+    /// `quarantineInvalidRows`).
+    static func decodeChallenge(_ state: DatabaseValue) -> Challenge? { try? loadChallenge(state) }
+
     public func challenge(_ id: [UInt8]) throws -> Challenge? {
         try read { db in
-            try String.fetchOne(db, sql: "SELECT state FROM challenge WHERE id = ?", arguments: [Data(id)]).flatMap(Self.decodeChallenge)
+            try DatabaseValue.fetchOne(db, sql: "SELECT state FROM challenge WHERE id = ?", arguments: [Data(id)]).flatMap(Self.decodeChallenge)
         }
     }
 
@@ -57,13 +64,13 @@ extension NodeStore {
     /// Challenges, newest first; `phases` nil for all.
     public func challenges(phases: [Challenge.Phase]? = nil, limit: Int = 1000) throws -> [Challenge] {
         try read { db in
-            let rows: [String]
+            let rows: [DatabaseValue]
             if let phases {
                 let marks = phases.map { _ in "?" }.joined(separator: ",")
-                rows = try String.fetchAll(db, sql: "SELECT state FROM challenge WHERE phase IN (\(marks)) ORDER BY createdAtMs DESC LIMIT ?",
-                                           arguments: StatementArguments(phases.map(\.rawValue) + [String(limit)]))
+                rows = try DatabaseValue.fetchAll(db, sql: "SELECT state FROM challenge WHERE phase IN (\(marks)) ORDER BY createdAtMs DESC LIMIT ?",
+                                                  arguments: StatementArguments(phases.map(\.rawValue) + [String(limit)]))
             } else {
-                rows = try String.fetchAll(db, sql: "SELECT state FROM challenge ORDER BY createdAtMs DESC LIMIT ?", arguments: [limit])
+                rows = try DatabaseValue.fetchAll(db, sql: "SELECT state FROM challenge ORDER BY createdAtMs DESC LIMIT ?", arguments: [limit])
             }
             return rows.compactMap(Self.decodeChallenge)
         }
@@ -72,8 +79,8 @@ extension NodeStore {
     /// Challenges whose id starts with the given bytes (a typed prefix).
     public func challenges(idPrefix hex: String) throws -> [Challenge] {
         try read { db in
-            try String.fetchAll(db, sql: "SELECT state FROM challenge WHERE lower(hex(id)) LIKE ? ORDER BY createdAtMs DESC LIMIT 10",
-                                arguments: [hex.lowercased() + "%"])
+            try DatabaseValue.fetchAll(db, sql: "SELECT state FROM challenge WHERE lower(hex(id)) LIKE ? ORDER BY createdAtMs DESC LIMIT 10",
+                                       arguments: [hex.lowercased() + "%"])
                 .compactMap(Self.decodeChallenge)
         }
     }
@@ -89,7 +96,7 @@ extension NodeStore {
         guard let record = c.record else { return nil }
         var done = c
         done.markCommitted()
-        let json = String(decoding: try Self.challengeEncoder.encode(done), as: UTF8.self)
+        let state = Data(try done.storedBytes())
         return try write { db in
             if try Bool.fetchOne(db, sql: "SELECT 1 FROM ledger WHERE challengeId = ?", arguments: [Data(c.id)]) != nil {
                 return nil
@@ -99,7 +106,7 @@ extension NodeStore {
             try db.execute(sql: "INSERT INTO ledger(seq, challengeId, record, signatures, previousHash, hash, committedAtMs) VALUES (?, ?, ?, ?, ?, ?, ?)",
                            arguments: [entry.seq, Data(c.id), Data(entry.record), Data(entry.packedSignatures),
                                        Data(entry.previousHash), Data(entry.hash), nowMs])
-            try db.execute(sql: "UPDATE challenge SET state = ?, updatedAtMs = ? WHERE id = ?", arguments: [json, nowMs, Data(c.id)])
+            try db.execute(sql: "UPDATE challenge SET state = ?, updatedAtMs = ? WHERE id = ?", arguments: [state, nowMs, Data(c.id)])
             try insertEvents(events(entry), db)
             return entry
         }
@@ -149,19 +156,26 @@ extension NodeStore {
             }
             for row in try Row.fetchAll(db, sql: "SELECT id, state FROM challenge") {
                 let id: Data = row["id"]
-                let json: String = row["state"]
+                let state: DatabaseValue = row["state"]
                 var reason: String?
                 do {
-                    let c = try JSONDecoder().decode(Challenge.self, from: Data(json.utf8))
-                    try c.validate()
+                    let c = try Self.loadChallenge(state)
                     if Data(c.id) != id { reason = "stored challenge: its id differs from its row's" }
                 } catch let r as Challenge.Refusal {
                     reason = r.description
+                } catch let f as Challenge.StoredFormatError {
+                    reason = f.description
                 } catch {
                     reason = "stored challenge: not decodable (\(error))"
                 }
                 if let reason {
-                    try quarantine("challenge", id, Data(json.utf8), reason) {
+                    let data: Data
+                    switch state.storage {
+                    case .blob(let bytes): data = bytes
+                    case .string(let text): data = Data(text.utf8)
+                    default: data = Data()
+                    }
+                    try quarantine("challenge", id, data, reason) {
                         try db.execute(sql: "DELETE FROM challenge WHERE id = ?", arguments: [id])
                     }
                 }
@@ -204,9 +218,9 @@ extension NodeStore {
     /// Why each stored challenge that fails validation fails (read-only; empty when all hold).
     public func challengeRowsFailingValidation() throws -> [String] {
         try read { db in
-            try String.fetchAll(db, sql: "SELECT state FROM challenge").compactMap { json -> String? in
+            try DatabaseValue.fetchAll(db, sql: "SELECT state FROM challenge").compactMap { state -> String? in
                 do {
-                    try JSONDecoder().decode(Challenge.self, from: Data(json.utf8)).validate()
+                    _ = try Self.loadChallenge(state)
                     return nil
                 } catch {
                     return "\(error)"

@@ -155,8 +155,10 @@ public struct NodeStore: Sendable {
             }
         }
         m.registerMigration("v2-challenges") { db in
-            // One row per challenge: the whole state machine value (TandemProtocol.Challenge) as JSON,
-            // rewritten in the same transaction as the frames each step sends.
+            // One row per challenge: the whole state machine value (TandemProtocol.Challenge),
+            // rewritten in the same transaction as the frames each step sends. JSON text then; now
+            // the stored form of Protocol/store.proto, a BLOB (SQLite keeps a BLOB as it is in a
+            // TEXT column), and JSON rows are still read (Challenges.swift, `loadChallenge`).
             try db.create(table: "challenge") { t in
                 t.primaryKey("id", .blob)
                 t.column("phase", .text).notNull()

@@ -11,7 +11,8 @@ import TandemRelay
 // peer can cause.
 //
 // Besides "never traps", each machine's documented promises are checked:
-// - Challenge: survives the JSON round trip the node stores it with, after any sequence;
+// - Challenge: survives its stored form (and the JSON of older rows) after any sequence; a damaged
+//   stored form is refused or validated, never a trap;
 // - Outcome: decode only accepts canonical bytes; merge is idempotent, keeps the participants,
 //   and is commutative on well-formed views;
 // - ClockEstimator: keeps at most `capacity` samples, its estimate is one of them;
@@ -140,10 +141,19 @@ enum ChallengeMachine {
             default: clock.advance(&input)
             }
         }
-        // The node stores the value whole after every step and reads it back after a restart.
+        // The node stores the value whole after every step (the stored form, Protocol/store.proto)
+        // and reads it back after a restart; rows written before that are JSON, still read.
+        guard let stored = try? c.storedBytes() else { return MachineTargets.check(false, "Challenge has no stored form") }
+        MachineTargets.check((try? Challenge(storedBytes: stored)) == c, "Challenge does not survive its stored form")
         guard let data = try? JSONEncoder().encode(c) else { return MachineTargets.check(false, "Challenge does not encode") }
         let back = try? JSONDecoder().decode(Challenge.self, from: data)
         MachineTargets.check(back == c, "Challenge does not survive its JSON round trip")
+        // A damaged row (bytes the input chooses): refused, or decoded and then judged by validate;
+        // never a trap.
+        var damaged = stored
+        for _ in 0..<Int(input.u8() % 8) where !damaged.isEmpty { damaged[Int(input.u16()) % damaged.count] ^= input.u8() }
+        if input.bool() { damaged = Array(damaged.prefix(Int(input.u16()) % (damaged.count + 1))) }
+        if let d = try? Challenge(storedBytes: damaged) { _ = try? d.validate() }
     }
 
     /// A challenge to start from: our invite, a peer's invite, or a solo session.

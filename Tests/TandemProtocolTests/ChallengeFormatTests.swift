@@ -3,11 +3,13 @@ import Sodium
 import XCTest
 @testable import TandemProtocol
 
-/// The stored format of `Challenge` (the node keeps it whole as JSON, TandemStore/Challenges.swift)
-/// is a contract with every data dir already written: Tests/fixtures/challenge-v1.json holds
+/// The stored formats of `Challenge` (the node keeps it whole: JSON until the stored form of
+/// Protocol/store.proto replaced it, TandemStore/Challenges.swift) are a contract with every data
+/// dir already written: Tests/fixtures/challenge-v1.json holds
 /// challenges in states the store fixture (Tests/fixtures/store-v4) lacks, written by the code of
-/// that time; every later version must decode them to the same values. A change to the format adds
-/// a new fixture and keeps this one decoding; it never edits it.
+/// that time; every later version must decode them to the same values. challenge-v2.txt holds the
+/// same challenges in the stored form. A change to the format adds a new fixture and keeps these
+/// decoding; it never edits them.
 final class ChallengeFormatTests: XCTestCase {
     static let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("fixtures/challenge-v1.json")
@@ -268,11 +270,102 @@ final class ChallengeFormatTests: XCTestCase {
         XCTAssertThrowsError(try decode(JSONSerialization.data(withJSONObject: o)))
     }
 
-    /// Writes the fixture when asked (TANDEM_WRITE_CHALLENGE_FIXTURE=1); it is written once per
-    /// stored-format version and then only read.
+    // MARK: - The stored form (Protocol/store.proto), what the store writes since JSON
+
+    static let storedFixture = fixture.deletingLastPathComponent().appendingPathComponent("challenge-v2.txt")
+
+    /// The stored-form fixture: name → bytes (one `name hex` a line), the same challenges as the
+    /// JSON fixture, written by the code that introduced the format.
+    func storedFixtureRows() throws -> [String: [UInt8]] {
+        var rows: [String: [UInt8]] = [:]
+        for line in try String(contentsOf: Self.storedFixture, encoding: .utf8).split(separator: "\n") where !line.hasPrefix("#") {
+            let parts = line.split(separator: " ")
+            XCTAssertEqual(parts.count, 2, String(line))
+            rows[String(parts[0])] = try XCTUnwrap(parseHex(String(parts[1])), String(line))
+        }
+        return rows
+    }
+
+    /// Each stored-form row decodes to the value its JSON row holds, passes validation, and today's
+    /// encoder writes exactly its bytes again (map entries in key order: one value, one encoding).
+    func testTheStoredFormFixtureDecodesToTheJSONFixturesValuesAndReencodesExactly() throws {
+        let json = try fixtureRows()
+        let stored = try storedFixtureRows()
+        XCTAssertEqual(Set(stored.keys), Set(json.keys))
+        for (name, bytes) in stored {
+            let c = try Challenge(storedBytes: bytes)
+            XCTAssertNoThrow(try c.validate(), name)
+            XCTAssertEqual(c, try decode(try XCTUnwrap(json[name]).bytes), name)
+            XCTAssertEqual(try c.storedBytes(), bytes, name)
+        }
+    }
+
+    /// Every value the state machine reaches survives the stored form, every optional set or not.
+    func testTheStoredFormRoundTripsEveryState() throws {
+        var states = Array(try Self.fixtureStates().values)
+        var ended = try XCTUnwrap(try Self.fixtureStates()["group-running-inviter"])
+        _ = try ended.markEnded(localUs: Self.t0 + 630_000_000, signer: try Self.key(1))
+        ended.noteLocalStart(try XCTUnwrap(ended.startAtUs))
+        states.append(ended)
+        for c in states {
+            let back = try Challenge(storedBytes: try c.storedBytes())
+            XCTAssertEqual(back, c)
+            XCTAssertEqual(back.startAtUs, c.startAtUs)
+            XCTAssertEqual(back.participants.map(\.result), c.participants.map(\.result))
+        }
+    }
+
+    /// Enum values nobody wrote (zero, or from a later version) and bytes that are not protobuf
+    /// are refused with a reason; damaged rows never trap (every prefix, every one-byte flip),
+    /// and what still decodes is then judged by `validate`.
+    func testAStoredFormWithAnUnknownEnumOrDamageIsRefusedNeverATrap() throws {
+        let good = try XCTUnwrap(try Self.fixtureStates()["group-running-inviter"])
+        let bytes = try good.storedBytes()
+        func refused(_ s: Tandem_Store_V1_StoredChallenge, _ what: String) throws {
+            XCTAssertThrowsError(try Challenge(storedBytes: try s.serializedBytes())) { error in
+                XCTAssertTrue("\(error)".contains(what), "\(error)")
+            }
+        }
+        var s = try Tandem_Store_V1_StoredChallenge(serializedBytes: bytes)
+        s.phase = .unspecified
+        try refused(s, "unknown phase")
+        s.phase = .UNRECOGNIZED(42)
+        try refused(s, "unknown phase")
+        s = try Tandem_Store_V1_StoredChallenge(serializedBytes: bytes)
+        s.participants[1].answer = .unspecified
+        try refused(s, "unknown answer")
+        s = try Tandem_Store_V1_StoredChallenge(serializedBytes: bytes)
+        s.participants[2].result = .UNRECOGNIZED(9)
+        try refused(s, "unknown result")
+        XCTAssertThrowsError(try Challenge(storedBytes: [0xFF, 0xFF, 0xFF])) { XCTAssertTrue("\($0)".contains("not decodable")) }
+        XCTAssertThrowsError(try Challenge(storedBytes: Array("{\"id\":[]}".utf8)), "JSON is not the stored form")
+
+        var decoded = 0
+        for n in 0..<bytes.count {
+            if let c = try? Challenge(storedBytes: Array(bytes[..<n])) { decoded += 1; _ = try? c.validate() }
+            for bit in [0x01, 0x80] as [UInt8] {
+                var flipped = bytes
+                flipped[n] ^= bit
+                if let c = try? Challenge(storedBytes: flipped) { decoded += 1; _ = try? c.validate() }
+            }
+        }
+        XCTAssertLessThan(decoded, bytes.count * 3, "most damage is refused at decoding")
+    }
+
+    /// Writes the fixture when asked (TANDEM_WRITE_CHALLENGE_FIXTURE=1 the JSON one, =2 the stored
+    /// form's, from the JSON one); each is written once per stored-format version and then only read.
     func testWriteFixtureWhenAsked() throws {
+        if ProcessInfo.processInfo.environment["TANDEM_WRITE_CHALLENGE_FIXTURE"] == "2" {
+            let lines = try fixtureRows().sorted { $0.key < $1.key }.map { name, row in
+                "\(name) \(hexString(try decode(row.bytes).storedBytes()))"
+            }
+            let header = "# Challenges in the stored form (Protocol/store.proto), as the store writes them: name, then the bytes in hex.\n"
+                + "# The same challenges as challenge-v1.json. Written once (TANDEM_WRITE_CHALLENGE_FIXTURE=2); never edited.\n"
+            try Data((header + lines.joined(separator: "\n") + "\n").utf8).write(to: Self.storedFixture)
+            return
+        }
         guard ProcessInfo.processInfo.environment["TANDEM_WRITE_CHALLENGE_FIXTURE"] == "1" else {
-            throw XCTSkip("set TANDEM_WRITE_CHALLENGE_FIXTURE=1 to (re)write Tests/fixtures/challenge-v1.json")
+            throw XCTSkip("set TANDEM_WRITE_CHALLENGE_FIXTURE=1 (or 2) to (re)write Tests/fixtures/challenge-v1.json (or challenge-v2.txt)")
         }
         // One challenge a line, each exactly as the store writes it (sorted keys, compact).
         let encoder = JSONEncoder()

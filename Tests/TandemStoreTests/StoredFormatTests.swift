@@ -129,21 +129,71 @@ final class StoredFormatTests: XCTestCase {
         XCTAssertEqual(storedParticipant, Self.participantKeys)
     }
 
-    /// Today's encoder writes each stored challenge back as exactly the bytes the earlier version
-    /// stored, so a row survives a load and a save unchanged.
-    func testEachRowReencodesToTheStoredBytes() throws {
+    /// Today's `Codable` still writes each JSON row back as exactly the bytes the earlier version
+    /// stored (nothing of the JSON format drifted); a save then turns the row into the stored form
+    /// (Protocol/store.proto, a BLOB) holding the same value, read back as such.
+    func testEachJSONRowReencodesToItsBytesAndASaveTurnsItIntoTheStoredForm() throws {
         let (path, dir) = try fixtureCopy()
         defer { try? FileManager.default.removeItem(at: dir) }
         let store = try NodeStore(path: path)
         let rows = try store.read { db in try Row.fetchAll(db, sql: "SELECT id, phase, state FROM challenge") }
         XCTAssertEqual(rows.count, 3)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
         for row in rows {
             let json: String = row["state"]
             let c = try JSONDecoder().decode(Challenge.self, from: Data(json.utf8))
-            XCTAssertEqual(String(decoding: try NodeStore.challengeEncoder.encode(c), as: UTF8.self), json)
+            XCTAssertEqual(String(decoding: try encoder.encode(c), as: UTF8.self), json)
             XCTAssertEqual(Data(c.id), row["id"] as Data)
             XCTAssertEqual(c.phase.rawValue, row["phase"] as String)
+
+            XCTAssertEqual(try store.challenge(c.id), c)
+            try store.saveChallenge(c, nowMs: 1_795_472_300_000)
+            let saved = try store.read { db in
+                try XCTUnwrap(try Row.fetchOne(db, sql: "SELECT typeof(state) AS kind, state FROM challenge WHERE id = ?", arguments: [Data(c.id)]))
+            }
+            XCTAssertEqual(saved["kind"] as String, "blob", "saved in the stored form")
+            XCTAssertEqual(try Challenge(storedBytes: Array(saved["state"] as Data)), c)
+            XCTAssertEqual(try store.challenge(c.id), c, "read back from the stored form")
         }
+        XCTAssertEqual(try store.challengeRowsFailingValidation(), [])
+        XCTAssertEqual(try store.challenges().count, 3)
+    }
+
+    /// A stored-form row that does not decode (or holds a value `validate` refuses, or is neither a
+    /// BLOB nor text) is set aside at start with its bytes and a reason; the good rows stay.
+    func testABrokenStoredFormRowIsQuarantinedWithItsBytes() throws {
+        let (path, dir) = try fixtureCopy()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let store = try NodeStore(path: path)
+        let good = try XCTUnwrap(try store.challenge(try bytes(Self.pending)))
+        var badRange = try Tandem_Store_V1_StoredChallenge(serializedBytes: try good.storedBytes())
+        badRange.durationMs = 0
+        var badPhase = badRange
+        badPhase.durationMs = good.durationMs
+        badPhase.phase = .unspecified
+        let broken: [(UInt8, Data)] = [
+            (0xB1, Data([0xFF, 0xFF, 0xFF, 0xFF, 0x0F])),
+            (0xB2, Data(try badRange.serializedBytes() as [UInt8])),
+            (0xB3, Data(try badPhase.serializedBytes() as [UInt8])),
+        ]
+        try store.write { db in
+            for (n, state) in broken {
+                try db.execute(sql: "INSERT INTO challenge(id, phase, solo, createdAtMs, updatedAtMs, state) VALUES (?, 'invited', 0, 1, 1, ?)",
+                               arguments: [Data(repeating: n, count: 16), state])
+            }
+        }
+        XCTAssertEqual(try store.challengeRowsFailingValidation().count, 3)
+        XCTAssertEqual(try store.challenges().count, 3, "a row that fails is not handed out")
+        let moved = try store.quarantineInvalidRows(nowMs: 7)
+        XCTAssertEqual(moved.map(\.rowKey).sorted { $0[0] < $1[0] }, broken.map { [UInt8](repeating: $0.0, count: 16) })
+        XCTAssertTrue(moved.first { $0.rowKey[0] == 0xB1 }?.reason.contains("not decodable") == true, "\(moved)")
+        XCTAssertTrue(moved.first { $0.rowKey[0] == 0xB2 }?.reason.contains("duration") == true, "\(moved)")
+        XCTAssertTrue(moved.first { $0.rowKey[0] == 0xB3 }?.reason.contains("unknown phase") == true, "\(moved)")
+        let kept = try store.read { db in try Data.fetchAll(db, sql: "SELECT data FROM quarantine WHERE kind = 'challenge' ORDER BY rowKey") }
+        XCTAssertEqual(kept, broken.map(\.1), "the bytes are kept as they were")
+        XCTAssertEqual(try store.challengeRowsFailingValidation(), [])
+        XCTAssertEqual(try store.challenges().count, 3)
     }
 
     /// The stored invite still moves under today's rules: Alice accepts it, and the answer is stored.

@@ -6,8 +6,11 @@ wire type. On the old node each of these frames trapped the process (several aga
 now each is refused as MALFORMED or quarantined, and the node keeps serving an honest peer.
 """
 import json
+from pathlib import Path
 import sqlite3
 import time
+
+import pytest
 
 from advhelpers import ATTACKER, HONEST
 from hostile import (ACK, CLOCK_REPLY, CONTACT_UPDATE, ERROR_CODES, FRIEND_ACCEPT, FRIEND_REMOVE, FRIEND_REQUEST,
@@ -152,17 +155,28 @@ def test_an_outcome_claiming_a_quit_of_2_64_ms_is_refused(make_node, peers):
     honest_still_served(node, peers)
 
 
-def test_a_stored_row_that_would_crash_the_node_is_quarantined(make_node, peers):
-    """A challenge row written by an older node (or by hand) with a start of 2^63-1: the node starts,
-    sets the row aside, says so in `tandem status`, and keeps its other data."""
+OLD_CHALLENGES = Path(__file__).resolve().parent.parent / "fixtures" / "challenge-v1.json"
+
+
+@pytest.mark.parametrize("written_by", ["this version", "an older version"])
+def test_a_stored_row_that_would_crash_the_node_is_quarantined(make_node, peers, written_by):
+    """A challenge row with a start of 2^63-1, in today's stored form (Protocol/store.proto) or as
+    the JSON an older node wrote (or someone by hand): the node starts, sets the row aside, says so
+    in `tandem status`, and keeps its other data."""
     node = make_node()
     cli(node, "focus", "start", "--duration", "1h")
     node.stop()
     db = sqlite3.connect(f"{node.data_dir}/node.sqlite")
-    (cid, state), = db.execute("SELECT id, state FROM challenge").fetchall()
-    st = json.loads(state)
-    st["startAtUs"] = I64_MAX
-    db.execute("UPDATE challenge SET state = ? WHERE id = ?", (json.dumps(st), cid))
+    (cid, state, kind), = db.execute("SELECT id, state, typeof(state) FROM challenge").fetchall()
+    assert kind == "blob", "today's node writes the stored form"
+    if written_by == "this version":
+        # A later field wins in protobuf: the row now says start_at_us (field 7) = 2^63-1.
+        db.execute("UPDATE challenge SET state = ? WHERE id = ?", (state + pb_uint(7, I64_MAX), cid))
+    else:
+        old = json.loads(OLD_CHALLENGES.read_text())["solo-running"]
+        old["startAtUs"] = I64_MAX
+        db.execute("INSERT INTO challenge(id, phase, solo, createdAtMs, updatedAtMs, state) VALUES (?, 'running', 1, 1, 1, ?)",
+                   (bytes(old["id"]), json.dumps(old)))
     db.commit()
     db.close()
     node.start(node.port)
@@ -172,6 +186,9 @@ def test_a_stored_row_that_would_crash_the_node_is_quarantined(make_node, peers)
     assert status["quarantine"][0]["kind"] == "challenge"
     assert "start" in status["quarantine"][0]["reason"]
     assert events(node, "store.quarantined")
+    # The session this node started is the bad row itself, or is still on beside the old bad row.
+    session = cli_json(node, "focus", "status")["session"]
+    assert (session is None) == (written_by == "this version"), session
     node.stop()
     node.start(node.port)                # and again: it stays set aside
     assert node.status()[0]["quarantined"] == 1
