@@ -117,7 +117,7 @@ public struct NodeStore: Sendable {
                 t.column("publicKey", .blob).notNull()
                 t.column("host", .text).notNull()
                 t.column("port", .integer).notNull()
-                t.column("source", .text).notNull()   // lan | manual | record
+                t.column("source", .text).notNull()   // lan | manual | record | kit (a recovery kit)
                 t.column("lastSeenMs", .integer).notNull()
                 t.primaryKey(["publicKey", "host", "port"])
             }

@@ -2,21 +2,36 @@ import Foundation
 import GRDB
 import TandemProtocol
 
+/// Where a friend was last reached, as a recovery kit keeps it (already validated).
+public struct RestoredAddress: Sendable, Equatable {
+    public let host: String
+    public let port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+}
+
 /// A friend as a recovery kit gives it back (Protocol/backup.md section 8): its stored contact
-/// record (canonical bytes, already validated) and, from that record, the relay it can be reached by.
+/// record (canonical bytes, already validated), from that record the relay it can be reached by,
+/// and where the node last reached it (most recent first).
 public struct RestoredFriend: Sendable, Equatable {
     public let publicKey: [UInt8]
     public let displayName: String
     public let record: [UInt8]
     public let recordVersion: Int64
     public let homeRelay: StoredRelay?
+    public var addresses: [RestoredAddress]
 
-    public init(publicKey: [UInt8], displayName: String, record: [UInt8], recordVersion: Int64, homeRelay: StoredRelay?) {
+    public init(publicKey: [UInt8], displayName: String, record: [UInt8], recordVersion: Int64, homeRelay: StoredRelay?,
+                addresses: [RestoredAddress] = []) {
         self.publicKey = publicKey
         self.displayName = displayName
         self.record = record
         self.recordVersion = recordVersion
         self.homeRelay = homeRelay
+        self.addresses = addresses
     }
 }
 
@@ -102,6 +117,15 @@ extension NodeStore {
             }
             for a in state.addresses {
                 try KnownAddress(publicKey: a.publicKey, host: a.host, port: a.port, source: "manual", lastSeenMs: nowMs).save(db)
+            }
+            // Where the old node last reached each friend: known, older than the holder's address.
+            for f in state.friends {
+                for (i, a) in f.addresses.enumerated() {
+                    try db.execute(sql: """
+                        INSERT INTO address (publicKey, host, port, source, lastSeenMs) VALUES (?, ?, ?, 'kit', ?)
+                        ON CONFLICT (publicKey, host, port) DO NOTHING
+                        """, arguments: [Data(f.publicKey), a.host, a.port, nowMs - 1 - Int64(i)])
+                }
             }
             for (i, r) in state.homeRelays.enumerated() {
                 let n = try Int.fetchOne(db, sql: "SELECT count(*) FROM relay") ?? 0

@@ -296,6 +296,76 @@ final class RecoveryKitTests: XCTestCase {
         XCTAssertNil(KitLedgerEntry(bytes: []))
     }
 
+    /// Where the node last reached each friend travels in the kit (the four most recent, in host
+    /// order), comes back with the friend, is written to the restored store, and gives a restore
+    /// its other holders: those addresses first (two at most), then the home relay.
+    func testFriendsAddressesTravelInTheKitAndGiveTheRestoreOtherHolders() throws {
+        let me = SigningKeyPair.generate()
+        let relay = RelayAddress(id: NodeID(publicKey: SigningKeyPair.generate().publicKey), host: "relay.example", port: 7777)
+        let (bob, bobRecord) = try friend("bob", relay: relay)
+        let (carol, carolRecord) = try friend("carol")
+        let source = try NodeStore.inMemory()
+        try source.applyRestore(RestoredState(friends: [bobRecord, carolRecord], homeRelays: [], ledger: [], addresses: []), nowMs: 1_000)
+        for (i, host) in ["10.0.0.9", "10.0.0.1", "192.168.1.20", "fe80::1", "10.0.0.5"].enumerated() {
+            try source.rememberAddress(bob.publicKey, host: host, port: 7000 + i, source: "lan", nowMs: 2_000 + Int64(i))
+        }
+        try source.rememberAddress(carol.publicKey, host: "carol.example", port: 7100, source: "record", nowMs: 2_000)
+        let code = RecoveryCode(bytes: Sodium.randomBytes(16))
+        try RecoveryKit.KeyFile(code: code).save(dir)
+        let kit = try XCTUnwrap(try RecoveryKit.sealedKit(identity: me, store: source, dataDirectory: DataDirectory(url: dir), nowMs: 5))
+        let opened = try RecoveryKit.open(kit.sealed, code: code, owner: me.publicKey)
+        XCTAssertTrue(opened.skipped.isEmpty, "\(opened.skipped)")
+        let bobBack = try XCTUnwrap(opened.friends.first { $0.publicKey == bob.publicKey })
+        // The four most recent (10.0.0.9, the oldest, is left out), sorted by host.
+        XCTAssertEqual(bobBack.addresses, [RestoredAddress(host: "10.0.0.1", port: 7001), RestoredAddress(host: "10.0.0.5", port: 7004),
+                                           RestoredAddress(host: "192.168.1.20", port: 7002), RestoredAddress(host: "fe80::1", port: 7003)])
+        XCTAssertEqual(opened.friends.first { $0.publicKey == carol.publicKey }?.addresses, [RestoredAddress(host: "carol.example", port: 7100)])
+        // Seen again: the kit does not change (the digest decides whether it is pushed again).
+        try source.rememberAddress(bob.publicKey, host: "10.0.0.1", port: 7001, source: "lan", nowMs: 9_000)
+        XCTAssertEqual(try XCTUnwrap(try RecoveryKit.sealedKit(identity: me, store: source, dataDirectory: DataDirectory(url: dir), nowMs: 6)).digest,
+                       kit.digest)
+
+        let target = try NodeStore.inMemory()
+        try target.applyRestore(RestoredState(friends: opened.friends, homeRelays: [], ledger: [], addresses: []), nowMs: 50_000)
+        XCTAssertEqual(Set(try target.addresses(bob.publicKey).map(\.host)), ["10.0.0.1", "10.0.0.5", "192.168.1.20", "fe80::1"])
+        XCTAssertEqual(try target.addresses(carol.publicKey).map(\.source), ["kit"])
+
+        // Restoring from carol: bob is tried at his first two addresses, then through his relay.
+        let from = RestoreClient.Options(holder: NodeID(publicKey: carol.publicKey), host: "carol.example", port: 7100, code: code,
+                                         dataDirectory: DataDirectory(url: dir), relay: nil)
+        let others = RestoreClient.otherHolders(from, friends: opened.friends)
+        XCTAssertEqual(others.map(\.holder.publicKey), [bob.publicKey, bob.publicKey, bob.publicKey])
+        XCTAssertEqual(others.map(\.host), ["10.0.0.1", "10.0.0.5", "relay.example"])
+        XCTAssertEqual(others.map { $0.relay == nil }, [true, true, false])
+    }
+
+    /// Addresses that are not a host and a port, beyond four for a friend, or for someone not in
+    /// the kit: left out (counted in one skipped line), never fatal.
+    func testBadKitAddressesAreSkipped() throws {
+        let me = SigningKeyPair.generate()
+        let (bob, bobRecord) = try friend("bob")
+        var c = Tandem_V1_RecoveryKitContents()
+        c.identitySeed = Data(me.seed())
+        c.friendContacts = [Data(bobRecord.record)]
+        func address(_ key: [UInt8], _ host: String, _ port: UInt32) -> Tandem_V1_RecoveryKitAddress {
+            var a = Tandem_V1_RecoveryKitAddress()
+            a.publicKey = Data(key)
+            a.host = host
+            a.port = port
+            return a
+        }
+        c.friendAddresses = [address(bob.publicKey, "10.0.0.1", 7000), address(bob.publicKey, "10.0.0.1", 0),
+                             address(bob.publicKey, "host with space", 7000), address(bob.publicKey, "evil\u{1b}[2J", 7000),
+                             address(bob.publicKey, String(repeating: "a", count: 254), 7000), address(bob.publicKey, "10.0.0.2", 70_000),
+                             address(SigningKeyPair.generate().publicKey, "10.0.0.3", 7000),
+                             address(bob.publicKey, "10.0.0.1", 7000), address(bob.publicKey, "b", 1), address(bob.publicKey, "c", 2),
+                             address(bob.publicKey, "d", 3), address(bob.publicKey, "e", 4)]
+        let opened = try RecoveryKit.validate(c, owner: me.publicKey)
+        XCTAssertEqual(opened.friends.first?.addresses.map(\.host), ["10.0.0.1", "b", "c", "d"])
+        XCTAssertEqual(opened.skipped.count, 1, "\(opened.skipped)")
+        XCTAssertTrue(opened.skipped[0].hasPrefix("6 friend addresses"), "\(opened.skipped)")
+    }
+
     func testALedgerTooLongForOneKitKeepsItsOldestEntries() throws {
         let me = SigningKeyPair.generate()
         let (bob, bobRecord) = try friend("bob")

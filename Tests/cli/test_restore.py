@@ -7,12 +7,13 @@ import os
 import pathlib
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
 
 import pytest
 
-from tandem_testkit import TANDEM, Node, Relay, befriend, cli, cli_json, one_line_error, poll, wait_event
+from tandem_testkit import TANDEM, Node, Relay, befriend, cli, cli_json, free_port, one_line_error, poll, wait_event
 
 CHEAP = {"TANDEM_TEST_CHEAP_PIN_HASH": "1"}
 PIN = "2580"
@@ -279,7 +280,8 @@ def test_restore_through_the_holders_relay_brings_home_relays_back(make_node, tm
 
 def test_a_tampered_holder_is_passed_over_for_another_friend_reached_through_its_relay(make_node, tmp_path):
     """The holder named with --from gives the kit but a tampered vault; the restore names it and the
-    blob, then gets the vault from another friend in the kit, through that friend's home relay."""
+    blob, then gets the vault from another friend in the kit, through that friend's home relay (she
+    moved to another port since: where the kit last saw her, nobody answers)."""
     alice, (bob, carol), files, code = backed_up(make_node, tmp_path, size=300_000, friends=("bob", "carol"))
     relay = Relay(tmp_path).start()
     try:
@@ -293,12 +295,18 @@ def test_a_tampered_holder_is_passed_over_for_another_friend_reached_through_its
         cli(alice, "backup", "push", "--to", bob.id, timeout=300)
         victim = flip_a_byte_of_the_largest_blob(alice, bob)
         alice.kill()
+        old_port = carol.port
+        carol.stop()
+        carol.start(port=free_port(), env=CHEAP)
+        poll(lambda: any(r["address"] == relay.address and r["connected"] for r in cli_json(carol, "relay", "list")["relays"]),
+             15, what="carol registered at the relay again")
 
         proc = restore(tmp_path / "fresh", bob, code)
         report, _ = final_json(proc)
         assert report["id"] == alice.id and report["items"] == 2, report
         assert report["vault_from"] == carol.id, report
         assert any(bob.id in s and victim.name in s for s in report["skipped"]), report["skipped"]
+        assert any(f"127.0.0.1:{old_port}: cannot connect" in s for s in report["skipped"]), report["skipped"]
         restored = RestoredNode(tmp_path / "fresh").start(env=CHEAP)
         dest = tmp_path / "out"
         dest.mkdir()
@@ -307,6 +315,33 @@ def test_a_tampered_holder_is_passed_over_for_another_friend_reached_through_its
             assert (dest / name).read_bytes() == data, name
     finally:
         relay.stop()
+
+
+def test_a_tampered_holder_is_passed_over_for_a_friend_reached_where_the_old_node_last_reached_it(make_node, tmp_path):
+    """No relay anywhere: the kit keeps where alice last reached each friend, so the restore finds
+    carol at her address when bob's copy is tampered, and the restored node knows where carol is."""
+    alice, (bob, carol), files, code = backed_up(make_node, tmp_path, size=300_000, friends=("bob", "carol"))
+    cli(carol, "backup", "offer", alice.id, "--quota", "1GiB")
+    wait_event(alice, "backup.offer.received", f"from={carol.id}", timeout="30s")
+    cli(alice, "backup", "push", "--to", carol.id, timeout=300)
+    victim = flip_a_byte_of_the_largest_blob(alice, bob)
+    alice.kill()
+
+    proc = restore(tmp_path / "fresh", bob, code)
+    report, _ = final_json(proc)
+    assert report["id"] == alice.id and report["items"] == 2, report
+    assert report["vault_from"] == carol.id, report
+    assert any(bob.id in s and victim.name in s for s in report["skipped"]), report["skipped"]
+    db = sqlite3.connect(tmp_path / "fresh" / "node.sqlite")
+    known = db.execute("SELECT host, port, source FROM address WHERE publicKey = ?", (carol.public_key,)).fetchall()
+    db.close()
+    assert ("127.0.0.1", carol.port, "kit") in known, known
+    restored = RestoredNode(tmp_path / "fresh").start(env=CHEAP)
+    dest = tmp_path / "out"
+    dest.mkdir()
+    vault(restored, "export", "holiday.bin", "notes.txt", str(dest), pin=PIN)
+    for name, data in files.items():
+        assert (dest / name).read_bytes() == data, name
 
 
 def test_a_holder_restarting_mid_restore_is_reconnected(make_node, tmp_path):

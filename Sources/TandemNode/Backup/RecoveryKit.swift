@@ -23,6 +23,18 @@ import TandemVault
 /// missing (a node made before this file existed).
 public enum RecoveryKit {
     public static let keyFileName = "backup-kit"
+    /// Where each friend was last reached: the kit keeps this many addresses per friend at most.
+    public static let maximumAddressesPerFriend = 4
+
+    /// A friend's address in a kit: a host (an IP address or a name) and a port.
+    enum KitAddress {
+        static func isValid(host: String, port: Int) -> Bool {
+            guard (1...65_535).contains(port), (1...253).contains(host.utf8.count) else { return false }
+            return host.utf8.allSatisfy { b in
+                (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x2E || b == 0x2D || b == 0x3A || b == 0x5F
+            }
+        }
+    }
 
     /// The kit key and locator a node keeps.
     public struct KeyFile: Equatable, Sendable {
@@ -170,6 +182,17 @@ public enum RecoveryKit {
         for friend in try store.contacts([.friend]) {
             guard let record = friend.record, !record.isEmpty else { continue }
             c.friendContacts.append(record)
+            // The most recent few, in a fixed order: the kit changes when the set does, not when a
+            // friend is merely seen again.
+            let recent = try store.addresses(Array(friend.publicKey)).prefix(maximumAddressesPerFriend)
+            for a in recent.sorted(by: { ($0.host, $0.port) < ($1.host, $1.port) }) {
+                guard KitAddress.isValid(host: a.host, port: a.port) else { continue }
+                var k = Tandem_V1_RecoveryKitAddress()
+                k.publicKey = friend.publicKey
+                k.host = a.host
+                k.port = UInt32(a.port)
+                c.friendAddresses.append(k)
+            }
         }
         c.displayName = try store.setting("display_name") ?? ""
         c.homeRelays = try store.relays().map { RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port).description }
@@ -253,6 +276,20 @@ public enum RecoveryKit {
                 skipped.append("friend record \(i + 1): \(error)")
             }
         }
+        guard c.friendAddresses.count <= 10_000 * maximumAddressesPerFriend else {
+            throw Refusal("the kit lists \(c.friendAddresses.count) friend addresses")
+        }
+        var badAddresses = 0
+        for a in c.friendAddresses {
+            guard let i = friends.firstIndex(where: { Data($0.publicKey) == a.publicKey }) else { continue }
+            guard KitAddress.isValid(host: a.host, port: Int(a.port)), friends[i].addresses.count < maximumAddressesPerFriend else {
+                badAddresses += 1
+                continue
+            }
+            let address = RestoredAddress(host: a.host, port: Int(a.port))
+            if !friends[i].addresses.contains(address) { friends[i].addresses.append(address) }
+        }
+        if badAddresses > 0 { skipped.append("\(badAddresses) friend addresses: not host and port, or more than \(maximumAddressesPerFriend) for a friend") }
         var relays: [RelayAddress] = []
         for text in c.homeRelays.prefix(64) {
             guard text.utf8.count <= PayloadLimits.homeRelayBytes, let r = try? RelayAddress(parsing: text) else {

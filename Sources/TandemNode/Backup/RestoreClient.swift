@@ -77,15 +77,27 @@ public struct RestoreClient {
         public var vaultFrom: NodeID?
     }
 
-    /// The kit's other friends that can be reached without an address from the user: those with a
-    /// home relay, through a tunnel of it; in the kit's order. Any of them may hold a snapshot.
+    /// The kit's other friends that can be reached without an address from the user, in the kit's
+    /// order: at the addresses where the old node last reached them (the first two the kit lists),
+    /// then through a tunnel of their home relay. Any of them may hold a snapshot.
     static func otherHolders(_ o: Options, friends: [RestoredFriend]) -> [Options] {
-        friends.compactMap { f in
-            guard f.publicKey != o.holder.publicKey, let r = f.homeRelay else { return nil }
-            return Options(holder: NodeID(publicKey: f.publicKey), host: r.host, port: r.port, code: o.code,
-                           dataDirectory: o.dataDirectory, relay: RelayAddress(id: NodeID(publicKey: r.publicKey), host: r.host, port: r.port))
+        friends.flatMap { f -> [Options] in
+            guard f.publicKey != o.holder.publicKey else { return [] }
+            let id = NodeID(publicKey: f.publicKey)
+            // Where the old node last reached it, then through its home relay.
+            var ways = f.addresses.prefix(Self.directTriesPerFriend).map {
+                Options(holder: id, host: $0.host, port: $0.port, code: o.code, dataDirectory: o.dataDirectory, relay: nil)
+            }
+            if let r = f.homeRelay {
+                ways.append(Options(holder: id, host: r.host, port: r.port, code: o.code, dataDirectory: o.dataDirectory,
+                                    relay: RelayAddress(id: NodeID(publicKey: r.publicKey), host: r.host, port: r.port)))
+            }
+            return ways
         }
     }
+
+    /// Addresses from the kit tried per friend (each costs a connect attempt when stale).
+    static let directTriesPerFriend = 2
 
     let group: EventLoopGroup
     let logger: Logger
@@ -140,7 +152,8 @@ public struct RestoreClient {
         events(.step("identity \(report.id.canonical) restored with \(kit.friends.count) friend(s), \(kit.ledger.count) ledger entr\(kit.ledger.count == 1 ? "y" : "ies")"))
 
         // 3. The vault, as the old identity: from the holder named, else from any other friend in
-        // the kit that holds a complete snapshot, reached through its home relay.
+        // the kit that holds a complete snapshot, reached where the old node last reached it or
+        // through its home relay.
         let vaultDir = dir.url.appendingPathComponent("vault")
         if let keysFile = kit.keysFile {
             let candidates = [o] + Self.otherHolders(o, friends: kit.friends)

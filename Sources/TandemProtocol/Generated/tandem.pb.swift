@@ -1354,6 +1354,30 @@ public nonisolated struct Tandem_V1_RecoveryKitContents: Sendable {
   /// The node's display name (at most 64 bytes, one line), or empty.
   public var displayName: String = String()
 
+  /// Where friends were last reached (host and port as the node saw them; the 4 most recent per
+  /// friend), so that a restore can try friends that have no relay, and the restored node can dial
+  /// them. An entry naming someone not in friend_contacts is ignored.
+  public var friendAddresses: [Tandem_V1_RecoveryKitAddress] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Tandem_V1_RecoveryKitAddress: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// A friend's key (32 bytes).
+  public var publicKey: Data = Data()
+
+  /// An IP address or a host name: at most 253 bytes of letters, digits, '.', '-', ':' and '_'.
+  public var host: String = String()
+
+  /// 1-65535.
+  public var port: UInt32 = 0
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -3456,7 +3480,7 @@ nonisolated extension Tandem_V1_BackupKit: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".RecoveryKitContents"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}identity_seed\0\u{3}vault_keys_file\0\u{3}vault_master_key\0\u{3}friend_contacts\0\u{3}home_relays\0\u{3}ledger_entries\0\u{3}created_at_ms\0\u{3}display_name\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}identity_seed\0\u{3}vault_keys_file\0\u{3}vault_master_key\0\u{3}friend_contacts\0\u{3}home_relays\0\u{3}ledger_entries\0\u{3}created_at_ms\0\u{3}display_name\0\u{3}friend_addresses\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3472,6 +3496,7 @@ nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, Swif
       case 6: try { try decoder.decodeRepeatedBytesField(value: &self.ledgerEntries) }()
       case 7: try { try decoder.decodeSingularUInt64Field(value: &self.createdAtMs) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.displayName) }()
+      case 9: try { try decoder.decodeRepeatedMessageField(value: &self.friendAddresses) }()
       default: break
       }
     }
@@ -3502,6 +3527,9 @@ nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, Swif
     if !self.displayName.isEmpty {
       try visitor.visitSingularStringField(value: self.displayName, fieldNumber: 8)
     }
+    if !self.friendAddresses.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.friendAddresses, fieldNumber: 9)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3514,6 +3542,47 @@ nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, Swif
     if lhs.ledgerEntries != rhs.ledgerEntries {return false}
     if lhs.createdAtMs != rhs.createdAtMs {return false}
     if lhs.displayName != rhs.displayName {return false}
+    if lhs.friendAddresses != rhs.friendAddresses {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_RecoveryKitAddress: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".RecoveryKitAddress"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}public_key\0\u{1}host\0\u{1}port\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.publicKey) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.host) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self.port) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.publicKey.isEmpty {
+      try visitor.visitSingularBytesField(value: self.publicKey, fieldNumber: 1)
+    }
+    if !self.host.isEmpty {
+      try visitor.visitSingularStringField(value: self.host, fieldNumber: 2)
+    }
+    if self.port != 0 {
+      try visitor.visitSingularUInt32Field(value: self.port, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_RecoveryKitAddress, rhs: Tandem_V1_RecoveryKitAddress) -> Bool {
+    if lhs.publicKey != rhs.publicKey {return false}
+    if lhs.host != rhs.host {return false}
+    if lhs.port != rhs.port {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
