@@ -364,6 +364,9 @@ final class RecoveryKitTests: XCTestCase {
         XCTAssertEqual(opened.friends.first?.addresses.map(\.host), ["10.0.0.1", "b", "c", "d"])
         XCTAssertEqual(opened.skipped.count, 1, "\(opened.skipped)")
         XCTAssertTrue(opened.skipped[0].hasPrefix("6 friend addresses"), "\(opened.skipped)")
+        var flood = c
+        flood.friendAddresses = Array(repeating: address(bob.publicKey, "h", 1), count: 10_000 * RecoveryKit.maximumAddressesPerFriend + 1)
+        XCTAssertThrowsError(try RecoveryKit.validate(flood, owner: me.publicKey)) { XCTAssertTrue("\($0)".contains("friend addresses"), "\($0)") }
     }
 
     func testALedgerTooLongForOneKitKeepsItsOldestEntries() throws {

@@ -280,8 +280,9 @@ public enum RecoveryKit {
             throw Refusal("the kit lists \(c.friendAddresses.count) friend addresses")
         }
         var badAddresses = 0
+        let friendIndex = Dictionary(friends.enumerated().map { (Data($1.publicKey), $0) }, uniquingKeysWith: { first, _ in first })
         for a in c.friendAddresses {
-            guard let i = friends.firstIndex(where: { Data($0.publicKey) == a.publicKey }) else { continue }
+            guard let i = friendIndex[a.publicKey] else { continue }
             guard KitAddress.isValid(host: a.host, port: Int(a.port)), friends[i].addresses.count < maximumAddressesPerFriend else {
                 badAddresses += 1
                 continue
