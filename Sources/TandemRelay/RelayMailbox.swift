@@ -90,7 +90,13 @@ public final class RelayMailbox: Sendable {
         if let path {
             var config = Configuration()
             config.busyMode = .timeout(5)
-            writer = try DatabasePool(path: path, configuration: config)
+            let pool = try DatabasePool(path: path, configuration: config)
+            // A deposit is answered OK only once it is synced to disk (Protocol 14.4): GRDB's pool
+            // sets `synchronous = NORMAL` on its writer with WAL, so FULL is set after it.
+            try pool.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA synchronous = FULL")
+            }
+            writer = pool
         } else {
             writer = try DatabaseQueue()
         }
@@ -141,6 +147,11 @@ public final class RelayMailbox: Sendable {
     public var depth: (items: Int, bytes: Int) { totals.withLockedValue { $0 } }
 
     /// True when `key`'s registration is on disk and fresh enough that `register` would write nothing.
+    /// The writer connection's `PRAGMA synchronous` (2 = FULL).
+    func synchronousLevel() throws -> Int {
+        try writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
+    }
+
     public func isFreshlyRegistered(_ key: [UInt8], nowMs: Int64) -> Bool {
         recentlyRegistered.withLockedValue { $0[key].map { nowMs - $0 < Self.registrationRefreshMs } ?? false }
     }

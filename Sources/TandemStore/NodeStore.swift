@@ -70,13 +70,21 @@ public struct NodeStore: Sendable {
     public init(path: String, limits: Limits = Limits()) throws {
         var config = Configuration()
         config.busyMode = .timeout(5)
-        config.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
         try PrivateDatabaseFile.prepare(path)
         let pool = try DatabasePool(path: path, configuration: config)
+        // Every commit synced before it counts (durable before acknowledged). Set on the pool's one
+        // writer connection once the pool exists: GRDB turns WAL on after `prepareDatabase` and sets
+        // `synchronous = NORMAL` with it (no sync per commit), which would silently win otherwise.
+        try pool.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
         try self.init(writer: pool, limits: limits)
         try PrivateDatabaseFile.restrict(path)
+    }
+
+    /// The writer connection's `PRAGMA synchronous` (2 = FULL: every commit synced to disk).
+    func synchronousLevel() throws -> Int {
+        try writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 
     /// An in-memory store for tests.

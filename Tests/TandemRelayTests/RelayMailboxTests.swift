@@ -41,6 +41,15 @@ final class RelayMailboxTests: XCTestCase {
         }
     }
 
+    /// A mailbox on disk syncs every commit (`synchronous = FULL` on its writer): a deposit answered
+    /// OK survives a power cut, not only a crash of the relay.
+    func testAMailboxOnDiskSyncsEveryCommit() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("mailbox-sync-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        XCTAssertEqual(try mailbox(path: dir.appendingPathComponent("m.sqlite").path).synchronousLevel(), 2)
+    }
+
     // MARK: recipients
 
     func testUnknownRecipientIsRefused() throws {

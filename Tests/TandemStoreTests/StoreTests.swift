@@ -10,6 +10,19 @@ final class StoreTests: XCTestCase {
         OutboxItem(messageId: [UInt8](repeating: id, count: 16), recipient: recipient, type: type, frame: [id, id], nowMs: now)
     }
 
+    /// A store on disk syncs every commit (WAL, `synchronous = FULL`) on the connection that writes:
+    /// GRDB's pool sets NORMAL when it turns WAL on, after any `prepareDatabase`, so the setting is
+    /// checked where it takes effect.
+    func testAStoreOnDiskSyncsEveryCommit() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("sync-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let path = dir.appendingPathComponent("node.sqlite").path
+        XCTAssertEqual(try NodeStore(path: path).synchronousLevel(), 2)
+        // And again when an existing store is opened.
+        XCTAssertEqual(try NodeStore(path: path).synchronousLevel(), 2)
+    }
+
     /// An event reported with a change is stored in the change's transaction: both or neither.
     func testEventsCommitWithTheChangeTheyReport() throws {
         let store = try NodeStore.inMemory()
