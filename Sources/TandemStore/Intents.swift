@@ -413,6 +413,19 @@ extension NodeStore {
         }
     }
 
+    /// Frames just queued for `key` that are about to be written on a link that is up: scheduled
+    /// as a first write would leave them (one attempt, the next round in `delayMs` unless an ACK
+    /// removes them first), inside the transaction that queues them, so writing them after the
+    /// commit costs no commit of its own.
+    public func scheduleFirstWrite(for key: [UInt8], nowMs: Int64, delayMs: Int64 = 1000) throws {
+        try write { db in
+            try db.cachedStatement(sql: """
+                UPDATE outbox SET attempts = 1, nextAttemptMs = ?, lastError = 'awaiting acknowledgement'
+                WHERE recipient = ? AND attempts = 0 AND nextAttemptMs <= ?
+                """).execute(arguments: [nowMs.addingSaturated(delayMs), Data(key), nowMs])
+        }
+    }
+
     /// Makes a recipient's frames due now (the peer just appeared).
     public func expediteOutbox(for key: [UInt8], nowMs: Int64) throws {
         try write { db in

@@ -43,6 +43,11 @@ public struct NodeStore: Sendable {
     private let writer: any DatabaseWriter
     /// The newest committed events, so they are handed out without being read back.
     let tail = EventTail()
+    private let committed = CommitCounter()
+
+    /// Transactions this store committed that changed something (each one synced to disk), since
+    /// it was opened.
+    public var commits: Int { committed.value }
 
     /// Limits that keep a stranger from growing the store without bound.
     public struct Limits: Sendable {
@@ -272,8 +277,15 @@ public struct NodeStore: Sendable {
     public func batch(_ body: () throws -> Void) throws {
         if currentBatch != nil { return try body() }
         let key = BatchKey(writer: writer)
+        let counter = committed
         let context = try writer.write { db -> BatchContext in
             let context = BatchContext(db: db)
+            let changesBefore = db.totalChangesCount
+            defer {
+                if db.totalChangesCount != changesBefore {
+                    db.afterNextTransaction(onCommit: { _ in counter.add() })
+                }
+            }
             Self.batches.withLock { $0[key] = context }
             defer { Self.batches.withLock { $0[key] = nil } }
             try body()
@@ -303,6 +315,13 @@ public struct NodeStore: Sendable {
     }
 
     private static let batches = Mutex<[BatchKey: BatchContext]>([:])
+}
+
+/// Counts a store's commits that changed something.
+private final class CommitCounter: Sendable {
+    private let count = Atomic<Int>(0)
+    func add() { count.add(1, ordering: .relaxed) }
+    var value: Int { count.load(ordering: .relaxed) }
 }
 
 /// A batch belongs to one store and one thread.

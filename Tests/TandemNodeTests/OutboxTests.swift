@@ -115,6 +115,65 @@ final class OutboxTests: XCTestCase {
         XCTAssertTrue(rig.transport.dials.isEmpty, "a peer with a link is not dialled")
     }
 
+    /// A frame queued in a step while its recipient's link is up goes out right after the step's
+    /// commit, and that commit already scheduled it as written (no commit of its own for the write).
+    func testAFrameQueuedWithALinkUpIsScheduledInItsStepAndWrittenAfterTheCommit() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        let link = FakeLink(serial: 1)
+        rig.transport.setLink(peer, link)
+        let start = rig.clock.now
+        let commitsBefore = rig.store.commits
+        let item = try await rig.core.perform { () -> OutboxItem in
+            var item: OutboxItem?
+            try rig.store.batch {
+                item = try rig.request(peer)
+                rig.outbox.send(to: [peer])
+                XCTAssertTrue(link.written.isEmpty, "nothing goes out before the commit")
+            }
+            return item!
+        }
+        XCTAssertEqual(link.written.map(\.messageID.bytes), [Array(item.messageId)])
+        XCTAssertEqual(rig.store.commits - commitsBefore, 1, "the step's commit, and no other for the write")
+        let row = try XCTUnwrap(try rig.store.outbox(for: peer).first)
+        XCTAssertEqual(row.attempts, 1)
+        XCTAssertEqual(row.nextAttemptMs, start + 1000)
+        XCTAssertEqual(row.lastError, "awaiting acknowledgement")
+        // Not due before then: a round writes nothing and changes nothing.
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(link.written.count, 1)
+        XCTAssertEqual(try rig.store.outbox(for: peer).first?.attempts, 1)
+        // Due with no ACK: the round backs off (a second attempt) and, within the resend time,
+        // writes nothing again on the same link.
+        rig.clock.advance(1000)
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(link.written.count, 1)
+        XCTAssertEqual(try rig.store.outbox(for: peer).first?.attempts, 2)
+    }
+
+    /// The link closes between the step that queued a frame and its commit: the frame is due at
+    /// once again, and the next link gets it.
+    func testAFrameScheduledForALinkThatClosedBeforeTheCommitIsDueAtOnce() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        rig.transport.setLink(peer, FakeLink(serial: 1))
+        let item = try await rig.core.perform { () -> OutboxItem in
+            var item: OutboxItem?
+            try rig.store.batch {
+                item = try rig.request(peer)
+                rig.outbox.send(to: [peer])
+                rig.transport.setLink(peer, nil)
+            }
+            return item!
+        }
+        let row = try XCTUnwrap(try rig.store.outbox(for: peer).first)
+        XCTAssertLessThanOrEqual(row.nextAttemptMs, rig.clock.now)
+        let next = FakeLink(serial: 2)
+        rig.transport.state.withLockedValue { $0.dialResult[peer] = .link(next) }
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(next.written.map(\.messageID.bytes), [Array(item.messageId)])
+    }
+
     func testOnlyTheRecipientsAckRemovesAFrame() async throws {
         let rig = try Rig()
         let peer = SigningKeyPair.generate().publicKey

@@ -121,16 +121,31 @@ final class Outbox: @unchecked Sendable {
     /// them now, from here (no hop through the delivery loop; each frame is still written once per
     /// link); the others wait for the loop, which is woken.
     func send(to keys: [[UInt8]]) {
+        // Inside a batch, frames for a peer with a link up are scheduled as written in the same
+        // transaction: writing them after the commit then needs no commit of its own.
+        var scheduled = Set<[UInt8]>()
+        if store.isInBatch {
+            let nowMs = now()
+            for key in Set(keys) where transport.link(to: key) != nil {
+                health.attempt("schedule the resend") {
+                    try store.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
+                    scheduled.insert(key)
+                }
+            }
+        }
         // The frames are written once they are durable (after the core's batch, when in one).
-        store.afterCommit { self.writeNow(to: keys) }
+        store.afterCommit { [scheduled] in self.writeNow(to: keys, scheduled: scheduled) }
     }
 
-    private func writeNow(to keys: [[UInt8]]) {
+    private func writeNow(to keys: [[UInt8]], scheduled: Set<[UInt8]>) {
         var others = false
         var seen = Set<[UInt8]>()
         for key in keys where seen.insert(key).inserted {
             if let link = transport.link(to: key) {
                 write(to: key, on: link)
+            } else if scheduled.contains(key) {
+                // The link closed after the frames were scheduled as written: due now again.
+                expedite(key)
             } else {
                 others = true
             }
@@ -338,9 +353,10 @@ final class Outbox: @unchecked Sendable {
             link.write(presence.envelope(from: identity, to: key, nowMs: nowMs))
         }
         link.flush()
-        // Written now or before on this link: resent only if no ACK comes in time.
+        // Written now or before on this link: resent only if no ACK comes in time. Frames that are
+        // all scheduled later already (queued with this write in view, `send(to:)`) need no commit.
         let read = Set(items.map { Array($0.messageId) })
-        guard !read.isEmpty else { return }
+        guard !read.isEmpty, items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
         health.attempt("schedule the resend") {
             try store.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: nowMs,
                                   maximumDelayMs: configuration.resendAfterMs, only: read)
