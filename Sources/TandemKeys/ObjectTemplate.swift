@@ -167,7 +167,7 @@ extension ObjectTemplate {
     static let clearFit = 0.75
     /// Calibration never asks more than this fit, nor an RMS below this (metres): sensor-noise floors.
     static let maximumFitThreshold = 0.78
-    static let minimumRMSThreshold = 0.0025
+    static let minimumRMSThreshold = 0.0015
     /// Likewise the coverage asked is never above 0.75 and the excess allowed never below 0.06: a
     /// genuine, well aligned frame shows coverage 0.8–1.0 and excess up to ~0.09 (noise at edges).
     static let maximumCoverageThreshold = 0.75
@@ -255,10 +255,12 @@ extension ObjectTemplate {
         if fits.count >= 3 {
             let robustLow = { (v: [Double]) in v.sorted()[v.count >= 6 ? 1 : 0] }
             let robustHigh = { (v: [Double]) in v.sorted(by: >)[v.count >= 6 ? 1 : 0] }
-            // Floors from the sensor (σ ≈ 1.5 mm): a well aligned genuine frame has fit ≈ 0.85–0.95 and
-            // RMS ≈ 1.3–2.5 mm whatever the 8 frames said.
+            // Floors from the sensor (σ ≈ 1.5 mm): a well aligned genuine frame has fit ≈ 0.85–0.95
+            // whatever the frames said, and an RMS of at least ~0.7 mm (smooth round objects; 1.3–2.5 mm
+            // on most): the RMS floor, 1.5 mm or 0.3τ, stays under the spread of a tennis ball's
+            // own frames (≤ 1 mm × 1.5) yet refuses an egg seen as one (1.5–2.4 mm).
             minimumFit = Float(min(max(robustLow(fits) - 0.10, 0.35), maximumFitThreshold))
-            maximumRMS = Float(min(max(robustHigh(rmss) * 1.5, 0.5 * Double(tau), minimumRMSThreshold), 2 * Double(tau)))
+            maximumRMS = Float(min(max(robustHigh(rmss) * 1.5, 0.3 * Double(tau), minimumRMSThreshold), 2 * Double(tau)))
             minimumCoverage = Float(min(max(robustLow(coverages) - 0.12, 0.3), maximumCoverageThreshold))
             maximumExcess = Float(min(max(robustHigh(excesses) + 0.03, minimumExcessThreshold), 0.2))
         }

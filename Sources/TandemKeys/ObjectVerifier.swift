@@ -69,14 +69,32 @@ public struct ObjectVerifier: Sendable {
         // Stage 2: hypotheses from the registered views most like this frame.
         let candidates = template.views.indices.filter { template.views[$0].registered }
             .sorted { scores[$0] > scores[$1] }.prefix(ObjectTemplate.candidateViews)
+        // The pose taken is the best that passes every stage-2 measure, not only the best fit: on a
+        // model with near-symmetries a frame can fit two poses equally well, of which only one also
+        // shows what the model shows from there.
+        let (model, tree, normals) = (self.template, self.tree, self.normals)
+        let (cloud, viewTree) = (a.cloud, a.tree)
+        let accepted = AcceptedMeasures()
         let alignment = Registration.align(a.cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
-                                           tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell,
-                                           untilFit: Double(template.minimumFit) + 0.05)
+                                           tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell) { c in
+            guard c.fit >= Double(model.minimumFit), c.rms <= Double(model.maximumRMS) else { return false }
+            let excess = Registration.excess(cloud, c.transform, tree, normals, cell: model.cell, tau: model.inlierDistance, viewTree: viewTree)
+            guard excess <= Double(model.maximumExcess) else { return false }
+            let coverage = Registration.coverage(model: model.model, normals: model.normals, view: cloud, t: c.transform,
+                                                 tau: model.inlierDistance, cell: model.cell, viewTree: viewTree)
+            guard coverage >= Double(model.minimumCoverage) else { return false }
+            accepted.set(c.transform, coverage: coverage, excess: excess)
+            return true
+        }
         v.fit = alignment.fit
         v.rms = alignment.rms
-        v.coverage = Registration.coverage(model: template.model, normals: template.normals, view: a.cloud,
-                                           t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: a.tree)
-        v.excess = Registration.excess(a.cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: a.tree)
+        if let m = accepted.measures(for: alignment.transform) {
+            (v.coverage, v.excess) = m
+        } else {
+            v.coverage = Registration.coverage(model: template.model, normals: template.normals, view: a.cloud,
+                                               t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: a.tree)
+            v.excess = Registration.excess(a.cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: a.tree)
+        }
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
             && v.coverage >= Double(template.minimumCoverage) && v.excess <= Double(template.maximumExcess)
         v.passed = v.stage1Passed && v.stage2Passed
@@ -89,4 +107,18 @@ public struct ObjectVerifier: Sendable {
     }
 
     private func rounded(_ x: Double) -> Double { (x * 100).rounded() / 100 }
+}
+
+/// The coverage and excess of the pose the stage-2 judge accepted, so the verdict does not measure
+/// them twice. `Registration.align` calls its judge on the calling thread, one alignment at a time.
+private final class AcceptedMeasures: @unchecked Sendable {
+    private var pose: RigidTransform?
+    private var values: (coverage: Double, excess: Double) = (0, 0)
+
+    func set(_ t: RigidTransform, coverage: Double, excess: Double) {
+        pose = t
+        values = (coverage, excess)
+    }
+
+    func measures(for t: RigidTransform) -> (Double, Double)? { pose == t ? (values.coverage, values.excess) : nil }
 }

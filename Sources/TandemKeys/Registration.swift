@@ -142,9 +142,11 @@ enum Registration {
 
     /// The best alignment of `source` (a view's cloud, its principal axes) to the model in `tree`,
     /// trying the hypotheses built from `targets` (principal frames of enrolment views, model coordinates).
+    /// `accept`, when given, judges refined alignments (on the calling thread, one at a time, best fit
+    /// first from the `refine`-th refinement on); the first it accepts is the answer and ends the search.
     static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
                       normals: [SIMD3<Float>]? = nil, oriented: Bool = false, cell: Float = 0, refine: Int = refinedHypotheses,
-                      untilFit: Double = 0, maximumRefined: Int = 12) -> Alignment {
+                      untilFit: Double = 0, maximumRefined: Int = 12, accept: (@Sendable (Alignment) -> Bool)? = nil) -> Alignment {
         let coarse = subsample(source, coarsePoints)
         let fine = subsample(source, finePoints)
         // The hypotheses are independent: each core takes some (`parallelMap` keeps their order, so
@@ -160,25 +162,43 @@ enum Registration {
             let (fit, rms) = evaluate(fine, tree, t, tau: tau, normals: normals, cell: cell, oriented: oriented)
             return Alignment(transform: t, fit: fit, rms: rms)
         }
+        func better(_ a: Alignment, than b: Alignment) -> Bool { a.fit > b.fit || (a.fit == b.fit && a.rms < b.rms) }
         var best = Alignment(transform: .identity, fit: 0, rms: .infinity)
-        // The best `refine` hypotheses; more (up to `maximumRefined`) while none reaches `untilFit`.
-        // Refined a core's worth at a time and taken in order, stopping where one at a time would
-        // have stopped (a batch may refine one more than needed; its result is dropped).
+        // With `accept`: the refined alignments not judged yet; judged best first, one at a time,
+        // from the `refine`-th on, until one is accepted (a frame that fits well needs one judgement).
+        var unjudged: [Alignment] = []
+        var accepted: Alignment?
+        func judge() {
+            guard let accept else { return }
+            unjudged.sort { better($0, than: $1) }
+            while accepted == nil, !unjudged.isEmpty {
+                let a = unjudged.removeFirst()
+                if accept(a) { accepted = a }
+            }
+        }
+        func done() -> Bool { accept == nil ? best.fit >= untilFit : accepted != nil }
+        // The best `refine` hypotheses; more (up to `maximumRefined`) while not done. Refined a
+        // core's worth at a time and taken in order, stopping where one at a time would have
+        // stopped (a batch may refine one more than needed; its result is dropped).
         // (Fewer ICP steps per candidate on a thinner sample, then the winner in full, was 14 % faster
         // and rejected 5 more of 144 genuine sweeps: not taken.)
         let candidates = Array(scored.prefix(max(refine, maximumRefined)))
         var k = 0
         refining: while k < candidates.count {
-            if k >= refine, best.fit >= untilFit { break }
             let width = k < refine ? refine - k : parallelWidth
             let batch = candidates[k..<min(k + max(width, 1), candidates.count)]
             for a in parallelMap(Array(batch), { refined($0.1) }) {
-                if k >= refine, best.fit >= untilFit { break refining }
-                if a.fit > best.fit || (a.fit == best.fit && a.rms < best.rms) { best = a }
+                if better(a, than: best) { best = a }
+                unjudged.append(a)
                 k += 1
+                if k >= refine {
+                    judge()
+                    if done() { break refining }
+                }
             }
         }
-        return best
+        // With `accept`: the alignment it accepted, else the best there is.
+        return accepted ?? best
     }
 
     /// Threads one alignment uses (the machine's cores, at most 4).
@@ -263,7 +283,9 @@ enum Registration {
         let viewTree = given ?? KDTree(view)
         let tolerance = cell
         var visible = 0, matched = 0
-        let limit = 4 * tau * tau
+        // Within τ (not 2τ): a slack of 2τ lets a smaller object's view cover a bigger model's rim
+        // (an egg's view covered 0.9 of a tennis ball's).
+        let limit = tau * tau
         // Facing the camera (oriented normals; the camera is at t's translation in model coordinates) and not hidden.
         let eye = t.translation
         let oriented = normals.count == model.count

@@ -105,6 +105,49 @@ final class RegistrationTests: XCTestCase {
             }
         }
         XCTAssertGreaterThan(compared, 48)
+        // With a judge: the refined alignments judged best first from the third on, one at a time,
+        // until one is accepted; the first accepted is the answer (else the best fit).
+        var judgedCompared = 0, acceptedSome = 0
+        for (n, name) in ["box-1-1-2", "mug"].enumerated() {
+            let s = shape(name)
+            let model = ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: UInt64(170 + n)), seed: UInt64(170 + n), points: 6_000), roi: nil)
+            let tree = KDTree(model.cloud)
+            let normals = tree.normals()
+            for k in 0..<3 {
+                let seed = UInt64(1900 + 10 * n + k)
+                let view = ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: seed), seed: seed, points: 4_000), roi: nil)
+                let all = reference(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
+                                    normals: normals, untilFit: 1.1).refined
+                // Judges that accept rms at most each refined alignment's (a fit floor of 0 and 2)
+                // and one that accepts nothing.
+                for limit in all.map(\.rms) + [-1] {
+                    let judge: @Sendable (Alignment) -> Bool = { $0.rms <= limit }
+                    var expected: Alignment?
+                    var pending: [Alignment] = []
+                    var best = Alignment(transform: .identity, fit: 0, rms: .infinity)
+                    for (j, a) in all.enumerated() {
+                        if a.fit > best.fit || (a.fit == best.fit && a.rms < best.rms) { best = a }
+                        pending.append(a)
+                        guard j >= Registration.refinedHypotheses - 1 else { continue }
+                        pending.sort { $0.fit > $1.fit || ($0.fit == $1.fit && $0.rms < $1.rms) }
+                        while expected == nil, !pending.isEmpty {
+                            let c = pending.removeFirst()
+                            if judge(c) { expected = c }
+                        }
+                        if expected != nil { break }
+                    }
+                    let a = Registration.align(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
+                                               normals: normals, oriented: true, cell: 0.003, accept: judge)
+                    let r = expected ?? best
+                    XCTAssertEqual(a.transform, r.transform, "\(name) view \(k) judge rms ≤ \(limit)")
+                    XCTAssertEqual(a.fit, r.fit)
+                    judgedCompared += 1
+                    if expected != nil { acceptedSome += 1 }
+                }
+            }
+        }
+        XCTAssertGreaterThan(judgedCompared, 12)
+        XCTAssertGreaterThan(acceptedSome, 6)
         let squares = Registration.parallelMap(Array(0..<1_000)) { $0 * $0 }
         XCTAssertEqual(squares, (0..<1_000).map { $0 * $0 })
     }
