@@ -72,17 +72,17 @@ public struct ObjectVerifier: Sendable {
         // The pose taken is the best that passes every stage-2 measure, not only the best fit: on a
         // model with near-symmetries a frame can fit two poses equally well, of which only one also
         // shows what the model shows from there.
-        let (model, tree, normals) = (self.template, self.tree, self.normals)
+        let (enrolled, tree, normals) = (self.template, self.tree, self.normals)
         let (cloud, viewTree) = (a.cloud, a.tree)
         let accepted = AcceptedMeasures()
         let alignment = Registration.align(a.cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
                                            tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell) { c in
-            guard c.fit >= Double(model.minimumFit), c.rms <= Double(model.maximumRMS) else { return false }
-            let excess = Registration.excess(cloud, c.transform, tree, normals, cell: model.cell, tau: model.inlierDistance, viewTree: viewTree)
-            guard excess <= Double(model.maximumExcess) else { return false }
-            let coverage = Registration.coverage(model: model.model, normals: model.normals, view: cloud, t: c.transform,
-                                                 tau: model.inlierDistance, cell: model.cell, viewTree: viewTree)
-            guard coverage >= Double(model.minimumCoverage) else { return false }
+            guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return false }
+            let excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
+            guard excess <= Double(enrolled.maximumExcess) else { return false }
+            let coverage = Registration.coverage(model: enrolled.model, normals: enrolled.normals, view: cloud, t: c.transform,
+                                                 tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
+            guard coverage >= Double(enrolled.minimumCoverage) else { return false }
             accepted.set(c.transform, coverage: coverage, excess: excess)
             return true
         }

@@ -73,15 +73,23 @@ final class RegistrationTests: XCTestCase {
             }
             return (best, refined)
         }
+        /// Each object's model (one view) and its tree and normals, with `count` other views of it.
+        func scenes(_ names: [String], modelSeed: UInt64, viewSeed: UInt64, count: Int)
+            -> [(name: String, model: ShapeAnalysis, tree: KDTree, normals: [SIMD3<Float>], views: [ShapeAnalysis])] {
+            names.enumerated().map { n, name in
+                let s = shape(name), m = modelSeed + UInt64(n)
+                let model = ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: m), seed: m, points: 6_000), roi: nil)
+                let tree = KDTree(model.cloud)
+                let views = (0..<count).map { k -> ShapeAnalysis in
+                    let seed = viewSeed + UInt64(10 * n + k)
+                    return ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: seed), seed: seed, points: 4_000), roi: nil)
+                }
+                return (name, model, tree, tree.normals(), views)
+            }
+        }
         var compared = 0
-        for (n, name) in ["mug", "box-1-1-2", "stairs", "egg"].enumerated() {
-            let s = shape(name)
-            let model = ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: UInt64(70 + n)), seed: UInt64(70 + n), points: 6_000), roi: nil)
-            let tree = KDTree(model.cloud)
-            let normals = tree.normals()
-            for k in 0..<4 {
-                let seed = UInt64(900 + 10 * n + k)
-                let view = ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: seed), seed: seed, points: 4_000), roi: nil)
+        for (name, model, tree, normals, views) in scenes(["mug", "box-1-1-2", "stairs", "egg"], modelSeed: 70, viewSeed: 900, count: 4) {
+            for (k, view) in views.enumerated() {
                 // untilFit 0 stops after the first three; 1.1 refines all; and each best fit reached
                 // after the fourth, fifth, … candidate stops one at a time exactly there.
                 let all = reference(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
@@ -108,14 +116,8 @@ final class RegistrationTests: XCTestCase {
         // With a judge: the refined alignments judged best first from the third on, one at a time,
         // until one is accepted; the first accepted is the answer (else the best fit).
         var judgedCompared = 0, acceptedSome = 0
-        for (n, name) in ["box-1-1-2", "mug"].enumerated() {
-            let s = shape(name)
-            let model = ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: UInt64(170 + n)), seed: UInt64(170 + n), points: 6_000), roi: nil)
-            let tree = KDTree(model.cloud)
-            let normals = tree.normals()
-            for k in 0..<3 {
-                let seed = UInt64(1900 + 10 * n + k)
-                let view = ShapeAnalysis(SyntheticShapes.view(of: s, pose: .random(seed: seed), seed: seed, points: 4_000), roi: nil)
+        for (name, model, tree, normals, views) in scenes(["box-1-1-2", "mug"], modelSeed: 170, viewSeed: 1900, count: 3) {
+            for (k, view) in views.enumerated() {
                 let all = reference(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
                                     normals: normals, untilFit: 1.1).refined
                 // Judges that accept rms at most each refined alignment's (a fit floor of 0 and 2)
