@@ -307,10 +307,10 @@ struct DiscoveryAfterListener: Service {
     func run() async throws {
         _ = try await node.listener.boundAddress
         await node.core.run { node.refreshBeaconState() }
-        let changes = node.signals.subscribe { [.friendsChanged, .discoverableChanged, .nameChanged].contains($0) }
+        let changes = node.signals.subscribe(keepingNewest: 1) { [.friendsChanged, .discoverableChanged, .nameChanged].contains($0) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await _ in changes {
+                await changes.coalesced(over: NodeSignals.settle) {
                     await node.core.run { node.refreshBeaconState() }
                     discovery.announceNow()
                 }

@@ -18,7 +18,7 @@ extension NodeStore {
                 INSERT INTO challenge(id, phase, solo, createdAtMs, updatedAtMs, state) VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, updatedAtMs = excluded.updatedAtMs, state = excluded.state
                 """, arguments: [Data(c.id), c.phase.rawValue, c.solo, nowMs, nowMs, state])
-            for f in frames { try f.insert(db, onConflict: .ignore) }
+            for f in frames { try f.store(in: db, onConflict: .ignore) }
             try insertEvents(events, db)
             return true
         }
@@ -67,10 +67,12 @@ extension NodeStore {
             let rows: [DatabaseValue]
             if let phases {
                 let marks = phases.map { _ in "?" }.joined(separator: ",")
-                rows = try DatabaseValue.fetchAll(db, sql: "SELECT state FROM challenge WHERE phase IN (\(marks)) ORDER BY createdAtMs DESC LIMIT ?",
+                // Prepared once per number of phases (asked for on every delivery round).
+                rows = try DatabaseValue.fetchAll(try db.cachedStatement(sql: "SELECT state FROM challenge WHERE phase IN (\(marks)) ORDER BY createdAtMs DESC LIMIT ?"),
                                                   arguments: StatementArguments(phases.map(\.rawValue) + [String(limit)]))
             } else {
-                rows = try DatabaseValue.fetchAll(db, sql: "SELECT state FROM challenge ORDER BY createdAtMs DESC LIMIT ?", arguments: [limit])
+                rows = try DatabaseValue.fetchAll(try db.cachedStatement(sql: "SELECT state FROM challenge ORDER BY createdAtMs DESC LIMIT ?"),
+                                                  arguments: [limit])
             }
             return rows.compactMap(Self.decodeChallenge)
         }

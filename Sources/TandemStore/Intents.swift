@@ -53,15 +53,21 @@ extension NodeStore {
     }
 
     public func contacts(_ relationships: [Relationship]) throws -> [Contact] {
-        try read { db in
-            try Contact.filter(relationships.map(\.rawValue).contains(Contact.Columns.relationship))
-                .order(Contact.Columns.displayName, Contact.Columns.publicKey)
-                .fetchAll(db)
+        // A statement prepared once per number of relationships asked for (the query builder
+        // writes its SQL on every call, and friends' lists are read on most delivery rounds).
+        let marks = repeatElement("?", count: relationships.count).joined(separator: ", ")
+        return try read { db in
+            try Contact.fetchAll(try db.cachedStatement(sql: "SELECT * FROM contact WHERE relationship IN (\(marks)) ORDER BY displayName, publicKey"),
+                                 arguments: StatementArguments(relationships.map(\.rawValue)))
         }
     }
 
+    /// The friends' keys, in the order of `contacts` (their keys only: no rows to decode).
     public func friendKeys() throws -> [[UInt8]] {
-        try contacts([.friend]).map(\.key)
+        try read { db in
+            try Data.fetchAll(try db.cachedStatement(sql: "SELECT publicKey FROM contact WHERE relationship = ? ORDER BY displayName, publicKey"),
+                              arguments: [Relationship.friend.rawValue]).map { Array($0) }
+        }
     }
 
     /// We ask `key` to be friends: the contact becomes `requested` and the request frame is queued.
@@ -80,8 +86,8 @@ extension NodeStore {
             c.requestMessage = message
             c.requestedAtMs = nowMs
             c.updatedAtMs = nowMs
-            try c.save(db)
-            try frame.insert(db)
+            try c.store(in: db)
+            try frame.store(in: db)
             return c
         }
     }
@@ -124,13 +130,13 @@ extension NodeStore {
                 return .blocked
             case .friend:
                 // They lost our friendship (reinstalled?): answer again so both agree.
-                if let reply { try reply.insert(db, onConflict: .replace) }
+                if let reply { try reply.store(in: db, onConflict: .replace) }
                 return .alreadyFriends
             case .requested:
                 c.relationship = .friend
                 c.friendSinceMs = nowMs
                 try Self.clearOutbox(db, for: key)
-                if let reply { try reply.insert(db, onConflict: .replace) }
+                if let reply { try reply.store(in: db, onConflict: .replace) }
                 result = .mutual
             case .pending:
                 result = .refreshed
@@ -147,15 +153,14 @@ extension NodeStore {
                 c.record = Data(record)
                 c.recordVersion = recordVersion
             }
-            try c.save(db)
+            try c.store(in: db)
             if case .stored = result {
                 let pending = try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM contact WHERE relationship = ?"),
                                                arguments: [Relationship.pending.rawValue]) ?? 0
                 if pending > limits.maximumPendingRequests {
                     if let oldest = try Contact.filter(Contact.Columns.relationship == Relationship.pending.rawValue)
                         .order(Contact.Columns.requestedAtMs.asc).fetchOne(db), oldest.publicKey != Data(key) {
-                        try Contact.deleteOne(db, key: oldest.publicKey)
-                        try KnownAddress.filter(Column("publicKey") == oldest.publicKey).deleteAll(db)
+                        try Contact.delete(oldest.publicKey, in: db)
                         return .stored(dropped: oldest.key)
                     }
                 }
@@ -177,8 +182,8 @@ extension NodeStore {
             c.relationship = .friend
             c.friendSinceMs = nowMs
             c.updatedAtMs = nowMs
-            try c.save(db)
-            try frame.insert(db)
+            try c.store(in: db)
+            try frame.store(in: db)
             return c
         }
     }
@@ -202,7 +207,7 @@ extension NodeStore {
                 c.record = Data(record)
                 c.recordVersion = recordVersion
             }
-            try c.save(db)
+            try c.store(in: db)
             // Our request is answered: stop retrying it.
             try Self.clearOutbox(db, for: key)
             try insertEvents(events, db)
@@ -219,8 +224,8 @@ extension NodeStore {
             c.relationship = .none
             c.requestMessage = nil
             c.updatedAtMs = nowMs
-            try c.save(db)
-            try frame.insert(db)
+            try c.store(in: db)
+            try frame.store(in: db)
         }
     }
 
@@ -236,8 +241,8 @@ extension NodeStore {
             c.relationship = .none
             c.friendSinceMs = nil
             c.updatedAtMs = nowMs
-            try c.save(db)
-            try frame.insert(db)
+            try c.store(in: db)
+            try frame.store(in: db)
         }
     }
 
@@ -263,8 +268,7 @@ extension NodeStore {
 
     /// Deletes everything kept about a key with no relationship left.
     static func forget(_ db: Database, _ key: [UInt8]) throws {
-        try Contact.deleteOne(db, key: Data(key))
-        try KnownAddress.filter(Column("publicKey") == Data(key)).deleteAll(db)
+        try Contact.delete(Data(key), in: db)
         try db.cachedStatement(sql: "DELETE FROM peerRelay WHERE publicKey = ?").execute(arguments: [Data(key)])
     }
 
@@ -275,7 +279,7 @@ extension NodeStore {
             c.friendSinceMs = nil
             c.requestMessage = nil
             c.updatedAtMs = nowMs
-            try c.save(db)
+            try c.store(in: db)
             try Self.clearOutbox(db, for: key)
         }
     }
@@ -286,7 +290,7 @@ extension NodeStore {
             guard var c = try Self.contact(db, key), c.relationship == .blocked else { return false }
             c.relationship = .none
             c.updatedAtMs = nowMs
-            try c.save(db)
+            try c.store(in: db)
             return true
         }
     }
@@ -303,16 +307,16 @@ extension NodeStore {
             c.record = Data(record)
             c.recordVersion = version
             c.updatedAtMs = nowMs
-            try c.save(db)
+            try c.store(in: db)
             try insertEvents(events, db)
             return true
         }
     }
 
     public func setPresence(_ key: [UInt8], presence: String?, lastSeenMs: Int64) throws {
-        try write { db in
-            try db.execute(sql: "UPDATE contact SET presence = ?, lastSeenMs = ? WHERE publicKey = ?",
-                           arguments: [presence, lastSeenMs, Data(key)])
+        try write(durable: false) { db in
+            try db.cachedStatement(sql: "UPDATE contact SET presence = ?, lastSeenMs = ? WHERE publicKey = ?")
+                .execute(arguments: [presence, lastSeenMs, Data(key)])
         }
     }
 }
@@ -322,7 +326,7 @@ extension NodeStore {
 extension NodeStore {
     /// Remembers where a peer was reached or seen; keeps the most recent few per peer.
     public func rememberAddress(_ key: [UInt8], host: String, port: Int, source: String, nowMs: Int64) throws {
-        try write { db in
+        try write(durable: false) { db in
             // On every frame that carries a contact record, so two statements, both prepared once.
             try db.cachedStatement(sql: """
                 INSERT INTO address (publicKey, host, port, source, lastSeenMs) VALUES (?, ?, ?, ?, ?)
@@ -344,7 +348,7 @@ extension NodeStore {
     }
 
     public func recordSighting(_ s: Sighting) throws {
-        try write { db in
+        try write(durable: false) { db in
             try s.save(db)
             let count = try Sighting.fetchCount(db)
             if count > limits.maximumSightings {
@@ -363,7 +367,7 @@ extension NodeStore {
 
 extension NodeStore {
     public func enqueue(_ item: OutboxItem) throws {
-        try write { db in try item.insert(db, onConflict: .ignore) }
+        try write { db in try item.store(in: db, onConflict: .ignore) }
     }
 
     /// Recipients with frames due now.
@@ -391,7 +395,7 @@ extension NodeStore {
     }
 
     public func outboxCount() throws -> Int {
-        try read { db in try OutboxItem.fetchCount(db) }
+        try read { db in try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox")) ?? 0 }
     }
 
     /// Backs off a recipient's frames after a failed attempt: 1 s, 2 s, 4 s … capped at `maximumDelayMs`.
@@ -399,7 +403,8 @@ extension NodeStore {
     /// meanwhile stays due.
     public func deferOutbox(for key: [UInt8], error: String, nowMs: Int64, maximumDelayMs: Int64 = 60_000,
                             only messageIds: Set<[UInt8]>? = nil) throws {
-        try write { db in
+        // When to try again is soft state: lost in a power cut, frames are simply due sooner.
+        try write(durable: false) { db in
             let rows = try Row.fetchAll(try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE recipient = ?"),
                                         arguments: [Data(key)])
             let update = try db.cachedStatement(sql: "UPDATE outbox SET attempts = ?, nextAttemptMs = ?, lastError = ? WHERE messageId = ?")
@@ -418,7 +423,7 @@ extension NodeStore {
     /// removes them first), inside the transaction that queues them, so writing them after the
     /// commit costs no commit of its own.
     public func scheduleFirstWrite(for key: [UInt8], nowMs: Int64, delayMs: Int64 = 1000) throws {
-        try write { db in
+        try write(durable: false) { db in
             try db.cachedStatement(sql: """
                 UPDATE outbox SET attempts = 1, nextAttemptMs = ?, lastError = 'awaiting acknowledgement'
                 WHERE recipient = ? AND attempts = 0 AND nextAttemptMs <= ?
@@ -428,7 +433,7 @@ extension NodeStore {
 
     /// Makes a recipient's frames due now (the peer just appeared).
     public func expediteOutbox(for key: [UInt8], nowMs: Int64) throws {
-        try write { db in
+        try write(durable: false) { db in
             try db.cachedStatement(sql: "UPDATE outbox SET nextAttemptMs = ? WHERE recipient = ? AND nextAttemptMs > ?")
                 .execute(arguments: [nowMs, Data(key), nowMs])
         }
@@ -443,7 +448,7 @@ extension NodeStore {
     /// `from` acknowledged a frame: only a frame addressed to it leaves the outbox.
     @discardableResult
     public func acknowledge(_ messageId: [UInt8], from recipient: [UInt8]) throws -> Bool {
-        try write { db in
+        try write(durable: false) { db in
             try db.cachedStatement(sql: "DELETE FROM outbox WHERE messageId = ? AND recipient = ?")
                 .execute(arguments: [Data(messageId), Data(recipient)])
             return db.changesCount > 0
@@ -487,8 +492,8 @@ extension NodeStore {
         if try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM seenMessage WHERE messageId = ?"), arguments: [Data(m.messageId)]) != nil {
             return false
         }
-        try db.execute(sql: "INSERT INTO seenMessage(messageId, createdAtMs, fromFriend) VALUES (?, ?, ?)",
-                       arguments: [Data(m.messageId), m.createdAtMs, m.fromFriend])
+        try db.cachedStatement(sql: "INSERT INTO seenMessage(messageId, createdAtMs, fromFriend) VALUES (?, ?, ?)")
+            .execute(arguments: [Data(m.messageId), m.createdAtMs, m.fromFriend])
         try db.cachedStatement(sql: "DELETE FROM seenMessage WHERE createdAtMs < ?").execute(arguments: [m.nowMs.subtractingSaturated(m.windowMs)])
         if !m.fromFriend {
             let strangers = try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0")) ?? 0
@@ -546,15 +551,16 @@ extension NodeStore {
     func insertEvents(_ events: [PendingEvent], _ db: Database) throws {
         for p in events {
             var e = StoredEvent(seq: nil, type: p.type, timeMs: p.timeMs, fields: p.fields)
-            try e.insert(db)
+            try e.store(in: db)
             inserted(e, decoded: p.decoded)
         }
     }
 
     public func appendEvent(type: String, timeMs: Int64, fields: String, decoded: (any Sendable)? = nil) throws -> StoredEvent {
-        try write { db in
+        // An event reports a change, and is as durable as the batch that made it.
+        try write(durable: false) { db in
             var e = StoredEvent(seq: nil, type: type, timeMs: timeMs, fields: fields)
-            try e.insert(db)
+            try e.store(in: db)
             inserted(e, decoded: decoded)
             if let seq = e.seq, seq % 1000 == 0 {
                 try db.cachedStatement(sql: "DELETE FROM event WHERE seq <= ?").execute(arguments: [seq - Int64(limits.maximumEvents)])

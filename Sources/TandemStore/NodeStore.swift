@@ -44,10 +44,17 @@ public struct NodeStore: Sendable {
     /// The newest committed events, so they are handed out without being read back.
     let tail = EventTail()
     private let committed = CommitCounter()
+    private let unsynced = CommitCounter()
+    private let fullSync = SyncSetting()
+    private let walSyncs = CommitCounter()
+    /// The write-ahead log's path (nil in memory): a batch that was not to sync, but made a change
+    /// that must be durable, syncs it itself.
+    private let walPath: String?
 
-    /// Transactions this store committed that changed something (each one synced to disk), since
-    /// it was opened.
+    /// Transactions this store committed that changed something, since it was opened.
     public var commits: Int { committed.value }
+    /// Of those, commits that were not synced to disk (batches of soft state only, `batch(syncing:)`).
+    public var unsyncedCommits: Int { unsynced.value }
 
     /// Limits that keep a stranger from growing the store without bound.
     public struct Limits: Sendable {
@@ -83,9 +90,12 @@ public struct NodeStore: Sendable {
         try pool.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
-        try self.init(writer: pool, limits: limits)
+        try self.init(writer: pool, limits: limits, walPath: path + "-wal")
         try PrivateDatabaseFile.restrict(path)
     }
+
+    /// Syncs of the write-ahead log made by batches that were not to sync but held a durable write.
+    var writeAheadLogSyncs: Int { walSyncs.value }
 
     /// The writer connection's `PRAGMA synchronous` (2 = FULL: every commit synced to disk).
     func synchronousLevel() throws -> Int {
@@ -97,9 +107,10 @@ public struct NodeStore: Sendable {
         try NodeStore(writer: DatabaseQueue(), limits: limits)
     }
 
-    init(writer: any DatabaseWriter, limits: Limits) throws {
+    init(writer: any DatabaseWriter, limits: Limits, walPath: String? = nil) throws {
         self.writer = writer
         self.limits = limits
+        self.walPath = walPath
         try Self.migrator.migrate(writer)
     }
 
@@ -234,13 +245,19 @@ public struct NodeStore: Sendable {
 
     /// Runs `body` in one write transaction; inside a `batch` on this thread, in a savepoint of the
     /// batch's transaction (a failing body rolls back its own writes only).
-    public func write<T>(_ body: (Database) throws -> T) throws -> T {
+    ///
+    /// `durable`: false for soft state, whose loss in a power cut costs nothing that is not
+    /// repeated anyway (an acknowledgement's removal of a frame the peer would answer again, a
+    /// presence, a LAN sighting, an event row): such a write alone does not make a batch opened
+    /// with `syncing: false` sync.
+    public func write<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
         var result: T?
         guard let batch = currentBatch else {
             // A write on its own is a batch of one (so the events it stores reach the tail).
-            try self.batch { result = try write(body) }
+            try self.batch(syncing: durable) { result = try write(durable: durable, body) }
             return result!
         }
+        if durable { batch.needsSync = true }
         let eventsBefore = batch.events.count
         do {
             try batch.db.inSavepoint {
@@ -274,30 +291,77 @@ public struct NodeStore: Sendable {
     /// is durable, in order (acknowledgements, frames, event delivery). When the transaction
     /// cannot commit, nothing of it is kept and the after-commit actions are dropped (peers then
     /// resend what they were not acknowledged). A batch inside a batch joins the outer one.
-    public func batch(_ body: () throws -> Void) throws {
-        if currentBatch != nil { return try body() }
+    ///
+    /// `syncing`: whether the commit is synced to disk (`PRAGMA synchronous = FULL`, the store's
+    /// setting). A batch that holds only soft state (acknowledgements, presence, LAN sightings:
+    /// `write(durable: false)`) passes false and commits without a sync; should a durable write
+    /// join it after all, the write-ahead log is synced once the batch commits, before anything
+    /// waits on it runs. A batch inside a batch joins the outer one (and its sync).
+    public func batch(syncing: Bool = true, _ body: () throws -> Void) throws {
+        if let outer = currentBatch {
+            if syncing { outer.needsSync = true }
+            return try body()
+        }
         let key = BatchKey(writer: writer)
-        let counter = committed
-        let context = try writer.write { db -> BatchContext in
-            let context = BatchContext(db: db)
-            let changesBefore = db.totalChangesCount
+        let counter = committed, fullSync = self.fullSync
+        let context = try writer.writeWithoutTransaction { db -> BatchContext in
+            // Set for this transaction only, outside it (SQLite does not apply a change made inside
+            // an open transaction to its commit), and set back before anything else writes.
+            if fullSync.lost.load(ordering: .relaxed) {
+                try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
+                fullSync.lost.store(false, ordering: .relaxed)
+            }
+            if !syncing { try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
             defer {
-                if db.totalChangesCount != changesBefore {
-                    db.afterNextTransaction(onCommit: { _ in counter.add() })
+                if !syncing {
+                    // Cannot fail short of a broken connection (no I/O); if it does, the next batch
+                    // sets it before it writes.
+                    do { try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } catch {
+                        fullSync.lost.store(true, ordering: .relaxed)
+                    }
                 }
             }
-            Self.batches.withLock { $0[key] = context }
-            defer { Self.batches.withLock { $0[key] = nil } }
-            try body()
-            if !context.events.isEmpty {
-                // On the writer's queue right after the commit, before any later transaction: the
-                // tail grows in commit order. Nothing reaches it from a transaction rolled back.
-                let events = context.events, tail = self.tail
-                db.afterNextTransaction(onCommit: { _ in tail.committed(events) })
+            let context = BatchContext(db: db)
+            try db.inTransaction {
+                let changesBefore = db.totalChangesCount
+                defer {
+                    if db.totalChangesCount != changesBefore {
+                        context.changed = true
+                        db.afterNextTransaction(onCommit: { _ in counter.add() })
+                    }
+                }
+                Self.batches.withLock { $0[key] = context }
+                defer { Self.batches.withLock { $0[key] = nil } }
+                try body()
+                if !context.events.isEmpty {
+                    // On the writer's queue right after the commit, before any later transaction: the
+                    // tail grows in commit order. Nothing reaches it from a transaction rolled back.
+                    let events = context.events, tail = self.tail
+                    db.afterNextTransaction(onCommit: { _ in tail.committed(events) })
+                }
+                return .commit
+            }
+            if !syncing, context.changed {
+                if context.needsSync {
+                    try syncWriteAheadLog()
+                    walSyncs.add()
+                } else {
+                    unsynced.add()
+                }
             }
             return context
         }
         for action in context.afterCommit { action() }
+    }
+
+    /// Syncs the write-ahead log file (every transaction committed to it so far is then on disk, as
+    /// `synchronous = FULL` does at each commit).
+    private func syncWriteAheadLog() throws {
+        guard let walPath else { return }
+        let fd = open(walPath, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw PrivateFileError(path: walPath, errno: errno) }
+        defer { close(fd) }
+        guard fdatasync(fd) == 0 else { throw PrivateFileError(path: walPath, errno: errno) }
     }
 
     /// Runs `action` once the current batch on this thread has committed; at once outside a batch.
@@ -324,6 +388,11 @@ private final class CommitCounter: Sendable {
     var value: Int { count.load(ordering: .relaxed) }
 }
 
+/// Whether setting `synchronous = FULL` back after a batch that did not sync failed.
+private final class SyncSetting: Sendable {
+    let lost = Atomic<Bool>(false)
+}
+
 /// A batch belongs to one store and one thread.
 private struct BatchKey: Hashable, Sendable {
     let writer: ObjectIdentifier
@@ -339,6 +408,10 @@ private struct BatchKey: Hashable, Sendable {
 private final class BatchContext: @unchecked Sendable {
     let db: Database
     var afterCommit: [() -> Void] = []
+    /// A durable write joined the batch (`write(durable:)`).
+    var needsSync = false
+    /// The transaction changed something.
+    var changed = false
     /// Event rows inserted so far, minus those of savepoints rolled back.
     var events: [RecentEvent] = []
     init(db: Database) { self.db = db }

@@ -106,7 +106,7 @@ extension NodeStore {
                     c.recordVersion = f.recordVersion
                 }
                 c.updatedAtMs = nowMs
-                try c.save(db)
+                try c.store(in: db)
                 if let relay = f.homeRelay {
                     try db.execute(sql: """
                         INSERT INTO peerRelay (publicKey, relayKey, host, port, source, updatedAtMs) VALUES (?, ?, ?, ?, 'record', ?)

@@ -23,6 +23,51 @@ final class StoreTests: XCTestCase {
         XCTAssertEqual(try NodeStore(path: path).synchronousLevel(), 2)
     }
 
+    /// A batch of soft state (acknowledgements, presence, sightings, event rows) commits without a
+    /// sync; the setting is FULL again for whatever writes next; a durable write that joins such a
+    /// batch is synced all the same (the write-ahead log, once the batch commits).
+    func testABatchOfSoftStateCommitsUnsyncedAndADurableWriteInOneIsSyncedAnyway() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("soft-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let store = try NodeStore(path: dir.appendingPathComponent("node.sqlite").path)
+        func level() throws -> Int { try store.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 } }
+
+        var inside = -1
+        try store.batch(syncing: false) {
+            inside = try level()
+            try store.rememberAddress(bob, host: "192.0.2.7", port: 7, source: "lan", nowMs: 1)
+            _ = try store.appendEvent(type: "peer.discovered", timeMs: 1, fields: "{}")
+        }
+        XCTAssertEqual(inside, 1, "NORMAL inside the batch")
+        XCTAssertEqual(store.unsyncedCommits, 1)
+        XCTAssertEqual(store.writeAheadLogSyncs, 0)
+        XCTAssertEqual(try store.synchronousLevel(), 2, "FULL again after it")
+        XCTAssertEqual(try store.addresses(bob).count, 1)
+
+        // A friend request (durable) in a batch that was not to sync: synced after its commit.
+        let frame = OutboxItem(messageId: Array(repeating: 1, count: 16), recipient: bob, type: 0x0101, frame: [1, 2, 3], nowMs: 1)
+        try store.batch(syncing: false) {
+            _ = try store.requestFriend(bob, message: "hi", frame: frame, nowMs: 2)
+        }
+        XCTAssertEqual(store.unsyncedCommits, 1)
+        XCTAssertEqual(store.writeAheadLogSyncs, 1)
+        XCTAssertEqual(try store.contact(bob)?.relationship, .requested)
+
+        // A batch that syncs (the default), with soft writes only, stays synced; so does a soft
+        // write outside any batch that a syncing batch encloses.
+        try store.batch {
+            inside = try level()
+            _ = try store.appendEvent(type: "x", timeMs: 3, fields: "{}")
+        }
+        XCTAssertEqual(inside, 2)
+        XCTAssertEqual(store.unsyncedCommits, 1)
+        // Outside a batch, a soft write is a batch of one that does not sync.
+        try store.setPresence(bob, presence: "online", lastSeenMs: 4)
+        XCTAssertEqual(store.unsyncedCommits, 2)
+        XCTAssertEqual(try store.synchronousLevel(), 2)
+    }
+
     /// An event reported with a change is stored in the change's transaction: both or neither.
     func testEventsCommitWithTheChangeTheyReport() throws {
         let store = try NodeStore.inMemory()

@@ -70,6 +70,21 @@ class RestoredNode(Node):
         self._log = None
 
 
+@pytest.fixture
+def restored_node():
+    """Opens a node a restore wrote (`RestoredNode`); each one still running is killed after the test."""
+    nodes = []
+
+    def factory(data_dir):
+        node = RestoredNode(data_dir)
+        nodes.append(node)
+        return node
+
+    yield factory
+    for node in nodes:
+        node.kill()
+
+
 def backed_up(make_node, tmp_path, size=3 * 1024 * 1024 + 17, friends=("bob",)):
     """alice with a vault holding a few files, friends with each of `friends`; the first keeps her
     backup (offer, push). Returns (alice, holders, files, code)."""
@@ -96,7 +111,7 @@ def backed_up(make_node, tmp_path, size=3 * 1024 * 1024 + 17, friends=("bob",)):
     return alice, others, files, code
 
 
-def test_whole_node_back_from_code_and_one_friend_then_a_challenge_as_the_old_identity(make_node, tmp_path):
+def test_whole_node_back_from_code_and_one_friend_then_a_challenge_as_the_old_identity(make_node, tmp_path, restored_node):
     alice, (bob, carol), files, code = backed_up(make_node, tmp_path, friends=("bob", "carol"))
     old_port = alice.port
     old_id = alice.id
@@ -121,7 +136,7 @@ def test_whole_node_back_from_code_and_one_friend_then_a_challenge_as_the_old_id
     assert not (fresh / "recovery-code").exists()
     assert (fresh / "backup-kit").stat().st_mode & 0o077 == 0
 
-    restored = RestoredNode(fresh)
+    restored = restored_node(fresh)
     assert restored.id == old_id
     restored.start(port=old_port, env=CHEAP)
     assert cli(restored, "name").stdout.strip() == "Alice"
@@ -180,7 +195,7 @@ def test_a_holder_that_flips_a_byte_is_caught_and_named(make_node, tmp_path):
     assert not list(packs.rglob(victim.name)), "the tampered blob was renamed into place"
 
 
-def test_restore_killed_mid_way_resumes(make_node, tmp_path):
+def test_restore_killed_mid_way_resumes(make_node, tmp_path, restored_node):
     alice, (bob,), files, code = backed_up(make_node, tmp_path, size=40 * 1024 * 1024)
     alice.kill()
     fresh = tmp_path / "fresh"
@@ -203,7 +218,7 @@ def test_restore_killed_mid_way_resumes(make_node, tmp_path):
     report, _ = final_json(restore(fresh, bob, code))
     assert report["blobs_already_here"] >= len(placed), report
     assert report["bytes_fetched"] < report["bytes"], report
-    restored = RestoredNode(fresh).start(env=CHEAP)
+    restored = restored_node(fresh).start(env=CHEAP)
     out = tmp_path / "out"
     out.mkdir()
     vault(restored, "export", "holiday.bin", str(out), pin=PIN)
@@ -214,7 +229,7 @@ def test_restore_killed_mid_way_resumes(make_node, tmp_path):
     one_line_error(again)
 
 
-def test_the_decoy_vault_comes_back_behind_its_own_pin(make_node, tmp_path):
+def test_the_decoy_vault_comes_back_behind_its_own_pin(make_node, tmp_path, restored_node):
     alice = make_node("alice").start(env=CHEAP)
     bob = make_node("bob").start(env=CHEAP)
     befriend(alice, bob)
@@ -236,7 +251,7 @@ def test_the_decoy_vault_comes_back_behind_its_own_pin(make_node, tmp_path):
     alice.kill()
 
     restore(tmp_path / "fresh", bob, code)
-    restored = RestoredNode(tmp_path / "fresh").start(env=CHEAP)
+    restored = restored_node(tmp_path / "fresh").start(env=CHEAP)
 
     def names(pin):
         vault(restored, "lock")
@@ -256,7 +271,7 @@ def home_relay(node, relay):
          15, what=f"{node.data_dir} registered at the relay")
 
 
-def test_restore_through_the_holders_relay_brings_home_relays_back(make_node, tmp_path):
+def test_restore_through_the_holders_relay_brings_home_relays_back(make_node, tmp_path, restored_node):
     alice, (bob,), files, code = backed_up(make_node, tmp_path, size=300_000)
     relay = Relay(tmp_path).start()
     try:
@@ -272,13 +287,13 @@ def test_restore_through_the_holders_relay_brings_home_relays_back(make_node, tm
         assert proc.returncode == 0, proc.stderr
         report, _ = final_json(proc)
         assert report["id"] == alice.id and report["items"] == 2 and report["home_relays"] == 1, report
-        restored = RestoredNode(tmp_path / "fresh").start(env=CHEAP)
+        restored = restored_node(tmp_path / "fresh").start(env=CHEAP)
         assert [r["address"] for r in cli_json(restored, "relay", "list")["relays"]] == [relay.address]
     finally:
         relay.stop()
 
 
-def test_a_tampered_holder_is_passed_over_for_another_friend_reached_through_its_relay(make_node, tmp_path):
+def test_a_tampered_holder_is_passed_over_for_another_friend_reached_through_its_relay(make_node, tmp_path, restored_node):
     """The holder named with --from gives the kit but a tampered vault; the restore names it and the
     blob, then gets the vault from another friend in the kit, through that friend's home relay (she
     moved to another port since: where the kit last saw her, nobody answers)."""
@@ -307,7 +322,7 @@ def test_a_tampered_holder_is_passed_over_for_another_friend_reached_through_its
         assert report["vault_from"] == carol.id, report
         assert any(bob.id in s and victim.name in s for s in report["skipped"]), report["skipped"]
         assert any(f"127.0.0.1:{old_port}: cannot connect" in s for s in report["skipped"]), report["skipped"]
-        restored = RestoredNode(tmp_path / "fresh").start(env=CHEAP)
+        restored = restored_node(tmp_path / "fresh").start(env=CHEAP)
         dest = tmp_path / "out"
         dest.mkdir()
         vault(restored, "export", "holiday.bin", "notes.txt", str(dest), pin=PIN)
@@ -317,7 +332,7 @@ def test_a_tampered_holder_is_passed_over_for_another_friend_reached_through_its
         relay.stop()
 
 
-def test_a_tampered_holder_is_passed_over_for_a_friend_reached_where_the_old_node_last_reached_it(make_node, tmp_path):
+def test_a_tampered_holder_is_passed_over_for_a_friend_reached_where_the_old_node_last_reached_it(make_node, tmp_path, restored_node):
     """No relay anywhere: the kit keeps where alice last reached each friend, so the restore finds
     carol at her address when bob's copy is tampered, and the restored node knows where carol is."""
     alice, (bob, carol), files, code = backed_up(make_node, tmp_path, size=300_000, friends=("bob", "carol"))
@@ -336,7 +351,7 @@ def test_a_tampered_holder_is_passed_over_for_a_friend_reached_where_the_old_nod
     known = db.execute("SELECT host, port, source FROM address WHERE publicKey = ?", (carol.public_key,)).fetchall()
     db.close()
     assert ("127.0.0.1", carol.port, "kit") in known, known
-    restored = RestoredNode(tmp_path / "fresh").start(env=CHEAP)
+    restored = restored_node(tmp_path / "fresh").start(env=CHEAP)
     dest = tmp_path / "out"
     dest.mkdir()
     vault(restored, "export", "holiday.bin", "notes.txt", str(dest), pin=PIN)
@@ -344,7 +359,7 @@ def test_a_tampered_holder_is_passed_over_for_a_friend_reached_where_the_old_nod
         assert (dest / name).read_bytes() == data, name
 
 
-def test_a_holder_restarting_mid_restore_is_reconnected(make_node, tmp_path):
+def test_a_holder_restarting_mid_restore_is_reconnected(make_node, tmp_path, restored_node):
     alice, (bob,), files, code = backed_up(make_node, tmp_path, size=40 * 1024 * 1024)
     alice.kill()
     fresh = tmp_path / "fresh"
@@ -363,7 +378,7 @@ def test_a_holder_restarting_mid_restore_is_reconnected(make_node, tmp_path):
     assert p.returncode == 0, err
     report = json.loads(out.splitlines()[-1])
     assert report["items"] == 2, report
-    restored = RestoredNode(fresh).start(env=CHEAP)
+    restored = restored_node(fresh).start(env=CHEAP)
     dest = tmp_path / "out"
     dest.mkdir()
     vault(restored, "export", "holiday.bin", str(dest), pin=PIN)

@@ -72,7 +72,7 @@ public final class BackupService: Service, @unchecked Sendable {
 
     public func run() async throws {
         holder.load()
-        let friendsChanged = signals.subscribe { $0 == .friendsChanged }
+        let friendsChanged = signals.subscribe(keepingNewest: 1) { $0 == .friendsChanged }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 // Pushes the node was doing when it stopped, and pushes to holders that were not
@@ -84,7 +84,7 @@ public final class BackupService: Service, @unchecked Sendable {
                     }
                 }
                 group.addTask {
-                    for await _ in friendsChanged {
+                    await friendsChanged.coalesced(over: NodeSignals.settle) {
                         let friends = await self.core.run { self.health.read("read the friends", or: nil) { try self.store.friendKeys() } }
                         if let friends { self.holder.withdraw(ownersNotIn: Set(friends)) }
                     }

@@ -25,11 +25,16 @@ final class NodeSignals: Sendable {
     private let subscribers = NIOLockedValueBox<[(filter: @Sendable (NodeSignal) -> Bool,
                                                   continuation: AsyncStream<NodeSignal>.Continuation)]>([])
 
+    /// How long readers that recompute from the store let a burst of signals settle (`coalesced`).
+    static let settle: Duration = .milliseconds(50)
+
     init() {}
 
-    /// A stream of the signals `filter` accepts, from now on.
-    func subscribe(_ filter: @escaping @Sendable (NodeSignal) -> Bool) -> AsyncStream<NodeSignal> {
-        let (stream, continuation) = AsyncStream.makeStream(of: NodeSignal.self, bufferingPolicy: .bufferingNewest(256))
+    /// A stream of the signals `filter` accepts, from now on. `keepingNewest`: how many wait for
+    /// the reader at most (1 for a reader that only needs to know that something changed: what
+    /// comes while it is busy folds into one more round).
+    func subscribe(keepingNewest limit: Int = 256, _ filter: @escaping @Sendable (NodeSignal) -> Bool) -> AsyncStream<NodeSignal> {
+        let (stream, continuation) = AsyncStream.makeStream(of: NodeSignal.self, bufferingPolicy: .bufferingNewest(limit))
         subscribers.withLockedValue { $0.append((filter, continuation)) }
         return stream
     }
@@ -95,6 +100,21 @@ final class Wakeup: Sendable {
         } onCancel: {
             let w = state.withLockedValue { s -> CheckedContinuation<Void, Never>? in defer { s.waiter = nil }; return s.waiter }
             w?.resume()
+        }
+    }
+}
+
+extension AsyncStream where Element == NodeSignal {
+    /// Runs `body` once per burst of signals: after a signal, waits `window` (what else comes
+    /// meanwhile folds into the same round, on a stream keeping only the newest signal), then runs
+    /// it. For work that recomputes from the store whatever the signal was: a burst of friend
+    /// changes costs one recomputation, after the steps that made them, not one per change inside
+    /// them. Ends with the stream or the task.
+    func coalesced(over window: Duration, _ body: @Sendable () async -> Void) async {
+        for await _ in self {
+            try? await Task.sleep(for: window)
+            if Task.isCancelled { return }
+            await body()
         }
     }
 }

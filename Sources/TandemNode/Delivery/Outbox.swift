@@ -122,28 +122,29 @@ final class Outbox: @unchecked Sendable {
     /// link); the others wait for the loop, which is woken.
     func send(to keys: [[UInt8]]) {
         // Inside a batch, frames for a peer with a link up are scheduled as written in the same
-        // transaction: writing them after the commit then needs no commit of its own.
-        var scheduled = Set<[UInt8]>()
+        // transaction, and read back there (the batch's own connection, no read transaction of its
+        // own): writing them after the commit then needs no commit and no read of its own.
+        var ready: [[UInt8]: [OutboxItem]] = [:]
         if store.isInBatch {
             let nowMs = now()
             for key in Set(keys) where transport.link(to: key) != nil {
                 health.attempt("schedule the resend") {
                     try store.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
-                    scheduled.insert(key)
+                    ready[key] = try store.outbox(for: key)
                 }
             }
         }
         // The frames are written once they are durable (after the core's batch, when in one).
-        store.afterCommit { [scheduled] in self.writeNow(to: keys, scheduled: scheduled) }
+        store.afterCommit { [ready] in self.writeNow(to: keys, ready: ready) }
     }
 
-    private func writeNow(to keys: [[UInt8]], scheduled: Set<[UInt8]>) {
+    private func writeNow(to keys: [[UInt8]], ready: [[UInt8]: [OutboxItem]]) {
         var others = false
         var seen = Set<[UInt8]>()
         for key in keys where seen.insert(key).inserted {
             if let link = transport.link(to: key) {
-                write(to: key, on: link)
-            } else if scheduled.contains(key) {
+                write(to: key, on: link, items: ready[key])
+            } else if ready[key] != nil {
                 // The link closed after the frames were scheduled as written: due now again.
                 expedite(key)
             } else {
@@ -330,10 +331,11 @@ final class Outbox: @unchecked Sendable {
 
     /// On the core: writes what waits for `key` on `link`, each frame once per link, then the
     /// PRESENCE owed to it (after the frames that make it meaningful, Protocol 12.7).
-    func write(to key: [UInt8], on link: OutboxLink) {
+    /// `items`: what waits for `key`, when the caller read it already (else read here).
+    func write(to key: [UInt8], on link: OutboxLink, items known: [OutboxItem]? = nil) {
         let items: [OutboxItem]
         do {
-            items = try store.outbox(for: key)
+            items = try known ?? store.outbox(for: key)
         } catch {
             health.failed("read the outbox", error)
             return

@@ -177,7 +177,7 @@ public final class FriendService: @unchecked Sendable {
         let item = outbox.frame(.friendAccept, to: key, payload: try acc.serializedBytes())
         let c = try mapStoreError { try store.acceptFriend(key, frame: item, nowMs: now()) }
         events.emit("friend.accepted", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(c.displayName), "by": "me"])
-        presence.becameFriend(key, name: c.displayName)
+        presence.becameFriend(key, name: c.displayName, sending: true)
         outbox.send(to: [key])
         signalAfterCommit(.friendsChanged)
         return c
@@ -364,7 +364,7 @@ public final class FriendService: @unchecked Sendable {
         case .stored, .refreshed:
             break
         case .mutual:
-            presence.becameFriend(author, name: record.displayName)
+            presence.becameFriend(author, name: record.displayName, sending: true)
             outbox.send(to: [author])
             signalAfterCommit(.friendsChanged)
         case .alreadyFriends:

@@ -18,9 +18,13 @@ struct NodeFrameRouter: InboundConsumer {
 
     /// Handles the events in one batch of the store: their changes share one commit, and the
     /// acknowledgements, frames and event deliveries they cause follow it.
+    ///
+    /// A batch of acknowledgements, PRESENCE frames and LAN sightings only commits without a sync
+    /// of its own (what they change is soft state, `NodeStore.write(durable:)`); any other frame
+    /// in it makes the commit synced.
     func handle(_ events: [InboundEvent]) {
         do {
-            try store.batch {
+            try store.batch(syncing: events.contains { $0.mayChangeDurableState }) {
                 // First once the batch is durable: its events to subscribers (then the ACKs, frames
                 // and signals its steps left for after the commit).
                 store.afterCommit { [self] in self.events.published() }
@@ -74,5 +78,21 @@ struct NodeFrameRouter: InboundConsumer {
             if !blocked { return challenges.handle(envelope, from: link) }
         }
         friends.handle(envelope, from: link)
+    }
+}
+
+extension InboundEvent {
+    /// False for events whose handling changes soft state only (`NodeStore.write(durable:)`); a
+    /// durable write made anyway is still synced before anything waits on it.
+    var mayChangeDurableState: Bool {
+        switch self {
+        case .frame(let envelope, _, _):
+            switch envelope.type {
+            case .ack, .presence, .ping, .pong, .clockProbe, .clockReply: return false
+            default: return true
+            }
+        case .sighting: return false
+        case .mail, .linkUp, .linkDown, .peerError: return true
+        }
     }
 }

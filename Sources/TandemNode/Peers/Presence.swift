@@ -96,11 +96,13 @@ final class PresenceService: Sendable {
         events.emit("peer.offline", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)])
     }
 
-    /// A new friend whose link is already up is online from now on.
-    func becameFriend(_ key: [UInt8], name: String) {
+    /// A new friend whose link is already up is online from now on. `sending`: the caller queued
+    /// frames for them in this step and sends them itself (`Outbox.send(to:)`), so nothing needs
+    /// expediting and the PRESENCE follows those frames.
+    func becameFriend(_ key: [UInt8], name: String, sending: Bool = false) {
         guard peers.link(to: key) != nil else { return }
         events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(name)])
-        greet(key, framesWaiting: outbox.expedite(key))
+        greet(key, framesWaiting: sending || outbox.expedite(key))
     }
 
     /// A PRESENCE to a friend whose link just came up (or who just became one): at once when nothing
