@@ -332,7 +332,11 @@ extension NodeStore {
                 INSERT INTO address (publicKey, host, port, source, lastSeenMs) VALUES (?, ?, ?, ?, ?)
                 ON CONFLICT (publicKey, host, port) DO UPDATE SET source = excluded.source, lastSeenMs = excluded.lastSeenMs
                 """).execute(arguments: [Data(key), host, port, source, nowMs])
-            // The peer's addresses beyond the newest `maximumAddressesPerPeer` go.
+            // The peer's addresses beyond the newest `maximumAddressesPerPeer` go (counted first:
+            // the pruning statement sorts, and is rarely needed).
+            let count = try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM address WHERE publicKey = ?"),
+                                         arguments: [Data(key)]) ?? 0
+            guard count > limits.maximumAddressesPerPeer else { return }
             try db.cachedStatement(sql: """
                 DELETE FROM address WHERE publicKey = ?1 AND (host, port) NOT IN
                     (SELECT host, port FROM address WHERE publicKey = ?1 ORDER BY lastSeenMs DESC LIMIT ?2)

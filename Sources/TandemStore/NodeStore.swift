@@ -259,11 +259,22 @@ public struct NodeStore: Sendable {
         }
         if durable { batch.needsSync = true }
         let eventsBefore = batch.events.count
+        // A savepoint through statements prepared once: GRDB's `inSavepoint` prepares its SAVEPOINT
+        // and RELEASE anew each time, and a step makes several writes.
+        let db = batch.db
         do {
-            try batch.db.inSavepoint {
-                result = try body(batch.db)
-                return .commit
+            try db.cachedStatement(sql: "SAVEPOINT write").execute()
+            do {
+                result = try body(db)
+            } catch {
+                // The body's own writes go; the batch's transaction goes on (unless SQLite ended it).
+                if db.isInsideTransaction {
+                    try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT write").execute()
+                    try db.cachedStatement(sql: "RELEASE SAVEPOINT write").execute()
+                }
+                throw error
             }
+            try db.cachedStatement(sql: "RELEASE SAVEPOINT write").execute()
         } catch {
             // Rolled back: the events this body stored were never written.
             batch.events.removeSubrange(min(eventsBefore, batch.events.count)...)
