@@ -29,6 +29,14 @@ public enum PrivateDatabaseFile {
     }
 }
 
+/// The write-ahead log could not be synced after a batch that held a durable write (the batch
+/// committed, but is not known to be on disk: it counts as failed, and nothing waiting on it runs).
+public struct WriteAheadLogSyncError: Error, CustomStringConvertible {
+    public let path: String
+    public let errno: Int32
+    public var description: String { "cannot sync \(path) to disk: \(String(cString: strerror(errno)))" }
+}
+
 public struct PrivateFileError: Error, CustomStringConvertible {
     public let path: String
     public let errno: Int32
@@ -370,9 +378,9 @@ public struct NodeStore: Sendable {
     private func syncWriteAheadLog() throws {
         guard let walPath else { return }
         let fd = open(walPath, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw PrivateFileError(path: walPath, errno: errno) }
+        guard fd >= 0 else { throw WriteAheadLogSyncError(path: walPath, errno: errno) }
         defer { close(fd) }
-        guard fdatasync(fd) == 0 else { throw PrivateFileError(path: walPath, errno: errno) }
+        guard fdatasync(fd) == 0 else { throw WriteAheadLogSyncError(path: walPath, errno: errno) }
     }
 
     /// Runs `action` once the current batch on this thread has committed; at once outside a batch.

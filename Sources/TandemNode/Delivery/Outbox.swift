@@ -128,7 +128,7 @@ final class Outbox: @unchecked Sendable {
         if store.isInBatch {
             let nowMs = now()
             for key in Set(keys) where transport.link(to: key) != nil {
-                health.attempt("schedule the resend") {
+                health.attempt("schedule the first write of queued frames") {
                     try store.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
                     ready[key] = try store.outbox(for: key)
                 }
