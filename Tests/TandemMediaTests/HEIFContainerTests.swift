@@ -53,13 +53,13 @@ enum HEIFBuilder {
         return fullBox("iloc", version: version, p)
     }
 
-    /// ftyp, meta (hdlr, iinf, iloc, idat), mdat; `extra` boxes after mdat.
+    /// ftyp, meta (hdlr, iinf, iloc, idat, then `properties`: an `iprp` box), mdat; `extra` boxes after mdat.
     static func file(_ items: [Item], mdat: [UInt8], idat: [UInt8]? = nil, ilocVersion: UInt8 = 1, infeVersion: UInt8 = 2,
-                     sizes: Sizes = Sizes(), extra: [UInt8] = []) -> [UInt8] {
+                     sizes: Sizes = Sizes(), properties: [UInt8] = [], extra: [UInt8] = []) -> [UInt8] {
         func meta(_ mdatStart: UInt64) -> [UInt8] {
             let iinf = fullBox("iinf", version: 0, u16(UInt16(items.count)) + items.flatMap { infe($0, version: infeVersion) })
             return fullBox("meta", version: 0, hdlr + iinf + iloc(items, version: ilocVersion, sizes: sizes, mdatStart: mdatStart)
-                           + (idat.map { box("idat", $0) } ?? []))
+                           + (idat.map { box("idat", $0) } ?? []) + properties)
         }
         let mdatStart = UInt64(ftyp.count + meta(0).count + 8)
         return ftyp + meta(mdatStart) + box("mdat", mdat) + extra
@@ -68,6 +68,16 @@ enum HEIFBuilder {
     /// An Exif item's bytes as cameras write them: offset 6, "Exif\0\0", the TIFF structure.
     static func exifItem(_ tiff: [UInt8] = TestImages.cameraExif(orientation: 3)) -> [UInt8] {
         u32(6) + JPEGSegments.exifPrefix + tiff
+    }
+
+    /// A user-description property (`udes`): language, name, description, tags, each NUL-terminated.
+    static func udes(_ strings: [String]) -> [UInt8] {
+        fullBox("udes", version: 0, strings.flatMap { Array($0.utf8) + [0] })
+    }
+
+    /// `iprp` holding one `ipco` with `properties` and an `ipma` associating none of them.
+    static func iprp(_ properties: [UInt8]) -> [UInt8] {
+        box("iprp", box("ipco", properties) + fullBox("ipma", version: 0, u32(0)))
     }
 
     static let image = Array("CODED-IMAGE-DATA".utf8) + [UInt8](repeating: 0xAB, count: 48)
@@ -318,6 +328,60 @@ final class HEIFContainerTests: MediaTestCase {
         XCTAssertEqual(plan.freedBoxes, ["uuid"])
         XCTAssertEqual(Array(out[typical.count..<(typical.count + 8)]), HEIFBuilder.u32(UInt32(uuid.count)) + Array("free".utf8))
         XCTAssertTrue(out[(typical.count + 8)...].allSatisfy { $0 == 0 })
+    }
+
+    func testUserDescriptionPropertiesAreEmptiedInPlace() throws {
+        let image = HEIFBuilder.image, exif = HEIFBuilder.exifItem()
+        let items = [HEIFBuilder.Item(id: 1, type: "hvc1", extents: [(0, UInt64(image.count))]),
+                     HEIFBuilder.Item(id: 2, type: "Exif", extents: [(UInt64(image.count), UInt64(exif.count))])]
+        let ispe = HEIFBuilder.fullBox("ispe", version: 0, HEIFBuilder.u32(4032) + HEIFBuilder.u32(3024))
+        let first = HEIFBuilder.udes(["en-GB", "Anna's TestCam X100", "Home, 48.8566 N 2.3522 E", "family,SN12345"])
+        let second = HEIFBuilder.udes(["fr", "", "TestFirmware 1.2", ""])
+        let original = HEIFBuilder.file(items, mdat: image + exif, properties: HEIFBuilder.iprp(ispe + first + ispe + second))
+        let (plan, out) = try rewrite(original)
+        XCTAssertEqual(plan.descriptions, 2)
+        XCTAssertEqual(plan.exifItems, 1)
+        for secret in ["en-GB", "TestCam", "48.8566", "family", "SN12345", "TestFirmware"] {
+            XCTAssertNotNil(find(original, Array(secret.utf8)), secret)
+            XCTAssertNil(find(out, Array(secret.utf8)), "\(secret) survived")
+        }
+        // Each box keeps its header, version and flags; its strings read as empty; the properties
+        // beside it are untouched.
+        let starts = (0...(out.count - 8)).filter { out[($0 + 4)..<($0 + 8)].elementsEqual(Array("udes".utf8)) }
+        XCTAssertEqual(starts, (0...(original.count - 8)).filter { original[($0 + 4)..<($0 + 8)].elementsEqual(Array("udes".utf8)) })
+        XCTAssertEqual(starts.count, 2)
+        for (start, udes) in zip(starts, [first, second]) {
+            XCTAssertEqual(Array(out[start..<(start + 12)]), Array(udes.prefix(12)), "size, type, version and flags kept")
+            XCTAssertTrue(out[(start + 12)..<(start + udes.count)].allSatisfy { $0 == 0 }, "the strings are zeros")
+        }
+        XCTAssertEqual(find(out, ispe + Array(out[starts[0]..<(starts[0] + first.count)]) + ispe), find(original, ispe + first + ispe))
+        let changed = (0..<out.count).filter { out[$0] != original[$0] }
+        let exifAt = try XCTUnwrap(find(original, exif))
+        for i in changed {
+            let inUdes = zip(starts, [first, second]).contains { (start, udes) in ((start + 12)..<(start + udes.count)).contains(i) }
+            XCTAssertTrue(inUdes || (exifAt..<(exifAt + exif.count)).contains(i), "byte \(i) changed outside the metadata")
+        }
+        XCTAssertEqual(try rewrite(out).out, out, "idempotent")
+
+        // A file without properties, or with an empty ipco, has none to empty.
+        XCTAssertEqual(try rewrite(HEIFBuilder.file(items, mdat: image + exif, properties: HEIFBuilder.iprp([]))).plan.descriptions, 0)
+        // An item whose data lies in the strings: refused (the re-encode takes the file).
+        func pointingAt(_ offset: UInt64) -> [UInt8] {
+            HEIFBuilder.file(items + [.init(id: 3, type: "hvc1", extents: [(offset, UInt64(4))], inMdat: false)],
+                             mdat: image + exif, properties: HEIFBuilder.iprp(first))
+        }
+        // The extent's offset field has a fixed size, so the layout does not depend on its value.
+        let stringsAt = try XCTUnwrap(find(pointingAt(0), Array("Anna".utf8)))
+        XCTAssertEqual(find(pointingAt(UInt64(stringsAt)), Array("Anna".utf8)) ?? -1, stringsAt)
+        assertRefused(pointingAt(UInt64(stringsAt)), "lies in a 'udes' property")
+        // Two ipco boxes, or two iprp boxes: refused.
+        let twoIpco = HEIFBuilder.box("iprp", HEIFBuilder.box("ipco", first) + HEIFBuilder.box("ipco", []))
+        assertRefused(HEIFBuilder.file(items, mdat: image + exif, properties: twoIpco), "2 'ipco' boxes")
+        assertRefused(HEIFBuilder.file(items, mdat: image + exif, properties: HEIFBuilder.iprp(first) + HEIFBuilder.iprp([])), "two 'iprp' boxes")
+        // A udes box running past its ipco: refused by the box reader.
+        var cut = HEIFBuilder.udes(["en", "x"])
+        cut.replaceSubrange(0..<4, with: HEIFBuilder.u32(UInt32(cut.count + 40)))
+        assertRefused(HEIFBuilder.file(items, mdat: image + exif, properties: HEIFBuilder.iprp(cut)), "udes")
     }
 
     func testAbsurdCounts() throws {

@@ -206,11 +206,72 @@ def test_photos_get_thumbnails_dates_and_lose_gps_and_camera(make_node, tmp_path
     assert grep_tree(node.data_dir, ["TestCam", "X100-SECRET", "beach"]) == []
 
 
+def with_user_description(heic, strings):
+    """`heic` with a user-description property (`udes`: language, name, description, tags) added at
+    the end of its `ipco`: the `ipco`, `iprp` and `meta` sizes grow by the new box's length and
+    every `iloc` file offset past the `meta` box moves with them (32-bit box sizes, as libheif
+    writes them)."""
+    import struct
+
+    def boxes(data, start, end):
+        at = start
+        while at < end:
+            size, kind = struct.unpack(">I4s", data[at:at + 8])
+            assert size >= 8, "libheif writes 32-bit box sizes"
+            yield kind.decode("latin-1"), at, at + size
+            at += size
+
+    payload = b"\0\0\0\0" + b"".join(s.encode() + b"\0" for s in strings)
+    udes = struct.pack(">I", 8 + len(payload)) + b"udes" + payload
+    grow = len(udes)
+    data = bytearray(heic)
+    meta = next((s, e) for k, s, e in boxes(data, 0, len(data)) if k == "meta")
+    children = {k: (s, e) for k, s, e in boxes(data, meta[0] + 12, meta[1])}
+    # iloc first (its values change, not its length): offsets past meta move by `grow`.
+    s, _ = children["iloc"]
+    version = data[s + 8]
+    sizes = data[s + 12] << 8 | data[s + 13]
+    off_size, len_size, base_size = sizes >> 12, (sizes >> 8) & 15, (sizes >> 4) & 15
+    index_size = sizes & 15 if version in (1, 2) else 0
+    at = s + 14
+
+    def take(n):
+        nonlocal at
+        value = int.from_bytes(data[at:at + n], "big") if n else 0
+        at += n
+        return value
+
+    def shift(n):
+        value = int.from_bytes(data[at:at + n], "big") if n else 0
+        if n and value >= meta[1]:
+            data[at:at + n] = (value + grow).to_bytes(n, "big")
+
+    count = take(2 if version < 2 else 4)
+    for _ in range(count):
+        take(2 if version < 2 else 4)
+        method = take(2) & 15 if version in (1, 2) else 0
+        take(2)
+        if method == 0 and base_size:
+            shift(base_size)
+        take(base_size)
+        for _ in range(take(2)):
+            take(index_size)
+            if method == 0 and not base_size:
+                shift(off_size)
+            take(off_size)
+            take(len_size)
+    ipco = next((a, b) for k, a, b in boxes(data, children["iprp"][0] + 8, children["iprp"][1]) if k == "ipco")
+    for start in (meta[0], children["iprp"][0], ipco[0]):
+        data[start:start + 4] = struct.pack(">I", struct.unpack(">I", data[start:start + 4])[0] + grow)
+    return bytes(data[:ipco[1]] + udes + data[ipco[1]:])
+
+
 def test_heic_photo_loses_gps_camera_and_xmp_in_place(make_node, tmp_path):
     """A HEIC (libvips's `vips copy` of make_photo's JPEG, with an XMP packet added: libheif writes
-    the Exif and XMP items) is stored with its metadata items rewritten in place: the exported file
-    has the original's size and decodes to the same pixels, keeps the date and orientation, and has
-    no GPS, camera or XMP data left."""
+    the Exif and XMP items; a user-description property added by hand) is stored with its metadata
+    items and the property's strings rewritten in place: the exported file has the original's size
+    and decodes to the same pixels, keeps the date and orientation, and has no GPS, camera, XMP or
+    description text left."""
     import shutil
     import pytest
     from PIL import Image
@@ -226,8 +287,11 @@ def test_heic_photo_loses_gps_camera_and_xmp_in_place(make_node, tmp_path):
                  xmp=b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF>TestCam XMP-SECRET 48,51N</rdf:RDF></x:xmpmeta>')
     heic = src / "street.heic"
     subprocess.run(["vips", "copy", str(jpeg), str(heic)], check=True, capture_output=True, timeout=120)
+    plain = tmp_path / "plain.raw"
+    subprocess.run(["vips", "rawsave", str(heic), str(plain)], check=True, capture_output=True, timeout=120)
+    heic.write_bytes(with_user_description(heic.read_bytes(), ["en", "UDES-NAME", "UDES-SECRET 48.85N", "UDES-TAG"]))
     original = heic.read_bytes()
-    assert b"X100-SECRET" in original and b"XMP-SECRET" in original
+    assert b"X100-SECRET" in original and b"XMP-SECRET" in original and b"UDES-SECRET" in original
 
     node = make_node("h").start(env=CHEAP)
     vault(node, "init", pin="8080")
@@ -240,8 +304,9 @@ def test_heic_photo_loses_gps_camera_and_xmp_in_place(make_node, tmp_path):
     vault(node, "export", "street.heic", str(out))
     exported = (out / "street.heic").read_bytes()
     assert len(exported) == len(original), "rewritten in place: same size"
-    for secret in (b"TestCam", b"X100-SECRET", b"XMP-SECRET"):
+    for secret in (b"TestCam", b"X100-SECRET", b"XMP-SECRET", b"UDES"):
         assert secret not in exported, secret
+    assert exported.count(b"udes") == 1, "the property stays, emptied"
     header = subprocess.run(["vipsheader", "-a", str(out / "street.heic")], capture_output=True, text=True,
                             check=True, timeout=60).stdout
     assert "GPS" not in header and "TestCam" not in header, header
@@ -257,8 +322,8 @@ def test_heic_photo_loses_gps_camera_and_xmp_in_place(make_node, tmp_path):
         target = tmp_path / f"{name}.raw"
         subprocess.run(["vips", "rawsave", str(path), str(target)], check=True, capture_output=True, timeout=120)
         raw[name] = target.read_bytes()
-    assert raw["original"] == raw["exported"], "decoded pixels differ"
-    assert grep_tree(node.data_dir, ["TestCam", "X100-SECRET", "XMP-SECRET", "street"]) == []
+    assert raw["original"] == raw["exported"] == plain.read_bytes(), "decoded pixels differ"
+    assert grep_tree(node.data_dir, ["TestCam", "X100-SECRET", "XMP-SECRET", "UDES", "street"]) == []
 
 
 def test_recovery_code_is_sealed_in_the_vault_once_there_is_one(make_node, tmp_path):

@@ -158,8 +158,9 @@ struct BoxReader {
 
 /// What the vault reads of a HEIF file's structure (ISO/IEC 14496-12 ISOBMFF, ISO/IEC 23008-12
 /// HEIF): the top-level boxes, and in the `meta` box the item list (`iinf`), where each item's
-/// bytes are (`iloc`) and the in-box item data (`idat`). Enough to find the Exif and XMP items and
-/// rewrite them in place; image properties and references are not read.
+/// bytes are (`iloc`), the in-box item data (`idat`), and among the item properties (`iprp`/`ipco`)
+/// the user descriptions (`udes`). Enough to find the Exif and XMP items and the free-text
+/// properties and rewrite them in place; other properties and references are not read.
 ///
 /// The file is hostile: every size, count and offset is checked before use, with checked
 /// arithmetic, and any violation throws `MediaError`. Only the box headers and the `meta` box
@@ -228,6 +229,8 @@ struct HEIFContainer {
     let locations: [UInt32: Location]
     /// The `idat` payload's range in the file, when there is one.
     let idat: Range<Int64>?
+    /// The payloads of the user-description properties (`udes`) in the file, in `ipco` order.
+    let descriptions: [Range<Int64>]
 
     init(_ source: some RandomAccessBytes) throws {
         name = source.name
@@ -247,6 +250,7 @@ struct HEIFContainer {
         items = parsed.items
         locations = parsed.locations
         idat = parsed.idat.map { (meta.start + Int64($0.lowerBound))..<(meta.start + Int64($0.upperBound)) }
+        descriptions = parsed.descriptions.map { (meta.start + Int64($0.lowerBound))..<(meta.start + Int64($0.upperBound)) }
     }
 
     /// The top-level boxes, by their headers only (payloads are skipped, not read).
@@ -288,6 +292,7 @@ struct HEIFContainer {
         var items: [Item] = []
         var locations: [UInt32: Location] = [:]
         var idat: Range<Int>?
+        var descriptions: [Range<Int>] = []
     }
 
     /// `bytes` is the whole `meta` box, header included.
@@ -301,7 +306,7 @@ struct HEIFContainer {
         for box in try children(bytes, reader.position..<bytes.count, name: name) {
             let payload = Int(box.payloadStart)..<Int(box.end)
             switch box.type {
-            case "hdlr", "iinf", "iloc", "idat":
+            case "hdlr", "iinf", "iloc", "idat", "iprp":
                 guard seen.insert(box.type).inserted else {
                     throw MediaError.malformed("\(name): HEIF 'meta' box has two '\(box.type)' boxes")
                 }
@@ -318,6 +323,8 @@ struct HEIFContainer {
                 meta.items = try parseItemInfo(bytes, payload, name: name)
             case "iloc":
                 meta.locations = try parseItemLocations(bytes, payload, name: name)
+            case "iprp":
+                meta.descriptions = try descriptionProperties(bytes, payload, name: name)
             default:
                 meta.idat = payload
             }
@@ -326,6 +333,20 @@ struct HEIFContainer {
             throw MediaError.malformed("\(name): HEIF 'meta' box's handler is '\(handler?.description ?? "missing")', not 'pict'")
         }
         return meta
+    }
+
+    /// `iprp`: the payload ranges of the user-description properties (`udes`, ISO/IEC 23008-12
+    /// 6.5.20: language, name, description and tags as NUL-terminated UTF-8) in its `ipco`.
+    /// Other properties describe the coded image and are not read.
+    private static func descriptionProperties(_ bytes: [UInt8], _ payload: Range<Int>, name: String) throws -> [Range<Int>] {
+        let containers = try children(bytes, payload, name: name).filter { $0.type == "ipco" }
+        guard containers.count <= 1 else {
+            throw MediaError.malformed("\(name): HEIF 'iprp' box has \(containers.count) 'ipco' boxes")
+        }
+        guard let ipco = containers.first else { return [] }
+        return try children(bytes, Int(ipco.payloadStart)..<Int(ipco.end), name: name)
+            .filter { $0.type == "udes" }
+            .map { Int($0.payloadStart)..<Int($0.end) }
     }
 
     /// `iinf`: the entry count, then `infe` boxes. Every `infe` inside is read, even past the

@@ -8,6 +8,9 @@
 ///   (never in practice: the new block is smaller than any camera's).
 /// - Every XMP item (`mime`, application/rdf+xml): an empty `x:xmpmeta` element padded with spaces
 ///   (blanks after the root element are valid XML), or only spaces when even that does not fit.
+/// - Every user-description property (`udes` in `iprp`/`ipco`: language, name, description and
+///   tags, free text a phone or an editor may fill): its version and flags kept, the rest zeros, so
+///   it reads as four empty strings. The box keeps its type, so property indices in `ipma` hold.
 /// - A top-level box that is neither structure nor image data (`ftyp`, `meta`, `mdat`, `free`,
 ///   `skip`) — a vendor's `uuid` box, a motion photo's video — becomes a `free` box of the same size
 ///   with a zero payload, unless an item's data lies in it.
@@ -39,6 +42,8 @@ struct HEIFMetadataRewrite {
     let patches: [Patch]
     let exifItems: Int
     let xmpItems: Int
+    /// User-description properties (`udes`) emptied.
+    let descriptions: Int
     /// Top-level boxes turned into `free` boxes, by type.
     let freedBoxes: [FourCC]
 
@@ -87,6 +92,16 @@ struct HEIFMetadataRewrite {
 
         var freed: [FourCC] = []
         let allReach = container.locations.values.compactMap(container.reach).joined()
+        // A `udes` payload is version and flags (4 bytes), then the strings; a shorter one holds
+        // no string. No item's data may lie in what is zeroed.
+        for r in container.descriptions where r.upperBound - r.lowerBound > 4 {
+            let strings = (r.lowerBound + 4)..<r.upperBound
+            let span = UInt64(strings.lowerBound)...UInt64(strings.upperBound - 1)
+            if allReach.contains(where: { $0.overlaps(span) }) {
+                throw MediaError.malformed("\(name): HEIF item data lies in a 'udes' property")
+            }
+            patches.append(Patch(offset: strings.lowerBound, length: strings.upperBound - strings.lowerBound, head: [], fill: 0))
+        }
         for box in container.topLevel where !HEIFMetadataRewrite.keptTopLevel.contains(box.type) {
             let span = UInt64(box.start)...UInt64(box.end - 1)
             if allReach.contains(where: { $0.overlaps(span) }) {
@@ -107,6 +122,7 @@ struct HEIFMetadataRewrite {
         self.patches = patches
         exifItems = exif
         xmpItems = xmp
+        descriptions = container.descriptions.count
         freedBoxes = freed
     }
 
