@@ -616,7 +616,7 @@ def enc_error(code, detail="", ref_message_id=b"", supported_versions=(), ref_ty
 
 TYPES = {"ERROR": 0x0001, "PING": 0x0002, "PONG": 0x0003}
 DOMAIN = b"tandem-frame-v1\x00"
-DIGEST_DOMAIN = b"tandem-frame-d1\x00"
+DIGEST_DOMAIN = b"tandem-frame-d1\x00"  # the scheme link-authenticated types replaced: vectors of refusals only
 
 
 def envelope(author, recipient_pk, type_, msg_id, created_at, payload, version=1, length_field=None,
@@ -1451,9 +1451,10 @@ def gen_backup():
     add("kit not found", "BACKUP_KIT", pb_bytes(1, rid) + pb_varint(2, 12), True)
     add("kit, five under one locator", "BACKUP_KIT", pb_bytes(1, rid) + pb_varint(2, 12) + pb_varint(6, 5), False, "count > 4")
 
-    # Digest-signed envelopes (README 5.4): BACKUP_PIECE and BACKUP_FETCHED sign the header and
-    # blake2b-256(payload) under their own domain tag; every other type signs its bytes.
-    digest_signed = []
+    # Link-authenticated envelopes (README 5.4): BACKUP_PIECE and BACKUP_FETCHED carry 64 zero bytes
+    # where a signature would be, and a receiver accepts one only on a link whose Secret Handshake
+    # proved the author's key; every other type is signed over its bytes.
+    link_authenticated = []
     piece_payload = pb_bytes(1, rid) + pb_bytes(2, n1) + pb_varint(3, 5000) + pb_varint(4, 4096) + pb_bytes(5, piece)
     fetched_payload = pb_bytes(1, rid) + pb_varint(2, 1) + pb_bytes(3, n1) + pb_varint(4, 5000) + pb_varint(5, 4096) + pb_bytes(6, piece)
     for name, t, author, recipient, payload in [
@@ -1461,21 +1462,23 @@ def gen_backup():
         ("fetched from bob to alice", "BACKUP_FETCHED", BOB, ALICE, fetched_payload),
     ]:
         type_ = BACKUP_TYPES[t]
-        msg_id = mid("digest-signed/" + t)
+        msg_id = mid("link-authenticated/" + t)
         head = (struct.pack(">BH", 1, type_) + msg_id + author.pk + recipient.pk
                 + struct.pack(">QI", NOW_MS - 1500, len(payload)))
+        env = head + payload + bytes(64)
+        # What a receiver must refuse with BAD_SIGNATURE, even on the author's own link: the envelope
+        # signed as every other type is, and signed under the digest scheme this one replaced.
+        signed = head + payload + author.sign(DOMAIN + head + payload)
         digest = hashlib.blake2b(payload, digest_size=32).digest()
-        signing_input = DIGEST_DOMAIN + head + digest
-        sig = author.sign(signing_input)
-        env = head + payload + sig
-        # The same bytes signed the other way (the full scheme): a receiver must refuse it.
-        wrong = head + payload + author.sign(DOMAIN + head + payload)
-        digest_signed.append({
+        digest_signed = head + payload + author.sign(DIGEST_DOMAIN + head + digest)
+        link_authenticated.append({
             "name": name, "type": "%04x" % type_, "message": t, "author_seed": h(author.seed),
             "author": h(author.pk), "recipient": h(recipient.pk), "message_id": h(msg_id),
-            "created_at": NOW_MS - 1500, "payload": h(payload), "payload_digest": h(digest),
-            "signing_input": h(signing_input), "signature": h(sig), "envelope": h(env),
-            "envelope_signed_over_the_payload": h(wrong),
+            "created_at": NOW_MS - 1500, "payload": h(payload), "envelope": h(env),
+            "accepted_on_a_link_from": h(author.pk),
+            "refused_on_a_link_from": [h(recipient.pk), h(CAROL.pk)],
+            "refused_envelopes": [{"why": "signed over its bytes", "envelope": h(signed)},
+                                  {"why": "signed under the digest scheme (tandem-frame-d1)", "envelope": h(digest_signed)}],
         })
 
     return {
@@ -1485,10 +1488,12 @@ def gen_backup():
                        "sealed as nonce || xchacha20poly1305(plaintext, key = kit_key, ad = 'tandem/backup/kit/v1' || locator). "
                        "'messages': payloads of each backup message type with whether the validating decoder accepts them "
                        "(receiver clock now_ms); every valid payload is in canonical encoding, so decoding and re-encoding "
-                       "gives the same bytes. 'digest_signed': envelopes of the digest-signed types (README 5.4): "
-                       "'signing_input' = \"tandem-frame-d1\\0\" || the 95-byte header || payload_digest = "
-                       "blake2b(payload, outlen 32); 'envelope_signed_over_the_payload' is the same envelope signed "
-                       "with the scheme of every other type, which a receiver must refuse (BAD_SIGNATURE).",
+                       "gives the same bytes. 'link_authenticated': envelopes of the link-authenticated types (README 5.4): "
+                       "the signature field is 64 zero bytes; a receiver accepts the envelope on a link whose handshake "
+                       "proved 'accepted_on_a_link_from' (the author) and refuses it with BAD_SIGNATURE on a link from any "
+                       "key in 'refused_on_a_link_from' and when it came any other way (relay mail); each of "
+                       "'refused_envelopes' (the same header and payload with a real signature) is refused even on the "
+                       "author's link.",
         "now_ms": NOW_MS,
         "proofs": proofs,
         "kit": {
@@ -1496,7 +1501,7 @@ def gen_backup():
             "plaintext": h(plaintext), "nonce": h(nonce), "sealed": h(sealed),
         },
         "messages": m,
-        "digest_signed": digest_signed,
+        "link_authenticated": link_authenticated,
     }
 
 

@@ -36,12 +36,13 @@ public final class FrameGate: Sendable {
         return addressBudget.withLockedValue { $0.check(address, now: now) } == .allowed
     }
 
-    /// Checks an envelope. Parsing and the signature check run on the caller's thread with no lock
-    /// held; only the replay-cache step (rules 9–11) takes the node-wide lock.
-    public func verify(_ bytes: [UInt8]) -> Result<Envelope, FrameRejection> {
+    /// Checks an envelope that came on a link from `linkPeer` (the key its handshake proved).
+    /// Parsing and the signature check run on the caller's thread with no lock held; only the
+    /// replay-cache step (rules 9–11) takes the node-wide lock.
+    public func verify(_ bytes: [UInt8], linkPeer: [UInt8]) -> Result<Envelope, FrameRejection> {
         let now = clock()
         let result: Result<Envelope, FrameRejection>
-        switch FrameVerifier.inspect(bytes, localPublicKey: localPublicKey, now: now) {
+        switch FrameVerifier.inspect(bytes, localPublicKey: localPublicKey, linkPeer: linkPeer, now: now) {
         case .failure(let r): result = .failure(r)
         case .success(let envelope): result = verifier.withLockedValue { $0.admit(envelope, now: now) }
         }

@@ -124,7 +124,7 @@ final class PeerLinkHandler: ChannelInboundHandler {
             return false
         }
         overBudget = false
-        switch gate.verify(bytes) {
+        switch gate.verify(bytes, linkPeer: peer) {
         case .failure(let rejection):
             logger.debug("frame rejected", metadata: ["code": "\(rejection.code.name)", "detail": "\(rejection.detail)"])
             answer(rejection, context: context)

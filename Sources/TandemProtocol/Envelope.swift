@@ -14,11 +14,13 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
 
     public var isChallenge: Bool { Self.challengeRange.contains(rawValue) }
 
-    /// Types whose payloads carry up to 256 KiB of blob data: their signature covers a BLAKE2b-256
-    /// digest of the payload, not the payload (Protocol/README.md 5.4). Ed25519 hashes what it signs
-    /// twice with SHA-512 (≈ 5 ms for 256 KiB here, a tenth of the bulk rate); BLAKE2b once is
-    /// ≈ 0.3 ms. Every other type, known or not, signs its bytes.
-    public var signsPayloadDigest: Bool {
+    /// Types whose payloads carry up to 256 KiB of blob data, and which only ever travel on a link
+    /// to their recipient: they are authenticated by the link, not signed (Protocol/README.md 5.4).
+    /// Their signature field is 64 zero bytes, and a receiver accepts one only from the link whose
+    /// Secret Handshake proved the author's key. Signing and verifying cost a BLAKE2b pass each
+    /// over 256 KiB (the digest-signed scheme this replaced): a quarter of a backup push's CPU, for
+    /// a proof no one asks for (pieces are never forwarded). Every other type, known or not, is signed.
+    public var isLinkAuthenticated: Bool {
         rawValue == 0x0404 || rawValue == 0x040D   // BACKUP_PIECE, BACKUP_FETCHED
     }
 
@@ -147,18 +149,16 @@ public struct FrameRejection: Error, CustomStringConvertible, Equatable, Sendabl
 /// 95  P     payload (protobuf)
 /// 95+P 64   Ed25519 signature over "tandem-frame-v1\0" ‖ bytes [0, 95+P)
 /// ```
-/// Types that carry bulk data (`MessageType.signsPayloadDigest`) sign
-/// "tandem-frame-d1\0" ‖ bytes [0, 95) ‖ BLAKE2b-256(payload) instead (Protocol/README.md 5.4).
+/// A link-authenticated type (`MessageType.isLinkAuthenticated`) carries 64 zero bytes instead,
+/// and is accepted only from the link whose handshake proved its author (Protocol/README.md 5.4).
 /// The envelope keeps the exact bytes it was read from, so it verifies after storing or forwarding.
 public struct Envelope: Sendable, Equatable {
     public static let headerLength = 95
     public static let signatureLength = 64
     public static let minimumLength = headerLength + signatureLength
     public static let signingDomain: [UInt8] = Array("tandem-frame-v1".utf8) + [0]
-    /// The domain tag of a digest-signed envelope (`MessageType.signsPayloadDigest`).
-    public static let digestSigningDomain: [UInt8] = Array("tandem-frame-d1".utf8) + [0]
-    /// Bytes of the payload digest a digest-signed envelope's signature covers.
-    public static let payloadDigestLength = 32
+    /// The signature field of a link-authenticated envelope.
+    public static let linkAuthenticatedSignature = [UInt8](repeating: 0, count: signatureLength)
 
     public let version: UInt8
     public let type: MessageType
@@ -171,7 +171,8 @@ public struct Envelope: Sendable, Equatable {
     /// The envelope exactly as carried (without the 4-byte length prefix).
     public let bytes: [UInt8]
 
-    /// Builds and signs a new envelope.
+    /// Builds and signs a new envelope; one of a link-authenticated type gets the zero signature
+    /// (it must go only on a link to `recipient` that `author` opened or accepted).
     public static func sign(type: MessageType, messageID: MessageID = .random(), author: SigningKeyPair,
                             recipient: [UInt8], createdAt: UInt64, payload: [UInt8]) -> Envelope {
         precondition(recipient.count == 32)
@@ -185,7 +186,8 @@ public struct Envelope: Sendable, Equatable {
         appendBigEndian(&bytes, createdAt)
         appendBigEndian(&bytes, UInt32(payload.count))
         bytes.append(contentsOf: payload)
-        let signature = author.sign(signingInput(type: type, envelopeBeforeSignature: bytes[...]))
+        let signature = type.isLinkAuthenticated
+            ? linkAuthenticatedSignature : author.sign(signingDomain + bytes)
         bytes.append(contentsOf: signature)
         return Envelope(version: TandemConstants.protocolVersion, type: type, messageID: messageID,
                         author: author.publicKey, recipient: recipient, createdAt: createdAt,
@@ -236,30 +238,27 @@ public struct Envelope: Sendable, Equatable {
             bytes: bytes)
     }
 
-    /// True when the author's signature covers the envelope exactly as carried.
+    /// True when the author's signature covers the envelope exactly as carried. Always false for
+    /// a link-authenticated type, which has no signature: see `isAuthentic(onLinkFrom:)`.
     public var hasValidSignature: Bool {
-        Ed25519.verify(signature: signature, message: signingInput, publicKey: author)
+        guard !type.isLinkAuthenticated else { return false }
+        return Ed25519.verify(signature: signature, message: signingInput, publicKey: author)
     }
 
-    /// The bytes that are signed: the domain tag and the envelope before the signature, or for a
-    /// digest-signed type the digest tag, the header and BLAKE2b-256 of the payload.
+    /// Rule 6 (Protocol/README.md 5.5): whether the envelope comes from its author. A signed type:
+    /// the signature verifies. A link-authenticated type: it arrived on a link (`linkPeer`, the key
+    /// that link's Secret Handshake proved; nil for a frame that came any other way, such as relay
+    /// mail) from its author, with the zero signature.
+    public func isAuthentic(onLinkFrom linkPeer: [UInt8]?) -> Bool {
+        guard type.isLinkAuthenticated else { return hasValidSignature }
+        guard let linkPeer else { return false }
+        return author == linkPeer && signature == Self.linkAuthenticatedSignature
+    }
+
+    /// The bytes a signed type's signature covers: the domain tag and the envelope before the
+    /// signature.
     public var signingInput: [UInt8] {
-        Self.signingInput(type: type, envelopeBeforeSignature: bytes[0..<(bytes.count - Self.signatureLength)])
-    }
-
-    /// What the signature of an envelope of `type` covers, given its bytes up to the signature.
-    /// The type is inside the signed header, so no envelope can be moved from one scheme to the
-    /// other, and the two domain tags keep the two kinds of input apart.
-    static func signingInput(type: MessageType, envelopeBeforeSignature signed: ArraySlice<UInt8>) -> [UInt8] {
-        guard type.signsPayloadDigest else { return signingDomain + signed }
-        let payloadStart = signed.startIndex + headerLength
-        var input = digestSigningDomain
-        input.reserveCapacity(digestSigningDomain.count + headerLength + payloadDigestLength)
-        input.append(contentsOf: signed[signed.startIndex..<payloadStart])
-        var hasher = Blake2b(outputLength: payloadDigestLength)
-        signed[payloadStart...].withUnsafeBytes { hasher.update($0) }
-        input.append(contentsOf: hasher.finalize())
-        return input
+        Self.signingDomain + bytes[0..<(bytes.count - Self.signatureLength)]
     }
 
     /// The frame on the wire: `u32` BE length, then the envelope.

@@ -228,9 +228,11 @@ public struct FrameVerifier: Sendable {
     }
 
     /// Checks an envelope's bytes against every rule. On rejection the error says what to answer.
-    public mutating func verify(_ bytes: [UInt8], now: UInt64) -> Result<Envelope, FrameRejection> {
+    /// `linkPeer`: the key the link's handshake proved, nil for a frame that came another way
+    /// (rule 6: a link-authenticated type is accepted only from its author's own link).
+    public mutating func verify(_ bytes: [UInt8], linkPeer: [UInt8]? = nil, now: UInt64) -> Result<Envelope, FrameRejection> {
         let result: Result<Envelope, FrameRejection>
-        switch Self.inspect(bytes, localPublicKey: localPublicKey, maximumClockSkew: maximumClockSkew, now: now) {
+        switch Self.inspect(bytes, localPublicKey: localPublicKey, linkPeer: linkPeer, maximumClockSkew: maximumClockSkew, now: now) {
         case .failure(let r): result = .failure(r)
         case .success(let envelope): result = admit(envelope, now: now)
         }
@@ -247,7 +249,7 @@ public struct FrameVerifier: Sendable {
     }
 
     /// Rules 2–8: layout, signature, recipient, clock skew. Pure and stateless.
-    public static func inspect(_ bytes: [UInt8], localPublicKey: [UInt8],
+    public static func inspect(_ bytes: [UInt8], localPublicKey: [UInt8], linkPeer: [UInt8]? = nil,
                                maximumClockSkew: UInt64 = TandemConstants.maximumClockSkewMilliseconds,
                                now: UInt64) -> Result<Envelope, FrameRejection> {
         let envelope: Envelope
@@ -258,10 +260,13 @@ public struct FrameVerifier: Sendable {
         } catch {
             return .failure(FrameRejection(.malformed, "unreadable envelope"))
         }
-        guard envelope.hasValidSignature else {
+        guard envelope.isAuthentic(onLinkFrom: linkPeer) else {
             // The author is unproven: leave it out, so the reply goes to the link peer.
-            return .failure(FrameRejection(.badSignature, "signature does not verify",
-                                           messageID: envelope.messageID, type: envelope.type))
+            let detail = !envelope.type.isLinkAuthenticated ? "signature does not verify"
+                : linkPeer == nil ? "a link-authenticated frame that did not come on a link"
+                : envelope.author != linkPeer ? "a link-authenticated frame whose author is not the link's peer"
+                : "a link-authenticated frame with a non-zero signature field"
+            return .failure(FrameRejection(.badSignature, detail, messageID: envelope.messageID, type: envelope.type))
         }
         guard envelope.recipient == localPublicKey else {
             return .failure(envelope.rejection(.wrongRecipient, "frame is addressed to another node"))

@@ -68,7 +68,9 @@ enum FrameTargets {
         var envelopes: [Envelope] = []
         let count = Int(input.u8() % 4) + 1
         for _ in 0..<count {
-            let type = MessageType(rawValue: UInt16(input.u8() % 5))
+            // 0xFF: a link-authenticated type (README 5.4), accepted only from the link's peer.
+            let typeByte = input.u8()
+            let type = typeByte == 0xFF ? MessageType.backupPiece : MessageType(rawValue: UInt16(typeByte % 5))
             let recipient = input.u8() % 8 == 0 ? FuzzKeys.author.publicKey : FuzzKeys.local.publicKey
             // createdAt around the receiver's clock: in the future, in the window, stale.
             let skew = Int64(Int16(truncatingIfNeeded: input.u16())) * 60_000
@@ -79,7 +81,9 @@ enum FrameTargets {
             let envelope = Envelope.sign(type: type, messageID: id, author: FuzzKeys.author,
                                          recipient: recipient, createdAt: createdAt, payload: payload)
             // Invariants of the codec itself.
-            guard let parsed = try? Envelope.parse(envelope.bytes), parsed == envelope, parsed.hasValidSignature else {
+            guard let parsed = try? Envelope.parse(envelope.bytes), parsed == envelope,
+                  parsed.isAuthentic(onLinkFrom: FuzzKeys.author.publicKey),
+                  !parsed.isAuthentic(onLinkFrom: FuzzKeys.local.publicKey) || !type.isLinkAuthenticated else {
                 fatalError("a freshly signed envelope does not parse back to itself")
             }
             envelopes.append(envelope)
@@ -117,9 +121,11 @@ enum FrameTargets {
                 guard let bytes = envelope else { return true }
                 guard bytes.count <= maximum else { fatalError("FrameDecoder returned an envelope over the limit") }
                 decoded.append(bytes)
-                switch verifier.verify(bytes, now: FuzzKeys.now) {
+                // Every stream comes on a link from the fuzz author.
+                switch verifier.verify(bytes, linkPeer: FuzzKeys.author.publicKey, now: FuzzKeys.now) {
                 case .success(let accepted):
-                    guard accepted.hasValidSignature, accepted.recipient == FuzzKeys.local.publicKey else {
+                    guard accepted.isAuthentic(onLinkFrom: FuzzKeys.author.publicKey), accepted.recipient == FuzzKeys.local.publicKey,
+                          !accepted.type.isLinkAuthenticated || accepted.author == FuzzKeys.author.publicKey else {
                         fatalError("FrameVerifier accepted an envelope that breaks its rules")
                     }
                     switch accepted.type {

@@ -391,7 +391,7 @@ enum ReplayMachine {
             } else {
                 let author = input.pick(8) == 0 ? local : FuzzKeys.people[input.pick(FuzzKeys.people.count)]
                 let types: [MessageType] = [.ping, .pong, .error, .clockReply, .friendRequest, .challengeOutcome,
-                                            MessageType(rawValue: UInt16(truncatingIfNeeded: input.u16()))]
+                                            MessageType(rawValue: UInt16(truncatingIfNeeded: input.u16())), .backupPiece]
                 let envelope = Envelope.sign(type: types[input.pick(types.count)],
                                              messageID: MessageID(bytes: [UInt8](repeating: input.u8() % 16, count: 16)),
                                              author: author, recipient: input.pick(8) == 0 ? author.publicKey : local.publicKey,
@@ -399,12 +399,15 @@ enum ReplayMachine {
                 bytes = envelope.bytes
                 sent.append(bytes)
             }
-            switch verifier.verify(bytes, now: clock.ms) {
+            // The frames come on a link from the first person (a link-authenticated type passes from it only).
+            let linkPeer = FuzzKeys.people[0].publicKey
+            switch verifier.verify(bytes, linkPeer: linkPeer, now: clock.ms) {
             case .success(let e):
-                MachineTargets.check(e.hasValidSignature && e.recipient == local.publicKey, "FrameVerifier accepted a frame that breaks its rules")
+                MachineTargets.check(e.isAuthentic(onLinkFrom: linkPeer) && e.recipient == local.publicKey
+                                     && (!e.type.isLinkAuthenticated || e.author == linkPeer), "FrameVerifier accepted a frame that breaks its rules")
                 MachineTargets.check(e.createdAt <= clock.ms || e.createdAt - clock.ms <= verifier.maximumClockSkew,
                                      "FrameVerifier accepted a frame from too far in the future")
-                MachineTargets.check(verifier.verify(bytes, now: clock.ms).isFailure, "FrameVerifier accepted the same frame twice")
+                MachineTargets.check(verifier.verify(bytes, linkPeer: linkPeer, now: clock.ms).isFailure, "FrameVerifier accepted the same frame twice")
             case .failure(let rejection):
                 _ = FrameVerifier.errorReply(to: rejection, from: local, linkPeer: FuzzKeys.author.publicKey, now: clock.ms)
             }

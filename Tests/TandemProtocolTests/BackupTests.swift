@@ -644,34 +644,35 @@ final class BackupVectorTests: XCTestCase {
         tampered[30] ^= 1
         XCTAssertNil(RecoveryKitSeal.open(tampered, code: code))
 
-        // Digest-signed envelopes (README 5.4): signed byte for byte as the generator signed them.
-        let digestSigned = json["digest_signed"] as! [[String: Any]]
-        XCTAssertEqual(digestSigned.count, 2)
-        for v in digestSigned {
+        // Link-authenticated envelopes (README 5.4): built byte for byte as the generator built them,
+        // accepted only on the author's link.
+        let linkAuthenticated = json["link_authenticated"] as! [[String: Any]]
+        XCTAssertEqual(linkAuthenticated.count, 2)
+        let vectorNow = (json["now_ms"] as! NSNumber).uint64Value
+        for v in linkAuthenticated {
             let name = v["name"] as! String
             let type = MessageType(rawValue: UInt16(v["type"] as! String, radix: 16)!)
-            XCTAssertTrue(type.signsPayloadDigest, name)
+            XCTAssertTrue(type.isLinkAuthenticated, name)
             let author = try SigningKeyPair(seed: hex(v["author_seed"]))
             XCTAssertEqual(author.publicKey, hex(v["author"]), name)
             let env = Envelope.sign(type: type, messageID: MessageID(bytes: hex(v["message_id"])), author: author,
                                     recipient: hex(v["recipient"]), createdAt: (v["created_at"] as! NSNumber).uint64Value,
                                     payload: hex(v["payload"]))
             XCTAssertEqual(env.bytes, hex(v["envelope"]), name)
-            XCTAssertEqual(env.signingInput, hex(v["signing_input"]), name)
-            XCTAssertEqual(env.signature, hex(v["signature"]), name)
-            XCTAssertEqual(Array(env.signingInput.suffix(32)), hex(v["payload_digest"]), name)
-            let parsed = try Envelope.parse(hex(v["envelope"]))
-            XCTAssertTrue(parsed.hasValidSignature, name)
-            var verifier = FrameVerifier(localPublicKey: hex(v["recipient"]))
-            guard case .success = verifier.verify(hex(v["envelope"]), now: (json["now_ms"] as! NSNumber).uint64Value) else {
-                return XCTFail("\(name): the verifier refused it")
+            func verdict(_ bytes: [UInt8], on peer: [UInt8]?) -> Tandem_V1_ErrorCode? {
+                var verifier = FrameVerifier(localPublicKey: hex(v["recipient"]))
+                switch verifier.verify(bytes, linkPeer: peer, now: vectorNow) {
+                case .success: return nil
+                case .failure(let r): return r.code
+                }
             }
-            let wrong = try Envelope.parse(hex(v["envelope_signed_over_the_payload"]))
-            XCTAssertFalse(wrong.hasValidSignature, "\(name): signed over the payload must not verify")
-            if case .failure(let r) = verifier.verify(wrong.bytes, now: (json["now_ms"] as! NSNumber).uint64Value) {
-                XCTAssertEqual(r.code, .badSignature, name)
-            } else {
-                XCTFail("\(name): a frame signed with the other scheme was accepted")
+            XCTAssertNil(verdict(env.bytes, on: hex(v["accepted_on_a_link_from"])), name)
+            for peer in v["refused_on_a_link_from"] as! [String] {
+                XCTAssertEqual(verdict(env.bytes, on: hex(peer)), .badSignature, "\(name) on a link from \(peer.prefix(8))")
+            }
+            XCTAssertEqual(verdict(env.bytes, on: nil), .badSignature, "\(name) off a link")
+            for refused in v["refused_envelopes"] as! [[String: String]] {
+                XCTAssertEqual(verdict(hex(refused["envelope"]), on: author.publicKey), .badSignature, "\(name): \(refused["why"]!)")
             }
         }
 

@@ -46,35 +46,58 @@ final class FrameTests: XCTestCase {
         }
     }
 
-    /// BACKUP_PIECE and BACKUP_FETCHED sign a digest of their payload (README 5.4): every byte is
-    /// still covered, the type decides the scheme and cannot be changed, and a signature made with
-    /// one scheme never verifies under the other.
-    func testDigestSignedTypesCoverEveryByteAndCannotSwitchScheme() throws {
-        XCTAssertEqual((0...0xFFFF).filter { MessageType(rawValue: UInt16($0)).signsPayloadDigest }, [0x0404, 0x040D])
+    /// BACKUP_PIECE and BACKUP_FETCHED are link-authenticated (README 5.4): zero signature, accepted
+    /// only on a link from their author; every other type is signed and verified as before.
+    func testLinkAuthenticatedTypesAreAcceptedOnlyFromTheirAuthorsLink() throws {
+        XCTAssertEqual((0...0xFFFF).filter { MessageType(rawValue: UInt16($0)).isLinkAuthenticated }, [0x0404, 0x040D])
         let payload = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let carol = SigningKeyPair.generate()
         for type in [MessageType.backupPiece, .backupFetched] {
             let env = Envelope.sign(type: type, author: alice, recipient: bob.publicKey, createdAt: now, payload: payload)
-            XCTAssertTrue(try Envelope.parse(env.bytes).hasValidSignature)
-            XCTAssertEqual(env.signingInput.count, 16 + Envelope.headerLength + 32, "the payload is not signed itself")
-            XCTAssertFalse(Ed25519.verify(signature: env.signature,
-                                          message: Envelope.signingDomain + env.bytes.dropLast(64), publicKey: alice.publicKey))
-            for i in stride(from: 1, to: env.bytes.count - 64, by: 7) {
-                var bytes = env.bytes
-                bytes[i] ^= 0x20
-                guard let parsed = try? Envelope.parse(bytes) else { continue }
-                XCTAssertFalse(parsed.hasValidSignature, "\(type): byte \(i) is not covered")
+            XCTAssertEqual(env.signature, [UInt8](repeating: 0, count: 64))
+            let parsed = try Envelope.parse(env.bytes)
+            XCTAssertTrue(parsed.isAuthentic(onLinkFrom: alice.publicKey))
+            XCTAssertFalse(parsed.hasValidSignature, "no signature to verify")
+            for other in [bob.publicKey, carol.publicKey] {
+                XCTAssertFalse(parsed.isAuthentic(onLinkFrom: other), "on a link from another key")
             }
-            // Retyped to a type that signs its bytes (or the other way round), the signature fails.
-            for other: UInt16 in [0x0405, 0x0002, 0x040C, type == .backupPiece ? 0x040D : 0x0404] {
-                var bytes = env.bytes
-                bytes[1] = UInt8(other >> 8)
-                bytes[2] = UInt8(other & 0xFF)
-                XCTAssertFalse(try Envelope.parse(bytes).hasValidSignature, "\(type) retyped to \(other)")
+            XCTAssertFalse(parsed.isAuthentic(onLinkFrom: nil), "not on a link (relay mail)")
+            // The verifier: accepted on the author's link; BAD_SIGNATURE on another, or off a link.
+            var verifier = FrameVerifier(localPublicKey: bob.publicKey)
+            for (peer, label) in [(Optional(carol.publicKey), "carol's link"), (Optional(bob.publicKey), "bob's own key"), (nil, "no link")] {
+                guard case .failure(let r) = verifier.verify(env.bytes, linkPeer: peer, now: now) else {
+                    return XCTFail("\(type) accepted on \(label)")
+                }
+                XCTAssertEqual(r.code, .badSignature, label)
+                XCTAssertNil(r.author, "an unproven author is not named")
+            }
+            guard case .success = verifier.verify(env.bytes, linkPeer: alice.publicKey, now: now) else {
+                return XCTFail("\(type) refused on its author's link")
+            }
+            // Any non-zero signature field is refused, a real signature too.
+            var bytes = env.bytes
+            bytes[bytes.count - 1] = 1
+            XCTAssertFalse(try Envelope.parse(bytes).isAuthentic(onLinkFrom: alice.publicKey))
+            bytes = Array(env.bytes.dropLast(64)) + alice.sign(Envelope.signingDomain + env.bytes.dropLast(64))
+            XCTAssertFalse(try Envelope.parse(bytes).isAuthentic(onLinkFrom: alice.publicKey), "signed: still refused")
+            // Retyped to a signed type, the zero signature fails on any link.
+            for other: UInt16 in [0x0405, 0x0002, 0x040C, 0x0101] {
+                var retyped = env.bytes
+                retyped[1] = UInt8(other >> 8)
+                retyped[2] = UInt8(other & 0xFF)
+                XCTAssertFalse(try Envelope.parse(retyped).isAuthentic(onLinkFrom: alice.publicKey), "\(type) retyped to \(other)")
             }
         }
-        // A ping keeps the scheme of version 1: its signature covers its bytes.
+        // A signed type retyped to a link-authenticated one keeps its signature: refused.
+        var retyped = ping().bytes
+        retyped[1] = 0x04
+        retyped[2] = 0x04
+        XCTAssertFalse(try Envelope.parse(retyped).isAuthentic(onLinkFrom: alice.publicKey))
+        // A ping keeps the scheme of version 1: its signature covers its bytes, on a link or off one.
         let p = ping()
         XCTAssertEqual(p.signingInput, Envelope.signingDomain + p.bytes.dropLast(64))
+        XCTAssertTrue(p.isAuthentic(onLinkFrom: nil))
+        XCTAssertTrue(p.isAuthentic(onLinkFrom: carol.publicKey))
     }
 
     func testDecoderByteByByteRandomSplitsAndPrefixes() throws {

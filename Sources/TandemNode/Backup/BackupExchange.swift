@@ -137,7 +137,7 @@ final class BackupExchange: @unchecked Sendable {
         try send(signed: sign(type, payload), id: id, flush: flush)
     }
 
-    /// A request frame for the holder, signed (callable from any thread: pushes sign pieces ahead).
+    /// A request frame for the holder, signed (a piece is link-authenticated instead: README 5.4).
     func sign(_ type: MessageType, _ payload: [UInt8]) -> Envelope {
         Envelope.sign(type: type, author: link.identity, recipient: peer, createdAt: wallClockMilliseconds(), payload: payload)
     }

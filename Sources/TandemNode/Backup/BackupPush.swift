@@ -320,38 +320,22 @@ extension BackupService {
         var inFlight: [BackupRequestID: (piece: BackupPushPlan.Piece, sentAt: ContinuousClock.Instant)] = [:]
         var pausedUntil: ContinuousClock.Instant?
         var confirmed: Int64 = 0
-        var signing: [(id: BackupRequestID, piece: BackupPushPlan.Piece, task: Task<Envelope, Never>)] = []
-        let signed = NIOLockedValueBox<Set<BackupRequestID>>([])
-        defer { for s in signing { s.task.cancel() } }
         while !plan.isReadyForSnapshot {
-            // Pieces are signed as soon as the plan hands them out, on other threads (Ed25519 over a
-            // 256 KiB piece is the push's largest cost), and sent in order as their signatures are
-            // ready: signing overlaps with the holder's work instead of alternating with it.
+            // Pieces are link-authenticated (Protocol/README.md 5.4): nothing to sign, each goes out
+            // as soon as the plan hands it out.
             if pausedUntil.map({ ContinuousClock.now >= $0 }) ?? true {
                 pausedUntil = nil
+                var sentAny = false
                 for p in plan.nextPieces() {
                     let data = try local.read(p.name, offset: p.offset, length: p.length)
                     let id = BackupExchange.newRequestID()
                     let payload = BackupPieceMessage(requestID: id, name: p.name, size: p.size, offset: p.offset, data: data).payload
-                    let task = Task {
-                        let env = ex.sign(.backupPiece, payload)
-                        signed.withLockedValue { _ = $0.insert(id) }
-                        ex.poke()
-                        return env
-                    }
-                    signing.append((id, p, task))
+                    try ex.send(.backupPiece, id: id, payload: payload, flush: false)
+                    inFlight[id] = (p, .now)
+                    sentAny = true
                 }
+                if sentAny { ex.flush() }
             }
-            var sentAny = false
-            while let head = signing.first, signed.withLockedValue({ $0.remove(head.id) != nil }) {
-                signing.removeFirst()
-                let env = await head.task.value
-                guard plan.piecesInFlight.contains(head.piece) else { continue }
-                try ex.send(signed: env, id: head.id, flush: false)
-                inFlight[head.id] = (head.piece, .now)
-                sentAny = true
-            }
-            if sentAny { ex.flush() }
             switch try await ex.next() {
             case .answer(.reply(let r)):
                 guard let sent = inFlight.removeValue(forKey: r.requestID) else { continue }
