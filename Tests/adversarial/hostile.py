@@ -31,6 +31,7 @@ from relayproto import NETWORK_KEY, SIGNING_DOMAIN, _varint, pb_bytes, pb_decode
 # Message types (5.8).
 ERROR, PING, PONG, CLOCK_PROBE, CLOCK_REPLY = 0x0001, 0x0002, 0x0003, 0x0004, 0x0005
 FRIEND_REQUEST, FRIEND_ACCEPT, FRIEND_DECLINE, FRIEND_REMOVE, CONTACT_UPDATE, PRESENCE, ACK = range(0x0101, 0x0108)
+BACKUP_PIECE, BACKUP_REPLY = 0x0404, 0x0405   # backup.md 2; BACKUP_PIECE is link-authenticated (5.4)
 
 # Error codes (5.10).
 ERROR_CODES = {1: "UNSUPPORTED_VERSION", 2: "UNKNOWN_TYPE", 3: "BAD_SIGNATURE", 4: "WRONG_RECIPIENT", 5: "REPLAYED",
@@ -49,16 +50,17 @@ def now_ms():
 
 
 def envelope(key, type_, recipient, payload=b"", created_at=None, message_id=None, version=1, author=None,
-             bad_signature=False):
+             bad_signature=False, zero_signature=False):
     """A signed envelope (5.2, 5.4) by `key` (a nacl SigningKey). `author` overrides the author field
     (the signature is still `key`'s, so it will not verify unless it is `key`'s public key);
-    `bad_signature` flips a bit of an otherwise valid signature."""
+    `bad_signature` flips a bit of an otherwise valid signature; `zero_signature` writes the 64 zero
+    bytes of a link-authenticated type (5.4) instead of a signature."""
     created_at = now_ms() if created_at is None else created_at
     message_id = os.urandom(16) if message_id is None else message_id
     author = bytes(key.verify_key) if author is None else author
     body = (struct.pack(">BH", version, type_) + message_id + author + recipient
             + struct.pack(">QI", created_at, len(payload)) + payload)
-    signature = bytearray(key.sign(SIGNING_DOMAIN + body).signature)
+    signature = bytearray(64) if zero_signature else bytearray(key.sign(SIGNING_DOMAIN + body).signature)
     if bad_signature:
         signature[0] ^= 0x01
     return body + bytes(signature)
