@@ -57,6 +57,9 @@ struct VaultBench: AsyncParsableCommand {
             let source = root.appendingPathComponent("data-\(kind)")
             say("vault: writing \(sizeMib) MiB of \(kind) data…")
             try Self.generate(kind: kind, bytes: bytes, into: source)
+            // The data just written is still being written back; neither side should import while
+            // the disk is busy with it (the first one measured would pay for it).
+            sync()
             var ours: [Measured.Result] = [], theirs: [Measured.Result] = []
             for run in 0..<runs {
                 let vaultDir = root.appendingPathComponent("vault-\(kind)-\(run)")
