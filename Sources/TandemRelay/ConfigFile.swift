@@ -82,6 +82,7 @@ extension RelayConfiguration {
         },
         ConfigSetting(key: "data-dir") { c, v, k in c.dataDirectory = try nonEmpty(v, key: k) },
         ConfigSetting(key: "public-address") { c, v, k in c.publicAddress = try nonEmpty(v, key: k) },
+        ConfigSetting(key: "event-loops") { c, v, k in c.eventLoops = try eventLoopCount(v, key: k) },
         ConfigSetting(key: "max-clients") { c, v, k in c.maximumClients = try positive(v, key: k) },
         ConfigSetting(key: "max-clients-per-address") { c, v, k in c.maximumClientsPerAddress = try positive(v, key: k) },
         ConfigSetting(key: "max-pending") { c, v, k in c.maximumPendingConnections = try positive(v, key: k) },
@@ -157,6 +158,14 @@ private func digits(_ text: Substring) -> Int? {
 private func positive(_ value: String, key: String) throws -> Int {
     guard let n = digits(Substring(value)), n > 0 else {
         throw ConfigProblem(message: "\(key) must be a positive number, got '\(value)'")
+    }
+    return n
+}
+
+/// Event-loop threads: 1 to `RelayConfiguration.maximumEventLoops`.
+private func eventLoopCount(_ value: String, key: String) throws -> Int {
+    guard let n = digits(Substring(value)), (1...RelayConfiguration.maximumEventLoops).contains(n) else {
+        throw ConfigProblem(message: "\(key) must be between 1 and \(RelayConfiguration.maximumEventLoops), got '\(value)'")
     }
     return n
 }

@@ -1,4 +1,5 @@
 import Logging
+import NIOCore
 import NIOPosix
 import ServiceLifecycle
 import Sodium
@@ -12,6 +13,8 @@ public final class RelayRuntime: Sendable {
     public let identity: SigningKeyPair
     public let configuration: RelayConfiguration
     public let server: RelayServer
+    /// The relay's own event loops (`configuration.eventLoops`), shut down when `run` returns.
+    private let group: MultiThreadedEventLoopGroup
     private let logger: Logger
 
     /// How long a graceful shutdown may take before what is left is cancelled.
@@ -21,7 +24,8 @@ public final class RelayRuntime: Sendable {
         self.identity = identity
         self.configuration = configuration
         self.logger = logger
-        server = RelayServer(identity: identity, configuration: configuration, mailbox: mailbox, logger: logger)
+        group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, min(configuration.eventLoops, RelayConfiguration.maximumEventLoops)))
+        server = RelayServer(identity: identity, configuration: configuration, mailbox: mailbox, group: group, logger: logger)
     }
 
     /// The server, then the metrics endpoint (when `metricsHost` is set), then `extra` (shut down
@@ -29,7 +33,7 @@ public final class RelayRuntime: Sendable {
     public func services(extra: [Service] = []) -> [Service] {
         var services: [Service] = [server]
         if let host = configuration.metricsHost {
-            services.append(MetricsService(host: host, port: configuration.metricsPort, server: server, logger: logger))
+            services.append(MetricsService(host: host, port: configuration.metricsPort, server: server, group: group, logger: logger))
         }
         return services + extra
     }
@@ -40,7 +44,13 @@ public final class RelayRuntime: Sendable {
                                           gracefulShutdownSignals: signals ? [.sigterm, .sigint] : [], logger: logger)
         c.maximumGracefulShutdownDuration = Self.shutdownLimit
         c.maximumCancellationDuration = .seconds(2)
+        defer { shutDownLoops() }
         try await ServiceGroup(configuration: c).run()
+    }
+
+    /// Stops the event loops (once the services have stopped; later calls do nothing).
+    private func shutDownLoops() {
+        group.shutdownGracefully { _ in }
     }
 }
 
@@ -49,10 +59,11 @@ struct MetricsService: Service {
     let host: String
     let port: Int
     let server: RelayServer
+    let group: EventLoopGroup
     let logger: Logger
 
     func run() async throws {
-        let metrics = MetricsServer(host: host, port: port, group: MultiThreadedEventLoopGroup.singleton, logger: logger,
+        let metrics = MetricsServer(host: host, port: port, group: group, logger: logger,
                                     render: { [server] in server.renderMetrics() })
         let address = try await metrics.start()
         logger.info("metrics at http://\(address.hostPort)/metrics")

@@ -58,7 +58,7 @@ struct RelayBench: AsyncParsableCommand {
     @Option(help: "Seconds of relay handshake cycles per round.") var handshakeSeconds = 1.0
     @Option(help: "Seconds of floor measurement per round (handshakes).") var floorSeconds = 0.3
     @Option(help: "Parts to run, comma-separated: bulk, latency, clients, handshakes.") var parts = "bulk,latency,clients,handshakes"
-    @Option(help: "Event-loop threads of both relays (default: one per core, tandem-relay's own default).") var relayThreads: Int?
+    @Option(help: "Event-loop threads of both relays (default: tandem-relay's own default, one).") var relayThreads: Int?
     @Option(help: ArgumentHelp("The tandem-relay binary (default: next to tandem-bench).", valueName: "path")) var tandemRelay: String?
     @Option(help: ArgumentHelp("The socat binary for the plain-splice path of bulk and latency (`none`: leave that path out).",
                                valueName: "path")) var socat = "/usr/bin/socat"
@@ -185,20 +185,15 @@ final class RelayProcess: @unchecked Sendable {
     let loops: Int?
     private let stdoutPipe = Pipe()
 
-    /// `loops`: event-loop threads (NIO_SINGLETON_GROUP_LOOP_COUNT); nil leaves NIO's default, one per core.
+    /// `loops`: event-loop threads (`--event-loops`); nil leaves tandem-relay's default.
     init(binary: String, name: String, extra: [String] = [], loops: Int? = nil) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-bench-relay-\(getpid())-\(name)")
         try? FileManager.default.removeItem(at: directory)
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         arguments = ["--listen", "127.0.0.1:0", "--metrics", "off", "--memory-mailbox", "--data-dir", directory.path,
-                     "--log-level", "warning"] + extra
+                     "--log-level", "warning"] + extra + (loops.map { ["--event-loops", String($0)] } ?? [])
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
-        if let loops {
-            var env = ProcessInfo.processInfo.environment
-            env["NIO_SINGLETON_GROUP_LOOP_COUNT"] = String(loops)
-            process.environment = env
-        }
         self.loops = loops
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = stdoutPipe
@@ -448,7 +443,7 @@ final class RelayPaths: @unchecked Sendable {
     private(set) var socatCommands: [String] = []
 
     private init(relayThreads: Int?, socat: (binary: String, block: Int)?) {
-        self.relayThreads = relayThreads ?? System.coreCount
+        self.relayThreads = relayThreads ?? RelayConfiguration().eventLoops
         self.relayThreadsSet = relayThreads != nil
         self.socat = socat
         let sender = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -473,7 +468,7 @@ final class RelayPaths: @unchecked Sendable {
 
     private func start(binary: String) async throws {
         // In this process: the relay's own defaults but unlimited client rate, on its own event
-        // loops (as many as the tandem-relay binary uses: one per core).
+        // loops (as many as the tandem-relay binary uses).
         var config = RelayConfiguration()
         config.listenHost = "127.0.0.1"
         config.listenPort = 0
@@ -509,7 +504,7 @@ final class RelayPaths: @unchecked Sendable {
             "in_process_relay": "RelayServer in this process on \(relayThreads) event-loop threads of its own, "
                 + "default configuration but client_bytes_per_second = 0 (unlimited), tunnel queue \(RelayConfiguration().tunnelQueueBytes) bytes",
             "relay_process": "tandem-relay \((process?.arguments ?? []).joined(separator: " ")) (pid \(process?.pid ?? 0); "
-                + "\(process?.loops.map { "NIO_SINGLETON_GROUP_LOOP_COUNT=\($0)" } ?? "one event-loop thread per core"))",
+                + "\(process?.loops.map { "\($0) event loops" } ?? "its default event loops: \(RelayConfiguration().eventLoops)"))",
             "peers": "A (sender, pinger) and B (receiver) in this process, one event-loop thread each; "
                 + "both hold client links to each relay, B registered there",
             "socat": socat == nil ? "left out (--socat none)"

@@ -93,6 +93,8 @@ struct Run: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Serve Prometheus metrics at http://host:port/metrics, or `off` (default 127.0.0.1:7821).", valueName: "host:port|off"))
     var metrics: String?
 
+    @Option(help: ArgumentHelp("Event-loop threads (default 1: a tunnel's two connections share a thread; raise it when handshakes need more than one core).",
+                               valueName: "n")) var eventLoops: Int?
     @Option(help: ArgumentHelp("Authenticated clients at most.", valueName: "n")) var maxClients: Int?
     @Option(help: ArgumentHelp("Authenticated clients from one source address at most (IPv6: per /64).", valueName: "n")) var maxClientsPerAddress: Int?
     @Option(help: ArgumentHelp("Tunnels per client at most.", valueName: "n")) var maxTunnelsPerClient: Int?
@@ -116,6 +118,12 @@ struct Run: AsyncParsableCommand {
                 c.metricsHost = h
                 c.metricsPort = p
             }
+        }
+        if let eventLoops {
+            guard (1...RelayConfiguration.maximumEventLoops).contains(eventLoops) else {
+                throw usage("--event-loops must be between 1 and \(RelayConfiguration.maximumEventLoops)")
+            }
+            c.eventLoops = eventLoops
         }
         if let maxClients { guard maxClients > 0 else { throw usage("--max-clients must be positive") }; c.maximumClients = maxClients }
         if let maxClientsPerAddress {

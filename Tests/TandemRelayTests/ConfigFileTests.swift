@@ -33,6 +33,7 @@ final class ConfigFileTests: XCTestCase {
             metrics = 0.0.0.0:9100
             data-dir = /var/lib/tandem-relay
             public-address = relay.example.org:9000
+            event-loops = 3
             max-clients = 100
             max-clients-per-address = 9
             max-pending = 50
@@ -65,6 +66,7 @@ final class ConfigFileTests: XCTestCase {
         XCTAssertEqual(c.metricsPort, 9100)
         XCTAssertEqual(c.dataDirectory, "/var/lib/tandem-relay")
         XCTAssertEqual(c.publicAddress, "relay.example.org:9000")
+        XCTAssertEqual(c.eventLoops, 3)
         XCTAssertEqual(c.maximumClients, 100)
         XCTAssertEqual(c.maximumPendingConnections, 50)
         XCTAssertEqual(c.maximumPendingPerAddress, 5)
@@ -95,13 +97,24 @@ final class ConfigFileTests: XCTestCase {
     }
 
     func testConfigKeysAreExactlyTheAcceptedKeys() throws {
-        XCTAssertEqual(RelayConfiguration.configKeys.count, 28)
+        XCTAssertEqual(RelayConfiguration.configKeys.count, 29)
         XCTAssertEqual(Set(RelayConfiguration.configKeys).count, RelayConfiguration.configKeys.count)
         // Every listed key is accepted by apply (with a value each kind of key takes).
         let sample: [String: String] = ["listen": "1.2.3.4:5", "metrics": "off", "log-format": "text", "log-level": "info"]
         for key in RelayConfiguration.configKeys {
             var c = RelayConfiguration()
             XCTAssertNoThrow(try c.apply(key: key, value: sample[key] ?? "7", origin: "test"), key)
+        }
+    }
+
+    /// One event loop unless told otherwise; 1…64 accepted, anything else refused in one line.
+    func testEventLoops() throws {
+        XCTAssertEqual(RelayConfiguration().eventLoops, 1)
+        XCTAssertEqual(try RelayConfiguration.load(file: try write("event-loops = 64\n")).eventLoops, 64)
+        for bad in ["0", "65", "-1", "two", "1.5"] {
+            let message = try loadError("event-loops = \(bad)")
+            XCTAssertTrue(message.contains("event-loops must be between 1 and 64"), message)
+            XCTAssertFalse(message.contains("\n"), message)
         }
     }
 

@@ -92,7 +92,8 @@ def test_relay_bad_input(tmp_path, make_node):
     proc = relay_run("--config", str(conf), "--listen", "127.0.0.1:0", "--metrics", "off")
     assert proc.returncode == 2 and f"{conf}:2" in relay_one_line_error(proc), proc.stderr
 
-    for flags in (["--max-clients", "0"], ["--client-rate", "-1"], ["--log-format", "xml"], ["--bogus"]):
+    for flags in (["--max-clients", "0"], ["--client-rate", "-1"], ["--log-format", "xml"], ["--bogus"], ["--event-loops", "0"],
+                  ["--event-loops", "65"]):
         proc = relay_run(*flags, "--data-dir", str(tmp_path / "rf"), "--listen", "127.0.0.1:0", "--metrics", "off")
         assert proc.returncode == 2, (flags, proc.returncode, proc.stderr)
         relay_one_line_error(proc)
