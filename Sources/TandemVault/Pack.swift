@@ -63,7 +63,8 @@ final class PackWriter {
     private let writes = DispatchGroup()
     /// Feeds the open pack's blobs to `hasher` in order (serial).
     private let hashing = DispatchQueue(label: "tandem.vault.packs.hash")
-    /// The open pack's name so far: touched on `hashing` only (replaced, on `hashing`, per pack).
+    /// The open pack's name so far. Its state is touched on `hashing` only; the importing thread
+    /// replaces the reference once a pack's digest is taken (or the pack is discarded).
     private var hasher = PackHasher()
     /// Bytes of the open pack handed to `hashing` so far.
     private var hashed = 0
