@@ -127,24 +127,13 @@ final class BackupExchange: @unchecked Sendable {
         continuation.yield(.answer(answer))
     }
 
-    /// Wakes whoever waits in `next()` (with a tick).
-    func poke() { continuation.yield(.tick) }
-
     static func newRequestID() -> BackupRequestID { BackupRequestID(bytes: Sodium.randomBytes(16))! }
 
-    /// Sends a request; its answer comes as an event.
+    /// Sends a request, signed (a piece is link-authenticated instead: README 5.4); its answer (to
+    /// `id`) comes as an event.
     func send(_ type: MessageType, id: BackupRequestID, payload: [UInt8], flush: Bool = true) throws {
-        try send(signed: sign(type, payload), id: id, flush: flush)
-    }
-
-    /// A request frame for the holder, signed (a piece is link-authenticated instead: README 5.4).
-    func sign(_ type: MessageType, _ payload: [UInt8]) -> Envelope {
-        Envelope.sign(type: type, author: link.identity, recipient: peer, createdAt: wallClockMilliseconds(), payload: payload)
-    }
-
-    /// Sends a request signed by `sign`; its answer (to `id`) comes as an event.
-    func send(signed env: Envelope, id: BackupRequestID, flush: Bool = true) throws {
         guard !isClosed else { throw LinkLost() }
+        let env = Envelope.sign(type: type, author: link.identity, recipient: peer, createdAt: wallClockMilliseconds(), payload: payload)
         registered.withLockedValue { _ = $0.insert(id) }
         answers.register(id, peer: peer, self)
         bytesSent += Int64(env.payload.count)
