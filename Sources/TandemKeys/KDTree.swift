@@ -140,9 +140,20 @@ struct KDTree: Sendable {
         return out
     }
 
-    /// The k nearest points' squared distances and the points, nearest first (fewer if the tree is smaller).
+    /// The k nearest points, nearest first (fewer if the tree is smaller).
     func nearest(_ q: SIMD3<Float>, k: Int, into result: inout [SIMD3<Float>]) {
         result.removeAll(keepingCapacity: true)
+        searchNearest(q, k: k) { [points] i, _ in result.append(points[i]) }
+    }
+
+    /// The k nearest points' indices (in the tree's order) and squared distances, nearest first.
+    func nearestIndices(_ q: SIMD3<Float>, k: Int, into result: inout [(index: Int, distanceSquared: Float)]) {
+        result.removeAll(keepingCapacity: true)
+        searchNearest(q, k: k) { i, d2 in result.append((i, d2)) }
+    }
+
+    /// The k-nearest search both share: `emit` gets each found index and squared distance, nearest first.
+    @inline(__always) private func searchNearest(_ q: SIMD3<Float>, k: Int, _ emit: (Int, Float) -> Void) {
         guard !nodes.isEmpty, k > 0 else { return }
         points.withUnsafeBufferPointer { pts in
             nodes.withUnsafeBufferPointer { nodes in
@@ -173,7 +184,7 @@ struct KDTree: Sendable {
                                     }
                                 }
                             }
-                            for j in 0..<count { result.append(pts[Int(found[j])]) }
+                            for j in 0..<count { emit(Int(found[j]), dists[j]) }
                         }
                     }
                 }

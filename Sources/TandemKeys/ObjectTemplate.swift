@@ -16,8 +16,8 @@ public struct ObjectTemplate: Sendable, Equatable {
     public internal(set) var views: [View]
     /// Model points (metres, model coordinates = the first good frame's camera frame).
     public internal(set) var model: [SIMD3<Float>]
-    /// Unit surface normal of each model point, oriented towards the enrolment cameras that saw it
-    /// (outward): stage 2's visibility test. Stored as 3 signed bytes each (unit length within 1 %).
+    /// Unit outward normal of each model point (the mean of the normals the enrolment frames gave
+    /// its points, each turned towards its own camera): stage 2's visibility test. Stored as 3 signed bytes each (unit length within 1 %).
     public internal(set) var normals: [SIMD3<Float>]
     /// Inlier distance τ (metres) and the model's voxel edge.
     public internal(set) var inlierDistance: Float
@@ -168,10 +168,11 @@ extension ObjectTemplate {
     /// Calibration never asks more than this fit, nor an RMS below this (metres): sensor-noise floors.
     static let maximumFitThreshold = 0.78
     static let minimumRMSThreshold = 0.0015
-    /// Likewise the coverage asked is never above 0.75 and the excess allowed never below 0.06: a
-    /// genuine, well aligned frame shows coverage 0.8–1.0 and excess up to ~0.09 (noise at edges).
+    /// Likewise the coverage asked is never above 0.75 and the excess allowed never below 0.025: a
+    /// genuine, well aligned frame (without the camera's outliers) shows coverage 0.8–1.0 and an
+    /// excess of 0 in 9 frames of 10, at most ~0.026 in 98 of 100.
     static let maximumCoverageThreshold = 0.75
-    static let minimumExcessThreshold = 0.06
+    static let minimumExcessThreshold = 0.025
     /// Leave-one-out models are thinned to this many points (calibration cost; the margin absorbs it).
     static let looModelPoints = 4_000
 
@@ -179,7 +180,14 @@ extension ObjectTemplate {
     static func build(_ views: [EnrolledView], goodFrames: Int, viewpoints: Int, flags: Flags) -> ObjectTemplate {
         let (tau, cell) = scales(views)
         let poses = register(views, tau: tau, cell: cell)
-        return build(views, poses: poses, tau: tau, cell: cell, goodFrames: goodFrames, viewpoints: viewpoints, flags: flags)
+        // The model and the calibration see the views without the camera's outliers, as
+        // verification sees live frames.
+        let clean = views.map { v in
+            var c = v
+            c.cloud = ShapeAnalysis.surface(v.cloud, extents: v.extents)
+            return c
+        }
+        return build(clean, poses: poses, tau: tau, cell: cell, goodFrames: goodFrames, viewpoints: viewpoints, flags: flags)
     }
 
     /// Inlier distance τ and model voxel edge for these views.
@@ -229,7 +237,7 @@ extension ObjectTemplate {
 
     static func build(_ views: [EnrolledView], poses: [RigidTransform?], tau: Float, cell: Float, goodFrames: Int, viewpoints: Int,
                       flags: Flags) -> ObjectTemplate {
-        let model = assemble(views, poses, cell: cell)
+        let (model, modelNormals) = orientedModel(views, poses, cell: cell)
         // Leave-one-out: each registered view against the model of the others, as verification would.
         let registered = views.indices.filter { poses[$0] != nil }
         var fits: [Double] = [], rmss: [Double] = [], coverages: [Double] = [], excesses: [Double] = []
@@ -237,10 +245,9 @@ extension ObjectTemplate {
             for i in registered {
                 var others = poses
                 others[i] = nil
-                let m = Registration.subsample(assemble(views, others, cell: cell), looModelPoints)
+                let (m, oriented) = orientedModel(views, others, cell: cell, limit: looModelPoints)
                 // From the pose registration found (the search itself is what verification adds).
                 let tree = KDTree(m)
-                let oriented = orientedNormals(m, views, others, cell: cell)
                 let normals = tree.order.map { oriented[Int($0)] }
                 let fine = Registration.subsample(views[i].cloud, Registration.finePoints)
                 let pose = Registration.icp(fine, tree, from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
@@ -262,12 +269,12 @@ extension ObjectTemplate {
             minimumFit = Float(min(max(robustLow(fits) - 0.10, 0.35), maximumFitThreshold))
             maximumRMS = Float(min(max(robustHigh(rmss) * 1.5, 0.3 * Double(tau), minimumRMSThreshold), 2 * Double(tau)))
             minimumCoverage = Float(min(max(robustLow(coverages) - 0.12, 0.3), maximumCoverageThreshold))
-            maximumExcess = Float(min(max(robustHigh(excesses) + 0.03, minimumExcessThreshold), 0.2))
+            maximumExcess = Float(min(max(robustHigh(excesses) + 0.02, minimumExcessThreshold), 0.2))
         }
         let templateViews = views.indices.map { i in
             View(vector: views[i].vector, axes: poses[i].map { views[i].axes.transformed($0) } ?? views[i].axes, registered: poses[i] != nil)
         }
-        return ObjectTemplate(views: templateViews, model: model, normals: orientedNormals(model, views, poses, cell: cell), inlierDistance: tau, cell: cell, minimumFit: minimumFit,
+        return ObjectTemplate(views: templateViews, model: model, normals: modelNormals, inlierDistance: tau, cell: cell, minimumFit: minimumFit,
                               maximumRMS: maximumRMS, minimumCoverage: minimumCoverage, maximumExcess: maximumExcess, goodFrames: goodFrames,
                               viewpoints: viewpoints, flags: flags)
     }
@@ -284,43 +291,57 @@ extension ObjectTemplate {
     /// while the surface's voxels are shared, so a merged model would be a fifth strays. A point is
     /// kept when its 4 nearest neighbours are within 3 cells.
     static func removeStrays(_ points: [SIMD3<Float>], cell: Float) -> [SIMD3<Float>] {
-        guard points.count > 32 else { return points }
+        let kept = nonStrays(points, cell: cell)
+        return kept.count >= 16 ? kept.map { points[$0] } : points
+    }
+
+    /// The model with outward unit normals: every registered view's points with normals estimated
+    /// in the view and turned towards its camera (a camera sees a surface's front), carried into model
+    /// coordinates, merged one point per voxel *and side* (a voxel's points whose normals point
+    /// different ways — a tile's faces, a mug's inner and outer wall — stay apart), each with the mean
+    /// of its points' normals; strays dropped, at most `maximumModelPoints`. Normals as stored (3
+    /// signed bytes), so that a template equals its serialized copy.
+    static func orientedModel(_ views: [EnrolledView], _ poses: [RigidTransform?], cell: Float, limit: Int = maximumModelPoints)
+        -> (points: [SIMD3<Float>], normals: [SIMD3<Float>]) {
+        var points: [SIMD3<Float>] = [], normals: [SIMD3<Float>] = []
+        for (i, v) in views.enumerated() {
+            guard let t = poses[i], !v.cloud.isEmpty else { continue }
+            let tree = KDTree(v.cloud)
+            for (j, n) in tree.normals().enumerated() {
+                let p = tree.points[j]
+                // The camera is at the view's origin.
+                points.append(t.apply(p))
+                normals.append(t.rotation.apply(dot3(n, -p) >= 0 ? n : -n))
+            }
+        }
+        guard !points.isEmpty else { return ([], []) }
+        var (merged, mergedNormals) = ShapeAnalysis.voxelDownsample(points, normals: normals, voxel: cell)
+        let kept = nonStrays(merged, cell: cell)
+        if kept.count >= 16, kept.count < merged.count {
+            merged = kept.map { merged[$0] }; mergedNormals = kept.map { mergedNormals[$0] }
+        }
+        if merged.count > limit {
+            let step = Double(merged.count) / Double(limit)
+            let picks = (0..<limit).map { Int(Double($0) * step) }
+            merged = picks.map { merged[$0] }; mergedNormals = picks.map { mergedNormals[$0] }
+        }
+        return (merged, mergedNormals.map { n in
+            let u = normalized3(n)
+            return SIMD3((u.x * 127).rounded(), (u.y * 127).rounded(), (u.z * 127).rounded()) / 127
+        })
+    }
+
+    /// Indices of the points that are not strays (see `removeStrays`).
+    static func nonStrays(_ points: [SIMD3<Float>], cell: Float) -> [Int] {
+        guard points.count > 32 else { return Array(points.indices) }
         let tree = KDTree(points)
         var neighbours: [SIMD3<Float>] = []
         neighbours.reserveCapacity(5)
         let limit = 9 * cell * cell
-        let kept = points.filter { p in
-            tree.nearest(p, k: 5, into: &neighbours)
-            return neighbours.count == 5 && distanceSquared(neighbours[4], p) <= limit
+        return points.indices.filter { i in
+            tree.nearest(points[i], k: 5, into: &neighbours)
+            return neighbours.count == 5 && distanceSquared(neighbours[4], points[i]) <= limit
         }
-        return kept.count >= 16 ? kept : points
-    }
-
-    /// Unit normals of the model points (in the model's order), each oriented towards the cameras of
-    /// the registered views that saw it (a vote over the views' points nearest to it).
-    static func orientedNormals(_ model: [SIMD3<Float>], _ views: [EnrolledView], _ poses: [RigidTransform?], cell: Float) -> [SIMD3<Float>] {
-        guard !model.isEmpty else { return [] }
-        let tree = KDTree(model)
-        let raw = tree.normals()
-        var normals = [SIMD3<Float>](repeating: SIMD3(0, 0, 1), count: model.count)
-        var votes = [Float](repeating: 0, count: model.count)
-        let limit = 4 * cell * cell
-        for (j, n) in raw.enumerated() { normals[Int(tree.order[j])] = n }
-        for (i, v) in views.enumerated() {
-            guard let t = poses[i] else { continue }
-            let camera = t.translation
-            for p in v.cloud {
-                let q = t.apply(p)
-                let (k, d2) = tree.nearestIndex(q)
-                guard k >= 0, d2 <= limit else { continue }
-                let m = Int(tree.order[k])
-                let toCamera = camera - q
-                votes[m] += dot3(normals[m], toCamera) / max(length3(toCamera), 1e-6)
-            }
-        }
-        for m in normals.indices where votes[m] < 0 { normals[m] = -normals[m] }
-        // As stored: 3 signed bytes (x 127), so that a template equals its serialized copy.
-        return normals.map { n in SIMD3((n.x * 127).rounded(), (n.y * 127).rounded(), (n.z * 127).rounded()) / 127 }
     }
 
     static func nearestViews(to vector: [Float], among indices: [Int], _ views: [EnrolledView]) -> [Int] {

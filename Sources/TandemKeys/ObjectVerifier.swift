@@ -73,9 +73,10 @@ public struct ObjectVerifier: Sendable {
         // model with near-symmetries a frame can fit two poses equally well, of which only one also
         // shows what the model shows from there.
         let (enrolled, tree, normals) = (self.template, self.tree, self.normals)
-        let (cloud, viewTree) = (a.cloud, a.tree)
+        let cloud = ShapeAnalysis.surface(a.cloud, tree: a.tree, extents: a.extents)
+        let viewTree = KDTree(cloud)
         let accepted = AcceptedMeasures()
-        let alignment = Registration.align(a.cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
+        let alignment = Registration.align(cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
                                            tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell) { c in
             guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return false }
             let excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
@@ -91,9 +92,9 @@ public struct ObjectVerifier: Sendable {
         if let m = accepted.measures(for: alignment.transform) {
             (v.coverage, v.excess) = m
         } else {
-            v.coverage = Registration.coverage(model: template.model, normals: template.normals, view: a.cloud,
-                                               t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: a.tree)
-            v.excess = Registration.excess(a.cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: a.tree)
+            v.coverage = Registration.coverage(model: template.model, normals: template.normals, view: cloud,
+                                               t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: viewTree)
+            v.excess = Registration.excess(cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: viewTree)
         }
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
             && v.coverage >= Double(template.minimumCoverage) && v.excess <= Double(template.maximumExcess)

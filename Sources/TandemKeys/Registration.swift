@@ -22,6 +22,20 @@ enum Registration {
     static let fineIterations = 20
     static let refinedHypotheses = 3
     static let enrolmentRefinedHypotheses = 8
+    /// A frame point whose nearest model point's outward normal makes a cosine below this with the
+    /// direction to the camera is an outlier however near (`evaluate`, `oriented`): it would be a
+    /// back face. −0.6, not −0.3: with noise, a visible point near a rim or an edge often has a
+    /// nearest model point whose normal leans past the perpendicular.
+    static let facingAway: Float = -0.6
+    /// Model points considered for the nearest one that faces the camera.
+    static let facingCandidates = 4
+
+    /// Squared point-to-plane distance plus what of the tangential offset exceeds half the spacing.
+    @inline(__always) static func hybrid(_ q: SIMD3<Float>, _ k: Int, _ d2: Float, _ tree: KDTree, _ normals: [SIMD3<Float>], _ cell: Float) -> Float {
+        let plane = dot3(q - tree.points[k], normals[k])
+        let tangential = max(0, (max(0, d2 - plane * plane)).squareRoot() - cell / 2)
+        return plane * plane + tangential * tangential
+    }
 
     /// Transforms taking the source's principal frame onto each target frame (all 4 proper sign
     /// choices; also with the first two axes swapped when their variances are within 25 %).
@@ -107,29 +121,37 @@ enum Registration {
     /// Fit and RMS. With `normals` (of the tree's points), the distance is the point-to-plane one
     /// plus whatever of the tangential offset exceeds half the model's point spacing `cell`: the
     /// spacing of the model's points is forgiven, a part beyond the model's edge is not.
-    /// With `oriented` normals (pointing out of the object), a point whose nearest model point faces
-    /// away from the camera (at `t.translation` in model coordinates) is an outlier, however near:
-    /// the camera cannot see a back face (a tile's front seen as its back, a shell inside out).
+    /// With `oriented` normals (pointing out of the object), a point is measured against the nearest
+    /// of its `facingCandidates` nearest model points that does not face away from the camera (at
+    /// `t.translation` in model coordinates); when all of them do, it is an outlier, however near:
+    /// the camera cannot see a back face (a tile's front seen as its back, a shell inside out). A
+    /// thin wall's other face, or a face enrolled from both sides, lies as near and is passed over.
     static func evaluate(_ source: [SIMD3<Float>], _ tree: KDTree, _ t: RigidTransform, tau: Float,
                          normals: [SIMD3<Float>]? = nil, cell: Float = 0, oriented: Bool = false) -> (fit: Double, rms: Double) {
         guard !source.isEmpty else { return (0, .infinity) }
         var d = [Float](repeating: 0, count: source.count)
         var inliers = 0
         let eye = t.translation
+        var candidates: [(index: Int, distanceSquared: Float)] = []
+        candidates.reserveCapacity(facingCandidates)
         for i in source.indices {
             let q = t.apply(source[i])
-            let (k, d2) = tree.nearestIndex(q)
-            if let normals, k >= 0 {
-                let v = q - tree.points[k]
-                let plane = dot3(v, normals[k])
-                let tangential = max(0, (max(0, d2 - plane * plane)).squareRoot() - cell / 2)
-                d[i] = plane * plane + tangential * tangential
-                if oriented {
-                    let toEye = eye - q
-                    if dot3(normals[k], toEye) < -0.3 * length3(toEye) { d[i] = max(d[i], 4.01 * tau * tau) }
+            if let normals, oriented {
+                // The nearest model point that does not face away from the camera: a thin wall's
+                // other face, or the same plane seen from the other side, lies as near.
+                tree.nearestIndices(q, k: facingCandidates, into: &candidates)
+                let toEye = eye - q
+                let limit = facingAway * length3(toEye)
+                if let facing = candidates.first(where: { dot3(normals[$0.index], toEye) >= limit }) {
+                    d[i] = hybrid(q, facing.index, facing.distanceSquared, tree, normals, cell)
+                } else if let nearest = candidates.first {
+                    d[i] = max(hybrid(q, nearest.index, nearest.distanceSquared, tree, normals, cell), 4.01 * tau * tau)
+                } else {
+                    d[i] = .infinity
                 }
             } else {
-                d[i] = d2
+                let (k, d2) = tree.nearestIndex(q)
+                d[i] = k >= 0 ? (normals.map { hybrid(q, k, d2, tree, $0, cell) } ?? d2) : .infinity
             }
             if d[i] <= tau * tau { inliers += 1 }
         }
