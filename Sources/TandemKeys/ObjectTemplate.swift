@@ -17,7 +17,8 @@ public struct ObjectTemplate: Sendable, Equatable {
     /// Model points (metres, model coordinates = the first good frame's camera frame).
     public internal(set) var model: [SIMD3<Float>]
     /// Unit outward normal of each model point (the mean of the normals the enrolment frames gave
-    /// its points, each turned towards its own camera): stage 2's visibility test. Stored as 3 signed bytes each (unit length within 1 %).
+    /// its points, each turned towards its own camera): stage 2's visibility test. Stored as 3
+    /// signed bytes each (unit length within 1 %).
     public internal(set) var normals: [SIMD3<Float>]
     /// Inlier distance τ (metres) and the model's voxel edge.
     public internal(set) var inlierDistance: Float
