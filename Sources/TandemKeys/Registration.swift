@@ -245,10 +245,7 @@ enum Registration {
     /// Squared hybrid distance of a point (model coordinates) to the model (see `evaluate`).
     @inline(__always) static func distance2(_ q: SIMD3<Float>, _ tree: KDTree, _ normals: [SIMD3<Float>], _ cell: Float) -> Float {
         let (k, d2) = tree.nearestIndex(q)
-        guard k >= 0 else { return .infinity }
-        let plane = dot3(q - tree.points[k], normals[k])
-        let tangential = max(0, (max(0, d2 - plane * plane)).squareRoot() - cell / 2)
-        return plane * plane + tangential * tangential
+        return k >= 0 ? hybrid(q, k, d2, tree, normals, cell) : .infinity
     }
 
     /// The fraction of the view's points that are off the model (> 2τ) together with most of their
