@@ -22,10 +22,10 @@ enum Registration {
     static let fineIterations = 20
     static let refinedHypotheses = 3
     static let enrolmentRefinedHypotheses = 8
-    /// A frame point whose nearest model point's outward normal makes a cosine below this with the
-    /// direction to the camera is an outlier however near (`evaluate`, `oriented`): it would be a
-    /// back face. −0.6, not −0.3: with noise, a visible point near a rim or an edge often has a
-    /// nearest model point whose normal leans past the perpendicular.
+    /// A model point whose outward normal makes a cosine below this with the direction to the camera
+    /// faces away (`evaluate`, `oriented`): a frame point whose `facingCandidates` nearest model
+    /// points all do is an outlier however near. −0.6, not −0.3: with noise, a visible point near a
+    /// rim or an edge often has a nearest model point whose normal leans past the perpendicular.
     static let facingAway: Float = -0.6
     /// Model points considered for the nearest one that faces the camera.
     static let facingCandidates = 4

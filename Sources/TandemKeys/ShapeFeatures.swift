@@ -73,19 +73,20 @@ struct ShapeAnalysis: Sendable {
         guard cloud.count > 32 else { return cloud }
         let voxel = max(extents.x / voxelDivisions, minimumVoxel)
         let tree = tree ?? KDTree(cloud)
-        let far = 9 * voxel * voxel, offPlane = max(1.0 * voxel, 0.002)
+        let far = 9 * voxel * voxel, offPlane = max(voxel, 0.002)
         var neighbours: [SIMD3<Float>] = []
         neighbours.reserveCapacity(8)
         let kept = cloud.filter { p in
             tree.nearest(p, k: 8, into: &neighbours)
             guard neighbours.count == 8, distanceSquared(neighbours[7], p) <= far else { return false }
             // The neighbours without the point itself (the nearest, at distance 0).
-            let others = neighbours.dropFirst()
-            var c = SIMD3<Float>.zero
-            for q in others { c += q }
-            c /= Float(others.count)
-            let n = Array(others).withUnsafeBufferPointer { normal($0) }
-            return abs(dot3(p - c, n)) <= offPlane
+            return neighbours.withUnsafeBufferPointer { all in
+                let others = UnsafeBufferPointer(rebasing: all.dropFirst())
+                var c = SIMD3<Float>.zero
+                for q in others { c += q }
+                c /= Float(others.count)
+                return abs(dot3(p - c, normal(others))) <= offPlane
+            }
         }
         return kept.count >= max(16, cloud.count / 2) ? kept : cloud
     }
