@@ -10,6 +10,8 @@ public struct FrameVerdict: Sendable, Equatable, Codable {
     public var coverage: Double
     /// Stage 2: fraction of the frame's points off the model in clusters (a part the model lacks).
     public var excess: Double
+    /// Stage 2: fraction of the visible model points missed with all their visible neighbours (a part the frame lacks).
+    public var deficit: Double
     public var quality: Double
     public var guidance: String?
     public var stage1Passed: Bool
@@ -60,7 +62,7 @@ public struct ObjectVerifier: Sendable {
 
     func evaluate(_ frame: PointFrame, _ a: ShapeAnalysis) -> FrameVerdict {
         let check = FrameCheck.assess(frame, a)
-        var v = FrameVerdict(score: 0, fit: 0, rms: 0, coverage: 0, excess: 0, quality: check.quality, guidance: check.guidance,
+        var v = FrameVerdict(score: 0, fit: 0, rms: 0, coverage: 0, excess: 0, deficit: 0, quality: check.quality, guidance: check.guidance,
                              stage1Passed: false, stage2Passed: false, passed: false)
         guard check.good else { return v }
         let scores = template.views.map { cosine($0.vector, a.vector) }
@@ -81,28 +83,29 @@ public struct ObjectVerifier: Sendable {
             guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return false }
             let excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
             guard excess <= Double(enrolled.maximumExcess) else { return false }
-            let coverage = Registration.coverage(model: enrolled.model, normals: enrolled.normals, view: cloud, t: c.transform,
-                                                 tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
-            guard coverage >= Double(enrolled.minimumCoverage) else { return false }
-            accepted.set(c.transform, coverage: coverage, excess: excess)
+            let (coverage, deficit) = Registration.coverage(model: tree, normals: normals, view: cloud, t: c.transform,
+                                                            tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
+            guard coverage >= Double(enrolled.minimumCoverage), deficit <= Double(enrolled.maximumDeficit) else { return false }
+            accepted.set(c.transform, coverage: coverage, excess: excess, deficit: deficit)
             return true
         }
         v.fit = alignment.fit
         v.rms = alignment.rms
         if let m = accepted.measures(for: alignment.transform) {
-            (v.coverage, v.excess) = m
+            (v.coverage, v.excess, v.deficit) = m
         } else {
-            v.coverage = Registration.coverage(model: template.model, normals: template.normals, view: cloud,
-                                               t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: viewTree)
+            (v.coverage, v.deficit) = Registration.coverage(model: tree, normals: normals, view: cloud,
+                                                            t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: viewTree)
             v.excess = Registration.excess(cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: viewTree)
         }
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
             && v.coverage >= Double(template.minimumCoverage) && v.excess <= Double(template.maximumExcess)
+            && v.deficit <= Double(template.maximumDeficit)
         v.passed = v.stage1Passed && v.stage2Passed
         if !v.stage1Passed {
             v.guidance = "not the enrolled object (shape score \(rounded(v.score)), need \(Self.minimumScore))"
         } else if !v.stage2Passed {
-            v.guidance = "does not fit the enrolled object (fit \(rounded(v.fit)) need \(rounded(Double(template.minimumFit))), coverage \(rounded(v.coverage)) need \(rounded(Double(template.minimumCoverage))), excess \(rounded(v.excess)) at most \(rounded(Double(template.maximumExcess))))"
+            v.guidance = "does not fit the enrolled object (fit \(rounded(v.fit)) need \(rounded(Double(template.minimumFit))), coverage \(rounded(v.coverage)) need \(rounded(Double(template.minimumCoverage))), excess \(rounded(v.excess)) at most \(rounded(Double(template.maximumExcess))), deficit \(rounded(v.deficit)) at most \(rounded(Double(template.maximumDeficit))))"
         }
         return v
     }
@@ -114,12 +117,12 @@ public struct ObjectVerifier: Sendable {
 /// them twice. `Registration.align` calls its judge on the calling thread, one alignment at a time.
 private final class AcceptedMeasures: @unchecked Sendable {
     private var pose: RigidTransform?
-    private var values: (coverage: Double, excess: Double) = (0, 0)
+    private var values: (coverage: Double, excess: Double, deficit: Double) = (0, 0, 0)
 
-    func set(_ t: RigidTransform, coverage: Double, excess: Double) {
+    func set(_ t: RigidTransform, coverage: Double, excess: Double, deficit: Double) {
         pose = t
-        values = (coverage, excess)
+        values = (coverage, excess, deficit)
     }
 
-    func measures(for t: RigidTransform) -> (Double, Double)? { pose == t ? (values.coverage, values.excess) : nil }
+    func measures(for t: RigidTransform) -> (Double, Double, Double)? { pose == t ? values : nil }
 }

@@ -271,12 +271,18 @@ enum Registration {
     }
 
     /// Of the model points the camera would see with the view aligned by `t` (view → model), the
-    /// fraction with a view point within 2τ: a model part the view lacks (a handle, 3 cm more box)
-    /// lowers it. Visibility: a z-buffer over the model seen from the camera, cell = `cell` metres.
-    /// `view` is in the camera's frame.
-    static func coverage(model: [SIMD3<Float>], normals: [SIMD3<Float>], view: [SIMD3<Float>], t: RigidTransform, tau: Float, cell: Float,
-                         viewTree given: KDTree? = nil) -> Double {
-        guard !model.isEmpty, !view.isEmpty else { return 0 }
+    /// fraction with a view point within τ (`coverage`): a model part the view lacks (a handle, 3 cm
+    /// more box) lowers it. Visibility: a z-buffer over the model seen from the camera, cell = `cell`
+    /// metres. `view` is in the camera's frame; `normals` are the model's, in the tree's order.
+    ///
+    /// `deficit`, the mirror of `excess`: the fraction of those visible model points with no view
+    /// point within 2τ while at least 4 of their 6 nearest model neighbours have none either — surface
+    /// the model has and the view clearly lacks, in a patch. Coverage's misses are mostly within 1–2τ
+    /// (the model's and the frame's noise); a missing handle or 3 cm of box is a patch far from both.
+    static func coverage(model tree: KDTree, normals: [SIMD3<Float>], view: [SIMD3<Float>], t: RigidTransform, tau: Float, cell: Float,
+                         viewTree given: KDTree? = nil) -> (coverage: Double, deficit: Double) {
+        let model = tree.points
+        guard !model.isEmpty, !view.isEmpty else { return (0, 1) }
         let inverse = t.inverse
         let camera = model.map { inverse.apply($0) }
         var lo = SIMD2<Float>(repeating: .infinity), hi = SIMD2<Float>(repeating: -.infinity)
@@ -292,7 +298,7 @@ enum Registration {
             lo = pointwiseMin(lo, q); hi = pointwiseMax(hi, q)
         }
         let w = min(Int(hi.x - lo.x) + 1, 400), h = min(Int(hi.y - lo.y) + 1, 400)
-        guard w > 0, h > 0 else { return 0 }
+        guard w > 0, h > 0 else { return (0, 1) }
         var zbuffer = [Float](repeating: .infinity, count: w * h)
         func index(_ q: SIMD2<Float>) -> Int {
             let x = min(max(Int(q.x - lo.x), 0), w - 1), y = min(max(Int(q.y - lo.y), 0), h - 1)
@@ -301,6 +307,8 @@ enum Registration {
         for i in camera.indices { let k = index(projected[i]); zbuffer[k] = min(zbuffer[k], camera[i].z) }
         let viewTree = given ?? KDTree(view)
         let tolerance = cell
+        // Visible model points with no view point within 2τ.
+        var far = [Bool](repeating: false, count: model.count)
         var visible = 0, matched = 0
         // Within τ (not 2τ): a slack of 2τ lets a smaller object's view cover a bigger model's rim
         // (an egg's view covered 0.9 of a tennis ball's).
@@ -314,9 +322,20 @@ enum Registration {
                 if dot3(normals[i], toEye) < 0.2 * length3(toEye) { continue }
             }
             visible += 1
-            if viewTree.nearestDistanceSquared(camera[i]) <= limit { matched += 1 }
+            let d2 = viewTree.nearestDistanceSquared(camera[i])
+            if d2 <= limit { matched += 1 }
+            far[i] = d2 > 4 * limit
         }
-        return visible == 0 ? 0 : Double(matched) / Double(visible)
+        guard visible > 0 else { return (0, 1) }
+        var neighbours: [(index: Int, distanceSquared: Float)] = []
+        var patch = 0
+        for i in model.indices where far[i] {
+            tree.nearestIndices(model[i], k: 7, into: &neighbours)
+            var n = 0
+            for m in neighbours where m.index != i && far[m.index] { n += 1 }
+            if n >= 4 { patch += 1 }
+        }
+        return (Double(matched) / Double(visible), Double(patch) / Double(visible))
     }
 }
 

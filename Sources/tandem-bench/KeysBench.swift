@@ -97,10 +97,10 @@ struct KeysBench: ParsableCommand {
             enrolment.append(["object": shape.name, "frames_offered": offered, "good_frames": e.goodFrames, "viewpoints": e.viewpoints,
                               "registered": template.views.filter(\.registered).count, "model_points": template.model.count,
                               "bytes": template.serialized().count, "min_fit": template.minimumFit, "max_rms_mm": template.maximumRMS * 1000,
-                              "min_coverage": template.minimumCoverage, "warnings": template.warnings])
+                              "min_coverage": template.minimumCoverage, "max_excess": template.maximumExcess, "max_deficit": template.maximumDeficit, "warnings": template.warnings])
             say("keys: enrolled \(shape.name): \(e.goodFrames) frames, \(e.viewpoints) viewpoints, \(template.views.filter(\.registered).count) registered\(e.isComplete ? "" : " (forced)")"
-                + String(format: "; fit ≥ %.2f, rms ≤ %.2f mm, coverage ≥ %.2f, excess ≤ %.3f, τ %.1f mm", template.minimumFit, template.maximumRMS * 1000,
-                         template.minimumCoverage, template.maximumExcess, template.inlierDistance * 1000))
+                + String(format: "; fit ≥ %.2f, rms ≤ %.2f mm, coverage ≥ %.2f, excess ≤ %.3f, τ %.1f mm, deficit ≤ %.3f", template.minimumFit, template.maximumRMS * 1000,
+                         template.minimumCoverage, template.maximumExcess, template.inlierDistance * 1000, template.maximumDeficit))
         }
 
         // Sweeps.
@@ -128,6 +128,7 @@ struct KeysBench: ParsableCommand {
             if v.rms > Double(t.maximumRMS) { r.append("rms") }
             if v.coverage < Double(t.minimumCoverage) { r.append("cov") }
             if v.excess > Double(t.maximumExcess) { r.append("exc") }
+            if v.deficit > Double(t.maximumDeficit) { r.append("def") }
             return r
         }
         var perObject: [String: (sweeps: Int, rejected: Int, frames: Int, reasons: [String: Int])] = [:]
@@ -147,10 +148,10 @@ struct KeysBench: ParsableCommand {
         let verdictsOf = results.withLockedValue { $0 }
         // KEYS_DUMP=FILE: every frame's measures as TSV (for studying the thresholds).
         if let path = ProcessInfo.processInfo.environment["KEYS_DUMP"] {
-            var tsv = "template\tobject\tsweep\tframe\tscore\tfit\trms\tcoverage\texcess\tquality\n"
+            var tsv = "template\tobject\tsweep\tframe\tscore\tfit\trms\tcoverage\texcess\tquality\tdeficit\n"
             for t in verifiers.indices { for o in sweepsOf.indices { for (s, r) in verdictsOf[t * sweepsOf.count + o].enumerated() {
                 for (f, v) in r.1.enumerated() {
-                    tsv += "\(shapes[t].name)\t\(shapes[o].name)\t\(s)\t\(f)\t\(v.score)\t\(v.fit)\t\(v.rms)\t\(v.coverage)\t\(v.excess)\t\(v.quality)\n"
+                    tsv += "\(shapes[t].name)\t\(shapes[o].name)\t\(s)\t\(f)\t\(v.score)\t\(v.fit)\t\(v.rms)\t\(v.coverage)\t\(v.excess)\t\(v.quality)\t\(v.deficit)\n"
                 }
             } } }
             try tsv.write(toFile: path, atomically: true, encoding: .utf8)
@@ -170,7 +171,7 @@ struct KeysBench: ParsableCommand {
                     let stage1 = verdicts.allSatisfy(\.stage1Passed)
                     let summary: [String: Any] = ["template": shapes[t].name, "object": shapes[o].name, "sweep": s,
                                                   "frames": verdicts.map { ["score": $0.score, "fit": $0.fit, "rms_mm": $0.rms * 1000, "coverage": $0.coverage,
-                                                                            "excess": $0.excess, "passed": $0.passed, "failed": reasons($0, base.template)] as [String: Any] }]
+                                                                            "excess": $0.excess, "deficit": $0.deficit, "passed": $0.passed, "failed": reasons($0, base.template)] as [String: Any] }]
                     if o == t {
                         var entry = perObject[shapes[t].name] ?? (0, 0, 0, [:])
                         entry.sweeps += 1

@@ -111,6 +111,25 @@ final class TemplateTests: XCTestCase {
         wrongVersion[3] = 9
         XCTAssertThrowsError(try ObjectTemplate(serialized: wrongVersion))
     }
+
+    /// Keys enrolled before the deficit threshold (version 2: the same bytes without it) still load,
+    /// and verify without a deficit test.
+    func testVersion2TemplatesStillLoad() throws {
+        let t = Templates.get("mug")
+        XCTAssertLessThan(t.maximumDeficit, 0.5)
+        var old = t.serialized()
+        XCTAssertEqual(old[3], 3)
+        old[3] = 2
+        // magic 3, version 1, flags 1, frames 2, viewpoints 2, then τ, cell, fit, rms, coverage, excess; the deficit follows.
+        old.removeSubrange(33..<37)
+        let back = try ObjectTemplate(serialized: old)
+        XCTAssertEqual(back.maximumDeficit, 1)
+        XCTAssertEqual(back.maximumExcess, t.maximumExcess)
+        XCTAssertEqual(back.model, t.model)
+        var cut = t.serialized()
+        cut.removeSubrange(33..<37)
+        XCTAssertThrowsError(try ObjectTemplate(serialized: cut), "a version 3 template without its deficit")
+    }
 }
 
 final class VerificationTests: XCTestCase {

@@ -153,3 +153,68 @@ final class SurfaceTests: XCTestCase {
         XCTAssertGreaterThan(fits[fits.count / 2], 0.9, "\(fits)")
     }
 }
+
+final class DeficitTests: XCTestCase {
+    /// The object's true surface as a model (voxel centroids and outward normals, the tree's order).
+    func trueModel(_ name: String, cell: Float) -> (KDTree, [SIMD3<Float>]) {
+        var g = SplitMix64(seed: 5)
+        let surface = shape(name).sample(80_000, &g)
+        let (points, sums) = ShapeAnalysis.voxelDownsample(surface.map(\.0), normals: surface.map(\.1), voxel: cell)
+        let tree = KDTree(points)
+        return (tree, tree.order.map { sums[Int($0)] / max(length3(sums[Int($0)]), 1e-9) })
+    }
+
+    /// Seen from the side the handle is on, a mug without one covers most of a mug's model, yet
+    /// the handle it lacks is a patch far from every point of the view: the deficit sees it.
+    func testDeficitSeesAMissingHandle() {
+        let (tree, normals) = trueModel("mug", cell: 0.003)
+        // The handle (object +x) turned towards the camera (−z), a little from above.
+        let tilt: Float = 0.3
+        let toCamera = Mat3(r0: SIMD3(0, 0, 1), r1: SIMD3(0, 1, 0), r2: SIMD3(-1, 0, 0))
+        let above = Mat3(r0: SIMD3(1, 0, 0), r1: SIMD3(0, cos(tilt), -sin(tilt)), r2: SIMD3(0, sin(tilt), cos(tilt)))
+        let pose = SyntheticPose(rotation: above * toCamera, position: SIMD3(0.01, -0.01, 0.45))
+        let back = pose.rotation.transposed
+        let truth = RigidTransform(rotation: back, translation: -back.apply(pose.position))
+        func measures(_ name: String) -> (coverage: Double, deficit: Double) {
+            let frame = SyntheticShapes.view(of: shape(name), pose: pose, seed: 7, points: 8_000)
+            let a = ShapeAnalysis(frame, roi: nil)
+            let cloud = ShapeAnalysis.surface(a.cloud, tree: a.tree, extents: a.extents)
+            return Registration.coverage(model: tree, normals: normals, view: cloud, t: truth, tau: 0.004, cell: 0.003)
+        }
+        let genuine = measures("mug"), handleless = measures("mug-no-handle")
+        XCTAssertLessThan(genuine.deficit, 0.01, "\(genuine)")
+        XCTAssertGreaterThan(handleless.deficit, 0.08, "\(handleless)")
+        XCTAssertGreaterThan(genuine.coverage, 0.9, "\(genuine)")
+        // Coverage alone would let it through: the most any template asks is 0.75.
+        XCTAssertGreaterThan(handleless.coverage, Double(ObjectTemplate.maximumCoverageThreshold), "\(handleless)")
+    }
+
+    /// A view registered in a wrong pose (here turned 90° about the object's centre) is contradicted
+    /// by the others' model and left out of the template, not merged in as surface the object lacks.
+    func testContradictedViewLeavesTheModel() {
+        let object = shape("l-shape")
+        let poses = (UInt64(60)..<UInt64(69)).map { SyntheticPose.random(seed: $0) }
+        let views = poses.enumerated().map { i, p -> EnrolledView in
+            var v = EnrolledView(ShapeAnalysis(SyntheticShapes.view(of: object, pose: p, seed: UInt64(i), points: 5_000), roi: nil), quality: 1)
+            v.cloud = ShapeAnalysis.surface(v.cloud, extents: v.extents)
+            return v
+        }
+        let r0 = poses[0].rotation
+        var truth: [RigidTransform?] = poses.map { p in
+            let r = r0 * p.rotation.transposed
+            return RigidTransform(rotation: r, translation: poses[0].position - r.apply(p.position))
+        }
+        let (tau, cell) = ObjectTemplate.scales(views)
+        let clean = ObjectTemplate.build(views, poses: truth, tau: tau, cell: cell, goodFrames: views.count, viewpoints: views.count, flags: [])
+        XCTAssertEqual(clean.views.filter(\.registered).count, views.count)
+        // View 5 turned 90° about an axis through the object's centre (at poses[0].position).
+        let c = poses[0].position
+        let quarter = Mat3(r0: SIMD3(0, -1, 0), r1: SIMD3(1, 0, 0), r2: SIMD3(0, 0, 1))
+        let wrong = RigidTransform(rotation: quarter, translation: c - quarter.apply(c))
+        truth[5] = wrong.composed(after: truth[5]!)
+        let t = ObjectTemplate.build(views, poses: truth, tau: tau, cell: cell, goodFrames: views.count, viewpoints: views.count, flags: [])
+        XCTAssertFalse(t.views[5].registered)
+        XCTAssertEqual(t.views.filter(\.registered).count, views.count - 1)
+        XCTAssertLessThan(t.maximumDeficit, 0.2)
+    }
+}

@@ -284,13 +284,14 @@ extension FocusService {
     }
 
     func verdictJSON(_ v: FrameVerdict, key: String) -> JSONValue {
-        ["score": .double(v.score), "fit": .double(v.fit), "rms": .double(v.rms), "coverage": .double(v.coverage), "quality": .double(v.quality),
-         "guidance": v.guidance.map(JSONValue.string) ?? .null, "passed": .bool(v.passed), "key": .string(key)]
+        ["score": .double(v.score), "fit": .double(v.fit), "rms": .double(v.rms), "coverage": .double(v.coverage), "excess": .double(v.excess),
+         "deficit": .double(v.deficit), "quality": .double(v.quality), "guidance": v.guidance.map(JSONValue.string) ?? .null, "passed": .bool(v.passed), "key": .string(key)]
     }
 
     func noCandidateVerdict(_ frame: PointFrame) -> JSONValue {
         let q = FrameCheck.assess(frame)
-        return ["score": .double(0), "fit": .double(0), "rms": .double(0), "coverage": .double(0), "quality": .double(q.quality),
+        return ["score": .double(0), "fit": .double(0), "rms": .double(0), "coverage": .double(0), "excess": .double(0), "deficit": .double(0),
+                "quality": .double(q.quality),
                 "guidance": .string(q.guidance ?? "no object key can do this now"), "passed": false, "key": .null]
     }
 }
