@@ -20,7 +20,7 @@ struct DevFlood: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("The node's Tandem ID.", valueName: "ID")) var id: String
     @Option(help: "How many requests (each from a new identity).") var count: Int = 10_000
     @Option(help: "Bytes of message text in each request.") var messageBytes: Int = 100
-    @Option(help: ArgumentHelp("Seconds to wait for acknowledgements after sending.", valueName: "seconds")) var settle: Double = 2
+    @Option(help: ArgumentHelp("After sending, wait until this many seconds pass without an acknowledgement (at most 60 s).", valueName: "seconds")) var settle: Double = 2
 
     func validate() throws {
         guard (1...1_000_000).contains(count) else { throw ValidationError("--count must be between 1 and 1000000") }
@@ -53,7 +53,14 @@ struct DevFlood: AsyncParsableCommand {
         }
         link.channel.flush()
         let sent = ContinuousClock.now - start
-        try await Task.sleep(for: .milliseconds(Int(settle * 1000)))
+        // Until `settle` seconds pass with no ACK or ERROR (a loaded node acknowledges late), at most a minute.
+        var last = (counter.acks, counter.errors), quiet = ContinuousClock.now
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now - quiet < .milliseconds(Int(settle * 1000)), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+            let now = (counter.acks, counter.errors)
+            if now != last { last = now; quiet = ContinuousClock.now }
+        }
         link.close()
         printJSON(["sent": count, "acknowledged": counter.acks, "errors": counter.errors,
                    "send_seconds": Double(sent.components.seconds) + Double(sent.components.attoseconds) / 1e18])

@@ -161,7 +161,10 @@ def test_flood_of_requests_from_throwaway_identities_is_capped(make_node):
     # Per-address limits let a few through, far below the flood and below the pending cap.
     status = cli_json(bob, "status")
     assert 0 < status["pending_requests"] <= 100
-    assert out["acknowledged"] == status["pending_requests"]
+    # Durable before acknowledged: every ACK is a stored request. The flooder waits for 3 s without
+    # an ACK before hanging up; an ACK still on its way then is lost with the link (seen once in CI,
+    # 31 acknowledged of 32 stored, on a loaded machine).
+    assert out["acknowledged"] <= status["pending_requests"] <= out["acknowledged"] + 2
     # Memory stays bounded and the CLI is answered promptly.
     assert bob.rss_kib() - before < 50_000
     t = time.monotonic()
