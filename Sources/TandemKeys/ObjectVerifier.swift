@@ -10,7 +10,8 @@ public struct FrameVerdict: Sendable, Equatable, Codable {
     public var coverage: Double
     /// Stage 2: fraction of the frame's points off the model in clusters (a part the model lacks).
     public var excess: Double
-    /// Stage 2: fraction of the visible model points missed with all their visible neighbours (a part the frame lacks).
+    /// Stage 2: fraction of the visible model points farther than 2τ from the frame together with most
+    /// of their neighbours (a part the frame lacks: a handle, 3 cm of box).
     public var deficit: Double
     public var quality: Double
     public var guidance: String?
