@@ -24,6 +24,7 @@ struct DevFlood: AsyncParsableCommand {
 
     func validate() throws {
         guard (1...1_000_000).contains(count) else { throw ValidationError("--count must be between 1 and 1000000") }
+        guard (0...60).contains(settle) else { throw ValidationError("--settle must be between 0 and 60 seconds") }
     }
 
     func run() async throws {
