@@ -1,3 +1,5 @@
+import Foundation
+
 /// The verdict on one live frame.
 public struct FrameVerdict: Sendable, Equatable, Codable {
     /// Stage 1: best cosine similarity of the frame's feature vector to the template's vectors.
@@ -36,11 +38,56 @@ public struct ObjectVerifier: Sendable {
     public private(set) var matched = false
 
     public init(template: ObjectTemplate, roi: RegionOfInterest? = nil) {
+        self.init(template: template, roi: roi, virtualTargets: Self.virtualTargets)
+    }
+
+    init(template: ObjectTemplate, roi: RegionOfInterest? = nil, virtualTargets: Int) {
+        self.virtualTargets = virtualTargets
         self.template = template
         self.roi = roi.flatMap { $0.isValid ? $0 : nil }
         tree = KDTree(template.model)
         // The template's oriented normals, in the tree's order.
         normals = template.normals.count == template.model.count ? tree.order.map { template.normals[Int($0)] } : tree.normals()
+    }
+
+    /// The model as a camera would see it from 26 directions around it (the faces, edges and
+    /// corners of a cube): each view's principal frame and feature vector. A live frame may show the
+    /// object from where no enrolment frame looked straight (a box's end face alone): the most similar
+    /// of these give the pose search targets the enrolment views cannot. Made when first needed
+    /// (~25 ms; most genuine frames never need them), shared by copies of this verifier.
+    private let virtual = VirtualViews()
+    var virtualViews: [(axes: PrincipalAxes, vector: [Float])] {
+        virtual.get { Self.virtualViews(tree.points, normals, cell: template.cell) }
+    }
+    /// How many of them the second search takes (0: no second search).
+    let virtualTargets: Int
+    static let virtualTargets = 6
+
+    /// Makes the model views now (otherwise the first frame that needs the second search does).
+    public func prepare() { _ = virtualViews }
+
+    static func virtualViews(_ model: [SIMD3<Float>], _ normals: [SIMD3<Float>], cell: Float) -> [(axes: PrincipalAxes, vector: [Float])] {
+        guard model.count >= 16, normals.count == model.count, cell > 0 else { return [] }
+        var directions: [SIMD3<Float>] = []
+        for x in -1...1 { for y in -1...1 { for z in -1...1 where x != 0 || y != 0 || z != 0 {
+            directions.append(normalized3(SIMD3(Float(x), Float(y), Float(z))))
+        } } }
+        return directions.compactMap { d in
+            // An orthographic camera far along d: facing points, the nearest per cell (within a cell).
+            let u = normalized3(abs(d.x) < 0.9 ? cross3(d, SIMD3(1, 0, 0)) : cross3(d, SIMD3(0, 1, 0))), v = cross3(d, u)
+            var nearest: [SIMD2<Int32>: Float] = [:]
+            var facing: [(SIMD3<Float>, SIMD2<Int32>, Float)] = []
+            for (i, p) in model.enumerated() where dot3(normals[i], d) >= 0.2 {
+                let key = SIMD2(Int32((dot3(p, u) / cell).rounded(.down)), Int32((dot3(p, v) / cell).rounded(.down)))
+                let depth = dot3(p, d)
+                facing.append((p, key, depth))
+                nearest[key] = max(nearest[key] ?? -.infinity, depth)
+            }
+            let visible = facing.filter { $0.2 >= nearest[$0.1]! - cell }.map(\.0)
+            guard visible.count >= 32 else { return nil }
+            let a = ShapeAnalysis(points: visible)
+            return (a.axes, a.vector)
+        }
     }
 
     public mutating func present(_ frame: PointFrame) -> FrameVerdict {
@@ -79,8 +126,7 @@ public struct ObjectVerifier: Sendable {
         let cloud = ShapeAnalysis.surface(a.cloud, tree: a.tree, extents: a.extents)
         let viewTree = KDTree(cloud)
         let accepted = AcceptedMeasures()
-        let alignment = Registration.align(cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
-                                           tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell) { c in
+        @Sendable func judge(_ c: Alignment) -> Bool {
             guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return false }
             let excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
             guard excess <= Double(enrolled.maximumExcess) else { return false }
@@ -89,6 +135,18 @@ public struct ObjectVerifier: Sendable {
             guard coverage >= Double(enrolled.minimumCoverage), deficit <= Double(enrolled.maximumDeficit) else { return false }
             accepted.set(c.transform, coverage: coverage, excess: excess, deficit: deficit)
             return true
+        }
+        var alignment = Registration.align(cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
+                                           tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell, accept: judge)
+        // None passed: the frame may show the object from where no enrolment frame looked (a box's
+        // end face alone, a tile edge-on), so the enrolment views' frames put it on the wrong part.
+        // Search again from the model's own views most like the frame.
+        if virtualTargets > 0, accepted.measures(for: alignment.transform) == nil {
+            let virtualViews = self.virtualViews
+            let similar = virtualViews.indices.map { (cosine(virtualViews[$0].vector, a.vector), $0) }.sorted { $0.0 > $1.0 }
+            let second = Registration.align(cloud, axes: a.axes, to: tree, targets: similar.prefix(virtualTargets).map { virtualViews[$0.1].axes },
+                                            tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell, accept: judge)
+            if accepted.measures(for: second.transform) != nil || second.fit > alignment.fit { alignment = second }
         }
         v.fit = alignment.fit
         v.rms = alignment.rms
@@ -112,6 +170,21 @@ public struct ObjectVerifier: Sendable {
     }
 
     private func rounded(_ x: Double) -> Double { (x * 100).rounded() / 100 }
+}
+
+/// `ObjectVerifier.virtualViews`, made once under a lock (verifiers are copied across threads).
+private final class VirtualViews: @unchecked Sendable {
+    private let lock = NSLock()
+    private var views: [(axes: PrincipalAxes, vector: [Float])]?
+
+    func get(_ make: () -> [(axes: PrincipalAxes, vector: [Float])]) -> [(axes: PrincipalAxes, vector: [Float])] {
+        lock.lock()
+        defer { lock.unlock() }
+        if let views { return views }
+        let made = make()
+        views = made
+        return made
+    }
 }
 
 /// The coverage and excess of the pose the stage-2 judge accepted, so the verdict does not measure

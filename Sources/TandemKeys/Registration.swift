@@ -38,7 +38,9 @@ enum Registration {
     }
 
     /// Transforms taking the source's principal frame onto each target frame (all 4 proper sign
-    /// choices; also with the first two axes swapped when their variances are within 25 %).
+    /// choices; also with the first two axes swapped when their variances are within 25 %, and then
+    /// also turned by 45° about the third: a square or round section's first two axes can lie
+    /// anywhere in its plane, and coarse ICP closes ±22.5°, not ±45°).
     static func hypotheses(source s: PrincipalAxes, targets: [PrincipalAxes]) -> [RigidTransform] {
         let signs: [SIMD3<Float>] = [SIMD3(1, 1, 1), SIMD3(-1, -1, 1), SIMD3(-1, 1, -1), SIMD3(1, -1, -1)]
         let sourceT = s.axes.transposed
@@ -47,7 +49,13 @@ enum Registration {
             var frames = [t.axes]
             let ambiguous12 = s.eigenvalues.y > 0.75 * s.eigenvalues.x || t.eigenvalues.y > 0.75 * t.eigenvalues.x
             let ambiguous23 = s.eigenvalues.z > 0.75 * s.eigenvalues.y || t.eigenvalues.z > 0.75 * t.eigenvalues.y
-            if ambiguous12 { frames.append(Mat3(columns: t.axes.column1, t.axes.column0, -t.axes.column2)) }
+            if ambiguous12 {
+                frames.append(Mat3(columns: t.axes.column1, t.axes.column0, -t.axes.column2))
+                let h = Float(0.5).squareRoot()
+                let c0 = (t.axes.column0 + t.axes.column1) * h, c1 = (t.axes.column1 - t.axes.column0) * h
+                frames.append(Mat3(columns: c0, c1, t.axes.column2))
+                frames.append(Mat3(columns: c1, c0, -t.axes.column2))
+            }
             if ambiguous23 { frames.append(Mat3(columns: -t.axes.column0, t.axes.column2, t.axes.column1)) }
             for f in frames {
                 for sign in signs {
