@@ -83,7 +83,7 @@ public struct ObjectVerifier: Sendable {
                 facing.append((p, key, depth))
                 nearest[key] = max(nearest[key] ?? -.infinity, depth)
             }
-            let visible = facing.filter { $0.2 >= nearest[$0.1]! - cell }.map(\.0)
+            let visible = facing.filter { $0.2 >= (nearest[$0.1] ?? $0.2) - cell }.map(\.0)
             guard visible.count >= 32 else { return nil }
             let a = ShapeAnalysis(points: visible)
             return (a.axes, a.vector)
@@ -137,10 +137,14 @@ public struct ObjectVerifier: Sendable {
             return true
         }
         var alignment = Registration.align(cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
-                                           tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell, accept: judge)
+                                           tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell,
+                                           turned45: false, accept: judge)
+        // (Without the 45° turns of a square or round section: they double this search's coarse
+        // stage, the most of a frame's time, and the second search has them.)
         // None passed: the frame may show the object from where no enrolment frame looked (a box's
-        // end face alone, a tile edge-on), so the enrolment views' frames put it on the wrong part.
-        // Search again from the model's own views most like the frame.
+        // end face alone, a tile edge-on), so the enrolment views' frames put it on the wrong part,
+        // or a square section sits turned between two of the 90° steps. Search again from the
+        // model's own views most like the frame, with the 45° turns.
         if virtualTargets > 0, accepted.measures(for: alignment.transform) == nil {
             let virtualViews = self.virtualViews
             let similar = virtualViews.indices.map { (cosine(virtualViews[$0].vector, a.vector), $0) }.sorted { $0.0 > $1.0 }

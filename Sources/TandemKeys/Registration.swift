@@ -38,10 +38,10 @@ enum Registration {
     }
 
     /// Transforms taking the source's principal frame onto each target frame (all 4 proper sign
-    /// choices; also with the first two axes swapped when their variances are within 25 %, and then
-    /// also turned by 45° about the third: a square or round section's first two axes can lie
-    /// anywhere in its plane, and coarse ICP closes ±22.5°, not ±45°).
-    static func hypotheses(source s: PrincipalAxes, targets: [PrincipalAxes]) -> [RigidTransform] {
+    /// choices; also with the first two axes swapped when their variances are within 25 %, and then,
+    /// with `turned45`, also turned by 45° about the third: a square or round section's first two
+    /// axes can lie anywhere in its plane, and coarse ICP closes ±22.5°, not ±45°).
+    static func hypotheses(source s: PrincipalAxes, targets: [PrincipalAxes], turned45: Bool = true) -> [RigidTransform] {
         let signs: [SIMD3<Float>] = [SIMD3(1, 1, 1), SIMD3(-1, -1, 1), SIMD3(-1, 1, -1), SIMD3(1, -1, -1)]
         let sourceT = s.axes.transposed
         var out: [RigidTransform] = []
@@ -51,10 +51,12 @@ enum Registration {
             let ambiguous23 = s.eigenvalues.z > 0.75 * s.eigenvalues.y || t.eigenvalues.z > 0.75 * t.eigenvalues.y
             if ambiguous12 {
                 frames.append(Mat3(columns: t.axes.column1, t.axes.column0, -t.axes.column2))
-                let h = Float(0.5).squareRoot()
-                let c0 = (t.axes.column0 + t.axes.column1) * h, c1 = (t.axes.column1 - t.axes.column0) * h
-                frames.append(Mat3(columns: c0, c1, t.axes.column2))
-                frames.append(Mat3(columns: c1, c0, -t.axes.column2))
+                if turned45 {
+                    let h = Float(0.5).squareRoot()
+                    let c0 = (t.axes.column0 + t.axes.column1) * h, c1 = (t.axes.column1 - t.axes.column0) * h
+                    frames.append(Mat3(columns: c0, c1, t.axes.column2))
+                    frames.append(Mat3(columns: c1, c0, -t.axes.column2))
+                }
             }
             if ambiguous23 { frames.append(Mat3(columns: -t.axes.column0, t.axes.column2, t.axes.column1)) }
             for f in frames {
@@ -176,12 +178,12 @@ enum Registration {
     /// first from the `refine`-th refinement on); the first it accepts is the answer and ends the search.
     static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
                       normals: [SIMD3<Float>]? = nil, oriented: Bool = false, cell: Float = 0, refine: Int = refinedHypotheses,
-                      untilFit: Double = 0, maximumRefined: Int = 12, accept: (@Sendable (Alignment) -> Bool)? = nil) -> Alignment {
+                      untilFit: Double = 0, maximumRefined: Int = 12, turned45: Bool = true, accept: (@Sendable (Alignment) -> Bool)? = nil) -> Alignment {
         let coarse = subsample(source, coarsePoints)
         let fine = subsample(source, finePoints)
         // The hypotheses are independent: each core takes some (`parallelMap` keeps their order, so
         // the result is the one a single thread finds).
-        var scored = parallelMap(hypotheses(source: axes, targets: targets)) { @Sendable h -> (Double, RigidTransform) in
+        var scored = parallelMap(hypotheses(source: axes, targets: targets, turned45: turned45)) { @Sendable h -> (Double, RigidTransform) in
             let t = icp(coarse, tree, from: h, tau: 2 * tau, iterations: coarseIterations)
             return (evaluate(coarse, tree, t, tau: 2 * tau).fit, t)
         }
