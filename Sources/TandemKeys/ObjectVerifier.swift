@@ -54,7 +54,7 @@ public struct ObjectVerifier: Sendable {
     /// corners of a cube): each view's principal frame and feature vector. A live frame may show the
     /// object from where no enrolment frame looked straight (a box's end face alone): the most similar
     /// of these give the pose search targets the enrolment views cannot. Made when first needed
-    /// (~25 ms; most genuine frames never need them), shared by copies of this verifier.
+    /// (~22 ms; most genuine frames never need them), shared by copies of this verifier.
     private let virtual = VirtualViews()
     var virtualViews: [(axes: PrincipalAxes, vector: [Float])] {
         virtual.get { Self.virtualViews(tree.points, normals, cell: template.cell) }
@@ -136,11 +136,11 @@ public struct ObjectVerifier: Sendable {
             accepted.set(c.transform, coverage: coverage, excess: excess, deficit: deficit)
             return true
         }
+        // Without the 45° turns of a square or round section: they double this search's coarse
+        // stage, the most of a frame's time, and the second search has them.
         var alignment = Registration.align(cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
                                            tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell,
                                            turned45: false, accept: judge)
-        // (Without the 45° turns of a square or round section: they double this search's coarse
-        // stage, the most of a frame's time, and the second search has them.)
         // None passed: the frame may show the object from where no enrolment frame looked (a box's
         // end face alone, a tile edge-on), so the enrolment views' frames put it on the wrong part,
         // or a square section sits turned between two of the 90° steps. Search again from the
