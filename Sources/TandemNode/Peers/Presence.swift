@@ -108,8 +108,12 @@ final class PresenceService: Sendable {
     /// A PRESENCE to a friend whose link just came up (or who just became one): at once when nothing
     /// waits for it in the outbox, else right after those frames on the same link (the FRIEND_ACCEPT
     /// that makes the PRESENCE meaningful comes first; Protocol 12.7).
+    ///
+    /// Sent once the step's commit is durable and its events are out: signing and writing it
+    /// inside the step would delay the commit (and the events a user waits for) by a signature.
     private func greet(_ key: [UInt8], framesWaiting: Bool) {
-        if outbox.book.withLockedValue({ $0.presenceDue(key, framesWaiting: framesWaiting) }) { send(to: key) }
+        guard outbox.book.withLockedValue({ $0.presenceDue(key, framesWaiting: framesWaiting) }) else { return }
+        store.afterCommit { [self] in send(to: key) }
     }
 
     /// A friend's PRESENCE (anyone else's is dropped).
