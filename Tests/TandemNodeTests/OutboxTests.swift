@@ -20,11 +20,16 @@ final class OutboxTests: XCTestCase {
     final class FakeLink: OutboxLink, @unchecked Sendable {
         let serial: UInt64
         private let box = NIOLockedValueBox<[Envelope]>([])
-        private let flushes = NIOLockedValueBox(0)
+        /// Writes (by type) and flushes, in order.
+        private let log = NIOLockedValueBox<[String]>([])
         init(serial: UInt64) { self.serial = serial }
-        func write(_ envelope: Envelope) { box.withLockedValue { $0.append(envelope) } }
-        func flush() { flushes.withLockedValue { $0 += 1 } }
+        func write(_ envelope: Envelope) {
+            box.withLockedValue { $0.append(envelope) }
+            log.withLockedValue { $0.append("\(envelope.type)") }
+        }
+        func flush() { log.withLockedValue { $0.append("flush") } }
         var written: [Envelope] { box.withLockedValue { $0 } }
+        var operations: [String] { log.withLockedValue { $0 } }
         var types: [MessageType] { written.map(\.type) }
     }
 
@@ -279,6 +284,8 @@ final class OutboxTests: XCTestCase {
         rig.transport.setLink(peer, link)
         await rig.outbox.deliver(to: peer)
         XCTAssertEqual(link.types, [.friendAccept, .presence])
+        // The accept is on its way before the PRESENCE is signed: flushed apart, in that order.
+        XCTAssertEqual(link.operations, ["\(MessageType.friendAccept)", "flush", "\(MessageType.presence)", "flush"])
         // Owed once: the next round writes neither again.
         await rig.outbox.deliver(to: peer)
         XCTAssertEqual(link.types, [.friendAccept, .presence])

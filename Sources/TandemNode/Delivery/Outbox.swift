@@ -351,10 +351,13 @@ final class Outbox: @unchecked Sendable {
             }
             link.write(env)
         }
+        link.flush()
+        // The PRESENCE owed after those frames follows them on the link, flushed apart: its
+        // signature is not worth delaying the FRIEND_ACCEPT it follows.
         if book.withLockedValue({ $0.takeOwedPresence(key) }), isFriend(key) {
             link.write(presence.envelope(from: identity, to: key, nowMs: nowMs))
+            link.flush()
         }
-        link.flush()
         // Written now or before on this link: resent only if no ACK comes in time. Frames that are
         // all scheduled later already (queued with this write in view, `send(to:)`) need no commit.
         let read = Set(items.map { Array($0.messageId) })
