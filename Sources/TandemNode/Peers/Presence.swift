@@ -71,11 +71,14 @@ final class PresenceService: Sendable {
 
     // MARK: On the core
 
-    /// Our status changed (a challenge started or ended): every friend with a link hears it now.
+    /// Our status changed (a challenge started or ended): every friend with a link hears it once
+    /// the step that changed it is durable, after that step's frames (a QUIT goes before the IDLE
+    /// it causes) and events.
     func setStatus(_ s: Tandem_V1_PresenceStatus) {
         guard state.set(s) else { return }
-        for key in health.read("read the friends", or: [], { try store.friendKeys() }) {
-            send(to: key)
+        let friends = health.read("read the friends", or: [], { try store.friendKeys() })
+        store.afterCommit { [self] in
+            for key in friends { send(to: key) }
         }
     }
 
