@@ -103,6 +103,7 @@ struct CountdownBench: AsyncParsableCommand {
         let sleepAfter = Self.sleepOvershoots(count: 200)
         let pings = try await Self.pingRoundTrips(to: anchor, count: 50)
         let syncs = try Self.syncedWrites(in: root, count: 50)
+        let idleSyncs = try Self.syncedWrites(in: root, count: 30, idleMs: 20)
 
         var ledgers: [String: Any] = [:]
         var ledgersOK = true
@@ -135,7 +136,7 @@ struct CountdownBench: AsyncParsableCommand {
         let overshoot = Percentiles(sleeps)
         // Two timers set for the same instant in two processes: how far apart they fire.
         let pairs = Percentiles(stride(from: 0, to: sleeps.count - 1, by: 2).map { abs(sleeps[$0] - sleeps[$0 + 1]) })
-        let ping = Percentiles(pings), sync = Percentiles(syncs)
+        let ping = Percentiles(pings), sync = Percentiles(syncs), idleSync = Percentiles(idleSyncs)
         let consistent = results.allSatisfy(\.consistent)
         let pass = start.p99 <= goalMs && end.p99 <= goalMs && consistent && ledgersOK
         let report: [String: Any] = [
@@ -159,6 +160,8 @@ struct CountdownBench: AsyncParsableCommand {
             "baseline_timer_pair_difference_ms": pairs.json,
             "baseline_signed_ping_rtt_ms": ping.json,
             "baseline_synced_write_ms": sync.json,
+            "baseline_synced_write_after_20ms_idle_ms": idleSync.json,
+            "ratio_synced_write_after_idle_p50_to_ping_rtt_p50": idleSync.p50 / max(ping.p50, 1e-6),
             "ratio_start_skew_p99_to_timer_pair_p99": start.p99 / max(pairs.p99, 1e-6),
             "ratio_end_skew_p99_to_timer_pair_p99": end.p99 / max(pairs.p99, 1e-6),
             "ratio_quit_latency_p50_to_ping_rtt_p50": quitRuns > 0 ? quit.p50 / max(ping.p50, 1e-6) : NSNull(),
@@ -241,14 +244,17 @@ struct CountdownBench: AsyncParsableCommand {
     }
 
     /// How long a 4 KiB write followed by fdatasync takes in `directory` (ms), `count` times: the
-    /// floor under every step a node stores before it tells anyone.
-    static func syncedWrites(in directory: URL, count: Int) throws -> [Double] {
+    /// floor under every step a node stores before it tells anyone. `idleMs`: the disk is left idle
+    /// that long before each write, as between the steps of a flow (on this project's VM an
+    /// fdatasync after 20 ms of idleness costs 4–5× one that follows another at once).
+    static func syncedWrites(in directory: URL, count: Int, idleMs: Int = 0) throws -> [Double] {
         let path = directory.appendingPathComponent("sync-probe").path
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
         guard fd >= 0 else { throw TandemBenchError("cannot open \(path)") }
         defer { close(fd); unlink(path) }
         let block = [UInt8](repeating: 0x5a, count: 4096)
         return try (0..<count).map { i in
+            if idleMs > 0 { usleep(UInt32(idleMs) * 1000) }
             let t0 = monotonicMicros()
             guard pwrite(fd, block, block.count, off_t(i % 16) * 4096) == block.count, fdatasync(fd) == 0 else {
                 throw TandemBenchError("cannot write \(path)")
