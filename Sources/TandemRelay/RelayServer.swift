@@ -21,6 +21,8 @@ public final class RelayServer: Service, @unchecked Sendable {
     let logger: Logger
     let book: NIOLockedValueBox<RelayBook>
     private let bound: EventLoopPromise<SocketAddress>
+    /// Whether `run` completed `bound` (deinit completes it otherwise).
+    private let boundCompleted = NIOLockedValueBox(false)
     let nextID = NIOLockedValueBox<UInt64>(0)
 
     struct Session {
@@ -77,7 +79,12 @@ public final class RelayServer: Service, @unchecked Sendable {
         self.bound = group.next().makePromise()
     }
 
-    deinit { bound.fail(TandemError("the relay was never started")) }
+    // Only a promise nobody completed: completing one off its loop schedules on that loop, and by
+    // the time a server that ran is released its loops may be shut down (NIO then prints an error
+    // line on stderr, beside the one line a refused start prints).
+    deinit {
+        if !boundCompleted.withLockedValue({ $0 }) { bound.fail(TandemError("the relay was never started")) }
+    }
 
     /// Raises the soft limit on open files to the hard limit and returns how many connections
     /// the relay may hold: that limit less a reserve for the store, logs and the metrics port.
@@ -126,10 +133,12 @@ public final class RelayServer: Service, @unchecked Sendable {
                                                     group: group) { [self] ch in try accept(ch) }
         } catch {
             let e = TandemError("cannot listen on \(configuration.listenHost):\(configuration.listenPort): \(error)")
+            boundCompleted.withLockedValue { $0 = true }
             bound.fail(e)
             throw e
         }
         let address = server.localAddress
+        boundCompleted.withLockedValue { $0 = true }
         bound.succeed(address)
         logger.info("relay listening", metadata: ["address": "\(self.address(bound: address))"])
         let sweeper = group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { [weak self] _ in
