@@ -86,6 +86,11 @@ public final class RelayServer: Service, @unchecked Sendable {
         if !boundCompleted.withLockedValue({ $0 }) { bound.fail(TandemError("the relay was never started")) }
     }
 
+    private func completeBound(_ result: Result<SocketAddress, Error>) {
+        boundCompleted.withLockedValue { $0 = true }
+        bound.completeWith(result)
+    }
+
     /// Raises the soft limit on open files to the hard limit and returns how many connections
     /// the relay may hold: that limit less a reserve for the store, logs and the metrics port.
     public static func connectionBudget(configuration: RelayConfiguration) -> Int {
@@ -133,13 +138,11 @@ public final class RelayServer: Service, @unchecked Sendable {
                                                     group: group) { [self] ch in try accept(ch) }
         } catch {
             let e = TandemError("cannot listen on \(configuration.listenHost):\(configuration.listenPort): \(error)")
-            boundCompleted.withLockedValue { $0 = true }
-            bound.fail(e)
+            completeBound(.failure(e))
             throw e
         }
         let address = server.localAddress
-        boundCompleted.withLockedValue { $0 = true }
-        bound.succeed(address)
+        completeBound(.success(address))
         logger.info("relay listening", metadata: ["address": "\(self.address(bound: address))"])
         let sweeper = group.next().scheduleRepeatedTask(initialDelay: .seconds(1), delay: .seconds(1)) { [weak self] _ in
             self?.sweep()
