@@ -93,7 +93,7 @@ public final class EventBus: Sendable {
 
     /// Stores the event and delivers it. Returns nil (and logs) when the log cannot store it.
     @discardableResult
-    public func emit(_ type: String, _ fields: [String: JSONValue] = [:]) -> NodeEvent? {
+    @NodeCore public func emit(_ type: String, _ fields: [String: JSONValue] = [:]) -> NodeEvent? {
         if log.holdsDelivery {
             // Inside a batch (on the core): stored with it, delivered once it commits. No bus lock:
             // another thread may hold it while it waits for the store this batch holds.

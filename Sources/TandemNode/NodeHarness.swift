@@ -27,60 +27,74 @@ public final class NodeHarness: @unchecked Sendable {
     /// Forgets everything stored (a fresh node with the same identity and services), so one
     /// harness can serve many short runs.
     public func reset() throws {
-        try runtime.friends.store.eraseAll()
+        try runtime.store.eraseAll()
     }
 
     /// Makes `key` a friend, as if a request and its acceptance had gone through.
     public func befriend(_ key: [UInt8], name: String = "friend") throws {
-        let store = runtime.friends.store
-        let now = runtime.outbox.now()
-        var request = Tandem_V1_FriendRequest()
-        request.contact = runtime.friends.contactRecord()
-        let frame = runtime.outbox.frame(.friendRequest, to: key, payload: try request.serializedBytes())
-        _ = try store.requestFriend(key, message: nil, frame: frame, nowMs: now)
-        _ = try store.receiveFriendAccept(from: key, displayName: name, record: [], recordVersion: 1, nowMs: now)
+        let runtime = self.runtime
+        try NodeCore.blocking {
+            let store = runtime.store
+            let now = runtime.outbox.now()
+            var request = Tandem_V1_FriendRequest()
+            request.contact = runtime.friends.contactRecord()
+            let frame = runtime.outbox.frame(.friendRequest, to: key, payload: try request.serializedBytes())
+            _ = try store.requestFriend(key, message: nil, frame: frame, nowMs: now)
+            _ = try store.receiveFriendAccept(from: key, displayName: name, record: [], recordVersion: 1, nowMs: now)
+        }
     }
 
-    /// A frame that passed the link rules, handed to the flows (as relay mail is), on the calling
-    /// thread: the harness runs no core thread of its own work, and is driven from one thread.
+    /// A frame that passed the link rules, handed to the flows (as relay mail is), on the core,
+    /// while the calling thread waits.
     public func deliver(_ envelope: Envelope) {
         let relay = RelayAddress(id: NodeID(publicKey: identity.publicKey), host: "127.0.0.1", port: 1)
-        runtime.frameRouter.handle([.mail(envelope, relay: relay, done: {})])
+        let router = runtime.frameRouter
+        NodeCore.blocking { router.handle([.mail(envelope, relay: relay, done: {})]) }
     }
 
     /// One round of the challenge loop (expiries, starts, commits).
     public func tick() {
-        runtime.challenges.tick()
+        let challenges = runtime.challenges
+        NodeCore.blocking { challenges.tick() }
     }
 
     /// Our invites and challenges, as the user would act on them.
     public func acceptFirstInvite() {
-        guard let c = try? runtime.friends.store.challenges(phases: [.invited]).first(where: { !$0.isInviter }) else { return }
-        _ = try? runtime.challenges.mutate(c.id) { try $0.accept() }
+        let (store, challenges) = (runtime.store, runtime.challenges)
+        NodeCore.blocking {
+            // The fuzz target drives hostile input: a step refused is an expected outcome here.
+            guard let c = try? store.challenges(phases: [.invited]).first(where: { !$0.isInviter }) else { return }
+            _ = try? challenges.mutate(c.id) { try $0.accept() }
+        }
     }
 
     public func quitRunning(elapsedMs: Int64) {
-        for c in (try? runtime.friends.store.challenges(phases: [.scheduled, .running])) ?? [] {
-            _ = try? runtime.challenges.mutate(c.id) { try $0.quit(elapsedMs: elapsedMs, reason: "fuzz") }
+        let (store, challenges) = (runtime.store, runtime.challenges)
+        NodeCore.blocking {
+            // As above: refusals are expected outcomes of hostile input.
+            for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] {
+                _ = try? challenges.mutate(c.id) { try $0.quit(elapsedMs: elapsedMs, reason: "fuzz") }
+            }
         }
     }
 
     /// Ends every scheduled or running challenge now (what its end timer would do).
     public func endAll() {
-        for c in (try? runtime.friends.store.challenges(phases: [.scheduled, .running])) ?? [] {
-            runtime.challenges.endNow(c.id)
+        let (store, challenges) = (runtime.store, runtime.challenges)
+        NodeCore.blocking {
+            for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] { challenges.endNow(c.id) }
         }
     }
 
     /// Rows the node itself stored that its own start-up validation would set aside: always none,
     /// whatever peers sent (the fuzz target's invariant). Read-only: reports, moves nothing.
     public func invalidStoredRows() throws -> [String] {
-        try runtime.friends.store.challengeRowsFailingValidation()
+        try runtime.store.challengeRowsFailingValidation()
     }
 
     /// Rows in the store's contact, outbox and handled-id tables (to check that strangers are bounded).
     public func counts() throws -> (contacts: Int, outbox: Int, handled: Int) {
-        let store = runtime.friends.store
+        let store = runtime.store
         return (try store.contactCount(), try store.outboxCount(), try store.handledCounts().all)
     }
 }

@@ -46,8 +46,8 @@ public final class NodeRuntime: Sendable {
     public let backup: BackupService
     /// Local focus: modes, keys, the lock and its blocking.
     public let focus: FocusService
-    /// The one owner of the node's state: every store access and flow step runs on its thread.
-    let core: NodeCore
+    /// Inbound frames and link events on their way to the node core (`@NodeCore`), bounded.
+    let inbound: InboundLane
     /// Frames owed to peers, until acknowledged.
     let outbox: Outbox
     /// Who of our friends is online; our status.
@@ -97,51 +97,51 @@ public final class NodeRuntime: Sendable {
         // Built in dependency order, each with what it needs; nothing is wired in afterwards.
         let health = StoreHealth(logger: logger)
         let signals = NodeSignals()
-        let core = NodeCore()
-        (self.health, self.signals, self.core) = (health, signals, core)
+        let inbound = InboundLane()
+        (self.health, self.signals, self.inbound) = (health, signals, inbound)
         let peers = PeerManager(identity: identity, gate: gate, options: configuration.link, group: group, logger: logger,
-                                handler: core)
+                                handler: inbound)
         self.peers = peers
         self.listener = NodeListener(identity: identity, configuration: configuration, gate: gate,
                                      delegate: peers, group: group, logger: logger)
         let events = EventBus(log: eventLog ?? StoreEventLog(store: store), logger: logger)
         self.eventBus = events
         let relays = RelayClient(identity: identity, store: store, peers: peers, gate: gate, options: configuration.link,
-                                 events: events, core: core, health: health, signals: signals, logger: logger)
+                                 events: events, inbound: inbound, health: health, signals: signals, logger: logger)
         self.relays = relays
         let friendsConfig = configuration.friends
         let presenceState = PresenceState(heartbeatSeconds: UInt32(clamping: friendsConfig.heartbeat.nanoseconds / 1_000_000_000))
         var outboxConfig = Outbox.Configuration()
         outboxConfig.retryTick = .nanoseconds(friendsConfig.retryTick.nanoseconds)
-        let outbox = Outbox(identity: identity, store: store, core: core,
-                            transport: Dialer(store: store, core: core, peers: peers, relays: relays, health: health, logger: logger),
+        let outbox = Outbox(identity: identity, store: store,
+                            transport: Dialer(store: store, peers: peers, relays: relays, health: health, logger: logger),
                             presence: presenceState, events: events, health: health, signals: signals,
                             configuration: outboxConfig, logger: logger)
         self.outbox = outbox
         let presence = PresenceService(state: presenceState, store: store, peers: peers, outbox: outbox, events: events,
-                                       health: health, core: core, heartbeat: .nanoseconds(friendsConfig.heartbeat.nanoseconds),
+                                       health: health, heartbeat: .nanoseconds(friendsConfig.heartbeat.nanoseconds),
                                        silenceLimit: .nanoseconds(friendsConfig.silenceLimit.nanoseconds), logger: logger)
         self.presence = presence
-        let friends = FriendService(identity: identity, store: store, core: core, peers: peers, outbox: outbox, presence: presence,
+        let friends = FriendService(identity: identity, store: store, peers: peers, outbox: outbox, presence: presence,
                                     relays: relays, events: events, health: health, signals: signals,
                                     configuration: friendsConfig, logger: logger)
         self.friends = friends
         let clock = ClockSync(peers: peers, signals: signals)
         self.clock = clock
-        let focus = try FocusService(identity: identity, store: store, core: core, events: events, health: health, signals: signals,
+        let focus = try FocusService(identity: identity, store: store, events: events, health: health, signals: signals,
                                      configuration: configuration.focus, dataDirectory: dataDirectory, logger: logger)
         self.focus = focus
-        let challenges = ChallengeService(identity: identity, store: store, core: core, peers: peers, events: events, outbox: outbox,
+        let challenges = ChallengeService(identity: identity, store: store, peers: peers, events: events, outbox: outbox,
                                           presence: presence, clock: clock, focus: focus, health: health, signals: signals, logger: logger)
         self.challenges = challenges
-        let backup = BackupService(identity: identity, store: store, core: core, peers: peers,
-                                   dialer: Dialer(store: store, core: core, peers: peers, relays: relays, health: health, logger: logger),
+        let backup = BackupService(identity: identity, store: store, peers: peers,
+                                   dialer: Dialer(store: store, peers: peers, relays: relays, health: health, logger: logger),
                                    outbox: outbox, events: events, health: health, signals: signals, dataDirectory: dataDirectory,
                                    logger: logger, kitProvider: RecoveryKit.provider)
         self.backup = backup
         self.frameRouter = NodeFrameRouter(friends: friends, presence: presence, outbox: outbox, clock: clock, challenges: challenges,
                                            backup: backup, store: store, events: events, health: health)
-        self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store, core: core,
+        self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store,
                                   events: events, health: health, configuration: configuration.vault, group: group, logger: logger)
         let discoverable = DiscoverableSetting(store: store, signals: signals, health: health)
         self.discoverable = discoverable
@@ -150,7 +150,7 @@ public final class NodeRuntime: Sendable {
             self.discovery = DiscoveryService(
                 identity: identity, configuration: discoveryConfig, group: group, logger: logger,
                 state: { beaconState.withLockedValue { $0 } },
-                onSighting: { core.sighted($0) })
+                onSighting: { inbound.sighted($0) })
         } else {
             self.discovery = nil
         }
@@ -164,24 +164,20 @@ public final class NodeRuntime: Sendable {
         events.registerControlMethods(on: router)
         friends.registerControlMethods(on: router, discoverable: discoverable)
         challenges.registerControlMethods(on: router)
-        relays.registerControlMethods(on: router, friends: friends, core: core)
+        relays.registerControlMethods(on: router, friends: friends)
         vault.registerControlMethods(on: router)
         backup.registerControlMethods(on: router)
         focus.registerControlMethods(on: router)
         registerStatus()
+        // Stored on the core, in a step of their own, before anything the services do there.
         for row in quarantined {
-            events.emit("store.quarantined", ["kind": .string(row.kind), "key": .string(hexString(row.rowKey)),
-                                              "reason": .string(row.reason)])
+            let fields: [String: JSONValue] = ["kind": .string(row.kind), "key": .string(hexString(row.rowKey)), "reason": .string(row.reason)]
+            NodeCore.submit { events.emit("store.quarantined", fields) }
         }
     }
 
-    /// The core's thread ends with the node (a node that was never run included).
-    deinit {
-        core.stop()
-    }
-
     /// On the core: what beacons say now.
-    func refreshBeaconState() {
+    @NodeCore func refreshBeaconState() {
         let port = listener.boundAddressNow?.port ?? 0
         let state = DiscoveryState(discoverable: discoverable.isDiscoverable, displayName: friends.displayName, tcpPort: port,
                                    friends: health.read("read the friends", or: []) { try store.friendKeys() })
@@ -191,12 +187,12 @@ public final class NodeRuntime: Sendable {
     private func registerStatus() {
         router.register("node.status") { [self] _ in
             let address = try? await listener.boundAddress
-            return try await core.perform { try self.status(address: address) }
+            return try await NodeCore.perform { try self.status(address: address) }
         }
     }
 
     /// On the core: what `tandem status` shows.
-    private func status(address: SocketAddress?) throws -> JSONValue {
+    @NodeCore private func status(address: SocketAddress?) throws -> JSONValue {
             var o: [String: JSONValue] = [:]
             o["id"] = .string(id.canonical)
             o["display"] = .string(id.display)
@@ -215,9 +211,9 @@ public final class NodeRuntime: Sendable {
                 .object(["kind": .string($0.kind), "key": .string(hexString($0.rowKey)), "reason": .string($0.reason), "at_ms": .int($0.atMs)])
             })
             o["store_errors"] = .int(Int64(health.errors))
-            o["frames_dropped_queue_full"] = .int(Int64(core.dropped))
-            o["links_paused_queue_full"] = .int(Int64(core.pausedLinks))
-            o["frames_waiting"] = .int(Int64(core.pendingFrames))
+            o["frames_dropped_queue_full"] = .int(Int64(inbound.dropped))
+            o["links_paused_queue_full"] = .int(Int64(inbound.pausedLinks))
+            o["frames_waiting"] = .int(Int64(inbound.pendingFrames))
             o["transport"] = transportStatus()
             o["focus"] = focus.statusJSON()
             return .object(o)
@@ -249,7 +245,7 @@ public final class NodeRuntime: Sendable {
     public var services: [Service] {
         var services: [Service] = [listener]
         if let controlServer { services.append(controlServer) }
-        services.append(CoreInbound(core: core, router: frameRouter))
+        services.append(CoreInbound(inbound: inbound, router: frameRouter))
         services.append(FriendLoops(node: self))
         services.append(ChallengeLoop(challenges: challenges, listener: listener))
         services.append(RelayLoop(relays: relays, listener: listener))
@@ -290,11 +286,11 @@ public final class NodeRuntime: Sendable {
 
 /// Hands inbound frames and link events to the flows, on the core, until shutdown.
 struct CoreInbound: Service {
-    let core: NodeCore
+    let inbound: InboundLane
     let router: NodeFrameRouter
 
     func run() async throws {
-        await cancelWhenGracefulShutdown { await core.consume(with: router) }
+        await cancelWhenGracefulShutdown { await inbound.consume(with: router) }
     }
 }
 
@@ -306,12 +302,12 @@ struct DiscoveryAfterListener: Service {
 
     func run() async throws {
         _ = try await node.listener.boundAddress
-        await node.core.run { node.refreshBeaconState() }
+        await NodeCore.run { node.refreshBeaconState() }
         let changes = node.signals.subscribe(keepingNewest: 1) { [.friendsChanged, .discoverableChanged, .nameChanged].contains($0) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 await changes.coalesced(over: NodeSignals.settle) {
-                    await node.core.run { node.refreshBeaconState() }
+                    await NodeCore.run { node.refreshBeaconState() }
                     discovery.announceNow()
                 }
             }
@@ -329,7 +325,7 @@ struct FriendLoops: Service {
     func run() async throws {
         if let port = try? await node.listener.boundAddress.port {
             let friends = node.friends
-            await node.core.run { node.health.attempt("announce the listening port") { try friends.listening(on: port) } }
+            await NodeCore.run { node.health.attempt("announce the listening port") { try friends.listening(on: port) } }
         }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
@@ -370,11 +366,11 @@ struct NodeAnnouncer: Service {
 
     func run() async throws {
         let address = try await node.listener.boundAddress
-        node.eventBus.emit("node.started", ["id": .string(node.id.canonical), "address": .string(address.hostPort)])
+        await node.eventBus.emit("node.started", ["id": .string(node.id.canonical), "address": .string(address.hostPort)])
         // Stay up until shutdown: a service that returns would end the whole group.
         try? await gracefulShutdown()
         if !Task.isCancelled {
-            node.eventBus.emit("node.stopping", ["id": .string(node.id.canonical)])
+            await node.eventBus.emit("node.stopping", ["id": .string(node.id.canonical)])
         }
     }
 }

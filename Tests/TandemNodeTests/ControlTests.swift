@@ -372,7 +372,7 @@ final class ControlTests: XCTestCase {
             try raw.send(#"{"id":1,"method":"events.subscribe","params":{}}"#)
             let subscribed = await eventually { bus.subscriberCount == 1 }
             XCTAssertTrue(subscribed)
-            bus.emit("x.test", ["n": 1])
+            await bus.emit("x.test", ["n": 1])
             let event = try raw.readLine()
             XCTAssertEqual(event?["id"], 1)
             XCTAssertEqual(event?["event"]?["type"], "x.test")
@@ -387,7 +387,7 @@ final class ControlTests: XCTestCase {
         let router = ControlRouter()
         let bus = EventBus(log: InMemoryEventLog())
         bus.registerControlMethods(on: router)
-        for i in 1...5 { bus.emit(i % 2 == 0 ? "friend.added" : "other", ["i": .int(Int64(i))]) }
+        for i in 1...5 { await bus.emit(i % 2 == 0 ? "friend.added" : "other", ["i": .int(Int64(i))]) }
         try await withServer(router: router) { _, dir in
             let client = try await ControlClient.connect(dataDirectory: dir)
             defer { client.close() }
@@ -413,7 +413,7 @@ final class ControlTests: XCTestCase {
             for try await item in stream {
                 let event = try XCTUnwrap(NodeEvent(json: item))
                 received.append(event.seq)
-                if event.seq == 5 { bus.emit("later") }
+                if event.seq == 5 { await bus.emit("later") }
                 if event.seq == 6 { break }
             }
             XCTAssertEqual(received, [4, 5, 6])
@@ -429,7 +429,7 @@ final class ControlTests: XCTestCase {
 
     private func replayThenLiveRound() async throws {
         let bus = EventBus(log: InMemoryEventLog(capacity: 100_000))
-        for i in 0..<500 { bus.emit("before", ["i": .int(Int64(i))]) }
+        for i in 0..<500 { await bus.emit("before", ["i": .int(Int64(i))]) }
         let emitters = 4, perEmitter = 500
         let total = 500 + emitters * perEmitter
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -453,7 +453,7 @@ final class ControlTests: XCTestCase {
             for e in 0..<emitters {
                 group.addTask {
                     for i in 0..<perEmitter {
-                        bus.emit("during", ["e": .int(Int64(e)), "i": .int(Int64(i))])
+                        await bus.emit("during", ["e": .int(Int64(e)), "i": .int(Int64(i))])
                         if i % 50 == 0 { await Task.yield() }
                     }
                 }
@@ -466,9 +466,9 @@ final class ControlTests: XCTestCase {
 
     func testLiveOnlySubscriptionStartsNow() async throws {
         let bus = EventBus(log: InMemoryEventLog())
-        bus.emit("old")
+        await bus.emit("old")
         let stream = bus.subscribe(since: nil)
-        bus.emit("new")
+        await bus.emit("new")
         var iterator = stream.makeAsyncIterator()
         let event = await iterator.next()
         XCTAssertEqual(event?.type, "new")
@@ -478,7 +478,7 @@ final class ControlTests: XCTestCase {
     func testSlowSubscriberOverflowIsBounded() async throws {
         let bus = EventBus(log: InMemoryEventLog(capacity: 100_000), subscriberBuffer: 100)
         let stream = bus.subscribe(since: nil)
-        for i in 0..<5000 { bus.emit("flood", ["i": .int(Int64(i))]) }
+        for i in 0..<5000 { await bus.emit("flood", ["i": .int(Int64(i))]) }
         XCTAssertEqual(bus.subscriberCount, 0, "the overflowing subscriber was dropped at once")
         var events: [NodeEvent] = []
         for await event in stream { events.append(event) }
@@ -496,12 +496,12 @@ final class ControlTests: XCTestCase {
 
     func testOverflowWhileReplaying() async throws {
         let bus = EventBus(log: InMemoryEventLog(capacity: 100_000), subscriberBuffer: 10)
-        for _ in 0..<1000 { bus.emit("stored") }
+        for _ in 0..<1000 { await bus.emit("stored") }
         var iterator = bus.subscribe(since: 0).makeAsyncIterator()
         let first = await iterator.next()
         XCTAssertEqual(first?.seq, 1)
         // Replay pages come from the log, so stored events do not count; live ones do.
-        for _ in 0..<50 { bus.emit("live") }
+        for _ in 0..<50 { await bus.emit("live") }
         var seqs: [Int64] = []
         var marker: NodeEvent?
         while let event = await iterator.next() {

@@ -5,8 +5,9 @@ import TandemProtocol
 import XCTest
 @testable import TandemNode
 
-/// The node core's bounded inbound stream: links are paused, not frames dropped, when it is full,
-/// and read again once it has drained to half; work goes before inbound events; order is kept.
+/// The node core (`@NodeCore`, one thread) and a node's bounded inbound lane: links are paused, not
+/// frames dropped, when the lane is full, and read again once it has drained to half; work goes
+/// before inbound events; order is kept.
 final class NodeCoreTests: XCTestCase {
     final class FakeLink: PausableLink, @unchecked Sendable {
         let serial: UInt64
@@ -27,7 +28,7 @@ final class NodeCoreTests: XCTestCase {
         let gate = ConditionLock(value: 0)
         private let seen = NIOLockedValueBox<[[UInt8]]>([])
         var authors: [[UInt8]] { seen.withLockedValue { $0 } }
-        func handle(_ events: [InboundEvent]) {
+        @NodeCore func handle(_ events: [InboundEvent]) {
             for event in events {
                 if case .sighting(let s) = event { seen.withLockedValue { $0.append(s.publicKey) } }
             }
@@ -52,7 +53,7 @@ final class NodeCoreTests: XCTestCase {
     }
 
     func testAFullQueuePausesTheLinkInsteadOfDroppingAndResumesAtHalf() async throws {
-        let core = NodeCore(maximumPending: 8, maximumPendingPerAuthor: 8, niceIncrement: 0)
+        let core = InboundLane(maximumPending: 8, maximumPendingPerAuthor: 8)
         let key = SigningKeyPair.generate().publicKey
         let link = FakeLink(serial: 1, key: key)
         // No consumer yet: events wait.
@@ -78,7 +79,7 @@ final class NodeCoreTests: XCTestCase {
     }
 
     func testOneAuthorsShareIsBoundedApartFromOthers() async throws {
-        let core = NodeCore(maximumPending: 100, maximumPendingPerAuthor: 4, niceIncrement: 0)
+        let core = InboundLane(maximumPending: 100, maximumPendingPerAuthor: 4)
         let flooder = SigningKeyPair.generate().publicKey, friend = SigningKeyPair.generate().publicKey
         let flooding = FakeLink(serial: 1, key: flooder), friendly = FakeLink(serial: 2, key: friend)
         for _ in 0..<5 { core.enqueue(.sighting(sighting(flooder)), author: flooder, pausing: flooding) }
@@ -88,7 +89,7 @@ final class NodeCoreTests: XCTestCase {
     }
 
     func testSightingsWithNoLinkAreDroppedWhenFullAndCounted() {
-        let core = NodeCore(maximumPending: 2, maximumPendingPerAuthor: 2, niceIncrement: 0)
+        let core = InboundLane(maximumPending: 2, maximumPendingPerAuthor: 2)
         let key = SigningKeyPair.generate().publicKey
         for _ in 0..<5 { core.sighted(sighting(key)) }
         XCTAssertEqual(core.pendingFrames, 2)
@@ -96,10 +97,10 @@ final class NodeCoreTests: XCTestCase {
     }
 
     func testWorkRunsBeforeWaitingInboundEventsAndInOrder() async throws {
-        let core = NodeCore(niceIncrement: 0)
+        let lane = InboundLane()
         let order = NIOLockedValueBox<[Int]>([])
         let results = try await withThrowingTaskGroup(of: Int.self) { group in
-            for i in 0..<20 { group.addTask { try await core.perform { order.withLockedValue { $0.append(i) }; return i } } }
+            for i in 0..<20 { group.addTask { try await NodeCore.perform { order.withLockedValue { $0.append(i) }; return i } } }
             return try await group.reduce(into: []) { $0.append($1) }
         }
         XCTAssertEqual(Set(results), Set(0..<20))
@@ -107,18 +108,17 @@ final class NodeCoreTests: XCTestCase {
         // Errors come back to the caller.
         struct Boom: Error {}
         do {
-            _ = try await core.perform { () throws -> Int in throw Boom() }
+            _ = try await NodeCore.perform { () throws -> Int in throw Boom() }
             XCTFail("expected an error")
         } catch is Boom {}
         // Inbound events wait behind work, and keep their order.
         let consumer = GatedConsumer()
         let keys = (0..<5).map { _ in SigningKeyPair.generate().publicKey }
-        for k in keys { core.enqueue(.sighting(sighting(k)), author: k, pausing: nil) }
-        let task = Task { await core.consume(with: consumer) }
-        // The consumer blocks on the first event; work submitted now still runs (the lane goes first
-        // once the current event is done).
+        for k in keys { lane.enqueue(.sighting(sighting(k)), author: k, pausing: nil) }
+        let task = Task { await lane.consume(with: consumer) }
+        // The consumer blocks on its batch; work submitted now still runs once it is done.
         let ran = NIOLockedValueBox(false)
-        core.submit { ran.withLockedValue { $0 = true } }
+        NodeCore.submit { ran.withLockedValue { $0 = true } }
         consumer.open()
         let done = await eventually { consumer.authors.count == 5 && ran.withLockedValue { $0 } }
         XCTAssertTrue(done)
@@ -127,17 +127,54 @@ final class NodeCoreTests: XCTestCase {
         await task.value
     }
 
-    func testACoreNobodyHoldsIsReleasedAndItsThreadEnds() async throws {
-        weak var released: NodeCore?
-        do {
-            let core = NodeCore(niceIncrement: 0)
-            released = core
-            let answer = await core.run { 42 }
-            XCTAssertEqual(answer, 42)
+    /// Work submitted while a batch runs goes before the lane's next batch.
+    func testWorkSubmittedDuringABatchGoesBeforeTheNextBatch() async throws {
+        let lane = InboundLane()
+        let log = NIOLockedValueBox<[String]>([])
+        final class Recorder: InboundConsumer {
+            let log: NIOLockedValueBox<[String]>
+            init(_ log: NIOLockedValueBox<[String]>) { self.log = log }
+            @NodeCore func handle(_ events: [InboundEvent]) {
+                log.withLockedValue { $0.append("batch \(events.count)") }
+                // Work handed in from inside a batch (a timer, a control intent) waits for it only.
+                if log.withLockedValue({ $0.count }) == 1 { NodeCore.submit { self.log.withLockedValue { $0.append("work") } } }
+            }
         }
-        // The thread holds it only during a step (a second at most while idle).
+        let key = SigningKeyPair.generate().publicKey
+        for _ in 0..<(InboundLane.maximumBatch + 1) { lane.enqueue(.sighting(sighting(key)), author: nil, pausing: nil) }
+        let task = Task { await lane.consume(with: Recorder(log)) }
+        let done = await eventually { log.withLockedValue { $0.count } == 3 }
+        XCTAssertTrue(done)
+        XCTAssertEqual(log.withLockedValue { $0 }, ["batch \(InboundLane.maximumBatch)", "work", "batch 1"])
+        task.cancel()
+        await task.value
+    }
+
+    /// Code isolated to `@NodeCore` runs on the core's one thread, whoever calls it.
+    func testCoreWorkRunsOnTheCoresThread() async throws {
+        let onCore = await NodeCore.run { CoreExecutor.shared.isCurrent }
+        XCTAssertTrue(onCore)
+        XCTAssertFalse(CoreExecutor.shared.isCurrent)
+        let fromBlocking = NodeCore.blocking { CoreExecutor.shared.isCurrent }
+        XCTAssertTrue(fromBlocking)
+    }
+
+    func testALaneNobodyHoldsIsReleased() async throws {
+        weak var released: InboundLane?
+        do {
+            let lane = InboundLane()
+            released = lane
+            lane.enqueue(.sighting(sighting(SigningKeyPair.generate().publicKey)), author: nil, pausing: nil)
+            let consumer = GatedConsumer()
+            consumer.open()
+            let task = Task { await lane.consume(with: consumer) }
+            let drained = await eventually { consumer.authors.count == 1 }
+            XCTAssertTrue(drained)
+            task.cancel()
+            await task.value
+        }
         let gone = await eventually { released == nil }
-        XCTAssertTrue(gone, "the core's thread keeps it alive")
+        XCTAssertTrue(gone, "the core keeps a lane only while it has a turn")
     }
 
 }

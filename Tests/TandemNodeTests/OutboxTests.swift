@@ -10,6 +10,7 @@ import XCTest
 /// The outbox over an in-memory (or temporary) store, a manual clock and a fake transport: what it
 /// writes on which link, when it resends, dials, backs off and deposits mail, and exactly-once
 /// across a restart.
+@NodeCore
 final class OutboxTests: XCTestCase {
     final class ManualClock: Sendable {
         private let ms = NIOLockedValueBox<Int64>(1_800_000_000_000)
@@ -64,7 +65,6 @@ final class OutboxTests: XCTestCase {
     struct Rig {
         let me: SigningKeyPair
         let store: NodeStore
-        let core: NodeCore
         let transport: FakeTransport
         let clock: ManualClock
         let events: EventBus
@@ -74,21 +74,20 @@ final class OutboxTests: XCTestCase {
         init(me: SigningKeyPair = .generate(), store: NodeStore? = nil, clock: ManualClock = ManualClock()) throws {
             self.me = me
             self.store = try store ?? NodeStore.inMemory()
-            core = NodeCore(niceIncrement: 0)
             transport = FakeTransport()
             self.clock = clock
             var logger = Logger(label: "test")
             logger.logLevel = .critical
             log = InMemoryEventLog()
             events = EventBus(log: log, logger: logger)
-            outbox = Outbox(identity: me, store: self.store, core: core, transport: transport,
+            outbox = Outbox(identity: me, store: self.store, transport: transport,
                             presence: PresenceState(heartbeatSeconds: 10), events: events, health: StoreHealth(logger: logger),
                             signals: nil, logger: logger, clock: { [clock] in clock.now })
         }
 
         /// A friend request to `key`, stored with its frame as the friends flow does.
         @discardableResult
-        func request(_ key: [UInt8]) throws -> OutboxItem {
+        @NodeCore func request(_ key: [UInt8]) throws -> OutboxItem {
             let item = outbox.frame(.friendRequest, to: key, payload: try Tandem_V1_FriendRequest().serializedBytes())
             _ = try store.requestFriend(key, message: "hi", frame: item, nowMs: clock.now)
             return item
@@ -129,7 +128,7 @@ final class OutboxTests: XCTestCase {
         rig.transport.setLink(peer, link)
         let start = rig.clock.now
         let commitsBefore = rig.store.commits
-        let item = try await rig.core.perform { () -> OutboxItem in
+        let item = try await NodeCore.perform { () -> OutboxItem in
             var item: OutboxItem?
             try rig.store.batch {
                 item = try rig.request(peer)
@@ -162,7 +161,7 @@ final class OutboxTests: XCTestCase {
         let rig = try Rig()
         let peer = SigningKeyPair.generate().publicKey
         rig.transport.setLink(peer, FakeLink(serial: 1))
-        let item = try await rig.core.perform { () -> OutboxItem in
+        let item = try await NodeCore.perform { () -> OutboxItem in
             var item: OutboxItem?
             try rig.store.batch {
                 item = try rig.request(peer)
@@ -183,9 +182,9 @@ final class OutboxTests: XCTestCase {
         let rig = try Rig()
         let peer = SigningKeyPair.generate().publicKey
         let item = try rig.request(peer)
-        await rig.core.run { rig.outbox.delivered(Array(item.messageId), by: SigningKeyPair.generate().publicKey) }
+        await NodeCore.run { rig.outbox.delivered(Array(item.messageId), by: SigningKeyPair.generate().publicKey) }
         XCTAssertEqual(try rig.store.outbox(for: peer).count, 1, "someone else's ACK changes nothing")
-        await rig.core.run { rig.outbox.delivered(Array(item.messageId), by: peer) }
+        await NodeCore.run { rig.outbox.delivered(Array(item.messageId), by: peer) }
         XCTAssertEqual(try rig.store.outbox(for: peer).count, 0)
         XCTAssertTrue(try rig.eventTypes().contains("outbox.delivered"))
         // After the ACK nothing is written on a later link.
@@ -204,7 +203,7 @@ final class OutboxTests: XCTestCase {
         error.code = .replayed
         error.refMessageID = item.messageId
         let reported = error
-        await rig.core.run { rig.outbox.peerReportedError(reported, from: peer) }
+        await NodeCore.run { rig.outbox.peerReportedError(reported, from: peer) }
         XCTAssertEqual(try rig.store.outboxCount(), 0)
     }
 
@@ -310,7 +309,7 @@ final class OutboxTests: XCTestCase {
         rig.transport.setLink(peer, link)
         await rig.outbox.deliverDue()
         XCTAssertEqual(link.written.map(\.messageID.bytes), [Array(item.messageId)])
-        await rig.core.run { rig.outbox.delivered(Array(item.messageId), by: peer) }
+        await NodeCore.run { rig.outbox.delivered(Array(item.messageId), by: peer) }
         // Acknowledged, then another restart: never written again.
         let again = try Rig(me: me, store: try NodeStore(path: path), clock: clock)
         let later = FakeLink(serial: 2)

@@ -83,7 +83,7 @@ final class VaultServiceTests: XCTestCase {
         var configuration = VaultService.Configuration()
         configuration.keyParameters = .testing
         let clock = self.clock
-        let service = VaultService(directory: root.appendingPathComponent("vault"), store: store, core: NodeCore(),
+        let service = VaultService(directory: root.appendingPathComponent("vault"), store: store,
                                    events: EventBus(log: StoreEventLog(store: store), logger: logger),
                                    health: StoreHealth(logger: logger), configuration: configuration,
                                    group: MultiThreadedEventLoopGroup.singleton, logger: logger,

@@ -7,7 +7,7 @@ import TandemVault
 
 /// The control-socket methods of backups (Protocol/control.md "Backups").
 extension BackupService {
-    func registerControlMethods(on router: ControlRouter) {
+    nonisolated func registerControlMethods(on router: ControlRouter) {
         router.register("backup.offer") { [self] params in
             let friend = try FriendService.key(params)
             guard let quota = params["quota_bytes"]?.intValue else { throw NodeError.invalidArgument("missing parameter 'quota_bytes'") }
@@ -29,7 +29,7 @@ extension BackupService {
 
     /// The holder named by `from`/`to`, or every holder that offered us space.
     func holders(_ params: JSONValue, _ name: String) async throws -> [[UInt8]] {
-        let offered = try await core.perform { try self.receivedOffers() }.map(\.0)
+        let offered = try await NodeCore.perform { try self.receivedOffers() }.map(\.0)
         if params[name]?.stringValue != nil {
             let key = try FriendService.key(params, name)
             guard offered.contains(key) else {
@@ -46,7 +46,7 @@ extension BackupService {
     // MARK: - Offers and status
 
     func offers() async throws -> JSONValue {
-        let received = try await core.perform { try self.receivedOffers() }
+        let received = try await NodeCore.perform { try self.receivedOffers() }
         let given = holder.offersGiven()
         return [
             "given": .array(given.map {
@@ -61,7 +61,7 @@ extension BackupService {
     }
 
     func status() async throws -> JSONValue {
-        let (received, pushed, pending) = try await core.perform { () -> ([([UInt8], ReceivedOffer)], [String: PushedRecord], Set<String>) in
+        let (received, pushed, pending) = try await NodeCore.perform { () -> ([([UInt8], ReceivedOffer)], [String: PushedRecord], Set<String>) in
             let pushed = try self.store.settings(prefix: Self.pushedPrefix).reduce(into: [String: PushedRecord]()) { acc, kv in
                 if let r = PushedRecord.decode(kv.value) { acc[String(kv.key.dropFirst(Self.pushedPrefix.count))] = r }
             }
@@ -145,7 +145,7 @@ extension BackupService {
         var reports: [JSONValue] = []
         var failed = false
         for h in targets {
-            let record = try await core.perform {
+            let record = try await NodeCore.perform {
                 try self.store.setting(Self.pushedPrefix + hexString(h)).flatMap(PushedRecord.decode)
             }
             guard let record else {
@@ -204,7 +204,7 @@ extension BackupService {
                     if !ok {
                         let why = answer?.status == .ok ? "altered" : "lost"
                         failures.append(["blob": .string(c.name.description), "problem": .string(why)])
-                        events.emit("backup.verify.failed", ["from": .string(NodeID(publicKey: h).canonical), "blob": .string(c.name.description),
+                        await events.emit("backup.verify.failed", ["from": .string(NodeID(publicKey: h).canonical), "blob": .string(c.name.description),
                                                              "problem": .string(why)])
                     }
                 }

@@ -158,7 +158,7 @@ final class BackupHolder: @unchecked Sendable {
                 _ = book.endOffer(owner: owner)
                 files?.removeOwner(owner)
                 nextSnapshot[owner] = nil
-                events.emit("backup.offer.ended", ["owner": .string(NodeID(publicKey: owner).canonical), "reason": .string("not a friend")])
+                NodeCore.submit { [events] in _ = events.emit("backup.offer.ended", ["owner": .string(NodeID(publicKey: owner).canonical), "reason": .string("not a friend")]) }
             }
             pruneRunning()
         }
@@ -378,8 +378,9 @@ final class BackupHolder: @unchecked Sendable {
                 book = saved
                 return
             }
-            events.emit("backup.held", ["owner": .string(NodeID(publicKey: owner).canonical),
-                                        "blobs": .int(Int64(m.record.blobs.count)), "bytes": .int(m.record.totalBytes)])
+            let fields: [String: JSONValue] = ["owner": .string(NodeID(publicKey: owner).canonical),
+                                               "blobs": .int(Int64(m.record.blobs.count)), "bytes": .int(m.record.totalBytes)]
+            NodeCore.submit { [events] in events.emit("backup.held", fields) }
         }
         send(.backupReply, reply.payload, on: link)
     }

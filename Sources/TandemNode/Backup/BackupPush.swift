@@ -72,7 +72,7 @@ struct PushedRecord: Codable, Sendable {
     var blobs: [BlobName]
     var kitDigest: String?
 
-    static func decode(_ text: String) -> PushedRecord? {
+    nonisolated static func decode(_ text: String) -> PushedRecord? {
         guard let r = try? JSONDecoder().decode(PushedRecord.self, from: Data(text.utf8)),
               r.blobs.count <= BackupLimits.blobsPerSnapshot, (0...BackupLimits.maximumSnapshotBytes).contains(r.totalBytes) else { return nil }
         return r
@@ -89,7 +89,7 @@ struct LocalBlobs {
     var packURLs: [BlobName: URL] = [:]
     private var open: (name: BlobName, file: ReadFile)?
 
-    static func collect(vault: URL) throws -> LocalBlobs {
+    nonisolated static func collect(vault: URL) throws -> LocalBlobs {
         var out = LocalBlobs()
         let fm = FileManager.default
         let indexDir = vault.appendingPathComponent("index")
@@ -165,7 +165,7 @@ extension BackupService {
     func startPush(to holder: [UInt8], lanOnly: Bool) async throws -> PushTask {
         if let t = running.withLockedValue({ $0[holder] }) { return t }
         // Remembered until it completes: a node stopped or killed mid-push resumes it at start.
-        try await core.perform { try self.store.setSetting(Self.pendingPrefix + hexString(holder), lanOnly ? "lan" : "any") }
+        try await NodeCore.perform { try self.store.setSetting(Self.pendingPrefix + hexString(holder), lanOnly ? "lan" : "any") }
         let (task, isNew) = running.withLockedValue { r -> (PushTask, Bool) in
             if let t = r[holder] { return (t, false) }
             let t = PushTask(holder: holder, lanOnly: lanOnly)
@@ -185,7 +185,7 @@ extension BackupService {
     }
 
     func resumePendingPushes() async {
-        let pending = await core.run { self.health.read("read pending pushes", or: []) { try self.store.settings(prefix: Self.pendingPrefix) } }
+        let pending = await NodeCore.run { self.health.read("read pending pushes", or: []) { try self.store.settings(prefix: Self.pendingPrefix) } }
         for (key, value) in pending {
             guard let holder = parseHex(String(key.dropFirst(Self.pendingPrefix.count))), holder.count == 32 else { continue }
             guard running.withLockedValue({ $0[holder] == nil }) else { continue }
@@ -205,11 +205,11 @@ extension BackupService {
         let to = NodeID(publicKey: t.holder).canonical
         switch result {
         case .success(let r):
-            events.emit("backup.pushed", ["to": .string(to), "bytes_sent": .int(r.bytesSent), "blobs_sent": .int(Int64(r.blobsSent)),
+            await events.emit("backup.pushed", ["to": .string(to), "bytes_sent": .int(r.bytesSent), "blobs_sent": .int(Int64(r.blobsSent)),
                                           "total_bytes": .int(r.totalBytes), "snapshot_id": .string(hexString(r.snapshotID))])
         case .failure(let e):
             if Task.isCancelled { break }
-            events.emit("backup.push.failed", ["to": .string(to), "error": .string("\(e)")])
+            await events.emit("backup.push.failed", ["to": .string(to), "error": .string("\(e)")])
             logger.warning("backup push failed", metadata: ["to": "\(NodeID(publicKey: t.holder).short)", "error": "\(e)"])
         }
         // A push the node's stop cut short, or whose holder was unreachable, stays pending (tried
@@ -217,7 +217,7 @@ extension BackupService {
         var unreachable = false
         if case .failure(let e) = result, e is HolderUnreachable { unreachable = true }
         if !Task.isCancelled, !unreachable {
-            await core.run { self.health.attempt("clear a pending push") { try self.store.removeSetting(Self.pendingPrefix + hexString(t.holder)) } }
+            await NodeCore.run { self.health.attempt("clear a pending push") { try self.store.removeSetting(Self.pendingPrefix + hexString(t.holder)) } }
         }
         t.finish(result)
     }
@@ -236,7 +236,7 @@ extension BackupService {
         guard let vaultDirectory, VaultKeyFile.exists(in: vaultDirectory) else {
             throw NodeError.nothingToActOn("there is no vault to back up (tandem vault init)")
         }
-        let offered = try await core.perform { try self.receivedOffers() }.contains { $0.0 == t.holder }
+        let offered = try await NodeCore.perform { try self.receivedOffers() }.contains { $0.0 == t.holder }
         guard offered else {
             throw NodeError.refused("\(NodeID(publicKey: t.holder).display) has not offered to hold your backups "
                 + "(they run: tandem backup offer YOUR-ID --quota 10GiB)")
@@ -266,7 +266,7 @@ extension BackupService {
                 let record = PushedRecord(snapshotID: hexString(result.snapshotID), atMs: Int64(clamping: wallClockMilliseconds()),
                                           bytesSent: bytesSent, totalBytes: result.totalBytes, blobs: local.blobs.map(\.name).sorted(),
                                           kitDigest: nil)
-                try await core.perform {
+                try await NodeCore.perform {
                     var r = record
                     let key = Self.pushedPrefix + hexString(t.holder)
                     r.kitDigest = try self.store.setting(key).flatMap(PushedRecord.decode)?.kitDigest
@@ -382,7 +382,7 @@ extension BackupService {
     }
 
     /// Fails with the holder's refusal in words.
-    static func check(_ status: BackupStatus, expected: Set<BackupStatus>) throws {
+    nonisolated static func check(_ status: BackupStatus, expected: Set<BackupStatus>) throws {
         guard !expected.contains(status) else { return }
         switch status {
         case .noOffer: throw PushFailed(description: "the holder has no offer for us (any more)")
@@ -396,10 +396,10 @@ extension BackupService {
     /// Sends BACKUP_KIT_PUT when the kit differs from the one this holder last acknowledged.
     private func putKitIfChanged(_ ex: BackupExchange) async throws -> Bool {
         guard let provider = kitProvider, let dataDirectory else { return false }
-        let kit = try await core.perform { try provider(self.identity, self.store, dataDirectory) }
+        let kit = try await NodeCore.perform { try provider(self.identity, self.store, dataDirectory) }
         guard let kit else { return false }
         let digest = hexString(kit.digest)
-        let last = try await core.perform {
+        let last = try await NodeCore.perform {
             try self.store.setting(Self.pushedPrefix + hexString(ex.peer)).flatMap(PushedRecord.decode)?.kitDigest
         }
         guard last != digest else { return false }

@@ -19,7 +19,6 @@ import TandemVault
 public final class BackupService: Service, @unchecked Sendable {
     let identity: SigningKeyPair
     let store: NodeStore
-    let core: NodeCore
     let peers: PeerManager
     let dialer: Dialer
     let outbox: Outbox
@@ -43,17 +42,16 @@ public final class BackupService: Service, @unchecked Sendable {
     /// The kit digest each holder acknowledged in this run (stored with the push record).
     let sentKitDigest = NIOLockedValueBox<[[UInt8]: String]>([:])
 
-    static let offerPrefix = "backup.offer."
-    static let pushedPrefix = "backup.pushed."
-    static let pendingPrefix = "backup.pending."
+    nonisolated static let offerPrefix = "backup.offer."
+    nonisolated static let pushedPrefix = "backup.pushed."
+    nonisolated static let pendingPrefix = "backup.pending."
 
-    init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, peers: PeerManager, dialer: Dialer, outbox: Outbox,
+    init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, dialer: Dialer, outbox: Outbox,
          events: EventBus, health: StoreHealth, signals: NodeSignals, dataDirectory: DataDirectory?, logger: Logger,
          kitProvider: KitProvider? = nil) {
         self.kitProvider = kitProvider
         self.identity = identity
         self.store = store
-        self.core = core
         self.peers = peers
         self.dialer = dialer
         self.outbox = outbox
@@ -85,7 +83,7 @@ public final class BackupService: Service, @unchecked Sendable {
                 }
                 group.addTask {
                     await friendsChanged.coalesced(over: NodeSignals.settle) {
-                        let friends = await self.core.run { self.health.read("read the friends", or: nil) { try self.store.friendKeys() } }
+                        let friends = await NodeCore.run { self.health.read("read the friends", or: nil) { try self.store.friendKeys() } }
                         if let friends { self.holder.withdraw(ownersNotIn: Set(friends)) }
                     }
                 }
@@ -109,7 +107,7 @@ public final class BackupService: Service, @unchecked Sendable {
     // MARK: - Frames (on the core)
 
     /// A backup frame from a link or a relay mailbox (only the offer comes by mail).
-    func handle(_ envelope: Envelope, from link: PeerLink?) {
+    @NodeCore func handle(_ envelope: Envelope, from link: PeerLink?) {
         if envelope.type == .backupOffer { return receiveOffer(envelope, from: link) }
         if BackupAnswer.types.contains(envelope.type) { return answers.deliver(envelope) }
         guard let link else { return }
@@ -119,7 +117,7 @@ public final class BackupService: Service, @unchecked Sendable {
 
     /// BACKUP_OFFER (outbox, acknowledged): the newest version per holder is kept; from a key that
     /// is not a friend it is acknowledged and dropped (backup.md 3).
-    private func receiveOffer(_ envelope: Envelope, from link: PeerLink?) {
+    @NodeCore private func receiveOffer(_ envelope: Envelope, from link: PeerLink?) {
         let m: BackupOfferMessage
         do {
             m = try BackupOfferMessage(payload: envelope.payload)
@@ -147,7 +145,7 @@ public final class BackupService: Service, @unchecked Sendable {
         var version: UInt64
         var receivedAtMs: Int64
 
-        static func decode(_ text: String) -> ReceivedOffer? {
+        nonisolated static func decode(_ text: String) -> ReceivedOffer? {
             guard let o = try? JSONDecoder().decode(ReceivedOffer.self, from: Data(text.utf8)),
                   (1...BackupLimits.maximumQuotaBytes).contains(o.quotaBytes), o.version <= BackupLimits.maximumVersion else { return nil }
             return o
@@ -157,7 +155,7 @@ public final class BackupService: Service, @unchecked Sendable {
     }
 
     /// The holders that offered us space, by key (on the core).
-    func receivedOffers() throws -> [([UInt8], ReceivedOffer)] {
+    @NodeCore func receivedOffers() throws -> [([UInt8], ReceivedOffer)] {
         try store.settings(prefix: Self.offerPrefix).compactMap { key, value in
             guard let k = parseHex(String(key.dropFirst(Self.offerPrefix.count))), k.count == 32,
                   let o = ReceivedOffer.decode(value) else { return nil }
@@ -173,14 +171,14 @@ public final class BackupService: Service, @unchecked Sendable {
             throw NodeError.invalidArgument("a quota is 0 (withdraw) to 1 PiB")
         }
         guard friend != identity.publicKey else { throw NodeError.invalidArgument("that is your own ID") }
-        let isFriend = await core.run { self.outbox.isFriend(friend) }
+        let isFriend = await NodeCore.run { self.outbox.isFriend(friend) }
         guard isFriend else { throw NodeError.refused("\(NodeID(publicKey: friend).display) is not your friend") }
         let version = min(wallClockMilliseconds(), BackupLimits.maximumVersion)
         let held = holder.offersGiven().first { $0.owner == friend }
         if quotaBytes == 0, held == nil { throw NodeError.nothingToActOn("you hold no backups for that friend") }
         _ = try holder.setOffer(owner: friend, quotaBytes: quotaBytes, version: version)
         let payload = BackupOfferMessage(quotaBytes: quotaBytes, version: version).payload
-        try await core.perform {
+        try await NodeCore.perform {
             try self.store.batch {
                 let item = self.outbox.frame(.backupOffer, to: friend, payload: payload)
                 try self.store.enqueue(item)

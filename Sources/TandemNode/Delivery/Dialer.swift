@@ -11,7 +11,6 @@ import TandemStore
 /// the peer is offline, its mailbox there.
 struct Dialer: OutboxTransport {
     let store: NodeStore
-    let core: NodeCore
     let peers: PeerManager
     let relays: RelayClient
     let health: StoreHealth
@@ -25,7 +24,7 @@ struct Dialer: OutboxTransport {
     /// `lanOnly`: only addresses on this machine or a private network, never a relay (backups'
     /// `--lan-only`).
     func dial(_ key: [UInt8], lanOnly: Bool) async -> DialOutcome {
-        let (known, storedRelay) = await core.run {
+        let (known, storedRelay) = await NodeCore.run {
             (health.read("read a peer's addresses", or: []) { try store.addresses(key) },
              health.read("read a peer's relay", or: nil) { try store.peerRelay(key) })
         }

@@ -44,7 +44,8 @@ protocol OutboxTransport: Sendable {
 ///
 /// Its store work runs on the node core; the delivery loop (`run`) waits, dials and deposits off it.
 /// Each frame is written at most once per link until `resendAfterMs` passes without an ACK.
-final class Outbox: @unchecked Sendable {
+@NodeCore
+final class Outbox: Sendable {
     struct Configuration: Sendable {
         /// How often due frames and offline friends are looked at.
         var retryTick: Duration = .milliseconds(500)
@@ -54,15 +55,14 @@ final class Outbox: @unchecked Sendable {
 
     /// Frames to someone who is not a friend expire: a farewell after a day, anything else (a
     /// request, a group member's challenge frames) after 8 days, the mailbox age limit.
-    static let farewellToStrangerTtlMs: Int64 = 86_400_000
-    static let frameToStrangerTtlMs: Int64 = 8 * 86_400_000
+    nonisolated static let farewellToStrangerTtlMs: Int64 = 86_400_000
+    nonisolated static let frameToStrangerTtlMs: Int64 = 8 * 86_400_000
     /// How long handled message ids are remembered: longer than the oldest frame any path accepts
     /// (24 h on links; 8 days for relay mail), so a copy that comes late is still recognised.
-    static let handledWindowMs: Int64 = 9 * 24 * 3_600_000
+    nonisolated static let handledWindowMs: Int64 = 9 * 24 * 3_600_000
 
     let identity: SigningKeyPair
     let store: NodeStore
-    let core: NodeCore
     let transport: OutboxTransport
     let presence: PresenceState
     let events: EventBus
@@ -71,18 +71,17 @@ final class Outbox: @unchecked Sendable {
     let logger: Logger
     let clock: @Sendable () -> Int64
     /// What was written on which link, dial backoff, owed PRESENCE frames.
-    let book: NIOLockedValueBox<DeliveryBook>
+    nonisolated let book: NIOLockedValueBox<DeliveryBook>
     private let replies = NIOLockedValueBox(ReplyBudget())
     private let lastFullRound = NIOLockedValueBox(Int64.min)
     let wake = Wakeup()
     private let signals: AsyncStream<NodeSignal>?
 
-    init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, transport: OutboxTransport, presence: PresenceState,
+    nonisolated init(identity: SigningKeyPair, store: NodeStore, transport: OutboxTransport, presence: PresenceState,
          events: EventBus, health: StoreHealth, signals: NodeSignals?, configuration: Configuration = Configuration(),
          logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(wallClockMilliseconds()) }) {
         self.identity = identity
         self.store = store
-        self.core = core
         self.transport = transport
         self.presence = presence
         self.events = events
@@ -203,9 +202,9 @@ final class Outbox: @unchecked Sendable {
         if error.code == .replayed, error.refMessageID.count == 16 { delivered(Array(error.refMessageID), by: key) }
     }
 
-    static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .backupOffer]
+    nonisolated static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .backupOffer]
 
-    static func isDurable(_ type: MessageType) -> Bool {
+    nonisolated static func isDurable(_ type: MessageType) -> Bool {
         durable.contains(type) || MessageType.challengeRange.contains(type.rawValue)
     }
 
@@ -240,7 +239,7 @@ final class Outbox: @unchecked Sendable {
 
     /// Where a frame came from, for throttles and events: the peer's IP address on a direct
     /// link, "relay:<relay>" for a tunnel, "mailbox" for mail.
-    static func origin(of link: PeerLink?) -> String {
+    nonisolated static func origin(of link: PeerLink?) -> String {
         guard let link else { return "mailbox" }
         if let relay = link.relay { return "relay:" + NodeID(publicKey: relay).short }
         return link.directRemoteHost ?? "?"
@@ -250,7 +249,7 @@ final class Outbox: @unchecked Sendable {
 
     /// Delivers due frames and dials wanted peers until cancelled; woken by `poke()`, by a
     /// `reachable` signal, and every `retryTick`.
-    func run() async {
+    nonisolated func run() async {
         await withTaskGroup(of: Void.self) { group in
             if let signals {
                 group.addTask { [wake] in for await _ in signals { wake.poke() } }
@@ -266,7 +265,7 @@ final class Outbox: @unchecked Sendable {
     /// One round: expire, then deliver to every recipient with due frames and dial wanted peers
     /// with no link (friends, and partners of challenges that are on), in parallel.
     func deliverDue() async {
-        let recipients = await core.run { self.planRound() }
+        let recipients = await NodeCore.run { self.planRound() }
         await withTaskGroup(of: Void.self) { group in
             for key in recipients {
                 group.addTask { await self.deliver(to: key) }
@@ -319,14 +318,14 @@ final class Outbox: @unchecked Sendable {
                 return
             case .unreachable:
                 book.withLockedValue { $0.dialFailed(key, nowMs: now()) }
-                await core.run {
+                await NodeCore.run {
                     self.health.attempt("defer the outbox") { try self.store.deferOutbox(for: key, error: "unreachable", nowMs: self.now()) }
                 }
                 return
             }
         }
         book.withLockedValue { $0.dialSucceeded(key) }
-        await core.run { self.write(to: key, on: link) }
+        await NodeCore.run { self.write(to: key, on: link) }
     }
 
     /// On the core: writes what waits for `key` on `link`, each frame once per link, then the
@@ -371,7 +370,7 @@ final class Outbox: @unchecked Sendable {
     /// Moves the peer's waiting frames into its mailbox at its home relay; each one the relay
     /// stored leaves the outbox (the relay delivers it when the peer comes back).
     func depositMail(for key: [UInt8], at relay: RelayAddress) async {
-        let items = await core.run { self.health.read("read the outbox", or: []) { try self.store.outbox(for: key) } }
+        let items = await NodeCore.run { self.health.read("read the outbox", or: []) { try self.store.outbox(for: key) } }
         let envelopes = items.compactMap { try? Envelope.parse(Array($0.frame)) }.filter { MailboxSeal.isMailable($0.type) }
         var deposited: [[UInt8]] = []
         var failure: String?
@@ -383,7 +382,7 @@ final class Outbox: @unchecked Sendable {
                 failure = "offline; mailbox: \(error)"
             }
         }
-        await core.run { [deposited, failure] in
+        await NodeCore.run {
             for id in deposited {
                 guard self.health.read("remove a deposited frame", or: false, { try self.store.acknowledge(id) }) else { continue }
                 self.book.withLockedValue { $0.done(id) }
@@ -404,8 +403,8 @@ final class Outbox: @unchecked Sendable {
 struct ReplyBudget {
     private var senders = TokenBuckets<[UInt8]>()
     private var addresses = TokenBuckets<String>()
-    static let perSenderPerMinute = 20.0
-    static let perAddressPerMinute = 120.0
+    nonisolated static let perSenderPerMinute = 20.0
+    nonisolated static let perAddressPerMinute = 120.0
 
     mutating func allow(sender: [UInt8], address: String, nowMs: Int64) -> Bool {
         guard addresses.take(address, rate: Self.perAddressPerMinute, nowMs: nowMs) else { return false }
@@ -418,7 +417,7 @@ struct ReplyBudget {
 /// remembering; if none can be, the token is refused.
 struct TokenBuckets<Key: Hashable> {
     private var buckets: [Key: (tokens: Double, at: Int64)] = [:]
-    static var maximumTracked: Int { 10_000 }
+    nonisolated static var maximumTracked: Int { 10_000 }
 
     mutating func take(_ key: Key, rate: Double, nowMs: Int64) -> Bool {
         if buckets.count >= Self.maximumTracked, buckets[key] == nil {

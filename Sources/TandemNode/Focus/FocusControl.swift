@@ -11,18 +11,18 @@ extension FocusService {
         case lock, unlock, temporaryUnlock = "temp_unlock", check, enroll, replace
     }
 
-    func registerControlMethods(on router: ControlRouter) {
-        router.register(on: core, "mode.list") { [self] _ in
+    nonisolated func registerControlMethods(on router: ControlRouter) {
+        router.registerOnCore("mode.list") { [self] _ in
             let s = state.withLockedValue { $0 }
             return ["modes": .array(s.modes.modes.map { describe($0, s) }), "active": s.lock.activeMode.map(JSONValue.string) ?? .null]
         }
-        router.register(on: core, "mode.show") { [self] params in
+        router.registerOnCore("mode.show") { [self] params in
             let s = state.withLockedValue { $0 }
             let name = try params.requiredString("name")
             guard let m = s.modes.mode(name) else { throw NodeError.nothingToActOn("no mode \(name) (tandem mode list)") }
             return describe(m, s)
         }
-        router.register(on: core, "mode.create") { [self] params in
+        router.registerOnCore("mode.create") { [self] params in
             let name = try params.requiredString("name")
             var modes = state.withLockedValue { $0.modes }
             guard modes.mode(name) == nil else { throw NodeError.refused("there is already a mode \(name) (tandem mode edit \(name) …)") }
@@ -32,7 +32,7 @@ extension FocusService {
             try saveModes(modes, event: ("focus.mode_created", ["mode": .string(name)]))
             return describe(m, state.withLockedValue { $0 })
         }
-        router.register(on: core, "mode.edit") { [self] params in
+        router.registerOnCore("mode.edit") { [self] params in
             let name = try params.requiredString("name")
             var (modes, lock) = state.withLockedValue { ($0.modes, $0.lock) }
             guard var m = modes.mode(name) else { throw NodeError.nothingToActOn("no mode \(name) (tandem mode list)") }
@@ -42,7 +42,7 @@ extension FocusService {
             try saveModes(modes, event: ("focus.mode_changed", ["mode": .string(name)]))
             return describe(m, state.withLockedValue { $0 })
         }
-        router.register(on: core, "mode.delete") { [self] params in
+        router.registerOnCore("mode.delete") { [self] params in
             let name = try params.requiredString("name")
             var (modes, lock) = state.withLockedValue { ($0.modes, $0.lock) }
             try refusing { try lock.checkEditable(mode: name) }
@@ -55,7 +55,7 @@ extension FocusService {
             }
             return ["deleted": .string(name)]
         }
-        router.register(on: core, "mode.switch") { [self] params in
+        router.registerOnCore("mode.switch") { [self] params in
             let name = try params.requiredString("name")
             var lock = state.withLockedValue { $0.lock }
             let step = lock.switchMode(to: name, modes: state.withLockedValue { $0.modes }, nowMs: Int64(clamping: wallClockMilliseconds()))
@@ -63,11 +63,11 @@ extension FocusService {
             if let r = step.refusal { throw refusal(r) }
             return ["active": .string(name)]
         }
-        router.register(on: core, "key.list") { [self] _ in
+        router.registerOnCore("key.list") { [self] _ in
             let s = state.withLockedValue { $0 }
             return ["keys": .array(s.modes.keys.map { describe($0, s) })]
         }
-        router.register(on: core, "key.rename") { [self] params in
+        router.registerOnCore("key.rename") { [self] params in
             var modes = state.withLockedValue { $0.modes }
             let key = try resolveKey(params, modes)
             let name = try params.requiredString("new_name")
@@ -75,7 +75,7 @@ extension FocusService {
             try saveModes(modes, event: ("focus.key_renamed", ["key": .string(key.id), "name": .string(name)]))
             return describe(modes.key(key.id)!, state.withLockedValue { $0 })
         }
-        router.register(on: core, "key.delete") { [self] params in
+        router.registerOnCore("key.delete") { [self] params in
             var modes = state.withLockedValue { $0.modes }
             let key = try resolveKey(params, modes)
             try refusing { try modes.deleteKey(id: key.id) }
@@ -94,7 +94,7 @@ extension FocusService {
         router.register("lock.lock") { [self] params in try await keyInput(.lock, params) }
         router.register("lock.unlock") { [self] params in try await keyInput(.unlock, params) }
         router.register("lock.temp_unlock") { [self] params in try await keyInput(.temporaryUnlock, params) }
-        router.register(on: core, "lock.status") { [self] _ in statusJSON() }
+        router.registerOnCore("lock.status") { [self] _ in statusJSON() }
     }
 
     // MARK: - Key inputs
@@ -116,7 +116,7 @@ extension FocusService {
     private func tagInput(_ action: KeyAction, _ payload: [UInt8], _ params: JSONValue) async throws -> JSONValue {
         switch action {
         case .enroll:
-            return try await core.perform { [self] in
+            return try await NodeCore.perform {
                 let name = try params.requiredString("name")
                 var modes = state.withLockedValue { $0.modes }
                 let id = newKeyID(name, modes)
@@ -128,7 +128,7 @@ extension FocusService {
                 return ["key": describe(modes.key(id)!, state.withLockedValue { $0 }), "complete": true]
             }
         case .replace:
-            return try await core.perform { [self] in
+            return try await NodeCore.perform {
                 let (modes, lock) = state.withLockedValue { ($0.modes, $0.lock) }
                 let key = try resolveKey(params, modes)
                 try checkReplaceable(key.id, modes: modes, lock: lock)
@@ -140,14 +140,14 @@ extension FocusService {
                 return ["key": describe(key, state.withLockedValue { $0 }), "complete": true]
             }
         case .check:
-            return try await core.perform { [self] in
+            return try await NodeCore.perform {
                 let s = state.withLockedValue { $0 }
                 let key = try resolveKey(params, s.modes)
                 let match = s.materials[key.id]?.matchesTag(payload, secrets: secrets) ?? false
                 return ["match": .bool(match), "key": .string(key.id), "frames": .array([])]
             }
         case .lock, .unlock, .temporaryUnlock:
-            let step = try await core.perform { [self] () -> FocusLock.Step in
+            let step = try await NodeCore.perform { [self] () -> FocusLock.Step in
                 let s = state.withLockedValue { $0 }
                 let matched = s.modes.keys.map(\.id).filter { s.materials[$0]?.matchesTag(payload, secrets: secrets) ?? false }
                 return try lockStep(action, presented: pick(matched, preferring: candidates(action, s, params)), params)
@@ -157,7 +157,7 @@ extension FocusService {
     }
 
     /// On the core: the lock machine's answer to a matched key (nil: it matched none).
-    func lockStep(_ action: KeyAction, presented: String?, _ params: JSONValue) throws -> FocusLock.Step {
+    @NodeCore func lockStep(_ action: KeyAction, presented: String?, _ params: JSONValue) throws -> FocusLock.Step {
         var (lock, modes) = state.withLockedValue { ($0.lock, $0.modes) }
         let now = Int64(clamping: wallClockMilliseconds())
         let step: FocusLock.Step
@@ -184,7 +184,7 @@ extension FocusService {
     func finishLockStep(_ step: FocusLock.Step) async throws -> JSONValue {
         let problems = await enforcer.sync()
         if let r = step.refusal { throw refusal(r) }
-        var status = await core.run { self.statusJSON() }
+        var status = await NodeCore.run { self.statusJSON() }
         if case .object(var o) = status {
             o["events"] = .array(step.events.map { e in let (t, f) = eventFields(e); return .object(f.merging(["type": .string(t)]) { a, _ in a }) })
             o["blocking_problems"] = .array(problems.map(JSONValue.string))
@@ -240,7 +240,7 @@ extension FocusService {
     }
 
     /// On the core: stores the configuration (and `extra`), with its event, in one transaction.
-    func saveModes(_ modes: FocusModes, extra: [(key: String, value: String?)] = [], event: (String, [String: JSONValue])) throws {
+    @NodeCore func saveModes(_ modes: FocusModes, extra: [(key: String, value: String?)] = [], event: (String, [String: JSONValue])) throws {
         let json = String(decoding: try JSONEncoder().encode(modes), as: UTF8.self)
         try store.saveFocus([(Self.modesSetting, json)] + extra, events: [events.record(event.0, event.1)])
         state.withLockedValue { $0.modes = modes }
@@ -323,7 +323,7 @@ extension FocusService {
     }
 
     /// On the core: `tandem lock status`.
-    func statusJSON() -> JSONValue {
+    @NodeCore func statusJSON() -> JSONValue {
         let s = state.withLockedValue { $0 }
         var o: [String: JSONValue] = ["locked": .bool(s.lock.isLocked), "active_mode": s.lock.activeMode.map(JSONValue.string) ?? .null]
         if let l = s.lock.locked {

@@ -47,14 +47,15 @@ final class FocusEnforcer: Sendable {
             let budget = ReportBudget(perMinute: 20)
             guardian = AppGuard(
                 onStop: { p in
-                    _ = events.emit("focus.app_stopped", ["pid": .int(Int64(p.pid)), "name": .string(p.name), "path": .string(p.path ?? ""), "item": .string(p.item),
-                                                          "signal": .string(p.signal == SIGKILL ? "SIGKILL" : "SIGTERM")])
+                    let fields: [String: JSONValue] = ["pid": .int(Int64(p.pid)), "name": .string(p.name), "path": .string(p.path ?? ""),
+                                                       "item": .string(p.item), "signal": .string(p.signal == SIGKILL ? "SIGKILL" : "SIGTERM")]
+                    NodeCore.submit { events.emit("focus.app_stopped", fields) }
                 },
                 onError: { text in
                     // Each process is judged once, so a report per process; still at most 20 events a
                     // minute (a user starting copies by the thousand fills the log, not the event store).
                     logger.warning("app guard", metadata: ["error": "\(text)"])
-                    if budget.allow() { _ = events.emit("focus.blocking_failed", ["error": .string(text), "mode": .null]) }
+                    if budget.allow() { NodeCore.submit { [events] in _ = events.emit("focus.blocking_failed", ["error": .string(text), "mode": .null]) } }
                 })
         } else {
             guardian = nil
@@ -66,7 +67,7 @@ final class FocusEnforcer: Sendable {
         var problems = BlockingCapabilities.probe(hostsPath: hostsPath ?? "/")
         if hostsPath == nil { problems.removeAll { $0.hasPrefix("site") } }
         if guardian == nil { problems.removeAll { $0.hasPrefix("app") } }
-        for p in problems { _ = events.emit("focus.blocking_limited", ["what": .string(p)]) }
+        for p in problems { NodeCore.submit { [events] in _ = events.emit("focus.blocking_limited", ["what": .string(p)]) } }
         return problems
     }
 
@@ -104,7 +105,7 @@ final class FocusEnforcer: Sendable {
         do {
             try hostsFile.apply(mode: mode, domains: applied.sites)
             logger.warning("the hosts block was changed while locked; restored", metadata: ["mode": "\(mode)"])
-            _ = events.emit("focus.block_restored", ["mode": .string(mode)])
+            NodeCore.submit { [events] in _ = events.emit("focus.block_restored", ["mode": .string(mode)]) }
         } catch {
             state.withLockedValue { $0.applied = nil }
         }
@@ -139,7 +140,7 @@ final class FocusEnforcer: Sendable {
         }
         for p in fresh {
             logger.error("focus blocking failed", metadata: ["error": "\(p)"])
-            _ = events.emit("focus.blocking_failed", ["error": .string(p), "mode": target.mode.map(JSONValue.string) ?? .null])
+            NodeCore.submit { [events] in _ = events.emit("focus.blocking_failed", ["error": .string(p), "mode": target.mode.map(JSONValue.string) ?? .null]) }
         }
         return problems
     }
@@ -168,10 +169,10 @@ final class FocusEnforcer: Sendable {
                     f["stdout"] = .string(String(r.stdout.suffix(2000)))
                     f["error"] = r.error.map(JSONValue.string) ?? .null
                     logger.error("focus hook failed", metadata: ["hook": "\(r)"])
-                    _ = events.emit("focus.hook_failed", f)
+                    NodeCore.submit { [events] in _ = events.emit("focus.hook_failed", f) }
                 } else {
                     logger.info("focus hook ran", metadata: ["path": "\(r.path)", "transition": "\(transition.rawValue)"])
-                    _ = events.emit("focus.hook", f)
+                    NodeCore.submit { [events] in _ = events.emit("focus.hook", f) }
                 }
             }
         }

@@ -21,10 +21,10 @@ struct ObjectSession: Sendable {
 }
 
 extension FocusService {
-    static let maximumSessions = 8
-    static let idleLimitMs: Int64 = 120_000
-    static let maximumFramesPerSession = 240
-    static let maximumPendingEnrolments = 16
+    nonisolated static let maximumSessions = 8
+    nonisolated static let idleLimitMs: Int64 = 120_000
+    nonisolated static let maximumFramesPerSession = 240
+    nonisolated static let maximumPendingEnrolments = 16
 
     /// One request of an object key input (see `ObjectSession`).
     func objectInput(_ action: KeyAction, _ params: JSONValue) async throws -> JSONValue {
@@ -50,7 +50,7 @@ extension FocusService {
         } else {
             // What the session needs is read on the core; opening templates and enrolments (decryption,
             // decoding, k-d trees) happens here, off it.
-            session = build(try await core.perform { [self] in try newSession(action, params) }, action, now: now)
+            session = build(try await NodeCore.perform { try newSession(action, params) }, action, now: now)
         }
         guard session.verdicts.count < Self.maximumFramesPerSession else {
             throw NodeError.refused("at most \(Self.maximumFramesPerSession) frames in one presentation")
@@ -81,7 +81,7 @@ extension FocusService {
                 return ["done": true, "match": .bool(matchedKey != nil), "key": .string(verifiers.first?.key ?? ""), "frames": frames]
             }
             let presented = matchedKey
-            let step = try await core.perform { [self] in try lockStep(action, presented: presented, params) }
+            let step = try await NodeCore.perform { try lockStep(action, presented: presented, params) }
             if let r = step.refusal, r.reason == .noKeyMatched {
                 // Said for an object: what was seen, and what it takes.
                 let passed = session.verdicts.filter { $0["passed"]?.boolValue == true }.count
@@ -114,17 +114,17 @@ extension FocusService {
                     template = try enrollment.finish(force: force)
                 } catch {
                     let kept = enrollment
-                    try await core.perform { [self] in try savePending(kept, name: name, replacing: replacing) }
+                    try await NodeCore.perform { try savePending(kept, name: name, replacing: replacing) }
                     throw NodeError.refused("\(error)")
                 }
-                let key = try await core.perform { [self] in try saveObjectKey(template, name: name, replacing: replacing) }
+                let key = try await NodeCore.perform { try saveObjectKey(template, name: name, replacing: replacing) }
                 return ["done": true, "complete": true, "key": key, "warnings": .array(template.warnings.map(JSONValue.string)),
                         "good_frames": .int(Int64(template.goodFrames)), "frames": .array(session.verdicts)]
             }
             session.work = .enroll(enrollment, name: name, replacing: replacing)
             if last {
                 let kept = enrollment
-                try await core.perform { [self] in
+                try await NodeCore.perform {
                     // Nothing good to keep (`--restart` alone, or only bad frames): no unfinished enrolment stays.
                     if kept.goodFrames == 0 { try store.saveFocus([(pendingKey(name: name, replacing: replacing), nil)]) } else {
                         try savePending(kept, name: name, replacing: replacing)
@@ -183,7 +183,7 @@ extension FocusService {
     }
 
     /// On the core: who the session is for, checked against the configuration and the lock.
-    private func newSession(_ action: KeyAction, _ params: JSONValue) throws -> SessionSource {
+    @NodeCore private func newSession(_ action: KeyAction, _ params: JSONValue) throws -> SessionSource {
         let s = state.withLockedValue { $0 }
         switch action {
         case .enroll, .replace:
@@ -250,7 +250,7 @@ extension FocusService {
     }
 
     /// On the core: an unfinished enrolment kept (sealed) for the next `key enroll NAME --object …`.
-    private func savePending(_ e: ObjectEnrollment, name: String, replacing: String?) throws {
+    @NodeCore private func savePending(_ e: ObjectEnrollment, name: String, replacing: String?) throws {
         let pendingKey = pendingKey(name: name, replacing: replacing)
         let plain = Array(try JSONEncoder().encode(e))
         let sealed = try secrets.seal(plain, context: pendingKey)
@@ -258,7 +258,7 @@ extension FocusService {
     }
 
     /// On the core: the finished template becomes a key (or replaces one's), sealed at rest.
-    private func saveObjectKey(_ t: ObjectTemplate, name: String, replacing: String?) throws -> JSONValue {
+    @NodeCore private func saveObjectKey(_ t: ObjectTemplate, name: String, replacing: String?) throws -> JSONValue {
         var modes = state.withLockedValue { $0.modes }
         let id: String
         if let r = replacing {

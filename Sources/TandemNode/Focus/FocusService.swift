@@ -37,15 +37,14 @@ public final class FocusService: Service, Sendable {
         var challengeModes: [String: String] = [:]
     }
 
-    static let modesSetting = "focus.modes"
-    static let lockSetting = "focus.lock"
-    static let keyPrefix = "focus.key."
-    static let enrollPrefix = "focus.enroll."
-    static let challengePrefix = "focus.challenge."
-    static let quarantinePrefix = "focus.quarantine."
+    nonisolated static let modesSetting = "focus.modes"
+    nonisolated static let lockSetting = "focus.lock"
+    nonisolated static let keyPrefix = "focus.key."
+    nonisolated static let enrollPrefix = "focus.enroll."
+    nonisolated static let challengePrefix = "focus.challenge."
+    nonisolated static let quarantinePrefix = "focus.quarantine."
 
     let store: NodeStore
-    let core: NodeCore
     let events: EventBus
     let health: StoreHealth
     let signals: NodeSignals
@@ -64,10 +63,9 @@ public final class FocusService: Service, Sendable {
     /// Object keys' verifiers, ready to copy (`FocusObjects.swift`).
     let verifiers = NIOLockedValueBox<[String: ([UInt8], ObjectVerifier)]>([:])
 
-    init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, events: EventBus, health: StoreHealth, signals: NodeSignals,
+    init(identity: SigningKeyPair, store: NodeStore, events: EventBus, health: StoreHealth, signals: NodeSignals,
          configuration: Configuration, dataDirectory: DataDirectory?, logger: Logger) throws {
         self.store = store
-        self.core = core
         self.events = events
         self.health = health
         self.signals = signals
@@ -102,7 +100,7 @@ public final class FocusService: Service, Sendable {
 
     /// The stored focus settings judged like a peer's message: what is sound becomes the state, the
     /// rest is listed (setting, value, why) for quarantine. Pure: the fuzz target `focus` drives it.
-    static func judge(_ rows: [(key: String, value: String)]) -> (State, [(String, String, String)]) {
+    nonisolated static func judge(_ rows: [(key: String, value: String)]) -> (State, [(String, String, String)]) {
         var s = State()
         var quarantine: [(String, String, String)] = []
         var byKey: [String: String] = [:]
@@ -143,21 +141,21 @@ public final class FocusService: Service, Sendable {
     public func run() async throws {
         // The restart: the stored state brought up to now (expiries that passed while down apply),
         // the blocking established from it (it cannot know what survived), the deadline armed.
-        await core.run { self.resume() }
+        await NodeCore.run { self.resume() }
         for note in loadNotes.withLockedValue({ $0 }) { logger.warning("focus state set aside", metadata: ["what": "\(note)"]) }
         for problem in enforcer.probe() { logger.notice("focus blocking limited", metadata: ["what": "\(problem)"]) }
         enforcer.start()
         _ = await enforcer.sync()
         await cancelWhenGracefulShutdown { [self] in
             while !Task.isCancelled {
-                let next = await core.run { self.state.withLockedValue { $0.lock.nextDeadlineMs } }
+                let next = await NodeCore.run { self.state.withLockedValue { $0.lock.nextDeadlineMs } }
                 let now = Int64(clamping: wallClockMilliseconds())
                 // Wake at the deadline, at a poke (a new lock), and at least every 5 s (a clock step; a
                 // hosts block someone edited away is put back then).
                 let waitMs = min(5_000, max(0, (next ?? Int64.max).subtractingSaturated(now)))
                 if waitMs > 0 { await wakeup.wait(upTo: .milliseconds(waitMs)) }
                 if Task.isCancelled { break }
-                await core.run { self.tickNow() }
+                await NodeCore.run { self.tickNow() }
                 _ = await enforcer.sync(verify: true)
             }
         }
@@ -165,7 +163,7 @@ public final class FocusService: Service, Sendable {
     }
 
     /// On the core: the start's validation, then what challenges did while the node was down.
-    private func resume() {
+    @NodeCore private func resume() {
         let now = Int64(clamping: wallClockMilliseconds())
         let loaded = state.withLockedValue { $0 }
         let (lock, step) = FocusLock.validated(loaded: loaded.lock, modes: loaded.modes, nowMs: now)
@@ -188,7 +186,7 @@ public final class FocusService: Service, Sendable {
     }
 
     /// On the core: applies the time.
-    func tickNow() {
+    @NodeCore func tickNow() {
         var lock = state.withLockedValue { $0.lock }
         let step = lock.tick(nowMs: Int64(clamping: wallClockMilliseconds()))
         commit(lock, step)
@@ -294,7 +292,7 @@ public final class FocusService: Service, Sendable {
     func mode(ofChallenge idHex: String) -> String? { state.withLockedValue { $0.challengeModes[idHex] } }
 
     /// The challenge started: its mode locks (unless a lock is already on: the person's own lock stays).
-    func challengeStarted(_ idHex: String) {
+    @NodeCore func challengeStarted(_ idHex: String) {
         guard let mode = mode(ofChallenge: idHex) else { return }
         var (lock, modes) = state.withLockedValue { ($0.lock, $0.modes) }
         if case .challenge(let id)? = lock.locked?.hold, id == idHex { return }

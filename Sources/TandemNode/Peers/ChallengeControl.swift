@@ -7,7 +7,7 @@ import TandemStore
 /// The control-socket methods of challenges, solo focus sessions, the ledger and stats
 /// (Protocol/control.md).
 extension ChallengeService {
-    static func usage(_ text: String) -> NodeError { .invalidArgument(text) }
+    nonisolated static func usage(_ text: String) -> NodeError { .invalidArgument(text) }
 
     func refusing<T>(_ body: () throws -> T) throws -> T {
         do {
@@ -84,8 +84,8 @@ extension ChallengeService {
         return ms
     }
 
-    public func registerControlMethods(on router: ControlRouter) {
-        router.register(on: core, "challenge.invite") { [self] params in
+    nonisolated public func registerControlMethods(on router: ControlRouter) {
+        router.registerOnCore("challenge.invite") { [self] params in
             let ids = params["ids"]?.arrayValue?.compactMap(\.stringValue) ?? []
             guard !ids.isEmpty else { throw Self.usage("name at least one friend to invite") }
             var invitees: [[UInt8]] = []
@@ -133,13 +133,13 @@ extension ChallengeService {
             for k in invitees { clock.probe(k, count: 8) }
             return describe(c)
         }
-        router.register(on: core, "challenge.list") { [self] params in
+        router.registerOnCore("challenge.list") { [self] params in
             let all = params["all"]?.boolValue ?? false
             let list = try store.challenges(limit: all ? 1000 : 200).filter { all || $0.isActive || $0.phase == .ended }
             return .object(["challenges": .array(list.prefix(all ? 1000 : 50).map(describe))])
         }
-        router.register(on: core, "challenge.show") { [self] params in describe(try resolve(params)) }
-        router.register(on: core, "challenge.accept") { [self] params in
+        router.registerOnCore("challenge.show") { [self] params in describe(try resolve(params)) }
+        router.registerOnCore("challenge.accept") { [self] params in
             let c = try resolve(params)
             if let m = try params.optionalString("mode") {
                 try focus.checkLockable(mode: m)
@@ -149,20 +149,20 @@ extension ChallengeService {
             clock.probe(c.inviter, count: 8)
             return describe(try refusing { try mutate(c.id) { try $0.accept() } })
         }
-        router.register(on: core, "challenge.decline") { [self] params in
+        router.registerOnCore("challenge.decline") { [self] params in
             let c = try resolve(params)
             return describe(try refusing { try mutate(c.id) { try $0.decline() } })
         }
-        router.register(on: core, "challenge.cancel") { [self] params in
+        router.registerOnCore("challenge.cancel") { [self] params in
             let c = try resolve(params)
             let reason = params["reason"]?.stringValue ?? ""
             return describe(try refusing { try mutate(c.id) { try $0.cancel(reason: reason) } })
         }
-        router.register(on: core, "challenge.quit") { [self] params in
+        router.registerOnCore("challenge.quit") { [self] params in
             let c = try resolve(params)
             return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? ""))
         }
-        router.register(on: core, "focus.start") { [self] params in
+        router.registerOnCore("focus.start") { [self] params in
             let duration = try durationParam(params)
             if try store.challenges(phases: [.scheduled, .running]).contains(where: \.solo) {
                 throw NodeError.refused("a focus session is already running (tandem focus status)")
@@ -175,20 +175,20 @@ extension ChallengeService {
             after(c, [])
             return describe(try store.challenge(c.id) ?? c)
         }
-        router.register(on: core, "focus.status") { [self] _ in
+        router.registerOnCore("focus.status") { [self] _ in
             let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo)
             return .object(["session": c.map(describe) ?? .null])
         }
-        router.register(on: core, "focus.quit") { [self] params in
+        router.registerOnCore("focus.quit") { [self] params in
             guard let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo) else {
                 throw NodeError.nothingToActOn("no focus session is running")
             }
             return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? ""))
         }
-        router.register(on: core, "ledger.list") { [self] _ in
+        router.registerOnCore("ledger.list") { [self] _ in
             .object(["entries": .array(try store.ledger().map { describeEntry($0.entry, committedAtMs: $0.committedAtMs) })])
         }
-        router.register(on: core, "ledger.verify") { [self] _ in
+        router.registerOnCore("ledger.verify") { [self] _ in
             let entries = try store.ledger().map(\.entry)
             if let broken = Ledger.verify(entries) {
                 return .object(["ok": false, "entries": .int(Int64(entries.count)),
@@ -197,7 +197,7 @@ extension ChallengeService {
             return .object(["ok": true, "entries": .int(Int64(entries.count)),
                             "head": entries.last.map { .string(hexString($0.hash)) } ?? .null])
         }
-        router.register(on: core, "stats") { [self] _ in try stats() }
+        router.registerOnCore("stats") { [self] _ in try stats() }
     }
 
     /// `challenge quit` / `focus quit`: refused while the challenge holds a mode's lock (only its
@@ -245,7 +245,7 @@ extension ChallengeService {
         return .object(o)
     }
 
-    static func resultName(_ r: Tandem_V1_ParticipantResult) -> String {
+    nonisolated static func resultName(_ r: Tandem_V1_ParticipantResult) -> String {
         switch r {
         case .completed: return "completed"
         case .quit: return "quit"

@@ -20,10 +20,10 @@ import TandemStore
 ///
 /// Everything here runs on the node core, one step at a time (load, apply, store); its loop ticks
 /// there, and its timers only note the instant and hand the work to the core.
-public final class ChallengeService: @unchecked Sendable {
+@NodeCore
+public final class ChallengeService: Sendable {
     let identity: SigningKeyPair
     let store: NodeStore
-    let core: NodeCore
     let peers: PeerManager
     let events: EventBus
     let outbox: Outbox
@@ -43,11 +43,10 @@ public final class ChallengeService: @unchecked Sendable {
     /// How often partners are re-measured (and so hear from us) while a challenge is on.
     let probeIntervalUs: Int64 = 2_000_000
 
-    init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, peers: PeerManager, events: EventBus, outbox: Outbox,
+    nonisolated init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, events: EventBus, outbox: Outbox,
          presence: PresenceService, clock: ClockSync, focus: FocusService, health: StoreHealth, signals: NodeSignals, logger: Logger) {
         self.identity = identity
         self.store = store
-        self.core = core
         self.peers = peers
         self.events = events
         self.outbox = outbox
@@ -210,20 +209,20 @@ public final class ChallengeService: @unchecked Sendable {
             armed.append(loop.scheduleTask(in: .microseconds(max(0, start - off - now))) { [weak self] in
                 let (wall, mono) = (wallClockMicros(), monotonicMicros())
                 guard let service = self else { return }
-                service.core.submit { service.fireStart(id, wall: wall, mono: mono) }
+                NodeCore.submit { service.fireStart(id, wall: wall, mono: mono) }
             })
         }
         armed.append(loop.scheduleTask(in: .microseconds(max(0, end - off - now))) { [weak self] in
             let (wall, mono) = (wallClockMicros(), monotonicMicros())
             guard let service = self else { return }
-            service.core.submit { service.fireEnd(id, wall: wall, mono: mono) }
+            NodeCore.submit { service.fireEnd(id, wall: wall, mono: mono) }
         })
         timers.withLockedValue { $0[id] = armed }
     }
 
     /// A thread that only runs challenge timers, so nothing else on an event loop (a link's
     /// frames, a store write) can hold a start or an end back.
-    static let timerLoop: EventLoop = {
+    nonisolated static let timerLoop: EventLoop = {
         let loop = MultiThreadedEventLoopGroup(numberOfThreads: 1).next()
         // Where allowed (root, CAP_SYS_NICE), the thread runs in the real-time class so a busy
         // machine does not wake it late; it only notes the time and hands the work on, so it
@@ -332,23 +331,23 @@ public final class ChallengeService: @unchecked Sendable {
 
     /// Resumes stored challenges, then ticks: expiries, starts of groups, out-of-contact partners,
     /// periodic re-measurement, commits to the ledger.
-    public func run() async {
-        await core.run { self.resume() }
+    nonisolated public func run() async {
+        await NodeCore.run { self.resume() }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
-                for await case .clockSampled(let key) in clockSamples { await core.run { self.clockSampled(key) } }
+                for await case .clockSampled(let key) in clockSamples { await NodeCore.run { self.clockSampled(key) } }
             }
             group.addTask { [self] in
                 for await signal in focusSignals {
                     switch signal {
-                    case .focusQuitChallenge(let id, let reason): await core.run { self.focusQuit(id, reason: reason) }
-                    case .focusChanged: await core.run { self.refreshPresence() }
+                    case .focusQuitChallenge(let id, let reason): await NodeCore.run { self.focusQuit(id, reason: reason) }
+                    case .focusChanged: await NodeCore.run { self.refreshPresence() }
                     default: break
                     }
                 }
             }
             while !Task.isCancelled {
-                await core.run { self.tick() }
+                await NodeCore.run { self.tick() }
                 try? await Task.sleep(for: .milliseconds(200))
             }
             group.cancelAll()

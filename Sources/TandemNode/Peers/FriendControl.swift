@@ -5,7 +5,7 @@ import TandemStore
 
 /// The control-socket methods of the friends flow (documented in Protocol/control.md).
 extension FriendService {
-    static func key(_ params: JSONValue, _ name: String = "id") throws -> [UInt8] {
+    nonisolated static func key(_ params: JSONValue, _ name: String = "id") throws -> [UInt8] {
         guard let text = params[name]?.stringValue else {
             throw NodeError.invalidArgument("missing parameter '\(name)'")
         }
@@ -16,7 +16,7 @@ extension FriendService {
         }
     }
 
-    public static func iso(_ ms: Int64?) -> JSONValue {
+    public nonisolated static func iso(_ ms: Int64?) -> JSONValue {
         guard let ms else { return .null }
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
@@ -52,8 +52,8 @@ extension FriendService {
     }
 
     /// Registers the friend, name, peers and discoverability methods.
-    public func registerControlMethods(on router: ControlRouter, discoverable: DiscoverableSetting) {
-        router.register(on: core, in: store, publishing: events, "friend.request") { [self] params in
+    nonisolated public func registerControlMethods(on router: ControlRouter, discoverable: DiscoverableSetting) {
+        router.registerOnCore(in: store, publishing: events, "friend.request") { [self] params in
             // The ID may be a share code ("tandem:ID?relay=RELAY@host:port"); --relay names one too.
             guard let idText = params["id"]?.stringValue else {
                 throw NodeError.invalidArgument("missing parameter 'id'")
@@ -80,44 +80,44 @@ extension FriendService {
             let c = try requestNow(key, message: params["message"]?.stringValue ?? "", address: address, relay: relay)
             return describe(c)
         }
-        router.register(on: core, in: store, publishing: events, "friend.requests") { [self] _ in
+        router.registerOnCore(in: store, publishing: events, "friend.requests") { [self] _ in
             .object([
                 "received": .array(try store.contacts([.pending]).map(describe)),
                 "sent": .array(try store.contacts([.requested]).map(describe)),
             ])
         }
-        router.register(on: core, in: store, publishing: events, "friend.accept") { [self] params in describe(try acceptNow(try Self.key(params))) }
-        router.register(on: core, in: store, publishing: events, "friend.decline") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "friend.accept") { [self] params in describe(try acceptNow(try Self.key(params))) }
+        router.registerOnCore(in: store, publishing: events, "friend.decline") { [self] params in
             let key = try Self.key(params)
             try declineNow(key)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "declined": true])
         }
-        router.register(on: core, in: store, publishing: events, "friend.remove") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "friend.remove") { [self] params in
             let key = try Self.key(params)
             try removeNow(key)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
         }
-        router.register(on: core, in: store, publishing: events, "friend.block") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "friend.block") { [self] params in
             let key = try Self.key(params)
             try blockNow(key)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": true])
         }
-        router.register(on: core, in: store, publishing: events, "friend.unblock") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "friend.unblock") { [self] params in
             let key = try Self.key(params)
             guard try unblockNow(key) else { throw NodeError.nothingToActOn("that ID is not blocked") }
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": false])
         }
-        router.register(on: core, in: store, publishing: events, "friend.list") { [self] _ in
+        router.registerOnCore(in: store, publishing: events, "friend.list") { [self] _ in
             .object(["friends": .array(try store.contacts([.friend]).map(describe)),
                      "blocked": .array(try store.contacts([.blocked]).map { .string(NodeID(publicKey: $0.key).canonical) })])
         }
-        router.register(on: core, in: store, publishing: events, "name.get") { [self] _ in .object(["name": .string(displayName)]) }
-        router.register(on: core, in: store, publishing: events, "name.set") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "name.get") { [self] _ in .object(["name": .string(displayName)]) }
+        router.registerOnCore(in: store, publishing: events, "name.set") { [self] params in
             guard let name = params["name"]?.stringValue else { throw NodeError.invalidArgument("missing parameter 'name'") }
             try setNameNow(name)
             return .object(["name": .string(name)])
         }
-        router.register(on: core, in: store, publishing: events, "peers.list") { [self] _ in
+        router.registerOnCore(in: store, publishing: events, "peers.list") { [self] _ in
             let friends = Set(try store.friendKeys().map { Data($0) })
             let list = try store.sightings().map { s -> JSONValue in
                 .object([
@@ -130,10 +130,10 @@ extension FriendService {
             }
             return .object(["peers": .array(list)])
         }
-        router.register(on: core, in: store, publishing: events, "discoverable.get") { _ in
+        router.registerOnCore(in: store, publishing: events, "discoverable.get") { _ in
             .object(["mode": .string(discoverable.mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable)])
         }
-        router.register(on: core, in: store, publishing: events, "discoverable.set") { params in
+        router.registerOnCore(in: store, publishing: events, "discoverable.set") { params in
             guard let text = params["mode"]?.stringValue, let mode = DiscoverableSetting.Mode(rawValue: text) else {
                 throw NodeError.invalidArgument("mode must be on, off or auto")
             }
@@ -144,13 +144,14 @@ extension FriendService {
 }
 
 /// Whether the node sends open beacons: `on`, `off`, or `auto` (on until the first friend is added).
-public final class DiscoverableSetting: @unchecked Sendable {
+@NodeCore
+public final class DiscoverableSetting: Sendable {
     public enum Mode: String, Sendable { case on, off, auto }
     private let store: NodeStore
     private let signals: NodeSignals
     private let health: StoreHealth
 
-    init(store: NodeStore, signals: NodeSignals, health: StoreHealth) {
+    nonisolated init(store: NodeStore, signals: NodeSignals, health: StoreHealth) {
         self.store = store
         self.signals = signals
         self.health = health

@@ -14,7 +14,8 @@ import TandemStore
 /// Every change is one store transaction holding the new state, the signed frame that announces it
 /// (the outbox delivers it until acknowledged) and its events. Everything here runs on the node
 /// core; the `async` intents are the way in from elsewhere.
-public final class FriendService: @unchecked Sendable {
+@NodeCore
+public final class FriendService: Sendable {
     public struct Configuration: Sendable {
         /// Heartbeat: a PRESENCE frame on every friend link this often.
         public var heartbeat: TimeAmount = .seconds(10)
@@ -31,7 +32,6 @@ public final class FriendService: @unchecked Sendable {
 
     let identity: SigningKeyPair
     let store: NodeStore
-    let core: NodeCore
     let peers: PeerManager
     let outbox: Outbox
     let presence: PresenceService
@@ -47,12 +47,11 @@ public final class FriendService: @unchecked Sendable {
     /// and the record version, each of which clears it (`recordChanged`).
     private let recordCache = NIOLockedValueBox<Tandem_V1_ContactRecord?>(nil)
 
-    init(identity: SigningKeyPair, store: NodeStore, core: NodeCore, peers: PeerManager, outbox: Outbox,
+    nonisolated init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, outbox: Outbox,
          presence: PresenceService, relays: RelayClient, events: EventBus, health: StoreHealth, signals: NodeSignals,
          configuration: Configuration = Configuration(), logger: Logger) {
         self.identity = identity
         self.store = store
-        self.core = core
         self.peers = peers
         self.outbox = outbox
         self.presence = presence
@@ -116,22 +115,20 @@ public final class FriendService: @unchecked Sendable {
 
     public func request(_ key: [UInt8], message: String, address: (String, Int)?, relay: RelayAddress? = nil) async throws -> Contact {
         let address = address.map { HostPort(host: $0.0, port: $0.1) }
-        return try await intent { try self.requestNow(key, message: message, address: address, relay: relay) }
+        return try intent { try self.requestNow(key, message: message, address: address, relay: relay) }
     }
 
-    public func accept(_ key: [UInt8]) async throws -> Contact { try await intent { try self.acceptNow(key) } }
-    public func decline(_ key: [UInt8]) async throws { try await intent { try self.declineNow(key) } }
-    public func remove(_ key: [UInt8]) async throws { try await intent { try self.removeNow(key) } }
-    public func setName(_ name: String) async throws { try await intent { try self.setNameNow(name) } }
+    public func accept(_ key: [UInt8]) async throws -> Contact { try intent { try self.acceptNow(key) } }
+    public func decline(_ key: [UInt8]) async throws { try intent { try self.declineNow(key) } }
+    public func remove(_ key: [UInt8]) async throws { try intent { try self.removeNow(key) } }
+    public func setName(_ name: String) async throws { try intent { try self.setNameNow(name) } }
 
     /// One user intent: on the core, one transaction; events, frames and the answer after its commit.
-    private func intent<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await core.perform {
-            var result: T?
-            defer { self.events.published() }
-            try self.store.batch { result = try body() }
-            return result!
-        }
+    private func intent<T>(_ body: () throws -> T) throws -> T {
+        var result: T?
+        defer { events.published() }
+        try store.batch { result = try body() }
+        return result!
     }
 
     /// Tells the other services once the change is durable (a signal about a change that rolls

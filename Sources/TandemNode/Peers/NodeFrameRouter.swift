@@ -5,6 +5,7 @@ import TandemStore
 /// Hands each inbound event to the flow it belongs to, on the node core: clock sync, challenges
 /// (0x02xx), backups (0x04xx), acknowledgements and presence, friends (the rest). Frames from blocked IDs go to the
 /// friends flow, which drops them.
+@NodeCore
 struct NodeFrameRouter: InboundConsumer {
     let friends: FriendService
     let presence: PresenceService

@@ -11,7 +11,7 @@ final class PresenceState: Sendable {
     private let status = NIOLockedValueBox(Tandem_V1_PresenceStatus.idle)
     let heartbeatSeconds: UInt32
 
-    init(heartbeatSeconds: UInt32) { self.heartbeatSeconds = heartbeatSeconds }
+    nonisolated init(heartbeatSeconds: UInt32) { self.heartbeatSeconds = heartbeatSeconds }
 
     var current: Tandem_V1_PresenceStatus { status.withLockedValue { $0 } }
 
@@ -36,6 +36,7 @@ final class PresenceState: Sendable {
 /// as links come and go, a PRESENCE on every friend link at each heartbeat and when our status
 /// changes, the friend's PRESENCE stored, and a friend silent past the limit disconnected.
 /// Its store work runs on the node core.
+@NodeCore
 final class PresenceService: Sendable {
     let state: PresenceState
     let store: NodeStore
@@ -43,20 +44,18 @@ final class PresenceService: Sendable {
     let outbox: Outbox
     let events: EventBus
     let health: StoreHealth
-    let core: NodeCore
     let heartbeat: Duration
     let silenceLimitMs: UInt64
     let logger: Logger
 
-    init(state: PresenceState, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus, health: StoreHealth,
-         core: NodeCore, heartbeat: Duration, silenceLimit: Duration, logger: Logger) {
+    nonisolated init(state: PresenceState, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus, health: StoreHealth,
+         heartbeat: Duration, silenceLimit: Duration, logger: Logger) {
         self.state = state
         self.store = store
         self.peers = peers
         self.outbox = outbox
         self.events = events
         self.health = health
-        self.core = core
         self.heartbeat = heartbeat
         self.silenceLimitMs = UInt64(silenceLimit.components.seconds) * 1000 + UInt64(silenceLimit.components.attoseconds / 1_000_000_000_000_000)
         self.logger = logger
@@ -144,11 +143,11 @@ final class PresenceService: Sendable {
     }
 
     /// The heartbeat, until cancelled.
-    func run() async {
+    nonisolated func run() async {
         while !Task.isCancelled {
             try? await Task.sleep(for: heartbeat)
             guard !Task.isCancelled else { return }
-            await core.run { self.beat() }
+            await NodeCore.run { self.beat() }
         }
     }
 }

@@ -32,7 +32,7 @@ public final class RelayClient: @unchecked Sendable {
     let events: EventBus
     let logger: Logger
     /// Mail goes to the node core like any inbound frame; its store reads run there too.
-    let core: NodeCore
+    let inbound: InboundLane
     let health: StoreHealth
     /// `reachable` is posted when a home relay comes up (what waits may be deliverable now).
     let signals: NodeSignals
@@ -41,7 +41,7 @@ public final class RelayClient: @unchecked Sendable {
     let keepalive: TimeAmount = .seconds(30)
     /// Links to relays that are not ours are closed after this long unused.
     let visitIdleMs: Int64 = 60_000
-    static let mailboxMaximumAgeMs: UInt64 = 8 * 24 * 3_600_000
+    nonisolated static let mailboxMaximumAgeMs: UInt64 = 8 * 24 * 3_600_000
 
     private let sessions = NIOLockedValueBox<[[UInt8]: RelaySession]>([:])
     private let connecting = NIOLockedValueBox<[[UInt8]: Task<RelaySession, Error>]>([:])
@@ -50,8 +50,8 @@ public final class RelayClient: @unchecked Sendable {
     private let wake = Wakeup()
 
     init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, gate: FrameGate, options: PeerPipeline.Options,
-         events: EventBus, core: NodeCore, health: StoreHealth, signals: NodeSignals, logger: Logger) {
-        self.core = core
+         events: EventBus, inbound: InboundLane, health: StoreHealth, signals: NodeSignals, logger: Logger) {
+        self.inbound = inbound
         self.health = health
         self.signals = signals
         self.identity = identity
@@ -120,7 +120,7 @@ public final class RelayClient: @unchecked Sendable {
                 throw turnedAway(error)
             }
             backoff.withLockedValue { _ = $0.removeValue(forKey: relay.id.publicKey) }
-            events.emit("relay.connected", ["relay": .string(relay.description), "mailbox_items": .int(Int64(mailboxItems))])
+            await events.emit("relay.connected", ["relay": .string(relay.description), "mailbox_items": .int(Int64(mailboxItems))])
             logger.info("registered at relay", metadata: ["relay": "\(relay)", "mail": "\(mailboxItems)"])
             signals.post(.reachable)
         }
@@ -180,7 +180,7 @@ public final class RelayClient: @unchecked Sendable {
     func accept(from: [UInt8], token: [UInt8], via relay: RelayAddress) {
         // Called on the relay link's event loop: the contact is read on the core, not here.
         Task {
-            let relationship: Relationship? = await core.run {
+            let relationship: Relationship? = await NodeCore.run {
                 do {
                     return try self.store.contact(from)?.relationship
                 } catch {
@@ -242,7 +242,7 @@ public final class RelayClient: @unchecked Sendable {
             }
             session.acknowledge(itemID)
         }
-        core.enqueue(.mail(env, relay: session.relay, done: done), author: env.author, pausing: session.link)
+        inbound.enqueue(.mail(env, relay: session.relay, done: done), author: env.author, pausing: session.link)
     }
 
     func sessionClosed(_ session: RelaySession, reason: String?, retryAfterMs: Int64) {
@@ -253,7 +253,9 @@ public final class RelayClient: @unchecked Sendable {
         }
         guard removed, session.home, session.wasRegistered else { return }
         noteFailure(session.relay, reason ?? "the relay closed the link", minimumDelayMs: retryAfterMs, resetCount: true)
-        events.emit("relay.disconnected", ["relay": .string(session.relay.description), "reason": .string(reason ?? "closed")])
+        // Called on the relay link's event loop: the event row is stored on the core.
+        let (events, relay) = (self.events, session.relay.description)
+        NodeCore.submit { events.emit("relay.disconnected", ["relay": .string(relay), "reason": .string(reason ?? "closed")]) }
         poke()
     }
 
@@ -297,7 +299,9 @@ public final class RelayClient: @unchecked Sendable {
                         _ = try await self.session(for: relay, home: true)
                     } catch let away as TurnedAway {
                         self.noteFailure(relay, away.reason, minimumDelayMs: away.retryAfterMs)
-                        self.events.emit("relay.disconnected", ["relay": .string(relay.description), "reason": .string(away.reason)])
+                        await NodeCore.run {
+                            self.events.emit("relay.disconnected", ["relay": .string(relay.description), "reason": .string(away.reason)])
+                        }
                         self.logger.info("home relay turned us away", metadata: ["relay": "\(relay)", "reason": "\(away.reason)"])
                     } catch {
                         self.noteFailure(relay, "\(error)")

@@ -6,8 +6,8 @@ import TandemStore
 /// The control-socket methods for relays (Protocol/control.md): relay.add, relay.remove,
 /// relay.list and node.share.
 extension RelayClient {
-    func registerControlMethods(on router: ControlRouter, friends: FriendService, core: NodeCore) {
-        router.register(on: core, in: store, publishing: events, "relay.add") { [self] params in
+    nonisolated func registerControlMethods(on router: ControlRouter, friends: FriendService) {
+        router.registerOnCore(in: store, publishing: events, "relay.add") { [self] params in
             guard let text = params["address"]?.stringValue else {
                 throw NodeError.invalidArgument("missing parameter 'address'")
             }
@@ -36,7 +36,7 @@ extension RelayClient {
             }
             return .object(["id": .string(relay.id.canonical), "address": .string(relay.description), "added": .bool(changed)])
         }
-        router.register(on: core, in: store, publishing: events, "relay.remove") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "relay.remove") { [self] params in
             guard let text = params["id"]?.stringValue else {
                 throw NodeError.invalidArgument("missing parameter 'id'")
             }
@@ -58,10 +58,10 @@ extension RelayClient {
             events.emit("relay.removed", ["relay": .string(NodeID(publicKey: key).canonical)])
             return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
         }
-        router.register(on: core, in: store, publishing: events, "relay.list") { [self] _ in
+        router.registerOnCore(in: store, publishing: events, "relay.list") { [self] _ in
             .object(["relays": .array(status())])
         }
-        router.register(on: core, in: store, publishing: events, "node.share") { [self] _ in
+        router.registerOnCore(in: store, publishing: events, "node.share") { [self] _ in
             let home = homeRelays().first
             let code = ShareCode(id: NodeID(publicKey: identity.publicKey), relay: home)
             return .object(["share": .string(code.description), "id": .string(code.id.canonical),

@@ -9,7 +9,7 @@ import TandemVault
 /// vault open takes an optional `pin`: with it a locked vault is opened first; without it a locked
 /// vault answers `vault_locked` (the CLI then asks for the PIN and calls again).
 extension VaultService {
-    public func registerControlMethods(on router: ControlRouter) {
+    nonisolated public func registerControlMethods(on router: ControlRouter) {
         router.register("vault.init") { [self] params in
             let code = try await initialize(pin: try Self.string(params, "pin"))
             var result = await status()
@@ -66,7 +66,7 @@ extension VaultService {
                 try vault.repository.remove(ids)
                 return ids
             }
-            events.emit("vault.removed", ["count": .int(Int64(removed.count))])
+            await events.emit("vault.removed", ["count": .int(Int64(removed.count))])
             return ["removed": .array(removed.map(JSONValue.string))]
         }
         router.register("vault.favorite") { [self] params in
@@ -136,12 +136,12 @@ extension VaultService {
 
     // MARK: parameters
 
-    static func string(_ params: JSONValue, _ name: String) throws -> String {
+    nonisolated static func string(_ params: JSONValue, _ name: String) throws -> String {
         guard let v = params[name]?.stringValue else { throw NodeError.invalidArgument("missing parameter '\(name)'") }
         return v
     }
 
-    static func refs(_ params: JSONValue) throws -> [String] {
+    nonisolated static func refs(_ params: JSONValue) throws -> [String] {
         guard let list = params["items"]?.arrayValue, !list.isEmpty, list.count <= 100_000 else {
             throw NodeError.invalidArgument("name at least one item (by id or name)")
         }
@@ -151,7 +151,7 @@ extension VaultService {
         }
     }
 
-    static func absolutePath(_ params: JSONValue, _ name: String) throws -> URL {
+    nonisolated static func absolutePath(_ params: JSONValue, _ name: String) throws -> URL {
         let text = try string(params, name)
         guard text.hasPrefix("/"), !text.utf8.contains(0) else {
             throw NodeError.invalidArgument("'\(name)' must be an absolute path")
@@ -159,7 +159,7 @@ extension VaultService {
         return URL(fileURLWithPath: text)
     }
 
-    static func checkName(_ name: String, what: String) throws {
+    nonisolated static func checkName(_ name: String, what: String) throws {
         do {
             try VaultNames.validate(name, what: what)
         } catch {
@@ -168,7 +168,7 @@ extension VaultService {
     }
 
     /// Items by id (12 hex digits) or by a name only one item has, in the order asked, each once.
-    static func resolve(_ refs: [String], in items: [VaultItem]) throws -> [VaultItem] {
+    nonisolated static func resolve(_ refs: [String], in items: [VaultItem]) throws -> [VaultItem] {
         var out: [VaultItem] = []
         var seen = Set<String>()
         for ref in refs {
@@ -191,7 +191,7 @@ extension VaultService {
         return out
     }
 
-    static func describe(_ item: VaultItem) -> JSONValue {
+    nonisolated static func describe(_ item: VaultItem) -> JSONValue {
         [
             "id": .string(item.id), "name": .string(item.name), "album": item.album.map(JSONValue.string) ?? .null,
             "type": .string(item.type.rawValue), "size": .int(item.size), "favorite": .bool(item.favorite),
@@ -283,7 +283,7 @@ extension VaultService {
         return ["ok": true]
     }
 
-    static func controlError(_ error: VaultError) -> Error {
+    nonisolated static func controlError(_ error: VaultError) -> Error {
         switch error.kind {
         case .notFound: return ControlError(code: "not_found", message: error.detail, exitCode: TandemError.nothingToActOnExitCode)
         case .alreadyExists: return ControlError(code: "conflict", message: error.detail, exitCode: 1)
@@ -295,7 +295,7 @@ extension VaultService {
     // MARK: files
 
     /// Writes `bytes` to a new file (never over an existing one), 0600.
-    static func writeNew(_ bytes: [UInt8], to url: URL) throws {
+    nonisolated static func writeNew(_ bytes: [UInt8], to url: URL) throws {
         guard !FileManager.default.fileExists(atPath: url.path) else {
             throw NodeError.refused("\(url.path) exists; not overwriting it")
         }
@@ -305,7 +305,7 @@ extension VaultService {
     }
 
     /// What a file is, from its name and first bytes.
-    static func itemType(name: String, prefix: [UInt8]) -> VaultItemType {
+    nonisolated static func itemType(name: String, prefix: [UInt8]) -> VaultItemType {
         let ext = (name as NSString).pathExtension.lowercased()
         if ["jpg", "jpeg", "png", "heic", "heif", "gif", "webp", "tif", "tiff", "bmp", "dng", "avif"].contains(ext) { return .photo }
         if ["mp4", "mov", "m4v", "mkv", "webm", "avi", "3gp", "mts"].contains(ext) { return .video }
@@ -315,7 +315,7 @@ extension VaultService {
 
     /// The files an import names: regular files as given, directories walked (hidden entries
     /// skipped), each once, with their sizes.
-    static func collect(_ paths: [String]) throws -> [(url: URL, size: Int64, modifiedMs: Int64?)] {
+    nonisolated static func collect(_ paths: [String]) throws -> [(url: URL, size: Int64, modifiedMs: Int64?)] {
         var out: [(URL, Int64, Int64?)] = []
         var seen = Set<String>()
         let fm = FileManager.default
@@ -415,11 +415,11 @@ extension VaultService {
             }
         }
         let bytes = imported.reduce(Int64(0)) { $0 + $1.size }
-        events.emit("vault.imported", ["count": .int(Int64(imported.count)), "bytes": .int(bytes)])
+        await events.emit("vault.imported", ["count": .int(Int64(imported.count)), "bytes": .int(bytes)])
         return ["items": .array(imported.map(Self.describe)), "bytes": .int(bytes)]
     }
 
-    static func prefix(of url: URL) -> [UInt8] {
+    nonisolated static func prefix(of url: URL) -> [UInt8] {
         guard let h = try? FileHandle(forReadingFrom: url) else { return [] }
         defer { try? h.close() }
         return [UInt8]((try? h.read(upToCount: 16)) ?? Data())
@@ -462,7 +462,7 @@ extension VaultService {
 
     /// `name` in `dir`, or "stem (2).ext", "stem (3).ext"… if taken. The name is a plain file name
     /// (validated at import), never a path.
-    static func freeName(_ name: String, in dir: URL) -> URL {
+    nonisolated static func freeName(_ name: String, in dir: URL) -> URL {
         let safe = name.replacingOccurrences(of: "/", with: "_")
         let base = (safe == "." || safe == "..") ? "item" : safe
         var candidate = dir.appendingPathComponent(base)

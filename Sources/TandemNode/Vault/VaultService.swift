@@ -54,7 +54,6 @@ public final class VaultService: Service, Sendable {
     /// `<data-dir>/vault`, nil for a node without a data directory.
     let directory: URL?
     let store: NodeStore
-    let core: NodeCore
     let events: EventBus
     let health: StoreHealth
     let configuration: Configuration
@@ -66,12 +65,11 @@ public final class VaultService: Service, Sendable {
     private let turn = AsyncTurn()
     private let state = NIOLockedValueBox(State())
 
-    init(directory: URL?, store: NodeStore, core: NodeCore, events: EventBus, health: StoreHealth,
+    init(directory: URL?, store: NodeStore, events: EventBus, health: StoreHealth,
          configuration: Configuration = .init(), group: EventLoopGroup, logger: Logger,
          now: @escaping @Sendable () -> Int64 = { Int64(clamping: wallClockMilliseconds()) }) {
         self.directory = directory
         self.store = store
-        self.core = core
         self.events = events
         self.health = health
         self.configuration = configuration
@@ -124,7 +122,7 @@ public final class VaultService: Service, Sendable {
             return s.open != nil
         }
         if was {
-            events.emit("vault.locked", ["reason": .string(reason)])
+            NodeCore.submit { [events] in _ = events.emit("vault.locked", ["reason": .string(reason)]) }
             logger.info("vault locked", metadata: ["reason": "\(reason)"])
         }
     }
@@ -133,12 +131,12 @@ public final class VaultService: Service, Sendable {
 
     // MARK: - Settings and the PIN guard (in the node's store, on the core)
 
-    static let autoLockSetting = "vault.autoLockMs"
-    static let guardSetting = "vault.pinGuard"
+    nonisolated static let autoLockSetting = "vault.autoLockMs"
+    nonisolated static let guardSetting = "vault.pinGuard"
 
     func autoLockMs() async -> Int64 {
         if let cached = state.withLockedValue({ $0.autoLockMs }) { return cached }
-        let stored = await core.run { [store, health] in
+        let stored = await NodeCore.run {
             health.read("read the vault's auto-lock", or: nil) { try store.setting(Self.autoLockSetting) }
         }
         let value = stored.flatMap { Int64($0) }.map { min(max(0, $0), Self.maximumAutoLockMs) } ?? configuration.defaultAutoLockMs
@@ -146,13 +144,13 @@ public final class VaultService: Service, Sendable {
         return value
     }
 
-    static let maximumAutoLockMs: Int64 = 7 * 24 * 3_600_000
+    nonisolated static let maximumAutoLockMs: Int64 = 7 * 24 * 3_600_000
 
     func setAutoLock(ms: Int64) async throws {
         guard (0...Self.maximumAutoLockMs).contains(ms) else {
             throw NodeError.invalidArgument("the auto-lock time must be between 0 and 7 days")
         }
-        try await core.perform { [store] in try store.setSetting(Self.autoLockSetting, String(ms)) }
+        try await NodeCore.perform { try store.setSetting(Self.autoLockSetting, String(ms)) }
         state.withLockedValue { $0.autoLockMs = ms }
     }
 
@@ -173,7 +171,7 @@ public final class VaultService: Service, Sendable {
     }
 
     /// On the core: stores the guard (durably: the answer to the attempt waits for it).
-    func saveGuard(_ guardState: PinGuard) throws {
+    @NodeCore func saveGuard(_ guardState: PinGuard) throws {
         let data = try JSONEncoder().encode(guardState)
         try store.setSetting(Self.guardSetting, String(decoding: data, as: UTF8.self))
     }
@@ -235,7 +233,7 @@ public final class VaultService: Service, Sendable {
 
     // MARK: - Init, unlock, PINs
 
-    static func validatePIN(_ pin: String, what: String = "PIN") throws {
+    nonisolated static func validatePIN(_ pin: String, what: String = "PIN") throws {
         guard (4...8).contains(pin.utf8.count), pin.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
             throw NodeError.invalidArgument("a \(what) is 4 to 8 digits")
         }
@@ -270,7 +268,7 @@ public final class VaultService: Service, Sendable {
                 $0.open = opened
                 $0.lastUsedNs = DispatchTime.now().uptimeNanoseconds
             }
-            self.events.emit("vault.created", [:])
+            await self.events.emit("vault.created", [:])
             return code
         }
     }
@@ -297,7 +295,7 @@ public final class VaultService: Service, Sendable {
     func unlockInTurn(pin: String) async throws -> OpenVault {
         try requireVault()
         let dir = try vaultDirectory
-        let guardNow = await core.run { self.loadGuard() }
+        let guardNow = await NodeCore.run { self.loadGuard() }
         if let wait = guardNow.wait(nowMs: now()) {
             throw ControlError(code: "locked_out",
                                message: "too many wrong PINs: try again in \(Self.spoken(ms: wait))",
@@ -312,14 +310,14 @@ public final class VaultService: Service, Sendable {
             return OpenVault(repository: repository, keyFile: keyFile, masterKey: master)
         }
         let position = Int(Sodium.randomUInt64() % 8)
-        let after = try await core.perform { () -> PinGuard in
+        let after = try await NodeCore.perform { () -> PinGuard in
             var g = self.loadGuard()
             if opened != nil { g.succeeded() } else { g.failed(attempt: pin, nowMs: self.now(), revealing: position) }
             try self.saveGuard(g)
             return g
         }
         guard let opened else {
-            events.emit("vault.pin_failed", ["failures": .int(Int64(after.failures))])
+            await events.emit("vault.pin_failed", ["failures": .int(Int64(after.failures))])
             var message = "wrong PIN"
             if let wait = after.wait(nowMs: now()) { message += "; \(after.failures) in a row: try again in \(Self.spoken(ms: wait))" }
             throw ControlError(code: "wrong_pin", message: message, exitCode: TandemError.authenticationExitCode)
@@ -328,7 +326,7 @@ public final class VaultService: Service, Sendable {
             $0.open = opened
             $0.lastUsedNs = DispatchTime.now().uptimeNanoseconds
         }
-        events.emit("vault.unlocked", [:])
+        await events.emit("vault.unlocked", [:])
         return opened
     }
 
@@ -341,7 +339,7 @@ public final class VaultService: Service, Sendable {
     }
 
     /// "30 s", "2 min", "1 h 5 min".
-    static func spoken(ms: Int64) -> String {
+    nonisolated static func spoken(ms: Int64) -> String {
         let s = (ms + 999) / 1000
         if s < 60 { return "\(s) s" }
         let m = (s + 59) / 60
@@ -364,7 +362,7 @@ public final class VaultService: Service, Sendable {
                     throw NodeError.invalidArgument("\(error)")
                 }
             }
-            self.events.emit("vault.pin_changed", [:])
+            await self.events.emit("vault.pin_changed", [:])
         }
     }
 
@@ -387,7 +385,7 @@ public final class VaultService: Service, Sendable {
     /// What `vault status` shows: whether a vault exists and is locked, the auto-lock, any lockout.
     func status() async -> JSONValue {
         let autoLock = await autoLockMs()
-        let g = await core.run { self.loadGuard() }
+        let g = await NodeCore.run { self.loadGuard() }
         var o: [String: JSONValue] = [
             "initialized": .bool(exists),
             "locked": .bool(!isUnlocked),
@@ -406,7 +404,7 @@ public final class VaultService: Service, Sendable {
     /// The break-in log (needs the vault open, as its owner's business).
     func breakIns(pin: String?) async throws -> [PinGuard.BreakIn] {
         _ = try await withVault(pin: pin) { _ in true }
-        return await core.run { self.loadGuard().breakIns }
+        return await NodeCore.run { self.loadGuard().breakIns }
     }
 }
 
