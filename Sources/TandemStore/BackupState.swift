@@ -1,7 +1,7 @@
 import Foundation
 import GRDB
 
-// Backups, the owner's side (Protocol/backup.md 6.1): the friends that offered to hold this node's
+// Backups, the owner's side (Protocol/backup.md 9.1): the friends that offered to hold this node's
 // backups, the last complete push to each, and the pushes not ended yet. What this node holds for
 // others lives in files (backup-held/), not here. Migration v5-backup made these tables.
 

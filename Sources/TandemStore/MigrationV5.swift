@@ -3,7 +3,7 @@ import GRDB
 
 /// Migrations `v5-focus`, `v5-backup` and `v5-vault`: the local state that store v4 kept as JSON
 /// strings in the `setting` table under key prefixes gets tables of its own, and the v4 rows are
-/// converted in place (Protocol/focus.md 5, backup.md 6.1, vault.md 6).
+/// converted in place (Protocol/focus.md 5, backup.md 9.1, vault.md "The PIN guard").
 ///
 /// Frozen once shipped, like every migration: the JSON is read with the structs defined here, never
 /// with the app's types (they may change; what v4 wrote does not). A row that does not convert is

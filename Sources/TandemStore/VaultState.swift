@@ -1,9 +1,9 @@
 import Foundation
 import GRDB
 
-// The vault's PIN guard (Protocol/vault.md 6): wrong PINs in a row, the wait they earned, and the
-// break-in log. Written before a PIN attempt is answered. Migration v5-vault made these tables;
-// the auto-lock time stays a scalar setting (`vault.autoLockMs`).
+// The vault's PIN guard (Protocol/vault.md "The PIN guard"): wrong PINs in a row, the wait they
+// earned, and the break-in log. Written before a PIN attempt is answered. Migration v5-vault made
+// these tables; the auto-lock time stays a scalar setting (`vault.autoLockMs`).
 
 /// The guard's one row (`id` 1); no row: no wrong PIN since the vault was made.
 public struct VaultPinGuardRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
