@@ -87,7 +87,7 @@ enum MigrationV5 {
                 PRIMARY KEY (replacing, target)
             );
             """)
-        let nowMs = Int64(clamping: Int64(Date().timeIntervalSince1970 * 1000))
+        let nowMs = wallClockMs()
         for (key, value) in try settings(db, prefix: "focus.") {
             try convert(db, key, value, nowMs: nowMs) {
                 if key == "focus.modes" { return try focusModes(db, value) }
@@ -267,7 +267,7 @@ enum MigrationV5 {
                 lanOnly INTEGER NOT NULL CHECK (lanOnly IN (0, 1))
             );
             """)
-        let nowMs = Int64(clamping: Int64(Date().timeIntervalSince1970 * 1000))
+        let nowMs = wallClockMs()
         for (key, value) in try settings(db, prefix: "backup.") {
             try convert(db, key, value, nowMs: nowMs) {
                 if let h = key.dropping("backup.offer.") {
@@ -344,7 +344,7 @@ enum MigrationV5 {
                 masked TEXT NOT NULL CHECK (typeof(masked) = 'text')
             );
             """)
-        let nowMs = Int64(clamping: Int64(Date().timeIntervalSince1970 * 1000))
+        let nowMs = wallClockMs()
         guard let value = try Data.fetchOne(db, sql: "SELECT value FROM setting WHERE key = 'vault.pinGuard'") else { return }
         let converted = try convert(db, "vault.pinGuard", value, nowMs: nowMs) {
             guard let g = try? JSONDecoder().decode(V4PinGuard.self, from: value) else { return "the PIN guard does not decode" }
@@ -412,6 +412,12 @@ enum MigrationV5 {
     }
 
     private static func text(_ value: Data) -> String? { String(data: value, encoding: .utf8) }
+
+    /// The wall clock in milliseconds (when a row was set aside); 0 for a clock no Int64 holds.
+    private static func wallClockMs() -> Int64 {
+        let ms = (Date().timeIntervalSince1970 * 1000).rounded(.down)
+        return ms.isFinite && ms >= 0 && ms < 9.2e18 ? Int64(ms) : 0
+    }
 
     /// Lowercase or uppercase hex to bytes; nil for anything else (an odd length included).
     private static func hex(_ s: String) -> [UInt8]? {
