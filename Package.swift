@@ -195,6 +195,7 @@ let package = Package(
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
+                "TandemStore",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 "TandemRelay",
                 .product(name: "NIOCore", package: "swift-nio"),

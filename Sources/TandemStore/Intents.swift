@@ -7,6 +7,9 @@ import TandemProtocol
 
 // MARK: - Settings
 
+/// Single scalar settings only (`display_name`, `advertised_port`, `record_version`, `discoverable`,
+/// `vault.autoLockMs`): state with more than one value gets a table of its own (FocusState.swift,
+/// BackupState.swift, VaultState.swift), never JSON under a key prefix.
 extension NodeStore {
     public func setting(_ key: String) throws -> String? {
         try read { db in try String.fetchOne(try db.cachedStatement(sql: "SELECT value FROM setting WHERE key = ?"), arguments: [key]) }
@@ -16,14 +19,6 @@ extension NodeStore {
         try write { db in
             try db.execute(sql: "INSERT INTO setting(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                            arguments: [key, value])
-        }
-    }
-
-    /// Every setting whose key starts with `prefix`, by key.
-    public func settings(prefix: String) throws -> [(key: String, value: String)] {
-        try read { db in
-            try Row.fetchAll(db, sql: "SELECT key, value FROM setting WHERE substr(key, 1, ?) = ? ORDER BY key",
-                             arguments: [prefix.count, prefix]).map { ($0["key"], $0["value"]) }
         }
     }
 
@@ -610,25 +605,5 @@ public struct HandledMark: Sendable, Equatable {
         self.windowMs = windowMs
         self.nowMs = nowMs
         self.fromFriend = fromFriend
-    }
-}
-
-// MARK: - Focus
-
-extension NodeStore {
-    /// Local focus (issue 14): settings written (non-nil) or removed (nil), and the events that
-    /// report the change, in one transaction.
-    public func saveFocus(_ changes: [(key: String, value: String?)], events: [PendingEvent] = []) throws {
-        try write { db in
-            for (key, value) in changes {
-                if let value {
-                    try db.execute(sql: "INSERT INTO setting(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                                   arguments: [key, value])
-                } else {
-                    try db.execute(sql: "DELETE FROM setting WHERE key = ?", arguments: [key])
-                }
-            }
-            try insertEvents(events, db)
-        }
     }
 }

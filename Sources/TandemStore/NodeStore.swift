@@ -246,6 +246,10 @@ public struct NodeStore: Sendable {
                 t.column("atMs", .integer).notNull()
             }
         }
+        // Focus, backup and vault state out of JSON settings into tables of their own (MigrationV5.swift).
+        m.registerMigration("v5-focus") { db in try MigrationV5.focus(db) }
+        m.registerMigration("v5-backup") { db in try MigrationV5.backup(db) }
+        m.registerMigration("v5-vault") { db in try MigrationV5.vault(db) }
         return m
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import TandemKeys
 import TandemProtocol
+import TandemStore
 import XCTest
 @testable import TandemNode
 
@@ -41,37 +42,71 @@ final class FocusServiceTests: XCTestCase {
         XCTAssertNoThrow(try KeyFrameWire.decode(good))
     }
 
-    func testStoredSettingsAreJudgedAndBadOnesSetAside() throws {
+    func testStoredRowsAreJudgedAndBadOnesSetAsideEachOnItsOwn() throws {
         let modes = try FocusModes(keys: [FocusKey(id: "pen", name: "pen"), FocusKey(id: "card", name: "card")],
-                                   modes: [FocusMode(name: "deep", mainKey: "pen", temporaryKeys: ["card"], blockedSites: ["example.com"])])
-        let modesJSON = String(decoding: try JSONEncoder().encode(modes), as: UTF8.self)
-        let tag = #"{"kind":"tag","salt":"000102030405060708090a0b0c0d0e0f","hash":"\#(String(repeating: "ab", count: 32))"}"#
-        let lock = #"{"v":1,"activeMode":"deep","lockedMode":"deep","hold":"key","spent":["card"]}"#
-        let rows: [(key: String, value: String)] = [
-            ("focus.modes", modesJSON), ("focus.lock", lock), ("focus.key.pen", tag),
-            ("focus.key.card", #"{"kind":"tag","salt":"00","hash":"11"}"#),      // damaged: short salt
-            ("focus.key.ghost", tag),                                            // no such key
-            ("focus.challenge.abcd", "deep"), ("focus.challenge.XYZ", "deep"),   // a bad id
-        ]
-        let (state, quarantined) = FocusService.judge(rows)
-        XCTAssertEqual(state.modes, modes)
+                                   modes: [FocusMode(name: "deep", mainKey: "pen", temporaryKeys: ["card"], blockedSites: ["example.com"],
+                                                     temporaryItems: ["example.com"])])
+        let tag = FocusKeyMaterialRecord(keyId: "pen", kind: "tag", salt: Data(count: 16), hash: Data(repeating: 0xAB, count: 32))
+        let lock = FocusLockRows(lock: FocusLockRecord(activeMode: "deep", lockedMode: "deep", hold: "key"), spent: [FocusSpentKeyRecord(keyId: "card")])
+        var stored = StoredFocusState(configuration: modes.rows, materials: [
+            tag,
+            FocusKeyMaterialRecord(keyId: "card", kind: "tag", salt: Data([0]), hash: Data([1])),    // damaged: short salt
+            FocusKeyMaterialRecord(keyId: "ghost", kind: "tag", salt: Data(count: 16), hash: Data(count: 32)), // no such key
+        ], lock: lock, challenges: [FocusChallengeRecord(challengeId: "abcd", mode: "deep"), FocusChallengeRecord(challengeId: "XYZ", mode: "deep")])
+        XCTAssertEqual(modes.rows.modeItems.map(\.list), ["site", "temporary"])
+        let (state, aside) = FocusService.judge(stored)
+        XCTAssertEqual(state.modes, modes, "the configuration reads back from its rows")
         XCTAssertEqual(Set(state.materials.keys), ["pen"])
         XCTAssertEqual(state.challengeModes, ["abcd": "deep"])
         XCTAssertEqual(state.lock.locked?.mode, "deep")
-        XCTAssertEqual(Set(quarantined.map(\.0)), ["focus.key.card", "focus.key.ghost", "focus.challenge.XYZ"])
+        XCTAssertEqual(state.lock.locked?.spent, ["card"])
+        XCTAssertEqual(state.lock.rows, lock, "the lock reads back from its rows")
+        XCTAssertEqual(Set(aside.map(\.row)), [.material(keyId: "card"), .material(keyId: "ghost"), .challenge(id: "XYZ")])
+        XCTAssertEqual(aside.first { $0.row == .material(keyId: "ghost") }?.reason, "no such key")
 
-        // Modes that break a rule (a main key that does not exist) are set aside whole; the lock
-        // then refers to a mode that is gone and opens at validation.
-        let broken = modesJSON.replacingOccurrences(of: "\"mainKey\":\"pen\"", with: "\"mainKey\":\"nobody\"")
-        let (s2, q2) = FocusService.judge([("focus.modes", broken), ("focus.lock", lock)])
-        XCTAssertEqual(s2.modes, FocusModes())
-        XCTAssertEqual(q2.map(\.0), ["focus.modes"])
+        // A mode that breaks a rule (a main key that does not exist) is set aside alone: the other
+        // mode and the keys stay. The lock then names a mode that is gone and opens at validation.
+        stored.configuration.modes[0].mainKey = "nobody"
+        stored.configuration.modes.append(FocusModeRecord(name: "open", mainKey: "pen", temporaryDurationMs: 300_000))
+        stored.configuration.modeItems.append(FocusModeItemRecord(mode: "gone", list: "site", position: 0, item: "x.example"))
+        let (s2, q2) = FocusService.judge(stored)
+        XCTAssertEqual(s2.modes.keys.map(\.id), ["card", "pen"])
+        XCTAssertEqual(s2.modes.modes.map(\.name), ["open"])
+        XCTAssertEqual(q2.filter { if case .mode = $0.row { return true } else { return false } }.map(\.row),
+                       [.mode(name: "deep"), .mode(name: "gone")])
+        XCTAssertTrue(q2.first { $0.row == .mode(name: "deep") }?.data.contains("nobody") ?? false, "a readable copy goes with it")
         let (opened, step) = FocusLock.validated(loaded: s2.lock, modes: s2.modes, nowMs: 1_800_000_000_000)
         XCTAssertFalse(opened.isLocked)
         XCTAssertTrue(step.events.contains(.unlocked(mode: "deep", reason: .modeRemoved)))
+
+        // Keys that break a rule go alone too (an id with a space, a name taken), and so does a mode that uses one.
+        let keys = [FocusKeyRecord(id: "a b", name: "a"), FocusKeyRecord(id: "c", name: "pen"), FocusKeyRecord(id: "pen", name: "pen")]
+        let (s3, q3) = FocusService.judge(StoredFocusState(configuration: FocusConfigurationRows(
+            keys: keys, modes: [FocusModeRecord(name: "m", mainKey: "a b", temporaryDurationMs: 300_000)])))
+        XCTAssertEqual(s3.modes.keys.map(\.id), ["c"])
+        XCTAssertEqual(Set(q3.map(\.row)), [.key(id: "a b"), .key(id: "pen"), .mode(name: "m")])
+
         // Garbage never traps.
-        let (s3, q3) = FocusService.judge([("focus.modes", "{"), ("focus.lock", "[]"), ("focus.key.x", "\u{0}")])
-        XCTAssertFalse(s3.lock.isLocked)
-        XCTAssertEqual(q3.count, 3)
+        let (s4, q4) = FocusService.judge(StoredFocusState(
+            configuration: FocusConfigurationRows(modes: [FocusModeRecord(name: "", mainKey: "\u{0}", temporaryDurationMs: .min)]),
+            materials: [FocusKeyMaterialRecord(keyId: "x", kind: "object", sealed: Data(), frames: .max)],
+            lock: FocusLockRows(lock: FocusLockRecord(lockedMode: "", hold: "until", untilMs: nil))))
+        XCTAssertTrue(s4.lock.isLocked, "read leniently; validated opens it at the start")
+        XCTAssertFalse(FocusLock.validated(loaded: s4.lock, modes: s4.modes, nowMs: 0).0.isLocked)
+        XCTAssertEqual(q4.count, 2)
+    }
+
+    func testKeyMaterialRowsReadBackAndBrokenOnesDoNot() {
+        let tag = FocusKeyMaterial.tag(salt: [UInt8](repeating: 1, count: 16), hash: [UInt8](repeating: 2, count: 32))
+        let object = FocusKeyMaterial.object(sealed: [UInt8](repeating: 3, count: 41), frames: 9)
+        XCTAssertEqual(FocusKeyMaterial(record: tag.record(keyId: "k")), tag)
+        XCTAssertEqual(FocusKeyMaterial(record: object.record(keyId: "k")), object)
+        for bad in [FocusKeyMaterialRecord(keyId: "k", kind: "tag", salt: Data(count: 15), hash: Data(count: 32)),
+                    FocusKeyMaterialRecord(keyId: "k", kind: "tag", salt: Data(count: 16), hash: Data(count: 32), frames: 1),
+                    FocusKeyMaterialRecord(keyId: "k", kind: "object", sealed: Data(count: 40), frames: 9),
+                    FocusKeyMaterialRecord(keyId: "k", kind: "object", sealed: Data(count: 41), frames: 65),
+                    FocusKeyMaterialRecord(keyId: "k", kind: "qr", salt: Data(count: 16), hash: Data(count: 32))] {
+            XCTAssertNil(FocusKeyMaterial(record: bad), "\(bad)")
+        }
     }
 }

@@ -137,6 +137,22 @@ final class VaultServiceTests: XCTestCase {
         XCTAssertTrue(log.allSatisfy { $0.masked.count == 4 && $0.masked.filter { $0 == "•" }.count >= 3 })
     }
 
+    func testAGuardThatCannotBeReadCountsThreeWrongPins() async throws {
+        var (service, store) = try makeService()
+        try await service.initialize(pin: "2468")
+        service.lockNow(reason: "test")
+        let c = await code { try await service.unlock(pin: "1111") }
+        XCTAssertEqual(c, "wrong_pin")
+        XCTAssertEqual(try store.vaultPinGuard()?.guardRow.failures, 1, "the guard is in its table")
+        // A store that cannot give the guard back (here: its log's table gone) never means no wrong PIN.
+        try store.write { db in try db.execute(sql: "DROP TABLE vaultBreakIn") }
+        (service, _) = try makeService()
+        let refused = await code { try await service.unlock(pin: "2468") }
+        XCTAssertEqual(refused, "locked_out")
+        let status = await service.status()
+        XCTAssertEqual(status["failed_attempts"]?.intValue, 3)
+    }
+
     func testDecoyAndRealVaultsStayApart() async throws {
         let (service, _) = try makeService()
         try await service.initialize(pin: "1357")

@@ -62,10 +62,10 @@ extension BackupService {
 
     func status() async throws -> JSONValue {
         let (received, pushed, pending) = try await NodeCore.perform { () -> ([([UInt8], ReceivedOffer)], [String: PushedRecord], Set<String>) in
-            let pushed = try self.store.settings(prefix: Self.pushedPrefix).reduce(into: [String: PushedRecord]()) { acc, kv in
-                if let r = PushedRecord.decode(kv.value) { acc[String(kv.key.dropFirst(Self.pushedPrefix.count))] = r }
+            let pushed = try self.store.lastBackupPushes().reduce(into: [String: PushedRecord]()) { acc, stored in
+                if let r = PushedRecord(stored: stored) { acc[hexString(Array(stored.record.holder))] = r }
             }
-            let pending = Set(try self.store.settings(prefix: Self.pendingPrefix).map { String($0.key.dropFirst(Self.pendingPrefix.count)) })
+            let pending = Set(try self.store.pendingBackupPushes().map { hexString(Array($0.holder)) })
             return (try self.receivedOffers(), pushed, pending)
         }
         let runningNow = running.withLockedValue { $0 }
@@ -146,7 +146,7 @@ extension BackupService {
         var failed = false
         for h in targets {
             let record = try await NodeCore.perform {
-                try self.store.setting(Self.pushedPrefix + hexString(h)).flatMap(PushedRecord.decode)
+                try self.store.lastBackupPush(to: h).flatMap(PushedRecord.init(stored:))
             }
             guard let record else {
                 reports.append(["from": .string(NodeID(publicKey: h).canonical), "checked": 0, "failures": [],

@@ -63,8 +63,9 @@ struct PushResult: Sendable {
     }
 }
 
-/// What the last complete push to a holder recorded (a store setting): verify picks among its blobs.
-struct PushedRecord: Codable, Sendable {
+/// What the last complete push to a holder recorded (tables `backupPush`, `backupPushBlob`):
+/// verify picks among its blobs.
+struct PushedRecord: Sendable {
     var snapshotID: String
     var atMs: Int64
     var bytesSent: Int64
@@ -72,13 +73,32 @@ struct PushedRecord: Codable, Sendable {
     var blobs: [BlobName]
     var kitDigest: String?
 
-    nonisolated static func decode(_ text: String) -> PushedRecord? {
-        guard let r = try? JSONDecoder().decode(PushedRecord.self, from: Data(text.utf8)),
-              r.blobs.count <= BackupLimits.blobsPerSnapshot, (0...BackupLimits.maximumSnapshotBytes).contains(r.totalBytes) else { return nil }
-        return r
+    init(snapshotID: String, atMs: Int64, bytesSent: Int64, totalBytes: Int64, blobs: [BlobName], kitDigest: String?) {
+        self.snapshotID = snapshotID
+        self.atMs = atMs
+        self.bytesSent = bytesSent
+        self.totalBytes = totalBytes
+        self.blobs = blobs
+        self.kitDigest = kitDigest
     }
 
-    var encoded: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data(), as: UTF8.self) }
+    /// Validating: nil for rows that break a rule (they are then no record).
+    init?(stored s: StoredBackupPush) {
+        let names = s.blobs.compactMap(BlobName.init(bytes:))
+        guard names.count == s.blobs.count, names.count <= BackupLimits.blobsPerSnapshot,
+              (0...BackupLimits.maximumSnapshotBytes).contains(s.record.totalBytes), s.record.bytesSent >= 0 else { return nil }
+        self.init(snapshotID: hexString(Array(s.record.snapshotId)), atMs: s.record.atMs, bytesSent: s.record.bytesSent,
+                  totalBytes: s.record.totalBytes, blobs: names, kitDigest: s.record.kitDigest.map { hexString(Array($0)) })
+    }
+
+    /// The rows of this record for `holder` (nil when a field does not fit its column: not stored then).
+    func stored(holder: [UInt8]) -> StoredBackupPush? {
+        guard let snapshot = parseHex(snapshotID) else { return nil }
+        let digest = kitDigest.flatMap(parseHex)
+        return StoredBackupPush(record: BackupPushRecord(holder: holder, snapshotId: snapshot, atMs: atMs, bytesSent: bytesSent,
+                                                         totalBytes: totalBytes, kitDigest: digest),
+                                blobs: blobs.map(\.bytes))
+    }
 }
 
 /// The blobs of the local vault a push sends: its index files (read into memory first, so the
@@ -165,7 +185,7 @@ extension BackupService {
     func startPush(to holder: [UInt8], lanOnly: Bool) async throws -> PushTask {
         if let t = running.withLockedValue({ $0[holder] }) { return t }
         // Remembered until it completes: a node stopped or killed mid-push resumes it at start.
-        try await NodeCore.perform { try self.store.setSetting(Self.pendingPrefix + hexString(holder), lanOnly ? "lan" : "any") }
+        try await NodeCore.perform { try self.store.markBackupPending(holder, lanOnly: lanOnly) }
         let (task, isNew) = running.withLockedValue { r -> (PushTask, Bool) in
             if let t = r[holder] { return (t, false) }
             let t = PushTask(holder: holder, lanOnly: lanOnly)
@@ -185,12 +205,16 @@ extension BackupService {
     }
 
     func resumePendingPushes() async {
-        let pending = await NodeCore.run { self.health.read("read pending pushes", or: []) { try self.store.settings(prefix: Self.pendingPrefix) } }
-        for (key, value) in pending {
-            guard let holder = parseHex(String(key.dropFirst(Self.pendingPrefix.count))), holder.count == 32 else { continue }
-            guard running.withLockedValue({ $0[holder] == nil }) else { continue }
+        let pending = await NodeCore.run { self.health.read("read pending pushes", or: []) { try self.store.pendingBackupPushes() } }
+        for p in pending {
+            let holder = Array(p.holder)
+            guard holder.count == 32, running.withLockedValue({ $0[holder] == nil }) else { continue }
             logger.info("resuming a backup push", metadata: ["to": "\(NodeID(publicKey: holder).short)"])
-            _ = try? await startPush(to: holder, lanOnly: value == "lan")
+            do {
+                _ = try await startPush(to: holder, lanOnly: p.lanOnly)
+            } catch {
+                health.failed("resume a backup push", error)
+            }
         }
     }
 
@@ -217,7 +241,7 @@ extension BackupService {
         var unreachable = false
         if case .failure(let e) = result, e is HolderUnreachable { unreachable = true }
         if !Task.isCancelled, !unreachable {
-            await NodeCore.run { self.health.attempt("clear a pending push") { try self.store.removeSetting(Self.pendingPrefix + hexString(t.holder)) } }
+            await NodeCore.run { self.health.attempt("clear a pending push") { try self.store.clearBackupPending(t.holder) } }
         }
         t.finish(result)
     }
@@ -268,10 +292,9 @@ extension BackupService {
                                           kitDigest: nil)
                 try await NodeCore.perform {
                     var r = record
-                    let key = Self.pushedPrefix + hexString(t.holder)
-                    r.kitDigest = try self.store.setting(key).flatMap(PushedRecord.decode)?.kitDigest
+                    r.kitDigest = try self.store.lastBackupPush(to: t.holder).flatMap(PushedRecord.init(stored:))?.kitDigest
                     if let digest = self.sentKitDigest.withLockedValue({ $0[t.holder] }) { r.kitDigest = digest }
-                    try self.store.setSetting(key, r.encoded)
+                    if let rows = r.stored(holder: t.holder) { try self.store.recordBackupPush(rows) }
                 }
                 return result
             } catch let e as BackupExchange.LinkLost {
@@ -400,7 +423,7 @@ extension BackupService {
         guard let kit else { return false }
         let digest = hexString(kit.digest)
         let last = try await NodeCore.perform {
-            try self.store.setting(Self.pushedPrefix + hexString(ex.peer)).flatMap(PushedRecord.decode)?.kitDigest
+            try self.store.lastBackupPush(to: ex.peer).flatMap(PushedRecord.init(stored:))?.kitDigest
         }
         guard last != digest else { return false }
         let version = min(wallClockMilliseconds(), BackupLimits.maximumVersion)

@@ -42,10 +42,6 @@ public final class BackupService: Service, @unchecked Sendable {
     /// The kit digest each holder acknowledged in this run (stored with the push record).
     let sentKitDigest = NIOLockedValueBox<[[UInt8]: String]>([:])
 
-    nonisolated static let offerPrefix = "backup.offer."
-    nonisolated static let pushedPrefix = "backup.pushed."
-    nonisolated static let pendingPrefix = "backup.pending."
-
     init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, dialer: Dialer, outbox: Outbox,
          events: EventBus, health: StoreHealth, signals: NodeSignals, dataDirectory: DataDirectory?, logger: Logger,
          kitProvider: KitProvider? = nil) {
@@ -127,12 +123,13 @@ public final class BackupService: Service, @unchecked Sendable {
             return
         }
         guard outbox.isFriend(envelope.author) else { return outbox.dropUnrelated(envelope, on: link) }
-        let key = Self.offerPrefix + hexString(envelope.author)
-        let current = health.read("read a backup offer", or: nil) { try store.setting(key) }.flatMap(ReceivedOffer.decode)
+        let current = health.read("read a backup offer", or: nil) { try store.backupHolder(envelope.author) }.flatMap(ReceivedOffer.init(record:))
         if current.map({ m.version > $0.version }) ?? true {
             let offer = ReceivedOffer(quotaBytes: m.quotaBytes, version: m.version, receivedAtMs: Int64(clamping: wallClockMilliseconds()))
             health.attempt("store a backup offer") {
-                if m.isWithdrawal { try store.removeSetting(key) } else { try store.setSetting(key, offer.encoded) }
+                if m.isWithdrawal { try store.forgetBackupOffer(from: envelope.author) } else {
+                    try store.keepBackupOffer(offer.record(holder: envelope.author))
+                }
             }
             events.emit(m.isWithdrawal ? "backup.offer.withdrawn" : "backup.offer.received",
                         ["from": .string(NodeID(publicKey: envelope.author).canonical), "quota_bytes": .int(m.quotaBytes)])
@@ -140,26 +137,34 @@ public final class BackupService: Service, @unchecked Sendable {
         outbox.acknowledge(envelope, on: link)
     }
 
-    struct ReceivedOffer: Codable {
+    struct ReceivedOffer {
         var quotaBytes: Int64
         var version: UInt64
         var receivedAtMs: Int64
 
-        nonisolated static func decode(_ text: String) -> ReceivedOffer? {
-            guard let o = try? JSONDecoder().decode(ReceivedOffer.self, from: Data(text.utf8)),
-                  (1...BackupLimits.maximumQuotaBytes).contains(o.quotaBytes), o.version <= BackupLimits.maximumVersion else { return nil }
-            return o
+        /// Validating: nil for a row that breaks a rule (it is then not an offer).
+        init?(record r: BackupHolderRecord) {
+            guard (1...BackupLimits.maximumQuotaBytes).contains(r.quotaBytes), r.version >= 0,
+                  UInt64(r.version) <= BackupLimits.maximumVersion else { return nil }
+            self.init(quotaBytes: r.quotaBytes, version: UInt64(r.version), receivedAtMs: r.receivedAtMs)
         }
 
-        var encoded: String { String(decoding: (try? JSONEncoder().encode(self)) ?? Data(), as: UTF8.self) }
+        init(quotaBytes: Int64, version: UInt64, receivedAtMs: Int64) {
+            self.quotaBytes = quotaBytes
+            self.version = version
+            self.receivedAtMs = receivedAtMs
+        }
+
+        func record(holder: [UInt8]) -> BackupHolderRecord {
+            BackupHolderRecord(publicKey: holder, quotaBytes: quotaBytes, version: Int64(clamping: version), receivedAtMs: receivedAtMs)
+        }
     }
 
     /// The holders that offered us space, by key (on the core).
     @NodeCore func receivedOffers() throws -> [([UInt8], ReceivedOffer)] {
-        try store.settings(prefix: Self.offerPrefix).compactMap { key, value in
-            guard let k = parseHex(String(key.dropFirst(Self.offerPrefix.count))), k.count == 32,
-                  let o = ReceivedOffer.decode(value) else { return nil }
-            return (k, o)
+        try store.backupHolders().compactMap { r in
+            guard r.publicKey.count == 32, let o = ReceivedOffer(record: r) else { return nil }
+            return (Array(r.publicKey), o)
         }
     }
 

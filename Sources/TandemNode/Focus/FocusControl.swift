@@ -79,7 +79,7 @@ extension FocusService {
             var modes = state.withLockedValue { $0.modes }
             let key = try resolveKey(params, modes)
             try refusing { try modes.deleteKey(id: key.id) }
-            try saveModes(modes, extra: [(Self.keyPrefix + key.id, nil)], event: ("focus.key_deleted", ["key": .string(key.id)]))
+            try saveModes(modes, extra: [.removeMaterial(keyId: key.id)], event: ("focus.key_deleted", ["key": .string(key.id)]))
             state.withLockedValue { _ = $0.materials.removeValue(forKey: key.id) }
             // A temporary key of the locked mode leaves its spent set too.
             var lock = state.withLockedValue { $0.lock }
@@ -122,7 +122,7 @@ extension FocusService {
                 let id = newKeyID(name, modes)
                 try refusing { try modes.addKey(id: id, name: name) }
                 let material = try refusing { try FocusKeyMaterial.newTag(payload: payload, secrets: secrets) }
-                try saveModes(modes, extra: [(Self.keyPrefix + id, material.json)],
+                try saveModes(modes, extra: [.material(material.record(keyId: id))],
                               event: ("focus.key_enrolled", ["key": .string(id), "name": .string(name), "kind": "tag"]))
                 state.withLockedValue { $0.materials[id] = material }
                 return ["key": describe(modes.key(id)!, state.withLockedValue { $0 }), "complete": true]
@@ -133,7 +133,7 @@ extension FocusService {
                 let key = try resolveKey(params, modes)
                 try checkReplaceable(key.id, modes: modes, lock: lock)
                 let material = try refusing { try FocusKeyMaterial.newTag(payload: payload, secrets: secrets) }
-                try store.saveFocus([(Self.keyPrefix + key.id, material.json)],
+                try store.saveFocus([.material(material.record(keyId: key.id))],
                                     events: [events.record("focus.key_replaced", ["key": .string(key.id), "kind": "tag"])])
                 events.published()
                 state.withLockedValue { $0.materials[key.id] = material }
@@ -240,9 +240,8 @@ extension FocusService {
     }
 
     /// On the core: stores the configuration (and `extra`), with its event, in one transaction.
-    @NodeCore func saveModes(_ modes: FocusModes, extra: [(key: String, value: String?)] = [], event: (String, [String: JSONValue])) throws {
-        let json = String(decoding: try JSONEncoder().encode(modes), as: UTF8.self)
-        try store.saveFocus([(Self.modesSetting, json)] + extra, events: [events.record(event.0, event.1)])
+    @NodeCore func saveModes(_ modes: FocusModes, extra: [FocusChange] = [], event: (String, [String: JSONValue])) throws {
+        try store.saveFocus([.configuration(modes.rows)] + extra, events: [events.record(event.0, event.1)])
         state.withLockedValue { $0.modes = modes }
         events.published()
         // A changed block list of an unlocked mode changes nothing on the machine; the target is

@@ -32,9 +32,10 @@ struct FocusSecrets: Sendable {
     }
 }
 
-/// What a key is, as stored (setting `focus.key.<id>`): a tag key keeps only a salted keyed hash of
-/// its payload; an object key keeps its template sealed under the node's key. Decoding validates
-/// every length: a stored value that breaks a rule does not decode (the node quarantines it).
+/// What a key is, as stored (table `focusKeyMaterial`, FocusStoredRows.swift): a tag key keeps only
+/// a salted keyed hash of its payload; an object key keeps its template sealed under the node's key,
+/// bound to `focus.key.<id>`. Reading a row validates every length: a row that breaks a rule is not
+/// a key (the node quarantines it).
 enum FocusKeyMaterial: Equatable, Sendable {
     case tag(salt: [UInt8], hash: [UInt8])
     case object(sealed: [UInt8], frames: Int)
@@ -69,32 +70,5 @@ enum FocusKeyMaterial: Equatable, Sendable {
     func matchesTag(_ payload: [UInt8], secrets: FocusSecrets) -> Bool {
         guard case .tag(let salt, let hash) = self else { return false }
         return Sodium.constantTimeEqual(secrets.tagHash(salt: salt, payload: payload), hash)
-    }
-
-    var json: String {
-        switch self {
-        case .tag(let salt, let hash):
-            return JSONValue.object(["kind": "tag", "salt": .string(hexString(salt)), "hash": .string(hexString(hash))]).compactJSON
-        case .object(let sealed, let frames):
-            return JSONValue.object(["kind": "object", "sealed": .string(Data(sealed).base64EncodedString()),
-                                     "frames": .int(Int64(frames))]).compactJSON
-        }
-    }
-
-    init?(json text: String) {
-        guard text.utf8.count <= Self.maximumSealedBytes * 2, let v = try? JSONValue.parse(Data(text.utf8)) else { return nil }
-        switch v["kind"]?.stringValue {
-        case "tag":
-            guard let salt = v["salt"]?.stringValue.flatMap(parseHex), salt.count == Self.saltBytes,
-                  let hash = v["hash"]?.stringValue.flatMap(parseHex), hash.count == Self.hashBytes else { return nil }
-            self = .tag(salt: salt, hash: hash)
-        case "object":
-            guard let text = v["sealed"]?.stringValue, let data = Data(base64Encoded: text),
-                  data.count > 40, data.count <= Self.maximumSealedBytes,
-                  let frames = v["frames"]?.intValue, (1...64).contains(frames) else { return nil }
-            self = .object(sealed: Array(data), frames: Int(frames))
-        default:
-            return nil
-        }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Sodium
 import TandemKeys
 import TandemProtocol
+import TandemStore
 
 /// One object presentation or enrolment under way: the client sends its frames one request at a
 /// time (`session`, `frame_b64`), then a last request (`last: true`, no frame). Sessions are few
@@ -126,7 +127,10 @@ extension FocusService {
                 let kept = enrollment
                 try await NodeCore.perform {
                     // Nothing good to keep (`--restart` alone, or only bad frames): no unfinished enrolment stays.
-                    if kept.goodFrames == 0 { try store.saveFocus([(pendingKey(name: name, replacing: replacing), nil)]) } else {
+                    if kept.goodFrames == 0 {
+                        let e = enrolment(name: name, replacing: replacing)
+                        try store.saveFocus([.removeEnrolment(target: e.target, replacing: e.replacing)])
+                    } else {
                         try savePending(kept, name: name, replacing: replacing)
                     }
                 }
@@ -160,7 +164,7 @@ extension FocusService {
     /// What a new session is made from, as read on the core.
     enum SessionSource: Sendable {
         case verify([(id: String, sealed: [UInt8])])
-        case enroll(name: String, replacing: String?, pendingKey: String, stored: String?)
+        case enroll(name: String, replacing: String?, pendingKey: String, stored: Data?)
     }
 
     private func build(_ source: SessionSource, _ action: KeyAction, now: Int64) -> ObjectSession {
@@ -171,11 +175,11 @@ extension FocusService {
         case .enroll(let name, let replacing, let pendingKey, let stored):
             var enrollment = ObjectEnrollment()
             if let stored {
-                if let sealed = Data(base64Encoded: stored), let plain = secrets.open(Array(sealed), context: pendingKey),
+                if let plain = secrets.open(Array(stored), context: pendingKey),
                    let e = try? JSONDecoder().decode(ObjectEnrollment.self, from: Data(plain)) {
                     enrollment = e
                 } else {
-                    logger.warning("an unfinished enrolment could not be read; starting over", metadata: ["setting": "\(pendingKey)"])
+                    logger.warning("an unfinished enrolment could not be read; starting over", metadata: ["enrolment": "\(pendingKey)"])
                 }
             }
             return ObjectSession(action: action, work: .enroll(enrollment, name: name, replacing: replacing), lastUsedMs: now)
@@ -201,16 +205,17 @@ extension FocusService {
                 replacing = key.id
             }
             let pendingKey = pendingKey(name: name, replacing: replacing)
-            let pending = try store.settings(prefix: Self.enrollPrefix)
-            if !pending.contains(where: { $0.key == pendingKey }), pending.count >= Self.maximumPendingEnrolments {
+            let pending = try store.focusEnrolments()
+            let e = enrolment(name: name, replacing: replacing)
+            let stored = pending.first { $0.target == e.target && $0.replacing == e.replacing }
+            if stored == nil, pending.count >= Self.maximumPendingEnrolments {
                 throw NodeError.refused("\(pending.count) enrolments are unfinished: finish one (--finish) or start it over (--restart) first")
             }
             if params["restart"]?.boolValue == true {
-                try store.saveFocus([(pendingKey, nil)])
+                try store.saveFocus([.removeEnrolment(target: e.target, replacing: e.replacing)])
                 return .enroll(name: name, replacing: replacing, pendingKey: pendingKey, stored: nil)
             }
-            return .enroll(name: name, replacing: replacing, pendingKey: pendingKey,
-                           stored: pending.first(where: { $0.key == pendingKey })?.value)
+            return .enroll(name: name, replacing: replacing, pendingKey: pendingKey, stored: stored?.sealed)
         case .check, .lock, .unlock, .temporaryUnlock:
             var ids: [String]
             if action == .check {
@@ -228,7 +233,8 @@ extension FocusService {
         }
     }
 
-    /// The setting an unfinished enrolment of `name` (or re-enrolment of key `replacing`) is kept in.
+    /// What an unfinished enrolment of `name` (or re-enrolment of key `replacing`) is sealed under
+    /// (the name of the setting store v4 kept it in; `enrolment(name:replacing:)` is its row).
     func pendingKey(name: String, replacing: String?) -> String {
         Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
     }
@@ -254,7 +260,8 @@ extension FocusService {
         let pendingKey = pendingKey(name: name, replacing: replacing)
         let plain = Array(try JSONEncoder().encode(e))
         let sealed = try secrets.seal(plain, context: pendingKey)
-        try store.saveFocus([(pendingKey, Data(sealed).base64EncodedString())])
+        let e = enrolment(name: name, replacing: replacing)
+        try store.saveFocus([.enrolment(FocusEnrolmentRecord(target: e.target, replacing: e.replacing, sealed: Data(sealed)))])
     }
 
     /// On the core: the finished template becomes a key (or replaces one's), sealed at rest.
@@ -270,13 +277,15 @@ extension FocusService {
             try refusing { try modes.addKey(id: id, name: name) }
         }
         let material = FocusKeyMaterial.object(sealed: try secrets.seal(t.serialized(), context: Self.keyPrefix + id), frames: max(1, min(64, t.goodFrames)))
-        let pendingKey = pendingKey(name: name, replacing: replacing)
+        let e = enrolment(name: name, replacing: replacing)
         let fields: [String: JSONValue] = ["key": .string(id), "name": .string(name), "kind": "object", "frames": .int(Int64(t.goodFrames)),
                                            "warnings": .array(t.warnings.map(JSONValue.string))]
         if replacing == nil {
-            try saveModes(modes, extra: [(Self.keyPrefix + id, material.json), (pendingKey, nil)], event: ("focus.key_enrolled", fields))
+            try saveModes(modes, extra: [.material(material.record(keyId: id)), .removeEnrolment(target: e.target, replacing: e.replacing)],
+                          event: ("focus.key_enrolled", fields))
         } else {
-            try store.saveFocus([(Self.keyPrefix + id, material.json), (pendingKey, nil)], events: [events.record("focus.key_replaced", fields)])
+            try store.saveFocus([.material(material.record(keyId: id)), .removeEnrolment(target: e.target, replacing: e.replacing)],
+                                events: [events.record("focus.key_replaced", fields)])
             events.published()
         }
         state.withLockedValue { $0.materials[id] = material }

@@ -37,12 +37,11 @@ public final class FocusService: Service, Sendable {
         var challengeModes: [String: String] = [:]
     }
 
-    nonisolated static let modesSetting = "focus.modes"
-    nonisolated static let lockSetting = "focus.lock"
-    nonisolated static let keyPrefix = "focus.key."
+    /// What unfinished enrolments are sealed under: `focus.enroll.<hex of the name, or of
+    /// "replace:" + key id>` (where store v4 kept them; the label stays so those still open).
     nonisolated static let enrollPrefix = "focus.enroll."
-    nonisolated static let challengePrefix = "focus.challenge."
-    nonisolated static let quarantinePrefix = "focus.quarantine."
+    /// What an object key's template is sealed under, before the key's id.
+    nonisolated static let keyPrefix = "focus.key."
 
     let store: NodeStore
     let events: EventBus
@@ -85,55 +84,70 @@ public final class FocusService: Service, Sendable {
     // MARK: - Loading (every stored value judged like a peer's message; a bad one set aside, never fatal)
 
     private func load() -> State {
-        let rows = health.read("read the focus settings", or: []) { try store.settings(prefix: "focus.") }
-        let (s, quarantine) = Self.judge(rows)
+        let stored = health.read("read the focus state", or: StoredFocusState()) { try store.focusState() }
+        let (s, aside) = Self.judge(stored)
         let now = Int64(clamping: wallClockMilliseconds())
-        for (k, v, why) in quarantine {
-            health.attempt("quarantine a focus setting") {
-                try store.saveFocus([(Self.quarantinePrefix + "\(now)." + k, v), (k, nil)],
-                                    events: [events.record("focus.quarantined", ["setting": .string(k), "reason": .string(why)])])
+        if !aside.isEmpty {
+            health.attempt("quarantine focus rows") {
+                try store.saveFocus(aside.map { .quarantine($0.row, data: $0.data, reason: $0.reason, atMs: now) },
+                                    events: aside.map {
+                                        events.record("focus.quarantined", ["kind": .string($0.row.kind), "key": .string($0.row.key),
+                                                                            "reason": .string($0.reason)])
+                                    })
             }
         }
-        loadNotes.withLockedValue { $0 = quarantine.map { "\($0.0): \($0.2)" } }
+        loadNotes.withLockedValue { $0 = aside.map { "\($0.row.kind) \($0.row.key): \($0.reason)" } }
         return s
     }
 
-    /// The stored focus settings judged like a peer's message: what is sound becomes the state, the
-    /// rest is listed (setting, value, why) for quarantine. Pure: the fuzz target `focus` drives it.
-    nonisolated static func judge(_ rows: [(key: String, value: String)]) -> (State, [(String, String, String)]) {
+    /// The stored focus rows judged like a peer's message: what is sound becomes the state, the rest
+    /// is listed for quarantine, each row on its own (a key or mode that breaks a rule goes alone; a
+    /// mode naming a key that went goes too). Pure: the fuzz target `focus` drives it.
+    nonisolated static func judge(_ stored: StoredFocusState) -> (State, [SetAside]) {
         var s = State()
-        var quarantine: [(String, String, String)] = []
-        var byKey: [String: String] = [:]
-        for (k, v) in rows { byKey[k] = v }
-        if let text = byKey[modesSetting] {
-            if let m = try? JSONDecoder().decode(FocusModes.self, from: Data(text.utf8)) {
-                s.modes = m
+        var aside: [SetAside] = []
+        let c = stored.configuration
+        var modes = FocusModes()
+        for k in c.keys.sorted(by: { $0.id < $1.id }) {
+            do {
+                try modes.addKey(id: k.id, name: k.name)
+            } catch {
+                aside.append(SetAside(row: .key(id: k.id), data: copy(k), reason: error.description))
+            }
+        }
+        let keysByMode = Dictionary(grouping: c.modeKeys, by: \.mode)
+        let itemsByMode = Dictionary(grouping: c.modeItems, by: \.mode)
+        for row in c.modes.sorted(by: { $0.name < $1.name }) {
+            let m = FocusMode(row: row, keys: keysByMode[row.name] ?? [], items: itemsByMode[row.name] ?? [])
+            do {
+                try modes.setMode(m)
+            } catch {
+                aside.append(SetAside(row: .mode(name: row.name), data: copy(m), reason: error.description))
+            }
+        }
+        let named = Set(c.modes.map(\.name))
+        for orphan in Set(keysByMode.keys).union(itemsByMode.keys).subtracting(named).sorted() {
+            aside.append(SetAside(row: .mode(name: orphan), data: copy(["keys": keysByMode[orphan]?.map(\.keyId) ?? [],
+                                                                       "items": itemsByMode[orphan]?.map(\.item) ?? []]),
+                                  reason: "the lists of a mode that does not exist"))
+        }
+        s.modes = modes
+        for r in stored.materials.sorted(by: { $0.keyId < $1.keyId }) {
+            if modes.key(r.keyId) != nil, let m = FocusKeyMaterial(record: r) {
+                s.materials[r.keyId] = m
             } else {
-                quarantine.append((modesSetting, text, "the modes and keys do not decode or break a rule"))
+                aside.append(SetAside(row: .material(keyId: r.keyId), data: copy(r),
+                                      reason: modes.key(r.keyId) == nil ? "no such key" : "the key's stored form is damaged"))
             }
         }
-        for (k, v) in byKey.sorted(by: { $0.key < $1.key }) where k.hasPrefix(keyPrefix) {
-            let id = String(k.dropFirst(keyPrefix.count))
-            if s.modes.key(id) != nil, let m = FocusKeyMaterial(json: v) {
-                s.materials[id] = m
-            } else {
-                quarantine.append((k, v, s.modes.key(id) == nil ? "no such key" : "the key's stored form is damaged"))
+        for r in stored.challenges.sorted(by: { $0.challengeId < $1.challengeId }) {
+            if FocusLock.isValidChallengeID(r.challengeId), modes.mode(r.mode) != nil { s.challengeModes[r.challengeId] = r.mode } else {
+                aside.append(SetAside(row: .challenge(id: r.challengeId), data: copy(r), reason: "a challenge's mode that no longer exists"))
             }
         }
-        for (k, v) in byKey.sorted(by: { $0.key < $1.key }) where k.hasPrefix(challengePrefix) {
-            let id = String(k.dropFirst(challengePrefix.count))
-            if FocusLock.isValidChallengeID(id), s.modes.mode(v) != nil { s.challengeModes[id] = v } else {
-                quarantine.append((k, v, "a challenge's mode that no longer exists"))
-            }
-        }
-        if let text = byKey[lockSetting] {
-            if let l = try? JSONDecoder().decode(FocusLock.self, from: Data(text.utf8)) {
-                s.lock = l
-            } else {
-                quarantine.append((lockSetting, text, "the lock state does not decode"))
-            }
-        }
-        return (s, quarantine)
+        // Any lock state reads (leniently); `FocusLock.validated` judges it against the modes at the start.
+        s.lock = FocusLock(rows: stored.lock)
+        return (s, aside)
     }
 
     // MARK: - The service
@@ -198,14 +212,11 @@ public final class FocusService: Service, Sendable {
     /// blocking its new target and the hooks their transitions. A refused step stores only its
     /// `focus.key_refused`. Throws only when the store refuses (nothing was carried out then).
     @discardableResult
-    func commit(_ lock: FocusLock, _ step: FocusLock.Step, extra: [(key: String, value: String?)] = []) -> FocusLock.Step {
+    func commit(_ lock: FocusLock, _ step: FocusLock.Step, extra: [FocusChange] = []) -> FocusLock.Step {
         let before = state.withLockedValue { $0.lock }
         let modes = state.withLockedValue { $0.modes }
         var changes = extra
-        if lock != before {
-            let json = (try? JSONEncoder().encode(lock)).map { String(decoding: $0, as: UTF8.self) }
-            changes.append((Self.lockSetting, json))
-        }
+        if lock != before { changes.append(.lock(lock.rows)) }
         let pending = step.events.map { e -> PendingEvent in let (t, f) = eventFields(e); return events.record(t, f) }
         if !changes.isEmpty || !pending.isEmpty {
             do {
@@ -277,7 +288,7 @@ public final class FocusService: Service, Sendable {
     /// locks here. Refused for a mode that cannot lock.
     func attach(challenge idHex: String, mode name: String) throws {
         try checkLockable(mode: name)
-        try store.saveFocus([(Self.challengePrefix + idHex, name)])
+        try store.saveFocus([.challengeMode(FocusChallengeRecord(challengeId: idHex, mode: name))])
         state.withLockedValue { $0.challengeModes[idHex] = name }
     }
 
@@ -311,7 +322,7 @@ public final class FocusService: Service, Sendable {
         var lock = state.withLockedValue { $0.lock }
         let step = lock.challengeEnded(id: idHex, nowMs: Int64(clamping: wallClockMilliseconds()))
         let known = state.withLockedValue { $0.challengeModes[idHex] != nil }
-        commit(lock, step, extra: known ? [(Self.challengePrefix + idHex, nil)] : [])
+        commit(lock, step, extra: known ? [.removeChallengeMode(challengeId: idHex)] : [])
         state.withLockedValue { _ = $0.challengeModes.removeValue(forKey: idHex) }
         enforcer.kick()
     }

@@ -132,7 +132,6 @@ public final class VaultService: Service, Sendable {
     // MARK: - Settings and the PIN guard (in the node's store, on the core)
 
     nonisolated static let autoLockSetting = "vault.autoLockMs"
-    nonisolated static let guardSetting = "vault.pinGuard"
 
     func autoLockMs() async -> Int64 {
         if let cached = state.withLockedValue({ $0.autoLockMs }) { return cached }
@@ -154,26 +153,29 @@ public final class VaultService: Service, Sendable {
         state.withLockedValue { $0.autoLockMs = ms }
     }
 
-    /// On the core: the stored guard, validated (a damaged row counts as three failures: it can
-    /// never be a way to skip a lockout).
+    /// On the core: the stored guard, validated (a guard that cannot be read counts as three
+    /// failures: a damaged row or a failing disk can never be a way to skip a lockout).
     func loadGuard() -> PinGuard {
         let nowMs = now()
-        guard let text = health.read("read the vault's PIN guard", or: nil, { try store.setting(Self.guardSetting) }) else {
-            return PinGuard()
-        }
-        guard let stored = try? JSONDecoder().decode(PinGuard.self, from: Data(text.utf8)) else {
+        let stored: StoredPinGuard?
+        do {
+            stored = try store.vaultPinGuard()
+        } catch {
+            health.failed("read the vault's PIN guard", error)
             logger.warning("the vault's PIN guard could not be read; counting three wrong PINs")
             var fresh = PinGuard()
             for _ in 0..<3 { fresh.failed(attempt: "", nowMs: nowMs, revealing: 0) }
             return fresh
         }
-        return PinGuard(failures: stored.failures, lockedUntilMs: stored.lockedUntilMs, breakIns: stored.breakIns, nowMs: nowMs)
+        guard let stored else { return PinGuard() }
+        return PinGuard(failures: Int(clamping: stored.guardRow.failures), lockedUntilMs: stored.guardRow.lockedUntilMs,
+                        breakIns: stored.breakIns.map { PinGuard.BreakIn(atMs: $0.atMs, masked: $0.masked) }, nowMs: nowMs)
     }
 
     /// On the core: stores the guard (durably: the answer to the attempt waits for it).
     @NodeCore func saveGuard(_ guardState: PinGuard) throws {
-        let data = try JSONEncoder().encode(guardState)
-        try store.setSetting(Self.guardSetting, String(decoding: data, as: UTF8.self))
+        try store.saveVaultPinGuard(StoredPinGuard(failures: Int64(guardState.failures), lockedUntilMs: guardState.lockedUntilMs,
+                                                   breakIns: guardState.breakIns.map { VaultBreakInRecord(atMs: $0.atMs, masked: $0.masked) }))
     }
 
     // MARK: - Running vault work

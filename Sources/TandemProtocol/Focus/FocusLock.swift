@@ -331,11 +331,79 @@ public struct FocusLock: Sendable, Equatable {
     }
 }
 
-// MARK: - Stored format
+// MARK: - Stored form
 
-/// The JSON the node stores (one object): every name spelled out, a schema later versions must
-/// read. Decoding is lenient about meaning (it only rebuilds the shape; `validated` judges the
-/// content) and fails closed on shape: a lock whose hold cannot be read is held by the key.
+extension FocusLock {
+    /// The lock state spelled out field by field, as the node stores it (the `focusLock` table, and
+    /// the JSON below): every name a later version must read. Rebuilding a `FocusLock` from it is
+    /// lenient about meaning (it only rebuilds the shape; `validated` judges the content) and fails
+    /// closed on shape: a lock whose hold cannot be read is held by the key.
+    public struct StoredForm: Sendable, Equatable {
+        public var activeMode: String?
+        /// nil: unlocked (the other fields but `activeMode` are then ignored).
+        public var lockedMode: String?
+        /// `key`, `until` (with `untilMs`) or `challenge` (with `challengeID`); anything else is `key`.
+        public var hold: String?
+        public var untilMs: Int64?
+        public var challengeID: String?
+        /// A temporary unlock needs both.
+        public var temporaryKey: String?
+        public var temporaryEndsAtMs: Int64?
+        /// Sorted; the temporary key is among them.
+        public var spent: [String]
+
+        public init(activeMode: String? = nil, lockedMode: String? = nil, hold: String? = nil, untilMs: Int64? = nil,
+                    challengeID: String? = nil, temporaryKey: String? = nil, temporaryEndsAtMs: Int64? = nil, spent: [String] = []) {
+            self.activeMode = activeMode
+            self.lockedMode = lockedMode
+            self.hold = hold
+            self.untilMs = untilMs
+            self.challengeID = challengeID
+            self.temporaryKey = temporaryKey
+            self.temporaryEndsAtMs = temporaryEndsAtMs
+            self.spent = spent
+        }
+    }
+
+    public init(stored s: StoredForm) {
+        activeMode = s.activeMode
+        guard let mode = s.lockedMode else {
+            phase = .unlocked
+            return
+        }
+        let hold: Hold
+        switch s.hold {
+        case "until": hold = s.untilMs.map(Hold.until) ?? .key
+        case "challenge": hold = s.challengeID.map { .challenge(id: $0) } ?? .key
+        default: hold = .key
+        }
+        var spent = Set(s.spent)
+        var temporary: Temporary?
+        if let k = s.temporaryKey, let t = s.temporaryEndsAtMs {
+            temporary = Temporary(key: k, endsAtMs: t)
+            spent.insert(k)
+        }
+        phase = .locked(Locked(mode: mode, hold: hold, temporary: temporary, spent: spent))
+    }
+
+    public var stored: StoredForm {
+        var s = StoredForm(activeMode: activeMode)
+        guard let l = locked else { return s }
+        s.lockedMode = l.mode
+        switch l.hold {
+        case .key: s.hold = "key"
+        case .until(let t): s.hold = "until"; s.untilMs = t
+        case .challenge(let id): s.hold = "challenge"; s.challengeID = id
+        }
+        s.temporaryKey = l.temporary?.key
+        s.temporaryEndsAtMs = l.temporary?.endsAtMs
+        s.spent = l.spent.sorted()
+        return s
+    }
+}
+
+/// The JSON form (one object; what store v4 kept in its `focus.lock` setting): the stored form's
+/// fields under the same names.
 extension FocusLock: Codable {
     enum CodingKeys: String, CodingKey {
         case version = "v"
@@ -351,48 +419,29 @@ extension FocusLock: Codable {
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        activeMode = try c.decodeIfPresent(String.self, forKey: .activeMode)
-        guard let mode = try c.decodeIfPresent(String.self, forKey: .lockedMode) else {
-            phase = .unlocked
-            return
-        }
-        let hold: Hold
-        switch try c.decodeIfPresent(String.self, forKey: .hold) {
-        case "until":
-            if let t = try c.decodeIfPresent(Int64.self, forKey: .untilMs) { hold = .until(t) } else { hold = .key }
-        case "challenge":
-            if let id = try c.decodeIfPresent(String.self, forKey: .challengeID) { hold = .challenge(id: id) } else { hold = .key }
-        default:
-            hold = .key
-        }
-        var spent = Set(try c.decodeIfPresent([String].self, forKey: .spent) ?? [])
-        var temporary: Temporary?
-        if let k = try c.decodeIfPresent(String.self, forKey: .temporaryKey),
-           let t = try c.decodeIfPresent(Int64.self, forKey: .temporaryEndsAtMs) {
-            temporary = Temporary(key: k, endsAtMs: t)
-            spent.insert(k)
-        }
-        phase = .locked(Locked(mode: mode, hold: hold, temporary: temporary, spent: spent))
+        self.init(stored: StoredForm(
+            activeMode: try c.decodeIfPresent(String.self, forKey: .activeMode),
+            lockedMode: try c.decodeIfPresent(String.self, forKey: .lockedMode),
+            hold: try c.decodeIfPresent(String.self, forKey: .hold),
+            untilMs: try c.decodeIfPresent(Int64.self, forKey: .untilMs),
+            challengeID: try c.decodeIfPresent(String.self, forKey: .challengeID),
+            temporaryKey: try c.decodeIfPresent(String.self, forKey: .temporaryKey),
+            temporaryEndsAtMs: try c.decodeIfPresent(Int64.self, forKey: .temporaryEndsAtMs),
+            spent: try c.decodeIfPresent([String].self, forKey: .spent) ?? []))
     }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
+        let s = stored
         try c.encode(1, forKey: .version)
-        try c.encodeIfPresent(activeMode, forKey: .activeMode)
-        guard let l = locked else { return }
-        try c.encode(l.mode, forKey: .lockedMode)
-        switch l.hold {
-        case .key:
-            try c.encode("key", forKey: .hold)
-        case .until(let t):
-            try c.encode("until", forKey: .hold)
-            try c.encode(t, forKey: .untilMs)
-        case .challenge(let id):
-            try c.encode("challenge", forKey: .hold)
-            try c.encode(id, forKey: .challengeID)
-        }
-        try c.encodeIfPresent(l.temporary?.key, forKey: .temporaryKey)
-        try c.encodeIfPresent(l.temporary?.endsAtMs, forKey: .temporaryEndsAtMs)
-        try c.encode(l.spent.sorted(), forKey: .spent)
+        try c.encodeIfPresent(s.activeMode, forKey: .activeMode)
+        guard let mode = s.lockedMode else { return }
+        try c.encode(mode, forKey: .lockedMode)
+        try c.encodeIfPresent(s.hold, forKey: .hold)
+        try c.encodeIfPresent(s.untilMs, forKey: .untilMs)
+        try c.encodeIfPresent(s.challengeID, forKey: .challengeID)
+        try c.encodeIfPresent(s.temporaryKey, forKey: .temporaryKey)
+        try c.encodeIfPresent(s.temporaryEndsAtMs, forKey: .temporaryEndsAtMs)
+        try c.encode(s.spent, forKey: .spent)
     }
 }
