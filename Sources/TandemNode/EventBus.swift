@@ -64,7 +64,6 @@ public final class EventBus: Sendable {
 
     /// Hands every event stored since the last delivery to subscribers, in seq order.
     public func published() {
-        guard !log.holdsDelivery else { return }
         state.withLockedValue { catchUp(&$0) }
     }
 
@@ -93,17 +92,21 @@ public final class EventBus: Sendable {
 
     /// Stores the event and delivers it. Returns nil (and logs) when the log cannot store it.
     @discardableResult
-    @NodeCore public func emit(_ type: String, _ fields: [String: JSONValue] = [:]) -> NodeEvent? {
-        if log.holdsDelivery {
-            // Inside a batch (on the core): stored with it, delivered once it commits. No bus lock:
-            // another thread may hold it while it waits for the store this batch holds.
-            do {
-                return try log.append(type: type, timeMs: NodeEvent.nowMs(), fields: fields)
-            } catch {
-                logger.error("cannot store event", metadata: ["type": "\(type)", "error": "\(error)"])
-                return nil
-            }
+    @NodeCore public func emit(_ type: String, _ fields: [String: JSONValue] = [:], in step: StoreStep) -> NodeEvent? {
+        // Stored with the step, delivered once it commits (`published()`). No bus lock: another
+        // thread may hold it while it waits for the store this step holds.
+        do {
+            return try log.append(type: type, timeMs: NodeEvent.nowMs(), fields: fields, in: step)
+        } catch {
+            logger.error("cannot store event", metadata: ["type": "\(type)", "error": "\(error)"])
+            return nil
         }
+    }
+
+    /// Stores the event in a step of its own and delivers it. Returns nil (and logs) when the log
+    /// cannot store it.
+    @discardableResult
+    @NodeCore public func emit(_ type: String, _ fields: [String: JSONValue] = [:]) -> NodeEvent? {
         // Appending and delivering under one lock keeps delivery in sequence order and lets a new
         // subscriber split cleanly between "already in the log" and "delivered live".
         return state.withLockedValue { state -> NodeEvent? in

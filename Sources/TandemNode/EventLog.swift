@@ -1,5 +1,6 @@
 import NIOConcurrencyHelpers
 import NIOCore
+import TandemStore
 
 /// Durable storage of events, implemented by the node's store (and by `InMemoryEventLog`).
 public protocol EventLog: Sendable {
@@ -9,13 +10,15 @@ public protocol EventLog: Sendable {
     func events(since seq: Int64, limit: Int) throws -> [NodeEvent]
     /// The highest sequence number stored (0 when none). A default pages through `events`; stores should answer directly.
     func lastSeq() throws -> Int64
-    /// True while what is appended is not committed yet (the node core's batch on this thread):
-    /// the bus then stores events but delivers them only at the next `published()` after it.
-    var holdsDelivery: Bool { get }
+    /// Stores an event in `step`'s transaction (committed with the change it reports). A log
+    /// kept elsewhere (in memory) stores it at once.
+    func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent
 }
 
 extension EventLog {
-    public var holdsDelivery: Bool { false }
+    public func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent {
+        try append(type: type, timeMs: timeMs, fields: fields)
+    }
 
     public func lastSeq() throws -> Int64 {
         var cursor: Int64 = 0

@@ -27,7 +27,7 @@ public final class NodeHarness: @unchecked Sendable {
     /// Forgets everything stored (a fresh node with the same identity and services), so one
     /// harness can serve many short runs.
     public func reset() throws {
-        try runtime.store.eraseAll()
+        try runtime.store.batch { step in try step.eraseAll() }
     }
 
     /// Makes `key` a friend, as if a request and its acceptance had gone through.
@@ -39,8 +39,10 @@ public final class NodeHarness: @unchecked Sendable {
             var request = Tandem_V1_FriendRequest()
             request.contact = runtime.friends.contactRecord()
             let frame = runtime.outbox.frame(.friendRequest, to: key, payload: try request.serializedBytes())
-            _ = try store.requestFriend(key, message: nil, frame: frame, nowMs: now)
-            _ = try store.receiveFriendAccept(from: key, displayName: name, record: [], recordVersion: 1, nowMs: now)
+            try store.batch { step in
+                _ = try step.requestFriend(key, message: nil, frame: frame, nowMs: now)
+                _ = try step.receiveFriendAccept(from: key, displayName: name, record: [], recordVersion: 1, nowMs: now)
+            }
         }
     }
 
@@ -55,7 +57,7 @@ public final class NodeHarness: @unchecked Sendable {
     /// One round of the challenge loop (expiries, starts, commits).
     public func tick() {
         let challenges = runtime.challenges
-        NodeCore.blocking { challenges.tick() }
+        NodeCore.blocking { challenges.inStep { step in challenges.tick(step) } }
     }
 
     /// Our invites and challenges, as the user would act on them.
@@ -64,7 +66,7 @@ public final class NodeHarness: @unchecked Sendable {
         NodeCore.blocking {
             // The fuzz target drives hostile input: a step refused is an expected outcome here.
             guard let c = try? store.challenges(phases: [.invited]).first(where: { !$0.isInviter }) else { return }
-            _ = try? challenges.mutate(c.id) { try $0.accept() }
+            challenges.inStep { step in _ = try? challenges.mutate(c.id, step) { try $0.accept() } }
         }
     }
 
@@ -73,7 +75,7 @@ public final class NodeHarness: @unchecked Sendable {
         NodeCore.blocking {
             // As above: refusals are expected outcomes of hostile input.
             for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] {
-                _ = try? challenges.mutate(c.id) { try $0.quit(elapsedMs: elapsedMs, reason: "fuzz") }
+                challenges.inStep { step in _ = try? challenges.mutate(c.id, step) { try $0.quit(elapsedMs: elapsedMs, reason: "fuzz") } }
             }
         }
     }
@@ -82,7 +84,7 @@ public final class NodeHarness: @unchecked Sendable {
     public func endAll() {
         let (store, challenges) = (runtime.store, runtime.challenges)
         NodeCore.blocking {
-            for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] { challenges.endNow(c.id) }
+            for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] { challenges.inStep { step in challenges.endNow(c.id, step) } }
         }
     }
 

@@ -86,7 +86,7 @@ public final class NodeRuntime: Sendable {
         // Rows that fail validation are set aside before any service reads them (never fatal).
         let quarantined: [QuarantinedRow]
         do {
-            quarantined = try store.quarantineInvalidRows(nowMs: Int64(clamping: wallClockMilliseconds()))
+            quarantined = try store.batch { step in try step.quarantineInvalidRows(nowMs: Int64(clamping: wallClockMilliseconds())) }
         } catch {
             throw NodeError.failed("cannot check the node's store in \(dataDirectory?.path ?? "memory"): \(error)")
         }
@@ -325,7 +325,10 @@ struct FriendLoops: Service {
     func run() async throws {
         if let port = try? await node.listener.boundAddress.port {
             let friends = node.friends
-            await NodeCore.run { node.health.attempt("announce the listening port") { try friends.listening(on: port) } }
+            await NodeCore.run {
+                defer { node.eventBus.published() }
+                node.health.attempt("announce the listening port") { try node.store.batch { step in try friends.listening(on: port, step) } }
+            }
         }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in

@@ -104,6 +104,17 @@ public struct StoredBackupPush: Sendable, Equatable {
 }
 
 extension NodeStore {
+    fileprivate static func lastBackupPush(_ db: Database, _ holder: Data) throws -> StoredBackupPush? {
+        guard let r = try BackupPushRecord.fetchOne(db, key: holder) else { return nil }
+        return StoredBackupPush(record: r, blobs: try blobs(db, holder))
+    }
+
+    fileprivate static func blobs(_ db: Database, _ holder: Data) throws -> [[UInt8]] {
+        try Data.fetchAll(db.cachedStatement(sql: "SELECT name FROM backupPushBlob WHERE holder = ? ORDER BY name"), arguments: [holder])
+            .map { Array($0) }
+    }
+}
+extension StoreReading {
     // MARK: offers received
 
     /// Every holder's offer, by key.
@@ -115,6 +126,27 @@ extension NodeStore {
         try read { db in try BackupHolderRecord.fetchOne(db, key: Data(key)) }
     }
 
+    // MARK: pushes
+
+    /// The last complete push to `holder`, with its blobs.
+    public func lastBackupPush(to holder: [UInt8]) throws -> StoredBackupPush? {
+        try read { db in try NodeStore.lastBackupPush(db, Data(holder)) }
+    }
+
+    /// The last complete push to every holder pushed to, by holder.
+    public func lastBackupPushes() throws -> [StoredBackupPush] {
+        try read { db in
+            try BackupPushRecord.order(BackupPushRecord.Columns.holder).fetchAll(db).map { r in
+                StoredBackupPush(record: r, blobs: try NodeStore.blobs(db, r.holder))
+            }
+        }
+    }
+
+    public func pendingBackupPushes() throws -> [BackupPendingRecord] {
+        try read { db in try BackupPendingRecord.order(BackupPendingRecord.Columns.holder).fetchAll(db) }
+    }
+}
+extension StoreStep {
     /// A holder's newer offer replaces the one kept.
     public func keepBackupOffer(_ offer: BackupHolderRecord) throws {
         try write { db in try offer.save(db) }
@@ -123,32 +155,6 @@ extension NodeStore {
     /// The holder withdrew its offer.
     public func forgetBackupOffer(from key: [UInt8]) throws {
         try write { db in _ = try BackupHolderRecord.deleteOne(db, key: Data(key)) }
-    }
-
-    // MARK: pushes
-
-    /// The last complete push to `holder`, with its blobs.
-    public func lastBackupPush(to holder: [UInt8]) throws -> StoredBackupPush? {
-        try read { db in try Self.lastBackupPush(db, Data(holder)) }
-    }
-
-    /// The last complete push to every holder pushed to, by holder.
-    public func lastBackupPushes() throws -> [StoredBackupPush] {
-        try read { db in
-            try BackupPushRecord.order(BackupPushRecord.Columns.holder).fetchAll(db).map { r in
-                StoredBackupPush(record: r, blobs: try Self.blobs(db, r.holder))
-            }
-        }
-    }
-
-    private static func lastBackupPush(_ db: Database, _ holder: Data) throws -> StoredBackupPush? {
-        guard let r = try BackupPushRecord.fetchOne(db, key: holder) else { return nil }
-        return StoredBackupPush(record: r, blobs: try blobs(db, holder))
-    }
-
-    private static func blobs(_ db: Database, _ holder: Data) throws -> [[UInt8]] {
-        try Data.fetchAll(db.cachedStatement(sql: "SELECT name FROM backupPushBlob WHERE holder = ? ORDER BY name"), arguments: [holder])
-            .map { Array($0) }
     }
 
     /// A push completed: its record (and blobs) replaces the holder's last one.
@@ -165,10 +171,6 @@ extension NodeStore {
     /// A push to `holder` starts: remembered until it ends, so a node stopped mid-push resumes it.
     public func markBackupPending(_ holder: [UInt8], lanOnly: Bool) throws {
         try write { db in try BackupPendingRecord(holder: holder, lanOnly: lanOnly).save(db) }
-    }
-
-    public func pendingBackupPushes() throws -> [BackupPendingRecord] {
-        try read { db in try BackupPendingRecord.order(BackupPendingRecord.Columns.holder).fetchAll(db) }
     }
 
     /// The push to `holder` ended (either way).

@@ -5,25 +5,6 @@ import TandemProtocol
 /// Challenges and the ledger: each step of a challenge is one transaction holding its new state
 /// and the frames it sends (DESIGN.md, "durable before acknowledged").
 extension NodeStore {
-    /// Stores the challenge's state and queues `frames`, together (with `handled`, the frame that
-    /// caused the step is marked handled in the same transaction; false, and nothing stored, when it
-    /// was handled before).
-    @discardableResult
-    public func saveChallenge(_ c: Challenge, frames: [OutboxItem] = [], events: [PendingEvent] = [], nowMs: Int64,
-                              handled: HandledMark? = nil) throws -> Bool {
-        let state = Data(try c.storedBytes())
-        return try write { db in
-            if let handled, try !mark(db, handled) { return false }
-            try db.execute(sql: """
-                INSERT INTO challenge(id, phase, solo, createdAtMs, updatedAtMs, state) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, updatedAtMs = excluded.updatedAtMs, state = excluded.state
-                """, arguments: [Data(c.id), c.phase.rawValue, c.solo, nowMs, nowMs, state])
-            for f in frames { try f.store(in: db, onConflict: .ignore) }
-            try insertEvents(events, db)
-            return true
-        }
-    }
-
     /// A stored challenge's `state`, decoded and validated: the stored form (Protocol/store.proto)
     /// in a BLOB, or JSON text in a row written before it. Throws what is wrong with it.
     static func loadChallenge(_ state: DatabaseValue) throws -> Challenge {
@@ -44,9 +25,20 @@ extension NodeStore {
     /// `quarantineInvalidRows`).
     static func decodeChallenge(_ state: DatabaseValue) -> Challenge? { try? loadChallenge(state) }
 
+    static func entry(_ row: Row) -> LedgerEntry {
+        let sigs = LedgerEntry.unpackSignatures(Array(row["signatures"] as Data)) ?? []
+        return LedgerEntry(seq: row["seq"], record: Array(row["record"] as Data), signatures: sigs,
+                           previousHash: Array(row["previousHash"] as Data), hash: Array(row["hash"] as Data))
+    }
+
+    static func lastLedgerEntry(_ db: Database) throws -> LedgerEntry? {
+        try Row.fetchOne(db, sql: "SELECT * FROM ledger ORDER BY seq DESC LIMIT 1").map(entry)
+    }
+}
+extension StoreReading {
     public func challenge(_ id: [UInt8]) throws -> Challenge? {
         try read { db in
-            try DatabaseValue.fetchOne(db, sql: "SELECT state FROM challenge WHERE id = ?", arguments: [Data(id)]).flatMap(Self.decodeChallenge)
+            try DatabaseValue.fetchOne(db, sql: "SELECT state FROM challenge WHERE id = ?", arguments: [Data(id)]).flatMap(NodeStore.decodeChallenge)
         }
     }
 
@@ -74,7 +66,7 @@ extension NodeStore {
                 rows = try DatabaseValue.fetchAll(try db.cachedStatement(sql: "SELECT state FROM challenge ORDER BY createdAtMs DESC LIMIT ?"),
                                                   arguments: [limit])
             }
-            return rows.compactMap(Self.decodeChallenge)
+            return rows.compactMap(NodeStore.decodeChallenge)
         }
     }
 
@@ -83,13 +75,40 @@ extension NodeStore {
         try read { db in
             try DatabaseValue.fetchAll(db, sql: "SELECT state FROM challenge WHERE lower(hex(id)) LIKE ? ORDER BY createdAtMs DESC LIMIT 10",
                                        arguments: [hex.lowercased() + "%"])
-                .compactMap(Self.decodeChallenge)
+                .compactMap(NodeStore.decodeChallenge)
         }
     }
 
     /// Challenges not yet in their final state (to resume after a restart).
     public func activeChallenges() throws -> [Challenge] {
         try challenges(phases: [.invited, .accepted, .scheduled, .running, .ended]).filter(\.isActive)
+    }
+
+    /// The ledger in order, with when each entry was committed (ms, our clock).
+    public func ledger() throws -> [(entry: LedgerEntry, committedAtMs: Int64)] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM ledger ORDER BY seq").map { (NodeStore.entry($0), $0["committedAtMs"]) }
+        }
+    }
+}
+extension StoreStep {
+    /// Stores the challenge's state and queues `frames`, together (with `handled`, the frame that
+    /// caused the step is marked handled in the same transaction; false, and nothing stored, when it
+    /// was handled before).
+    @discardableResult
+    public func saveChallenge(_ c: Challenge, frames: [OutboxItem] = [], events: [PendingEvent] = [], nowMs: Int64,
+                              handled: HandledMark? = nil) throws -> Bool {
+        let state = Data(try c.storedBytes())
+        return try write { db in
+            if let handled, try !mark(db, handled) { return false }
+            try db.execute(sql: """
+                INSERT INTO challenge(id, phase, solo, createdAtMs, updatedAtMs, state) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT(id) DO UPDATE SET phase = excluded.phase, updatedAtMs = excluded.updatedAtMs, state = excluded.state
+                """, arguments: [Data(c.id), c.phase.rawValue, c.solo, nowMs, nowMs, state])
+            for f in frames { try f.store(in: db, onConflict: .ignore) }
+            try insertEvents(events, db)
+            return true
+        }
     }
 
     /// Appends the challenge's co-signed record to the ledger and marks the challenge committed,
@@ -103,7 +122,7 @@ extension NodeStore {
             if try Bool.fetchOne(db, sql: "SELECT 1 FROM ledger WHERE challengeId = ?", arguments: [Data(c.id)]) != nil {
                 return nil
             }
-            let last = try Self.lastLedgerEntry(db)
+            let last = try NodeStore.lastLedgerEntry(db)
             let entry = Ledger.append(after: last, record: record, signatures: c.signatureList)
             try db.execute(sql: "INSERT INTO ledger(seq, challengeId, record, signatures, previousHash, hash, committedAtMs) VALUES (?, ?, ?, ?, ?, ?, ?)",
                            arguments: [entry.seq, Data(c.id), Data(entry.record), Data(entry.packedSignatures),
@@ -111,23 +130,6 @@ extension NodeStore {
             try db.execute(sql: "UPDATE challenge SET state = ?, updatedAtMs = ? WHERE id = ?", arguments: [state, nowMs, Data(c.id)])
             try insertEvents(events(entry), db)
             return entry
-        }
-    }
-
-    static func entry(_ row: Row) -> LedgerEntry {
-        let sigs = LedgerEntry.unpackSignatures(Array(row["signatures"] as Data)) ?? []
-        return LedgerEntry(seq: row["seq"], record: Array(row["record"] as Data), signatures: sigs,
-                           previousHash: Array(row["previousHash"] as Data), hash: Array(row["hash"] as Data))
-    }
-
-    static func lastLedgerEntry(_ db: Database) throws -> LedgerEntry? {
-        try Row.fetchOne(db, sql: "SELECT * FROM ledger ORDER BY seq DESC LIMIT 1").map(entry)
-    }
-
-    /// The ledger in order, with when each entry was committed (ms, our clock).
-    public func ledger() throws -> [(entry: LedgerEntry, committedAtMs: Int64)] {
-        try read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM ledger ORDER BY seq").map { (Self.entry($0), $0["committedAtMs"]) }
         }
     }
 }
@@ -142,7 +144,39 @@ public struct QuarantinedRow: Sendable, Equatable {
     public let atMs: Int64
 }
 
-extension NodeStore {
+extension StoreReading {
+    /// Why each stored challenge that fails validation fails (read-only; empty when all hold).
+    public func challengeRowsFailingValidation() throws -> [String] {
+        try read { db in
+            try DatabaseValue.fetchAll(db, sql: "SELECT state FROM challenge").compactMap { state -> String? in
+                do {
+                    _ = try NodeStore.loadChallenge(state)
+                    return nil
+                } catch {
+                    return "\(error)"
+                }
+            }
+        }
+    }
+
+    public func contactCount() throws -> Int {
+        try read { db in try Contact.fetchCount(db) }
+    }
+
+    /// Quarantined rows, newest first.
+    public func quarantined(limit: Int = 100) throws -> [QuarantinedRow] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT kind, rowKey, reason, atMs FROM quarantine ORDER BY id DESC LIMIT ?", arguments: [limit]).map {
+                QuarantinedRow(kind: $0["kind"], rowKey: Array($0["rowKey"] as Data), reason: $0["reason"], atMs: $0["atMs"])
+            }
+        }
+    }
+
+    public func quarantinedCount() throws -> Int {
+        try read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM quarantine") ?? 0 }
+    }
+}
+extension StoreStep {
     /// Moves every stored row that fails the validation its kind gets when loaded (challenges,
     /// outbox frames, relays) into the quarantine table, in one transaction, and returns them. Run
     /// at start, before any service reads the store: a row written by an older or careless node,
@@ -161,7 +195,7 @@ extension NodeStore {
                 let state: DatabaseValue = row["state"]
                 var reason: String?
                 do {
-                    let c = try Self.loadChallenge(state)
+                    let c = try NodeStore.loadChallenge(state)
                     if Data(c.id) != id { reason = "stored challenge: its id differs from its row's" }
                 } catch let r as Challenge.Refusal {
                     reason = r.description
@@ -217,20 +251,6 @@ extension NodeStore {
         }
     }
 
-    /// Why each stored challenge that fails validation fails (read-only; empty when all hold).
-    public func challengeRowsFailingValidation() throws -> [String] {
-        try read { db in
-            try DatabaseValue.fetchAll(db, sql: "SELECT state FROM challenge").compactMap { state -> String? in
-                do {
-                    _ = try Self.loadChallenge(state)
-                    return nil
-                } catch {
-                    return "\(error)"
-                }
-            }
-        }
-    }
-
     /// Deletes every row of every table (the schema stays): for a harness that reuses one store
     /// across many short runs (the node fuzz target). Never called by the node.
     public func eraseAll() throws {
@@ -239,22 +259,5 @@ extension NodeStore {
                 try db.execute(sql: "DELETE FROM \"\(table)\"")
             }
         }
-    }
-
-    public func contactCount() throws -> Int {
-        try read { db in try Contact.fetchCount(db) }
-    }
-
-    /// Quarantined rows, newest first.
-    public func quarantined(limit: Int = 100) throws -> [QuarantinedRow] {
-        try read { db in
-            try Row.fetchAll(db, sql: "SELECT kind, rowKey, reason, atMs FROM quarantine ORDER BY id DESC LIMIT ?", arguments: [limit]).map {
-                QuarantinedRow(kind: $0["kind"], rowKey: Array($0["rowKey"] as Data), reason: $0["reason"], atMs: $0["atMs"])
-            }
-        }
-    }
-
-    public func quarantinedCount() throws -> Int {
-        try read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM quarantine") ?? 0 }
     }
 }

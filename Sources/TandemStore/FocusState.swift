@@ -292,39 +292,7 @@ public enum FocusChange: Sendable, Equatable {
 }
 
 extension NodeStore {
-    /// The focus state as stored, in one read.
-    public func focusState() throws -> StoredFocusState {
-        try read { db in
-            let lock = try FocusLockRecord.fetchOne(db, key: 1)
-            return StoredFocusState(
-                configuration: FocusConfigurationRows(
-                    keys: try FocusKeyRecord.order(FocusKeyRecord.Columns.id).fetchAll(db),
-                    modes: try FocusModeRecord.order(FocusModeRecord.Columns.name).fetchAll(db),
-                    modeKeys: try FocusModeKeyRecord.order(FocusModeKeyRecord.Columns.mode, FocusModeKeyRecord.Columns.position).fetchAll(db),
-                    modeItems: try FocusModeItemRecord.order(FocusModeItemRecord.Columns.mode, FocusModeItemRecord.Columns.list,
-                                                             FocusModeItemRecord.Columns.position).fetchAll(db)),
-                materials: try FocusKeyMaterialRecord.order(FocusKeyMaterialRecord.Columns.keyId).fetchAll(db),
-                lock: try lock.map { FocusLockRows(lock: $0, spent: try FocusSpentKeyRecord.order(FocusSpentKeyRecord.Columns.keyId).fetchAll(db)) },
-                challenges: try FocusChallengeRecord.order(FocusChallengeRecord.Columns.challengeId).fetchAll(db))
-        }
-    }
-
-    /// Unfinished object enrolments.
-    public func focusEnrolments() throws -> [FocusEnrolmentRecord] {
-        try read { db in
-            try FocusEnrolmentRecord.order(FocusEnrolmentRecord.Columns.replacing, FocusEnrolmentRecord.Columns.target).fetchAll(db)
-        }
-    }
-
-    /// Local focus (issue 14): `changes` in order, and the events that report them, in one transaction.
-    public func saveFocus(_ changes: [FocusChange], events: [PendingEvent] = []) throws {
-        try write { db in
-            for change in changes { try Self.apply(change, db) }
-            try insertEvents(events, db)
-        }
-    }
-
-    private static func apply(_ change: FocusChange, _ db: Database) throws {
+    fileprivate static func apply(_ change: FocusChange, _ db: Database) throws {
         switch change {
         case .configuration(let rows):
             _ = try FocusKeyRecord.deleteAll(db)
@@ -377,6 +345,40 @@ extension NodeStore {
             _ = try FocusChallengeRecord.deleteOne(db, key: id)
         case .enrolment(let target, let replacing):
             _ = try FocusEnrolmentRecord.deleteOne(db, key: ["target": target, "replacing": replacing])
+        }
+    }
+}
+extension StoreReading {
+    /// The focus state as stored, in one read.
+    public func focusState() throws -> StoredFocusState {
+        try read { db in
+            let lock = try FocusLockRecord.fetchOne(db, key: 1)
+            return StoredFocusState(
+                configuration: FocusConfigurationRows(
+                    keys: try FocusKeyRecord.order(FocusKeyRecord.Columns.id).fetchAll(db),
+                    modes: try FocusModeRecord.order(FocusModeRecord.Columns.name).fetchAll(db),
+                    modeKeys: try FocusModeKeyRecord.order(FocusModeKeyRecord.Columns.mode, FocusModeKeyRecord.Columns.position).fetchAll(db),
+                    modeItems: try FocusModeItemRecord.order(FocusModeItemRecord.Columns.mode, FocusModeItemRecord.Columns.list,
+                                                             FocusModeItemRecord.Columns.position).fetchAll(db)),
+                materials: try FocusKeyMaterialRecord.order(FocusKeyMaterialRecord.Columns.keyId).fetchAll(db),
+                lock: try lock.map { FocusLockRows(lock: $0, spent: try FocusSpentKeyRecord.order(FocusSpentKeyRecord.Columns.keyId).fetchAll(db)) },
+                challenges: try FocusChallengeRecord.order(FocusChallengeRecord.Columns.challengeId).fetchAll(db))
+        }
+    }
+
+    /// Unfinished object enrolments.
+    public func focusEnrolments() throws -> [FocusEnrolmentRecord] {
+        try read { db in
+            try FocusEnrolmentRecord.order(FocusEnrolmentRecord.Columns.replacing, FocusEnrolmentRecord.Columns.target).fetchAll(db)
+        }
+    }
+}
+extension StoreStep {
+    /// Local focus (issue 14): `changes` in order, and the events that report them, in one transaction.
+    public func saveFocus(_ changes: [FocusChange], events: [PendingEvent] = []) throws {
+        try write { db in
+            for change in changes { try NodeStore.apply(change, db) }
+            try insertEvents(events, db)
         }
     }
 }

@@ -10,11 +10,13 @@ import TandemProtocol
 /// Single scalar settings only (`display_name`, `advertised_port`, `record_version`, `discoverable`,
 /// `vault.autoLockMs`): state with more than one value gets a table of its own (FocusState.swift,
 /// BackupState.swift, VaultState.swift), never JSON under a key prefix.
-extension NodeStore {
+extension StoreReading {
     public func setting(_ key: String) throws -> String? {
         try read { db in try String.fetchOne(try db.cachedStatement(sql: "SELECT value FROM setting WHERE key = ?"), arguments: [key]) }
     }
 
+}
+extension StoreStep {
     public func setSetting(_ key: String, _ value: String) throws {
         try write { db in
             try db.execute(sql: "INSERT INTO setting(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -41,6 +43,26 @@ extension NodeStore {
         try db.cachedStatement(sql: "DELETE FROM outbox WHERE recipient = ?").execute(arguments: [Data(key)])
     }
 
+    public enum IncomingRequest: Equatable, Sendable {
+        /// A new pending request (`dropped` is the oldest pending request removed to stay under the cap).
+        case stored(dropped: [UInt8]?)
+        /// The same peer asked again; the request was refreshed.
+        case refreshed
+        /// We had asked them too: both asked, so they are friends now.
+        case mutual
+        case alreadyFriends
+        case blocked
+        /// Handled before (a redelivery): nothing changed.
+        case duplicate
+    }
+
+    /// Deletes everything kept about a key with no relationship left.
+    static func forget(_ db: Database, _ key: [UInt8]) throws {
+        try Contact.delete(Data(key), in: db)
+        try db.cachedStatement(sql: "DELETE FROM peerRelay WHERE publicKey = ?").execute(arguments: [Data(key)])
+    }
+}
+extension StoreReading {
     public func contact(_ key: [UInt8]) throws -> Contact? {
         try read { db in
             try Contact.fetchOne(try db.cachedStatement(sql: "SELECT * FROM contact WHERE publicKey = ?"), arguments: [Data(key)])
@@ -65,61 +87,11 @@ extension NodeStore {
         }
     }
 
-    /// We ask `key` to be friends: the contact becomes `requested` and the request frame is queued.
-    /// If they already asked us, the caller should accept instead.
-    public func requestFriend(_ key: [UInt8], message: String?, frame: OutboxItem, nowMs: Int64) throws -> Contact {
-        try write { db in
-            var c = try Self.contact(db, key) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
-            switch c.relationship {
-            case .friend: throw FriendStoreError.alreadyFriends
-            case .blocked: throw FriendStoreError.blocked
-            case .none, .requested, .pending: break
-            }
-            // Replace an earlier unanswered request to the same peer: one request in flight.
-            try db.cachedStatement(sql: "DELETE FROM outbox WHERE recipient = ? AND type = ?").execute(arguments: [Data(key), frame.type])
-            c.relationship = .requested
-            c.requestMessage = message
-            c.requestedAtMs = nowMs
-            c.updatedAtMs = nowMs
-            try c.store(in: db)
-            try frame.store(in: db)
-            return c
-        }
-    }
-
-    public enum IncomingRequest: Equatable, Sendable {
-        /// A new pending request (`dropped` is the oldest pending request removed to stay under the cap).
-        case stored(dropped: [UInt8]?)
-        /// The same peer asked again; the request was refreshed.
-        case refreshed
-        /// We had asked them too: both asked, so they are friends now.
-        case mutual
-        case alreadyFriends
-        case blocked
-        /// Handled before (a redelivery): nothing changed.
-        case duplicate
-    }
-
-    /// A friend request arrived. Caps the pending requests; the oldest pending is dropped past it.
-    /// `reply` is queued when the request is mutual (our acceptance) or comes from a friend (we resend).
-    public func receiveFriendRequest(from key: [UInt8], displayName: String, message: String, record: [UInt8],
-                                     recordVersion: Int64, reply: OutboxItem?, nowMs: Int64, handled: HandledMark? = nil,
-                                     events: (IncomingRequest) -> [PendingEvent] = { _ in [] }) throws -> IncomingRequest {
-        let result = try write { db -> IncomingRequest in
-            if let handled, try !mark(db, handled) { return .duplicate }
-            let result = try receiveFriendRequest(db, from: key, displayName: displayName, message: message, record: record,
-                                                  recordVersion: recordVersion, reply: reply, nowMs: nowMs)
-            try insertEvents(events(result), db)
-            return result
-        }
-        return result
-    }
-
-    private func receiveFriendRequest(_ db: Database, from key: [UInt8], displayName: String, message: String, record: [UInt8],
-                                      recordVersion: Int64, reply: OutboxItem?, nowMs: Int64) throws -> IncomingRequest {
+    fileprivate func receiveFriendRequest(_ db: Database, from key: [UInt8], displayName: String, message: String, record: [UInt8],
+                                      recordVersion: Int64, reply: OutboxItem?, nowMs: Int64) throws -> NodeStore.IncomingRequest {
         do {
-            var c = try Self.contact(db, key) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
-            let result: IncomingRequest
+            var c = try NodeStore.contact(db, key) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
+            let result: NodeStore.IncomingRequest
             switch c.relationship {
             case .blocked:
                 return .blocked
@@ -130,7 +102,7 @@ extension NodeStore {
             case .requested:
                 c.relationship = .friend
                 c.friendSinceMs = nowMs
-                try Self.clearOutbox(db, for: key)
+                try NodeStore.clearOutbox(db, for: key)
                 if let reply { try reply.store(in: db, onConflict: .replace) }
                 result = .mutual
             case .pending:
@@ -163,11 +135,49 @@ extension NodeStore {
             return result
         }
     }
+}
+extension StoreStep {
+    /// We ask `key` to be friends: the contact becomes `requested` and the request frame is queued.
+    /// If they already asked us, the caller should accept instead.
+    public func requestFriend(_ key: [UInt8], message: String?, frame: OutboxItem, nowMs: Int64) throws -> Contact {
+        try write { db in
+            var c = try NodeStore.contact(db, key) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
+            switch c.relationship {
+            case .friend: throw FriendStoreError.alreadyFriends
+            case .blocked: throw FriendStoreError.blocked
+            case .none, .requested, .pending: break
+            }
+            // Replace an earlier unanswered request to the same peer: one request in flight.
+            try db.cachedStatement(sql: "DELETE FROM outbox WHERE recipient = ? AND type = ?").execute(arguments: [Data(key), frame.type])
+            c.relationship = .requested
+            c.requestMessage = message
+            c.requestedAtMs = nowMs
+            c.updatedAtMs = nowMs
+            try c.store(in: db)
+            try frame.store(in: db)
+            return c
+        }
+    }
+
+    /// A friend request arrived. Caps the pending requests; the oldest pending is dropped past it.
+    /// `reply` is queued when the request is mutual (our acceptance) or comes from a friend (we resend).
+    public func receiveFriendRequest(from key: [UInt8], displayName: String, message: String, record: [UInt8],
+                                     recordVersion: Int64, reply: OutboxItem?, nowMs: Int64, handled: HandledMark? = nil,
+                                     events: (NodeStore.IncomingRequest) -> [PendingEvent] = { _ in [] }) throws -> NodeStore.IncomingRequest {
+        let result = try write { db -> NodeStore.IncomingRequest in
+            if let handled, try !mark(db, handled) { return .duplicate }
+            let result = try receiveFriendRequest(db, from: key, displayName: displayName, message: message, record: record,
+                                                  recordVersion: recordVersion, reply: reply, nowMs: nowMs)
+            try insertEvents(events(result), db)
+            return result
+        }
+        return result
+    }
 
     /// We accept their pending request; `frame` (our acceptance) is queued.
     public func acceptFriend(_ key: [UInt8], frame: OutboxItem, nowMs: Int64) throws -> Contact {
         try write { db in
-            guard var c = try Self.contact(db, key) else { throw FriendStoreError.noPendingRequest }
+            guard var c = try NodeStore.contact(db, key) else { throw FriendStoreError.noPendingRequest }
             switch c.relationship {
             case .pending: break
             case .friend: throw FriendStoreError.alreadyFriends
@@ -188,7 +198,7 @@ extension NodeStore {
                                     nowMs: Int64, handled: HandledMark? = nil, events: [PendingEvent] = []) throws -> Bool {
         try write { db in
             if let handled, try !mark(db, handled) { return false }
-            guard var c = try Self.contact(db, key) else { return false }
+            guard var c = try NodeStore.contact(db, key) else { return false }
             switch c.relationship {
             case .requested: break
             case .friend, .pending, .none, .blocked: return false
@@ -204,7 +214,7 @@ extension NodeStore {
             }
             try c.store(in: db)
             // Our request is answered: stop retrying it.
-            try Self.clearOutbox(db, for: key)
+            try NodeStore.clearOutbox(db, for: key)
             try insertEvents(events, db)
             return true
         }
@@ -213,7 +223,7 @@ extension NodeStore {
     /// We decline their pending request; `frame` tells them.
     public func declineFriend(_ key: [UInt8], frame: OutboxItem, nowMs: Int64) throws {
         try write { db in
-            guard var c = try Self.contact(db, key), c.relationship == .pending else {
+            guard var c = try NodeStore.contact(db, key), c.relationship == .pending else {
                 throw FriendStoreError.noPendingRequest
             }
             c.relationship = .none
@@ -227,12 +237,12 @@ extension NodeStore {
     /// We end a friendship (or withdraw our request); `frame` tells them.
     public func removeFriend(_ key: [UInt8], frame: OutboxItem, nowMs: Int64) throws {
         try write { db in
-            guard var c = try Self.contact(db, key) else { throw FriendStoreError.notAFriend }
+            guard var c = try NodeStore.contact(db, key) else { throw FriendStoreError.notAFriend }
             switch c.relationship {
             case .friend, .requested: break
             case .pending, .none, .blocked: throw FriendStoreError.notAFriend
             }
-            try Self.clearOutbox(db, for: key)
+            try NodeStore.clearOutbox(db, for: key)
             c.relationship = .none
             c.friendSinceMs = nil
             c.updatedAtMs = nowMs
@@ -248,41 +258,35 @@ extension NodeStore {
                                 events: (Relationship) -> [PendingEvent] = { _ in [] }) throws -> Relationship? {
         try write { db in
             if let handled, try !mark(db, handled) { return nil }
-            guard let c = try Self.contact(db, key) else { return nil }
+            guard let c = try NodeStore.contact(db, key) else { return nil }
             let before = c.relationship
             switch before {
             case .friend, .requested, .pending: break
             case .none, .blocked: return nil
             }
-            try Self.clearOutbox(db, for: key)
-            try Self.forget(db, key)
+            try NodeStore.clearOutbox(db, for: key)
+            try NodeStore.forget(db, key)
             try insertEvents(events(before), db)
             return before
         }
     }
 
-    /// Deletes everything kept about a key with no relationship left.
-    static func forget(_ db: Database, _ key: [UInt8]) throws {
-        try Contact.delete(Data(key), in: db)
-        try db.cachedStatement(sql: "DELETE FROM peerRelay WHERE publicKey = ?").execute(arguments: [Data(key)])
-    }
-
     public func block(_ key: [UInt8], nowMs: Int64) throws {
         try write { db in
-            var c = try Self.contact(db, key) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
+            var c = try NodeStore.contact(db, key) ?? Contact(publicKey: key, relationship: .none, nowMs: nowMs)
             c.relationship = .blocked
             c.friendSinceMs = nil
             c.requestMessage = nil
             c.updatedAtMs = nowMs
             try c.store(in: db)
-            try Self.clearOutbox(db, for: key)
+            try NodeStore.clearOutbox(db, for: key)
         }
     }
 
     /// Lifts a block; false when the key was not blocked.
     public func unblock(_ key: [UInt8], nowMs: Int64) throws -> Bool {
         try write { db in
-            guard var c = try Self.contact(db, key), c.relationship == .blocked else { return false }
+            guard var c = try NodeStore.contact(db, key), c.relationship == .blocked else { return false }
             c.relationship = .none
             c.updatedAtMs = nowMs
             try c.store(in: db)
@@ -295,7 +299,7 @@ extension NodeStore {
                                     handled: HandledMark? = nil, events: [PendingEvent] = []) throws -> Bool {
         try write { db in
             if let handled, try !mark(db, handled) { return false }
-            guard var c = try Self.contact(db, key), c.relationship == .friend, version > c.recordVersion else {
+            guard var c = try NodeStore.contact(db, key), c.relationship == .friend, version > c.recordVersion else {
                 return false
             }
             c.displayName = displayName
@@ -318,7 +322,19 @@ extension NodeStore {
 
 // MARK: - Addresses and LAN sightings
 
-extension NodeStore {
+extension StoreReading {
+    public func addresses(_ key: [UInt8]) throws -> [KnownAddress] {
+        try read { db in
+            try KnownAddress.fetchAll(try db.cachedStatement(sql: "SELECT * FROM address WHERE publicKey = ? ORDER BY lastSeenMs DESC"),
+                                      arguments: [Data(key)])
+        }
+    }
+
+    public func sightings(since: Int64 = 0) throws -> [Sighting] {
+        try read { db in try Sighting.filter(Column("lastSeenMs") >= since).order(Column("lastSeenMs").desc).fetchAll(db) }
+    }
+}
+extension StoreStep {
     /// Remembers where a peer was reached or seen; keeps the most recent few per peer.
     public func rememberAddress(_ key: [UInt8], host: String, port: Int, source: String, nowMs: Int64) throws {
         try write(durable: false) { db in
@@ -339,13 +355,6 @@ extension NodeStore {
         }
     }
 
-    public func addresses(_ key: [UInt8]) throws -> [KnownAddress] {
-        try read { db in
-            try KnownAddress.fetchAll(try db.cachedStatement(sql: "SELECT * FROM address WHERE publicKey = ? ORDER BY lastSeenMs DESC"),
-                                      arguments: [Data(key)])
-        }
-    }
-
     public func recordSighting(_ s: Sighting) throws {
         try write(durable: false) { db in
             try s.save(db)
@@ -356,19 +365,11 @@ extension NodeStore {
             }
         }
     }
-
-    public func sightings(since: Int64 = 0) throws -> [Sighting] {
-        try read { db in try Sighting.filter(Column("lastSeenMs") >= since).order(Column("lastSeenMs").desc).fetchAll(db) }
-    }
 }
 
 // MARK: - Outbox
 
-extension NodeStore {
-    public func enqueue(_ item: OutboxItem) throws {
-        try write { db in try item.store(in: db, onConflict: .ignore) }
-    }
-
+extension StoreReading {
     /// Recipients with frames due now.
     public func dueRecipients(nowMs: Int64, limit: Int = 100) throws -> [[UInt8]] {
         try read { db in
@@ -395,6 +396,11 @@ extension NodeStore {
 
     public func outboxCount() throws -> Int {
         try read { db in try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM outbox")) ?? 0 }
+    }
+}
+extension StoreStep {
+    public func enqueue(_ item: OutboxItem) throws {
+        try write { db in try item.store(in: db, onConflict: .ignore) }
     }
 
     /// Backs off a recipient's frames after a failed attempt: 1 s, 2 s, 4 s … capped at `maximumDelayMs`.
@@ -466,7 +472,7 @@ extension NodeStore {
 
 // MARK: - Exactly-once handling of incoming frames
 
-extension NodeStore {
+extension StoreReading {
     /// Whether a frame with this id was handled (within the window).
     public func wasHandled(_ messageId: [UInt8]) throws -> Bool {
         try read { db in
@@ -474,6 +480,15 @@ extension NodeStore {
         }
     }
 
+    /// Handled-id marks kept (all, and those from non-friends).
+    public func handledCounts() throws -> (all: Int, strangers: Int) {
+        try read { db in
+            (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage") ?? 0,
+             try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0") ?? 0)
+        }
+    }
+}
+extension StoreStep {
     /// Records that a frame was handled. False when it had been handled before.
     /// Marks are pruned by age, and capped: those from non-friends at `maximumStrangerSeenMessages`
     /// (the oldest of theirs go), all at `maximumSeenMessages` (the oldest go).
@@ -511,14 +526,6 @@ extension NodeStore {
         }
         return true
     }
-
-    /// Handled-id marks kept (all, and those from non-friends).
-    public func handledCounts() throws -> (all: Int, strangers: Int) {
-        try read { db in
-            (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage") ?? 0,
-             try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0") ?? 0)
-        }
-    }
 }
 
 // MARK: - Events
@@ -546,6 +553,26 @@ public struct PendingEvent: Sendable, Equatable {
 }
 
 extension NodeStore {
+    public func events(since seq: Int64, limit: Int) throws -> [StoredEvent] {
+        try recentEvents(since: seq, limit: limit).map(\.stored)
+    }
+
+    /// `events(since:limit:)`, each with its fields decoded when the newest events held in memory
+    /// still have them (the event bus hands out what a step just stored without parsing it).
+    public func recentEvents(since seq: Int64, limit: Int) throws -> [RecentEvent] {
+        // What the tail holds is committed (it is fed after each commit).
+        if let recent = tail.events(after: seq, limit: limit) { return recent }
+        return try read { db in
+            try StoredEvent.fetchAll(try db.cachedStatement(sql: "SELECT * FROM event WHERE seq > ? ORDER BY seq LIMIT ?"),
+                                     arguments: [seq, limit]).map { RecentEvent(stored: $0, decoded: nil) }
+        }
+    }
+
+    public func lastEventSeq() throws -> Int64 {
+        try read { db in try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM event") ?? 0 }
+    }
+}
+extension StoreStep {
     /// Inserts events inside a transaction already open (an intent's).
     func insertEvents(_ events: [PendingEvent], _ db: Database) throws {
         for p in events {
@@ -566,25 +593,6 @@ extension NodeStore {
             }
             return e
         }
-    }
-
-    public func events(since seq: Int64, limit: Int) throws -> [StoredEvent] {
-        try recentEvents(since: seq, limit: limit).map(\.stored)
-    }
-
-    /// `events(since:limit:)`, each with its fields decoded when the newest events held in memory
-    /// still have them (the event bus hands out what a step just stored without parsing it).
-    public func recentEvents(since seq: Int64, limit: Int) throws -> [RecentEvent] {
-        // Outside a transaction of its own: what the tail holds is committed.
-        if !isInBatch, let recent = tail.events(after: seq, limit: limit) { return recent }
-        return try read { db in
-            try StoredEvent.fetchAll(try db.cachedStatement(sql: "SELECT * FROM event WHERE seq > ? ORDER BY seq LIMIT ?"),
-                                     arguments: [seq, limit]).map { RecentEvent(stored: $0, decoded: nil) }
-        }
-    }
-
-    public func lastEventSeq() throws -> Int64 {
-        try read { db in try Int64.fetchOne(db, sql: "SELECT MAX(seq) FROM event") ?? 0 }
     }
 }
 

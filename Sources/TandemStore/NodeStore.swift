@@ -253,81 +253,31 @@ public struct NodeStore: Sendable {
         return m
     }
 
-    // MARK: reading and writing
+    // MARK: reading
 
-    /// Runs `body` in one write transaction; inside a `batch` on this thread, in a savepoint of the
-    /// batch's transaction (a failing body rolls back its own writes only).
-    ///
-    /// `durable`: false for soft state, whose loss in a power cut costs nothing that is not
-    /// repeated anyway (an acknowledgement's removal of a frame the peer would answer again, a
-    /// presence, a LAN sighting, an event row): such a write alone does not make a batch opened
-    /// with `syncing: false` sync.
-    public func write<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
-        var result: T?
-        guard let batch = currentBatch else {
-            // A write on its own is a batch of one (so the events it stores reach the tail).
-            try self.batch(syncing: durable) { result = try write(durable: durable, body) }
-            return result!
-        }
-        if durable { batch.needsSync = true }
-        let eventsBefore = batch.events.count
-        // A savepoint through statements prepared once: GRDB's `inSavepoint` prepares its SAVEPOINT
-        // and RELEASE anew each time, and a step makes several writes.
-        let db = batch.db
-        do {
-            try db.cachedStatement(sql: "SAVEPOINT write").execute()
-            do {
-                result = try body(db)
-            } catch {
-                // The body's own writes go; the batch's transaction goes on (unless SQLite ended it).
-                if db.isInsideTransaction {
-                    try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT write").execute()
-                    try db.cachedStatement(sql: "RELEASE SAVEPOINT write").execute()
-                }
-                throw error
-            }
-            try db.cachedStatement(sql: "RELEASE SAVEPOINT write").execute()
-        } catch {
-            // Rolled back: the events this body stored were never written.
-            batch.events.removeSubrange(min(eventsBefore, batch.events.count)...)
-            throw error
-        }
-        return result!
-    }
-
-    /// Notes an event row this transaction inserted (for the tail, once it commits), with its
-    /// fields as the caller holds them decoded, if it does.
-    func inserted(_ event: StoredEvent, decoded: (any Sendable)?) {
-        currentBatch?.events.append(RecentEvent(stored: event, decoded: decoded))
-    }
-
-    /// Reads; inside a `batch` on this thread, what the batch wrote so far included.
+    /// Reads in a read transaction of its own (committed state). Inside a step, read through the
+    /// step instead: it sees what the step wrote so far.
     public func read<T>(_ body: (Database) throws -> T) throws -> T {
-        guard let batch = currentBatch else { return try writer.read(body) }
-        return try body(batch.db)
+        try writer.read(body)
     }
 
-    // MARK: batches (one commit for many changes)
+    // MARK: steps (one transaction; one commit for many changes)
 
-    /// Runs `body` with every store access it makes on this thread in one transaction: its writes
-    /// share one commit (group commit), and what it hands to `afterCommit` runs once that commit
-    /// is durable, in order (acknowledgements, frames, event delivery). When the transaction
-    /// cannot commit, nothing of it is kept and the after-commit actions are dropped (peers then
-    /// resend what they were not acknowledged). A batch inside a batch joins the outer one.
+    /// Runs `body` as one step: every intent it calls on the `StoreStep` it is given shares one
+    /// transaction and one commit (group commit), and what it hands to `step.afterCommit` runs once
+    /// that commit is durable, in order (acknowledgements, frames, event delivery). When the
+    /// transaction cannot commit, nothing of it is kept and the after-commit actions are dropped
+    /// (peers then resend what they were not acknowledged). There is no nesting: code inside a step
+    /// is given the step, and the store's writes are reachable only through one.
     ///
     /// `syncing`: whether the commit is synced to disk (`PRAGMA synchronous = FULL`, the store's
-    /// setting). A batch that holds only soft state (acknowledgements, presence, LAN sightings:
+    /// setting). A step that holds only soft state (acknowledgements, presence, LAN sightings:
     /// `write(durable: false)`) passes false and commits without a sync; should a durable write
-    /// join it after all, the write-ahead log is synced once the batch commits, before anything
-    /// waits on it runs. A batch inside a batch joins the outer one (and its sync).
-    public func batch(syncing: Bool = true, _ body: () throws -> Void) throws {
-        if let outer = currentBatch {
-            if syncing { outer.needsSync = true }
-            return try body()
-        }
-        let key = BatchKey(writer: writer)
-        let counter = committed, fullSync = self.fullSync
-        let context = try writer.writeWithoutTransaction { db -> BatchContext in
+    /// join it after all, the write-ahead log is synced once the step commits, before anything
+    /// that waits on it runs.
+    public func batch<T>(syncing: Bool = true, _ body: (StoreStep) throws -> T) throws -> T {
+        let counter = committed, fullSync = self.fullSync, limits = self.limits
+        let (step, result) = try writer.writeWithoutTransaction { db -> (StoreStep, T) in
             // Set for this transaction only, outside it (SQLite does not apply a change made inside
             // an open transaction to its commit), and set back before anything else writes.
             if fullSync.lost.load(ordering: .relaxed) {
@@ -344,37 +294,38 @@ public struct NodeStore: Sendable {
                     }
                 }
             }
-            let context = BatchContext(db: db)
+            let step = StoreStep(db: db, limits: limits)
+            var result: T?
             try db.inTransaction {
                 let changesBefore = db.totalChangesCount
                 defer {
                     if db.totalChangesCount != changesBefore {
-                        context.changed = true
+                        step.changed = true
                         db.afterNextTransaction(onCommit: { _ in counter.add() })
                     }
                 }
-                Self.batches.withLock { $0[key] = context }
-                defer { Self.batches.withLock { $0[key] = nil } }
-                try body()
-                if !context.events.isEmpty {
+                defer { step.isOpen = false }
+                result = try body(step)
+                if !step.events.isEmpty {
                     // On the writer's queue right after the commit, before any later transaction: the
                     // tail grows in commit order. Nothing reaches it from a transaction rolled back.
-                    let events = context.events, tail = self.tail
+                    let events = step.events, tail = self.tail
                     db.afterNextTransaction(onCommit: { _ in tail.committed(events) })
                 }
                 return .commit
             }
-            if !syncing, context.changed {
-                if context.needsSync {
+            if !syncing, step.changed {
+                if step.needsSync {
                     try syncWriteAheadLog()
                     walSyncs.add()
                 } else {
                     unsynced.add()
                 }
             }
-            return context
+            return (step, result!)
         }
-        for action in context.afterCommit { action() }
+        for action in step.afterCommitActions { action() }
+        return result
     }
 
     /// Syncs the write-ahead log file (every transaction committed to it so far is then on disk, as
@@ -386,22 +337,92 @@ public struct NodeStore: Sendable {
         defer { close(fd) }
         guard fdatasync(fd) == 0 else { throw WriteAheadLogSyncError(path: walPath, errno: errno) }
     }
+}
 
-    /// Runs `action` once the current batch on this thread has committed; at once outside a batch.
+/// What can read the store: the store itself (each read its own read transaction) and a step (the
+/// step's own transaction, what it wrote so far included). Read intents are written once, here.
+public protocol StoreReading {
+    var limits: NodeStore.Limits { get }
+    func read<T>(_ body: (Database) throws -> T) throws -> T
+}
+
+extension NodeStore: StoreReading {}
+
+/// One open transaction of the node's store, given to the body of `NodeStore.batch` and passed
+/// explicitly to everything that writes in it: the store's write intents exist only here, so
+/// "inside a step" is a type. Not Sendable, and never kept after its body returns.
+public final class StoreStep: StoreReading {
+    let db: Database
+    public let limits: NodeStore.Limits
+    var afterCommitActions: [() -> Void] = []
+    /// A durable write joined the step (`write(durable:)`).
+    var needsSync = false
+    /// The transaction changed something.
+    var changed = false
+    /// False once the step's body has returned: a step kept past it is a bug.
+    var isOpen = true
+    /// Event rows inserted so far, minus those of savepoints rolled back.
+    var events: [RecentEvent] = []
+
+    init(db: Database, limits: NodeStore.Limits) {
+        self.db = db
+        self.limits = limits
+    }
+
+    /// Reads in the step's transaction.
+    public func read<T>(_ body: (Database) throws -> T) throws -> T {
+        precondition(isOpen, "a store step was used after it ended")
+        return try body(db)
+    }
+
+    /// Runs `body` in a savepoint of the step's transaction (a failing body rolls back its own
+    /// writes only; the step goes on).
+    ///
+    /// `durable`: false for soft state, whose loss in a power cut costs nothing that is not
+    /// repeated anyway (an acknowledgement's removal of a frame the peer would answer again, a
+    /// presence, a LAN sighting, an event row): such a write alone does not make a step opened
+    /// with `syncing: false` sync.
+    public func write<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
+        precondition(isOpen, "a store step was used after it ended")
+        if durable { needsSync = true }
+        let eventsBefore = events.count
+        // A savepoint through statements prepared once: GRDB's `inSavepoint` prepares its SAVEPOINT
+        // and RELEASE anew each time, and a step makes several writes.
+        var result: T?
+        do {
+            try db.cachedStatement(sql: "SAVEPOINT write").execute()
+            do {
+                result = try body(db)
+            } catch {
+                // The body's own writes go; the step's transaction goes on (unless SQLite ended it).
+                if db.isInsideTransaction {
+                    try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT write").execute()
+                    try db.cachedStatement(sql: "RELEASE SAVEPOINT write").execute()
+                }
+                throw error
+            }
+            try db.cachedStatement(sql: "RELEASE SAVEPOINT write").execute()
+        } catch {
+            // Rolled back: the events this body stored were never written.
+            events.removeSubrange(min(eventsBefore, events.count)...)
+            throw error
+        }
+        return result!
+    }
+
+    /// Marks the step as holding a durable change (what syncs a step opened with `syncing: false`).
+    public func needsDurability() { needsSync = true }
+
+    /// Runs `action` once the step has committed (and is durable, when it had to be).
     public func afterCommit(_ action: @escaping () -> Void) {
-        guard let batch = currentBatch else { return action() }
-        batch.afterCommit.append(action)
+        afterCommitActions.append(action)
     }
 
-    /// Whether this thread is inside a batch of this store.
-    public var isInBatch: Bool { currentBatch != nil }
-
-    private var currentBatch: BatchContext? {
-        let key = BatchKey(writer: writer)
-        return Self.batches.withLock { $0[key] }
+    /// Notes an event row this transaction inserted (for the tail, once it commits), with its
+    /// fields as the caller holds them decoded, if it does.
+    func inserted(_ event: StoredEvent, decoded: (any Sendable)?) {
+        events.append(RecentEvent(stored: event, decoded: decoded))
     }
-
-    private static let batches = Mutex<[BatchKey: BatchContext]>([:])
 }
 
 /// Counts a store's commits that changed something.
@@ -414,30 +435,6 @@ private final class CommitCounter: Sendable {
 /// Whether setting `synchronous = FULL` back after a batch that did not sync failed.
 private final class SyncSetting: Sendable {
     let lost = Atomic<Bool>(false)
-}
-
-/// A batch belongs to one store and one thread.
-private struct BatchKey: Hashable, Sendable {
-    let writer: ObjectIdentifier
-    let thread: UInt
-
-    init(writer: any DatabaseWriter) {
-        self.writer = ObjectIdentifier(writer as AnyObject)
-        self.thread = UInt(bitPattern: Int(bitPattern: UInt(pthread_self())))
-    }
-}
-
-/// The open transaction of a batch and what waits for its commit. Used only on its own thread.
-private final class BatchContext: @unchecked Sendable {
-    let db: Database
-    var afterCommit: [() -> Void] = []
-    /// A durable write joined the batch (`write(durable:)`).
-    var needsSync = false
-    /// The transaction changed something.
-    var changed = false
-    /// Event rows inserted so far, minus those of savepoints rolled back.
-    var events: [RecentEvent] = []
-    init(db: Database) { self.db = db }
 }
 
 /// The newest committed events, in seq order, so the event bus can hand out what a step just

@@ -23,7 +23,9 @@ public struct StoredRelay: Sendable, Equatable {
 extension NodeStore {
     /// Home relays a node may have at most.
     public static let maximumHomeRelays = 4
+}
 
+extension StoreStep {
     /// Adds (or moves) a home relay. Returns false when it was there already at that address.
     @discardableResult
     public func addRelay(_ key: [UInt8], host: String, port: Int, nowMs: Int64) throws -> Bool {
@@ -32,7 +34,7 @@ extension NodeStore {
             if let existing, existing["host"] as String == host, existing["port"] as Int == port { return false }
             if existing == nil {
                 let n = try Int.fetchOne(db, sql: "SELECT count(*) FROM relay") ?? 0
-                guard n < Self.maximumHomeRelays else { throw RelayStoreError.tooManyRelays(Self.maximumHomeRelays) }
+                guard n < NodeStore.maximumHomeRelays else { throw RelayStoreError.tooManyRelays(NodeStore.maximumHomeRelays) }
             }
             try db.execute(sql: """
                 INSERT INTO relay (publicKey, host, port, addedAtMs) VALUES (?, ?, ?, ?)
@@ -41,20 +43,31 @@ extension NodeStore {
             return true
         }
     }
-
-    /// Removes a home relay; false when it was not one.
-    public func removeRelay(_ key: [UInt8]) throws -> Bool {
-        try write { db in
-            try db.execute(sql: "DELETE FROM relay WHERE publicKey = ?", arguments: [Data(key)])
-            return db.changesCount > 0
-        }
-    }
-
+}
+extension StoreReading {
     public func relays() throws -> [StoredRelay] {
         try read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM relay ORDER BY addedAtMs, publicKey").map {
                 StoredRelay(publicKey: Array($0["publicKey"] as Data), host: $0["host"], port: $0["port"], atMs: $0["addedAtMs"])
             }
+        }
+    }
+
+    public func peerRelay(_ key: [UInt8]) throws -> StoredRelay? {
+        try read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM peerRelay WHERE publicKey = ?", arguments: [Data(key)]).map {
+                StoredRelay(publicKey: Array($0["relayKey"] as Data), host: $0["host"], port: $0["port"], atMs: $0["updatedAtMs"],
+                            source: $0["source"])
+            }
+        }
+    }
+}
+extension StoreStep {
+    /// Removes a home relay; false when it was not one.
+    public func removeRelay(_ key: [UInt8]) throws -> Bool {
+        try write { db in
+            try db.execute(sql: "DELETE FROM relay WHERE publicKey = ?", arguments: [Data(key)])
+            return db.changesCount > 0
         }
     }
 
@@ -67,15 +80,6 @@ extension NodeStore {
                 ON CONFLICT(publicKey) DO UPDATE SET relayKey = excluded.relayKey, host = excluded.host, port = excluded.port,
                   source = excluded.source, updatedAtMs = excluded.updatedAtMs
                 """, arguments: [Data(key), Data(relay), host, port, source, nowMs])
-        }
-    }
-
-    public func peerRelay(_ key: [UInt8]) throws -> StoredRelay? {
-        try read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM peerRelay WHERE publicKey = ?", arguments: [Data(key)]).map {
-                StoredRelay(publicKey: Array($0["relayKey"] as Data), host: $0["host"], port: $0["port"], atMs: $0["updatedAtMs"],
-                            source: $0["source"])
-            }
         }
     }
 }

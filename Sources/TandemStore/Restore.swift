@@ -68,7 +68,7 @@ public struct RestoredState: Sendable {
     }
 }
 
-extension NodeStore {
+extension StoreReading {
     /// Whether the store holds anything a restore could overwrite: contacts, home relays, the
     /// ledger, challenges or queued frames.
     public func holdsNodeState() throws -> Bool {
@@ -79,7 +79,8 @@ extension NodeStore {
             return false
         }
     }
-
+}
+extension StoreStep {
     /// Writes what a recovery kit holds, in one transaction. Idempotent, so a restore run again
     /// on a partly restored data dir writes the same rows: friends become (or stay) friends with
     /// their record when it is not older than the stored one; home relays beyond the cap are
@@ -97,7 +98,7 @@ extension NodeStore {
             }
             try db.execute(sql: "INSERT INTO setting(key, value) VALUES ('advertised_port', '0') ON CONFLICT(key) DO NOTHING")
             for f in state.friends {
-                var c = try Self.contact(db, f.publicKey) ?? Contact(publicKey: f.publicKey, relationship: .friend, nowMs: nowMs)
+                var c = try NodeStore.contact(db, f.publicKey) ?? Contact(publicKey: f.publicKey, relationship: .friend, nowMs: nowMs)
                 c.relationship = .friend
                 if c.friendSinceMs == nil { c.friendSinceMs = nowMs }
                 if f.recordVersion >= c.recordVersion {
@@ -130,7 +131,7 @@ extension NodeStore {
             for (i, r) in state.homeRelays.enumerated() {
                 let n = try Int.fetchOne(db, sql: "SELECT count(*) FROM relay") ?? 0
                 let present = try Bool.fetchOne(db, sql: "SELECT EXISTS(SELECT 1 FROM relay WHERE publicKey = ?)", arguments: [Data(r.publicKey)]) ?? false
-                guard present || n < Self.maximumHomeRelays else { break }
+                guard present || n < NodeStore.maximumHomeRelays else { break }
                 try db.execute(sql: """
                     INSERT INTO relay (publicKey, host, port, addedAtMs) VALUES (?, ?, ?, ?)
                     ON CONFLICT(publicKey) DO UPDATE SET host = excluded.host, port = excluded.port

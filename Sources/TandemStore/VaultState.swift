@@ -54,7 +54,7 @@ public struct StoredPinGuard: Sendable, Equatable {
     }
 }
 
-extension NodeStore {
+extension StoreReading {
     /// The stored guard; nil when there is none. Throws when a row cannot be read (the caller then
     /// counts wrong PINs rather than none: a damaged row is never a way around a wait).
     public func vaultPinGuard() throws -> StoredPinGuard? {
@@ -64,7 +64,8 @@ extension NodeStore {
             return StoredPinGuard(failures: g.failures, lockedUntilMs: g.lockedUntilMs, breakIns: log)
         }
     }
-
+}
+extension StoreStep {
     /// Replaces the guard and its log (durably: a PIN attempt's answer waits for it).
     public func saveVaultPinGuard(_ g: StoredPinGuard) throws {
         try write { db in

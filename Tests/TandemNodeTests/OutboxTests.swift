@@ -88,8 +88,13 @@ final class OutboxTests: XCTestCase {
         /// A friend request to `key`, stored with its frame as the friends flow does.
         @discardableResult
         @NodeCore func request(_ key: [UInt8]) throws -> OutboxItem {
+            try store.batch { step in try request(key, step) }
+        }
+
+        /// The same, in a step the caller holds.
+        @NodeCore func request(_ key: [UInt8], _ step: StoreStep) throws -> OutboxItem {
             let item = outbox.frame(.friendRequest, to: key, payload: try Tandem_V1_FriendRequest().serializedBytes())
-            _ = try store.requestFriend(key, message: "hi", frame: item, nowMs: clock.now)
+            _ = try step.requestFriend(key, message: "hi", frame: item, nowMs: clock.now)
             return item
         }
 
@@ -130,9 +135,9 @@ final class OutboxTests: XCTestCase {
         let commitsBefore = rig.store.commits
         let item = try await NodeCore.perform { () -> OutboxItem in
             var item: OutboxItem?
-            try rig.store.batch {
-                item = try rig.request(peer)
-                rig.outbox.send(to: [peer])
+            try rig.store.batch { step in
+                item = try rig.request(peer, step)
+                rig.outbox.send(to: [peer], in: step)
                 XCTAssertTrue(link.written.isEmpty, "nothing goes out before the commit")
             }
             return item!
@@ -163,9 +168,9 @@ final class OutboxTests: XCTestCase {
         rig.transport.setLink(peer, FakeLink(serial: 1))
         let item = try await NodeCore.perform { () -> OutboxItem in
             var item: OutboxItem?
-            try rig.store.batch {
-                item = try rig.request(peer)
-                rig.outbox.send(to: [peer])
+            try rig.store.batch { step in
+                item = try rig.request(peer, step)
+                rig.outbox.send(to: [peer], in: step)
                 rig.transport.setLink(peer, nil)
             }
             return item!
@@ -182,9 +187,9 @@ final class OutboxTests: XCTestCase {
         let rig = try Rig()
         let peer = SigningKeyPair.generate().publicKey
         let item = try rig.request(peer)
-        await NodeCore.run { rig.outbox.delivered(Array(item.messageId), by: SigningKeyPair.generate().publicKey) }
+        await NodeCore.run { try? rig.store.batch { step in rig.outbox.delivered(Array(item.messageId), by: SigningKeyPair.generate().publicKey, step) } }
         XCTAssertEqual(try rig.store.outbox(for: peer).count, 1, "someone else's ACK changes nothing")
-        await NodeCore.run { rig.outbox.delivered(Array(item.messageId), by: peer) }
+        await NodeCore.run { try? rig.store.batch { step in rig.outbox.delivered(Array(item.messageId), by: peer, step) } }
         XCTAssertEqual(try rig.store.outbox(for: peer).count, 0)
         XCTAssertTrue(try rig.eventTypes().contains("outbox.delivered"))
         // After the ACK nothing is written on a later link.
@@ -203,7 +208,7 @@ final class OutboxTests: XCTestCase {
         error.code = .replayed
         error.refMessageID = item.messageId
         let reported = error
-        await NodeCore.run { rig.outbox.peerReportedError(reported, from: peer) }
+        await NodeCore.run { try? rig.store.batch { step in rig.outbox.peerReportedError(reported, from: peer, step) } }
         XCTAssertEqual(try rig.store.outboxCount(), 0)
     }
 
@@ -233,7 +238,7 @@ final class OutboxTests: XCTestCase {
         let rig = try Rig()
         let friend = SigningKeyPair.generate().publicKey
         try rig.request(friend)
-        _ = try rig.store.receiveFriendAccept(from: friend, displayName: "f", record: [], recordVersion: 1, nowMs: rig.clock.now)
+        _ = try rig.store.batch { try $0.receiveFriendAccept(from: friend, displayName: "f", record: [], recordVersion: 1, nowMs: rig.clock.now) }
         XCTAssertEqual(try rig.store.outboxCount(), 0)
         await rig.outbox.deliverDue()
         XCTAssertEqual(rig.transport.dials, [friend])
@@ -272,10 +277,10 @@ final class OutboxTests: XCTestCase {
         let rig = try Rig()
         let peer = SigningKeyPair.generate().publicKey
         // They asked; we accept: FRIEND_ACCEPT waits in the outbox, and they are a friend now.
-        _ = try rig.store.receiveFriendRequest(from: peer, displayName: "p", message: "", record: [], recordVersion: 1, reply: nil,
-                                               nowMs: rig.clock.now)
+        _ = try rig.store.batch { try $0.receiveFriendRequest(from: peer, displayName: "p", message: "", record: [], recordVersion: 1, reply: nil,
+                                               nowMs: rig.clock.now) }
         let accept = rig.outbox.frame(.friendAccept, to: peer, payload: try Tandem_V1_FriendAccept().serializedBytes())
-        _ = try rig.store.acceptFriend(peer, frame: accept, nowMs: rig.clock.now)
+        _ = try rig.store.batch { try $0.acceptFriend(peer, frame: accept, nowMs: rig.clock.now) }
         // The link is up: a PRESENCE is owed, not sent, while the accept waits.
         let due = rig.outbox.book.withLockedValue { $0.presenceDue(peer, framesWaiting: true) }
         XCTAssertFalse(due)
@@ -309,7 +314,7 @@ final class OutboxTests: XCTestCase {
         rig.transport.setLink(peer, link)
         await rig.outbox.deliverDue()
         XCTAssertEqual(link.written.map(\.messageID.bytes), [Array(item.messageId)])
-        await NodeCore.run { rig.outbox.delivered(Array(item.messageId), by: peer) }
+        await NodeCore.run { try? rig.store.batch { step in rig.outbox.delivered(Array(item.messageId), by: peer, step) } }
         // Acknowledged, then another restart: never written again.
         let again = try Rig(me: me, store: try NodeStore(path: path), clock: clock)
         let later = FakeLink(serial: 2)
@@ -322,13 +327,13 @@ final class OutboxTests: XCTestCase {
         let incoming = Envelope.sign(type: .friendRequest, author: SigningKeyPair.generate(), recipient: me.publicKey,
                                      createdAt: UInt64(clock.now), payload: [])
         let mark = again.outbox.handledMark(incoming)
-        let first = try again.store.receiveFriendRequest(from: incoming.author, displayName: "x", message: "", record: [],
-                                                         recordVersion: 1, reply: nil, nowMs: clock.now, handled: mark)
+        let first = try again.store.batch { try $0.receiveFriendRequest(from: incoming.author, displayName: "x", message: "", record: [],
+                                                         recordVersion: 1, reply: nil, nowMs: clock.now, handled: mark) }
         XCTAssertNotEqual(first, .duplicate)
         let reopened = try NodeStore(path: path)
         XCTAssertTrue(try reopened.wasHandled(incoming.messageID.bytes))
-        let second = try reopened.receiveFriendRequest(from: incoming.author, displayName: "x", message: "", record: [],
-                                                       recordVersion: 1, reply: nil, nowMs: clock.now, handled: mark)
+        let second = try reopened.batch { try $0.receiveFriendRequest(from: incoming.author, displayName: "x", message: "", record: [],
+                                                       recordVersion: 1, reply: nil, nowMs: clock.now, handled: mark) }
         XCTAssertEqual(second, .duplicate)
     }
 

@@ -203,10 +203,10 @@ final class RecoveryKitTests: XCTestCase {
         let (_, carolRecord) = try friend("carol")
         let source = try NodeStore.inMemory()
         let entries = ledger(me, bob, count: 3)
-        try source.applyRestore(RestoredState(friends: [bobRecord, carolRecord],
+        try source.batch { try $0.applyRestore(RestoredState(friends: [bobRecord, carolRecord],
                                               homeRelays: [StoredRelay(publicKey: relay.id.publicKey, host: relay.host, port: relay.port, atMs: 0)],
-                                              ledger: entries, addresses: []), nowMs: 1_000)
-        try source.setSetting("display_name", "Alice")
+                                              ledger: entries, addresses: []), nowMs: 1_000) }
+        try source.batch { try $0.setSetting("display_name", "Alice") }
         let data = DataDirectory(url: dir)
         // No kit key and no clear code: no kit.
         XCTAssertNil(try RecoveryKit.sealedKit(identity: me, store: source, dataDirectory: data, nowMs: 5))
@@ -234,8 +234,8 @@ final class RecoveryKitTests: XCTestCase {
         let state = RestoredState(friends: opened.friends, homeRelays: opened.homeRelays.map {
             StoredRelay(publicKey: $0.id.publicKey, host: $0.host, port: $0.port, atMs: 0) }, ledger: opened.ledger,
                                   addresses: [(bob.publicKey, "10.0.0.2", 7000)], displayName: opened.displayName)
-        try target.applyRestore(state, nowMs: 2_000)
-        try target.applyRestore(state, nowMs: 3_000) // a second run writes the same
+        try target.batch { try $0.applyRestore(state, nowMs: 2_000) }
+        try target.batch { try $0.applyRestore(state, nowMs: 3_000) } // a second run writes the same
         XCTAssertTrue(try target.holdsNodeState())
         XCTAssertEqual(Set(try target.friendKeys()), [bob.publicKey, carolRecord.publicKey])
         XCTAssertEqual(try target.contact(bob.publicKey)?.record, Data(bobRecord.record))
@@ -305,11 +305,11 @@ final class RecoveryKitTests: XCTestCase {
         let (bob, bobRecord) = try friend("bob", relay: relay)
         let (carol, carolRecord) = try friend("carol")
         let source = try NodeStore.inMemory()
-        try source.applyRestore(RestoredState(friends: [bobRecord, carolRecord], homeRelays: [], ledger: [], addresses: []), nowMs: 1_000)
+        try source.batch { try $0.applyRestore(RestoredState(friends: [bobRecord, carolRecord], homeRelays: [], ledger: [], addresses: []), nowMs: 1_000) }
         for (i, host) in ["10.0.0.9", "10.0.0.1", "192.168.1.20", "fe80::1", "10.0.0.5"].enumerated() {
-            try source.rememberAddress(bob.publicKey, host: host, port: 7000 + i, source: "lan", nowMs: 2_000 + Int64(i))
+            try source.batch { try $0.rememberAddress(bob.publicKey, host: host, port: 7000 + i, source: "lan", nowMs: 2_000 + Int64(i)) }
         }
-        try source.rememberAddress(carol.publicKey, host: "carol.example", port: 7100, source: "record", nowMs: 2_000)
+        try source.batch { try $0.rememberAddress(carol.publicKey, host: "carol.example", port: 7100, source: "record", nowMs: 2_000) }
         let code = RecoveryCode(bytes: Sodium.randomBytes(16))
         try RecoveryKit.KeyFile(code: code).save(dir)
         let kit = try XCTUnwrap(try RecoveryKit.sealedKit(identity: me, store: source, dataDirectory: DataDirectory(url: dir), nowMs: 5))
@@ -321,12 +321,12 @@ final class RecoveryKitTests: XCTestCase {
                                            RestoredAddress(host: "192.168.1.20", port: 7002), RestoredAddress(host: "fe80::1", port: 7003)])
         XCTAssertEqual(opened.friends.first { $0.publicKey == carol.publicKey }?.addresses, [RestoredAddress(host: "carol.example", port: 7100)])
         // Seen again: the kit does not change (the digest decides whether it is pushed again).
-        try source.rememberAddress(bob.publicKey, host: "10.0.0.1", port: 7001, source: "lan", nowMs: 9_000)
+        try source.batch { try $0.rememberAddress(bob.publicKey, host: "10.0.0.1", port: 7001, source: "lan", nowMs: 9_000) }
         XCTAssertEqual(try XCTUnwrap(try RecoveryKit.sealedKit(identity: me, store: source, dataDirectory: DataDirectory(url: dir), nowMs: 6)).digest,
                        kit.digest)
 
         let target = try NodeStore.inMemory()
-        try target.applyRestore(RestoredState(friends: opened.friends, homeRelays: [], ledger: [], addresses: []), nowMs: 50_000)
+        try target.batch { try $0.applyRestore(RestoredState(friends: opened.friends, homeRelays: [], ledger: [], addresses: []), nowMs: 50_000) }
         XCTAssertEqual(Set(try target.addresses(bob.publicKey).map(\.host)), ["10.0.0.1", "10.0.0.5", "192.168.1.20", "fe80::1"])
         XCTAssertEqual(try target.addresses(carol.publicKey).map(\.source), ["kit"])
 
@@ -374,7 +374,7 @@ final class RecoveryKitTests: XCTestCase {
         let (bob, bobRecord) = try friend("bob")
         let entries = ledger(me, bob, count: 800)
         let source = try NodeStore.inMemory()
-        try source.applyRestore(RestoredState(friends: [bobRecord], homeRelays: [], ledger: entries, addresses: []), nowMs: 1)
+        try source.batch { try $0.applyRestore(RestoredState(friends: [bobRecord], homeRelays: [], ledger: entries, addresses: []), nowMs: 1) }
         let code = RecoveryCode(bytes: Sodium.randomBytes(16))
         try RecoveryKit.KeyFile(code: code).save(dir)
         let kit = try XCTUnwrap(try RecoveryKit.sealedKit(identity: me, store: source, dataDirectory: DataDirectory(url: dir), nowMs: 1))

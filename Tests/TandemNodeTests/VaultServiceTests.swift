@@ -145,7 +145,7 @@ final class VaultServiceTests: XCTestCase {
         XCTAssertEqual(c, "wrong_pin")
         XCTAssertEqual(try store.vaultPinGuard()?.guardRow.failures, 1, "the guard is in its table")
         // A store that cannot give the guard back (here: its log's table gone) never means no wrong PIN.
-        try store.write { db in try db.execute(sql: "DROP TABLE vaultBreakIn") }
+        try store.batch { step in try step.write { db in try db.execute(sql: "DROP TABLE vaultBreakIn") } }
         (service, _) = try makeService()
         let refused = await code { try await service.unlock(pin: "2468") }
         XCTAssertEqual(refused, "locked_out")

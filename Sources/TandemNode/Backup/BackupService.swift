@@ -103,8 +103,8 @@ public final class BackupService: Service, @unchecked Sendable {
     // MARK: - Frames (on the core)
 
     /// A backup frame from a link or a relay mailbox (only the offer comes by mail).
-    @NodeCore func handle(_ envelope: Envelope, from link: PeerLink?) {
-        if envelope.type == .backupOffer { return receiveOffer(envelope, from: link) }
+    @NodeCore func handle(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
+        if envelope.type == .backupOffer { return receiveOffer(envelope, from: link, step) }
         if BackupAnswer.types.contains(envelope.type) { return answers.deliver(envelope) }
         guard let link else { return }
         let isFriend = outbox.isFriend(envelope.author)
@@ -113,28 +113,28 @@ public final class BackupService: Service, @unchecked Sendable {
 
     /// BACKUP_OFFER (outbox, acknowledged): the newest version per holder is kept; from a key that
     /// is not a friend it is acknowledged and dropped (backup.md 3).
-    @NodeCore private func receiveOffer(_ envelope: Envelope, from link: PeerLink?) {
+    @NodeCore private func receiveOffer(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
         let m: BackupOfferMessage
         do {
             m = try BackupOfferMessage(payload: envelope.payload)
         } catch let e as PayloadError {
-            return outbox.refuseMalformed(envelope, e, on: link)
+            return outbox.refuseMalformed(envelope, e, on: link, step)
         } catch {
             return
         }
-        guard outbox.isFriend(envelope.author) else { return outbox.dropUnrelated(envelope, on: link) }
-        let current = health.read("read a backup offer", or: nil) { try store.backupHolder(envelope.author) }.flatMap(ReceivedOffer.init(record:))
+        guard outbox.isFriend(envelope.author) else { return outbox.dropUnrelated(envelope, on: link, step) }
+        let current = health.read("read a backup offer", or: nil) { try step.backupHolder(envelope.author) }.flatMap(ReceivedOffer.init(record:))
         if current.map({ m.version > $0.version }) ?? true {
             let offer = ReceivedOffer(quotaBytes: m.quotaBytes, version: m.version, receivedAtMs: Int64(clamping: wallClockMilliseconds()))
             health.attempt("store a backup offer") {
-                if m.isWithdrawal { try store.forgetBackupOffer(from: envelope.author) } else {
-                    try store.keepBackupOffer(offer.record(holder: envelope.author))
+                if m.isWithdrawal { try step.forgetBackupOffer(from: envelope.author) } else {
+                    try step.keepBackupOffer(offer.record(holder: envelope.author))
                 }
             }
             events.emit(m.isWithdrawal ? "backup.offer.withdrawn" : "backup.offer.received",
-                        ["from": .string(NodeID(publicKey: envelope.author).canonical), "quota_bytes": .int(m.quotaBytes)])
+                        ["from": .string(NodeID(publicKey: envelope.author).canonical), "quota_bytes": .int(m.quotaBytes)], in: step)
         }
-        outbox.acknowledge(envelope, on: link)
+        outbox.acknowledge(envelope, on: link, step)
     }
 
     struct ReceivedOffer {
@@ -184,12 +184,12 @@ public final class BackupService: Service, @unchecked Sendable {
         _ = try holder.setOffer(owner: friend, quotaBytes: quotaBytes, version: version)
         let payload = BackupOfferMessage(quotaBytes: quotaBytes, version: version).payload
         try await NodeCore.perform {
-            try self.store.batch {
+            try self.store.batch { step in
                 let item = self.outbox.frame(.backupOffer, to: friend, payload: payload)
-                try self.store.enqueue(item)
-                self.outbox.send(to: [friend])
+                try step.enqueue(item)
+                self.outbox.send(to: [friend], in: step)
                 self.events.emit(quotaBytes == 0 ? "backup.offer.withdrawn" : "backup.offer.given",
-                                 ["to": .string(NodeID(publicKey: friend).canonical), "quota_bytes": .int(quotaBytes)])
+                                 ["to": .string(NodeID(publicKey: friend).canonical), "quota_bytes": .int(quotaBytes)], in: step)
             }
             self.events.published()
         }

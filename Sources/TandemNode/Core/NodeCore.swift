@@ -343,13 +343,11 @@ extension ControlRouter {
     /// of `store` (everything it writes commits together, or nothing if it throws), and its events
     /// reach subscribers, its frames their links, and its answer the caller, after that commit.
     func registerOnCore(in store: NodeStore, publishing events: EventBus, _ method: String,
-                        _ body: @escaping @NodeCore @Sendable (JSONValue) throws -> JSONValue) {
+                        _ body: @escaping @NodeCore @Sendable (JSONValue, StoreStep) throws -> JSONValue) {
         register(method) { params in
             try await NodeCore.perform {
-                var result: JSONValue = .null
                 defer { events.published() }
-                try store.batch { result = try body(params) }
-                return result
+                return try store.batch { step in try body(params, step) }
             }
         }
     }

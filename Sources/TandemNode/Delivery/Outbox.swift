@@ -119,22 +119,20 @@ final class Outbox: Sendable {
     /// On the core, right after frames for `keys` were stored: a recipient with a link up gets
     /// them now, from here (no hop through the delivery loop; each frame is still written once per
     /// link); the others wait for the loop, which is woken.
-    func send(to keys: [[UInt8]]) {
-        // Inside a batch, frames for a peer with a link up are scheduled as written in the same
-        // transaction, and read back there (the batch's own connection, no read transaction of its
-        // own): writing them after the commit then needs no commit and no read of its own.
+    func send(to keys: [[UInt8]], in step: StoreStep) {
+        // Frames for a peer with a link up are scheduled as written in the step's own transaction,
+        // and read back there (no read transaction of their own): writing them after the commit
+        // then needs no commit and no read of its own.
         var ready: [[UInt8]: [OutboxItem]] = [:]
-        if store.isInBatch {
-            let nowMs = now()
-            for key in Set(keys) where transport.link(to: key) != nil {
-                health.attempt("schedule the first write of queued frames") {
-                    try store.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
-                    ready[key] = try store.outbox(for: key)
-                }
+        let nowMs = now()
+        for key in Set(keys) where transport.link(to: key) != nil {
+            health.attempt("schedule the first write of queued frames") {
+                try step.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
+                ready[key] = try step.outbox(for: key)
             }
         }
-        // The frames are written once they are durable (after the core's batch, when in one).
-        store.afterCommit { [ready] in self.writeNow(to: keys, ready: ready) }
+        // The frames are written once they are durable.
+        step.afterCommit { [ready] in self.writeNow(to: keys, ready: ready) }
     }
 
     private func writeNow(to keys: [[UInt8]], ready: [[UInt8]: [OutboxItem]]) {
@@ -145,7 +143,7 @@ final class Outbox: Sendable {
                 write(to: key, on: link, items: ready[key])
             } else if ready[key] != nil {
                 // The link closed after the frames were scheduled as written: due now again.
-                expedite(key)
+                health.attempt("expedite the outbox") { _ = try store.batch(syncing: false) { step in expedite(key, step) } }
             } else {
                 others = true
             }
@@ -155,11 +153,11 @@ final class Outbox: Sendable {
 
     /// Frames for `key` are due now (a link came up, a fresh address was seen). True when any wait.
     @discardableResult
-    func expedite(_ key: [UInt8], resetBackoff: Bool = false) -> Bool {
+    func expedite(_ key: [UInt8], resetBackoff: Bool = false, _ step: StoreStep) -> Bool {
         if resetBackoff { book.withLockedValue { $0.dialSucceeded(key) } }
         // A link from someone nothing waits for (a stranger, typically) costs no write and no round.
-        guard health.read("read the outbox", or: true, { try store.hasOutbox(for: key) }) else { return false }
-        health.attempt("expedite the outbox") { try store.expediteOutbox(for: key, nowMs: now()) }
+        guard health.read("read the outbox", or: true, { try step.hasOutbox(for: key) }) else { return false }
+        health.attempt("expedite the outbox") { try step.expediteOutbox(for: key, nowMs: now()) }
         poke()
         return true
     }
@@ -176,30 +174,30 @@ final class Outbox: Sendable {
 
     /// Acknowledges a durable frame on the link it came by, after the change it made committed
     /// (frames from a relay mailbox are acknowledged to the relay instead, by the relay client).
-    func acknowledge(_ envelope: Envelope, on link: PeerLink?) {
+    func acknowledge(_ envelope: Envelope, on link: PeerLink?, _ step: StoreStep) {
         guard let link else { return }
         var ack = Tandem_V1_Ack()
         ack.messageID = Data(envelope.messageID.bytes)
         let payload = (try? ack.serializedBytes()) ?? []
         // Inside the core's batch: once the change the frame made is durable.
-        store.afterCommit { link.send(type: .ack, payload: payload) }
+        step.afterCommit { link.send(type: .ack, payload: payload) }
     }
 
     /// An ACK (or a REPLAYED error) from the recipient of one of our frames: delivered. Only the
     /// recipient of a frame can acknowledge it.
-    func delivered(_ messageID: [UInt8], by author: [UInt8]) {
+    func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep) {
         health.attempt("remove an acknowledged frame") {
-            guard try store.acknowledge(messageID, from: author) else { return }
+            guard try step.acknowledge(messageID, from: author) else { return }
             book.withLockedValue { $0.done(messageID) }
             events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
-                                             "message_id": .string(hexString(messageID))])
+                                             "message_id": .string(hexString(messageID))], in: step)
         }
     }
 
-    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8]) {
+    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8], _ step: StoreStep) {
         // A replay error about one of our frames means its first copy reached the peer (whose ACK
         // may be lost or still on its way).
-        if error.code == .replayed, error.refMessageID.count == 16 { delivered(Array(error.refMessageID), by: key) }
+        if error.code == .replayed, error.refMessageID.count == 16 { delivered(Array(error.refMessageID), by: key, step) }
     }
 
     nonisolated static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .backupOffer]
@@ -210,23 +208,23 @@ final class Outbox: Sendable {
 
     /// A payload that broke its message's rules: logged, answered with MALFORMED on its link, and
     /// acknowledged when durable so the sender's outbox stops resending it. Nothing is stored.
-    func refuseMalformed(_ envelope: Envelope, _ e: PayloadError, on link: PeerLink?) {
+    func refuseMalformed(_ envelope: Envelope, _ e: PayloadError, on link: PeerLink?, _ step: StoreStep) {
         logger.info("malformed payload", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
                                                     "detail": "\(e.detail)"])
         guard let link, mayReply(to: envelope.author, on: link) else { return }
         let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: UInt64(clamping: now())) {
-            store.afterCommit { link.send(reply) }
+            step.afterCommit { link.send(reply) }
         }
-        if Self.isDurable(envelope.type) { acknowledge(envelope, on: link) }
+        if Self.isDurable(envelope.type) { acknowledge(envelope, on: link, step) }
     }
 
     /// A durable frame that cannot change anything here (from a stranger or a blocked key, about a
     /// relationship or challenge that does not exist): no row, no handled-id mark, no transaction;
     /// acknowledged so an honest sender stops retrying, within the reply budget for non-friends.
-    func dropUnrelated(_ envelope: Envelope, on link: PeerLink?) {
+    func dropUnrelated(_ envelope: Envelope, on link: PeerLink?, _ step: StoreStep) {
         guard let link, Self.isDurable(envelope.type), mayReply(to: envelope.author, on: link) else { return }
-        acknowledge(envelope, on: link)
+        acknowledge(envelope, on: link, step)
     }
 
     /// Whether a reply to this author may be signed now: always for friends; for anyone else,
@@ -288,11 +286,15 @@ final class Outbox: Sendable {
         var recipients = health.read("read the due outbox recipients", or: []) { try store.dueRecipients(nowMs: nowMs) }
         guard full else { return recipients }
         do {
-            for gone in try store.expireOutbox(nowMs: nowMs) {
-                events.emit("outbox.expired", ["to": .string(NodeID(publicKey: gone.recipient).canonical),
-                                               "message_id": .string(hexString(gone.messageId)),
-                                               "type": .string(MessageType(rawValue: UInt16(clamping: gone.type)).description)])
+            try store.batch(syncing: false) { step in
+                for gone in try step.expireOutbox(nowMs: nowMs) {
+                    events.emit("outbox.expired", ["to": .string(NodeID(publicKey: gone.recipient).canonical),
+                                                   "message_id": .string(hexString(gone.messageId)),
+                                                   "type": .string(MessageType(rawValue: UInt16(clamping: gone.type)).description)],
+                                in: step)
+                }
             }
+            events.published()
         } catch {
             health.failed("expire outbox frames", error)
         }
@@ -319,7 +321,11 @@ final class Outbox: Sendable {
             case .unreachable:
                 book.withLockedValue { $0.dialFailed(key, nowMs: now()) }
                 await NodeCore.run {
-                    self.health.attempt("defer the outbox") { try self.store.deferOutbox(for: key, error: "unreachable", nowMs: self.now()) }
+                    self.health.attempt("defer the outbox") {
+                        try self.store.batch(syncing: false) { step in
+                            try step.deferOutbox(for: key, error: "unreachable", nowMs: self.now())
+                        }
+                    }
                 }
                 return
             }
@@ -345,7 +351,9 @@ final class Outbox: Sendable {
             guard let env = try? Envelope.parse(Array(item.frame)) else {
                 // Written by this node, so only a damaged store gets here: drop the row, say so.
                 logger.error("unreadable outbox frame dropped", metadata: ["message_id": "\(hexString(item.messageId))"])
-                health.attempt("drop an unreadable outbox frame") { _ = try store.acknowledge(Array(item.messageId)) }
+                health.attempt("drop an unreadable outbox frame") {
+                    try store.batch(syncing: false) { step in _ = try step.acknowledge(Array(item.messageId)) }
+                }
                 continue
             }
             link.write(env)
@@ -362,8 +370,10 @@ final class Outbox: Sendable {
         let read = Set(items.map { Array($0.messageId) })
         guard !read.isEmpty, items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
         health.attempt("schedule the resend") {
-            try store.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: nowMs,
-                                  maximumDelayMs: configuration.resendAfterMs, only: read)
+            try store.batch(syncing: false) { step in
+                try step.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: nowMs,
+                                     maximumDelayMs: configuration.resendAfterMs, only: read)
+            }
         }
     }
 
@@ -383,17 +393,21 @@ final class Outbox: Sendable {
             }
         }
         await NodeCore.run {
-            for id in deposited {
-                guard self.health.read("remove a deposited frame", or: false, { try self.store.acknowledge(id) }) else { continue }
-                self.book.withLockedValue { $0.done(id) }
-                self.events.emit("outbox.deposited", ["to": .string(NodeID(publicKey: key).canonical), "message_id": .string(hexString(id)),
-                                                      "relay": .string(relay.description)])
-            }
-            if deposited.count < items.count {
-                self.health.attempt("defer the outbox") {
-                    try self.store.deferOutbox(for: key, error: failure ?? "offline", nowMs: self.now())
+            self.health.attempt("record the deposited frames") {
+                try self.store.batch(syncing: false) { step in
+                    for id in deposited {
+                        guard self.health.read("remove a deposited frame", or: false, { try step.acknowledge(id) }) else { continue }
+                        self.book.withLockedValue { $0.done(id) }
+                        self.events.emit("outbox.deposited", ["to": .string(NodeID(publicKey: key).canonical),
+                                                              "message_id": .string(hexString(id)), "relay": .string(relay.description)],
+                                         in: step)
+                    }
+                    if deposited.count < items.count {
+                        try step.deferOutbox(for: key, error: failure ?? "offline", nowMs: self.now())
+                    }
                 }
             }
+            self.events.published()
         }
     }
 }

@@ -89,11 +89,13 @@ public final class FocusService: Service, Sendable {
         let now = Int64(clamping: wallClockMilliseconds())
         if !aside.isEmpty {
             health.attempt("quarantine focus rows") {
-                try store.saveFocus(aside.map { .quarantine($0.row, data: $0.data, reason: $0.reason, atMs: now) },
-                                    events: aside.map {
-                                        events.record("focus.quarantined", ["kind": .string($0.row.kind), "key": .string($0.row.key),
-                                                                            "reason": .string($0.reason)])
-                                    })
+                try store.batch { tx in
+                    try tx.saveFocus(aside.map { .quarantine($0.row, data: $0.data, reason: $0.reason, atMs: now) },
+                                     events: aside.map {
+                                         events.record("focus.quarantined", ["kind": .string($0.row.kind), "key": .string($0.row.key),
+                                                                             "reason": .string($0.reason)])
+                                     })
+                }
             }
         }
         loadNotes.withLockedValue { $0 = aside.map { "\($0.row.kind) \($0.row.key): \($0.reason)" } }
@@ -189,7 +191,9 @@ public final class FocusService: Service, Sendable {
             guard let id = parseHex(idHex) else { continue }
             let c = health.read("read a challenge", or: nil) { try store.challenge(id) }
             switch c?.phase {
-            case .running?: challengeStarted(idHex)
+            case .running?:
+                health.attempt("lock a running challenge's mode") { try store.batch { tx in challengeStarted(idHex, tx) } }
+                events.published()
             case .scheduled?, .invited?, .accepted?: break
             case .ended?, .declined?, .expired?, .cancelled?, nil: challengeEnded(idHex)
             }
@@ -208,11 +212,11 @@ public final class FocusService: Service, Sendable {
 
     // MARK: - Steps
 
-    /// On the core: stores the lock after a step (with its events, one transaction), then hands the
-    /// blocking its new target and the hooks their transitions. A refused step stores only its
-    /// `focus.key_refused`. Throws only when the store refuses (nothing was carried out then).
+    /// On the core: stores the lock after a step (with its events) in `tx` (a challenge's step), or
+    /// in a transaction of its own, then hands the blocking its new target and the hooks their
+    /// transitions once that is committed. A refused step stores only its `focus.key_refused`.
     @discardableResult
-    func commit(_ lock: FocusLock, _ step: FocusLock.Step, extra: [FocusChange] = []) -> FocusLock.Step {
+    @NodeCore func commit(_ lock: FocusLock, _ step: FocusLock.Step, extra: [FocusChange] = [], in tx: StoreStep? = nil) -> FocusLock.Step {
         let before = state.withLockedValue { $0.lock }
         let modes = state.withLockedValue { $0.modes }
         var changes = extra
@@ -220,7 +224,11 @@ public final class FocusService: Service, Sendable {
         let pending = step.events.map { e -> PendingEvent in let (t, f) = eventFields(e); return events.record(t, f) }
         if !changes.isEmpty || !pending.isEmpty {
             do {
-                try store.saveFocus(changes, events: pending)
+                if let tx {
+                    try tx.saveFocus(changes, events: pending)
+                } else {
+                    try store.batch { tx in try tx.saveFocus(changes, events: pending) }
+                }
             } catch {
                 health.failed("store the focus state", error)
                 return FocusLock.Step(effects: [], refusal: FocusRefusal(.invalid, "the node could not store the change: \(error)"))
@@ -228,7 +236,18 @@ public final class FocusService: Service, Sendable {
         }
         state.withLockedValue { $0.lock = lock }
         lockedNow.withLockedValue { $0 = lock.isLocked }
-        events.published()
+        if let tx {
+            // Carried out once the step that holds the change is committed.
+            tx.afterCommit { [self] in carryOut(lock, step, before: before, modes: modes) }
+        } else {
+            events.published()
+            carryOut(lock, step, before: before, modes: modes)
+        }
+        return step
+    }
+
+    /// After a lock change is stored: the blocking's new target, hooks, signals.
+    @NodeCore private func carryOut(_ lock: FocusLock, _ step: FocusLock.Step, before: FocusLock, modes: FocusModes) {
         enforcer.setTarget(target(lock: lock, modes: modes))
         for effect in step.effects {
             switch effect {
@@ -244,7 +263,6 @@ public final class FocusService: Service, Sendable {
         }
         if lock.isLocked != before.isLocked { signals.post(.focusChanged) }
         if lock.nextDeadlineMs != before.nextDeadlineMs { wakeup.poke() }
-        return step
     }
 
     /// What the blocking must be for this lock: the locked mode's sites and apps, less the
@@ -286,9 +304,9 @@ public final class FocusService: Service, Sendable {
 
     /// `challenge invite|accept --mode M`, `focus start --mode M`: remembers which mode the challenge
     /// locks here. Refused for a mode that cannot lock.
-    func attach(challenge idHex: String, mode name: String) throws {
+    func attach(challenge idHex: String, mode name: String, _ tx: StoreStep) throws {
         try checkLockable(mode: name)
-        try store.saveFocus([.challengeMode(FocusChallengeRecord(challengeId: idHex, mode: name))])
+        try tx.saveFocus([.challengeMode(FocusChallengeRecord(challengeId: idHex, mode: name))])
         state.withLockedValue { $0.challengeModes[idHex] = name }
     }
 
@@ -303,7 +321,7 @@ public final class FocusService: Service, Sendable {
     func mode(ofChallenge idHex: String) -> String? { state.withLockedValue { $0.challengeModes[idHex] } }
 
     /// The challenge started: its mode locks (unless a lock is already on: the person's own lock stays).
-    @NodeCore func challengeStarted(_ idHex: String) {
+    @NodeCore func challengeStarted(_ idHex: String, _ tx: StoreStep) {
         guard let mode = mode(ofChallenge: idHex) else { return }
         var (lock, modes) = state.withLockedValue { ($0.lock, $0.modes) }
         if case .challenge(let id)? = lock.locked?.hold, id == idHex { return }
@@ -311,18 +329,18 @@ public final class FocusService: Service, Sendable {
         if let r = step.refusal {
             logger.notice("a challenge could not lock its mode", metadata: ["challenge": "\(idHex)", "mode": "\(mode)", "why": "\(r)"])
             _ = events.emit("focus.challenge_lock_refused", ["challenge": .string(idHex), "mode": .string(mode), "reason": .string(r.reason.rawValue),
-                                                              "message": .string(r.description)])
+                                                              "message": .string(r.description)], in: tx)
         }
-        commit(lock, step)
+        commit(lock, step, in: tx)
         enforcer.kick()
     }
 
     /// The challenge ended, was cancelled, or is gone: the lock it holds opens; its mode is forgotten.
-    func challengeEnded(_ idHex: String) {
+    @NodeCore func challengeEnded(_ idHex: String, _ tx: StoreStep? = nil) {
         var lock = state.withLockedValue { $0.lock }
         let step = lock.challengeEnded(id: idHex, nowMs: Int64(clamping: wallClockMilliseconds()))
         let known = state.withLockedValue { $0.challengeModes[idHex] != nil }
-        commit(lock, step, extra: known ? [.removeChallengeMode(challengeId: idHex)] : [])
+        commit(lock, step, extra: known ? [.removeChallengeMode(challengeId: idHex)] : [], in: tx)
         state.withLockedValue { _ = $0.challengeModes.removeValue(forKey: idHex) }
         enforcer.kick()
     }

@@ -85,7 +85,7 @@ extension ChallengeService {
     }
 
     nonisolated public func registerControlMethods(on router: ControlRouter) {
-        router.registerOnCore("challenge.invite") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "challenge.invite") { [self] params, step in
             let ids = params["ids"]?.arrayValue?.compactMap(\.stringValue) ?? []
             guard !ids.isEmpty else { throw Self.usage("name at least one friend to invite") }
             var invitees: [[UInt8]] = []
@@ -118,7 +118,7 @@ extension ChallengeService {
             }
             var hints: [[UInt8]: String] = [:]
             for k in invitees {
-                if let a = health.read("read a peer's addresses", or: [], { try store.addresses(k) }).first { hints[k] = a.host.contains(":") ? "[\(a.host)]:\(a.port)" : "\(a.host):\(a.port)" }
+                if let a = health.read("read a peer's addresses", or: [], { try step.addresses(k) }).first { hints[k] = a.host.contains(":") ? "[\(a.host)]:\(a.port)" : "\(a.host):\(a.port)" }
             }
             let lockMode = try params.optionalString("mode")
             if let m = lockMode { try focus.checkLockable(mode: m) }
@@ -127,9 +127,9 @@ extension ChallengeService {
                                      nowUs: now, graceMs: grace, message: message, addressHints: hints)
             }
             var c = created
-            try persist(&c, actions)
-            if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m) }
-            after(c, actions)
+            try persist(&c, actions, step)
+            if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m, step) }
+            after(c, actions, step)
             for k in invitees { clock.probe(k, count: 8) }
             return describe(c)
         }
@@ -139,51 +139,51 @@ extension ChallengeService {
             return .object(["challenges": .array(list.prefix(all ? 1000 : 50).map(describe))])
         }
         router.registerOnCore("challenge.show") { [self] params in describe(try resolve(params)) }
-        router.registerOnCore("challenge.accept") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "challenge.accept") { [self] params, step in
             let c = try resolve(params)
             if let m = try params.optionalString("mode") {
                 try focus.checkLockable(mode: m)
                 guard [.invited, .accepted].contains(c.phase) else { throw NodeError.refused("challenge \(c.idHex.prefix(8)) is \(c.phase.rawValue): it can no longer be accepted") }
-                try focus.attach(challenge: c.idHex, mode: m)
+                try focus.attach(challenge: c.idHex, mode: m, step)
             }
             clock.probe(c.inviter, count: 8)
-            return describe(try refusing { try mutate(c.id) { try $0.accept() } })
+            return describe(try refusing { try mutate(c.id, step) { try $0.accept() } })
         }
-        router.registerOnCore("challenge.decline") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "challenge.decline") { [self] params, step in
             let c = try resolve(params)
-            return describe(try refusing { try mutate(c.id) { try $0.decline() } })
+            return describe(try refusing { try mutate(c.id, step) { try $0.decline() } })
         }
-        router.registerOnCore("challenge.cancel") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "challenge.cancel") { [self] params, step in
             let c = try resolve(params)
             let reason = params["reason"]?.stringValue ?? ""
-            return describe(try refusing { try mutate(c.id) { try $0.cancel(reason: reason) } })
+            return describe(try refusing { try mutate(c.id, step) { try $0.cancel(reason: reason) } })
         }
-        router.registerOnCore("challenge.quit") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "challenge.quit") { [self] params, step in
             let c = try resolve(params)
-            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? ""))
+            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step))
         }
-        router.registerOnCore("focus.start") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "focus.start") { [self] params, step in
             let duration = try durationParam(params)
-            if try store.challenges(phases: [.scheduled, .running]).contains(where: \.solo) {
+            if try step.challenges(phases: [.scheduled, .running]).contains(where: \.solo) {
                 throw NodeError.refused("a focus session is already running (tandem focus status)")
             }
             let lockMode = try params.optionalString("mode")
             if let m = lockMode { try focus.checkLockable(mode: m) }
             var c = try refusing { try Challenge.solo(id: Sodium.randomBytes(16), me: me, durationMs: duration, nowUs: wallClockMicros()) }
-            try persist(&c, [])
-            if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m) }
-            after(c, [])
-            return describe(try store.challenge(c.id) ?? c)
+            try persist(&c, [], step)
+            if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m, step) }
+            after(c, [], step)
+            return describe(try step.challenge(c.id) ?? c)
         }
         router.registerOnCore("focus.status") { [self] _ in
             let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo)
             return .object(["session": c.map(describe) ?? .null])
         }
-        router.registerOnCore("focus.quit") { [self] params in
-            guard let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo) else {
+        router.registerOnCore(in: store, publishing: events, "focus.quit") { [self] params, step in
+            guard let c = try step.challenges(phases: [.scheduled, .running]).first(where: \.solo) else {
                 throw NodeError.nothingToActOn("no focus session is running")
             }
-            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? ""))
+            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step))
         }
         router.registerOnCore("ledger.list") { [self] _ in
             .object(["entries": .array(try store.ledger().map { describeEntry($0.entry, committedAtMs: $0.committedAtMs) })])
@@ -202,21 +202,21 @@ extension ChallengeService {
 
     /// `challenge quit` / `focus quit`: refused while the challenge holds a mode's lock (only its
     /// main key ends that early, `tandem unlock`, which quits with reason "unlocked").
-    func quitCommand(_ c: Challenge, reason: String) throws -> Challenge {
+    func quitCommand(_ c: Challenge, reason: String, _ step: StoreStep) throws -> Challenge {
         if focus.holdsLock(challenge: c.idHex), let m = focus.mode(ofChallenge: c.idHex) {
             throw NodeError.refused("mode \(m) is locked for this challenge: present its main key (tandem unlock …) to quit early")
         }
-        return try quit(c, reason: reason)
+        return try quit(c, reason: reason, step)
     }
 
-    func quit(_ c: Challenge, reason: String) throws -> Challenge {
+    func quit(_ c: Challenge, reason: String, _ step: StoreStep) throws -> Challenge {
         let quit = try refusing {
-            try mutate(c.id, loaded: c) { c in try c.quit(elapsedMs: elapsedMs(c), reason: reason) }
+            try mutate(c.id, loaded: c, step) { c in try c.quit(elapsedMs: elapsedMs(c), reason: reason) }
         }
         // Alone, there is nobody to keep the countdown for: a solo session ends at once.
         guard quit.solo else { return quit }
-        endNow(quit.id)
-        return try store.challenge(quit.id) ?? quit
+        endNow(quit.id, step)
+        return try step.challenge(quit.id) ?? quit
     }
 
     func describeEntry(_ e: LedgerEntry, committedAtMs: Int64) -> JSONValue {

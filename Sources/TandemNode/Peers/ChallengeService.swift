@@ -66,6 +66,13 @@ public final class ChallengeService: Sendable {
 
     var me: [UInt8] { identity.publicKey }
 
+    /// Runs `body` as one step of its own (timers, the loop, signals): one transaction, whose
+    /// events reach subscribers after its commit. A step that cannot commit is logged and counted.
+    func inStep(_ body: (StoreStep) throws -> Void) {
+        defer { events.published() }
+        health.attempt("store a challenge step") { try store.batch(syncing: false) { step in try body(step) } }
+    }
+
     // MARK: - Time
 
     /// The inviter's clock minus ours (µs): measured, or what we used before a restart.
@@ -96,19 +103,19 @@ public final class ChallengeService: Sendable {
     /// `loaded`: the challenge as the caller just read it in this same core job (one read and
     /// decode less; nothing else can have changed it in between).
     func mutate(_ id: [UInt8], loaded: Challenge? = nil, handled: HandledMark? = nil, announce: ((Challenge) -> Void)? = nil,
-                _ body: (inout Challenge) throws -> [Challenge.Action]) throws -> Challenge {
-        guard var c = try loaded ?? store.challenge(id) else { throw NotFound() }
+                _ step: StoreStep, _ body: (inout Challenge) throws -> [Challenge.Action]) throws -> Challenge {
+        guard var c = try loaded ?? step.challenge(id) else { throw NotFound() }
         let before = c
         let actions = try body(&c)
         // Most ticks change nothing: no write then.
-        if c != before || !actions.isEmpty { try persist(&c, actions, handled: handled) }
+        if c != before || !actions.isEmpty { try persist(&c, actions, handled: handled, step) }
         announce?(c)
-        after(c, actions)
+        after(c, actions, step)
         return c
     }
 
     /// Stores a challenge with the frames its actions send.
-    func persist(_ c: inout Challenge, _ actions: [Challenge.Action], handled: HandledMark? = nil) throws {
+    func persist(_ c: inout Challenge, _ actions: [Challenge.Action], handled: HandledMark? = nil, _ step: StoreStep) throws {
         if let start = c.startAtUs, c.isInviter || clock.hasSample(for: c.inviter) {
             c.noteLocalStart(start - offset(c))
         }
@@ -122,26 +129,26 @@ public final class ChallengeService: Sendable {
             let (type, fields) = event(n, c)
             pending.append(events.record(type, fields))
         }
-        try store.saveChallenge(c, frames: frames, events: pending, nowMs: outbox.now(), handled: handled)
+        try step.saveChallenge(c, frames: frames, events: pending, nowMs: outbox.now(), handled: handled)
     }
 
-    func after(_ c: Challenge, _ actions: [Challenge.Action]) {
+    func after(_ c: Challenge, _ actions: [Challenge.Action], _ step: StoreStep) {
         // The notices were stored with the step (`persist`); now they reach subscribers.
         events.published()
         var recipients: [[UInt8]] = []
         for case .send(_, _, let to) in actions { recipients += to }
-        if !recipients.isEmpty { outbox.send(to: recipients) }
+        if !recipients.isEmpty { outbox.send(to: recipients, in: step) }
         schedule(c)
-        if [.cancelled, .declined, .expired].contains(c.phase), focus.mode(ofChallenge: c.idHex) != nil { focus.challengeEnded(c.idHex) }
-        refreshPresence()
+        if [.cancelled, .declined, .expired].contains(c.phase), focus.mode(ofChallenge: c.idHex) != nil { focus.challengeEnded(c.idHex, step) }
+        refreshPresence(step)
     }
 
     /// The main key opened a challenge's lock early: that is quitting it, with `reason`.
-    func focusQuit(_ idHex: String, reason: String) {
-        guard let id = parseHex(idHex), let c = health.read("read a challenge", or: nil, { try store.challenge(id) }),
+    func focusQuit(_ idHex: String, reason: String, _ step: StoreStep) {
+        guard let id = parseHex(idHex), let c = health.read("read a challenge", or: nil, { try step.challenge(id) }),
               c.phase == .running || c.phase == .scheduled else { return }
         do {
-            _ = try quit(c, reason: reason)
+            _ = try quit(c, reason: reason, step)
         } catch {
             logger.error("cannot quit the challenge after an unlock", metadata: ["challenge": "\(idHex)", "error": "\(error)"])
         }
@@ -209,13 +216,13 @@ public final class ChallengeService: Sendable {
             armed.append(loop.scheduleTask(in: .microseconds(max(0, start - off - now))) { [weak self] in
                 let (wall, mono) = (wallClockMicros(), monotonicMicros())
                 guard let service = self else { return }
-                NodeCore.submit { service.fireStart(id, wall: wall, mono: mono) }
+                NodeCore.submit { service.inStep { step in service.fireStart(id, wall: wall, mono: mono, step) } }
             })
         }
         armed.append(loop.scheduleTask(in: .microseconds(max(0, end - off - now))) { [weak self] in
             let (wall, mono) = (wallClockMicros(), monotonicMicros())
             guard let service = self else { return }
-            NodeCore.submit { service.fireEnd(id, wall: wall, mono: mono) }
+            NodeCore.submit { service.inStep { step in service.fireEnd(id, wall: wall, mono: mono, step) } }
         })
         timers.withLockedValue { $0[id] = armed }
     }
@@ -235,10 +242,10 @@ public final class ChallengeService: Sendable {
         return loop
     }()
 
-    private func fireStart(_ id: [UInt8], wall: Int64, mono: Int64) {
+    private func fireStart(_ id: [UInt8], wall: Int64, mono: Int64, _ step: StoreStep) {
         do {
             var started = false
-            let c = try mutate(id) { c in
+            let c = try mutate(id, step) { c in
                 guard c.phase == .scheduled else { return [] }
                 c.markStarted(localUs: wall)
                 started = true
@@ -250,34 +257,34 @@ public final class ChallengeService: Sendable {
             events.emit("challenge.started", ["id": .string(c.idHex), "at_us": .int(wall), "mono_us": .int(mono),
                                               "offset_us": .int(offset(c)), "late_ms": .int(max(0, late)),
                                               "duration_ms": .int(c.durationMs), "solo": .bool(c.solo),
-                                              "roster": .array(c.roster.map(idText))])
-            focus.challengeStarted(c.idHex)
+                                              "roster": .array(c.roster.map(idText))], in: step)
+            focus.challengeStarted(c.idHex, step)
         } catch {
             logger.error("cannot start challenge", metadata: ["challenge": "\(hexString(id))", "error": "\(error)"])
         }
     }
 
     /// Ends a challenge now instead of at its end instant (a quit solo session).
-    func endNow(_ id: [UInt8]) {
-        fireEnd(id, wall: wallClockMicros(), mono: monotonicMicros())
+    func endNow(_ id: [UInt8], _ step: StoreStep) {
+        fireEnd(id, wall: wallClockMicros(), mono: monotonicMicros(), step)
     }
 
-    private func fireEnd(_ id: [UInt8], wall: Int64, mono: Int64) {
+    private func fireEnd(_ id: [UInt8], wall: Int64, mono: Int64, _ step: StoreStep) {
         do {
             var ended = false
             let c = try mutate(id, announce: { [self] c in
                 guard ended else { return }
                 events.emit("challenge.ended", ["id": .string(c.idHex), "result": .string(c.participant(me)?.result?.rawValue ?? "completed"),
-                                                "at_us": .int(wall), "mono_us": .int(mono), "solo": .bool(c.solo)])
-            }) { c in
+                                                "at_us": .int(wall), "mono_us": .int(mono), "solo": .bool(c.solo)], in: step)
+            }, step) { c in
                 guard c.phase == .running || c.phase == .scheduled else { return [] }
                 if c.phase == .scheduled { c.markStarted(localUs: wall) }
                 ended = true
                 return try c.markEnded(localUs: wall, signer: identity)
             }
             guard ended else { return }
-            focus.challengeEnded(c.idHex)
-            commitIfReady(c)
+            focus.challengeEnded(c.idHex, step)
+            commitIfReady(c, step)
         } catch {
             logger.error("cannot end challenge", metadata: ["challenge": "\(hexString(id))", "error": "\(error)"])
         }
@@ -291,8 +298,8 @@ public final class ChallengeService: Sendable {
         }
     }
 
-    func refreshPresence() {
-        let running = health.read("read the challenges", or: []) { try store.challenges(phases: [.running, .scheduled]) }
+    func refreshPresence(_ step: StoreStep) {
+        let running = health.read("read the challenges", or: []) { try step.challenges(phases: [.running, .scheduled]) }
         let status: Tandem_V1_PresenceStatus
         if running.contains(where: { !$0.solo && $0.phase == .running }) {
             status = .inChallenge
@@ -305,7 +312,7 @@ public final class ChallengeService: Sendable {
             defer { p = status }
             return p != status
         }
-        if changed { presenceService.setStatus(status) }
+        if changed { presenceService.setStatus(status, step) }
     }
 
     // MARK: - Hearing from peers
@@ -319,9 +326,9 @@ public final class ChallengeService: Sendable {
         }
     }
 
-    func peerConnected(_ key: [UInt8]) {
+    func peerConnected(_ key: [UInt8], _ step: StoreStep) {
         // Partners in a challenge get measured at once.
-        let active = health.read("read the active challenges", or: []) { try store.activeChallenges() }
+        let active = health.read("read the active challenges", or: []) { try step.activeChallenges() }
         if active.contains(where: { $0.participant(key) != nil && $0.phase != .ended }) {
             clock.probe(key, count: 8)
         }
@@ -332,7 +339,7 @@ public final class ChallengeService: Sendable {
     /// Resumes stored challenges, then ticks: expiries, starts of groups, out-of-contact partners,
     /// periodic re-measurement, commits to the ledger.
     nonisolated public func run() async {
-        await NodeCore.run { self.resume() }
+        await NodeCore.run { self.inStep { step in self.resume(step) } }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
                 for await case .clockSampled(let key) in clockSamples { await NodeCore.run { self.clockSampled(key) } }
@@ -340,48 +347,48 @@ public final class ChallengeService: Sendable {
             group.addTask { [self] in
                 for await signal in focusSignals {
                     switch signal {
-                    case .focusQuitChallenge(let id, let reason): await NodeCore.run { self.focusQuit(id, reason: reason) }
-                    case .focusChanged: await NodeCore.run { self.refreshPresence() }
+                    case .focusQuitChallenge(let id, let reason): await NodeCore.run { self.inStep { step in self.focusQuit(id, reason: reason, step) } }
+                    case .focusChanged: await NodeCore.run { self.inStep { step in self.refreshPresence(step) } }
                     default: break
                     }
                 }
             }
             while !Task.isCancelled {
-                await NodeCore.run { self.tick() }
+                await NodeCore.run { self.inStep { step in self.tick(step) } }
                 try? await Task.sleep(for: .milliseconds(200))
             }
             group.cancelAll()
         }
     }
 
-    func resume() {
-        for c in health.read("read the active challenges", or: [], { try store.activeChallenges() }) {
+    func resume(_ step: StoreStep) {
+        for c in health.read("read the active challenges", or: [], { try step.activeChallenges() }) {
             if c.phase == .running, let end = c.endAtUs {
                 let remaining = max(0, (end - timebaseNow(c)) / 1000)
-                events.emit("challenge.resumed", ["id": .string(c.idHex), "remaining_ms": .int(remaining)])
+                events.emit("challenge.resumed", ["id": .string(c.idHex), "remaining_ms": .int(remaining)], in: step)
             }
             let mono = monotonicMicros()
             for k in c.rosterOthers { noteHeard(k, at: mono) }
             schedule(c)
         }
-        refreshPresence()
+        refreshPresence(step)
     }
 
-    func tick() {
-        let active = health.read("read the active challenges", or: []) { try store.activeChallenges() }
+    func tick(_ step: StoreStep) {
+        let active = health.read("read the active challenges", or: []) { try step.activeChallenges() }
         let mono = monotonicMicros()
         for c in active {
             do {
                 switch c.phase {
                 case .invited, .accepted:
-                    try mutate(c.id) { c in try c.tick(nowUs: timebaseNow(c)) }
+                    try mutate(c.id, step) { c in try c.tick(nowUs: timebaseNow(c)) }
                 case .scheduled, .running:
                     if timers.withLockedValue({ $0[c.id] == nil }) { schedule(c) }
                     probePartners(c, mono: mono)
-                    if c.phase == .running { checkContact(c, mono: mono) }
+                    if c.phase == .running { checkContact(c, mono: mono, step) }
                 case .ended:
-                    let settled = try mutate(c.id) { c in try c.settleAfterGrace(nowUs: timebaseNow(c), signer: identity) }
-                    commitIfReady(settled)
+                    let settled = try mutate(c.id, step) { c in try c.settleAfterGrace(nowUs: timebaseNow(c), signer: identity) }
+                    commitIfReady(settled, step)
                 case .declined, .expired, .cancelled:
                     break
                 }
@@ -404,13 +411,13 @@ public final class ChallengeService: Sendable {
         }
     }
 
-    private func checkContact(_ c: Challenge, mono: Int64) {
+    private func checkContact(_ c: Challenge, mono: Int64, _ step: StoreStep) {
         for p in c.participants where c.rosterOthers.contains(p.key) && p.result != .quit {
             let last = lastHeard.withLockedValue { $0[p.key] } ?? 0
             let silent = mono - last > c.graceMs * 1000
             guard silent != p.outOfContact else { continue }
             do {
-                try mutate(c.id) { c in
+                try mutate(c.id, step) { c in
                     c.setOutOfContact(p.key, silent)
                     return []
                 }
@@ -419,23 +426,23 @@ public final class ChallengeService: Sendable {
                 continue
             }
             events.emit(silent ? "challenge.partner.out_of_contact" : "challenge.partner.back",
-                        ["id": .string(c.idHex), "who": idText(p.key), "name": .string(name(p.key))])
+                        ["id": .string(c.idHex), "who": idText(p.key), "name": .string(name(p.key))], in: step)
         }
     }
 
-    func commitIfReady(_ c: Challenge) {
+    func commitIfReady(_ c: Challenge, _ step: StoreStep) {
         guard c.readyToCommit(nowUs: timebaseNow(c)) else { return }
         do {
             // Re-read: `c` may be older than what another step stored meanwhile.
             let entry = try { () throws -> LedgerEntry? in
-                guard let current = try store.challenge(c.id), current.readyToCommit(nowUs: timebaseNow(current)) else { return nil }
-                return try store.commitToLedger(current, nowMs: outbox.now()) { entry in
+                guard let current = try step.challenge(c.id), current.readyToCommit(nowUs: timebaseNow(current)) else { return nil }
+                return try step.commitToLedger(current, nowMs: outbox.now()) { entry in
                     [events.record("ledger.appended", ["entry": .int(entry.seq), "challenge_id": .string(c.idHex),
                                                        "hash": .string(hexString(entry.hash)),
                                                        "signers": .int(Int64(entry.signatures.count))])]
                 }
             }()
-            if entry != nil { events.published() }
+            _ = entry
         } catch {
             logger.error("cannot append to the ledger", metadata: ["challenge": "\(c.idHex)", "error": "\(error)"])
         }
@@ -447,36 +454,36 @@ public final class ChallengeService: Sendable {
     /// (a MALFORMED one is answered with an ERROR on its link and acknowledged, so a sender does
     /// not retry it forever); frames from someone with no part in a challenge we hold are dropped
     /// before anything is written (`step`).
-    func handle(_ envelope: Envelope, from link: PeerLink?) {
+    func handle(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
         let nowUs = wallClockMicros()
         do {
             switch envelope.type {
-            case .challengeInvite: try receiveInvite(envelope, from: link)
+            case .challengeInvite: try receiveInvite(envelope, from: link, step)
             case .challengeAnswer:
                 let m = try ChallengeAnswerMessage(payload: envelope.payload)
-                try step(envelope, link, m.challengeID) { c in try c.receiveAnswer(from: envelope.author, accept: m.accept, nowUs: timebaseNow(c)) }
+                try applyFrame(envelope, link, m.challengeID, step) { c in try c.receiveAnswer(from: envelope.author, accept: m.accept, nowUs: timebaseNow(c)) }
             case .challengeStart:
                 let m = try ChallengeStartMessage(payload: envelope.payload, nowUs: nowUs)
-                try step(envelope, link, m.challengeID) { c in try c.receiveStart(from: envelope.author, m) }
+                try applyFrame(envelope, link, m.challengeID, step) { c in try c.receiveStart(from: envelope.author, m) }
             case .challengeCancel:
                 let m = try ChallengeCancelMessage(payload: envelope.payload)
-                try step(envelope, link, m.challengeID) { c in
+                try applyFrame(envelope, link, m.challengeID, step) { c in
                     try c.receiveCancel(from: envelope.author, sentAtUs: Int64(clamping: envelope.createdAt).multipliedSaturated(1000))
                 }
             case .challengeQuit:
                 let m = try ChallengeQuitMessage(payload: envelope.payload)
-                try step(envelope, link, m.challengeID) { c in
+                try applyFrame(envelope, link, m.challengeID, step) { c in
                     try c.receiveQuit(from: envelope.author, elapsedMs: m.elapsedMs, reason: m.reason, signer: identity)
                 }
             case .challengeOutcome:
                 let m = try ChallengeOutcomeMessage(payload: envelope.payload)
-                try step(envelope, link, m.challengeID) { c in try c.receiveOutcome(from: envelope.author, m, signer: identity) }
-                if let c = health.read("read a challenge", or: nil, { try store.challenge(m.challengeID) }) { commitIfReady(c) }
+                try applyFrame(envelope, link, m.challengeID, step) { c in try c.receiveOutcome(from: envelope.author, m, signer: identity) }
+                if let c = health.read("read a challenge", or: nil, { try step.challenge(m.challengeID) }) { commitIfReady(c, step) }
             default:
                 logger.debug("challenge frame type not handled", metadata: ["type": "\(envelope.type)"])
             }
         } catch let e as PayloadError {
-            outbox.refuseMalformed(envelope, e, on: link)
+            outbox.refuseMalformed(envelope, e, on: link, step)
         } catch {
             logger.info("challenge frame refused", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
                                                               "error": "\(error)"])
@@ -485,44 +492,44 @@ public final class ChallengeService: Sendable {
 
     /// Handles a durable challenge frame once (acknowledging it either way); frames about unknown
     /// challenges are acknowledged and dropped.
-    private func step(_ envelope: Envelope, _ link: PeerLink?, _ id: [UInt8],
-                      _ body: (inout Challenge) throws -> [Challenge.Action]) throws {
+    private func applyFrame(_ envelope: Envelope, _ link: PeerLink?, _ id: [UInt8],
+                      _ step: StoreStep, _ body: (inout Challenge) throws -> [Challenge.Action]) throws {
         // Only someone taking part in a challenge we hold can change it. Anything else (a stranger,
         // an unknown id) is acknowledged and dropped without a write: no handled-id row, no
         // transaction, so such frames cannot grow the disk (the request throttle bounds the acks).
-        guard let current = try store.challenge(id), current.participant(envelope.author) != nil else {
-            outbox.dropUnrelated(envelope, on: link)
+        guard let current = try step.challenge(id), current.participant(envelope.author) != nil else {
+            outbox.dropUnrelated(envelope, on: link, step)
             return
         }
         // Exactly once: a redelivery is only acknowledged; otherwise the mark commits with the step.
-        if try store.wasHandled(envelope.messageID.bytes) { return outbox.acknowledge(envelope, on: link) }
+        if try step.wasHandled(envelope.messageID.bytes) { return outbox.acknowledge(envelope, on: link, step) }
         var refusal: Error?
         do {
-            try mutate(id, loaded: current, handled: outbox.handledMark(envelope), body)
+            try mutate(id, loaded: current, handled: outbox.handledMark(envelope), step, body)
         } catch is NotFound {
             logger.debug("frame about an unknown challenge", metadata: ["challenge": "\(hexString(id))"])
         } catch {
             refusal = error
         }
-        outbox.acknowledge(envelope, on: link)
+        outbox.acknowledge(envelope, on: link, step)
         if let refusal { throw refusal }
     }
 
-    private func receiveInvite(_ envelope: Envelope, from link: PeerLink?) throws {
+    private func receiveInvite(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) throws {
         let author = envelope.author
         guard outbox.isFriend(author) else {
             // Only friends may invite; acknowledged so the sender stops (within the throttle), then dropped.
-            outbox.dropUnrelated(envelope, on: link)
+            outbox.dropUnrelated(envelope, on: link, step)
             logger.info("challenge invite from a stranger dropped", metadata: ["from": "\(NodeID(publicKey: author).short)"])
             return
         }
         let inv = try ChallengeInviteMessage(payload: envelope.payload, nowUs: wallClockMicros())
-        if try store.wasHandled(envelope.messageID.bytes) { return outbox.acknowledge(envelope, on: link) }
+        if try step.wasHandled(envelope.messageID.bytes) { return outbox.acknowledge(envelope, on: link, step) }
         var refusal: Error?
         do {
             var c = try Challenge.received(inv, author: author, me: me)
-            if try store.challenge(c.id) != nil { return }
-            let open = try store.challenges(phases: [.invited]).filter { !$0.isInviter }.count
+            if try step.challenge(c.id) != nil { return }
+            let open = try step.challenges(phases: [.invited]).filter { !$0.isInviter }.count
             guard open < 100 else { throw Challenge.Refusal("too many unanswered invites (100)") }
             // Hints let group members who are not friends reach each other.
             // They are the inviter's claims: kept only where the dialling policy allows (Protocol 12.8).
@@ -531,16 +538,16 @@ public final class ChallengeService: Sendable {
                 if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: claimer ?? ""), port > 0, !h.isEmpty,
                    DialPolicy.mayRemember(claimed: h, port: port, claimerHost: claimer) {
                     health.attempt("remember an invite's address hint") {
-                        try store.rememberAddress(p.key, host: h, port: port, source: AddressSource.claimed.rawValue, nowMs: outbox.now())
+                        try step.rememberAddress(p.key, host: h, port: port, source: AddressSource.claimed.rawValue, nowMs: outbox.now())
                     }
                 }
             }
-            try persist(&c, [.notify(.invited)], handled: outbox.handledMark(envelope))
-            after(c, [.notify(.invited)])
+            try persist(&c, [.notify(.invited)], handled: outbox.handledMark(envelope), step)
+            after(c, [.notify(.invited)], step)
         } catch {
             refusal = error
         }
-        outbox.acknowledge(envelope, on: link)
+        outbox.acknowledge(envelope, on: link, step)
         clock.probe(author, count: 8)
         if let refusal { throw refusal }
     }

@@ -53,7 +53,7 @@ extension FriendService {
 
     /// Registers the friend, name, peers and discoverability methods.
     nonisolated public func registerControlMethods(on router: ControlRouter, discoverable: DiscoverableSetting) {
-        router.registerOnCore(in: store, publishing: events, "friend.request") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "friend.request") { [self] params, step in
             // The ID may be a share code ("tandem:ID?relay=RELAY@host:port"); --relay names one too.
             guard let idText = params["id"]?.stringValue else {
                 throw NodeError.invalidArgument("missing parameter 'id'")
@@ -77,49 +77,49 @@ extension FriendService {
                 guard p > 0 else { throw NodeError.invalidArgument("--addr needs a port") }
                 address = HostPort(host: h, port: p)
             }
-            let c = try requestNow(key, message: params["message"]?.stringValue ?? "", address: address, relay: relay)
+            let c = try requestNow(key, message: params["message"]?.stringValue ?? "", address: address, relay: relay, step)
             return describe(c)
         }
-        router.registerOnCore(in: store, publishing: events, "friend.requests") { [self] _ in
+        router.registerOnCore(in: store, publishing: events, "friend.requests") { [self] _, step in
             .object([
-                "received": .array(try store.contacts([.pending]).map(describe)),
-                "sent": .array(try store.contacts([.requested]).map(describe)),
+                "received": .array(try step.contacts([.pending]).map(describe)),
+                "sent": .array(try step.contacts([.requested]).map(describe)),
             ])
         }
-        router.registerOnCore(in: store, publishing: events, "friend.accept") { [self] params in describe(try acceptNow(try Self.key(params))) }
-        router.registerOnCore(in: store, publishing: events, "friend.decline") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "friend.accept") { [self] params, step in describe(try acceptNow(try Self.key(params), step)) }
+        router.registerOnCore(in: store, publishing: events, "friend.decline") { [self] params, step in
             let key = try Self.key(params)
-            try declineNow(key)
+            try declineNow(key, step)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "declined": true])
         }
-        router.registerOnCore(in: store, publishing: events, "friend.remove") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "friend.remove") { [self] params, step in
             let key = try Self.key(params)
-            try removeNow(key)
+            try removeNow(key, step)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
         }
-        router.registerOnCore(in: store, publishing: events, "friend.block") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "friend.block") { [self] params, step in
             let key = try Self.key(params)
-            try blockNow(key)
+            try blockNow(key, step)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": true])
         }
-        router.registerOnCore(in: store, publishing: events, "friend.unblock") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "friend.unblock") { [self] params, step in
             let key = try Self.key(params)
-            guard try unblockNow(key) else { throw NodeError.nothingToActOn("that ID is not blocked") }
+            guard try unblockNow(key, step) else { throw NodeError.nothingToActOn("that ID is not blocked") }
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": false])
         }
-        router.registerOnCore(in: store, publishing: events, "friend.list") { [self] _ in
-            .object(["friends": .array(try store.contacts([.friend]).map(describe)),
-                     "blocked": .array(try store.contacts([.blocked]).map { .string(NodeID(publicKey: $0.key).canonical) })])
+        router.registerOnCore(in: store, publishing: events, "friend.list") { [self] _, step in
+            .object(["friends": .array(try step.contacts([.friend]).map(describe)),
+                     "blocked": .array(try step.contacts([.blocked]).map { .string(NodeID(publicKey: $0.key).canonical) })])
         }
-        router.registerOnCore(in: store, publishing: events, "name.get") { [self] _ in .object(["name": .string(displayName)]) }
-        router.registerOnCore(in: store, publishing: events, "name.set") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "name.get") { [self] _, step in .object(["name": .string(displayName)]) }
+        router.registerOnCore(in: store, publishing: events, "name.set") { [self] params, step in
             guard let name = params["name"]?.stringValue else { throw NodeError.invalidArgument("missing parameter 'name'") }
-            try setNameNow(name)
+            try setNameNow(name, step)
             return .object(["name": .string(name)])
         }
-        router.registerOnCore(in: store, publishing: events, "peers.list") { [self] _ in
-            let friends = Set(try store.friendKeys().map { Data($0) })
-            let list = try store.sightings().map { s -> JSONValue in
+        router.registerOnCore(in: store, publishing: events, "peers.list") { [self] _, step in
+            let friends = Set(try step.friendKeys().map { Data($0) })
+            let list = try step.sightings().map { s -> JSONValue in
                 .object([
                     "id": .string(NodeID(publicKey: Array(s.publicKey)).canonical),
                     "name": s.displayName.map(JSONValue.string) ?? .null,
@@ -130,14 +130,14 @@ extension FriendService {
             }
             return .object(["peers": .array(list)])
         }
-        router.registerOnCore(in: store, publishing: events, "discoverable.get") { _ in
+        router.registerOnCore(in: store, publishing: events, "discoverable.get") { _, step in
             .object(["mode": .string(discoverable.mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable)])
         }
-        router.registerOnCore(in: store, publishing: events, "discoverable.set") { params in
+        router.registerOnCore(in: store, publishing: events, "discoverable.set") { params, step in
             guard let text = params["mode"]?.stringValue, let mode = DiscoverableSetting.Mode(rawValue: text) else {
                 throw NodeError.invalidArgument("mode must be on, off or auto")
             }
-            try discoverable.set(mode)
+            try discoverable.set(mode, step)
             return .object(["mode": .string(mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable)])
         }
     }
@@ -169,8 +169,8 @@ public final class DiscoverableSetting: Sendable {
         }
     }
 
-    public func set(_ mode: Mode) throws {
-        try store.setSetting("discoverable", mode.rawValue)
-        signals.post(.discoverableChanged)
+    public func set(_ mode: Mode, _ step: StoreStep) throws {
+        try step.setSetting("discoverable", mode.rawValue)
+        step.afterCommit { [signals] in signals.post(.discoverableChanged) }
     }
 }

@@ -69,14 +69,14 @@ public final class FriendService: Sendable {
 
     /// Called on the core once the listener is bound: when the port differs from the one friends
     /// were last told, a newer contact record goes to every friend.
-    func listening(on port: Int) throws {
+    func listening(on port: Int, _ step: StoreStep) throws {
         listenPort.withLockedValue { $0 = port }
         recordChanged()
-        guard port > 0, try store.setting("advertised_port") != String(port) else { return }
-        let firstRun = try store.setting("advertised_port") == nil
-        try store.setSetting("advertised_port", String(port))
+        guard port > 0, try step.setting("advertised_port") != String(port) else { return }
+        let firstRun = try step.setting("advertised_port") == nil
+        try step.setSetting("advertised_port", String(port))
         guard !firstRun else { return }
-        try announceRecord()
+        try announceRecord(step)
     }
 
     // MARK: - Identity data
@@ -115,27 +115,25 @@ public final class FriendService: Sendable {
 
     public func request(_ key: [UInt8], message: String, address: (String, Int)?, relay: RelayAddress? = nil) async throws -> Contact {
         let address = address.map { HostPort(host: $0.0, port: $0.1) }
-        return try intent { try self.requestNow(key, message: message, address: address, relay: relay) }
+        return try intent { step in try self.requestNow(key, message: message, address: address, relay: relay, step) }
     }
 
-    public func accept(_ key: [UInt8]) async throws -> Contact { try intent { try self.acceptNow(key) } }
-    public func decline(_ key: [UInt8]) async throws { try intent { try self.declineNow(key) } }
-    public func remove(_ key: [UInt8]) async throws { try intent { try self.removeNow(key) } }
-    public func setName(_ name: String) async throws { try intent { try self.setNameNow(name) } }
+    public func accept(_ key: [UInt8]) async throws -> Contact { try intent { step in try self.acceptNow(key, step) } }
+    public func decline(_ key: [UInt8]) async throws { try intent { step in try self.declineNow(key, step) } }
+    public func remove(_ key: [UInt8]) async throws { try intent { step in try self.removeNow(key, step) } }
+    public func setName(_ name: String) async throws { try intent { step in try self.setNameNow(name, step) } }
 
     /// One user intent: on the core, one transaction; events, frames and the answer after its commit.
-    private func intent<T>(_ body: () throws -> T) throws -> T {
-        var result: T?
+    private func intent<T>(_ body: (StoreStep) throws -> T) throws -> T {
         defer { events.published() }
-        try store.batch { result = try body() }
-        return result!
+        return try store.batch { step in try body(step) }
     }
 
     /// Tells the other services once the change is durable (a signal about a change that rolls
     /// back would be wrong), after the step's events are handed out: waking their tasks costs time
     /// the step's commit and its events should not wait for.
-    private func signalAfterCommit(_ signal: NodeSignal) {
-        store.afterCommit { [signals] in signals.post(signal) }
+    private func signalAfterCommit(_ signal: NodeSignal, _ step: StoreStep) {
+        step.afterCommit { [signals] in signals.post(signal) }
     }
 
     struct HostPort: Sendable {
@@ -143,7 +141,7 @@ public final class FriendService: Sendable {
         var port: Int
     }
 
-    func requestNow(_ key: [UInt8], message: String, address: HostPort?, relay: RelayAddress? = nil) throws -> Contact {
+    func requestNow(_ key: [UInt8], message: String, address: HostPort?, relay: RelayAddress? = nil, _ step: StoreStep) throws -> Contact {
         guard key != identity.publicKey else { throw NodeError.invalidArgument("that is your own ID") }
         guard message.utf8.count <= configuration.maximumMessageBytes else {
             throw NodeError.invalidArgument("the message is longer than \(configuration.maximumMessageBytes) bytes")
@@ -152,87 +150,87 @@ public final class FriendService: Sendable {
         req.message = message
         req.contact = contactRecord()
         if let address {
-            try store.rememberAddress(key, host: address.host, port: address.port, source: "manual", nowMs: now())
+            try step.rememberAddress(key, host: address.host, port: address.port, source: "manual", nowMs: now())
         }
         if let relay {
-            try store.setPeerRelay(key, relay: relay.id.publicKey, host: relay.host, port: relay.port, source: "manual", nowMs: now())
+            try step.setPeerRelay(key, relay: relay.id.publicKey, host: relay.host, port: relay.port, source: "manual", nowMs: now())
         }
-        if let existing = try store.contact(key), existing.relationship == .pending {
+        if let existing = try step.contact(key), existing.relationship == .pending {
             // They asked first: asking back is accepting.
-            return try acceptNow(key)
+            return try acceptNow(key, step)
         }
         let item = outbox.frame(.friendRequest, to: key, payload: try req.serializedBytes())
-        let contact = try mapStoreError { try store.requestFriend(key, message: message, frame: item, nowMs: now()) }
-        events.emit("friend.request.sent", ["id": .string(NodeID(publicKey: key).canonical), "message": .string(message)])
-        outbox.send(to: [key])
+        let contact = try mapStoreError { try step.requestFriend(key, message: message, frame: item, nowMs: now()) }
+        events.emit("friend.request.sent", ["id": .string(NodeID(publicKey: key).canonical), "message": .string(message)], in: step)
+        outbox.send(to: [key], in: step)
         return contact
     }
 
-    func acceptNow(_ key: [UInt8]) throws -> Contact {
+    func acceptNow(_ key: [UInt8], _ step: StoreStep) throws -> Contact {
         var acc = Tandem_V1_FriendAccept()
         acc.contact = contactRecord()
         let item = outbox.frame(.friendAccept, to: key, payload: try acc.serializedBytes())
-        let c = try mapStoreError { try store.acceptFriend(key, frame: item, nowMs: now()) }
-        events.emit("friend.accepted", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(c.displayName), "by": "me"])
-        presence.becameFriend(key, name: c.displayName, sending: true)
-        outbox.send(to: [key])
-        signalAfterCommit(.friendsChanged)
+        let c = try mapStoreError { try step.acceptFriend(key, frame: item, nowMs: now()) }
+        events.emit("friend.accepted", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(c.displayName), "by": "me"], in: step)
+        presence.becameFriend(key, name: c.displayName, sending: true, step)
+        outbox.send(to: [key], in: step)
+        signalAfterCommit(.friendsChanged, step)
         return c
     }
 
-    func declineNow(_ key: [UInt8]) throws {
+    func declineNow(_ key: [UInt8], _ step: StoreStep) throws {
         let item = outbox.frame(.friendDecline, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes())
-        try mapStoreError { try store.declineFriend(key, frame: item, nowMs: now()) }
-        events.emit("friend.declined", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"])
-        outbox.send(to: [key])
+        try mapStoreError { try step.declineFriend(key, frame: item, nowMs: now()) }
+        events.emit("friend.declined", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"], in: step)
+        outbox.send(to: [key], in: step)
     }
 
-    func removeNow(_ key: [UInt8]) throws {
+    func removeNow(_ key: [UInt8], _ step: StoreStep) throws {
         let item = outbox.frame(.friendRemove, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes())
-        try mapStoreError { try store.removeFriend(key, frame: item, nowMs: now()) }
-        events.emit("friend.removed", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"])
-        outbox.send(to: [key])
-        signalAfterCommit(.friendsChanged)
+        try mapStoreError { try step.removeFriend(key, frame: item, nowMs: now()) }
+        events.emit("friend.removed", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"], in: step)
+        outbox.send(to: [key], in: step)
+        signalAfterCommit(.friendsChanged, step)
     }
 
-    func blockNow(_ key: [UInt8]) throws {
+    func blockNow(_ key: [UInt8], _ step: StoreStep) throws {
         guard key != identity.publicKey else { throw NodeError.invalidArgument("that is your own ID") }
-        let wasFriend = try store.contact(key)?.relationship == .friend
-        try store.block(key, nowMs: now())
+        let wasFriend = try step.contact(key)?.relationship == .friend
+        try step.block(key, nowMs: now())
         peers.link(to: key)?.close()
-        events.emit("friend.blocked", ["id": .string(NodeID(publicKey: key).canonical)])
-        if wasFriend { signalAfterCommit(.friendsChanged) }
+        events.emit("friend.blocked", ["id": .string(NodeID(publicKey: key).canonical)], in: step)
+        if wasFriend { signalAfterCommit(.friendsChanged, step) }
     }
 
-    func unblockNow(_ key: [UInt8]) throws -> Bool {
-        let done = try store.unblock(key, nowMs: now())
-        if done { events.emit("friend.unblocked", ["id": .string(NodeID(publicKey: key).canonical)]) }
+    func unblockNow(_ key: [UInt8], _ step: StoreStep) throws -> Bool {
+        let done = try step.unblock(key, nowMs: now())
+        if done { events.emit("friend.unblocked", ["id": .string(NodeID(publicKey: key).canonical)], in: step) }
         return done
     }
 
     /// Sets our display name and tells every friend.
-    func setNameNow(_ name: String) throws {
+    func setNameNow(_ name: String, _ step: StoreStep) throws {
         guard name.utf8.count <= 64 else { throw NodeError.invalidArgument("a display name is at most 64 bytes") }
         guard !name.contains(where: { $0.isNewline }) else { throw NodeError.invalidArgument("a display name is one line") }
-        try store.setSetting("display_name", name)
+        try step.setSetting("display_name", name)
         recordChanged()
-        try announceRecord()
-        events.emit("name.changed", ["name": .string(name)])
-        signalAfterCommit(.nameChanged)
+        try announceRecord(step)
+        events.emit("name.changed", ["name": .string(name)], in: step)
+        signalAfterCommit(.nameChanged, step)
     }
 
     /// Tells every friend our newer contact record (after the name, the port or the home relay changed).
-    func announceRecord() throws {
-        try store.setSetting("record_version", String(now()))
+    func announceRecord(_ step: StoreStep) throws {
+        try step.setSetting("record_version", String(now()))
         recordChanged()
         var update = Tandem_V1_ContactUpdate()
         update.contact = contactRecord()
         let payload: [UInt8] = try update.serializedBytes()
-        let friends = try store.friendKeys()
+        let friends = try step.friendKeys()
         for friend in friends {
-            try store.enqueue(outbox.frame(.contactUpdate, to: friend, payload: payload))
+            try step.enqueue(outbox.frame(.contactUpdate, to: friend, payload: payload))
         }
-        outbox.send(to: friends)
+        outbox.send(to: friends, in: step)
     }
 
     private func mapStoreError<T>(_ body: () throws -> T) throws -> T {
@@ -256,11 +254,11 @@ public final class FriendService: Sendable {
     /// anything is written: only a FRIEND_REQUEST (throttled) or an answer to our own request
     /// creates or changes a row, and everything else from someone with no relationship is dropped
     /// with at most a throttled acknowledgement (Protocol/README.md 12.9, "Strangers").
-    func handle(_ envelope: Envelope, from link: PeerLink?) {
+    func handle(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
         let author = envelope.author
         let contact: Contact?
         do {
-            contact = try store.contact(author)
+            contact = try step.contact(author)
         } catch {
             logger.error("cannot read the contact of a frame's author", metadata: ["error": "\(error)"])
             return
@@ -268,40 +266,40 @@ public final class FriendService: Sendable {
         let relationship = contact?.relationship ?? Relationship.none
         if relationship == .blocked {
             // Dropped silently; acknowledged (within the stranger budget) so the sender stops retrying.
-            outbox.dropUnrelated(envelope, on: link)
+            outbox.dropUnrelated(envelope, on: link, step)
             return
         }
         do {
             switch envelope.type {
             case .friendRequest:
-                try receiveRequest(envelope, from: link, relationship: relationship)
+                try receiveRequest(envelope, from: link, relationship: relationship, step)
             case .friendAccept:
                 let m = try FriendAcceptMessage(payload: envelope.payload, author: author)
-                guard relationship == .requested || relationship == .friend else { return outbox.dropUnrelated(envelope, on: link) }
-                try receiveAccept(envelope, m, from: link, relationship: relationship)
+                guard relationship == .requested || relationship == .friend else { return outbox.dropUnrelated(envelope, on: link, step) }
+                try receiveAccept(envelope, m, from: link, relationship: relationship, step)
             case .friendDecline, .friendRemove:
                 _ = try FarewellMessage(payload: envelope.payload, type: envelope.type)
-                guard relationship != .none else { return outbox.dropUnrelated(envelope, on: link) }
-                try receiveFarewell(envelope, from: link)
+                guard relationship != .none else { return outbox.dropUnrelated(envelope, on: link, step) }
+                try receiveFarewell(envelope, from: link, step)
             case .contactUpdate:
                 let m = try ContactUpdateMessage(payload: envelope.payload, author: author)
-                guard relationship == .friend else { return outbox.dropUnrelated(envelope, on: link) }
-                try receiveContactUpdate(envelope, m, from: link)
+                guard relationship == .friend else { return outbox.dropUnrelated(envelope, on: link, step) }
+                try receiveContactUpdate(envelope, m, from: link, step)
             case .presence:
-                presence.receive(envelope, try PresenceMessage(payload: envelope.payload), contact: contact)
+                presence.receive(envelope, try PresenceMessage(payload: envelope.payload), contact: contact, step)
             case .ack:
-                outbox.delivered(try AckMessage(payload: envelope.payload).messageID, by: author)
+                outbox.delivered(try AckMessage(payload: envelope.payload).messageID, by: author, step)
             default:
                 logger.debug("frame type not handled by friends", metadata: ["type": "\(envelope.type)"])
             }
         } catch let e as PayloadError {
-            outbox.refuseMalformed(envelope, e, on: link)
+            outbox.refuseMalformed(envelope, e, on: link, step)
         } catch {
             logger.error("cannot handle frame", metadata: ["type": "\(envelope.type)", "error": "\(error)"])
         }
     }
 
-    private func receiveRequest(_ envelope: Envelope, from link: PeerLink?, relationship: Relationship) throws {
+    private func receiveRequest(_ envelope: Envelope, from link: PeerLink?, relationship: Relationship, _ step: StoreStep) throws {
         let author = envelope.author
         let host = Outbox.origin(of: link)
         let allowed = throttle.withLockedValue {
@@ -313,7 +311,7 @@ public final class FriendService: Sendable {
             // cannot fill the event log either.
             let report = throttle.withLockedValue { $0.noteThrottled(nowMs: now()) }
             if let dropped = report {
-                events.emit("friend.request.throttled", ["address": .string(host), "dropped": .int(Int64(dropped))])
+                events.emit("friend.request.throttled", ["address": .string(host), "dropped": .int(Int64(dropped))], in: step)
             }
             return
         }
@@ -328,7 +326,7 @@ public final class FriendService: Sendable {
         }
         let id = NodeID(publicKey: author).canonical
         // The handled mark, the change and its events commit in one transaction; the ACK follows it.
-        let result = try store.receiveFriendRequest(from: author, displayName: record.displayName, message: req.message,
+        let result = try step.receiveFriendRequest(from: author, displayName: record.displayName, message: req.message,
                                                     record: record.canonicalBytes, recordVersion: record.storedVersion,
                                                     reply: reply, nowMs: now(),
                                                     handled: outbox.handledMark(envelope, fromFriend: relationship == .friend)) { result in
@@ -349,11 +347,11 @@ public final class FriendService: Sendable {
                 return []
             }
         }
-        outbox.acknowledge(envelope, on: link)
+        outbox.acknowledge(envelope, on: link, step)
         events.published()
         switch result {
         case .stored, .refreshed, .mutual, .alreadyFriends:
-            rememberRecordAddresses(record, author: author, link: link)
+            rememberRecordAddresses(record, author: author, link: link, step)
         case .blocked, .duplicate:
             break
         }
@@ -361,62 +359,62 @@ public final class FriendService: Sendable {
         case .stored, .refreshed:
             break
         case .mutual:
-            presence.becameFriend(author, name: record.displayName, sending: true)
-            outbox.send(to: [author])
-            signalAfterCommit(.friendsChanged)
+            presence.becameFriend(author, name: record.displayName, sending: true, step)
+            outbox.send(to: [author], in: step)
+            signalAfterCommit(.friendsChanged, step)
         case .alreadyFriends:
-            outbox.send(to: [author])
+            outbox.send(to: [author], in: step)
         case .blocked, .duplicate:
             break
         }
     }
 
-    private func receiveAccept(_ envelope: Envelope, _ m: FriendAcceptMessage, from link: PeerLink?, relationship: Relationship) throws {
+    private func receiveAccept(_ envelope: Envelope, _ m: FriendAcceptMessage, from link: PeerLink?, relationship: Relationship, _ step: StoreStep) throws {
         let record = m.contact
         let accepted = events.record("friend.accepted", ["id": .string(NodeID(publicKey: envelope.author).canonical),
                                                          "name": .string(record.displayName), "by": "them"])
-        let changed = try store.receiveFriendAccept(from: envelope.author, displayName: record.displayName,
+        let changed = try step.receiveFriendAccept(from: envelope.author, displayName: record.displayName,
                                                     record: record.canonicalBytes, recordVersion: record.storedVersion,
                                                     nowMs: now(), handled: outbox.handledMark(envelope, fromFriend: relationship == .friend),
                                                     events: [accepted])
-        outbox.acknowledge(envelope, on: link)
+        outbox.acknowledge(envelope, on: link, step)
         guard changed else { return }
         events.published()
-        rememberRecordAddresses(record, author: envelope.author, link: link)
-        signalAfterCommit(.friendsChanged)
-        presence.becameFriend(envelope.author, name: record.displayName)
+        rememberRecordAddresses(record, author: envelope.author, link: link, step)
+        signalAfterCommit(.friendsChanged, step)
+        presence.becameFriend(envelope.author, name: record.displayName, step)
     }
 
-    private func receiveFarewell(_ envelope: Envelope, from link: PeerLink?) throws {
+    private func receiveFarewell(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) throws {
         let id = NodeID(publicKey: envelope.author).canonical
         let type = envelope.type == .friendDecline ? "friend.declined" : "friend.removed"
-        let before = try store.receiveFarewell(from: envelope.author, nowMs: now(), handled: outbox.handledMark(envelope), events: { _ in
+        let before = try step.receiveFarewell(from: envelope.author, nowMs: now(), handled: outbox.handledMark(envelope), events: { _ in
             [events.record(type, ["id": .string(id), "by": "them"])]
         })
-        outbox.acknowledge(envelope, on: link)
+        outbox.acknowledge(envelope, on: link, step)
         guard let before else { return }
         events.published()
-        if before == .friend { signalAfterCommit(.friendsChanged) }
+        if before == .friend { signalAfterCommit(.friendsChanged, step) }
     }
 
-    private func receiveContactUpdate(_ envelope: Envelope, _ m: ContactUpdateMessage, from link: PeerLink?) throws {
+    private func receiveContactUpdate(_ envelope: Envelope, _ m: ContactUpdateMessage, from link: PeerLink?, _ step: StoreStep) throws {
         let record = m.contact
         let updated = events.record("contact.updated", ["id": .string(NodeID(publicKey: envelope.author).canonical),
                                                         "name": .string(record.displayName)])
-        let changed = try store.updateContactRecord(envelope.author, displayName: record.displayName, record: record.canonicalBytes,
+        let changed = try step.updateContactRecord(envelope.author, displayName: record.displayName, record: record.canonicalBytes,
                                                     version: record.storedVersion, nowMs: now(), handled: outbox.handledMark(envelope),
                                                     events: [updated])
-        outbox.acknowledge(envelope, on: link)
+        outbox.acknowledge(envelope, on: link, step)
         guard changed else { return }
         events.published()
-        rememberRecordAddresses(record, author: envelope.author, link: link)
+        rememberRecordAddresses(record, author: envelope.author, link: link, step)
     }
 
     /// A record's ":port" addresses are paired with the host the link came from (observed; not for
     /// tunnels and mail, whose far end is a relay); a host the record names itself is the peer's
     /// claim and kept only where the dialling policy allows (Protocol 12.8). Its home relay is
     /// remembered under the same rule.
-    private func rememberRecordAddresses(_ record: ContactRecord, author: [UInt8], link: PeerLink?) {
+    private func rememberRecordAddresses(_ record: ContactRecord, author: [UInt8], link: PeerLink?, _ step: StoreStep) {
         let remoteHost = link?.directRemoteHost
         // A relay we know ourselves (one of our home relays, or the one whose tunnel carries this
         // link) is no claim: we reach it by our own address (14.7). Any other follows the policy.
@@ -426,7 +424,7 @@ public final class FriendService: Sendable {
         if let relay = record.homeRelay,
            known(relay) || DialPolicy.mayRemember(claimed: relay.host, port: relay.port, claimerHost: remoteHost) {
             health.attempt("remember a peer's relay") {
-                try store.setPeerRelay(author, relay: relay.id.publicKey, host: relay.host, port: relay.port, source: "record", nowMs: now())
+                try step.setPeerRelay(author, relay: relay.id.publicKey, host: relay.host, port: relay.port, source: "record", nowMs: now())
             }
         }
         guard let remoteHost else { return }
@@ -437,35 +435,35 @@ public final class FriendService: Sendable {
             guard observed || DialPolicy.mayRemember(claimed: host, port: p, claimerHost: remoteHost) else { continue }
             let source: AddressSource = observed ? .observed : .claimed
             health.attempt("remember a peer's address") {
-                try store.rememberAddress(author, host: host, port: p, source: source.rawValue, nowMs: now())
+                try step.rememberAddress(author, host: host, port: p, source: source.rawValue, nowMs: now())
             }
         }
     }
 
     /// A beacon from another node on the LAN: remember where it is; reach friends and waiting
     /// recipients right away.
-    func sighted(_ s: PeerSighting) {
+    func sighted(_ s: PeerSighting, _ step: StoreStep) {
         let nowMs = now()
-        let known = health.read("read the LAN sightings", or: []) { try store.sightings(since: nowMs - 60_000) }
+        let known = health.read("read the LAN sightings", or: []) { try step.sightings(since: nowMs - 60_000) }
             .contains { $0.publicKey == Data(s.publicKey) }
         health.attempt("record a LAN sighting") {
-            try store.recordSighting(Sighting(publicKey: s.publicKey, displayName: s.displayName, host: s.host, port: s.port,
+            try step.recordSighting(Sighting(publicKey: s.publicKey, displayName: s.displayName, host: s.host, port: s.port,
                                               isFriendBeacon: s.isFriendBeacon, lastSeenMs: nowMs))
         }
         // A beacon's source on a LAN is never a public address; one that is, is spoofed: not dialled.
         if DialPolicy.mayDialSighting(host: s.host) {
             health.attempt("remember a LAN address") {
-                try store.rememberAddress(s.publicKey, host: s.host, port: s.port, source: AddressSource.lan.rawValue, nowMs: nowMs)
+                try step.rememberAddress(s.publicKey, host: s.host, port: s.port, source: AddressSource.lan.rawValue, nowMs: nowMs)
             }
         }
         if !known {
             events.emit("peer.discovered", ["id": .string(NodeID(publicKey: s.publicKey).canonical),
                                             "name": s.displayName.map(JSONValue.string) ?? .null,
-                                            "address": .string("\(s.host):\(s.port)"), "friend": .bool(s.isFriendBeacon)])
+                                            "address": .string("\(s.host):\(s.port)"), "friend": .bool(s.isFriendBeacon)], in: step)
         }
         if peers.link(to: s.publicKey) == nil {
             // A fresh address: what waits is tried now, with no dial backoff.
-            outbox.expedite(s.publicKey, resetBackoff: true)
+            outbox.expedite(s.publicKey, resetBackoff: true, step)
         }
     }
 

@@ -25,11 +25,11 @@ struct NodeFrameRouter: InboundConsumer {
     /// in it makes the commit synced.
     func handle(_ events: [InboundEvent]) {
         do {
-            try store.batch(syncing: events.contains { $0.mayChangeDurableState }) {
+            try store.batch(syncing: events.contains { $0.mayChangeDurableState }) { step in
                 // First once the batch is durable: its events to subscribers (then the ACKs, frames
                 // and signals its steps left for after the commit).
-                store.afterCommit { [self] in self.events.published() }
-                for event in events { handle(event) }
+                step.afterCommit { [self] in self.events.published() }
+                for event in events { handle(event, step) }
             }
         } catch {
             // Nothing of the batch was kept and nothing acknowledged: senders resend.
@@ -38,30 +38,31 @@ struct NodeFrameRouter: InboundConsumer {
         self.events.published()
     }
 
-    private func handle(_ event: InboundEvent) {
+    private func handle(_ event: InboundEvent, _ step: StoreStep) {
         switch event {
         case .frame(let envelope, let link, let receivedAtUs):
-            frame(envelope, from: link, receivedAtUs: receivedAtUs)
+            frame(envelope, from: link, receivedAtUs: receivedAtUs, step)
         case .mail(let envelope, let relay, let done):
             events.emit("mailbox.received", ["from": .string(NodeID(publicKey: envelope.author).canonical),
-                                             "message_type": .string(envelope.type.description), "relay": .string(relay.description)])
+                                             "message_type": .string(envelope.type.description), "relay": .string(relay.description)],
+                        in: step)
             // Mail does not count as hearing from its author (it may be hours old).
-            route(envelope, from: nil)
+            route(envelope, from: nil, step)
             // Acknowledged to the relay once what it changed is durable.
-            store.afterCommit(done)
+            step.afterCommit(done)
         case .linkUp(let key, _):
-            presence.linkUp(key)
-            challenges.peerConnected(key)
+            presence.linkUp(key, step)
+            challenges.peerConnected(key, step)
         case .linkDown(let key):
-            presence.linkDown(key)
+            presence.linkDown(key, step)
         case .peerError(let error, let key):
-            outbox.peerReportedError(error, from: key)
+            outbox.peerReportedError(error, from: key, step)
         case .sighting(let sighting):
-            friends.sighted(sighting)
+            friends.sighted(sighting, step)
         }
     }
 
-    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64) {
+    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64, _ step: StoreStep) {
         challenges.heard(envelope.author)
         if envelope.type == .clockProbe || envelope.type == .clockReply {
             // Timestamped on arrival. A blocked peer has no link (blocking closes it), and answering
@@ -69,16 +70,16 @@ struct NodeFrameRouter: InboundConsumer {
             clock.handle(envelope, from: link, receivedAt: receivedAtUs)
             return
         }
-        route(envelope, from: link)
+        route(envelope, from: link, step)
     }
 
-    private func route(_ envelope: Envelope, from link: PeerLink?) {
-        if envelope.type.isBackup { return backup.handle(envelope, from: link) }
+    private func route(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
+        if envelope.type.isBackup { return backup.handle(envelope, from: link, step) }
         if envelope.type.isChallenge {
-            let blocked = health.read("read a contact", or: nil) { try store.contact(envelope.author) }?.relationship == .blocked
-            if !blocked { return challenges.handle(envelope, from: link) }
+            let blocked = health.read("read a contact", or: nil) { try step.contact(envelope.author) }?.relationship == .blocked
+            if !blocked { return challenges.handle(envelope, from: link, step) }
         }
-        friends.handle(envelope, from: link)
+        friends.handle(envelope, from: link, step)
     }
 }
 

@@ -63,8 +63,8 @@ final class PresenceService: Sendable {
 
     private func now() -> Int64 { outbox.now() }
 
-    private func friend(_ key: [UInt8]) -> Contact? {
-        guard let c = health.read("read a contact", or: nil, { try store.contact(key) }), c.relationship == .friend else { return nil }
+    private func friend(_ key: [UInt8], _ step: StoreReading) -> Contact? {
+        guard let c = health.read("read a contact", or: nil, { try step.contact(key) }), c.relationship == .friend else { return nil }
         return c
     }
 
@@ -73,10 +73,10 @@ final class PresenceService: Sendable {
     /// Our status changed (a challenge started or ended): every friend with a link hears it once
     /// the step that changed it is durable, after that step's frames (a QUIT goes before the IDLE
     /// it causes) and events.
-    func setStatus(_ s: Tandem_V1_PresenceStatus) {
+    func setStatus(_ s: Tandem_V1_PresenceStatus, _ step: StoreStep) {
         guard state.set(s) else { return }
-        let friends = health.read("read the friends", or: [], { try store.friendKeys() })
-        store.afterCommit { [self] in
+        let friends = health.read("read the friends", or: [], { try step.friendKeys() })
+        step.afterCommit { [self] in
             for key in friends { send(to: key) }
         }
     }
@@ -85,26 +85,26 @@ final class PresenceService: Sendable {
         (link ?? peers.link(to: key))?.send(type: .presence, payload: state.payload())
     }
 
-    func linkUp(_ key: [UInt8]) {
-        let waiting = outbox.expedite(key)
-        guard let contact = friend(key) else { return }
-        events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)])
-        greet(key, framesWaiting: waiting)
+    func linkUp(_ key: [UInt8], _ step: StoreStep) {
+        let waiting = outbox.expedite(key, step)
+        guard let contact = friend(key, step) else { return }
+        events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)], in: step)
+        greet(key, framesWaiting: waiting, step)
     }
 
-    func linkDown(_ key: [UInt8]) {
-        guard let contact = friend(key) else { return }
-        health.attempt("clear a presence") { try store.setPresence(key, presence: nil, lastSeenMs: now()) }
-        events.emit("peer.offline", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)])
+    func linkDown(_ key: [UInt8], _ step: StoreStep) {
+        guard let contact = friend(key, step) else { return }
+        health.attempt("clear a presence") { try step.setPresence(key, presence: nil, lastSeenMs: now()) }
+        events.emit("peer.offline", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)], in: step)
     }
 
     /// A new friend whose link is already up is online from now on. `sending`: the caller queued
     /// frames for them in this step and sends them itself (`Outbox.send(to:)`), so nothing needs
     /// expediting and the PRESENCE follows those frames.
-    func becameFriend(_ key: [UInt8], name: String, sending: Bool = false) {
+    func becameFriend(_ key: [UInt8], name: String, sending: Bool = false, _ step: StoreStep) {
         guard peers.link(to: key) != nil else { return }
-        events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(name)])
-        greet(key, framesWaiting: sending || outbox.expedite(key))
+        events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(name)], in: step)
+        greet(key, framesWaiting: sending || outbox.expedite(key, step), step)
     }
 
     /// A PRESENCE to a friend whose link just came up (or who just became one): at once when nothing
@@ -113,18 +113,18 @@ final class PresenceService: Sendable {
     ///
     /// Sent once the step's commit is durable and its events are out: signing and writing it
     /// inside the step would delay the commit (and the events a user waits for) by a signature.
-    private func greet(_ key: [UInt8], framesWaiting: Bool) {
+    private func greet(_ key: [UInt8], framesWaiting: Bool, _ step: StoreStep) {
         guard outbox.book.withLockedValue({ $0.presenceDue(key, framesWaiting: framesWaiting) }) else { return }
-        store.afterCommit { [self] in send(to: key) }
+        step.afterCommit { [self] in send(to: key) }
     }
 
     /// A friend's PRESENCE (anyone else's is dropped).
-    func receive(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?) {
+    func receive(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?, _ step: StoreStep) {
         guard contact?.relationship == .friend else { return }
         let name = p.status.rawValue
-        health.attempt("store a presence") { try store.setPresence(envelope.author, presence: name, lastSeenMs: now()) }
+        health.attempt("store a presence") { try step.setPresence(envelope.author, presence: name, lastSeenMs: now()) }
         if contact?.presence != name {
-            events.emit("presence.changed", ["id": .string(NodeID(publicKey: envelope.author).canonical), "status": .string(name)])
+            events.emit("presence.changed", ["id": .string(NodeID(publicKey: envelope.author).canonical), "status": .string(name)], in: step)
         }
     }
 
@@ -132,7 +132,7 @@ final class PresenceService: Sendable {
     /// gets a PRESENCE.
     func beat() {
         let nowMs = UInt64(clamping: now())
-        for key in peers.connectedPeers where friend(key) != nil {
+        for key in peers.connectedPeers where friend(key, store) != nil {
             if let last = peers.lastFrame(from: key), nowMs > last + silenceLimitMs {
                 logger.info("friend went silent, closing link", metadata: ["peer": "\(NodeID(publicKey: key).short)"])
                 peers.link(to: key)?.close()

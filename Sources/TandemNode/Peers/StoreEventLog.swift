@@ -8,8 +8,12 @@ public struct StoreEventLog: EventLog {
     public init(store: NodeStore) { self.store = store }
 
     public func append(type: String, timeMs: UInt64, fields: [String: JSONValue]) throws -> NodeEvent {
-        let stored = try store.appendEvent(type: type, timeMs: Int64(timeMs), fields: JSONValue.object(fields).compactJSON,
-                                           decoded: JSONValue.object(fields).survivesJSONRoundTrip ? fields : nil)
+        try store.batch(syncing: false) { step in try append(type: type, timeMs: timeMs, fields: fields, in: step) }
+    }
+
+    public func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent {
+        let stored = try step.appendEvent(type: type, timeMs: Int64(timeMs), fields: JSONValue.object(fields).compactJSON,
+                                          decoded: JSONValue.object(fields).survivesJSONRoundTrip ? fields : nil)
         return NodeEvent(seq: stored.seq ?? 0, type: type, timeMs: timeMs, fields: fields)
     }
 
@@ -23,6 +27,4 @@ public struct StoreEventLog: EventLog {
     }
 
     public func lastSeq() throws -> Int64 { try store.lastEventSeq() }
-
-    public var holdsDelivery: Bool { store.isInBatch }
 }

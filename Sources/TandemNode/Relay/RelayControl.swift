@@ -7,7 +7,7 @@ import TandemStore
 /// relay.list and node.share.
 extension RelayClient {
     nonisolated func registerControlMethods(on router: ControlRouter, friends: FriendService) {
-        router.registerOnCore(in: store, publishing: events, "relay.add") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "relay.add") { [self] params, step in
             guard let text = params["address"]?.stringValue else {
                 throw NodeError.invalidArgument("missing parameter 'address'")
             }
@@ -20,23 +20,23 @@ extension RelayClient {
             guard relay.id.publicKey != identity.publicKey else {
                 throw NodeError.invalidArgument("that is this node's own ID, not a relay's")
             }
-            let wasFirst = try store.relays().isEmpty
+            let wasFirst = try step.relays().isEmpty
             let changed: Bool
             do {
-                changed = try store.addRelay(relay.id.publicKey, host: relay.host, port: relay.port, nowMs: now())
+                changed = try step.addRelay(relay.id.publicKey, host: relay.host, port: relay.port, nowMs: now())
             } catch let e as RelayStoreError {
                 throw NodeError.invalidArgument(e.description)
             }
             if changed {
                 friends.recordChanged()
                 disconnect(relay.id.publicKey)
-                if try wasFirst || store.relays().first?.publicKey == relay.id.publicKey { try friends.announceRecord() }
-                events.emit("relay.added", ["relay": .string(relay.description)])
+                if try wasFirst || step.relays().first?.publicKey == relay.id.publicKey { try friends.announceRecord(step) }
+                events.emit("relay.added", ["relay": .string(relay.description)], in: step)
                 poke()
             }
             return .object(["id": .string(relay.id.canonical), "address": .string(relay.description), "added": .bool(changed)])
         }
-        router.registerOnCore(in: store, publishing: events, "relay.remove") { [self] params in
+        router.registerOnCore(in: store, publishing: events, "relay.remove") { [self] params, step in
             guard let text = params["id"]?.stringValue else {
                 throw NodeError.invalidArgument("missing parameter 'id'")
             }
@@ -48,20 +48,20 @@ extension RelayClient {
                     throw NodeError.invalidArgument("'\(text)' is not a relay ID or address: \(error)")
                 }
             }
-            let wasHome = try store.relays().first?.publicKey == key
-            guard try store.removeRelay(key) else {
+            let wasHome = try step.relays().first?.publicKey == key
+            guard try step.removeRelay(key) else {
                 throw NodeError.nothingToActOn("that relay is not one of this node's relays (see tandem relay list)")
             }
             disconnect(key)
             friends.recordChanged()
-            if wasHome { try friends.announceRecord() }
-            events.emit("relay.removed", ["relay": .string(NodeID(publicKey: key).canonical)])
+            if wasHome { try friends.announceRecord(step) }
+            events.emit("relay.removed", ["relay": .string(NodeID(publicKey: key).canonical)], in: step)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
         }
-        router.registerOnCore(in: store, publishing: events, "relay.list") { [self] _ in
+        router.registerOnCore(in: store, publishing: events, "relay.list") { [self] _, step in
             .object(["relays": .array(status())])
         }
-        router.registerOnCore(in: store, publishing: events, "node.share") { [self] _ in
+        router.registerOnCore(in: store, publishing: events, "node.share") { [self] _, step in
             let home = homeRelays().first
             let code = ShareCode(id: NodeID(publicKey: identity.publicKey), relay: home)
             return .object(["share": .string(code.description), "id": .string(code.id.canonical),

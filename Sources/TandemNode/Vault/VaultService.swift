@@ -149,7 +149,7 @@ public final class VaultService: Service, Sendable {
         guard (0...Self.maximumAutoLockMs).contains(ms) else {
             throw NodeError.invalidArgument("the auto-lock time must be between 0 and 7 days")
         }
-        try await NodeCore.perform { try store.setSetting(Self.autoLockSetting, String(ms)) }
+        try await NodeCore.perform { try store.batch { step in try step.setSetting(Self.autoLockSetting, String(ms)) } }
         state.withLockedValue { $0.autoLockMs = ms }
     }
 
@@ -174,8 +174,9 @@ public final class VaultService: Service, Sendable {
 
     /// On the core: stores the guard (durably: the answer to the attempt waits for it).
     @NodeCore func saveGuard(_ guardState: PinGuard) throws {
-        try store.saveVaultPinGuard(StoredPinGuard(failures: Int64(guardState.failures), lockedUntilMs: guardState.lockedUntilMs,
-                                                   breakIns: guardState.breakIns.map { VaultBreakInRecord(atMs: $0.atMs, masked: $0.masked) }))
+        let stored = StoredPinGuard(failures: Int64(guardState.failures), lockedUntilMs: guardState.lockedUntilMs,
+                                    breakIns: guardState.breakIns.map { VaultBreakInRecord(atMs: $0.atMs, masked: $0.masked) })
+        try store.batch { step in try step.saveVaultPinGuard(stored) }
     }
 
     // MARK: - Running vault work
