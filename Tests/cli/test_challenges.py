@@ -87,14 +87,17 @@ def sleep_until(mono_us):
 
 def scheduled(nodes, cid):
     """Waits until every node has the challenge scheduled (the inviter first); returns the start
-    instant on CLOCK_MONOTONIC (µs, to within a CLI round trip) and the challenge as the inviter shows it."""
+    instant on CLOCK_MONOTONIC (µs) and the challenge as the inviter shows it. Only for sleeping: the
+    node computed `starts_in_ms` before the CLI returned, so the instant returned is no earlier than
+    the real start (late by at most the CLI's round trip, long on a busy machine): an action meant
+    for a running challenge never comes before its start."""
     for n in nodes:
         ev = wait_event(n, "challenge.scheduled", f"id={cid}")
         assert sorted(ev["roster"]) == sorted(m.id for m in nodes), ev
-    before = now_mono_us()
     c = cli_json(nodes[0], "challenge", "show", cid)
+    after = now_mono_us()
     assert c["phase"] == "scheduled", c
-    return before + c["starts_in_ms"] * 1000, c
+    return after + c["starts_in_ms"] * 1000, c
 
 
 def started_and_ended(nodes, cid, start_mono, duration_ms):
