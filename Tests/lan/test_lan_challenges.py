@@ -106,9 +106,19 @@ def test_challenge_between_two_hosts_on_a_lan(two_hosts):
 @pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime is not installed (apt-get install faketime)")
 def test_challenge_with_a_host_whose_clock_is_5_s_ahead(two_hosts):
     alice, bob = two_hosts(bob_clock="+5s")
-    # The fake took: Bob's node stamps its events 5 s ahead of the machine's clock.
-    assert abs(wait_event(bob, "peer.online", f"id={alice['id']}")["time_ms"] - time.time() * 1000 - 5000) < 3000
     started, _ = run_challenge(alice, bob)
+    # The fake took, read from what the nodes recorded (not from this test's clock after a wait). At
+    # the start each node's timer noted its wall clock (`at_us`) and CLOCK_MONOTONIC (`mono_us`) back
+    # to back; the monotonic clock is shared by the namespaces and not faked, so the two nodes'
+    # wall-minus-monotonic differ by exactly how far Bob's wall clock is ahead of Alice's (up to the
+    # time between two clock reads: within SKEW_US, the bound this file holds a node's instants to).
+    wall_minus_mono = [s["at_us"] - s["mono_us"] for s in started]
+    assert abs(wall_minus_mono[1] - wall_minus_mono[0] - 5_000_000) <= SKEW_US, started
+    # And each node stamps its events (`time_ms`) with that wall clock: the stamp of its
+    # challenge.started is not before its `at_us` (the event is written after the timer noted the
+    # instant), and not half the 5 s shift after it, where a stamp from the other clock would be.
+    for s in started:
+        assert 0 <= s["time_ms"] - s["at_us"] // 1000 < 2500, s
     # Alice's clock minus Bob's, measured over the LAN.
     assert abs(started[1]["offset_us"] + 5_000_000) <= 20_000, started[1]
     assert abs((started[1]["at_us"] - started[0]["at_us"]) - 5_000_000) <= 50_000, started

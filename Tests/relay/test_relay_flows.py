@@ -167,14 +167,12 @@ def test_relay_graceful_shutdown_tells_clients(make_relay, make_node):
     st = relay_status(n, relay)
     assert st["connected"] is False and "shutting down" in (st["last_error"] or ""), st
 
-    # Back on the same port: the node comes back by itself (told to retry after 5 s).
-    t0 = time.monotonic()
+    # Back on the same port: the node comes back by itself (told to retry after 5 s) ...
     relay.start()
     back = wait_event(n, "relay.connected", f"relay={relay.address}", since=since, timeout="15s")
     assert back["mailbox_items"] == 0
-    waited = time.monotonic() - t0
-    assert waited < 15.0, waited
-    # ... and not before the 5 s the goodbye asked for (event times are the node's wall clock, ms).
+    # ... and not before the 5 s the goodbye asked for, nor long after, on the node's own wall clock
+    # (event times, ms), not on this test's clock after `tandem wait` returned.
     assert 4_900 <= back["time_ms"] - gone["time_ms"] <= 15_000, (gone, back)
     assert wait_relay_connected(n, relay)["connected"] is True
     poll(lambda: relay.metric("tandem_relay_registered_clients") == 1, what="the node registered again")

@@ -193,9 +193,12 @@ def test_strangers_unjoined_tunnels_do_not_starve_a_nodes_friends(make_relay, ma
         sa = last_seq(a)
         b.start()
         cid = cli_json(b, "challenge", "invite", a.id, "--start-in", "10m", "--duration", "1m")["id"]
-        invited_at = time.monotonic()
         got = wait_event(a, "challenge.invited", f"id={cid}", since=sa, timeout="25s")
-        took = time.monotonic() - invited_at
+        sent = wait_event(b, "challenge.invite.sent", f"id={cid}")
+        # On the nodes' clocks (one machine, one wall clock): B stamped the invite when it stored it
+        # for sending, A when it stored it as received. Not this test's clock after `tandem wait`
+        # returned, which a busy machine makes late by whatever the CLI took.
+        took = (got["time_ms"] - sent["time_ms"]) / 1000
         print(f"the invite reached A {took:.2f} s after B sent it; flood granted {flood.granted}")
         assert got["from"] == b.id
         # An ignored TUNNEL_INCOMING shows as a join that times out after 10 s, then a retry that
