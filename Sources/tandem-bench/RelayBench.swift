@@ -198,7 +198,9 @@ final class RelayProcess: @unchecked Sendable {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = stdoutPipe
         let log = directory.appendingPathComponent("relay.log")
-        FileManager.default.createFile(atPath: log.path, contents: nil)
+        guard FileManager.default.createFile(atPath: log.path, contents: nil) else {
+            throw BenchError("cannot create the relay's log file \(log.path)")
+        }
         process.standardError = try FileHandle(forWritingTo: log)
         try process.run()
         let prefix = "tandem-relay listening: "
@@ -360,7 +362,7 @@ final class RelayPeer: PeerLinkDelegate, @unchecked Sendable {
         return try await within(promise, seconds: 10, "TUNNEL_INCOMING")
     }
 
-    private func within<T>(_ promise: EventLoopPromise<T>, seconds: Int64, _ what: String) async throws -> T {
+    private func within<T: Sendable>(_ promise: EventLoopPromise<T>, seconds: Int64, _ what: String) async throws -> T {
         let timer = promise.futureResult.eventLoop.scheduleTask(in: .seconds(seconds)) {
             promise.fail(BenchError("no \(what) from the relay within \(seconds) s"))
         }
