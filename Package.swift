@@ -91,6 +91,8 @@ let package = Package(
             name: "TandemStore",
             dependencies: [
                 "TandemProtocol",
+                // DataDirectory's neighbour PrivateDatabaseFile (the relay's mailbox uses it too).
+                "TandemNet",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
@@ -108,9 +110,9 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
         ),
         .target(
@@ -124,7 +126,6 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -134,7 +135,6 @@ let package = Package(
             dependencies: [
                 "TandemNet",
                 "TandemRelay",
-                "TandemStore",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -149,6 +149,7 @@ let package = Package(
             dependencies: [
                 "TandemVault",
                 "TandemKeys",
+                "TandemMedia",
                 "TandemNet",
                 "TandemNode",
                 "TandemRelay",
@@ -168,13 +169,13 @@ let package = Package(
             dependencies: [
                 "TandemVault",
                 "TandemKeys",
-                "TandemBlocking",
                 "TandemNet",
                 "CSodium",
                 "TandemRelay",
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
+                "TandemStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -248,7 +249,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TandemStoreTests",
-            dependencies: ["TandemStore", "TandemProtocol", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: ["TandemStore", "TandemProtocol", "Sodium", .product(name: "GRDB", package: "GRDB.swift")]
         ),
         .testTarget(
             name: "TandemRelayTests",
@@ -259,6 +260,7 @@ let package = Package(
                 "TandemNode",
                 "TandemProtocol",
                 "Sodium",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -289,6 +291,8 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
         ),
     ]
