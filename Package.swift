@@ -240,6 +240,7 @@ let package = Package(
                 "TandemNet",
                 "TandemProtocol",
                 "Sodium",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
