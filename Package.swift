@@ -16,14 +16,16 @@ let package = Package(
         .library(name: "TandemKeys", targets: ["TandemKeys"]),
         .library(name: "TandemBlocking", targets: ["TandemBlocking"]),
     ],
+    // Exact versions: this is an application, and Package.resolved is not committed (a resolve
+    // here pins the commit ids of this machine's package copies). Raise a version here, on purpose.
     dependencies: [
-        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
-        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
-        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
-        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
-        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
-        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
-        .package(url: "https://github.com/apple/swift-protobuf.git", from: "1.39.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", exact: "2.101.3"),
+        .package(url: "https://github.com/apple/swift-nio-extras.git", exact: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", exact: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-protobuf.git", exact: "1.39.0"),
     ],
     targets: [
         .systemLibrary(
@@ -89,6 +91,8 @@ let package = Package(
             name: "TandemStore",
             dependencies: [
                 "TandemProtocol",
+                // DataDirectory's neighbour PrivateDatabaseFile (the relay's mailbox uses it too).
+                "TandemNet",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
@@ -106,9 +110,9 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
         ),
         .target(
@@ -122,7 +126,6 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -132,7 +135,6 @@ let package = Package(
             dependencies: [
                 "TandemNet",
                 "TandemRelay",
-                "TandemStore",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -147,6 +149,7 @@ let package = Package(
             dependencies: [
                 "TandemVault",
                 "TandemKeys",
+                "TandemMedia",
                 "TandemNet",
                 "TandemNode",
                 "TandemRelay",
@@ -166,13 +169,13 @@ let package = Package(
             dependencies: [
                 "TandemVault",
                 "TandemKeys",
-                "TandemBlocking",
                 "TandemNet",
                 "CSodium",
                 "TandemRelay",
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
+                "TandemStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -238,6 +241,7 @@ let package = Package(
                 "TandemNet",
                 "TandemProtocol",
                 "Sodium",
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -247,7 +251,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TandemStoreTests",
-            dependencies: ["TandemStore", "TandemProtocol", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: ["TandemStore", "TandemProtocol", "Sodium", .product(name: "GRDB", package: "GRDB.swift")]
         ),
         .testTarget(
             name: "TandemRelayTests",
@@ -258,6 +262,7 @@ let package = Package(
                 "TandemNode",
                 "TandemProtocol",
                 "Sodium",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -288,6 +293,8 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
         ),
     ]

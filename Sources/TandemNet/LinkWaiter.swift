@@ -58,24 +58,37 @@ public final class LinkWaiter: PeerLinkDelegate, @unchecked Sendable {
 
     /// Sends a signed PING and waits for the matching PONG. Returns the round-trip time.
     public func ping(timeout: TimeAmount = .seconds(10)) async throws -> (rtt: Duration, pong: Tandem_V1_Pong) {
-        guard let link else { throw TandemError("not connected") }
-        let nonce = Sodium.randomUInt64()
-        let promise = link.channel.eventLoop.makePromise(of: (Tandem_V1_Pong, UInt64).self)
         let clock = ContinuousClock()
         let start = clock.now
+        let (pong, _) = try await sendPing(timeout: timeout).get()
+        return (clock.now - start, pong)
+    }
+
+    /// Sends a signed PING; the future is its PONG (and when it came, wall-clock ms), or fails
+    /// after `timeout` or when the link closes.
+    public func sendPing(timeout: TimeAmount) -> EventLoopFuture<(Tandem_V1_Pong, UInt64)> {
+        guard let link else { return eventLoop.makeFailedFuture(TandemError("not connected")) }
+        let loop = link.channel.eventLoop
+        let nonce = Sodium.randomUInt64()
         var ping = Tandem_V1_Ping()
         ping.nonce = nonce
         ping.sentAtMs = wallClockMilliseconds()
-        let payload = try ping.serializedBytes() as [UInt8]
-        try await link.channel.eventLoop.submit {
+        let payload: [UInt8]
+        do {
+            payload = try ping.serializedBytes()
+        } catch {
+            return loop.makeFailedFuture(error)
+        }
+        // The promise is made on the loop, so a loop that is gone fails the submit and leaves none pending.
+        return loop.submit { () -> EventLoopFuture<(Tandem_V1_Pong, UInt64)> in
+            let promise = loop.makePromise(of: (Tandem_V1_Pong, UInt64).self)
             self.pongWaiters[nonce] = promise
-            let timer = link.channel.eventLoop.scheduleTask(in: timeout) {
+            let timer = loop.scheduleTask(in: timeout) {
                 self.pongWaiters.removeValue(forKey: nonce)?.fail(TandemError("no answer within \(timeout.nanoseconds / 1_000_000_000) s", exitCode: TandemError.timeoutExitCode))
             }
             promise.futureResult.whenComplete { _ in timer.cancel() }
             link.send(type: .ping, payload: payload)
-        }.get()
-        let (pong, _) = try await promise.futureResult.get()
-        return (clock.now - start, pong)
+            return promise.futureResult
+        }.flatMap { $0 }
     }
 }

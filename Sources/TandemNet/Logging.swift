@@ -26,10 +26,13 @@ public struct StructuredLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    public func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?,
-                    source: String, file: String, function: String, line: UInt) {
+    public func log(event: LogEvent) {
+        let level = event.level, message = event.message
         var all = metadata
-        if let explicit { all.merge(explicit) { $1 } }
+        if let explicit = event.metadata { all.merge(explicit) { $1 } }
+        // An error passed to the logger itself (`logger.error(…, error: e)`) is shown like the
+        // `error` metadata the project's own calls add, unless a call gives both.
+        if let error = event.error, all["error"] == nil { all["error"] = "\(error)" }
         let ts = Self.timestamp()
         var out: String
         switch format {

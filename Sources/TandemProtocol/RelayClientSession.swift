@@ -5,8 +5,9 @@ import SwiftProtobuf
 /// The client's side of one authenticated link to a tandem-relay (Protocol/README.md section 14),
 /// without I/O: registration, tunnel requests and announcements, mailbox put / item / ack, and the
 /// relay's goodbye. The owner feeds it what it is asked to do and the frames the link delivers,
-/// sends the frames it returns, and carries out what `receive` answers. Used by the node's relay
-/// client and by `tandem-bench relay`.
+/// sends the frames it returns, and carries out what `receive` answers. Its one I/O owner is
+/// TandemNet's `RelayClientConnection` (for the node's relay client, restore and `tandem-bench
+/// relay`); `tandem-bench`'s registration loop and the fuzzer drive it directly.
 ///
 /// Everything the relay sends is checked here: frames not signed by the relay are ignored, replies
 /// must answer a request still waiting, a tunnel token or key must have its exact length, and a

@@ -197,16 +197,17 @@ public struct RelayBook: Sendable {
 
     /// A client link closed: forgets it and drops its tunnels that are not spliced yet (spliced
     /// tunnels live on their own connections, and stay charged to their keys). Returns the
-    /// dropped tokens.
+    /// dropped tokens, each with the connections that joined it and now wait in vain.
     @discardableResult
-    public mutating func clientClosed(_ id: ClientID) -> [Token] {
-        guard let c = clients.removeValue(forKey: id) else { return [] }
+    public mutating func clientClosed(_ id: ClientID) -> [Token: [UInt64]] {
+        guard let c = clients.removeValue(forKey: id) else { return [:] }
         if homes[c.key] == id { homes[c.key] = nil }
         if let n = clientsByAddress[c.address] { clientsByAddress[c.address] = n > 1 ? n - 1 : nil }
-        var dropped: [Token] = []
-        for t in c.tunnels where tunnels[t]?.spliced == false {
+        var dropped: [Token: [UInt64]] = [:]
+        for t in c.tunnels {
+            guard let tunnel = tunnels[t], !tunnel.spliced else { continue }
             dropTunnel(t)
-            dropped.append(t)
+            dropped[t] = tunnel.joined
         }
         return dropped
     }

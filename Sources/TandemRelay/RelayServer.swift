@@ -178,11 +178,7 @@ public final class RelayServer: Service, @unchecked Sendable {
             goodbye(s.link, reason: "idle for \(configuration.idleTimeoutSeconds) s")
         }
         let expired = book.withLockedValue { $0.expireJoins(nowMs: nowMs) }
-        for (_, ends) in expired {
-            for c in ends {
-                if let ch = waiting.withLockedValue({ $0.removeValue(forKey: c) }) { answer(ch, .timeout, close: true) }
-            }
-        }
+        for (_, ends) in expired { dismissWaiting(ends, with: .timeout) }
         let expiryDue = lastExpiry.withLockedValue { last -> Bool in
             guard nowMs - last >= 60_000 else { return false }
             last = nowMs

@@ -43,7 +43,10 @@ extension RelayServer {
             metrics.update { $0.handshakesFailed += 1 }
         }
         sessions.withLockedValue { _ = $0.removeValue(forKey: connection) }
-        book.withLockedValue { $0.clientClosed(connection) }
+        // The link's tunnels that were not spliced end with it: an end already waiting for its
+        // partner is told at once (its token is gone), not left to wait for its own timeout.
+        let dropped = book.withLockedValue { $0.clientClosed(connection) }
+        for ends in dropped.values { dismissWaiting(ends, with: .unknownToken) }
     }
 
     func received(_ envelope: Envelope, on link: any RelayClientLink, connection: UInt64) {

@@ -46,6 +46,13 @@ extension RelayServer {
         }
     }
 
+    /// Tunnel ends (connection ids) whose tunnel is gone: those still waiting get `answer` and are closed.
+    func dismissWaiting(_ ends: [UInt64], with answer: TunnelJoin.Answer) {
+        for c in ends {
+            if let channel = waiting.withLockedValue({ $0.removeValue(forKey: c) }) { self.answer(channel, answer, close: true) }
+        }
+    }
+
     func answer(_ channel: Channel, _ answer: TunnelJoin.Answer, close: Bool) {
         let buf = channel.allocator.buffer(bytes: [answer.rawValue])
         let f = channel.writeAndFlush(buf)

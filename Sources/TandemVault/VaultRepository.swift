@@ -68,8 +68,15 @@ public final class VaultRepository: @unchecked Sendable {
 
     /// The pack file for a name from `packNames` (nil for a malformed name).
     public func packFileURL(name: String) -> URL? {
+        Self.packFileURL(in: directory, name: name)
+    }
+
+    /// Where the pack `name` (64 hex) belongs in the vault at `directory` (`packs/<2 hex>/<64 hex>`),
+    /// whether or not it is there; nil for a name that is not 64 hex digits. For writing a vault's
+    /// packs before it can be opened (a restore).
+    public static func packFileURL(in directory: URL, name: String) -> URL? {
         guard let bytes = Hex.decode(name), let id = ChunkID(bytes) else { return nil }
-        return packStore.url(for: id)
+        return PackStore(directory: directory).url(for: id)
     }
 
     public func indexFileURL() -> URL { IndexFile.url(directory: directory, keys: keys) }

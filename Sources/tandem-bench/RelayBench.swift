@@ -198,7 +198,9 @@ final class RelayProcess: @unchecked Sendable {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = stdoutPipe
         let log = directory.appendingPathComponent("relay.log")
-        FileManager.default.createFile(atPath: log.path, contents: nil)
+        guard FileManager.default.createFile(atPath: log.path, contents: nil) else {
+            throw BenchError("cannot create the relay's log file \(log.path)")
+        }
         process.standardError = try FileHandle(forWritingTo: log)
         try process.run()
         let prefix = "tandem-relay listening: "
@@ -268,74 +270,35 @@ final class RelayProcess: @unchecked Sendable {
 // MARK: - a client link to a relay
 
 /// One authenticated link to a relay, as a node keeps it: registers, opens tunnels and hears of
-/// incoming ones, through the shared `RelayClientSession`. Callbacks arrive on the link's event
-/// loop; the state is behind a lock.
-final class RelayPeer: PeerLinkDelegate, @unchecked Sendable {
+/// incoming ones, through the shared `RelayClientConnection`.
+final class RelayPeer: Sendable {
     typealias Incoming = (from: [UInt8], token: [UInt8])
-    let identity: SigningKeyPair
     let relay: RelayAddress
-    private(set) var link: PeerLink?
-    private struct State {
-        var machine: RelayClientSession
-        var registered: EventLoopPromise<Void>?
-        var replies: [UInt64: EventLoopPromise<RelayClientSession.Reply>] = [:]
-        var incoming: [Incoming] = []
-        var incomingWaiter: EventLoopPromise<Incoming>?
-        var closed: Error?
-    }
-    private let state: NIOLockedValueBox<State>
+    private let connection: RelayClientConnection
+    private let incoming: IncomingTunnels
 
-    init(identity: SigningKeyPair, relay: RelayAddress) {
-        self.identity = identity
-        self.relay = relay
-        self.state = NIOLockedValueBox(State(machine: RelayClientSession(relay: relay.id.publicKey,
-                                                                         nowMs: Int64(wallClockMilliseconds()))))
+    private init(connection: RelayClientConnection, incoming: IncomingTunnels) {
+        self.relay = connection.relay
+        self.connection = connection
+        self.incoming = incoming
     }
 
     static func connect(_ relay: RelayAddress, identity: SigningKeyPair, group: EventLoopGroup, logger: Logger) async throws -> RelayPeer {
-        let peer = RelayPeer(identity: identity, relay: relay)
+        let incoming = IncomingTunnels()
         let gate = FrameGate(localPublicKey: identity.publicKey, metrics: TransportMetrics())
-        let (link, _) = try await PeerConnector.connect(host: relay.host, port: relay.port, remote: relay.id.publicKey,
-                                                        identity: identity, gate: gate, delegate: peer, group: group, logger: logger)
-        peer.link = link
-        return peer
+        let connection = try await RelayClientConnection.connect(to: relay, identity: identity, gate: gate, group: group,
+                                                                 logger: logger, delegate: incoming)
+        return RelayPeer(connection: connection, incoming: incoming)
     }
 
-    private func fresh<T>(_ type: T.Type) throws -> (PeerLink, EventLoopPromise<T>) {
-        guard let link else { throw BenchError("not linked to the relay") }
-        if let e = state.withLockedValue({ $0.closed }) { throw e }
-        return (link, link.channel.eventLoop.makePromise(of: T.self))
-    }
-
-    /// RELAY_REGISTER, and RELAY_REGISTERED back.
+    /// RELAY_REGISTER, and RELAY_REGISTERED back (10 s at most).
     func register() async throws {
-        let (link, promise) = try fresh(Void.self)
-        guard let frame = state.withLockedValue({ s -> RelayClientSession.Outbound? in
-            guard let frame = s.machine.register(agent: "tandem-bench") else { return nil }
-            s.registered = promise
-            return frame
-        }) else {
-            promise.fail(BenchError("already registering"))
-            throw BenchError("already registering")
-        }
-        link.send(type: frame.type, payload: frame.payload)
-        try await within(promise, seconds: 10, "RELAY_REGISTERED")
+        _ = try await connection.register(agent: "tandem-bench", timeout: .seconds(10))
     }
 
-    /// TUNNEL_OPEN to `target`; the token of the RELAY_REPLY.
+    /// TUNNEL_OPEN to `target`; the token of the RELAY_REPLY (10 s at most).
     func openTunnel(to target: [UInt8]) async throws -> [UInt8] {
-        let (link, promise) = try fresh(RelayClientSession.Reply.self)
-        let nowMs = Int64(wallClockMilliseconds())
-        guard let frame = state.withLockedValue({ s -> RelayClientSession.Outbound? in
-            guard let (id, frame) = s.machine.request(.tunnelOpen(target: target), nowMs: nowMs) else { return nil }
-            s.replies[id] = promise
-            return frame
-        }) else {
-            promise.fail(BenchError("the link to the relay is closed"))
-            throw BenchError("the link to the relay is closed")
-        }
-        link.send(type: frame.type, payload: frame.payload)
-        switch try await within(promise, seconds: 10, "RELAY_REPLY") {
+        switch try await connection.request(.tunnelOpen(target: target), timeout: .seconds(10)) {
         case .tunnel(let token):
             return token
         case .refused(let status, let detail):
@@ -345,65 +308,63 @@ final class RelayPeer: PeerLinkDelegate, @unchecked Sendable {
         }
     }
 
-    /// The next TUNNEL_INCOMING.
+    /// The next TUNNEL_INCOMING (10 s at most).
     func nextIncoming() async throws -> Incoming {
-        let (_, promise) = try fresh(Incoming.self)
-        let ready = state.withLockedValue { s -> Incoming? in
-            if !s.incoming.isEmpty { return s.incoming.removeFirst() }
-            s.incomingWaiter = promise
+        guard let loop = connection.link?.channel.eventLoop else { throw BenchError("not linked to the relay") }
+        return try await incoming.next(on: loop, within: .seconds(10))
+    }
+
+    func close() { connection.close() }
+}
+
+/// The TUNNEL_INCOMINGs a `RelayPeer` heard, kept until asked for, and the one caller waiting.
+private final class IncomingTunnels: RelayClientConnectionDelegate {
+    typealias Incoming = RelayPeer.Incoming
+    private struct State {
+        var heard: [Incoming] = []
+        var waiter: EventLoopPromise<Incoming>?
+        var closed: Error?
+    }
+    private let state = NIOLockedValueBox(State())
+
+    func next(on loop: EventLoop, within timeout: TimeAmount) async throws -> Incoming {
+        let promise = loop.makePromise(of: Incoming.self)
+        let ready = state.withLockedValue { s -> Result<Incoming, Error>? in
+            if !s.heard.isEmpty { return .success(s.heard.removeFirst()) }
+            if let e = s.closed { return .failure(e) }
+            s.waiter?.fail(BenchError("another caller waits for TUNNEL_INCOMING"))
+            s.waiter = promise
             return nil
         }
         if let ready {
-            promise.succeed(ready)
-            return ready
+            promise.completeWith(ready)
+        } else {
+            let timer = loop.scheduleTask(in: timeout) { [state] in
+                // No longer waiting: what comes later is kept for the next caller.
+                state.withLockedValue { s in if s.waiter?.futureResult === promise.futureResult { s.waiter = nil } }
+                promise.fail(BenchError("no TUNNEL_INCOMING from the relay within \(timeout.nanoseconds / 1_000_000_000) s"))
+            }
+            promise.futureResult.whenComplete { _ in timer.cancel() }
         }
-        return try await within(promise, seconds: 10, "TUNNEL_INCOMING")
-    }
-
-    private func within<T>(_ promise: EventLoopPromise<T>, seconds: Int64, _ what: String) async throws -> T {
-        let timer = promise.futureResult.eventLoop.scheduleTask(in: .seconds(seconds)) {
-            promise.fail(BenchError("no \(what) from the relay within \(seconds) s"))
-        }
-        defer { timer.cancel() }
         return try await promise.futureResult.get()
     }
 
-    func link(_ link: PeerLink, received envelope: Envelope) {
-        let action = state.withLockedValue { $0.machine.receive(envelope) }
-        switch action {
-        case nil, .mail?, .goodbye?:
-            break
-        case .registered?:
-            state.withLockedValue { s in defer { s.registered = nil }; return s.registered }?.succeed(())
-        case .replied(let id, let reply)?:
-            state.withLockedValue { $0.replies.removeValue(forKey: id) }?.succeed(reply)
-        case .tunnelIncoming(let from, let token)?:
-            let waiter = state.withLockedValue { s -> EventLoopPromise<Incoming>? in
-                if let w = s.incomingWaiter {
-                    s.incomingWaiter = nil
-                    return w
-                }
-                s.incoming.append((from, token))
-                return nil
+    func relayConnection(_ connection: RelayClientConnection, tunnelIncomingFrom from: [UInt8], token: [UInt8]) {
+        let waiter = state.withLockedValue { s -> EventLoopPromise<Incoming>? in
+            if let w = s.waiter {
+                s.waiter = nil
+                return w
             }
-            waiter?.succeed((from, token))
+            s.heard.append((from, token))
+            return nil
         }
+        waiter?.succeed((from, token))
     }
 
-    func linkClosed(_ link: PeerLink, error: Error?) {
-        let e = error ?? BenchError("the relay closed the link")
-        let (registered, replies, incoming) = state.withLockedValue { s in
-            _ = s.machine.closed(error: error.map { "\($0)" })
-            s.closed = e
-            defer { s.registered = nil; s.replies = [:]; s.incomingWaiter = nil }
-            return (s.registered, s.replies, s.incomingWaiter)
-        }
-        registered?.fail(e)
-        for (_, p) in replies { p.fail(e) }
-        incoming?.fail(e)
+    func relayConnectionClosed(_ connection: RelayClientConnection, ending: RelayClientSession.Ending) {
+        let e = BenchError("the relay closed the link\(ending.reason.map { ": \($0)" } ?? "")")
+        state.withLockedValue { s in defer { s.waiter = nil; s.closed = e }; return s.waiter }?.fail(e)
     }
-
-    func close() { link?.close() }
 }
 
 // MARK: - the paths
@@ -1000,7 +961,7 @@ final class RegisterLoop: @unchecked Sendable {
             return
         }
         let (identity, gate) = pool[completed % pool.count]
-        let delegate = RegisterOnce(relay: relay.id.publicKey, closeWhenRegistered: true)
+        let delegate = RegisterOnce(relay: relay.id.publicKey)
         let remote = relay.id.publicKey, logger = logger
         ClientBootstrap(group: eventLoop)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
@@ -1026,42 +987,32 @@ final class RegisterLoop: @unchecked Sendable {
     }
 }
 
-/// Sends RELAY_REGISTER as soon as the link is up and notes RELAY_REGISTERED (closing the link
-/// then, or keeping it), through the shared `RelayClientSession`. Callbacks come on the link's
-/// event loop.
-final class RegisterOnce: PeerLinkDelegate, @unchecked Sendable {
-    private let closeWhenRegistered: Bool
-    private let lock: NIOLockedValueBox<(session: RelayClientSession, closed: Bool)>
-    var onRegistered: (@Sendable () -> Void)?
-    var onClosed: (@Sendable (Error?) -> Void)?
+/// Sends RELAY_REGISTER as soon as the link is up and closes the link at RELAY_REGISTERED, through
+/// the shared `RelayClientSession`: `RegisterLoop`'s chain of futures, with no wait of its own (the
+/// loop goes on when the link closes). Callbacks come on the link's event loop.
+final class RegisterOnce: PeerLinkDelegate, Sendable {
+    private let session: NIOLockedValueBox<RelayClientSession>
 
-    init(relay: [UInt8], closeWhenRegistered: Bool) {
-        self.closeWhenRegistered = closeWhenRegistered
-        self.lock = NIOLockedValueBox((RelayClientSession(relay: relay, nowMs: 0), false))
+    init(relay: [UInt8]) {
+        self.session = NIOLockedValueBox(RelayClientSession(relay: relay, nowMs: 0))
     }
 
-    var registered: Bool { lock.withLockedValue { $0.session.wasRegistered } }
-    var closed: Bool { lock.withLockedValue { $0.closed } }
+    var registered: Bool { session.withLockedValue { $0.wasRegistered } }
 
     func linkEstablished(_ link: PeerLink) {
-        if let frame = lock.withLockedValue({ $0.session.register(agent: "tandem-bench") }) {
+        if let frame = session.withLockedValue({ $0.register(agent: "tandem-bench") }) {
             link.send(type: frame.type, payload: frame.payload)
         }
     }
 
     func link(_ link: PeerLink, received envelope: Envelope) {
         // The session answers .registered once, for the relay's own confirmation only.
-        guard case .registered? = lock.withLockedValue({ $0.session.receive(envelope) }) else { return }
-        if closeWhenRegistered { link.close() }
-        onRegistered?()
+        guard case .registered? = session.withLockedValue({ $0.receive(envelope) }) else { return }
+        link.close()
     }
 
     func linkClosed(_ link: PeerLink, error: Error?) {
-        lock.withLockedValue { s in
-            _ = s.session.closed(error: error.map { "\($0)" })
-            s.closed = true
-        }
-        onClosed?(error)
+        _ = session.withLockedValue { $0.closed(error: error.map { "\($0)" }) }
     }
 }
 
@@ -1127,13 +1078,6 @@ enum IdleClientsBenchmark {
         }
     }
 
-    /// One idle client's link.
-    final class Client: @unchecked Sendable {
-        let delegate: RegisterOnce
-        var channel: Channel?
-        init(delegate: RegisterOnce) { self.delegate = delegate }
-    }
-
     static func run(binary: String, clients: Int, inFlight: Int, sourceAddresses: Int) async throws -> Result {
         let relay = try RelayProcess(binary: binary, name: "clients")
         defer { relay.stop() }
@@ -1154,7 +1098,7 @@ enum IdleClientsBenchmark {
         let address = relay.address!
         let nextIndex = NIOLockedValueBox(0)
         let outcome = NIOLockedValueBox<(registered: Int, failed: Int, firstError: String?)>((0, 0, nil))
-        let links = NIOLockedValueBox<[Client]>([])
+        let links = NIOLockedValueBox<[RelayClientConnection]>([])
         let cpu0 = relay.cpuSeconds
         t0 = monotonicNanos()
         // RSS while the clients arrive, every half second.
@@ -1202,47 +1146,26 @@ enum IdleClientsBenchmark {
         result.failed = o.failed
         result.firstError = o.firstError
         let all = links.withLockedValue { $0 }
-        result.droppedAfterRegistering = all.filter { $0.delegate.closed }.count
-        for c in all { c.channel?.close(promise: nil) }
-        for c in all { try? await c.channel?.closeFuture.get() }
+        result.droppedAfterRegistering = all.filter { !$0.isOpen }.count
+        for c in all { c.close() }
+        for c in all { try? await c.link?.channel.closeFuture.get() }
         try? await group.shutdownGracefully()
         return result
     }
 
-    /// One client: connect from `source`, handshake, register; returns with the link open.
+    /// One client: connect from `source`, handshake, register (30 s at most); returns with the link open.
     static func connect(_ identity: SigningKeyPair, to relay: RelayAddress, from source: SocketAddress,
-                        group: EventLoopGroup, logger: Logger) async throws -> Client {
-        let loop = group.next()
-        let registered = loop.makePromise(of: Void.self)
-        let delegate = RegisterOnce(relay: relay.id.publicKey, closeWhenRegistered: false)
-        delegate.onRegistered = { registered.succeed(()) }
-        delegate.onClosed = { error in registered.fail(error ?? BenchError("the relay closed the link before RELAY_REGISTERED")) }
+                        group: EventLoopGroup, logger: Logger) async throws -> RelayClientConnection {
         let gate = FrameGate(localPublicKey: identity.publicKey, metrics: TransportMetrics(), replayCapacity: 64)
-        let remote = relay.id.publicKey
-        let channel = try await ClientBootstrap(group: loop)
-            .connectTimeout(.seconds(10))
-            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .bind(to: source)
-            .channelInitializer { ch in
-                ch.eventLoop.makeCompletedFuture {
-                    _ = try PeerPipeline.configure(channel: ch, identity: identity, serverPublicKey: remote,
-                                                   gate: gate, delegate: delegate, options: .init(), logger: logger)
-                }
-            }
-            .connect(host: relay.host, port: relay.port).get()
-        let client = Client(delegate: delegate)
-        client.channel = channel
-        let timer = loop.scheduleTask(in: .seconds(30)) {
-            registered.fail(BenchError("no RELAY_REGISTERED within 30 s"))
-        }
-        defer { timer.cancel() }
+        let connection = try await RelayClientConnection.connect(to: relay, identity: identity, gate: gate, group: group.next(),
+                                                                 logger: logger, localAddress: source)
         do {
-            try await registered.futureResult.get()
+            _ = try await connection.register(agent: "tandem-bench", timeout: .seconds(30))
         } catch {
-            channel.close(promise: nil)
+            connection.close()
             throw error
         }
-        return client
+        return connection
     }
 
     static func ownRSS() -> Int {

@@ -8,7 +8,6 @@ import Sodium
 import TandemNet
 import TandemProtocol
 import TandemRelay
-import TandemStore
 
 @main
 struct TandemRelayCommand: AsyncParsableCommand {

@@ -3,6 +3,7 @@ import Foundation
 import TandemNet
 import TandemNode
 import TandemProtocol
+import TandemVault
 
 @main
 struct Tandem: AsyncParsableCommand {
@@ -38,6 +39,10 @@ struct Tandem: AsyncParsableCommand {
         } catch let error as NodeError {
             FileHandle.standardError.write(Data("tandem: error: \(error.message.terminalSafe)\n".utf8))
             Foundation.exit(error.exitCode)
+        } catch let error as VaultError {
+            // The vault's files as the CLI writes them itself (restore): the error names the file.
+            FileHandle.standardError.write(Data("tandem: error: \(error.description.terminalSafe)\n".utf8))
+            Foundation.exit(1)
         } catch {
             let code = exitCode(for: error)
             if code == .success || code.rawValue == 0 {

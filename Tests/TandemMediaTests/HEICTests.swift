@@ -24,6 +24,7 @@ final class HEICTests: MediaTestCase {
         let clean = try read(output)
         XCTAssertEqual(PhotoProcessor.sniff(Array(clean.prefix(12))), .heic)
         let after = try assertNoCameraSecrets(original: original, clean: clean, output: output)
+        XCTAssertEqual(after.orientation, before.orientation, "the orientation is kept")
         XCTAssertEqual(try PhotoProcessor.captureDate(of: output), TestImages.cameraDate)
         let c = try TestImages.decode(clean)
         XCTAssertEqual([c.width, c.height], [400, 200])

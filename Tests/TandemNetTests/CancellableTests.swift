@@ -24,7 +24,9 @@ final class CancellableTests: XCTestCase {
         let result = await waiting.result
         XCTAssertThrowsError(try result.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
         promise.succeed(7)
-        try await promise.futureResult.get()
+        // Its callbacks run in order: `abandoned` has its value by the time this wait ends.
+        let late = try await promise.futureResult.get()
+        XCTAssertEqual(late, 7)
         XCTAssertEqual(abandoned.withLockedValue { $0 }, [7], "a value nobody waits for any more goes to `abandoned`")
     }
 

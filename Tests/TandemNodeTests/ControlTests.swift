@@ -307,7 +307,7 @@ final class ControlTests: XCTestCase {
     func testANonSocketFileIsNotRemoved() async throws {
         let dir = makeDir()
         try dir.create()
-        FileManager.default.createFile(atPath: dir.controlSocket.path, contents: Data("keep".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: dir.controlSocket.path, contents: Data("keep".utf8)))
         let server = ControlServer(directory: dir, router: ControlRouter(), logger: logger)
         do {
             try await server.run()

@@ -64,7 +64,7 @@ final class MessagesTests: XCTestCase {
     /// Unknown fields (up to the frame cap) are not kept: the stored bytes are the re-encoded record.
     func testStoredRecordDropsUnknownFields() throws {
         // A record followed by an unknown field 127 of 8 KiB, spliced in by hand.
-        var raw = [UInt8](try request(record()))
+        var raw = request(record())
         var contact = try Tandem_V1_FriendRequest(serializedBytes: raw).contact.serializedBytes() as [UInt8]
         contact += [0xfa, 0x07, 0x80, 0x40] + [UInt8](repeating: 0x41, count: 8192)
         var m = Tandem_V1_FriendRequest()

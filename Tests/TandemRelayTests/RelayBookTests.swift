@@ -175,8 +175,8 @@ final class RelayBookTests: XCTestCase {
         XCTAssertEqual(book.clientCount, 0)
         XCTAssertEqual(book.registeredCount, 0)
         // Closing again (or an unknown id) is harmless.
-        XCTAssertEqual(book.clientClosed(2), [])
-        XCTAssertEqual(book.clientClosed(42), [])
+        XCTAssertEqual(book.clientClosed(2), [:])
+        XCTAssertEqual(book.clientClosed(42), [:])
         assertSane(book)
     }
 
@@ -355,7 +355,7 @@ final class RelayBookTests: XCTestCase {
         XCTAssertEqual(book.openTunnel(from: 1, to: key(2), token: token(2), nowMs: 0), .ready(target: 2))
         splice(&book, token(1), 100)
         splice(&book, token(2), 102)
-        XCTAssertEqual(book.clientClosed(1), [], "spliced tunnels are not dropped")
+        XCTAssertEqual(book.clientClosed(1), [:], "spliced tunnels are not dropped")
         XCTAssertEqual(book.authenticated(9, key: key(1), address: "a"), .accepted)  // the same key, a new link
         XCTAssertEqual(book.tunnelLoad(of: key(1)), 2)
         XCTAssertEqual(book.openTunnel(from: 9, to: key(3), token: token(3), nowMs: 0),
@@ -546,7 +546,7 @@ final class RelayBookTests: XCTestCase {
         XCTAssertEqual(book.openTunnel(from: 3, to: key(2), token: token(3), nowMs: 0), .ready(target: 2))
 
         let dropped = book.clientClosed(1)
-        XCTAssertEqual(dropped, [token(2)])
+        XCTAssertEqual(dropped, [token(2): [102]], "the dropped tunnel, with its end that waits in vain")
         XCTAssertNil(book.tunnels[token(2)])
         XCTAssertEqual(book.tunnels[token(1)]?.spliced, true, "a spliced tunnel lives on its own connections")
         XCTAssertNotNil(book.tunnels[token(3)])
@@ -556,7 +556,7 @@ final class RelayBookTests: XCTestCase {
         // The dropped tunnel's waiting end cannot be joined any more.
         XCTAssertEqual(book.join(token: token(2), connection: 103), .unknownToken)
         // The target closing drops its unspliced tunnel too, from the initiator's count as well.
-        XCTAssertEqual(book.clientClosed(2), [token(3)])
+        XCTAssertEqual(book.clientClosed(2), [token(3): []])
         XCTAssertEqual(book.tunnelCount(of: 3), 0)
         XCTAssertEqual(book.tunnels.count, 1)
         XCTAssertEqual(book.splicedTunnelCount, 1)

@@ -9,7 +9,8 @@ import pytest
 
 from tandem_testkit import poll
 from relayproto import (BAD_REQUEST, JOIN_TIMEOUT, LIMIT, MAILBOX_ITEM, OFFLINE, OK, PING, RELAY_GOODBYE,
-                        TUNNEL_INCOMING, UNKNOWN_RECIPIENT, RelayLink, join, pb_uint, read_exactly)
+                        TUNNEL_INCOMING, UNKNOWN_RECIPIENT, UNKNOWN_TOKEN, RelayLink, join, pb_uint,
+                        read_exactly)
 
 
 def test_mailbox_quotas_and_unknown_recipients(make_relay, write_config, links):
@@ -96,6 +97,28 @@ def test_tunnel_refusals_and_join_timeout(make_relay, write_config, links):
     m = relay.metrics()
     assert m["tandem_relay_tunnels_refused_total"] == 3, m  # two offline, one over the limit
     assert m["tandem_relay_tunnels_opened_total"] == 0, m
+
+
+def test_a_waiting_end_is_told_when_the_initiators_link_closes(make_relay, links):
+    """A tunnel not spliced yet ends with the initiator's client link (14.3): an end already waiting
+    is answered 0x01 and closed at once, not at the join timeout (10 s)."""
+    relay = make_relay()
+    x, y = links.open(relay, 2)
+    run = links.run
+    run(x.register())
+    opened = run(y.open_tunnel(x.public))
+    assert opened.get(2) == OK, opened
+    lonely = join(relay.port, opened[4], timeout=8)
+    try:
+        time.sleep(0.5)  # the relay parks the end (were it later, the token would be unknown anyway)
+        started = time.monotonic()
+        y.close()
+        run(asyncio.sleep(0.05))  # the transport closes on its loop
+        assert read_exactly(lonely, 2) == bytes([UNKNOWN_TOKEN])
+        assert time.monotonic() - started < 3
+    finally:
+        lonely.close()
+    poll(lambda: relay.metric("tandem_relay_tunnels_waiting") == 0, timeout=5, what="the tunnel forgotten")
 
 
 def test_idle_links_are_closed(make_relay, write_config, links):

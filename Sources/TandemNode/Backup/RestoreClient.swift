@@ -246,7 +246,7 @@ public struct RestoreClient {
     /// Slot A's key from the keys file's recovery slot (the code), B's through the link.
     func vaultKeys(keysFile: [UInt8], code: RecoveryCode, staging: URL) throws -> VaultKeys {
         let keysDir = staging.appendingPathComponent("keys-check")
-        try makeDirectory(keysDir)
+        try FileIO.createDirectory(keysDir)
         defer { try? FileManager.default.removeItem(at: keysDir) }
         try DurableFile.write(keysFile, to: VaultKeyFile.url(in: keysDir))
         let file = try VaultKeyFile.load(from: keysDir)
@@ -261,8 +261,8 @@ public struct RestoreClient {
     func restoreVault(_ o: Options, identity: SigningKeyPair, keysFile: [UInt8], vaultDir: URL, report: inout Report,
                       events: @escaping @Sendable (Event) -> Void) async throws {
         let staging = vaultDir.appendingPathComponent(".restore")
-        try makeDirectory(vaultDir)
-        try makeDirectory(staging)
+        try FileIO.createDirectory(vaultDir)
+        try FileIO.createDirectory(staging)
         events(.step("opening the vault's keys with the recovery code"))
         let keys = try vaultKeys(keysFile: keysFile, code: o.code, staging: staging)
         report.vault = true
@@ -305,18 +305,18 @@ public struct RestoreClient {
         report.snapshotCreatedAtMs = chosen.snapshot.createdAtMs
 
         // Packs: those in place were hash-checked before their rename.
-        let inPlace = Set(chosen.packs.filter { FileManager.default.fileExists(atPath: packURL(vaultDir, $0.name).path) }.map(\.name))
+        let inPlace = Set(try chosen.packs.filter { FileIO.exists(try packURL(vaultDir, $0.name)) }.map(\.name))
         var plan = RestorePlan(holder: link.address, blobs: chosen.packs, inPlace: inPlace)
         report.blobs = chosen.packs.count
         report.blobsAlreadyHere = plan.skipped
         report.bytes = plan.totalBytes
         let startDone = plan.doneBytes
         events(.step("fetching \(chosen.packs.count - plan.skipped) pack(s) (\(plan.skipped) already here)"))
-        try await fetch(&plan, holder: holder, phase: "packs", events: events) { name in packURL(vaultDir, name) }
+        try await fetch(&plan, holder: holder, phase: "packs", events: events) { name in try packURL(vaultDir, name) }
         report.bytesFetched = plan.doneBytes - startDone
 
         // The index files, the keys file, the code sealed in the vault, in that order.
-        try makeDirectory(vaultDir.appendingPathComponent("index"))
+        try FileIO.createDirectory(vaultDir.appendingPathComponent("index"))
         for index in chosen.indexes {
             try DurableFile.write(index.bytes, to: vaultDir.appendingPathComponent("index").appendingPathComponent(index.locator))
         }
@@ -349,7 +349,7 @@ public struct RestoreClient {
         let indexHoldings = try await have(snapshot.indexBlobs, holder: holder)
         guard indexHoldings.allSatisfy(\.isWhole) else { throw SnapshotUnusable(reason: "the holder lacks an index blob") }
         let stagedIndex = staging.appendingPathComponent("index-blobs")
-        try makeDirectory(stagedIndex)
+        try FileIO.createDirectory(stagedIndex)
         let inPlace = Set(indexHoldings.filter { FileManager.default.fileExists(atPath: stagedIndex.appendingPathComponent($0.name.description).path) }.map(\.name))
         var plan = RestorePlan(holder: holder.link.address, blobs: indexHoldings.map { RestorePlan.Blob(name: $0.name, size: $0.size) }, inPlace: inPlace)
         events(.step("fetching \(indexHoldings.count) index blob(s)"))
@@ -359,12 +359,13 @@ public struct RestoreClient {
         var indexes: [(locator: String, bytes: [UInt8])] = []
         var packNames = Set<String>()
         for holding in indexHoldings {
-            let bytes = try FileIOBridge.read(stagedIndex.appendingPathComponent(holding.name.description), limit: 1 << 30)
+            let bytes = try FileIO.readAll(stagedIndex.appendingPathComponent(holding.name.description), limit: 1 << 30,
+                                           what: "index blob")
             var placed = false
             for (master, locator) in [(keys.masterA, keys.locatorA)] + (keys.masterB.map { [($0, keys.locatorB!)] } ?? []) {
                 let scratch = staging.appendingPathComponent("scratch-\(hexString(Sodium.randomBytes(6)))")
                 defer { try? FileManager.default.removeItem(at: scratch) }
-                try makeDirectory(scratch.appendingPathComponent("index"))
+                try FileIO.createDirectory(scratch.appendingPathComponent("index"))
                 try DurableFile.write(bytes, to: scratch.appendingPathComponent("index").appendingPathComponent(locator))
                 guard let repo = try? VaultRepository.open(at: scratch, masterKey: master) else { continue }
                 indexes.append((locator, bytes))
@@ -421,7 +422,7 @@ public struct RestoreClient {
     /// Runs `plan` to its end over `link`: FETCHes out, pieces written at their offsets into
     /// `<final>.tmp-restore`, each finished blob hashed, then renamed into place.
     func fetch(_ plan: inout RestorePlan, holder: HolderConnection, phase: String, events: @escaping @Sendable (Event) -> Void,
-               destination: (BlobName) -> URL) async throws {
+               destination: (BlobName) throws -> URL) async throws {
         var files: [BlobName: Int32] = [:]
         defer { for (_, fd) in files { close(fd) } }
         let started = ContinuousClock.now
@@ -441,8 +442,8 @@ public struct RestoreClient {
             if let f = plan.failure { throw TandemError("restore refused: \(f)") }
             let (opened, requests) = plan.next(nowMs: now(), newID: { BackupRequestID(bytes: Sodium.randomBytes(16))! })
             for b in opened {
-                let final = destination(b.name)
-                try makeDirectory(final.deletingLastPathComponent())
+                let final = try destination(b.name)
+                try FileIO.createDirectory(final.deletingLastPathComponent())
                 let tmp = final.path + ".tmp-restore"
                 let fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
                 guard fd >= 0 else { throw TandemError("cannot create \(tmp): \(String(cString: strerror(errno)))") }
@@ -479,7 +480,7 @@ public struct RestoreClient {
                     }
                 }
                 if finished {
-                    let final = destination(name)
+                    let final = try destination(name)
                     let tmp = final.path + ".tmp-restore"
                     guard fsync(fd) == 0 else { throw TandemError("cannot fsync \(tmp): \(String(cString: strerror(errno)))") }
                     let actual = try hashFile(fd)
@@ -490,8 +491,8 @@ public struct RestoreClient {
                         if let f = plan.failure { throw TandemError("restore refused: \(f)") }
                         continue
                     }
-                    guard rename(tmp, final.path) == 0 else { throw TandemError("cannot rename into \(final.path): \(String(cString: strerror(errno)))") }
-                    try syncDirectory(final.deletingLastPathComponent())
+                    try FileIO.rename(URL(fileURLWithPath: tmp), to: final)
+                    try FileIO.syncDirectory(final.deletingLastPathComponent())
                 }
                 report()
             }
@@ -512,6 +513,14 @@ public struct RestoreClient {
             offset += off_t(n)
         }
         return BlobName(bytes: h.finalize())!
+    }
+
+    /// Where the vault keeps the pack `name` (its layout is the vault's).
+    func packURL(_ vault: URL, _ name: BlobName) throws -> URL {
+        guard let url = VaultRepository.packFileURL(in: vault, name: name.description) else {
+            throw TandemError("pack name \(name) is not 64 hex digits")
+        }
+        return url
     }
 }
 
@@ -548,35 +557,4 @@ final class HolderConnection: @unchecked Sendable {
     }
 
     func close() { link.close() }
-}
-
-/// `<vault>/packs/<xx>/<name>` (vault.md layout).
-func packURL(_ vault: URL, _ name: BlobName) -> URL {
-    let hex = name.description
-    return vault.appendingPathComponent("packs").appendingPathComponent(String(hex.prefix(2))).appendingPathComponent(hex)
-}
-
-func makeDirectory(_ url: URL) throws {
-    do {
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-    } catch {
-        throw TandemError("cannot create \(url.path): \(error.localizedDescription)")
-    }
-}
-
-func syncDirectory(_ url: URL) throws {
-    let fd = open(url.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    guard fd >= 0 else { throw TandemError("cannot open \(url.path): \(String(cString: strerror(errno)))") }
-    defer { close(fd) }
-    guard fsync(fd) == 0 else { throw TandemError("cannot fsync \(url.path): \(String(cString: strerror(errno)))") }
-}
-
-enum FileIOBridge {
-    static func read(_ url: URL, limit: Int) throws -> [UInt8] {
-        guard let h = FileHandle(forReadingAtPath: url.path) else { throw TandemError("cannot read \(url.path)") }
-        defer { try? h.close() }
-        let data = try h.read(upToCount: limit + 1) ?? Data()
-        guard data.count <= limit else { throw TandemError("\(url.path) is larger than \(limit) bytes") }
-        return Array(data)
-    }
 }

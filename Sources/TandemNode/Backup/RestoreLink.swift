@@ -49,36 +49,60 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
     }
 
     /// Links to the holder through a tunnel of `relay` (a share code's relay): TUNNEL_OPEN on a
-    /// link to the relay (`RelayClientSession` builds and checks the frames, as the node's relay
-    /// client does), then the Secret Handshake with the holder through the joined tunnel
-    /// (`RelayTunnel.connect`). The relay link stays open as long as this link.
+    /// link to the relay (a `RelayClientConnection`, as the node's relay client uses), then the
+    /// Secret Handshake with the holder through the joined tunnel (`RelayTunnel.connect`). The
+    /// relay link stays open as long as this link.
     static func connect(through relay: RelayAddress, holder: NodeID, identity: SigningKeyPair,
                         group: EventLoopGroup, logger: Logger) async throws -> RestoreLink {
         let r = RestoreLink(holder: holder, address: "\(holder.canonical) through relay \(relay.host):\(relay.port)", eventLoop: group.next())
         let gate = FrameGate(localPublicKey: identity.publicKey, metrics: TransportMetrics())
-        let opener = TunnelOpener(relay: relay, eventLoop: group.next())
-        let (relayLink, _) = try await PeerConnector.connect(host: relay.host, port: relay.port, remote: relay.id.publicKey,
-                                                             identity: identity, gate: gate, delegate: opener, group: group,
-                                                             logger: logger)
-        opener.link = relayLink
+        let relayConnection = try await RelayClientConnection.connect(to: relay, identity: identity, gate: gate, group: group,
+                                                                      logger: logger)
         do {
-            let token = try await opener.open(to: holder.publicKey)
+            let token = try await openTunnel(on: relayConnection, to: holder.publicKey)
             let (link, _) = try await RelayTunnel.connect(relay: relay, token: token, remote: holder.publicKey, identity: identity,
                                                           gate: gate, delegate: r, group: group, logger: logger)
             r.link = link
-            r.relayLink = relayLink
+            r.relayConnection = relayConnection
             return r
         } catch {
-            relayLink.close()
+            relayConnection.close()
             throw error
         }
     }
 
-    private var relayLink: PeerLink?
+    /// One TUNNEL_OPEN and its RELAY_REPLY (15 s at most): the token to join with.
+    private static func openTunnel(on connection: RelayClientConnection, to key: [UInt8]) async throws -> [UInt8] {
+        let relay = connection.relay
+        let reply: RelayClientSession.Reply
+        do {
+            reply = try await connection.request(.tunnelOpen(target: key), timeout: .seconds(15))
+        } catch let error as RelayClientError {
+            if error.isTimeout {
+                throw TandemError("relay \(relay.host):\(relay.port) did not answer the tunnel request", exitCode: TandemError.timeoutExitCode)
+            }
+            if error.saidGoodbye, let reason = error.reason {
+                throw TandemError("relay \(relay.host):\(relay.port) said goodbye: \(reason.terminalSafe)", exitCode: TandemError.unreachableExitCode)
+            }
+            throw TandemError("the link to relay \(relay.host):\(relay.port) closed", exitCode: TandemError.unreachableExitCode)
+        }
+        switch reply {
+        case .tunnel(let token):
+            return token
+        case .refused(let status, let detail):
+            throw TandemError(status == .offline ? "the holder is not connected to relay \(relay.host):\(relay.port)"
+                                                 : "relay \(relay.host):\(relay.port) refused the tunnel: \(detail.terminalSafe)",
+                              exitCode: TandemError.unreachableExitCode)
+        case .stored:
+            throw TandemError("relay \(relay.host):\(relay.port) answered the tunnel request as if it were mail")
+        }
+    }
+
+    private var relayConnection: RelayClientConnection?
 
     func close() {
         link?.close()
-        relayLink?.close()
+        relayConnection?.close()
     }
 
     // MARK: PeerLinkDelegate (on the link's event loop)
@@ -190,72 +214,5 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
         case .kit, .list, .have, .fetched:
             break
         }
-    }
-}
-
-/// Asks a relay for a tunnel to a node: one TUNNEL_OPEN, its RELAY_REPLY within 15 s.
-private final class TunnelOpener: PeerLinkDelegate, @unchecked Sendable {
-    var link: PeerLink?
-    private let relay: RelayAddress
-    private let eventLoop: EventLoop
-    private let state: NIOLockedValueBox<(machine: RelayClientSession, waiting: CheckedContinuation<[UInt8], Error>?, id: UInt64?)>
-
-    init(relay: RelayAddress, eventLoop: EventLoop) {
-        self.relay = relay
-        self.eventLoop = eventLoop
-        state = NIOLockedValueBox((RelayClientSession(relay: relay.id.publicKey, nowMs: Int64(clamping: wallClockMilliseconds())), nil, nil))
-    }
-
-    func open(to key: [UInt8]) async throws -> [UInt8] {
-        try await withCheckedThrowingContinuation { (c: CheckedContinuation<[UInt8], Error>) in
-            let frame = state.withLockedValue { s -> RelayClientSession.Outbound? in
-                guard let (id, frame) = s.machine.request(.tunnelOpen(target: key), nowMs: Int64(clamping: wallClockMilliseconds())) else { return nil }
-                s.waiting = c
-                s.id = id
-                return frame
-            }
-            guard let frame else {
-                c.resume(throwing: TandemError("the link to relay \(relay.host):\(relay.port) closed", exitCode: TandemError.unreachableExitCode))
-                return
-            }
-            link?.send(type: frame.type, payload: frame.payload)
-            eventLoop.scheduleTask(in: .seconds(15)) {
-                self.finish(.failure(TandemError("relay \(self.relay.host):\(self.relay.port) did not answer the tunnel request",
-                                                 exitCode: TandemError.timeoutExitCode)))
-            }
-        }
-    }
-
-    private func finish(_ result: Result<[UInt8], Error>) {
-        let c = state.withLockedValue { s -> CheckedContinuation<[UInt8], Error>? in
-            defer { s.waiting = nil }
-            return s.waiting
-        }
-        c?.resume(with: result)
-    }
-
-    func link(_ link: PeerLink, received envelope: Envelope) {
-        let action = state.withLockedValue { $0.machine.receive(envelope) }
-        guard case .replied(_, let reply) = action else {
-            if case .goodbye(let reason, _) = action {
-                finish(.failure(TandemError("relay \(relay.host):\(relay.port) said goodbye: \(reason.terminalSafe)", exitCode: TandemError.unreachableExitCode)))
-            }
-            return
-        }
-        switch reply {
-        case .tunnel(let token):
-            finish(.success(token))
-        case .refused(let status, let detail):
-            let offline = status == .offline
-            finish(.failure(TandemError(offline ? "the holder is not connected to relay \(relay.host):\(relay.port)"
-                                                : "relay \(relay.host):\(relay.port) refused the tunnel: \(detail.terminalSafe)",
-                                        exitCode: TandemError.unreachableExitCode)))
-        case .stored:
-            finish(.failure(TandemError("relay \(relay.host):\(relay.port) answered the tunnel request as if it were mail")))
-        }
-    }
-
-    func linkClosed(_ link: PeerLink, error: Error?) {
-        finish(.failure(TandemError("the link to relay \(relay.host):\(relay.port) closed", exitCode: TandemError.unreachableExitCode)))
     }
 }

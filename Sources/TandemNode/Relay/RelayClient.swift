@@ -98,10 +98,9 @@ public final class RelayClient: @unchecked Sendable {
 
     private func open(_ relay: RelayAddress, home: Bool) async throws -> RelaySession {
         let session = RelaySession(relay: relay, home: home, client: self)
-        let (link, waiter) = try await PeerConnector.connect(host: relay.host, port: relay.port, remote: relay.id.publicKey,
-                                                             identity: identity, gate: gate, delegate: session, options: options,
-                                                             group: peers.group, logger: logger, connectTimeout: .seconds(5))
-        session.attach(link, waiter: waiter)
+        session.attach(try await RelayClientConnection.connect(to: relay, identity: identity, gate: gate, options: options,
+                                                               group: peers.group, logger: logger, connectTimeout: .seconds(5),
+                                                               delegate: session))
         sessions.withLockedValue { old in
             if let previous = old[relay.id.publicKey], previous !== session { previous.close() }
             old[relay.id.publicKey] = session
@@ -344,168 +343,84 @@ public final class RelayClient: @unchecked Sendable {
     }
 }
 
-/// One authenticated link to a relay: carries out what its `RelayClientSession` decides, and holds
-/// the callers waiting for answers.
-final class RelaySession: PeerLinkDelegate, @unchecked Sendable {
+/// The node's side of one link to a relay: its `RelayClientConnection` (the session and the callers
+/// waiting for answers), the node's time limits and errors, and what the node does with what the
+/// relay sends unasked.
+final class RelaySession: RelayClientConnectionDelegate {
     let relay: RelayAddress
     let home: Bool
-    private weak var client: RelayClient?
-    private struct State {
-        var machine: RelayClientSession
-        var link: PeerLink?
-        var waiter: LinkWaiter?
-        var pending: [UInt64: CheckedContinuation<RelayClientSession.Reply, Error>] = [:]
-        var registration: CheckedContinuation<UInt32, Error>?
-    }
-    private let state: NIOLockedValueBox<State>
+    private weak let client: RelayClient?
+    /// Set once connected (`attach`); the connection calls this session as its delegate from then on.
+    private let connection = NIOLockedValueBox<RelayClientConnection?>(nil)
 
     init(relay: RelayAddress, home: Bool, client: RelayClient) {
         self.relay = relay
         self.home = home
         self.client = client
-        let machine = RelayClientSession(relay: relay.id.publicKey, nowMs: Int64(wallClockMilliseconds()))
-        self.state = NIOLockedValueBox(State(machine: machine))
     }
 
-    func attach(_ link: PeerLink, waiter: LinkWaiter) {
-        state.withLockedValue { $0.link = link; $0.waiter = waiter }
+    func attach(_ connection: RelayClientConnection) {
+        self.connection.withLockedValue { $0 = connection }
     }
+
+    private var attached: RelayClientConnection? { connection.withLockedValue { $0 } }
 
     /// The link to the relay (paused while the node core is full of its mail).
-    var link: PeerLink? { state.withLockedValue { $0.link } }
+    var link: PeerLink? { attached?.link }
 
-    var isOpen: Bool { state.withLockedValue { !$0.machine.isClosed && $0.link?.channel.isActive == true } }
-    var isRegistered: Bool { state.withLockedValue { $0.machine.isRegistered } }
+    var isOpen: Bool { attached?.isOpen ?? false }
+    var isRegistered: Bool { attached?.isRegistered ?? false }
     /// Whether registration ever completed on this link.
-    var wasRegistered: Bool { state.withLockedValue { $0.machine.wasRegistered } }
+    var wasRegistered: Bool { attached?.wasRegistered ?? false }
     /// The relay's goodbye (reason, retry after ms), if it said one.
-    var goodbyeInfo: (String, Int64)? { state.withLockedValue { $0.machine.goodbye } }
-    var lastUsedMs: Int64 { state.withLockedValue { $0.machine.lastUsedMs } }
-    var connectedAtMs: Int64 { state.withLockedValue { $0.machine.connectedAtMs } }
-    var mailReceived: Int { state.withLockedValue { $0.machine.mailReceived } }
-
-    private func send(_ frame: RelayClientSession.Outbound, on link: PeerLink?) {
-        link?.send(type: frame.type, payload: frame.payload)
-    }
+    var goodbyeInfo: (String, Int64)? { attached?.goodbye }
+    var lastUsedMs: Int64 { attached?.lastUsedMs ?? 0 }
+    var connectedAtMs: Int64 { attached?.connectedAtMs ?? 0 }
+    var mailReceived: Int { attached?.mailReceived ?? 0 }
 
     /// MAILBOX_ACK for one item.
     func acknowledge(_ itemID: UInt64) {
-        let (frame, link) = state.withLockedValue { ($0.machine.acknowledge([itemID]), $0.link) }
-        send(frame, on: link)
+        attached?.acknowledge(itemID)
     }
 
+    /// Keepalive: the link closes when the relay does not answer a PING within 15 s.
     func ping() {
-        guard let waiter = state.withLockedValue({ $0.waiter }) else { return }
-        Task { [weak self] in
-            do { _ = try await waiter.ping(timeout: .seconds(15)) } catch { self?.close() }
-        }
+        attached?.probe(timeout: .seconds(15))
     }
 
-    func close() { state.withLockedValue { $0.link }?.close() }
-
-    private var closedError: NodeError { NodeError.failed("the link to relay \(relay.host):\(relay.port) is closed") }
+    func close() { attached?.close() }
 
     /// Sends a request and waits (15 s at most) for its RELAY_REPLY.
     func request(_ request: RelayClientSession.Request) async throws -> RelayClientSession.Reply {
-        let nowMs = Int64(wallClockMilliseconds())
-        guard let (id, frame, link) = state.withLockedValue({ s -> (UInt64, RelayClientSession.Outbound, PeerLink)? in
-            guard let link = s.link, let (id, frame) = s.machine.request(request, nowMs: nowMs) else { return nil }
-            return (id, frame, link)
-        }) else { throw closedError }
-        let giveUp: @Sendable (Error) -> Void = { [weak self] error in
-            guard let self else { return }
-            let c = self.state.withLockedValue { s -> CheckedContinuation<RelayClientSession.Reply, Error>? in
-                s.machine.abandon(id)
-                return s.pending.removeValue(forKey: id)
-            }
-            c?.resume(throwing: error)
-        }
-        let timer = link.channel.eventLoop.scheduleTask(in: .seconds(15)) { [relay] in
-            giveUp(NodeError.unavailable("relay \(relay.host):\(relay.port) did not answer within 15 s"))
-        }
-        defer { timer.cancel() }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { c in
-                let refusal = state.withLockedValue { s -> Error? in
-                    if s.machine.isClosed { return closedError }
-                    // Checked under the lock the cancellation handler takes: no waiter is left behind.
-                    if Task.isCancelled {
-                        s.machine.abandon(id)
-                        return CancellationError()
-                    }
-                    s.pending[id] = c
-                    return nil
-                }
-                if let refusal { return c.resume(throwing: refusal) }
-                send(frame, on: link)
-            }
-        } onCancel: {
-            giveUp(CancellationError())
+        guard let connection = attached else { throw NodeError.failed("not connected") }
+        do {
+            return try await connection.request(request, timeout: .seconds(15))
+        } catch let error as RelayClientError {
+            throw error.isTimeout ? NodeError.unavailable(error.description) : NodeError.failed(error.description)
         }
     }
 
     /// RELAY_REGISTER; returns the number of mail items waiting once the relay confirms (10 s at most).
     func register(agent: String) async throws -> UInt32 {
-        guard let link = state.withLockedValue({ $0.link }) else { throw NodeError.failed("not connected") }
-        let giveUp: @Sendable (Error) -> Void = { [weak self] error in
-            self?.state.withLockedValue { s -> CheckedContinuation<UInt32, Error>? in
-                defer { s.registration = nil }
-                return s.registration
-            }?.resume(throwing: error)
-        }
-        let timer = link.channel.eventLoop.scheduleTask(in: .seconds(10)) {
-            giveUp(NodeError.failed("the relay did not confirm the registration within 10 s"))
-        }
-        defer { timer.cancel() }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { c in
-                let frame = state.withLockedValue { s -> Result<RelayClientSession.Outbound, Error> in
-                    guard !s.machine.isClosed, let frame = s.machine.register(agent: agent) else {
-                        return .failure(NodeError.failed("the relay closed the link"))
-                    }
-                    if Task.isCancelled { return .failure(CancellationError()) }
-                    s.registration = c
-                    return .success(frame)
-                }
-                switch frame {
-                case .success(let frame): send(frame, on: link)
-                case .failure(let error): c.resume(throwing: error)
-                }
-            }
-        } onCancel: {
-            giveUp(CancellationError())
+        guard let connection = attached else { throw NodeError.failed("not connected") }
+        do {
+            return try await connection.register(agent: agent, timeout: .seconds(10))
+        } catch let error as RelayClientError {
+            throw NodeError.failed(error.description)
         }
     }
 
-    // MARK: PeerLinkDelegate
+    // MARK: RelayClientConnectionDelegate (on the link's event loop)
 
-    func link(_ link: PeerLink, received envelope: Envelope) {
-        let action = state.withLockedValue { $0.machine.receive(envelope) }
-        switch action {
-        case nil, .goodbye?:
-            // A goodbye is kept by the session; the link closes next and `linkClosed` reports it.
-            break
-        case .registered(let items)?:
-            state.withLockedValue { s in defer { s.registration = nil }; return s.registration }?.resume(returning: items)
-        case .replied(let id, let reply)?:
-            state.withLockedValue { $0.pending.removeValue(forKey: id) }?.resume(returning: reply)
-        case .tunnelIncoming(let from, let token)?:
-            client?.accept(from: from, token: token, via: relay)
-        case .mail(let itemID, let sealed)?:
-            client?.received(item: itemID, sealed: sealed, session: self)
-        }
+    func relayConnection(_ connection: RelayClientConnection, tunnelIncomingFrom from: [UInt8], token: [UInt8]) {
+        client?.accept(from: from, token: token, via: relay)
     }
 
-    func link(_ link: PeerLink, receivedError error: Tandem_V1_Error, envelope: Envelope) {}
+    func relayConnection(_ connection: RelayClientConnection, mail itemID: UInt64, sealed: [UInt8]) {
+        client?.received(item: itemID, sealed: sealed, session: self)
+    }
 
-    func linkClosed(_ link: PeerLink, error: Error?) {
-        let (ending, pending, registration) = state.withLockedValue { s in
-            defer { s.pending = [:]; s.registration = nil }
-            return (s.machine.closed(error: error.map { "\($0)" }), s.pending, s.registration)
-        }
-        let e = NodeError.failed("the link to relay \(relay.host):\(relay.port) closed\(ending.reason.map { ": \($0)" } ?? "")")
-        for (_, c) in pending { c.resume(throwing: e) }
-        registration?.resume(throwing: e)
+    func relayConnectionClosed(_ connection: RelayClientConnection, ending: RelayClientSession.Ending) {
         client?.sessionClosed(self, reason: ending.reason, retryAfterMs: ending.retryAfterMs)
     }
 }
