@@ -61,7 +61,7 @@ final class RelayLoopbackTests: XCTestCase {
 
     /// Makes `relay` the node's home relay, the way `tandem relay add` does it.
     func setHome(_ node: NodeRuntime, _ relay: RelayAddress) throws {
-        try node.store.batch { try $0.addRelay(relay.id.publicKey, host: relay.host, port: relay.port, nowMs: Int64(wallClockMilliseconds())) }
+        _ = try node.store.batch { try $0.addRelay(relay.id.publicKey, host: relay.host, port: relay.port, nowMs: Int64(wallClockMilliseconds())) }
         node.relays.poke()
     }
 

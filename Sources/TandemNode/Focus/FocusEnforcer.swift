@@ -169,10 +169,10 @@ final class FocusEnforcer: Sendable {
                     f["stdout"] = .string(String(r.stdout.suffix(2000)))
                     f["error"] = r.error.map(JSONValue.string) ?? .null
                     logger.error("focus hook failed", metadata: ["hook": "\(r)"])
-                    NodeCore.submit { [events] in _ = events.emit("focus.hook_failed", f) }
+                    NodeCore.submit { [events, f] in _ = events.emit("focus.hook_failed", f) }
                 } else {
                     logger.info("focus hook ran", metadata: ["path": "\(r.path)", "transition": "\(transition.rawValue)"])
-                    NodeCore.submit { [events] in _ = events.emit("focus.hook", f) }
+                    NodeCore.submit { [events, f] in _ = events.emit("focus.hook", f) }
                 }
             }
         }

@@ -117,7 +117,7 @@ extension FriendService {
             try setNameNow(name, step)
             return .object(["name": .string(name)])
         }
-        router.registerOnCore(in: store, publishing: events, "peers.list") { [self] _, step in
+        router.registerOnCore(in: store, publishing: events, "peers.list") { _, step in
             let friends = Set(try step.friendKeys().map { Data($0) })
             let list = try step.sightings().map { s -> JSONValue in
                 .object([

@@ -299,7 +299,7 @@ public final class RelayClient: @unchecked Sendable {
                     } catch let away as TurnedAway {
                         self.noteFailure(relay, away.reason, minimumDelayMs: away.retryAfterMs)
                         await NodeCore.run {
-                            self.events.emit("relay.disconnected", ["relay": .string(relay.description), "reason": .string(away.reason)])
+                            _ = self.events.emit("relay.disconnected", ["relay": .string(relay.description), "reason": .string(away.reason)])
                         }
                         self.logger.info("home relay turned us away", metadata: ["relay": "\(relay)", "reason": "\(away.reason)"])
                     } catch {
