@@ -37,8 +37,8 @@ public final class NodeHarness: @unchecked Sendable {
             let store = runtime.store
             let now = runtime.outbox.now()
             var request = Tandem_V1_FriendRequest()
-            request.contact = runtime.friends.contactRecord()
-            let frame = runtime.outbox.frame(.friendRequest, to: key, payload: try request.serializedBytes())
+            request.contact = runtime.friends.contactRecord(store)
+            let frame = runtime.outbox.frame(.friendRequest, to: key, payload: try request.serializedBytes(), in: store)
             try store.batch { step in
                 _ = try step.requestFriend(key, message: nil, frame: frame, nowMs: now)
                 _ = try step.receiveFriendAccept(from: key, displayName: name, record: [], recordVersion: 1, nowMs: now)

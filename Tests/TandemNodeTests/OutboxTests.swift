@@ -93,7 +93,7 @@ final class OutboxTests: XCTestCase {
 
         /// The same, in a step the caller holds.
         @NodeCore func request(_ key: [UInt8], _ step: StoreStep) throws -> OutboxItem {
-            let item = outbox.frame(.friendRequest, to: key, payload: try Tandem_V1_FriendRequest().serializedBytes())
+            let item = outbox.frame(.friendRequest, to: key, payload: try Tandem_V1_FriendRequest().serializedBytes(), in: step)
             _ = try step.requestFriend(key, message: "hi", frame: item, nowMs: clock.now)
             return item
         }
@@ -279,7 +279,7 @@ final class OutboxTests: XCTestCase {
         // They asked; we accept: FRIEND_ACCEPT waits in the outbox, and they are a friend now.
         _ = try rig.store.batch { try $0.receiveFriendRequest(from: peer, displayName: "p", message: "", record: [], recordVersion: 1, reply: nil,
                                                nowMs: rig.clock.now) }
-        let accept = rig.outbox.frame(.friendAccept, to: peer, payload: try Tandem_V1_FriendAccept().serializedBytes())
+        let accept = rig.outbox.frame(.friendAccept, to: peer, payload: try Tandem_V1_FriendAccept().serializedBytes(), in: rig.store)
         _ = try rig.store.batch { try $0.acceptFriend(peer, frame: accept, nowMs: rig.clock.now) }
         // The link is up: a PRESENCE is owed, not sent, while the accept waits.
         let due = rig.outbox.book.withLockedValue { $0.presenceDue(peer, framesWaiting: true) }
@@ -326,7 +326,7 @@ final class OutboxTests: XCTestCase {
         // outlives the process.
         let incoming = Envelope.sign(type: .friendRequest, author: SigningKeyPair.generate(), recipient: me.publicKey,
                                      createdAt: UInt64(clock.now), payload: [])
-        let mark = again.outbox.handledMark(incoming)
+        let mark = again.outbox.handledMark(incoming, in: again.store)
         let first = try again.store.batch { try $0.receiveFriendRequest(from: incoming.author, displayName: "x", message: "", record: [],
                                                          recordVersion: 1, reply: nil, nowMs: clock.now, handled: mark) }
         XCTAssertNotEqual(first, .duplicate)
@@ -334,7 +334,7 @@ final class OutboxTests: XCTestCase {
         XCTAssertTrue(try reopened.wasHandled(incoming.messageID.bytes))
         let second = try reopened.batch { try $0.receiveFriendRequest(from: incoming.author, displayName: "x", message: "", record: [],
                                                        recordVersion: 1, reply: nil, nowMs: clock.now, handled: mark) }
-        XCTAssertEqual(second, .duplicate)
+        XCTAssertEqual(second, NodeStore.IncomingRequest.duplicate)
     }
 
     func testStrangersRepliesAreBudgeted() {

@@ -23,7 +23,7 @@ final class ChallengeStoreTests: XCTestCase {
         let (c, _) = try Challenge.invite(id: Sodium.randomBytes(16), me: me.publicKey, invitees: [bob], durationMs: 60_000,
                                           startAtUs: 0, nowUs: 1, message: "hi")
         let frame = OutboxItem(messageId: Sodium.randomBytes(16), recipient: bob, type: 0x0201, frame: [1, 2, 3], nowMs: 5)
-        try NodeStore(path: path).saveChallenge(c, frames: [frame], nowMs: 5)
+        _ = try NodeStore(path: path).batch { try $0.saveChallenge(c, frames: [frame], nowMs: 5) }
         // A new store on the same file (a restarted node) sees both.
         let reopened = try NodeStore(path: path)
         XCTAssertEqual(try reopened.challenge(c.id), c)
@@ -36,14 +36,14 @@ final class ChallengeStoreTests: XCTestCase {
     func testLedgerAppendsOncePerChallengeAndChains() throws {
         let store = try NodeStore.inMemory()
         let first = try soloEnded()
-        try store.saveChallenge(first, nowMs: 1)
-        let e1 = try XCTUnwrap(try store.commitToLedger(first, nowMs: 10))
-        XCTAssertNil(try store.commitToLedger(first, nowMs: 11), "a challenge goes in once")
+        _ = try store.batch { try $0.saveChallenge(first, nowMs: 1) }
+        let e1 = try XCTUnwrap(try store.batch { try $0.commitToLedger(first, nowMs: 10) })
+        XCTAssertNil(try store.batch { try $0.commitToLedger(first, nowMs: 11) }, "a challenge goes in once")
         XCTAssertEqual(try store.challenge(first.id)?.committed, true)
         XCTAssertFalse(try store.challenge(first.id)!.isActive)
         let second = try soloEnded(2000)
-        try store.saveChallenge(second, nowMs: 2)
-        let e2 = try XCTUnwrap(try store.commitToLedger(second, nowMs: 20))
+        _ = try store.batch { try $0.saveChallenge(second, nowMs: 2) }
+        let e2 = try XCTUnwrap(try store.batch { try $0.commitToLedger(second, nowMs: 20) })
         XCTAssertEqual(e2.previousHash, e1.hash)
         let ledger = try store.ledger()
         XCTAssertEqual(ledger.map(\.entry.seq), [1, 2])

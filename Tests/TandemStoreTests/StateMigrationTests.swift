@@ -328,23 +328,27 @@ final class StateMigrationTests: XCTestCase {
                                             modeItems: [FocusModeItemRecord(mode: "deep", list: "site", position: 0, item: "example.com")])
         let lock = FocusLockRows(lock: FocusLockRecord(activeMode: "deep", lockedMode: "deep", hold: "key"))
         let tag = FocusKeyMaterialRecord(keyId: "pen", kind: "tag", salt: Data(count: 16), hash: Data(count: 32))
-        try store.saveFocus([.configuration(config), .lock(lock), .material(tag), .challengeMode(FocusChallengeRecord(challengeId: "ab", mode: "deep")),
-                             .enrolment(FocusEnrolmentRecord(target: "mug", replacing: false, sealed: Data([1])))],
-                            events: [PendingEvent(type: "focus.test", timeMs: 1, fields: "{}")])
+        try store.batch { step in
+            try step.saveFocus([.configuration(config), .lock(lock), .material(tag), .challengeMode(FocusChallengeRecord(challengeId: "ab", mode: "deep")),
+                                .enrolment(FocusEnrolmentRecord(target: "mug", replacing: false, sealed: Data([1])))],
+                               events: [PendingEvent(type: "focus.test", timeMs: 1, fields: "{}")])
+        }
         XCTAssertEqual(try store.focusState(), StoredFocusState(configuration: config, materials: [tag], lock: lock,
                                                                 challenges: [FocusChallengeRecord(challengeId: "ab", mode: "deep")]))
         XCTAssertEqual(try store.events(since: 0, limit: 10).map(\.type), ["focus.test"])
         // A configuration replaces the one before whole; an unlocked lock with no mode leaves no row.
-        try store.saveFocus([.configuration(FocusConfigurationRows()), .lock(nil), .removeMaterial(keyId: "pen"),
-                             .removeChallengeMode(challengeId: "ab"), .removeEnrolment(target: "mug", replacing: false)])
+        try store.batch { step in
+            try step.saveFocus([.configuration(FocusConfigurationRows()), .lock(nil), .removeMaterial(keyId: "pen"),
+                                .removeChallengeMode(challengeId: "ab"), .removeEnrolment(target: "mug", replacing: false)])
+        }
         XCTAssertEqual(try store.focusState(), StoredFocusState())
         XCTAssertEqual(try store.focusEnrolments(), [])
         // A change the table refuses rolls the whole list back.
-        XCTAssertThrowsError(try store.saveFocus([.material(tag), .material(FocusKeyMaterialRecord(keyId: "x", kind: "qr"))]))
+        XCTAssertThrowsError(try store.batch { try $0.saveFocus([.material(tag), .material(FocusKeyMaterialRecord(keyId: "x", kind: "qr"))]) })
         XCTAssertEqual(try store.focusState().materials, [])
         // Quarantine moves a row (a mode with its lists) aside with its copy and reason.
-        try store.saveFocus([.configuration(config)])
-        try store.saveFocus([.quarantine(.mode(name: "deep"), data: "{copy}", reason: "broken", atMs: 9)])
+        try store.batch { try $0.saveFocus([.configuration(config)]) }
+        try store.batch { try $0.saveFocus([.quarantine(.mode(name: "deep"), data: "{copy}", reason: "broken", atMs: 9)]) }
         XCTAssertEqual(try store.focusState().configuration, FocusConfigurationRows(keys: config.keys))
         XCTAssertEqual(try store.quarantined(), [QuarantinedRow(kind: "focusMode", rowKey: Array("deep".utf8), reason: "broken", atMs: 9)])
     }
@@ -352,38 +356,38 @@ final class StateMigrationTests: XCTestCase {
     func testBackupAndVaultIntents() throws {
         let store = try NodeStore.inMemory()
         let bob = [UInt8](repeating: 2, count: 32)
-        try store.keepBackupOffer(BackupHolderRecord(publicKey: bob, quotaBytes: 10, version: 1, receivedAtMs: 5))
-        try store.keepBackupOffer(BackupHolderRecord(publicKey: bob, quotaBytes: 20, version: 2, receivedAtMs: 6))
+        try store.batch { try $0.keepBackupOffer(BackupHolderRecord(publicKey: bob, quotaBytes: 10, version: 1, receivedAtMs: 5)) }
+        try store.batch { try $0.keepBackupOffer(BackupHolderRecord(publicKey: bob, quotaBytes: 20, version: 2, receivedAtMs: 6)) }
         XCTAssertEqual(try store.backupHolders().map(\.quotaBytes), [20])
-        XCTAssertThrowsError(try store.keepBackupOffer(BackupHolderRecord(publicKey: [1], quotaBytes: 1, version: 1, receivedAtMs: 1)), "not a key")
-        XCTAssertThrowsError(try store.keepBackupOffer(BackupHolderRecord(publicKey: bob, quotaBytes: 0, version: 1, receivedAtMs: 1)), "no quota")
-        try store.forgetBackupOffer(from: bob)
+        XCTAssertThrowsError(try store.batch { try $0.keepBackupOffer(BackupHolderRecord(publicKey: [1], quotaBytes: 1, version: 1, receivedAtMs: 1)) }, "not a key")
+        XCTAssertThrowsError(try store.batch { try $0.keepBackupOffer(BackupHolderRecord(publicKey: bob, quotaBytes: 0, version: 1, receivedAtMs: 1)) }, "no quota")
+        try store.batch { try $0.forgetBackupOffer(from: bob) }
         XCTAssertEqual(try store.backupHolders(), [])
 
         let first = StoredBackupPush(record: BackupPushRecord(holder: bob, snapshotId: [1], atMs: 1, bytesSent: 2, totalBytes: 3, kitDigest: nil),
                                      blobs: [[UInt8](repeating: 9, count: 32), [UInt8](repeating: 8, count: 32)])
-        try store.recordBackupPush(first)
+        try store.batch { try $0.recordBackupPush(first) }
         XCTAssertEqual(try store.lastBackupPush(to: bob)?.blobs, [[UInt8](repeating: 8, count: 32), [UInt8](repeating: 9, count: 32)])
         let second = StoredBackupPush(record: BackupPushRecord(holder: bob, snapshotId: [2], atMs: 4, bytesSent: 5, totalBytes: 6,
                                                                kitDigest: [UInt8](repeating: 7, count: 32)),
                                       blobs: [[UInt8](repeating: 7, count: 32)])
-        try store.recordBackupPush(second)
+        try store.batch { try $0.recordBackupPush(second) }
         XCTAssertEqual(try store.lastBackupPush(to: bob), second)
         XCTAssertEqual(try store.lastBackupPushes(), [second])
 
-        try store.markBackupPending(bob, lanOnly: true)
-        try store.markBackupPending(bob, lanOnly: false)
+        try store.batch { try $0.markBackupPending(bob, lanOnly: true) }
+        try store.batch { try $0.markBackupPending(bob, lanOnly: false) }
         XCTAssertEqual(try store.pendingBackupPushes(), [BackupPendingRecord(holder: bob, lanOnly: false)])
-        try store.clearBackupPending(bob)
+        try store.batch { try $0.clearBackupPending(bob) }
         XCTAssertEqual(try store.pendingBackupPushes(), [])
 
         XCTAssertNil(try store.vaultPinGuard())
         let log = (0..<3).map { VaultBreakInRecord(atMs: Int64($0), masked: "••\($0)•") }
-        try store.saveVaultPinGuard(StoredPinGuard(failures: 5, lockedUntilMs: 120_000, breakIns: log))
-        try store.saveVaultPinGuard(StoredPinGuard(failures: 6, lockedUntilMs: 130_000, breakIns: Array(log.suffix(2))))
+        try store.batch { try $0.saveVaultPinGuard(StoredPinGuard(failures: 5, lockedUntilMs: 120_000, breakIns: log)) }
+        try store.batch { try $0.saveVaultPinGuard(StoredPinGuard(failures: 6, lockedUntilMs: 130_000, breakIns: Array(log.suffix(2)))) }
         let g = try XCTUnwrap(try store.vaultPinGuard())
         XCTAssertEqual(g.guardRow.failures, 6)
         XCTAssertEqual(g.breakIns.map(\.masked), ["••1•", "••2•"])
-        XCTAssertThrowsError(try store.saveVaultPinGuard(StoredPinGuard(failures: -1, lockedUntilMs: 0, breakIns: [])))
+        XCTAssertThrowsError(try store.batch { try $0.saveVaultPinGuard(StoredPinGuard(failures: -1, lockedUntilMs: 0, breakIns: [])) })
     }
 }

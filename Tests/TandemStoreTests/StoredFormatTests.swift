@@ -39,7 +39,7 @@ final class StoredFormatTests: XCTestCase {
         let store = try NodeStore(path: path)
         XCTAssertEqual(try store.challenges().count, 3, "a row that no longer decodes would be missing here")
         XCTAssertEqual(try store.challengeRowsFailingValidation(), [])
-        XCTAssertEqual(try store.quarantineInvalidRows(nowMs: 1).filter { $0.kind == "challenge" }, [], "no challenge row is set aside")
+        XCTAssertEqual(try store.batch { try $0.quarantineInvalidRows(nowMs: 1) }.filter { $0.kind == "challenge" }, [], "no challenge row is set aside")
         let alice = try bytes(Self.alice), bob = try bytes(Self.bob)
 
         // Alice invited Bob for 3 s; Bob quit after 907 ms ("phone call"); both signed; in the ledger.
@@ -148,7 +148,7 @@ final class StoredFormatTests: XCTestCase {
             XCTAssertEqual(c.phase.rawValue, row["phase"] as String)
 
             XCTAssertEqual(try store.challenge(c.id), c)
-            try store.saveChallenge(c, nowMs: 1_795_472_300_000)
+            _ = try store.batch { try $0.saveChallenge(c, nowMs: 1_795_472_300_000) }
             let saved = try store.read { db in
                 try XCTUnwrap(try Row.fetchOne(db, sql: "SELECT typeof(state) AS kind, state FROM challenge WHERE id = ?", arguments: [Data(c.id)]))
             }
@@ -177,15 +177,17 @@ final class StoredFormatTests: XCTestCase {
             (0xB2, Data(try badRange.serializedBytes() as [UInt8])),
             (0xB3, Data(try badPhase.serializedBytes() as [UInt8])),
         ]
-        try store.write { db in
-            for (n, state) in broken {
-                try db.execute(sql: "INSERT INTO challenge(id, phase, solo, createdAtMs, updatedAtMs, state) VALUES (?, 'invited', 0, 1, 1, ?)",
-                               arguments: [Data(repeating: n, count: 16), state])
+        try store.batch { step in
+            try step.write { db in
+                for (n, state) in broken {
+                    try db.execute(sql: "INSERT INTO challenge(id, phase, solo, createdAtMs, updatedAtMs, state) VALUES (?, 'invited', 0, 1, 1, ?)",
+                                   arguments: [Data(repeating: n, count: 16), state])
+                }
             }
         }
         XCTAssertEqual(try store.challengeRowsFailingValidation().count, 3)
         XCTAssertEqual(try store.challenges().count, 3, "a row that fails is not handed out")
-        let moved = try store.quarantineInvalidRows(nowMs: 7)
+        let moved = try store.batch { try $0.quarantineInvalidRows(nowMs: 7) }
         XCTAssertEqual(moved.map(\.rowKey).sorted { $0[0] < $1[0] }, broken.map { [UInt8](repeating: $0.0, count: 16) })
         XCTAssertTrue(moved.first { $0.rowKey[0] == 0xB1 }?.reason.contains("not decodable") == true, "\(moved)")
         XCTAssertTrue(moved.first { $0.rowKey[0] == 0xB2 }?.reason.contains("duration") == true, "\(moved)")
@@ -206,7 +208,7 @@ final class StoredFormatTests: XCTestCase {
         XCTAssertEqual(invite.phase, .accepted)
         guard case .send(.challengeAnswer, _, let to) = actions.first else { return XCTFail("no answer sent: \(actions)") }
         XCTAssertEqual(to, [try bytes(Self.bob)])
-        try store.saveChallenge(invite, nowMs: 1_795_472_300_000)
+        _ = try store.batch { try $0.saveChallenge(invite, nowMs: 1_795_472_300_000) }
         XCTAssertEqual(try store.challenge(invite.id)?.phase, .accepted)
         XCTAssertEqual(try store.challenge(invite.id), invite)
     }

@@ -107,7 +107,7 @@ public final class BackupService: Service, @unchecked Sendable {
         if envelope.type == .backupOffer { return receiveOffer(envelope, from: link, step) }
         if BackupAnswer.types.contains(envelope.type) { return answers.deliver(envelope) }
         guard let link else { return }
-        let isFriend = outbox.isFriend(envelope.author)
+        let isFriend = outbox.isFriend(envelope.author, in: step)
         holder.receive(envelope, from: link, isFriend: isFriend)
     }
 
@@ -122,7 +122,7 @@ public final class BackupService: Service, @unchecked Sendable {
         } catch {
             return
         }
-        guard outbox.isFriend(envelope.author) else { return outbox.dropUnrelated(envelope, on: link, step) }
+        guard outbox.isFriend(envelope.author, in: step) else { return outbox.dropUnrelated(envelope, on: link, step) }
         let current = health.read("read a backup offer", or: nil) { try step.backupHolder(envelope.author) }.flatMap(ReceivedOffer.init(record:))
         if current.map({ m.version > $0.version }) ?? true {
             let offer = ReceivedOffer(quotaBytes: m.quotaBytes, version: m.version, receivedAtMs: Int64(clamping: wallClockMilliseconds()))
@@ -176,7 +176,7 @@ public final class BackupService: Service, @unchecked Sendable {
             throw NodeError.invalidArgument("a quota is 0 (withdraw) to 1 PiB")
         }
         guard friend != identity.publicKey else { throw NodeError.invalidArgument("that is your own ID") }
-        let isFriend = await NodeCore.run { self.outbox.isFriend(friend) }
+        let isFriend = await NodeCore.run { self.outbox.isFriend(friend, in: self.store) }
         guard isFriend else { throw NodeError.refused("\(NodeID(publicKey: friend).display) is not your friend") }
         let version = min(wallClockMilliseconds(), BackupLimits.maximumVersion)
         let held = holder.offersGiven().first { $0.owner == friend }
@@ -185,7 +185,7 @@ public final class BackupService: Service, @unchecked Sendable {
         let payload = BackupOfferMessage(quotaBytes: quotaBytes, version: version).payload
         try await NodeCore.perform {
             try self.store.batch { step in
-                let item = self.outbox.frame(.backupOffer, to: friend, payload: payload)
+                let item = self.outbox.frame(.backupOffer, to: friend, payload: payload, in: step)
                 try step.enqueue(item)
                 self.outbox.send(to: [friend], in: step)
                 self.events.emit(quotaBytes == 0 ? "backup.offer.withdrawn" : "backup.offer.given",

@@ -97,17 +97,18 @@ final class Outbox: Sendable {
 
     // MARK: - Signing (on the core)
 
-    func isFriend(_ key: [UInt8]) -> Bool {
-        health.read("read a contact", or: nil) { try store.contact(key) }?.relationship == .friend
+    /// `r`: the step being built when there is one (it sees what the step changed), else the store.
+    func isFriend(_ key: [UInt8], in r: StoreReading) -> Bool {
+        health.read("read a contact", or: nil) { try r.contact(key) }?.relationship == .friend
     }
 
     /// Signs a frame for `recipient` as an outbox row, for the flow to store with its change.
-    func frame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8]) -> OutboxItem {
+    func frame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8], in r: StoreReading) -> OutboxItem {
         let nowMs = now()
         let env = Envelope.sign(type: type, author: identity, recipient: recipient, createdAt: UInt64(clamping: nowMs), payload: payload)
         var item = OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: nowMs)
         let farewell = type == .friendDecline || type == .friendRemove
-        if farewell || !isFriend(recipient) {
+        if farewell || !isFriend(recipient, in: r) {
             item.expiresAtMs = nowMs.addingSaturated(farewell ? Self.farewellToStrangerTtlMs : Self.frameToStrangerTtlMs)
         }
         return item
@@ -167,9 +168,9 @@ final class Outbox: Sendable {
     /// The mark that records `envelope` as handled, in the transaction of the change it makes
     /// (Protocol 12.5, "Exactly once"); marks from non-friends are kept apart and capped on their own.
     /// `fromFriend`: when the caller already knows (one store read less).
-    func handledMark(_ envelope: Envelope, fromFriend: Bool? = nil) -> HandledMark {
+    func handledMark(_ envelope: Envelope, fromFriend: Bool? = nil, in r: StoreReading) -> HandledMark {
         HandledMark(messageId: envelope.messageID.bytes, createdAtMs: Int64(clamping: envelope.createdAt),
-                    windowMs: Self.handledWindowMs, nowMs: now(), fromFriend: fromFriend ?? isFriend(envelope.author))
+                    windowMs: Self.handledWindowMs, nowMs: now(), fromFriend: fromFriend ?? isFriend(envelope.author, in: r))
     }
 
     /// Acknowledges a durable frame on the link it came by, after the change it made committed
@@ -211,7 +212,7 @@ final class Outbox: Sendable {
     func refuseMalformed(_ envelope: Envelope, _ e: PayloadError, on link: PeerLink?, _ step: StoreStep) {
         logger.info("malformed payload", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
                                                     "detail": "\(e.detail)"])
-        guard let link, mayReply(to: envelope.author, on: link) else { return }
+        guard let link, mayReply(to: envelope.author, on: link, in: step) else { return }
         let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: UInt64(clamping: now())) {
             step.afterCommit { link.send(reply) }
@@ -223,14 +224,14 @@ final class Outbox: Sendable {
     /// relationship or challenge that does not exist): no row, no handled-id mark, no transaction;
     /// acknowledged so an honest sender stops retrying, within the reply budget for non-friends.
     func dropUnrelated(_ envelope: Envelope, on link: PeerLink?, _ step: StoreStep) {
-        guard let link, Self.isDurable(envelope.type), mayReply(to: envelope.author, on: link) else { return }
+        guard let link, Self.isDurable(envelope.type), mayReply(to: envelope.author, on: link, in: step) else { return }
         acknowledge(envelope, on: link, step)
     }
 
     /// Whether a reply to this author may be signed now: always for friends; for anyone else,
     /// within a per-sender and per-address budget (a signature costs CPU).
-    func mayReply(to author: [UInt8], on link: PeerLink) -> Bool {
-        if isFriend(author) { return true }
+    func mayReply(to author: [UInt8], on link: PeerLink, in r: StoreReading) -> Bool {
+        if isFriend(author, in: r) { return true }
         let origin = Self.origin(of: link)
         return replies.withLockedValue { $0.allow(sender: author, address: origin, nowMs: now()) }
     }
@@ -361,7 +362,7 @@ final class Outbox: Sendable {
         link.flush()
         // The PRESENCE owed after those frames follows them on the link, flushed apart: its
         // signature is not worth delaying the FRIEND_ACCEPT it follows.
-        if book.withLockedValue({ $0.takeOwedPresence(key) }), isFriend(key) {
+        if book.withLockedValue({ $0.takeOwedPresence(key) }), isFriend(key, in: store) {
             link.write(presence.envelope(from: identity, to: key, nowMs: nowMs))
             link.flush()
         }

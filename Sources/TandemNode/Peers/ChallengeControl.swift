@@ -20,12 +20,12 @@ extension ChallengeService {
     }
 
     /// A challenge named by its id or a unique prefix of at least 4 hex digits.
-    func resolve(_ params: JSONValue) throws -> Challenge {
+    func resolve(_ params: JSONValue, _ r: StoreReading) throws -> Challenge {
         guard let text = params["id"]?.stringValue?.lowercased(), !text.isEmpty else { throw Self.usage("missing parameter 'id'") }
         guard text.count >= 4, text.count <= 32, text.allSatisfy({ $0.isHexDigit }) else {
             throw Self.usage("'\(text)' is not a challenge id (hex digits, at least 4; see tandem challenge list)")
         }
-        let found = try store.challenges(idPrefix: text)
+        let found = try r.challenges(idPrefix: text)
         guard let first = found.first else {
             throw NodeError.nothingToActOn("no challenge \(text) (see tandem challenge list)")
         }
@@ -33,7 +33,7 @@ extension ChallengeService {
         return first
     }
 
-    func describe(_ c: Challenge) -> JSONValue {
+    func describe(_ c: Challenge, _ r: StoreReading) -> JSONValue {
         let off = offset(c)
         let nowTb = wallClockMicros() + off
         var o: [String: JSONValue] = [
@@ -64,7 +64,7 @@ extension ChallengeService {
         o["participants"] = .array(c.participants.map { p in
             .object([
                 "id": idText(p.key),
-                "name": .string(name(p.key)),
+                "name": .string(name(p.key, r)),
                 "me": .bool(p.key == me),
                 "answer": .string(p.answer.rawValue),
                 "in_roster": .bool(c.roster.contains(p.key)),
@@ -92,7 +92,7 @@ extension ChallengeService {
             for text in ids {
                 let key = try FriendService.key(.object(["id": .string(text)]))
                 guard key != me else { throw Self.usage("you cannot invite yourself") }
-                guard outbox.isFriend(key) else {
+                guard outbox.isFriend(key, in: step) else {
                     throw NodeError.refused("\(NodeID(publicKey: key).display) is not your friend (tandem friend request ID first)")
                 }
                 if !invitees.contains(key) { invitees.append(key) }
@@ -131,36 +131,36 @@ extension ChallengeService {
             if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m, step) }
             after(c, actions, step)
             for k in invitees { clock.probe(k, count: 8) }
-            return describe(c)
+            return describe(c, step)
         }
         router.registerOnCore("challenge.list") { [self] params in
             let all = params["all"]?.boolValue ?? false
             let list = try store.challenges(limit: all ? 1000 : 200).filter { all || $0.isActive || $0.phase == .ended }
-            return .object(["challenges": .array(list.prefix(all ? 1000 : 50).map(describe))])
+            return .object(["challenges": .array(list.prefix(all ? 1000 : 50).map { describe($0, store) })])
         }
-        router.registerOnCore("challenge.show") { [self] params in describe(try resolve(params)) }
+        router.registerOnCore("challenge.show") { [self] params in describe(try resolve(params, store), store) }
         router.registerOnCore(in: store, publishing: events, "challenge.accept") { [self] params, step in
-            let c = try resolve(params)
+            let c = try resolve(params, step)
             if let m = try params.optionalString("mode") {
                 try focus.checkLockable(mode: m)
                 guard [.invited, .accepted].contains(c.phase) else { throw NodeError.refused("challenge \(c.idHex.prefix(8)) is \(c.phase.rawValue): it can no longer be accepted") }
                 try focus.attach(challenge: c.idHex, mode: m, step)
             }
             clock.probe(c.inviter, count: 8)
-            return describe(try refusing { try mutate(c.id, step) { try $0.accept() } })
+            return describe(try refusing { try mutate(c.id, step) { try $0.accept() } }, step)
         }
         router.registerOnCore(in: store, publishing: events, "challenge.decline") { [self] params, step in
-            let c = try resolve(params)
-            return describe(try refusing { try mutate(c.id, step) { try $0.decline() } })
+            let c = try resolve(params, step)
+            return describe(try refusing { try mutate(c.id, step) { try $0.decline() } }, step)
         }
         router.registerOnCore(in: store, publishing: events, "challenge.cancel") { [self] params, step in
-            let c = try resolve(params)
+            let c = try resolve(params, step)
             let reason = params["reason"]?.stringValue ?? ""
-            return describe(try refusing { try mutate(c.id, step) { try $0.cancel(reason: reason) } })
+            return describe(try refusing { try mutate(c.id, step) { try $0.cancel(reason: reason) } }, step)
         }
         router.registerOnCore(in: store, publishing: events, "challenge.quit") { [self] params, step in
-            let c = try resolve(params)
-            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step))
+            let c = try resolve(params, step)
+            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step), step)
         }
         router.registerOnCore(in: store, publishing: events, "focus.start") { [self] params, step in
             let duration = try durationParam(params)
@@ -173,17 +173,17 @@ extension ChallengeService {
             try persist(&c, [], step)
             if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m, step) }
             after(c, [], step)
-            return describe(try step.challenge(c.id) ?? c)
+            return describe(try step.challenge(c.id) ?? c, step)
         }
         router.registerOnCore("focus.status") { [self] _ in
             let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo)
-            return .object(["session": c.map(describe) ?? .null])
+            return .object(["session": c.map { describe($0, store) } ?? .null])
         }
         router.registerOnCore(in: store, publishing: events, "focus.quit") { [self] params, step in
             guard let c = try step.challenges(phases: [.scheduled, .running]).first(where: \.solo) else {
                 throw NodeError.nothingToActOn("no focus session is running")
             }
-            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step))
+            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step), step)
         }
         router.registerOnCore("ledger.list") { [self] _ in
             .object(["entries": .array(try store.ledger().map { describeEntry($0.entry, committedAtMs: $0.committedAtMs) })])
@@ -235,7 +235,7 @@ extension ChallengeService {
             o["outcomes"] = .array(r.outcomes.map { oc in
                 .object([
                     "id": idText(Array(oc.publicKey)),
-                    "name": .string(name(Array(oc.publicKey))),
+                    "name": .string(name(Array(oc.publicKey), store)),
                     "result": .string(Self.resultName(oc.result)),
                     "elapsed_ms": oc.result == .quit ? .int(Int64(clamping: oc.elapsedMs)) : .null,
                     "reason": oc.result == .quit ? .string(oc.reason) : .null,

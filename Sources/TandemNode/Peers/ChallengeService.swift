@@ -121,12 +121,12 @@ public final class ChallengeService: Sendable {
         }
         var frames: [OutboxItem] = []
         for case .send(let type, let payload, let recipients) in actions {
-            for r in recipients { frames.append(outbox.frame(type, to: r, payload: payload)) }
+            for r in recipients { frames.append(outbox.frame(type, to: r, payload: payload, in: step)) }
         }
         // The step's notices are stored with it: a crash loses both or neither.
         var pending: [PendingEvent] = []
         for case .notify(let n) in actions {
-            let (type, fields) = event(n, c)
+            let (type, fields) = event(n, c, step)
             pending.append(events.record(type, fields))
         }
         try step.saveChallenge(c, frames: frames, events: pending, nowMs: outbox.now(), handled: handled)
@@ -157,7 +157,7 @@ public final class ChallengeService: Sendable {
     func idText(_ key: [UInt8]) -> JSONValue { .string(NodeID(publicKey: key).canonical) }
 
     /// The event a notice becomes (stored in the transaction of the step that gave it, `persist`).
-    func event(_ n: Challenge.Notice, _ c: Challenge) -> (String, [String: JSONValue]) {
+    func event(_ n: Challenge.Notice, _ c: Challenge, _ r: StoreReading) -> (String, [String: JSONValue]) {
         let id: JSONValue = .string(c.idHex)
         // Quit notices carry CLOCK_MONOTONIC too, so the notice's latency between two processes
         // on one machine can be measured whatever their wall clocks say.
@@ -166,14 +166,14 @@ public final class ChallengeService: Sendable {
         case .inviteSent:
             return ("challenge.invite.sent", ["id": id, "to": .array(c.others.map(idText)), "duration_ms": .int(c.durationMs)])
         case .invited:
-            return ("challenge.invited", ["id": id, "from": idText(c.inviter), "name": .string(name(c.inviter)),
+            return ("challenge.invited", ["id": id, "from": idText(c.inviter), "name": .string(name(c.inviter, r)),
                                               "participants": .array(c.participants.map { idText($0.key) }),
                                               "duration_ms": .int(c.durationMs), "message": .string(c.message),
                                               "start_at": c.requestedStartUs > 0 ? isoLocal(c.requestedStartUs - offset(c)) : .null])
         case .accepted(let by):
-            return ("challenge.accepted", ["id": id, "by": idText(by), "name": .string(name(by))])
+            return ("challenge.accepted", ["id": id, "by": idText(by), "name": .string(name(by, r))])
         case .declined(let by):
-            return ("challenge.declined", ["id": id, "by": idText(by), "name": .string(name(by))])
+            return ("challenge.declined", ["id": id, "by": idText(by), "name": .string(name(by, r))])
         case .allDeclined:
             return ("challenge.declined", ["id": id, "by": "everyone"])
         case .expired:
@@ -186,14 +186,14 @@ public final class ChallengeService: Sendable {
         case .quit(let elapsed, let reason):
             return ("challenge.quit", ["id": id, "elapsed_ms": .int(elapsed), "reason": .string(reason), "mono_us": .int(mono)])
         case .partnerQuit(let key, let elapsed, let reason):
-            return ("challenge.partner.quit", ["id": id, "who": idText(key), "name": .string(name(key)),
+            return ("challenge.partner.quit", ["id": id, "who": idText(key), "name": .string(name(key, r)),
                                                    "elapsed_ms": .int(elapsed), "reason": .string(reason), "mono_us": .int(mono)])
         }
     }
 
-    func name(_ key: [UInt8]) -> String {
-        if key == me { return health.read("read the display name", or: nil) { try store.setting("display_name") } ?? "" }
-        return health.read("read a contact", or: nil) { try store.contact(key) }?.displayName ?? ""
+    func name(_ key: [UInt8], _ r: StoreReading) -> String {
+        if key == me { return health.read("read the display name", or: nil) { try r.setting("display_name") } ?? "" }
+        return health.read("read a contact", or: nil) { try r.contact(key) }?.displayName ?? ""
     }
 
     func isoLocal(_ us: Int64) -> JSONValue { FriendService.iso(us / 1000) }
@@ -426,7 +426,7 @@ public final class ChallengeService: Sendable {
                 continue
             }
             events.emit(silent ? "challenge.partner.out_of_contact" : "challenge.partner.back",
-                        ["id": .string(c.idHex), "who": idText(p.key), "name": .string(name(p.key))], in: step)
+                        ["id": .string(c.idHex), "who": idText(p.key), "name": .string(name(p.key, step))], in: step)
         }
     }
 
@@ -505,7 +505,7 @@ public final class ChallengeService: Sendable {
         if try step.wasHandled(envelope.messageID.bytes) { return outbox.acknowledge(envelope, on: link, step) }
         var refusal: Error?
         do {
-            try mutate(id, loaded: current, handled: outbox.handledMark(envelope), step, body)
+            try mutate(id, loaded: current, handled: outbox.handledMark(envelope, in: step), step, body)
         } catch is NotFound {
             logger.debug("frame about an unknown challenge", metadata: ["challenge": "\(hexString(id))"])
         } catch {
@@ -517,7 +517,7 @@ public final class ChallengeService: Sendable {
 
     private func receiveInvite(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) throws {
         let author = envelope.author
-        guard outbox.isFriend(author) else {
+        guard outbox.isFriend(author, in: step) else {
             // Only friends may invite; acknowledged so the sender stops (within the throttle), then dropped.
             outbox.dropUnrelated(envelope, on: link, step)
             logger.info("challenge invite from a stranger dropped", metadata: ["from": "\(NodeID(publicKey: author).short)"])
@@ -534,7 +534,7 @@ public final class ChallengeService: Sendable {
             // Hints let group members who are not friends reach each other.
             // They are the inviter's claims: kept only where the dialling policy allows (Protocol 12.8).
             let claimer = link?.directRemoteHost
-            for p in c.participants where p.key != me && !p.addressHint.isEmpty && !outbox.isFriend(p.key) {
+            for p in c.participants where p.key != me && !p.addressHint.isEmpty && !outbox.isFriend(p.key, in: step) {
                 if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: claimer ?? ""), port > 0, !h.isEmpty,
                    DialPolicy.mayRemember(claimed: h, port: port, claimerHost: claimer) {
                     health.attempt("remember an invite's address hint") {
@@ -542,7 +542,7 @@ public final class ChallengeService: Sendable {
                     }
                 }
             }
-            try persist(&c, [.notify(.invited)], handled: outbox.handledMark(envelope), step)
+            try persist(&c, [.notify(.invited)], handled: outbox.handledMark(envelope, in: step), step)
             after(c, [.notify(.invited)], step)
         } catch {
             refusal = error

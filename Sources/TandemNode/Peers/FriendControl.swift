@@ -23,7 +23,7 @@ extension FriendService {
         return .string(f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))
     }
 
-    func describe(_ c: Contact) -> JSONValue {
+    func describe(_ c: Contact, _ r: StoreReading) -> JSONValue {
         let key = c.key
         let online = peers.link(to: key) != nil
         var via: JSONValue = .null
@@ -31,7 +31,7 @@ extension FriendService {
             via = .string("relay")
         } else if online {
             let host = peers.remoteAddress(of: key)?.ipAddress ?? ""
-            let lan = health.read("read the LAN sightings", or: []) { try store.sightings(since: now() - 60_000) }.contains { $0.publicKey == c.publicKey && $0.host == host }
+            let lan = health.read("read the LAN sightings", or: []) { try r.sightings(since: now() - 60_000) }.contains { $0.publicKey == c.publicKey && $0.host == host }
             via = .string(lan ? "lan" : "direct")
         }
         return .object([
@@ -45,7 +45,7 @@ extension FriendService {
             "message": c.requestMessage.map(JSONValue.string) ?? .null,
             "requested_at": Self.iso(c.requestedAtMs),
             "friend_since": Self.iso(c.friendSinceMs),
-            "relay": health.read("read a peer's relay", or: nil) { try store.peerRelay(key) }.map {
+            "relay": health.read("read a peer's relay", or: nil) { try r.peerRelay(key) }.map {
                 .string(RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port).description)
             } ?? .null,
         ])
@@ -78,15 +78,15 @@ extension FriendService {
                 address = HostPort(host: h, port: p)
             }
             let c = try requestNow(key, message: params["message"]?.stringValue ?? "", address: address, relay: relay, step)
-            return describe(c)
+            return describe(c, step)
         }
-        router.registerOnCore(in: store, publishing: events, "friend.requests") { [self] _, step in
+        router.registerOnCore("friend.requests") { [self] _ in
             .object([
-                "received": .array(try step.contacts([.pending]).map(describe)),
-                "sent": .array(try step.contacts([.requested]).map(describe)),
+                "received": .array(try store.contacts([.pending]).map { describe($0, store) }),
+                "sent": .array(try store.contacts([.requested]).map { describe($0, store) }),
             ])
         }
-        router.registerOnCore(in: store, publishing: events, "friend.accept") { [self] params, step in describe(try acceptNow(try Self.key(params), step)) }
+        router.registerOnCore(in: store, publishing: events, "friend.accept") { [self] params, step in describe(try acceptNow(try Self.key(params), step), step) }
         router.registerOnCore(in: store, publishing: events, "friend.decline") { [self] params, step in
             let key = try Self.key(params)
             try declineNow(key, step)
@@ -107,19 +107,19 @@ extension FriendService {
             guard try unblockNow(key, step) else { throw NodeError.nothingToActOn("that ID is not blocked") }
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": false])
         }
-        router.registerOnCore(in: store, publishing: events, "friend.list") { [self] _, step in
-            .object(["friends": .array(try step.contacts([.friend]).map(describe)),
-                     "blocked": .array(try step.contacts([.blocked]).map { .string(NodeID(publicKey: $0.key).canonical) })])
+        router.registerOnCore("friend.list") { [self] _ in
+            .object(["friends": .array(try store.contacts([.friend]).map { describe($0, store) }),
+                     "blocked": .array(try store.contacts([.blocked]).map { .string(NodeID(publicKey: $0.key).canonical) })])
         }
-        router.registerOnCore(in: store, publishing: events, "name.get") { [self] _, step in .object(["name": .string(displayName)]) }
+        router.registerOnCore("name.get") { [self] _ in .object(["name": .string(displayName)]) }
         router.registerOnCore(in: store, publishing: events, "name.set") { [self] params, step in
             guard let name = params["name"]?.stringValue else { throw NodeError.invalidArgument("missing parameter 'name'") }
             try setNameNow(name, step)
             return .object(["name": .string(name)])
         }
-        router.registerOnCore(in: store, publishing: events, "peers.list") { _, step in
-            let friends = Set(try step.friendKeys().map { Data($0) })
-            let list = try step.sightings().map { s -> JSONValue in
+        router.registerOnCore("peers.list") { [self] _ in
+            let friends = Set(try store.friendKeys().map { Data($0) })
+            let list = try store.sightings().map { s -> JSONValue in
                 .object([
                     "id": .string(NodeID(publicKey: Array(s.publicKey)).canonical),
                     "name": s.displayName.map(JSONValue.string) ?? .null,
@@ -130,7 +130,7 @@ extension FriendService {
             }
             return .object(["peers": .array(list)])
         }
-        router.registerOnCore(in: store, publishing: events, "discoverable.get") { _, step in
+        router.registerOnCore("discoverable.get") { _ in
             .object(["mode": .string(discoverable.mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable)])
         }
         router.registerOnCore(in: store, publishing: events, "discoverable.set") { params, step in
@@ -138,7 +138,7 @@ extension FriendService {
                 throw NodeError.invalidArgument("mode must be on, off or auto")
             }
             try discoverable.set(mode, step)
-            return .object(["mode": .string(mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable)])
+            return .object(["mode": .string(mode.rawValue), "discoverable": .bool(discoverable.isDiscoverable(step))])
         }
     }
 }
@@ -157,15 +157,19 @@ public final class DiscoverableSetting: Sendable {
         self.health = health
     }
 
-    public var mode: Mode {
-        health.read("read the discoverable setting", or: nil) { try store.setting("discoverable") }.flatMap(Mode.init(rawValue:)) ?? .auto
+    public var mode: Mode { mode(store) }
+    public var isDiscoverable: Bool { isDiscoverable(store) }
+
+    /// The setting as `r` (a step being built, or the store) has it.
+    func mode(_ r: StoreReading) -> Mode {
+        health.read("read the discoverable setting", or: nil) { try r.setting("discoverable") }.flatMap(Mode.init(rawValue:)) ?? .auto
     }
 
-    public var isDiscoverable: Bool {
-        switch mode {
+    func isDiscoverable(_ r: StoreReading) -> Bool {
+        switch mode(r) {
         case .on: return true
         case .off: return false
-        case .auto: return health.read("read the friends", or: []) { try store.friendKeys() }.isEmpty
+        case .auto: return health.read("read the friends", or: []) { try r.friendKeys() }.isEmpty
         }
     }
 

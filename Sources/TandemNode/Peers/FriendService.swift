@@ -81,35 +81,36 @@ public final class FriendService: Sendable {
 
     // MARK: - Identity data
 
-    public var displayName: String {
-        health.read("read the display name", or: nil) { try store.setting("display_name") } ?? ""
+    public var displayName: String { displayName(store) }
+
+    /// Our display name as `r` (a step being built, or the store) has it.
+    func displayName(_ r: StoreReading) -> String {
+        health.read("read the display name", or: nil) { try r.setting("display_name") } ?? ""
     }
 
     /// Something our contact record holds changed: it is built again when next needed.
     func recordChanged() { recordCache.withLockedValue { $0 = nil } }
 
     /// Our signed contact record's content.
-    func contactRecord() -> Tandem_V1_ContactRecord {
+    func contactRecord(_ r: StoreReading) -> Tandem_V1_ContactRecord {
         if let cached = recordCache.withLockedValue({ $0 }) { return cached }
-        let r = buildContactRecord()
-        recordCache.withLockedValue { $0 = r }
-        return r
+        let record = buildContactRecord(r)
+        recordCache.withLockedValue { $0 = record }
+        return record
     }
 
-    private func buildContactRecord() -> Tandem_V1_ContactRecord {
+    private func buildContactRecord(_ reader: StoreReading) -> Tandem_V1_ContactRecord {
         var r = Tandem_V1_ContactRecord()
         r.publicKey = Data(identity.publicKey)
-        r.displayName = displayName
+        r.displayName = displayName(reader)
         let port = listenPort.withLockedValue { $0 }
         if port > 0 { r.addresses = [":\(port)"] }
-        if let home = health.read("read the home relays", or: nil, { try store.relays().first }) {
+        if let home = health.read("read the home relays", or: nil, { try reader.relays().first }) {
             r.homeRelay = RelayAddress(id: NodeID(publicKey: home.publicKey), host: home.host, port: home.port).description
         }
-        r.version = health.read("read the record version", or: nil) { try store.setting("record_version") }.flatMap(UInt64.init) ?? 1
+        r.version = health.read("read the record version", or: nil) { try reader.setting("record_version") }.flatMap(UInt64.init) ?? 1
         return r
     }
-
-    func isFriend(_ key: [UInt8]) -> Bool { outbox.isFriend(key) }
 
     // MARK: - User intents (from the control socket, tests, demos: run on the core)
 
@@ -148,7 +149,7 @@ public final class FriendService: Sendable {
         }
         var req = Tandem_V1_FriendRequest()
         req.message = message
-        req.contact = contactRecord()
+        req.contact = contactRecord(step)
         if let address {
             try step.rememberAddress(key, host: address.host, port: address.port, source: "manual", nowMs: now())
         }
@@ -159,7 +160,7 @@ public final class FriendService: Sendable {
             // They asked first: asking back is accepting.
             return try acceptNow(key, step)
         }
-        let item = outbox.frame(.friendRequest, to: key, payload: try req.serializedBytes())
+        let item = outbox.frame(.friendRequest, to: key, payload: try req.serializedBytes(), in: step)
         let contact = try mapStoreError { try step.requestFriend(key, message: message, frame: item, nowMs: now()) }
         events.emit("friend.request.sent", ["id": .string(NodeID(publicKey: key).canonical), "message": .string(message)], in: step)
         outbox.send(to: [key], in: step)
@@ -168,8 +169,8 @@ public final class FriendService: Sendable {
 
     func acceptNow(_ key: [UInt8], _ step: StoreStep) throws -> Contact {
         var acc = Tandem_V1_FriendAccept()
-        acc.contact = contactRecord()
-        let item = outbox.frame(.friendAccept, to: key, payload: try acc.serializedBytes())
+        acc.contact = contactRecord(step)
+        let item = outbox.frame(.friendAccept, to: key, payload: try acc.serializedBytes(), in: step)
         let c = try mapStoreError { try step.acceptFriend(key, frame: item, nowMs: now()) }
         events.emit("friend.accepted", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(c.displayName), "by": "me"], in: step)
         presence.becameFriend(key, name: c.displayName, sending: true, step)
@@ -179,14 +180,14 @@ public final class FriendService: Sendable {
     }
 
     func declineNow(_ key: [UInt8], _ step: StoreStep) throws {
-        let item = outbox.frame(.friendDecline, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes())
+        let item = outbox.frame(.friendDecline, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes(), in: step)
         try mapStoreError { try step.declineFriend(key, frame: item, nowMs: now()) }
         events.emit("friend.declined", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"], in: step)
         outbox.send(to: [key], in: step)
     }
 
     func removeNow(_ key: [UInt8], _ step: StoreStep) throws {
-        let item = outbox.frame(.friendRemove, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes())
+        let item = outbox.frame(.friendRemove, to: key, payload: try Tandem_V1_FriendFarewell().serializedBytes(), in: step)
         try mapStoreError { try step.removeFriend(key, frame: item, nowMs: now()) }
         events.emit("friend.removed", ["id": .string(NodeID(publicKey: key).canonical), "by": "me"], in: step)
         outbox.send(to: [key], in: step)
@@ -224,11 +225,11 @@ public final class FriendService: Sendable {
         try step.setSetting("record_version", String(now()))
         recordChanged()
         var update = Tandem_V1_ContactUpdate()
-        update.contact = contactRecord()
+        update.contact = contactRecord(step)
         let payload: [UInt8] = try update.serializedBytes()
         let friends = try step.friendKeys()
         for friend in friends {
-            try step.enqueue(outbox.frame(.contactUpdate, to: friend, payload: payload))
+            try step.enqueue(outbox.frame(.contactUpdate, to: friend, payload: payload, in: step))
         }
         outbox.send(to: friends, in: step)
     }
@@ -321,15 +322,15 @@ public final class FriendService: Sendable {
         var reply: OutboxItem?
         if relationship == .requested || relationship == .friend {
             var accept = Tandem_V1_FriendAccept()
-            accept.contact = contactRecord()
-            reply = outbox.frame(.friendAccept, to: author, payload: try accept.serializedBytes())
+            accept.contact = contactRecord(step)
+            reply = outbox.frame(.friendAccept, to: author, payload: try accept.serializedBytes(), in: step)
         }
         let id = NodeID(publicKey: author).canonical
         // The handled mark, the change and its events commit in one transaction; the ACK follows it.
         let result = try step.receiveFriendRequest(from: author, displayName: record.displayName, message: req.message,
                                                     record: record.canonicalBytes, recordVersion: record.storedVersion,
                                                     reply: reply, nowMs: now(),
-                                                    handled: outbox.handledMark(envelope, fromFriend: relationship == .friend)) { result in
+                                                    handled: outbox.handledMark(envelope, fromFriend: relationship == .friend, in: step)) { result in
             switch result {
             case .stored(let dropped):
                 let received = events.record("friend.request.received", ["id": .string(id), "name": .string(record.displayName),
@@ -375,7 +376,7 @@ public final class FriendService: Sendable {
                                                          "name": .string(record.displayName), "by": "them"])
         let changed = try step.receiveFriendAccept(from: envelope.author, displayName: record.displayName,
                                                     record: record.canonicalBytes, recordVersion: record.storedVersion,
-                                                    nowMs: now(), handled: outbox.handledMark(envelope, fromFriend: relationship == .friend),
+                                                    nowMs: now(), handled: outbox.handledMark(envelope, fromFriend: relationship == .friend, in: step),
                                                     events: [accepted])
         outbox.acknowledge(envelope, on: link, step)
         guard changed else { return }
@@ -388,7 +389,7 @@ public final class FriendService: Sendable {
     private func receiveFarewell(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) throws {
         let id = NodeID(publicKey: envelope.author).canonical
         let type = envelope.type == .friendDecline ? "friend.declined" : "friend.removed"
-        let before = try step.receiveFarewell(from: envelope.author, nowMs: now(), handled: outbox.handledMark(envelope), events: { _ in
+        let before = try step.receiveFarewell(from: envelope.author, nowMs: now(), handled: outbox.handledMark(envelope, in: step), events: { _ in
             [events.record(type, ["id": .string(id), "by": "them"])]
         })
         outbox.acknowledge(envelope, on: link, step)
@@ -402,7 +403,7 @@ public final class FriendService: Sendable {
         let updated = events.record("contact.updated", ["id": .string(NodeID(publicKey: envelope.author).canonical),
                                                         "name": .string(record.displayName)])
         let changed = try step.updateContactRecord(envelope.author, displayName: record.displayName, record: record.canonicalBytes,
-                                                    version: record.storedVersion, nowMs: now(), handled: outbox.handledMark(envelope),
+                                                    version: record.storedVersion, nowMs: now(), handled: outbox.handledMark(envelope, in: step),
                                                     events: [updated])
         outbox.acknowledge(envelope, on: link, step)
         guard changed else { return }

@@ -58,10 +58,10 @@ extension RelayClient {
             events.emit("relay.removed", ["relay": .string(NodeID(publicKey: key).canonical)], in: step)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
         }
-        router.registerOnCore(in: store, publishing: events, "relay.list") { [self] _, step in
+        router.registerOnCore("relay.list") { [self] _ in
             .object(["relays": .array(status())])
         }
-        router.registerOnCore(in: store, publishing: events, "node.share") { [self] _, step in
+        router.registerOnCore("node.share") { [self] _ in
             let home = homeRelays().first
             let code = ShareCode(id: NodeID(publicKey: identity.publicKey), relay: home)
             return .object(["share": .string(code.description), "id": .string(code.id.canonical),
