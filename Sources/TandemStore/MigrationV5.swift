@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import TandemProtocol
 
 /// Migrations `v5-focus`, `v5-backup` and `v5-vault`: the local state that store v4 kept as JSON
 /// strings in the `setting` table under key prefixes gets tables of its own, and the v4 rows are
@@ -420,27 +421,7 @@ enum MigrationV5 {
     }
 
     /// Lowercase or uppercase hex to bytes; nil for anything else (an odd length included).
-    private static func hex(_ s: String) -> [UInt8]? {
-        let chars = Array(s.utf8)
-        guard chars.count % 2 == 0 else { return nil }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 0x30...0x39: return c - 0x30
-            case 0x61...0x66: return c - 0x61 + 10
-            case 0x41...0x46: return c - 0x41 + 10
-            default: return nil
-            }
-        }
-        var out: [UInt8] = []
-        out.reserveCapacity(chars.count / 2)
-        var i = 0
-        while i < chars.count {
-            guard let hi = nibble(chars[i]), let lo = nibble(chars[i + 1]) else { return nil }
-            out.append(hi << 4 | lo)
-            i += 2
-        }
-        return out
-    }
+    private static func hex(_ s: String) -> [UInt8]? { parseHex(s) }
 }
 
 private extension String {
