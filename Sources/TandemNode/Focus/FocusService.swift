@@ -237,8 +237,12 @@ public final class FocusService: Service, Sendable {
         state.withLockedValue { $0.lock = lock }
         lockedNow.withLockedValue { $0 = lock.isLocked }
         if let tx {
-            // Carried out once the step that holds the change is committed.
-            tx.afterCommit { [self] in carryOut(lock, step, before: before, modes: modes) }
+            // Carried out once the step that holds the change is committed; the blocking is then
+            // brought to the new target (a caller's `kick` inside the step would come too early).
+            tx.afterCommit { [self] in
+                carryOut(lock, step, before: before, modes: modes)
+                enforcer.kick()
+            }
         } else {
             events.published()
             carryOut(lock, step, before: before, modes: modes)
@@ -332,7 +336,6 @@ public final class FocusService: Service, Sendable {
                                                               "message": .string(r.description)], in: tx)
         }
         commit(lock, step, in: tx)
-        enforcer.kick()
     }
 
     /// The challenge ended, was cancelled, or is gone: the lock it holds opens; its mode is forgotten.
@@ -342,7 +345,7 @@ public final class FocusService: Service, Sendable {
         let known = state.withLockedValue { $0.challengeModes[idHex] != nil }
         commit(lock, step, extra: known ? [.removeChallengeMode(challengeId: idHex)] : [], in: tx)
         state.withLockedValue { _ = $0.challengeModes.removeValue(forKey: idHex) }
-        enforcer.kick()
+        if tx == nil { enforcer.kick() }  // in a step, `commit` kicks once the step is committed
     }
 
     /// Whether a challenge's lock is on (its early end needs the main key, not `challenge quit`).
