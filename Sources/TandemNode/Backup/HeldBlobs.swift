@@ -233,6 +233,17 @@ final class HeldBlobs: Sendable {
         var nextSnapshot: Int64
     }
 
+    /// The names in one of an owner's directories while loading: a file where the directory
+    /// belongs is quarantined (it holds nothing); a directory that cannot be listed throws.
+    private func loadContents(_ dir: URL, _ quarantined: (String) -> Void) throws -> [String] {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: dir.path, isDirectory: &isDirectory), !isDirectory.boolValue {
+            quarantine(dir, because: "not a directory", quarantined)
+            return []
+        }
+        return try contents(dir)
+    }
+
     /// Reads every owner's shelf back. Files that break a rule go to quarantine; an owner
     /// directory without a valid shelf file is quarantined whole.
     func load(nowMs: UInt64, quarantined: (String) -> Void) throws -> [Loaded] {
@@ -249,7 +260,7 @@ final class HeldBlobs: Sendable {
             }
             var shelf = BackupHolderBook.StoredShelf(quotaBytes: file.quotaBytes, offerVersion: file.offerVersion)
             let blobsDir = ownerDirectory(owner).appendingPathComponent("blobs")
-            for name in try contents(blobsDir) {
+            for name in try loadContents(blobsDir, quarantined) {
                 let url = blobsDir.appendingPathComponent(name)
                 guard let b = parseHex(name), let n = BlobName(bytes: b), n.description == name, let size = fileSize(url),
                       (1...BackupLimits.maximumBlobBytes).contains(size) else {
@@ -259,7 +270,7 @@ final class HeldBlobs: Sendable {
                 shelf.whole[n] = size
             }
             let partialDir = ownerDirectory(owner).appendingPathComponent("partial")
-            for name in try contents(partialDir) {
+            for name in try loadContents(partialDir, quarantined) {
                 let url = partialDir.appendingPathComponent(name)
                 let parts = name.split(separator: ".")
                 guard parts.count == 2, let b = parseHex(String(parts[0])), let n = BlobName(bytes: b), n.description == parts[0],
@@ -272,7 +283,7 @@ final class HeldBlobs: Sendable {
             }
             var next = file.nextSnapshot
             let snapDir = snapshotsDirectory(owner)
-            for name in try contents(snapDir).sorted() where name.hasSuffix(".json") {
+            for name in try loadContents(snapDir, quarantined).sorted() where name.hasSuffix(".json") {
                 let url = snapDir.appendingPathComponent(name)
                 // A record that cannot be read or breaks a rule is quarantined (reported below).
                 guard let bytes = try? FileIO.readAll(url, limit: 4 << 20, what: "snapshot"),  // quarantined when nil
