@@ -176,12 +176,12 @@ final class HeldBlobs: Sendable {
 
     /// Removes a blob, whole or partial (whatever size its partial file was declared with).
     func removeBlob(_ owner: [UInt8], _ name: BlobName) {
-        health.attempt("remove held blob \(name)") {
-            try FileIO.remove(blobURL(owner, name))  // a missing file is not an error (ENOENT)
-            let dir = ownerDirectory(owner).appendingPathComponent("partial")
-            for f in try contents(dir) where f.hasPrefix(name.description + ".") {
-                try FileIO.remove(dir.appendingPathComponent(f))
-            }
+        // Each file on its own: one that cannot be removed does not keep the others.
+        health.attempt("remove held blob \(name)") { try FileIO.remove(blobURL(owner, name)) }  // a missing file is not an error (ENOENT)
+        let dir = ownerDirectory(owner).appendingPathComponent("partial")
+        let partials = health.read("list the partial blobs of \(hexString(owner).prefix(16))", or: []) { try contents(dir) }
+        for f in partials where f.hasPrefix(name.description + ".") {
+            health.attempt("remove partial blob \(f)") { try FileIO.remove(dir.appendingPathComponent(f)) }
         }
     }
 
