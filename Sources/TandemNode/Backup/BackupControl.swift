@@ -47,7 +47,7 @@ extension BackupService {
 
     func offers() async throws -> JSONValue {
         let received = try await NodeCore.perform { try self.receivedOffers() }
-        let given = holder.offersGiven()
+        let given = try await holder.offersGiven()
         return [
             "given": .array(given.map {
                 ["to": .string(NodeID(publicKey: $0.owner).canonical), "quota_bytes": .int($0.quotaBytes), "used_bytes": .int($0.usedBytes),

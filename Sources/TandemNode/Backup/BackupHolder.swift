@@ -36,7 +36,8 @@ final class BackupHolder: Sendable {
     let events: EventBus
     let logger: Logger
     let now: @Sendable () -> UInt64
-    /// Blocking disk work: one thread runs the jobs in order, the other finishes blobs.
+    /// Blocking disk work: the jobs' loop and the finishes' loop each take one of its two threads
+    /// while they run (the order of jobs is kept by `state`, whichever thread runs them).
     private let lane: NIOThreadPool
     private let state: Mutex<Work>
     private let pending = Mutex(Pending())
@@ -185,9 +186,9 @@ final class BackupHolder: Sendable {
         try await lane.runIfActive { try self.setOffer(owner: owner, quotaBytes: quotaBytes, version: version) }
     }
 
-    /// Our offers, with what each owner uses.
-    func offersGiven() -> [GivenOffer] {
-        state.withLock { $0.offersGiven() }
+    /// Our offers, with what each owner uses (on the holder's lane: it waits for the job running).
+    func offersGiven() async throws -> [GivenOffer] {
+        try await lane.runIfActive { self.state.withLock { $0.offersGiven() } }
     }
 
     /// The friendship with these owners ended: everything held for them goes (backup.md 3).

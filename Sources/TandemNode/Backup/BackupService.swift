@@ -188,7 +188,7 @@ public final class BackupService: Service, Sendable {
         let isFriend = await NodeCore.run { self.outbox.isFriend(friend, in: self.store) }
         guard isFriend else { throw NodeError.refused("\(NodeID(publicKey: friend).display) is not your friend") }
         let version = min(wallClockMilliseconds(), BackupLimits.maximumVersion)
-        let held = holder.offersGiven().first { $0.owner == friend }
+        let held = try await holder.offersGiven().first { $0.owner == friend }
         if quotaBytes == 0, held == nil { throw NodeError.nothingToActOn("you hold no backups for that friend") }
         _ = try await holder.setOfferOnLane(owner: friend, quotaBytes: quotaBytes, version: version)
         let payload = BackupOfferMessage(quotaBytes: quotaBytes, version: version).payload
