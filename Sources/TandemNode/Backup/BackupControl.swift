@@ -47,7 +47,7 @@ extension BackupService {
 
     func offers() async throws -> JSONValue {
         let received = try await NodeCore.perform { try self.receivedOffers() }
-        let given = holder.offersGiven()
+        let given = try await holder.offersGiven()
         return [
             "given": .array(given.map {
                 ["to": .string(NodeID(publicKey: $0.owner).canonical), "quota_bytes": .int($0.quotaBytes), "used_bytes": .int($0.usedBytes),
@@ -101,37 +101,51 @@ extension BackupService {
         if params["background"]?.boolValue ?? false {
             return ["started": .array(started.map { .string(NodeID(publicKey: $0.holder).canonical) })]
         }
-        // Progress over every push until all end.
-        let progress = Task {
-            let clock = ContinuousClock()
-            let t0 = clock.now
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(200))
-                let (done, total) = started.reduce((Int64(0), Int64(0))) { acc, t in
-                    let p = t.progress
-                    return (acc.0 + p.done, acc.1 + p.total)
+        // Progress over every push until all end: a child task of this command's, ended with it.
+        let (results, failures) = await withTaskGroup(of: Void.self) { group -> ([JSONValue], [String]) in
+            group.addTask { [started] in await Self.reportProgress(of: started, to: writer) }
+            defer { group.cancelAll() }
+            var results: [JSONValue] = []
+            var failures: [String] = []
+            for t in started {
+                do {
+                    results.append(try await t.wait().json)
+                } catch {
+                    failures.append("\(NodeID(publicKey: t.holder).display): \(error)")
                 }
-                let seconds = max(0.001, Double((clock.now - t0).components.seconds) + Double((clock.now - t0).components.attoseconds) / 1e18)
-                guard (try? await writer.send(["progress": ["done": .int(done), "total": .int(total),
-                                                            "bytes_per_second": .int(Int64(Double(done) / seconds))]])) != nil else { return }
             }
+            return (results, failures)
         }
-        defer { progress.cancel() }
-        var results: [JSONValue] = []
-        var failures: [String] = []
-        for t in started {
-            do {
-                results.append(try await t.wait().json)
-            } catch {
-                failures.append("\(NodeID(publicKey: t.holder).display): \(error)")
-            }
-        }
-        progress.cancel()
         if !failures.isEmpty, results.isEmpty {
             throw NodeError.failed("backup push failed: " + failures.joined(separator: "; "))
         }
         let bytes = results.reduce(Int64(0)) { $0 + ($1["bytes_sent"]?.intValue ?? 0) }
         return ["pushes": .array(results), "bytes_sent": .int(bytes), "failed": .array(failures.map { .string($0) })]
+    }
+
+    /// Progress lines over `pushes` every 200 ms until cancelled (one last line then), or until
+    /// the client went away.
+    private static func reportProgress(of pushes: [PushTask], to writer: ControlStreamWriter) async {
+        let clock = ContinuousClock()
+        let t0 = clock.now
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: .milliseconds(200))
+            } catch {
+                // Cancelled: the pushes ended; the line below is the last.
+            }
+            let (done, total) = pushes.reduce((Int64(0), Int64(0))) { acc, t in
+                let p = t.progress
+                return (acc.0 + p.done, acc.1 + p.total)
+            }
+            let seconds = max(0.001, Double((clock.now - t0).components.seconds) + Double((clock.now - t0).components.attoseconds) / 1e18)
+            do {
+                try await writer.send(["progress": ["done": .int(done), "total": .int(total),
+                                                    "bytes_per_second": .int(Int64(Double(done) / seconds))]])
+            } catch {
+                return  // the client went away: nobody to show progress to
+            }
+        }
     }
 
     // MARK: - Verify
@@ -194,7 +208,7 @@ extension BackupService {
                 }
                 for c in challenges {
                     let answer = proof!.answers.first { $0.name == c.name }
-                    let expected = local.mac(c.name, nonce: c.nonce)
+                    let expected = try local.mac(c.name, nonce: c.nonce)
                     let ok: Bool
                     if let answer, answer.status == .ok, let expected {
                         ok = Sodium.constantTimeEqual(answer.mac, expected)

@@ -72,8 +72,10 @@ final class BackupAnswers: Sendable {
 }
 
 /// The owner's conversation with one holder over one link: requests out, answers in, with
-/// timeouts. Used by one task at a time.
-final class BackupExchange: @unchecked Sendable {
+/// timeouts. Used by one task at a time; answers and the link's close come in from event loops.
+/// While that task waits in `next`, a `.tick` comes at least every 250 ms (a timer on the link's
+/// event loop: no task of its own), so its timeouts are checked even when the holder is silent.
+final class BackupExchange: Sendable {
     enum Event: Sendable {
         case answer(BackupAnswer)
         case tick
@@ -89,42 +91,53 @@ final class BackupExchange: @unchecked Sendable {
         var description: String { "the holder did not answer \(what) (5 tries)" }
     }
 
+    static let tickInterval: Duration = .milliseconds(250)
+
     let peer: [UInt8]
     let link: PeerLink
     let answers: BackupAnswers
-    private let continuation: AsyncStream<Event>.Continuation
-    private var iterator: AsyncStream<Event>.Iterator
-    private let ticker: Task<Void, Never>
-    private let registered = NIOLockedValueBox<Set<BackupRequestID>>([])
-    private(set) var isClosed = false
-    /// Payload bytes of every frame this exchange sent.
-    private(set) var bytesSent: Int64 = 0
+    private struct State {
+        var events = CircularBuffer<Event>()
+        /// The task waiting in `next`, and the token its tick timer carries.
+        var waiter: (token: UInt64, continuation: CheckedContinuation<Event?, Never>)?
+        var nextToken: UInt64 = 0
+        var nextTick = ContinuousClock.now + BackupExchange.tickInterval
+        var registered = Set<BackupRequestID>()
+        var isClosed = false
+        var bytesSent: Int64 = 0
+    }
+    private let state = NIOLockedValueBox(State())
 
     init(peer: [UInt8], link: PeerLink, answers: BackupAnswers) {
         self.peer = peer
         self.link = link
         self.answers = answers
-        let (stream, continuation) = AsyncStream<Event>.makeStream(bufferingPolicy: .unbounded)
-        self.continuation = continuation
-        self.iterator = stream.makeAsyncIterator()
-        ticker = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(250))
-                continuation.yield(.tick)
-            }
-        }
-        link.channel.closeFuture.whenComplete { _ in continuation.yield(.closed) }
+        link.channel.closeFuture.whenComplete { [weak self] _ in self?.push(.closed) }
     }
 
     deinit {
-        ticker.cancel()
-        continuation.finish()
-        answers.unregister(Array(registered.withLockedValue { $0 }))
+        answers.unregister(Array(state.withLockedValue { $0.registered }))
+    }
+
+    var isClosed: Bool { state.withLockedValue { $0.isClosed } }
+    /// Payload bytes of every frame this exchange sent.
+    var bytesSent: Int64 { state.withLockedValue { $0.bytesSent } }
+
+    private func push(_ event: Event) {
+        let waiter = state.withLockedValue { s -> CheckedContinuation<Event?, Never>? in
+            if let w = s.waiter {
+                s.waiter = nil
+                return w.continuation
+            }
+            s.events.append(event)
+            return nil
+        }
+        waiter?.resume(returning: event)
     }
 
     func arrived(_ answer: BackupAnswer) {
-        _ = registered.withLockedValue { $0.remove(answer.requestID) }
-        continuation.yield(.answer(answer))
+        _ = state.withLockedValue { $0.registered.remove(answer.requestID) }
+        push(.answer(answer))
     }
 
     static func newRequestID() -> BackupRequestID { BackupRequestID(bytes: Sodium.randomBytes(16))! }
@@ -134,9 +147,11 @@ final class BackupExchange: @unchecked Sendable {
     func send(_ type: MessageType, id: BackupRequestID, payload: [UInt8], flush: Bool = true) throws {
         guard !isClosed else { throw LinkLost() }
         let env = Envelope.sign(type: type, author: link.identity, recipient: peer, createdAt: wallClockMilliseconds(), payload: payload)
-        registered.withLockedValue { _ = $0.insert(id) }
+        state.withLockedValue { s in
+            s.registered.insert(id)
+            s.bytesSent += Int64(env.payload.count)
+        }
         answers.register(id, peer: peer, self)
-        bytesSent += Int64(env.payload.count)
         link.send(env, flush: flush)
     }
 
@@ -144,21 +159,55 @@ final class BackupExchange: @unchecked Sendable {
 
     /// Forgets requests whose answers are no longer wanted.
     func abandon(_ ids: [BackupRequestID]) {
-        registered.withLockedValue { r in for id in ids { r.remove(id) } }
+        state.withLockedValue { s in for id in ids { s.registered.remove(id) } }
         answers.unregister(ids)
     }
 
-    /// The next event; throws once the link closed or the task is cancelled.
+    /// The next event (a `.tick` once 250 ms passed since the last); throws once the link closed
+    /// or the task is cancelled.
     func next() async throws -> Event {
-        while true {
-            try Task.checkCancellation()
-            guard let e = await iterator.next() else { throw CancellationError() }
-            if case .closed = e {
-                isClosed = true
-                throw LinkLost()
+        try Task.checkCancellation()
+        let e = await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Event?, Never>) in
+                let now = ContinuousClock.now
+                let (ready, token, wait) = state.withLockedValue { s -> (Event?, UInt64, Duration) in
+                    if now >= s.nextTick {
+                        s.nextTick = now + Self.tickInterval
+                        return (.tick, 0, .zero)
+                    }
+                    if let e = s.events.popFirst() { return (e, 0, .zero) }
+                    s.nextToken += 1
+                    s.waiter = (s.nextToken, c)
+                    return (nil, s.nextToken, s.nextTick - now)
+                }
+                if let ready { return c.resume(returning: ready) }
+                let micros = wait.components.seconds * 1_000_000 + wait.components.attoseconds / 1_000_000_000_000
+                link.channel.eventLoop.scheduleTask(in: .microseconds(max(1, micros))) {
+                    self.resumeWaiter(token: token, with: .tick, advancingTick: true)
+                }
+                // Cancelled before the waiter was in place: the handler below found nothing to end.
+                if Task.isCancelled { resumeWaiter(token: token, with: nil) }
             }
-            return e
+        } onCancel: {
+            resumeWaiter(token: nil, with: nil)
         }
+        guard let e else { throw CancellationError() }
+        if case .closed = e {
+            state.withLockedValue { $0.isClosed = true }
+            throw LinkLost()
+        }
+        return e
+    }
+
+    /// Ends the wait in `next` (only the one `token` names, when given).
+    private func resumeWaiter(token: UInt64?, with event: Event?, advancingTick: Bool = false) {
+        let waiter = state.withLockedValue { s -> CheckedContinuation<Event?, Never>? in
+            guard let w = s.waiter, token == nil || w.token == token else { return nil }
+            s.waiter = nil
+            if advancingTick { s.nextTick = ContinuousClock.now + Self.tickInterval }
+            return w.continuation
+        }
+        waiter?.resume(returning: event)
     }
 
     /// One request and its answer: waits 30 s, then asks again with a new id, at most 5 times

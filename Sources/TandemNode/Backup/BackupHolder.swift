@@ -1,7 +1,10 @@
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
 import Sodium
+import Synchronization
 import TandemNet
 import TandemProtocol
 import TandemVault
@@ -10,11 +13,16 @@ import TandemVault
 /// owners it offered space to, keeping their blobs in `HeldBlobs` and its accounting in a
 /// `BackupHolderBook`.
 ///
-/// Threads: every request is handled on the holder's own serial queue (file writes, fsyncs and
-/// hashing never run on the node core or an event loop). At most `queuedPerAuthor` requests of
-/// one key and `queuedTotal` in all wait there; past that a request is dropped (its asker times
-/// out and asks again; an honest owner keeps at most 16 pieces in flight).
-final class BackupHolder: @unchecked Sendable {
+/// Threads: requests, ended friendships and expiry are jobs, handled one at a time in the order
+/// handed in by `run` (a child task of `BackupService.run`) on a thread of `lane`, never on the
+/// node core or an event loop: file writes, fsyncs and hashing block that thread only. The
+/// fsyncs of a finished blob run on the lane's second thread meanwhile; their outcome comes back
+/// as a job. The holder's state (`Work`) is under one lock, held for a whole job; what waits
+/// (`Pending`) is under another, so the core hands a request in without waiting on a disk write.
+/// At most `queuedPerAuthor` requests of one key and `queuedTotal` in all wait; past that a
+/// request is dropped (its asker times out and asks again; an honest owner keeps at most 16
+/// pieces in flight).
+final class BackupHolder: Sendable {
     static let queuedPerAuthor = 64
     static let queuedTotal = 1024
     /// KIT_GET answers per source address and per asker key (backup.md 7).
@@ -28,24 +36,249 @@ final class BackupHolder: @unchecked Sendable {
     let events: EventBus
     let logger: Logger
     let now: @Sendable () -> UInt64
-    private let queue = DispatchQueue(label: "tandem.backup.holder", qos: .utility)
-    /// Hash checks and fsyncs of finished blobs (one at a time, beside the holder's queue).
-    private let finisher = DispatchQueue(label: "tandem.backup.holder.finish", qos: .utility)
-    /// Blobs on the finisher now (touched on `queue`).
-    private var finishing = 0
-    /// Whether the request being handled was charged to the stranger budget (touched on `queue`).
-    private var strangerCharged = false
-    private let queued = NIOLockedValueBox<(total: Int, perAuthor: [[UInt8]: Int])>((0, [:]))
+    /// Blocking disk work: the jobs' loop and the finishes' loop each take one of its two threads
+    /// while they run (the order of jobs is kept by `state`, whichever thread runs them).
+    private let lane: NIOThreadPool
+    private let state: Mutex<Work>
+    private let pending = Mutex(Pending())
+    /// One signal stream per loop of `run` (the newest kept: a signal means "look again").
+    private let jobSignals: AsyncStream<Void>
+    private let jobSignal: AsyncStream<Void>.Continuation
+    private let finishSignals: AsyncStream<Void>
+    private let finishSignal: AsyncStream<Void>.Continuation
 
-    // Touched on `queue` only.
-    private var book = BackupHolderBook()
-    private var nextSnapshot: [[UInt8]: Int64] = [:]
+    /// Work handed to the holder's thread, in order.
+    enum Job: Sendable {
+        case request(Envelope, ReplyTo, isFriend: Bool)
+        /// The friendship with every owner not in the set ended.
+        case withdraw(Set<[UInt8]>)
+        case expireIdlePartials
+        /// A blob's finish (hash check, fsyncs) came back from the lane's second thread.
+        case finished(Finish, Result<Bool, Error>)
+    }
+
+    /// A blob whose last piece was written: to hash-check and make durable.
+    struct Finish: Sendable {
+        let owner: [UInt8]
+        let name: BlobName
+        let size: Int64
+        let requestID: BackupRequestID
+        let knownHash: BlobName?
+        let link: ReplyTo
+    }
+
+    private struct Pending {
+        var jobs = CircularBuffer<Job>()
+        var finishes = CircularBuffer<Finish>()
+        /// Finishes handed out whose `finished` job has not run yet.
+        var finishing = 0
+        var total = 0
+        var perAuthor: [[UInt8]: Int] = [:]
+    }
+
+    init(identity: SigningKeyPair, root: URL?, events: EventBus, logger: Logger, health: StoreHealth? = nil,
+         now: @escaping @Sendable () -> UInt64 = { wallClockMilliseconds() }) {
+        self.identity = identity
+        let health = health ?? StoreHealth(logger: logger)
+        let files = root.map { HeldBlobs(root: $0, health: health) }
+        self.files = files
+        self.events = events
+        self.logger = logger
+        self.now = now
+        state = Mutex(Work(identity: identity, files: files, events: events, logger: logger, now: now))
+        lane = NIOThreadPool(numberOfThreads: 2)
+        lane.start()
+        (jobSignals, jobSignal) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        (finishSignals, finishSignal) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    deinit {
+        lane.shutdownGracefully { _ in }
+    }
+
+    /// Reads what was held before a restart (returns when done). Throws when the files cannot be
+    /// listed (that is not "holding nothing").
+    func load() throws {
+        try state.withLock { work in try work.load() }
+    }
+
+    /// `load` on the holder's lane (from async code: the disk work blocks no task's thread).
+    func loadOnLane() async throws {
+        try await lane.runIfActive { try self.load() }
+    }
+
+    /// Handles the jobs handed in, until the task is cancelled: in order, on the lane's first
+    /// thread; finishes of blobs on its second.
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            group.addTask {
+                for await _ in self.jobSignals { await self.onLane("backup holder job") { while self.runNextJob() {} } }
+            }
+            group.addTask {
+                for await _ in self.finishSignals { await self.onLane("backup blob finish") { while self.runNextFinish() {} } }
+            }
+        }
+    }
+
+    private func onLane(_ what: String, _ body: @escaping @Sendable () -> Void) async {
+        do {
+            try await lane.runIfActive(body)
+        } catch {
+            logger.error("the backup holder's thread did not run", metadata: ["what": "\(what)", "error": "\(error)"])
+        }
+    }
+
+    private func hand(_ job: Job) {
+        pending.withLock { $0.jobs.append(job) }
+        jobSignal.yield()
+    }
+
+    /// Runs the next job, if one waits (false when none does). The state's lock is held for the
+    /// whole job, and the job is taken under it: jobs run one at a time, in the order handed in.
+    private func runNextJob() -> Bool {
+        let ran = state.withLock { work -> (Job, [Finish])? in
+            guard let job = pending.withLock({ $0.jobs.popFirst() }) else { return nil }
+            work.run(job)
+            defer { work.finishes = [] }
+            return (job, work.finishes)
+        }
+        guard let (job, finishes) = ran else { return false }
+        pending.withLock { p in
+            switch job {
+            case .request(let envelope, _, _):
+                p.total -= 1
+                p.perAuthor[envelope.author, default: 1] -= 1
+                if p.perAuthor[envelope.author] == 0 { p.perAuthor[envelope.author] = nil }
+            case .finished:
+                p.finishing -= 1
+            case .withdraw, .expireIdlePartials:
+                break
+            }
+            p.finishes.append(contentsOf: finishes)
+            p.finishing += finishes.count
+        }
+        if !finishes.isEmpty { finishSignal.yield() }
+        return true
+    }
+
+    /// Finishes the next blob, if one waits (without the state's lock: pieces of the owner's next
+    /// blobs are written meanwhile); the outcome goes back to the jobs.
+    private func runNextFinish() -> Bool {
+        guard let f = pending.withLock({ $0.finishes.popFirst() }) else { return false }
+        let outcome: Result<Bool, Error>
+        if let files {
+            outcome = Result { try files.finish(f.owner, f.name, size: f.size, knownHash: f.knownHash) }
+        } else {
+            outcome = .failure(NodeError.failed("this node has no data directory to hold backups in"))
+        }
+        hand(.finished(f, outcome))
+        return true
+    }
+
+    /// Records our offer to `owner` (quota 0 withdraws it and deletes what we hold), durably,
+    /// before the node sends it. Returns false when a newer version is already recorded.
+    func setOffer(owner: [UInt8], quotaBytes: Int64, version: UInt64) throws -> Bool {
+        try state.withLock { work in try work.setOffer(owner: owner, quotaBytes: quotaBytes, version: version) }
+    }
+
+    /// `setOffer` on the holder's lane.
+    func setOfferOnLane(owner: [UInt8], quotaBytes: Int64, version: UInt64) async throws -> Bool {
+        try await lane.runIfActive { try self.setOffer(owner: owner, quotaBytes: quotaBytes, version: version) }
+    }
+
+    /// Our offers, with what each owner uses (on the holder's lane: it waits for the job running).
+    func offersGiven() async throws -> [GivenOffer] {
+        try await lane.runIfActive { self.state.withLock { $0.offersGiven() } }
+    }
+
+    /// The friendship with these owners ended: everything held for them goes (backup.md 3).
+    func withdraw(ownersNotIn friends: Set<[UInt8]>) { hand(.withdraw(friends)) }
+
+    /// Partial blobs idle for 7 days.
+    func expireIdlePartials() { hand(.expireIdlePartials) }
+
+    /// Where the answers to one request go: signed frames for its author, on the link it came by.
+    typealias Reply = @Sendable (Envelope) -> Void
+
+    /// A backup request from a link (called on the node core). `isFriend`: the author is a friend.
+    func receive(_ envelope: Envelope, from link: PeerLink, isFriend: Bool) {
+        receive(envelope, origin: Outbox.origin(of: link), isFriend: isFriend) { link.send($0) }
+    }
+
+    /// A backup request; `origin` is the source address budgets count by (the relay's for a
+    /// tunnel). Handled as a job, in order; answers go to `reply`.
+    func receive(_ envelope: Envelope, origin: String, isFriend: Bool, reply: @escaping Reply) {
+        let author = envelope.author
+        let job = Job.request(envelope, ReplyTo(author: author, origin: origin, reply: reply), isFriend: isFriend)
+        let admitted = pending.withLock { p -> Bool in
+            guard p.total < Self.queuedTotal, p.perAuthor[author, default: 0] < Self.queuedPerAuthor else { return false }
+            p.total += 1
+            p.perAuthor[author, default: 0] += 1
+            p.jobs.append(job)
+            return true
+        }
+        guard admitted else {
+            logger.debug("backup request dropped: queue full", metadata: ["from": "\(NodeID(publicKey: author).short)"])
+            return
+        }
+        jobSignal.yield()
+    }
+
+    /// Runs every job handed in so far, and the finishes they lead to, on the calling thread
+    /// (tests, the fuzzer: a holder whose `run` is not running).
+    func drain() {
+        while true {
+            while runNextJob() {}
+            while runNextFinish() {}
+            if pending.withLock({ $0.jobs.isEmpty && $0.finishes.isEmpty && $0.finishing == 0 }) { return }
+        }
+    }
+
+    /// The book, for checks.
+    var bookNow: BackupHolderBook { state.withLock { $0.book } }
+
+    struct GivenOffer: Sendable {
+        let owner: [UInt8]
+        let quotaBytes: Int64
+        let usedBytes: Int64
+        let blobs: Int
+        let snapshots: Int
+        let hasKit: Bool
+    }
+
+    /// Who asked: the answers' recipient, the address budgets count by, where answers go.
+    struct ReplyTo: Sendable {
+        let author: [UInt8]
+        let origin: String
+        let reply: Reply
+    }
+}
+
+/// The holder's state and its handling of each job: only ever touched under `BackupHolder.state`.
+private struct Work {
+    typealias ReplyTo = BackupHolder.ReplyTo
+    typealias GivenOffer = BackupHolder.GivenOffer
+
+    let identity: SigningKeyPair
+    let files: HeldBlobs?
+    let events: EventBus
+    let logger: Logger
+    let now: @Sendable () -> UInt64
+    /// Whether the request being handled was charged to the stranger budget.
+    var strangerCharged = false
+    /// Blobs whose last piece the job being handled wrote: for the lane's second thread.
+    var finishes: [BackupHolder.Finish] = []
+
+    var book = BackupHolderBook()
+    var nextSnapshot: [[UInt8]: Int64] = [:]
     /// The running hash of each partial blob written in this process, while pieces come in order.
-    private var running: [String: RunningHash] = [:]
-    private var kitGetsByAddress = KeyedRateLimiter<String>(capacity: 10, refillPerSecond: kitGetsPerAddressPerMinute / 60,
-                                                            maximumKeys: 10_000)
-    private var kitGetsByKey = KeyedRateLimiter<[UInt8]>(capacity: 5, refillPerSecond: kitGetsPerKeyPerMinute / 60, maximumKeys: 10_000)
-    private var strangers = KeyedRateLimiter<String>(capacity: 20, refillPerSecond: strangerAnswersPerMinute / 60, maximumKeys: 10_000)
+    var running: [String: RunningHash] = [:]
+    var kitGetsByAddress = KeyedRateLimiter<String>(capacity: 10, refillPerSecond: BackupHolder.kitGetsPerAddressPerMinute / 60,
+                                                    maximumKeys: 10_000)
+    var kitGetsByKey = KeyedRateLimiter<[UInt8]>(capacity: 5, refillPerSecond: BackupHolder.kitGetsPerKeyPerMinute / 60,
+                                                 maximumKeys: 10_000)
+    var strangers = KeyedRateLimiter<String>(capacity: 20, refillPerSecond: BackupHolder.strangerAnswersPerMinute / 60,
+                                             maximumKeys: 10_000)
 
     final class RunningHash {
         var hasher: Blake2b? = Blake2b(outputLength: 32)
@@ -60,77 +293,81 @@ final class BackupHolder: @unchecked Sendable {
         func finish() -> [UInt8]? { hasher.take()?.finalize() }
     }
 
-    init(identity: SigningKeyPair, root: URL?, events: EventBus, logger: Logger,
-         now: @escaping @Sendable () -> UInt64 = { wallClockMilliseconds() }) {
+    init(identity: SigningKeyPair, files: HeldBlobs?, events: EventBus, logger: Logger, now: @escaping @Sendable () -> UInt64) {
         self.identity = identity
-        self.files = root.map { HeldBlobs(root: $0) }
+        self.files = files
         self.events = events
         self.logger = logger
         self.now = now
     }
 
-    /// Reads what was held before a restart (on the holder's queue; returns when done).
-    func load() {
-        queue.sync {
-            guard let files else { return }
-            for l in files.load(nowMs: now(), quarantined: { what in
-                self.logger.warning("backup file quarantined", metadata: ["file": "\(what)"])
-            }) {
-                let report = book.load(owner: l.owner, l.shelf, nowMs: now())
-                nextSnapshot[l.owner] = l.nextSnapshot
-                for name in report.discardedBlobs { files.removeBlob(l.owner, name) }
-                // Partial files longer than the book keeps are cut back by the next piece's write.
-                if report.discardedSnapshots > 0 || report.discardedKit {
-                    logger.warning("backup shelf entries dropped on load", metadata: [
-                        "owner": "\(NodeID(publicKey: l.owner).short)", "snapshots": "\(report.discardedSnapshots)",
-                        "kit": "\(report.discardedKit)"])
-                }
+    mutating func run(_ job: BackupHolder.Job) {
+        switch job {
+        case .request(let envelope, let link, let isFriend):
+            strangerCharged = false
+            do {
+                try handle(envelope, link: link, isFriend: isFriend)
+            } catch let e as PayloadError {
+                refuse(envelope, e, on: link, isFriend: isFriend)
+            } catch {
+                logger.error("backup request failed", metadata: ["type": "\(envelope.type)", "error": "\(error)"])
+            }
+        case .withdraw(let friends):
+            withdraw(ownersNotIn: friends)
+        case .expireIdlePartials:
+            expireIdlePartials()
+        case .finished(let f, let outcome):
+            finished(f, outcome)
+        }
+    }
+
+    mutating func load() throws {
+        guard let files else { return }
+        let logger = self.logger
+        for l in try files.load(nowMs: now(), quarantined: { what in
+            logger.warning("backup file quarantined", metadata: ["file": "\(what)"])
+        }) {
+            let report = book.load(owner: l.owner, l.shelf, nowMs: now())
+            nextSnapshot[l.owner] = l.nextSnapshot
+            for name in report.discardedBlobs { files.removeBlob(l.owner, name) }
+            // Partial files longer than the book keeps are cut back by the next piece's write.
+            if report.discardedSnapshots > 0 || report.discardedKit {
+                logger.warning("backup shelf entries dropped on load", metadata: [
+                    "owner": "\(NodeID(publicKey: l.owner).short)", "snapshots": "\(report.discardedSnapshots)",
+                    "kit": "\(report.discardedKit)"])
             }
         }
     }
 
     // MARK: offers (the holder's own intent)
 
-    struct GivenOffer: Sendable {
-        let owner: [UInt8]
-        let quotaBytes: Int64
-        let usedBytes: Int64
-        let blobs: Int
-        let snapshots: Int
-        let hasKit: Bool
-    }
-
-    /// Records our offer to `owner` (quota 0 withdraws it and deletes what we hold), durably,
-    /// before the node sends it. Returns false when a newer version is already recorded.
-    func setOffer(owner: [UInt8], quotaBytes: Int64, version: UInt64) throws -> Bool {
-        try queue.sync {
-            guard let files else { throw NodeError.failed("this node has no data directory to hold backups in") }
-            // A version at or below the recorded one changes nothing, on disk either (else a restart
-            // would bring back the older offer). Quotas are the book's: at most 1 PiB.
-            if let s = book.shelves[owner], version <= s.offerVersion { return false }
-            let quotaBytes = min(quotaBytes, BackupLimits.maximumQuotaBytes)
-            // An unreadable shelf file is rewritten from the book, kit included.
-            var shelf = files.readShelf(owner) ?? shelfFile(owner, quotaBytes: quotaBytes, version: version)
-            if quotaBytes > 0 {
-                shelf.quotaBytes = quotaBytes
-                shelf.offerVersion = version
-                try FileIO.createDirectory(files.ownerDirectory(owner))
-                try files.writeShelf(owner, shelf)
-            }
-            switch book.setOffer(owner: owner, quotaBytes: quotaBytes, version: version) {
-            case .ignored: return false
-            case .recorded: return true
-            case .withdrawn:
-                files.removeOwner(owner)
-                nextSnapshot[owner] = nil
-                pruneRunning()
-                return true
-            }
+    mutating func setOffer(owner: [UInt8], quotaBytes: Int64, version: UInt64) throws -> Bool {
+        guard let files else { throw NodeError.failed("this node has no data directory to hold backups in") }
+        // A version at or below the recorded one changes nothing, on disk either (else a restart
+        // would bring back the older offer). Quotas are the book's: at most 1 PiB.
+        if let s = book.shelves[owner], version <= s.offerVersion { return false }
+        let quotaBytes = min(quotaBytes, BackupLimits.maximumQuotaBytes)
+        // An unreadable shelf file is rewritten from the book, kit included.
+        var shelf = files.readShelf(owner) ?? shelfFile(owner, quotaBytes: quotaBytes, version: version)
+        if quotaBytes > 0 {
+            shelf.quotaBytes = quotaBytes
+            shelf.offerVersion = version
+            try FileIO.createDirectory(files.ownerDirectory(owner))
+            try files.writeShelf(owner, shelf)
+        }
+        switch book.setOffer(owner: owner, quotaBytes: quotaBytes, version: version) {
+        case .ignored: return false
+        case .recorded: return true
+        case .withdrawn:
+            files.removeOwner(owner)
+            nextSnapshot[owner] = nil
+            pruneRunning()
+            return true
         }
     }
 
     /// The shelf file the book describes, for an owner whose file is missing or unreadable.
-    private func shelfFile(_ owner: [UInt8], quotaBytes: Int64, version: UInt64) -> HeldBlobs.ShelfFile {
+    func shelfFile(_ owner: [UInt8], quotaBytes: Int64, version: UInt64) -> HeldBlobs.ShelfFile {
         var f = HeldBlobs.ShelfFile(quotaBytes: book.shelves[owner]?.quotaBytes ?? quotaBytes,
                                     offerVersion: book.shelves[owner]?.offerVersion ?? version)
         if let k = book.shelves[owner]?.kit {
@@ -140,41 +377,32 @@ final class BackupHolder: @unchecked Sendable {
         return f
     }
 
-    /// Our offers, with what each owner uses.
     func offersGiven() -> [GivenOffer] {
-        queue.sync {
-            book.shelves.map { key, s in
-                GivenOffer(owner: key, quotaBytes: s.quotaBytes, usedBytes: s.usedBytes, blobs: s.blobs.count,
-                           snapshots: s.snapshots.count, hasKit: s.kit != nil)
-            }.sorted { $0.owner.lexicographicallyPrecedes($1.owner) }
-        }
+        book.shelves.map { key, s in
+            GivenOffer(owner: key, quotaBytes: s.quotaBytes, usedBytes: s.usedBytes, blobs: s.blobs.count,
+                       snapshots: s.snapshots.count, hasKit: s.kit != nil)
+        }.sorted { $0.owner.lexicographicallyPrecedes($1.owner) }
     }
 
-    /// The friendship with these owners ended: everything held for them goes (backup.md 3).
-    func withdraw(ownersNotIn friends: Set<[UInt8]>) {
-        queue.async { [self] in
-            for owner in book.shelves.keys where !friends.contains(owner) {
-                // Not setOffer(quota: 0): an offer already at the largest version would stay.
-                _ = book.endOffer(owner: owner)
-                files?.removeOwner(owner)
-                nextSnapshot[owner] = nil
-                NodeCore.submit { [events] in _ = events.emit("backup.offer.ended", ["owner": .string(NodeID(publicKey: owner).canonical), "reason": .string("not a friend")]) }
-            }
-            pruneRunning()
+    mutating func withdraw(ownersNotIn friends: Set<[UInt8]>) {
+        for owner in book.shelves.keys where !friends.contains(owner) {
+            // Not setOffer(quota: 0): an offer already at the largest version would stay.
+            _ = book.endOffer(owner: owner)
+            files?.removeOwner(owner)
+            nextSnapshot[owner] = nil
+            NodeCore.submit { [events] in _ = events.emit("backup.offer.ended", ["owner": .string(NodeID(publicKey: owner).canonical), "reason": .string("not a friend")]) }
         }
+        pruneRunning()
     }
 
-    /// Partial blobs idle for 7 days.
-    func expireIdlePartials() {
-        queue.async { [self] in
-            for (owner, name) in book.expireIdlePartials(nowMs: now()) { files?.removeBlob(owner, name) }
-            pruneRunning()
-        }
+    mutating func expireIdlePartials() {
+        for (owner, name) in book.expireIdlePartials(nowMs: now()) { files?.removeBlob(owner, name) }
+        pruneRunning()
     }
 
     /// Forgets the running hashes of blobs the book no longer has unfinished (freed, expired, an
     /// owner gone): their number stays bounded by the partial blobs held.
-    private func pruneRunning() {
+    mutating func pruneRunning() {
         running = running.filter { key, _ in
             let parts = key.split(separator: "/")
             guard parts.count == 2, let owner = hexBytes(String(parts[0])), let bytes = hexBytes(String(parts[1])),
@@ -186,68 +414,7 @@ final class BackupHolder: @unchecked Sendable {
 
     // MARK: requests
 
-    /// Where the answers to one request go: signed frames for its author, on the link it came by.
-    typealias Reply = @Sendable (Envelope) -> Void
-
-    /// A backup request from a link (called on the node core). `isFriend`: the author is a friend.
-    func receive(_ envelope: Envelope, from link: PeerLink, isFriend: Bool) {
-        receive(envelope, origin: Outbox.origin(of: link), isFriend: isFriend) { link.send($0) }
-    }
-
-    /// A backup request; `origin` is the source address budgets count by (the relay's for a
-    /// tunnel). Handled on the holder's queue, in order; answers go to `reply`.
-    func receive(_ envelope: Envelope, origin: String, isFriend: Bool, reply: @escaping Reply) {
-        let author = envelope.author
-        let admitted = queued.withLockedValue { q -> Bool in
-            guard q.total < Self.queuedTotal, q.perAuthor[author, default: 0] < Self.queuedPerAuthor else { return false }
-            q.total += 1
-            q.perAuthor[author, default: 0] += 1
-            return true
-        }
-        guard admitted else {
-            logger.debug("backup request dropped: queue full", metadata: ["from": "\(NodeID(publicKey: author).short)"])
-            return
-        }
-        queue.async { [self] in
-            defer {
-                queued.withLockedValue { q in
-                    q.total -= 1
-                    q.perAuthor[author, default: 1] -= 1
-                    if q.perAuthor[author] == 0 { q.perAuthor[author] = nil }
-                }
-            }
-            let link = ReplyTo(author: author, origin: origin, reply: reply)
-            strangerCharged = false
-            do {
-                try handle(envelope, link: link, isFriend: isFriend)
-            } catch let e as PayloadError {
-                refuse(envelope, e, on: link, isFriend: isFriend)
-            } catch {
-                logger.error("backup request failed", metadata: ["type": "\(envelope.type)", "error": "\(error)"])
-            }
-        }
-    }
-
-    /// Waits until every request handed in so far has been handled (tests, the fuzzer).
-    func drain() {
-        while true {
-            queue.sync {}
-            finisher.sync {}
-            if queue.sync(execute: { finishing == 0 }) { return }
-        }
-    }
-
-    /// The book, for checks (on the holder's queue).
-    var bookNow: BackupHolderBook { queue.sync { book } }
-
-    /// Who asked: the answers' recipient, the address budgets count by, where answers go.
-    struct ReplyTo {
-        let author: [UInt8]
-        let origin: String
-        let reply: Reply
-    }
-
-    private func handle(_ envelope: Envelope, link: ReplyTo, isFriend: Bool) throws {
+    mutating func handle(_ envelope: Envelope, link: ReplyTo, isFriend: Bool) throws {
         let owner = envelope.author
         let nowMs = now()
         let hasShelf = book.shelves[owner] != nil && files != nil
@@ -289,18 +456,18 @@ final class BackupHolder: @unchecked Sendable {
         }
     }
 
-    private func piece(_ p: BackupPieceMessage, owner: [UInt8], link: ReplyTo, nowMs: UInt64) {
+    mutating func piece(_ p: BackupPieceMessage, owner: [UInt8], link: ReplyTo, nowMs: UInt64) {
         guard let files else { return }
         let key = "\(hexString(owner))/\(p.name)"
         let decision = book.receivePiece(owner: owner, p, nowMs: nowMs)
         // A write or the finish failed: the book goes back to what is on disk, and when that is
         // nothing, no file of the blob stays (a restart would count it again).
-        let failed = { [self] in
+        func failed() {
             book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
             if book.shelves[owner]?.blobs[p.name] == nil { files.removeBlob(owner, p.name) }
             running[key] = nil
         }
-        let write: () -> Bool = { [self] in
+        func write() -> Bool {
             do {
                 try files.writePiece(owner, p.name, size: p.size, offset: p.offset, data: p.data)
             } catch {
@@ -334,34 +501,33 @@ final class BackupHolder: @unchecked Sendable {
             if let r = running.removeValue(forKey: key), r.length == p.size {
                 known = r.finish().flatMap { BlobName(bytes: $0) }
             }
-            // The fsyncs of a finished blob run on their own queue, so pieces of the owner's next
-            // blobs are written meanwhile; the book and the answer come back to the holder's queue.
-            finishing += 1
-            let hash = known
-            finisher.async { [self] in
-                let outcome = Result { try files.finish(owner, p.name, size: p.size, knownHash: hash) }
-                queue.async { [self] in
-                    finishing -= 1
-                    guard book.shelves[owner]?.blobs[p.name]?.state == .checking else {
-                        // The offer was withdrawn meanwhile: nothing of it stays.
-                        files.removeBlob(owner, p.name)
-                        return
-                    }
-                    switch outcome {
-                    case .success(let matches):
-                        let reply = book.finishBlob(owner: owner, name: p.name, requestID: p.requestID, matches: matches)
-                        send(.backupReply, reply.payload, on: link)
-                    case .failure(let error):
-                        logger.error("cannot finish a backup blob", metadata: ["error": "\(error)"])
-                        book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
-                        if book.shelves[owner]?.blobs[p.name] == nil { files.removeBlob(owner, p.name) }
-                    }
-                }
-            }
+            // The fsyncs of a finished blob run on the lane's second thread, so pieces of the owner's
+            // next blobs are written meanwhile; the book and the answer come back as a job.
+            finishes.append(BackupHolder.Finish(owner: owner, name: p.name, size: p.size, requestID: p.requestID, knownHash: known, link: link))
         }
     }
 
-    private func snapshot(_ m: BackupSnapshotMessage, owner: [UInt8], link: ReplyTo) {
+    /// A blob's finish came back: the book records it and the owner gets the answer.
+    mutating func finished(_ f: BackupHolder.Finish, _ outcome: Result<Bool, Error>) {
+        guard let files else { return }
+        let owner = f.owner, p = f
+        guard book.shelves[owner]?.blobs[p.name]?.state == .checking else {
+            // The offer was withdrawn meanwhile: nothing of it stays.
+            files.removeBlob(owner, p.name)
+            return
+        }
+        switch outcome {
+        case .success(let matches):
+            let reply = book.finishBlob(owner: owner, name: p.name, requestID: p.requestID, matches: matches)
+            send(.backupReply, reply.payload, on: f.link)
+        case .failure(let error):
+            logger.error("cannot finish a backup blob", metadata: ["error": "\(error)"])
+            book.writeFailed(owner: owner, name: p.name, heldOnDisk: files.partialLength(owner, p.name, size: p.size))
+            if book.shelves[owner]?.blobs[p.name] == nil { files.removeBlob(owner, p.name) }
+        }
+    }
+
+    mutating func snapshot(_ m: BackupSnapshotMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
         let saved = book
         let before = book.shelves[owner]?.snapshots.count ?? 0
@@ -385,7 +551,7 @@ final class BackupHolder: @unchecked Sendable {
         send(.backupReply, reply.payload, on: link)
     }
 
-    private func forget(_ m: BackupForgetMessage, owner: [UInt8], link: ReplyTo) {
+    mutating func forget(_ m: BackupForgetMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
         let (reply, freed) = book.forget(owner: owner, m)
         if let s = book.shelves[owner] {
@@ -400,7 +566,7 @@ final class BackupHolder: @unchecked Sendable {
         send(.backupReply, reply.payload, on: link)
     }
 
-    private func prove(_ m: BackupProveMessage, owner: [UInt8], link: ReplyTo, nowMs: UInt64) {
+    mutating func prove(_ m: BackupProveMessage, owner: [UInt8], link: ReplyTo, nowMs: UInt64) {
         guard let files else { return }
         let (reply, corrupted) = book.prove(owner: owner, m, nowMs: nowMs) { owner, name, sink in
             try files.stream(files.blobURL(owner, name), what: "blob", sink)
@@ -420,7 +586,7 @@ final class BackupHolder: @unchecked Sendable {
         send(.backupProof, reply.payload, on: link)
     }
 
-    private func fetch(_ m: BackupFetchMessage, owner: [UInt8], link: ReplyTo) {
+    mutating func fetch(_ m: BackupFetchMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
         switch book.fetch(owner: owner, m) {
         case .answer(let a):
@@ -437,7 +603,7 @@ final class BackupHolder: @unchecked Sendable {
         }
     }
 
-    private func kitPut(_ m: BackupKitPutMessage, owner: [UInt8], link: ReplyTo) {
+    mutating func kitPut(_ m: BackupKitPutMessage, owner: [UInt8], link: ReplyTo) {
         guard let files else { return }
         let saved = book
         let (reply, store, _) = book.putKit(owner: owner, m)
@@ -460,13 +626,25 @@ final class BackupHolder: @unchecked Sendable {
         send(.backupReply, reply.payload, on: link)
     }
 
-    private func kitGet(_ m: BackupKitGetMessage, asker: [UInt8], link: ReplyTo, nowMs: UInt64) {
+    mutating func kitGet(_ m: BackupKitGetMessage, asker: [UInt8], link: ReplyTo, nowMs: UInt64) {
         guard let files else { return }
         // Anyone may ask (a restorer is a fresh key), within both budgets; past either, no answer.
         guard kitGetsByAddress.check(link.origin, now: nowMs) == .allowed,
               kitGetsByKey.check(asker, now: nowMs) == .allowed else { return }
-        guard let (owner, kit, count) = book.kit(locator: m.locator, index: m.index),
-              let sealed = try? files.readKit(owner), Int64(sealed.count) == kit.size else {
+        guard let (owner, kit, count) = book.kit(locator: m.locator, index: m.index) else {
+            send(.backupKit, BackupKitMessage(requestID: m.requestID, status: .notFound).payload, on: link)
+            return
+        }
+        let sealed: [UInt8]
+        do {
+            sealed = try files.readKit(owner)
+        } catch {
+            files.health.failed("read the recovery kit held for \(NodeID(publicKey: owner).short)", error)
+            send(.backupKit, BackupKitMessage(requestID: m.requestID, status: .notFound).payload, on: link)
+            return
+        }
+        guard Int64(sealed.count) == kit.size else {
+            logger.warning("a held recovery kit is not the size recorded", metadata: ["owner": "\(NodeID(publicKey: owner).short)"])
             send(.backupKit, BackupKitMessage(requestID: m.requestID, status: .notFound).payload, on: link)
             return
         }
@@ -474,12 +652,12 @@ final class BackupHolder: @unchecked Sendable {
                                           count: count).payload, on: link)
     }
 
-    private func send(_ type: MessageType, _ payload: [UInt8], on link: ReplyTo) {
+    func send(_ type: MessageType, _ payload: [UInt8], on link: ReplyTo) {
         link.reply(Envelope.sign(type: type, author: identity, recipient: link.author, createdAt: now(), payload: payload))
     }
 
     /// A request whose payload broke its rules: MALFORMED on the link, no answer message.
-    private func refuse(_ envelope: Envelope, _ e: PayloadError, on link: ReplyTo, isFriend: Bool) {
+    mutating func refuse(_ envelope: Envelope, _ e: PayloadError, on link: ReplyTo, isFriend: Bool) {
         logger.info("malformed backup payload", metadata: ["type": "\(envelope.type)", "detail": "\(e.detail)"])
         // A stranger's request already charged to the budget (above) is not charged again.
         guard isFriend || strangerCharged || strangers.check(link.origin, now: now()) == .allowed else { return }

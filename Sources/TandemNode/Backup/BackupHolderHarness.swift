@@ -1,25 +1,38 @@
 import Foundation
 import Logging
 import Sodium
+import Synchronization
 import TandemProtocol
 
 /// A backup holder with no node around it: the holder's real request handling and its files
 /// under `root` (the layout of `HeldBlobs`), answers handed to a closure instead of a link. What
 /// the structure-aware fuzz target (`tandem-fuzz -target=holder`) drives from outside the module;
 /// in-module tests use `BackupHolder` directly. Driven from one thread.
-public final class BackupHolderHarness: @unchecked Sendable {
+public final class BackupHolderHarness: Sendable {
     public let identity: SigningKeyPair
     public let root: URL
     private let now: @Sendable () -> UInt64
-    private var holder: BackupHolder
+    /// Replaced by `reload`.
+    private let current: Mutex<BackupHolder>
+    private var holder: BackupHolder { current.withLock { $0 } }
 
     /// A holder over `root` (created if missing), with what is already there loaded.
     public init(identity: SigningKeyPair, root: URL, now: @escaping @Sendable () -> UInt64) {
         self.identity = identity
         self.root = root
         self.now = now
-        holder = Self.makeHolder(identity: identity, root: root, now: now)
-        holder.load()
+        let holder = Self.makeHolder(identity: identity, root: root, now: now)
+        Self.load(holder)
+        current = Mutex(holder)
+    }
+
+    /// Loads the files; a listing that fails is a broken harness directory, not a finding.
+    private static func load(_ holder: BackupHolder) {
+        do {
+            try holder.load()
+        } catch {
+            fatalError("the holder harness cannot read its files: \(error)")
+        }
     }
 
     private static func makeHolder(identity: SigningKeyPair, root: URL, now: @escaping @Sendable () -> UInt64) -> BackupHolder {
@@ -32,8 +45,9 @@ public final class BackupHolderHarness: @unchecked Sendable {
     /// A restart: a new holder over the same files, loaded from them (what it held in memory is gone).
     public func reload() {
         holder.drain()
-        holder = Self.makeHolder(identity: identity, root: root, now: now)
-        holder.load()
+        let fresh = Self.makeHolder(identity: identity, root: root, now: now)
+        Self.load(fresh)
+        current.withLock { $0 = fresh }
     }
 
     /// `BackupHolder.setOffer`: our offer to `owner` (quota 0 withdraws).

@@ -7,39 +7,41 @@ import TandemStore
 import TandemVault
 
 /// One push to one holder: its progress, and whoever waits for its end.
-final class PushTask: @unchecked Sendable {
+final class PushTask: Sendable {
     let holder: [UInt8]
     let lanOnly: Bool
-    private let lock = NIOLock()
-    private var done: Int64 = 0
-    private var total: Int64 = 0
-    private var outcome: Result<PushResult, Error>?
-    private var waiters: [CheckedContinuation<PushResult, Error>] = []
+    private struct State {
+        var done: Int64 = 0
+        var total: Int64 = 0
+        var outcome: Result<PushResult, Error>?
+        var waiters: [CheckedContinuation<PushResult, Error>] = []
+    }
+    private let state = NIOLockedValueBox(State())
 
     init(holder: [UInt8], lanOnly: Bool) {
         self.holder = holder
         self.lanOnly = lanOnly
     }
 
-    func update(done: Int64, total: Int64) { lock.withLock { (self.done, self.total) = (done, total) } }
-    var progress: (done: Int64, total: Int64) { lock.withLock { (done, total) } }
+    func update(done: Int64, total: Int64) { state.withLockedValue { ($0.done, $0.total) = (done, total) } }
+    var progress: (done: Int64, total: Int64) { state.withLockedValue { ($0.done, $0.total) } }
 
     /// Ends the task once (later calls do nothing) and wakes every waiter.
     func finish(_ result: Result<PushResult, Error>) {
-        let woken = lock.withLock { () -> [CheckedContinuation<PushResult, Error>] in
-            guard outcome == nil else { return [] }
-            outcome = result
-            defer { waiters = [] }
-            return waiters
+        let woken = state.withLockedValue { s -> [CheckedContinuation<PushResult, Error>] in
+            guard s.outcome == nil else { return [] }
+            s.outcome = result
+            defer { s.waiters = [] }
+            return s.waiters
         }
         for w in woken { w.resume(with: result) }
     }
 
     func wait() async throws -> PushResult {
         try await withCheckedThrowingContinuation { c in
-            let ready = lock.withLock { () -> Result<PushResult, Error>? in
-                if let outcome { return outcome }
-                waiters.append(c)
+            let ready = state.withLockedValue { s -> Result<PushResult, Error>? in
+                if let outcome = s.outcome { return outcome }
+                s.waiters.append(c)
                 return nil
             }
             if let ready { c.resume(with: ready) }
@@ -111,9 +113,8 @@ struct LocalBlobs {
 
     nonisolated static func collect(vault: URL) throws -> LocalBlobs {
         var out = LocalBlobs()
-        let fm = FileManager.default
         let indexDir = vault.appendingPathComponent("index")
-        for name in ((try? fm.contentsOfDirectory(atPath: indexDir.path)) ?? []).sorted() where !name.hasPrefix(".") {
+        for name in try contents(indexDir).sorted() where !name.hasPrefix(".") {
             let bytes = try FileIO.readAll(indexDir.appendingPathComponent(name), limit: Int(BackupLimits.maximumBlobBytes), what: "index file")
             guard !bytes.isEmpty else { continue }
             let blob = BlobName(of: bytes)
@@ -122,9 +123,9 @@ struct LocalBlobs {
             out.blobs.append(.init(name: blob, size: Int64(bytes.count), isIndex: true))
         }
         let packsDir = vault.appendingPathComponent("packs")
-        for sub in ((try? fm.contentsOfDirectory(atPath: packsDir.path)) ?? []).sorted() where sub.count == 2 {
+        for sub in try contents(packsDir).sorted() where sub.count == 2 {
             let dir = packsDir.appendingPathComponent(sub)
-            for file in ((try? fm.contentsOfDirectory(atPath: dir.path)) ?? []).sorted() {
+            for file in try contents(dir).sorted() {
                 guard file.count == 64, let bytes = parseHex(file), let name = BlobName(bytes: bytes), name.description == file,
                       out.packURLs[name] == nil else { continue }
                 let url = dir.appendingPathComponent(file)
@@ -140,6 +141,17 @@ struct LocalBlobs {
             throw NodeError.failed("the vault has \(out.blobs.count) packs; a snapshot names at most \(BackupLimits.blobsPerSnapshot)")
         }
         return out
+    }
+
+    /// The names in `dir`; none when it does not exist (a vault with nothing in it yet). A listing
+    /// that fails otherwise throws: it is not "a vault with nothing to back up".
+    private static func contents(_ dir: URL) throws -> [String] {
+        do {
+            return try FileManager.default.contentsOfDirectory(atPath: dir.path)
+        } catch {
+            if !FileManager.default.fileExists(atPath: dir.path) { return [] }
+            throw error
+        }
     }
 
     var totalBytes: Int64 { blobs.reduce(0) { $0 + $1.size } }
@@ -162,14 +174,16 @@ struct LocalBlobs {
     }
 
     /// The proof-of-storage MAC of a local blob, or nil when the vault no longer has it as it was.
-    func mac(_ name: BlobName, nonce: [UInt8]) -> [UInt8]? {
+    /// A pack that is there but cannot be read throws (the holder is not to blame for it).
+    func mac(_ name: BlobName, nonce: [UInt8]) throws -> [UInt8]? {
         if let bytes = indexBytes[name] { return BackupProofOfStorage.mac(nonce: nonce, blob: bytes) }
-        guard let url = packURLs[name], let file = try? ReadFile(url, what: "pack") else { return nil }
+        guard let url = packURLs[name], FileManager.default.fileExists(atPath: url.path) else { return nil }
+        let file = try ReadFile(url, what: "pack")
         var h = BackupProofOfStorage.Hasher(nonce: nonce)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buffer.deallocate() }
         while true {
-            guard let n = try? file.readSome(into: buffer) else { return nil }
+            let n = try file.readSome(into: buffer)
             if n == 0 { break }
             h.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
         }

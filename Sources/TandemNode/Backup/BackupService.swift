@@ -12,11 +12,11 @@ import TandemVault
 /// space it offered, the blobs it keeps) and as an **owner** (its offers from friends, pushes of
 /// its vault, proofs of storage, snapshots and retention at each holder).
 ///
-/// Threads: frames arrive on the node core (`handle`); requests go to the holder's queue, answers
+/// Threads: frames arrive on the node core (`handle`); requests go to the holder's jobs, answers
 /// to the exchange waiting for them. Pushes and verifies run as tasks of this service (so they
 /// end with the node) and do their store work on the core. A push that was running when the node
 /// stopped (or was killed) is resumed when it starts again: its state is the holder's, asked anew.
-public final class BackupService: Service, @unchecked Sendable {
+public final class BackupService: Service, Sendable {
     let identity: SigningKeyPair
     let store: NodeStore
     let peers: PeerManager
@@ -58,14 +58,19 @@ public final class BackupService: Service, @unchecked Sendable {
         self.vaultDirectory = dataDirectory.map { $0.url.appendingPathComponent("vault") }
         self.logger = logger
         self.holder = BackupHolder(identity: identity, root: dataDirectory.map { $0.url.appendingPathComponent("backup-held") },
-                                   events: events, logger: logger)
+                                   events: events, logger: logger, health: health)
         (pushRequests, pushRequestSink) = AsyncStream<PushTask>.makeStream(bufferingPolicy: .unbounded)
     }
 
     // MARK: - The service
 
     public func run() async throws {
-        holder.load()
+        do {
+            try await holder.loadOnLane()
+        } catch {
+            health.failed("load the backups held for friends", error)
+            throw error
+        }
         let friendsChanged = signals.subscribe(keepingNewest: 1) { $0 == .friendsChanged }
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
@@ -74,7 +79,7 @@ public final class BackupService: Service, @unchecked Sendable {
                 group.addTask {
                     while !Task.isCancelled {
                         await self.resumePendingPushes()
-                        try? await Task.sleep(for: .seconds(60))
+                        try? await Task.sleep(for: .seconds(60))  // cancelled: the loop ends
                     }
                 }
                 group.addTask {
@@ -86,8 +91,12 @@ public final class BackupService: Service, @unchecked Sendable {
                 group.addTask {
                     while !Task.isCancelled {
                         self.holder.expireIdlePartials()
-                        try? await Task.sleep(for: .seconds(3600))
+                        try? await Task.sleep(for: .seconds(3600))  // cancelled: the loop ends
                     }
+                }
+                group.addTask {
+                    // The holder's jobs (friends' requests), in order, on its own threads.
+                    await self.holder.run()
                 }
                 group.addTask {
                     // Pushes started by commands run here, so the node's stop ends them.
@@ -179,9 +188,9 @@ public final class BackupService: Service, @unchecked Sendable {
         let isFriend = await NodeCore.run { self.outbox.isFriend(friend, in: self.store) }
         guard isFriend else { throw NodeError.refused("\(NodeID(publicKey: friend).display) is not your friend") }
         let version = min(wallClockMilliseconds(), BackupLimits.maximumVersion)
-        let held = holder.offersGiven().first { $0.owner == friend }
+        let held = try await holder.offersGiven().first { $0.owner == friend }
         if quotaBytes == 0, held == nil { throw NodeError.nothingToActOn("you hold no backups for that friend") }
-        _ = try holder.setOffer(owner: friend, quotaBytes: quotaBytes, version: version)
+        _ = try await holder.setOfferOnLane(owner: friend, quotaBytes: quotaBytes, version: version)
         let payload = BackupOfferMessage(quotaBytes: quotaBytes, version: version).payload
         try await NodeCore.perform {
             try self.store.batch { step in

@@ -20,13 +20,27 @@ import Glibc
 ///
 /// Opaque to the holder: names are hashes, blobs ciphertext. Everything read back is validated
 /// like a peer's message (`load`); what fails is moved to quarantine, never fatal. It keeps no
-/// state of its own: the holder calls it from its queue, and finishes blobs on a second one (each
-/// call touches the files of one blob).
+/// state of its own: the holder calls it from its lane's first thread, and finishes blobs on the
+/// second (each call touches the files of one blob).
 final class HeldBlobs: Sendable {
     let root: URL
+    /// Where a file operation that failed outside a request's answer is logged and counted.
+    let health: StoreHealth
 
-    init(root: URL) {
+    init(root: URL, health: StoreHealth) {
         self.root = root
+        self.health = health
+    }
+
+    /// The names in `dir`; none when it does not exist (nothing held there yet). A listing that
+    /// fails otherwise throws: it is not "holding nothing".
+    func contents(_ dir: URL) throws -> [String] {
+        do {
+            return try FileManager.default.contentsOfDirectory(atPath: dir.path)
+        } catch {
+            if !FileManager.default.fileExists(atPath: dir.path) { return [] }
+            throw error
+        }
     }
 
     func ownerDirectory(_ owner: [UInt8]) -> URL { root.appendingPathComponent(hexString(owner)) }
@@ -55,9 +69,14 @@ final class HeldBlobs: Sendable {
         try FileIO.writeAtomically(Array(try JSONEncoder().encode(shelf)), to: shelfURL(owner))
     }
 
+    /// The shelf file; nil when there is none, or it cannot be read (logged and counted: the
+    /// caller rewrites it from the book).
     func readShelf(_ owner: [UInt8]) -> ShelfFile? {
-        guard let bytes = try? FileIO.readAll(shelfURL(owner), limit: 4096, what: "shelf") else { return nil }
-        return try? JSONDecoder().decode(ShelfFile.self, from: Data(bytes))
+        let url = shelfURL(owner)
+        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+        return health.read("read the shelf file of \(hexString(owner).prefix(16))", or: nil) {
+            try JSONDecoder().decode(ShelfFile.self, from: Data(try FileIO.readAll(url, limit: 4096, what: "shelf")))
+        }
     }
 
     // MARK: snapshots
@@ -82,7 +101,7 @@ final class HeldBlobs: Sendable {
     func pruneSnapshots(_ owner: [UInt8], kept: Set<[UInt8]>) throws {
         let dir = snapshotsDirectory(owner)
         var failure: (any Error)?
-        for file in (try? FileManager.default.contentsOfDirectory(atPath: dir.path)) ?? [] {
+        for file in try contents(dir) {
             let id = file.split(separator: "-").last.map { String($0.dropLast(5)) } ?? ""
             if let bytes = parseHex(id), kept.contains(bytes) { continue }
             do {
@@ -91,7 +110,11 @@ final class HeldBlobs: Sendable {
                 failure = failure ?? error
             }
         }
-        try? FileIO.syncDirectory(dir)
+        do {
+            try FileIO.syncDirectory(dir)
+        } catch {
+            failure = failure ?? error
+        }
         if let failure { throw failure }
     }
 
@@ -153,10 +176,12 @@ final class HeldBlobs: Sendable {
 
     /// Removes a blob, whole or partial (whatever size its partial file was declared with).
     func removeBlob(_ owner: [UInt8], _ name: BlobName) {
-        try? FileIO.remove(blobURL(owner, name))
+        // Each file on its own: one that cannot be removed does not keep the others.
+        health.attempt("remove held blob \(name)") { try FileIO.remove(blobURL(owner, name)) }  // a missing file is not an error (ENOENT)
         let dir = ownerDirectory(owner).appendingPathComponent("partial")
-        for f in (try? FileManager.default.contentsOfDirectory(atPath: dir.path)) ?? [] where f.hasPrefix(name.description + ".") {
-            try? FileIO.remove(dir.appendingPathComponent(f))
+        let partials = health.read("list the partial blobs of \(hexString(owner).prefix(16))", or: []) { try contents(dir) }
+        for f in partials where f.hasPrefix(name.description + ".") {
+            health.attempt("remove partial blob \(f)") { try FileIO.remove(dir.appendingPathComponent(f)) }
         }
     }
 
@@ -192,8 +217,12 @@ final class HeldBlobs: Sendable {
 
     /// Everything held for an owner (offer withdrawn, friendship ended).
     func removeOwner(_ owner: [UInt8]) {
-        try? FileManager.default.removeItem(at: ownerDirectory(owner))
-        try? FileIO.syncDirectory(root)
+        let dir = ownerDirectory(owner)
+        guard FileManager.default.fileExists(atPath: dir.path) else { return }  // nothing was written for it
+        health.attempt("remove the files held for \(hexString(owner).prefix(16))") {
+            try FileManager.default.removeItem(at: dir)
+            try FileIO.syncDirectory(root)
+        }
     }
 
     // MARK: loading
@@ -204,12 +233,22 @@ final class HeldBlobs: Sendable {
         var nextSnapshot: Int64
     }
 
+    /// The names in one of an owner's directories while loading: a file where the directory
+    /// belongs is quarantined (it holds nothing); a directory that cannot be listed throws.
+    private func loadContents(_ dir: URL, _ quarantined: (String) -> Void) throws -> [String] {
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: dir.path, isDirectory: &isDirectory), !isDirectory.boolValue {
+            quarantine(dir, because: "not a directory", quarantined)
+            return []
+        }
+        return try contents(dir)
+    }
+
     /// Reads every owner's shelf back. Files that break a rule go to quarantine; an owner
     /// directory without a valid shelf file is quarantined whole.
-    func load(nowMs: UInt64, quarantined: (String) -> Void) -> [Loaded] {
+    func load(nowMs: UInt64, quarantined: (String) -> Void) throws -> [Loaded] {
         var out: [Loaded] = []
-        let fm = FileManager.default
-        for entry in ((try? fm.contentsOfDirectory(atPath: root.path)) ?? []).sorted() where entry != "quarantine" {
+        for entry in try contents(root).sorted() where entry != "quarantine" {
             guard let owner = parseHex(entry), owner.count == 32 else {
                 quarantine(root.appendingPathComponent(entry), because: "not an owner directory", quarantined)
                 continue
@@ -221,7 +260,7 @@ final class HeldBlobs: Sendable {
             }
             var shelf = BackupHolderBook.StoredShelf(quotaBytes: file.quotaBytes, offerVersion: file.offerVersion)
             let blobsDir = ownerDirectory(owner).appendingPathComponent("blobs")
-            for name in (try? fm.contentsOfDirectory(atPath: blobsDir.path)) ?? [] {
+            for name in try loadContents(blobsDir, quarantined) {
                 let url = blobsDir.appendingPathComponent(name)
                 guard let b = parseHex(name), let n = BlobName(bytes: b), n.description == name, let size = fileSize(url),
                       (1...BackupLimits.maximumBlobBytes).contains(size) else {
@@ -231,7 +270,7 @@ final class HeldBlobs: Sendable {
                 shelf.whole[n] = size
             }
             let partialDir = ownerDirectory(owner).appendingPathComponent("partial")
-            for name in (try? fm.contentsOfDirectory(atPath: partialDir.path)) ?? [] {
+            for name in try loadContents(partialDir, quarantined) {
                 let url = partialDir.appendingPathComponent(name)
                 let parts = name.split(separator: ".")
                 guard parts.count == 2, let b = parseHex(String(parts[0])), let n = BlobName(bytes: b), n.description == parts[0],
@@ -244,11 +283,12 @@ final class HeldBlobs: Sendable {
             }
             var next = file.nextSnapshot
             let snapDir = snapshotsDirectory(owner)
-            for name in ((try? fm.contentsOfDirectory(atPath: snapDir.path)) ?? []).sorted() where name.hasSuffix(".json") {
+            for name in try loadContents(snapDir, quarantined).sorted() where name.hasSuffix(".json") {
                 let url = snapDir.appendingPathComponent(name)
-                guard let bytes = try? FileIO.readAll(url, limit: 4 << 20, what: "snapshot"),
-                      let f = try? JSONDecoder().decode(SnapshotFile.self, from: Data(bytes)), let id = parseHex(f.id),
-                      let r = try? BackupSnapshotRecord(snapshotID: id, createdAtMs: f.createdAtMs, blobs: f.blobs, indexBlobs: f.indexBlobs,
+                // A record that cannot be read or breaks a rule is quarantined (reported below).
+                guard let bytes = try? FileIO.readAll(url, limit: 4 << 20, what: "snapshot"),  // quarantined when nil
+                      let f = try? JSONDecoder().decode(SnapshotFile.self, from: Data(bytes)), let id = parseHex(f.id),  // quarantined when nil
+                      let r = try? BackupSnapshotRecord(snapshotID: id, createdAtMs: f.createdAtMs, blobs: f.blobs, indexBlobs: f.indexBlobs,  // breaks a rule: quarantined
                                                         totalBytes: f.totalBytes, nowMs: max(nowMs, f.createdAtMs)) else {
                     quarantine(url, because: "not a snapshot record", quarantined)
                     continue
@@ -270,9 +310,15 @@ final class HeldBlobs: Sendable {
 
     func quarantine(_ url: URL, because reason: String, _ report: (String) -> Void) {
         let dir = root.appendingPathComponent("quarantine")
-        try? FileIO.createDirectory(dir)
         let target = dir.appendingPathComponent("\(Int64(Date().timeIntervalSince1970 * 1000))-\(url.lastPathComponent)")
-        if (try? FileIO.rename(url, to: target)) == nil { try? FileManager.default.removeItem(at: url) }
+        do {
+            try FileIO.createDirectory(dir)
+            try FileIO.rename(url, to: target)
+        } catch {
+            health.failed("move \(url.path) to quarantine", error)
+            // Not moved: it goes, so that the next load does not count it again.
+            health.attempt("remove \(url.path)") { try FileManager.default.removeItem(at: url) }
+        }
         report("\(url.path): \(reason)")
     }
 

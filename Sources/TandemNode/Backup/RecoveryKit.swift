@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Sodium
 import SwiftProtobuf
 import TandemNet
@@ -81,7 +82,7 @@ public enum RecoveryKit {
     public static func rememberKitKey(code: RecoveryCode, vaultDirectory: URL) throws {
         let dataDirectory = vaultDirectory.deletingLastPathComponent()
         let wanted = KeyFile(code: code)
-        if (try? KeyFile.load(dataDirectory)) == wanted { return }
+        if (try? KeyFile.load(dataDirectory)) == wanted { return }  // missing or unreadable: written again below (errors thrown there)
         try wanted.save(dataDirectory)
     }
 
@@ -91,9 +92,14 @@ public enum RecoveryKit {
     static func rememberAtUnlock(keyFile: VaultKeyFile, master: SecretBytes, vaultDirectory: URL) {
         let dataDirectory = vaultDirectory.deletingLastPathComponent()
         guard !FileManager.default.fileExists(atPath: KeyFile.url(dataDirectory).path),
-              (try? keyFile.spareKey(masterKey: master)) != nil,
-              let code = try? RecoveryCodes.open(vault: vaultDirectory, master: master) else { return }
-        try? KeyFile(code: code).save(dataDirectory)
+              (try? keyFile.spareKey(masterKey: master)) != nil,  // expected: nil for the decoy's master (no spare key)
+              let code = try? RecoveryCodes.open(vault: vaultDirectory, master: master) else { return }  // expected: no sealed code in this vault
+        do {
+            try KeyFile(code: code).save(dataDirectory)
+        } catch {
+            // Not fatal to the unlock (made at the next one), but not silent either.
+            Logger(label: "tandem.backup").error("cannot write the recovery kit key", metadata: ["error": "\(error)"])
+        }
     }
 
     /// The kit key file, made from the clear code file when that exists (a node without a vault);
@@ -103,7 +109,7 @@ public enum RecoveryKit {
         let clear = dataDirectory.appendingPathComponent(RecoveryCodes.clearFileName)
         guard let data = FileManager.default.contents(atPath: clear.path) else { return nil }
         let text = String(decoding: data.prefix(256), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard let code = try? RecoveryCode(parsing: text) else { return nil }
+        guard let code = try? RecoveryCode(parsing: text) else { return nil }  // expected: the file holds no code (never shown)
         let k = KeyFile(code: code)
         try k.save(dataDirectory)
         return k
@@ -293,7 +299,7 @@ public enum RecoveryKit {
         if badAddresses > 0 { skipped.append("\(badAddresses) friend addresses: not host and port, or more than \(maximumAddressesPerFriend) for a friend") }
         var relays: [RelayAddress] = []
         for text in c.homeRelays.prefix(64) {
-            guard text.utf8.count <= PayloadLimits.homeRelayBytes, let r = try? RelayAddress(parsing: text) else {
+            guard text.utf8.count <= PayloadLimits.homeRelayBytes, let r = try? RelayAddress(parsing: text) else {  // a peer's text that breaks the rule: skipped and reported
                 skipped.append("home relay \(String(text.prefix(80)).terminalSafe): not ID@host:port")
                 continue
             }
@@ -349,7 +355,7 @@ public enum RecoveryKit {
             throw Refusal("the kit's vault keys file is \(bytes.count) bytes, not \(VaultKeyFile.fileSize)")
         }
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-kit-\(hexString(Sodium.randomBytes(8)))")
-        defer { try? FileManager.default.removeItem(at: scratch) }
+        defer { try? FileManager.default.removeItem(at: scratch) }  // best effort: a scratch copy under the temporary directory
         do {
             try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             try DurableFile.write(bytes, to: VaultKeyFile.url(in: scratch))

@@ -117,21 +117,21 @@ public struct RestoreClient {
         let existing: [UInt8]? = IdentityFile.exists(in: dir) ? try IdentityFile.publicKey(in: dir) : nil
         if existing == nil, FileManager.default.fileExists(atPath: dir.storeFile.path),
            try NodeStore(path: dir.storeFile.path).holdsNodeState() {
-            throw TandemError("\(dir.path) already holds a node's store (friends, relays or a ledger): restore into an empty data directory")
+            throw NodeError.failed("\(dir.path) already holds a node's store (friends, relays or a ledger): restore into an empty data directory")
         }
         let vaultKeys = dir.url.appendingPathComponent("vault").appendingPathComponent(VaultKeyFile.fileName)
         let staging = dir.url.appendingPathComponent("vault").appendingPathComponent(".restore")
         if let existing, FileManager.default.fileExists(atPath: vaultKeys.path), !FileManager.default.fileExists(atPath: staging.path) {
             // A node with a whole vault (a restore in progress keeps vault/.restore until it ends):
             // its index would be replaced by an older snapshot's.
-            throw TandemError("\(dir.path) already holds node \(NodeID(publicKey: existing).short)… and its vault: restore into an empty data directory")
+            throw NodeError.failed("\(dir.path) already holds node \(NodeID(publicKey: existing).short)… and its vault: restore into an empty data directory")
         }
 
         // 1. The kit, asked for as a throwaway key.
         events(.step("asking \(o.holderText) for the recovery kit"))
         let kit = try await fetchKit(o)
         if let existing, existing != kit.identity.publicKey {
-            throw TandemError("\(dir.path) already holds another identity (\(NodeID(publicKey: existing).short)…): restore into an empty data directory")
+            throw NodeError.failed("\(dir.path) already holds another identity (\(NodeID(publicKey: existing).short)…): restore into an empty data directory")
         }
         var report = Report(id: NodeID(publicKey: kit.identity.publicKey))
         report.skipped = kit.skipped
@@ -178,9 +178,9 @@ public struct RestoreClient {
             if report.vaultFrom == nil {
                 // One holder: its own error, as it was. Several: each named with what went wrong.
                 if failures.count == 1 { throw failures[0].error }
-                let exit = (failures[0].error as? TandemError)?.exitCode ?? 1
-                throw TandemError("no friend gave back a complete vault: "
-                                  + failures.map { "\($0.holder): \($0.error)" }.joined(separator: "; "), exitCode: exit)
+                throw NodeError(kind: NodeError.kind(of: failures[0].error),
+                                message: "no friend gave back a complete vault: "
+                                    + failures.map { "\($0.holder): \($0.error)" }.joined(separator: "; "))
             }
         } else {
             // No vault: the code lived in clear beside the identity; it is back there.
@@ -223,15 +223,14 @@ public struct RestoreClient {
                 count = 0
             case .busy, .unspecified, .complete, .noOffer, .overQuota, .outOfOrder, .hashMismatch, .tooManyPartial, .sizeMismatch,
                  .missingBlobs, .snapshotLimit, .conflict, .badRequest:
-                throw TandemError("holder \(link.address) refused the kit request (\(answer.status))")
+                throw NodeError.failed("holder \(link.address) refused the kit request (\(answer.status))")
             }
             index += 1
         }
         if refusals.isEmpty {
-            throw TandemError("holder \(link.address) holds no recovery kit for this recovery code (a typo in the code, or no backup there)",
-                              exitCode: TandemError.nothingToActOnExitCode)
+            throw NodeError.nothingToActOn("holder \(link.address) holds no recovery kit for this recovery code (a typo in the code, or no backup there)")
         }
-        throw TandemError("holder \(link.address): no kit under this code opens as the owner's: \(refusals.joined(separator: "; "))")
+        throw NodeError.failed("holder \(link.address): no kit under this code opens as the owner's: \(refusals.joined(separator: "; "))")
     }
 
     // MARK: - The vault
@@ -247,11 +246,11 @@ public struct RestoreClient {
     func vaultKeys(keysFile: [UInt8], code: RecoveryCode, staging: URL) throws -> VaultKeys {
         let keysDir = staging.appendingPathComponent("keys-check")
         try FileIO.createDirectory(keysDir)
-        defer { try? FileManager.default.removeItem(at: keysDir) }
+        defer { try? FileManager.default.removeItem(at: keysDir) }  // best effort: inside staging, removed with it
         try DurableFile.write(keysFile, to: VaultKeyFile.url(in: keysDir))
         let file = try VaultKeyFile.load(from: keysDir)
         guard let a = try file.unlock(recoveryCode: code.bytes) else {
-            throw TandemError("the kit's vault keys file does not open with this recovery code")
+            throw NodeError.failed("the kit's vault keys file does not open with this recovery code")
         }
         let b = try file.spareKey(masterKey: a)
         return VaultKeys(masterA: a, masterB: b, locatorA: try VaultRepository.indexLocator(masterKey: a),
@@ -279,10 +278,10 @@ public struct RestoreClient {
         switch list.status {
         case .ok: break
         case .noOffer:
-            throw TandemError("holder \(link.address) holds no backup of this node (it has no offer for it)", exitCode: TandemError.nothingToActOnExitCode)
+            throw NodeError.nothingToActOn("holder \(link.address) holds no backup of this node (it has no offer for it)")
         case .unspecified, .complete, .overQuota, .outOfOrder, .hashMismatch, .tooManyPartial, .sizeMismatch, .missingBlobs,
              .snapshotLimit, .conflict, .notFound, .busy, .badRequest:
-            throw TandemError("holder \(link.address) refused BACKUP_LIST (\(list.status))")
+            throw NodeError.failed("holder \(link.address) refused BACKUP_LIST (\(list.status))")
         }
 
         var chosen: (snapshot: BackupSnapshotSummary, indexes: [(locator: String, bytes: [UInt8])], packs: [RestorePlan.Blob])?
@@ -298,9 +297,9 @@ public struct RestoreClient {
         }
         guard let chosen else {
             if list.snapshots.isEmpty {
-                throw TandemError("holder \(link.address) holds no snapshot of this node's vault yet", exitCode: TandemError.nothingToActOnExitCode)
+                throw NodeError.nothingToActOn("holder \(link.address) holds no snapshot of this node's vault yet")
             }
-            throw TandemError("holder \(link.address) holds no complete snapshot: \(reasons.joined(separator: "; "))")
+            throw NodeError.failed("holder \(link.address) holds no complete snapshot: \(reasons.joined(separator: "; "))")
         }
         report.snapshotCreatedAtMs = chosen.snapshot.createdAtMs
 
@@ -332,7 +331,7 @@ public struct RestoreClient {
         try RecoveryCodes.seal(codes, vault: vaultDir)
         let repo = try VaultRepository.open(at: vaultDir, masterKey: keys.masterA)
         report.items = repo.items.count
-        try? FileManager.default.removeItem(at: staging)
+        try? FileManager.default.removeItem(at: staging)  // best effort: the vault is in place; a leftover is removed by the next restore
         events(.step("vault restored: \(report.items) item(s)"))
     }
 
@@ -364,10 +363,10 @@ public struct RestoreClient {
             var placed = false
             for (master, locator) in [(keys.masterA, keys.locatorA)] + (keys.masterB.map { [($0, keys.locatorB!)] } ?? []) {
                 let scratch = staging.appendingPathComponent("scratch-\(hexString(Sodium.randomBytes(6)))")
-                defer { try? FileManager.default.removeItem(at: scratch) }
+                defer { try? FileManager.default.removeItem(at: scratch) }  // best effort: inside staging
                 try FileIO.createDirectory(scratch.appendingPathComponent("index"))
                 try DurableFile.write(bytes, to: scratch.appendingPathComponent("index").appendingPathComponent(locator))
-                guard let repo = try? VaultRepository.open(at: scratch, masterKey: master) else { continue }
+                guard let repo = try? VaultRepository.open(at: scratch, masterKey: master) else { continue }  // expected: sealed under the other key
                 indexes.append((locator, bytes))
                 packNames.formUnion(repo.packNames)
                 placed = true
@@ -396,8 +395,7 @@ public struct RestoreClient {
         while true {
             do {
                 return try await have(names, link: holder.link)
-            } catch let e as TandemError where holder.link.isClosed {
-                _ = e
+            } catch is NodeError where holder.link.isClosed {
                 try await holder.reconnect()
             }
         }
@@ -410,9 +408,9 @@ public struct RestoreClient {
             if case .have(let m) = a, m.requestID == id { return m }
             return nil
         })
-        guard reply.status == .ok else { throw TandemError("holder \(link.address) refused BACKUP_HAVE_QUERY (\(reply.status))") }
+        guard reply.status == .ok else { throw NodeError.failed("holder \(link.address) refused BACKUP_HAVE_QUERY (\(reply.status))") }
         guard reply.holdings.map(\.name) == names else {
-            throw TandemError("holder \(link.address) answered HAVE for other names than asked")
+            throw NodeError.failed("holder \(link.address) answered HAVE for other names than asked")
         }
         return reply.holdings
     }
@@ -439,19 +437,19 @@ public struct RestoreClient {
         }
         report(force: true)
         while !plan.isDone {
-            if let f = plan.failure { throw TandemError("restore refused: \(f)") }
+            if let f = plan.failure { throw NodeError.failed("restore refused: \(f)") }
             let (opened, requests) = plan.next(nowMs: now(), newID: { BackupRequestID(bytes: Sodium.randomBytes(16))! })
             for b in opened {
                 let final = try destination(b.name)
                 try FileIO.createDirectory(final.deletingLastPathComponent())
                 let tmp = final.path + ".tmp-restore"
                 let fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
-                guard fd >= 0 else { throw TandemError("cannot create \(tmp): \(String(cString: strerror(errno)))") }
+                guard fd >= 0 else { throw NodeError.failed("cannot create \(tmp): \(String(cString: strerror(errno)))") }
                 files[b.name] = fd
             }
             let link = holder.link
             for r in requests { link.send(.backupFetch, r.message.payload) }
-            if let f = plan.failure { throw TandemError("restore refused: \(f)") }
+            if let f = plan.failure { throw NodeError.failed("restore refused: \(f)") }
             let wait = max(1, min(1_000, (plan.nextDeadline() ?? now() + 1_000) - now()))
             guard let answer = await link.next(withinMs: wait) else {
                 plan.tick(nowMs: now())
@@ -475,20 +473,20 @@ public struct RestoreClient {
                     while done < buf.count {
                         let n = pwrite(fd, buf.baseAddress! + done, buf.count - done, off_t(offset) + off_t(done))
                         if n < 0, errno == EINTR { continue }
-                        guard n > 0 else { throw TandemError("cannot write a fetched blob: \(String(cString: strerror(errno)))") }
+                        guard n > 0 else { throw NodeError.failed("cannot write a fetched blob: \(String(cString: strerror(errno)))") }
                         done += n
                     }
                 }
                 if finished {
                     let final = try destination(name)
                     let tmp = final.path + ".tmp-restore"
-                    guard fsync(fd) == 0 else { throw TandemError("cannot fsync \(tmp): \(String(cString: strerror(errno)))") }
+                    guard fsync(fd) == 0 else { throw NodeError.failed("cannot fsync \(tmp): \(String(cString: strerror(errno)))") }
                     let actual = try hashFile(fd)
                     close(fd)
                     files[name] = nil
                     guard plan.verified(name, actual: actual) else {
                         unlink(tmp)
-                        if let f = plan.failure { throw TandemError("restore refused: \(f)") }
+                        if let f = plan.failure { throw NodeError.failed("restore refused: \(f)") }
                         continue
                     }
                     try FileIO.rename(URL(fileURLWithPath: tmp), to: final)
@@ -507,7 +505,7 @@ public struct RestoreClient {
         while true {
             let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress!, $0.count, offset) }
             if n < 0, errno == EINTR { continue }
-            guard n >= 0 else { throw TandemError("cannot read a fetched blob: \(String(cString: strerror(errno)))") }
+            guard n >= 0 else { throw NodeError.failed("cannot read a fetched blob: \(String(cString: strerror(errno)))") }
             if n == 0 { break }
             buffer.withUnsafeBytes { h.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             offset += off_t(n)
@@ -518,7 +516,7 @@ public struct RestoreClient {
     /// Where the vault keeps the pack `name` (its layout is the vault's).
     func packURL(_ vault: URL, _ name: BlobName) throws -> URL {
         guard let url = VaultRepository.packFileURL(in: vault, name: name.description) else {
-            throw TandemError("pack name \(name) is not 64 hex digits")
+            throw NodeError.failed("pack name \(name) is not 64 hex digits")
         }
         return url
     }
@@ -526,7 +524,24 @@ public struct RestoreClient {
 
 /// The link to the holder during the vault's part, opened again when it drops (the holder
 /// restarted, a relay tunnel ended): at most 5 times, after 1, 2, 4, 8, 16 s.
-final class HolderConnection: @unchecked Sendable {
+extension NodeError {
+    /// The kind an error from a restore step stands for, so one made of several keeps the first's
+    /// exit code (a connect failure from `TandemNet` carries its code as a number).
+    static func kind(of error: Error) -> Kind {
+        if let e = error as? NodeError { return e.kind }
+        switch (error as? TandemError)?.exitCode {
+        case TandemError.usageExitCode: return .invalidArgument
+        case TandemError.unreachableExitCode: return .unavailable
+        case TandemError.timeoutExitCode: return .timedOut
+        case TandemError.nothingToActOnExitCode: return .nothingToActOn
+        default: return .failed
+        }
+    }
+}
+
+/// The link to one holder during a restore, opened again when it closes: used by the restore's one
+/// task only (not Sendable: the compiler keeps it there).
+final class HolderConnection {
     private(set) var link: RestoreLink
     private let open: () async throws -> RestoreLink
     private var reconnects = 0
@@ -541,8 +556,7 @@ final class HolderConnection: @unchecked Sendable {
         while true {
             reconnects += 1
             guard reconnects <= RestorePlan.resends else {
-                throw TandemError("holder \(link.address) closed the link and cannot be reached again: run restore again to resume",
-                                  exitCode: TandemError.unreachableExitCode)
+                throw NodeError.unavailable("holder \(link.address) closed the link and cannot be reached again: run restore again to resume")
             }
             try await Task.sleep(for: .seconds(1 << (reconnects - 1)))
             do {

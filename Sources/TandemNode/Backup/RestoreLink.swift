@@ -9,7 +9,7 @@ import TandemProtocol
 /// One link from a restorer to a holder: connects, sends backup requests, and hands the answers
 /// (validated) to whoever waits for them, with the asker's timeout and resend rule of backup.md
 /// section 2 (30 s, then again with a new id after 1, 2, 4, 8, 16 s, six tries in all).
-final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
+final class RestoreLink: PeerLinkDelegate, Sendable {
     enum Answer: Sendable {
         case kit(BackupKitMessage)
         case list(BackupListReplyMessage)
@@ -21,15 +21,19 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
 
     let holder: NodeID
     let address: String
-    private(set) var link: PeerLink?
     private let eventLoop: EventLoop
     private struct State {
+        /// Set once connected; the relay link a tunnel goes through stays open as long as this one.
+        var link: PeerLink?
+        var relayConnection: RelayClientConnection?
         var buffer: [Answer] = []
         var waiter: (token: UInt64, continuation: CheckedContinuation<Answer?, Never>)?
         var closed = false
         var nextToken: UInt64 = 0
     }
     private let state = NIOLockedValueBox(State())
+
+    var link: PeerLink? { state.withLockedValue { $0.link } }
 
     private init(holder: NodeID, address: String, eventLoop: EventLoop) {
         self.holder = holder
@@ -44,7 +48,7 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
         let gate = FrameGate(localPublicKey: identity.publicKey, metrics: TransportMetrics())
         let (link, _) = try await PeerConnector.connect(host: host, port: port, remote: holder.publicKey, identity: identity,
                                                         gate: gate, delegate: r, group: group, logger: logger)
-        r.link = link
+        r.state.withLockedValue { $0.link = link }
         return r
     }
 
@@ -62,8 +66,10 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
             let token = try await openTunnel(on: relayConnection, to: holder.publicKey)
             let (link, _) = try await RelayTunnel.connect(relay: relay, token: token, remote: holder.publicKey, identity: identity,
                                                           gate: gate, delegate: r, group: group, logger: logger)
-            r.link = link
-            r.relayConnection = relayConnection
+            r.state.withLockedValue { s in
+                s.link = link
+                s.relayConnection = relayConnection
+            }
             return r
         } catch {
             relayConnection.close()
@@ -79,28 +85,26 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
             reply = try await connection.request(.tunnelOpen(target: key), timeout: .seconds(15))
         } catch let error as RelayClientError {
             if error.isTimeout {
-                throw TandemError("relay \(relay.host):\(relay.port) did not answer the tunnel request", exitCode: TandemError.timeoutExitCode)
+                throw NodeError.timedOut("relay \(relay.host):\(relay.port) did not answer the tunnel request")
             }
             if error.saidGoodbye, let reason = error.reason {
-                throw TandemError("relay \(relay.host):\(relay.port) said goodbye: \(reason.terminalSafe)", exitCode: TandemError.unreachableExitCode)
+                throw NodeError.unavailable("relay \(relay.host):\(relay.port) said goodbye: \(reason.terminalSafe)")
             }
-            throw TandemError("the link to relay \(relay.host):\(relay.port) closed", exitCode: TandemError.unreachableExitCode)
+            throw NodeError.unavailable("the link to relay \(relay.host):\(relay.port) closed")
         }
         switch reply {
         case .tunnel(let token):
             return token
         case .refused(let status, let detail):
-            throw TandemError(status == .offline ? "the holder is not connected to relay \(relay.host):\(relay.port)"
-                                                 : "relay \(relay.host):\(relay.port) refused the tunnel: \(detail.terminalSafe)",
-                              exitCode: TandemError.unreachableExitCode)
+            throw NodeError.unavailable(status == .offline ? "the holder is not connected to relay \(relay.host):\(relay.port)"
+                                                 : "relay \(relay.host):\(relay.port) refused the tunnel: \(detail.terminalSafe)")
         case .stored:
-            throw TandemError("relay \(relay.host):\(relay.port) answered the tunnel request as if it were mail")
+            throw NodeError.failed("relay \(relay.host):\(relay.port) answered the tunnel request as if it were mail")
         }
     }
 
-    private var relayConnection: RelayClientConnection?
-
     func close() {
+        let (link, relayConnection) = state.withLockedValue { ($0.link, $0.relayConnection) }
         link?.close()
         relayConnection?.close()
     }
@@ -197,8 +201,7 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
                 try check(a)
             }
         }
-        throw TandemError("holder \(address) did not answer \(what) (\(RestorePlan.resends + 1) tries of \(RestorePlan.answerTimeoutMs / 1000) s): unreachable",
-                          exitCode: TandemError.timeoutExitCode)
+        throw NodeError.timedOut("holder \(address) did not answer \(what) (\(RestorePlan.resends + 1) tries of \(RestorePlan.answerTimeoutMs / 1000) s): unreachable")
     }
 
     /// Throws for an answer that ends the conversation: the link closed, or the holder does not
@@ -206,10 +209,10 @@ final class RestoreLink: PeerLinkDelegate, @unchecked Sendable {
     func check(_ a: Answer) throws {
         switch a {
         case .closed:
-            throw TandemError("holder \(address) closed the link", exitCode: TandemError.unreachableExitCode)
+            throw NodeError.unavailable("holder \(address) closed the link")
         case .error(let code, let detail):
             if code.contains("unknownType") || code.lowercased().contains("unknown") {
-                throw TandemError("holder \(address) does not handle backups (\(detail.terminalSafe))")
+                throw NodeError.failed("holder \(address) does not handle backups (\(detail.terminalSafe))")
             }
         case .kit, .list, .have, .fetched:
             break

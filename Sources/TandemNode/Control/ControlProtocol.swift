@@ -303,6 +303,7 @@ extension NodeError {
         case .invalidArgument: return TandemError.usageExitCode
         case .nothingToActOn: return TandemError.nothingToActOnExitCode
         case .unavailable: return TandemError.unreachableExitCode
+        case .timedOut: return TandemError.timeoutExitCode
         case .refused, .failed: return 1
         }
     }

@@ -13,6 +13,8 @@ public struct NodeError: Error, Sendable, Equatable, CustomStringConvertible {
         case unavailable
         /// Anything else (the store failed, a link closed).
         case failed
+        /// A peer or relay did not answer in time.
+        case timedOut
     }
 
     let kind: Kind
@@ -25,4 +27,5 @@ public struct NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func refused(_ message: String) -> NodeError { NodeError(kind: .refused, message: message) }
     public static func unavailable(_ message: String) -> NodeError { NodeError(kind: .unavailable, message: message) }
     public static func failed(_ message: String) -> NodeError { NodeError(kind: .failed, message: message) }
+    public static func timedOut(_ message: String) -> NodeError { NodeError(kind: .timedOut, message: message) }
 }
