@@ -342,6 +342,21 @@ extension ControlRouter {
     /// Registers a method whose body is store work: it runs on the node core, as one transaction
     /// of `store` (everything it writes commits together, or nothing if it throws), and its events
     /// reach subscribers, its frames their links, and its answer the caller, after that commit.
+    /// Registers a method whose store work is one step (`body`), and whose answer is made from its
+    /// result once that step is committed and its events are out (`answer` reads the store): the
+    /// frames the step sends do not wait for the answer to be built.
+    func registerOnCore<T>(in store: NodeStore, publishing events: EventBus, _ method: String,
+                           _ body: @escaping @NodeCore @Sendable (JSONValue, StoreStep) throws -> T,
+                           answer: @escaping @NodeCore @Sendable (T) throws -> JSONValue) {
+        register(method) { params in
+            try await NodeCore.perform {
+                let value = try store.batch { step in try body(params, step) }
+                events.published()
+                return try answer(value)
+            }
+        }
+    }
+
     func registerOnCore(in store: NodeStore, publishing events: EventBus, _ method: String,
                         _ body: @escaping @NodeCore @Sendable (JSONValue, StoreStep) throws -> JSONValue) {
         register(method) { params in

@@ -85,7 +85,7 @@ extension ChallengeService {
     }
 
     nonisolated public func registerControlMethods(on router: ControlRouter) {
-        router.registerOnCore(in: store, publishing: events, "challenge.invite") { [self] params, step in
+        router.registerOnCore(in: store, publishing: events, "challenge.invite", { [self] params, step in
             let ids = params["ids"]?.arrayValue?.compactMap(\.stringValue) ?? []
             guard !ids.isEmpty else { throw Self.usage("name at least one friend to invite") }
             var invitees: [[UInt8]] = []
@@ -131,15 +131,15 @@ extension ChallengeService {
             if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m, step) }
             after(c, actions, step)
             for k in invitees { clock.probe(k, count: 8) }
-            return describe(c, step)
-        }
+            return c
+        }, answer: { [self] c in describe(c, store) })
         router.registerOnCore("challenge.list") { [self] params in
             let all = params["all"]?.boolValue ?? false
             let list = try store.challenges(limit: all ? 1000 : 200).filter { all || $0.isActive || $0.phase == .ended }
             return .object(["challenges": .array(list.prefix(all ? 1000 : 50).map { describe($0, store) })])
         }
         router.registerOnCore("challenge.show") { [self] params in describe(try resolve(params, store), store) }
-        router.registerOnCore(in: store, publishing: events, "challenge.accept") { [self] params, step in
+        router.registerOnCore(in: store, publishing: events, "challenge.accept", { [self] params, step in
             let c = try resolve(params, step)
             if let m = try params.optionalString("mode") {
                 try focus.checkLockable(mode: m)
@@ -147,22 +147,22 @@ extension ChallengeService {
                 try focus.attach(challenge: c.idHex, mode: m, step)
             }
             clock.probe(c.inviter, count: 8)
-            return describe(try refusing { try mutate(c.id, step) { try $0.accept() } }, step)
-        }
-        router.registerOnCore(in: store, publishing: events, "challenge.decline") { [self] params, step in
+            return try refusing { try mutate(c.id, step) { try $0.accept() } }
+        }, answer: { [self] c in describe(c, store) })
+        router.registerOnCore(in: store, publishing: events, "challenge.decline", { [self] params, step in
             let c = try resolve(params, step)
-            return describe(try refusing { try mutate(c.id, step) { try $0.decline() } }, step)
-        }
-        router.registerOnCore(in: store, publishing: events, "challenge.cancel") { [self] params, step in
+            return try refusing { try mutate(c.id, step) { try $0.decline() } }
+        }, answer: { [self] c in describe(c, store) })
+        router.registerOnCore(in: store, publishing: events, "challenge.cancel", { [self] params, step in
             let c = try resolve(params, step)
             let reason = params["reason"]?.stringValue ?? ""
-            return describe(try refusing { try mutate(c.id, step) { try $0.cancel(reason: reason) } }, step)
-        }
-        router.registerOnCore(in: store, publishing: events, "challenge.quit") { [self] params, step in
+            return try refusing { try mutate(c.id, step) { try $0.cancel(reason: reason) } }
+        }, answer: { [self] c in describe(c, store) })
+        router.registerOnCore(in: store, publishing: events, "challenge.quit", { [self] params, step in
             let c = try resolve(params, step)
-            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step), step)
-        }
-        router.registerOnCore(in: store, publishing: events, "focus.start") { [self] params, step in
+            return try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step)
+        }, answer: { [self] c in describe(c, store) })
+        router.registerOnCore(in: store, publishing: events, "focus.start", { [self] params, step in
             let duration = try durationParam(params)
             if try step.challenges(phases: [.scheduled, .running]).contains(where: \.solo) {
                 throw NodeError.refused("a focus session is already running (tandem focus status)")
@@ -173,18 +173,18 @@ extension ChallengeService {
             try persist(&c, [], step)
             if let m = lockMode { try focus.attach(challenge: c.idHex, mode: m, step) }
             after(c, [], step)
-            return describe(try step.challenge(c.id) ?? c, step)
-        }
+            return try step.challenge(c.id) ?? c
+        }, answer: { [self] c in describe(c, store) })
         router.registerOnCore("focus.status") { [self] _ in
             let c = try store.challenges(phases: [.scheduled, .running]).first(where: \.solo)
             return .object(["session": c.map { describe($0, store) } ?? .null])
         }
-        router.registerOnCore(in: store, publishing: events, "focus.quit") { [self] params, step in
+        router.registerOnCore(in: store, publishing: events, "focus.quit", { [self] params, step in
             guard let c = try step.challenges(phases: [.scheduled, .running]).first(where: \.solo) else {
                 throw NodeError.nothingToActOn("no focus session is running")
             }
-            return describe(try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step), step)
-        }
+            return try quitCommand(c, reason: params["reason"]?.stringValue ?? "", step)
+        }, answer: { [self] c in describe(c, store) })
         router.registerOnCore("ledger.list") { [self] _ in
             .object(["entries": .array(try store.ledger().map { describeEntry($0.entry, committedAtMs: $0.committedAtMs) })])
         }
