@@ -1,6 +1,7 @@
 import Foundation
 import TandemKeys
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Sodium
@@ -17,7 +18,7 @@ import Glibc
 public enum DemoScenario {
     public static func run(say: @escaping @Sendable (String) -> Void) async throws {
         let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tandem-demo-\(getpid())-\(Sodium.randomUInt64() % 100_000)")
-        defer { try? FileManager.default.removeItem(at: root) }
+        defer { try? FileManager.default.removeItem(at: root) }  // a temporary directory
         var logger = Logger(label: "demo")
         logger.logLevel = .critical
 
@@ -123,7 +124,7 @@ public enum DemoScenario {
             let m = bobNode.metrics.snapshot
             say("12. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
             tasks.cancelAll()
-            _ = try? await tasks.next()
+            _ = try? await tasks.next()  // the demo reports by its own checks
         }
         say("13. Both nodes shut down and their temporary data directories are removed. Done.")
     }
@@ -153,7 +154,7 @@ public enum DemoScenario {
             return try await a.call(method, .object(p))
         }
         func block() -> [String] {
-            ((try? String(contentsOf: hosts, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init).filter { $0.contains("news.example") }
+            ((try? String(contentsOf: hosts, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init).filter { $0.contains("news.example") }  // no file: nothing blocked
         }
         say("11. Local focus: Alice enrols her mug as a key from 10 depth frames (`tandem key enroll mug --object …`),")
         let enrolled = try await present("key.enroll", frames("mug", 100, 10), ["name": "mug"])
@@ -366,19 +367,17 @@ public struct DemoNode: Sendable {
 }
 
 /// Completes with the first ERROR code a peer reports.
-final class RejectionCatcher: @unchecked Sendable {
+final class RejectionCatcher: Sendable {
     let first: EventLoopPromise<String>
-    private var done = false
-    private let eventLoop: EventLoop
+    private let done = NIOLockedValueBox(false)
     init(eventLoop: EventLoop) {
-        self.eventLoop = eventLoop
         self.first = eventLoop.makePromise()
     }
     func record(_ error: Tandem_V1_Error) {
-        eventLoop.execute {
-            guard !self.done else { return }
-            self.done = true
-            self.first.succeed(error.code.name)
+        let isFirst = done.withLockedValue { done in
+            defer { done = true }
+            return !done
         }
+        if isFirst { first.succeed(error.code.name) }
     }
 }
