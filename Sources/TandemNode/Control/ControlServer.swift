@@ -211,7 +211,7 @@ public final class ControlServer: Service, Sendable {
         guard chmod(tempPath, 0o600) == 0, rename(tempPath, finalPath) == 0, stat(finalPath, &st) == 0 else {
             let reason = String(cString: strerror(errno))
             unlink(tempPath)
-            try? await server.channel.close()
+            try? await server.channel.close()  // the setup error is what is reported
             throw TandemError("cannot set up the control socket \(finalPath): \(reason)")
         }
         return (server, st.st_ino)
@@ -248,7 +248,7 @@ public final class ControlServer: Service, Sendable {
     private func refuse(_ connection: NIOAsyncChannel<ControlInbound, ByteBuffer>) async {
         logger.warning("control connection refused: too many connections", metadata: ["limit": "\(configuration.maximumConnections)"])
         let allocator = connection.channel.allocator
-        try? await connection.executeThenClose { _, outbound in
+        try? await connection.executeThenClose { _, outbound in  // a refused client that went away needs no answer
             let error = ControlError.busy("the node already serves \(configuration.maximumConnections) control connections; try again later")
             try await outbound.write(ControlResponse.error(id: nil, error).encoded(allocator: allocator))
         }
@@ -317,7 +317,7 @@ public final class ControlServer: Service, Sendable {
                           inputClosed: InputClosedSignal) async {
         switch router.entry(request.method) {
         case nil:
-            try? await write(.error(id: request.id, .unknownMethod(request.method)))
+            try? await write(.error(id: request.id, .unknownMethod(request.method)))  // the client went away: nobody to tell
         case .unary(let handler)?:
             let response: ControlResponse
             do {
@@ -326,15 +326,15 @@ public final class ControlServer: Service, Sendable {
                 response = .error(id: request.id, ControlError.from(error))
                 logFailure(request, error)
             }
-            try? await write(response)
+            try? await write(response)  // the client went away: nobody to tell
         case .stream(let handler)?:
             let writer = ControlStreamWriter(requestID: request.id, write: write)
             do {
                 let completed = try await inputClosed.cancelling { try await handler(request.params, writer) }
-                if completed { try? await write(.result(id: request.id, ["ended": true])) }
+                if completed { try? await write(.result(id: request.id, ["ended": true])) }  // the client went away
             } catch {
                 logFailure(request, error)
-                try? await write(.error(id: request.id, ControlError.from(error)))
+                try? await write(.error(id: request.id, ControlError.from(error)))  // the client went away
             }
         }
     }
