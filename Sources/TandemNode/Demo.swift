@@ -179,7 +179,7 @@ public enum DemoScenario {
                           say: @escaping @Sendable (String) -> Void) async throws {
         let invite = try await inviter.call("challenge.invite", ["ids": [.string(invitee.node.id.canonical)],
                                                                  "duration_ms": .int(durationMs), "message": .string(message)])
-        guard let id = invite["id"]?.stringValue else { throw TandemError("the invite has no id") }
+        guard let id = invite["id"]?.stringValue else { throw NodeError.failed("the invite has no id") }
         let match = ["id": id]
         let invited = try await next(invitee.events, "challenge.invited", match)
         say("   \(invitee.name)'s node receives the signed invite (“\(invited.fields["message"]?.stringValue ?? "")”, " +
@@ -315,7 +315,7 @@ public enum DemoScenario {
             }
             defer { group.cancelAll() }
             guard let first = try await group.next(), let event = first else {
-                throw TandemError("the demo timed out waiting for \(type)", exitCode: TandemError.timeoutExitCode)
+                throw NodeError.timedOut("the demo timed out waiting for \(type)")
             }
             return event
         }
@@ -324,7 +324,7 @@ public enum DemoScenario {
     /// A UDP port that was free a moment ago.
     static func freeUDPPort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        guard fd >= 0 else { throw TandemError("cannot open a UDP socket") }
+        guard fd >= 0 else { throw NodeError.failed("cannot open a UDP socket") }
         defer { close(fd) }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
@@ -336,7 +336,7 @@ public enum DemoScenario {
                 bind(fd, sa, len) == 0 && getsockname(fd, sa, &len) == 0
             }
         }
-        guard ok else { throw TandemError("cannot find a free UDP port") }
+        guard ok else { throw NodeError.failed("cannot find a free UDP port") }
         return Int(UInt16(bigEndian: addr.sin_port))
     }
 
@@ -361,7 +361,7 @@ public struct DemoNode: Sendable {
 
     /// Calls a control method in-process, with the same parameters the CLI sends over the socket.
     public func call(_ method: String, _ params: JSONValue) async throws -> JSONValue {
-        guard case .unary(let handler)? = node.router.entry(method) else { throw TandemError("no control method \(method)") }
+        guard case .unary(let handler)? = node.router.entry(method) else { throw NodeError.failed("no control method \(method)") }
         return try await handler(params)
     }
 }

@@ -117,7 +117,7 @@ extension VaultService {
             let id = try await withVault(pin: params["pin"]?.stringValue) { vault -> String in
                 let item = try Self.resolve([ref], in: vault.repository.items)[0]
                 guard let jpeg = try vault.repository.thumbnail(item.id) else {
-                    throw ControlError(code: "not_found", message: "item \(item.id) has no thumbnail", exitCode: TandemError.nothingToActOnExitCode)
+                    throw ControlError(code: "not_found", message: "item \(item.id) has no thumbnail", exitCode: ControlError.nothingToActOnExitCode)
                 }
                 try Self.writeNew(jpeg, to: file)
                 return item.id
@@ -179,7 +179,7 @@ extension VaultService {
                 let named = items.filter { $0.name == ref }
                 guard let first = named.first else {
                     throw ControlError(code: "not_found", message: "no item '\(ref)' in the vault (see `tandem vault list`)",
-                                       exitCode: TandemError.nothingToActOnExitCode)
+                                       exitCode: ControlError.nothingToActOnExitCode)
                 }
                 guard named.count == 1 else {
                     throw NodeError.invalidArgument("\(named.count) items are called '\(ref)': name one by its id")
@@ -285,7 +285,7 @@ extension VaultService {
 
     nonisolated static func controlError(_ error: VaultError) -> Error {
         switch error.kind {
-        case .notFound: return ControlError(code: "not_found", message: error.detail, exitCode: TandemError.nothingToActOnExitCode)
+        case .notFound: return ControlError(code: "not_found", message: error.detail, exitCode: ControlError.nothingToActOnExitCode)
         case .alreadyExists: return ControlError(code: "conflict", message: error.detail, exitCode: 1)
         case .invalidName, .invalidArgument: return NodeError.invalidArgument(error.detail)
         default: return NodeError.failed(error.detail)
@@ -364,7 +364,7 @@ extension VaultService {
         if let album { try Self.checkName(album, what: "album name") }
         let removeOriginals = params["remove_originals"]?.boolValue ?? false
         let files = try Self.collect(paths)
-        guard !files.isEmpty else { throw ControlError(code: "not_found", message: "no files to import there", exitCode: TandemError.nothingToActOnExitCode) }
+        guard !files.isEmpty else { throw ControlError(code: "not_found", message: "no files to import there", exitCode: ControlError.nothingToActOnExitCode) }
         for f in files { try Self.checkName(f.url.lastPathComponent, what: "file name") }
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let progress = ProgressRelay(total: total, files: files.count)

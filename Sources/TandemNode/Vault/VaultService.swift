@@ -230,7 +230,7 @@ public final class VaultService: Service, Sendable {
         guard directory != nil else { _ = try vaultDirectory; return }
         guard exists else {
             throw ControlError(code: "no_vault", message: "no vault yet: create one with `tandem vault init`",
-                               exitCode: TandemError.notInitializedExitCode)
+                               exitCode: ControlError.notInitializedExitCode)
         }
     }
 
@@ -302,7 +302,7 @@ public final class VaultService: Service, Sendable {
         if let wait = guardNow.wait(nowMs: now()) {
             throw ControlError(code: "locked_out",
                                message: "too many wrong PINs: try again in \(Self.spoken(ms: wait))",
-                               exitCode: TandemError.authenticationExitCode)
+                               exitCode: ControlError.authenticationExitCode)
         }
         // The PIN's shape is checked after the lockout, so a malformed attempt is a wrong one too.
         let opened = try await onLane { () -> OpenVault? in
@@ -323,7 +323,7 @@ public final class VaultService: Service, Sendable {
             await events.emit("vault.pin_failed", ["failures": .int(Int64(after.failures))])
             var message = "wrong PIN"
             if let wait = after.wait(nowMs: now()) { message += "; \(after.failures) in a row: try again in \(Self.spoken(ms: wait))" }
-            throw ControlError(code: "wrong_pin", message: message, exitCode: TandemError.authenticationExitCode)
+            throw ControlError(code: "wrong_pin", message: message, exitCode: ControlError.authenticationExitCode)
         }
         state.withLockedValue {
             $0.open = opened
