@@ -259,7 +259,9 @@ public final class FocusService: Service, Sendable {
 
     /// After a lock change is stored: the blocking's new target, hooks, signals.
     @NodeCore private func carryOut(_ lock: FocusLock, _ step: FocusLock.Step, before: FocusLock, modes: FocusModes) {
+        // The new target, then a reconcile that sees it (a kick before the commit would see the old one).
         enforcer.setTarget(target(lock: lock, modes: modes))
+        enforcer.kick()
         for effect in step.effects {
             switch effect {
             case .block(let m): enforcer.hook(mode: modes.mode(m), transition: .locked, lock: lock, reason: "")
@@ -343,7 +345,6 @@ public final class FocusService: Service, Sendable {
                                                               "message": .string(r.description)], in: tx)
         }
         commit(lock, step, in: tx)
-        enforcer.kick()
     }
 
     /// The challenge ended, was cancelled, or is gone: the lock it holds opens; its mode is forgotten.
@@ -353,7 +354,6 @@ public final class FocusService: Service, Sendable {
         let known = state.withLockedValue { $0.challengeModes[idHex] != nil }
         commit(lock, step, extra: known ? [.removeChallengeMode(challengeId: idHex)] : [], in: tx)
         state.withLockedValue { _ = $0.challengeModes.removeValue(forKey: idHex) }
-        enforcer.kick()
     }
 
     /// Whether a challenge's lock is on (its early end needs the main key, not `challenge quit`).
