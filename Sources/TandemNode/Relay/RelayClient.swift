@@ -67,6 +67,8 @@ public final class RelayClient: Sendable {
         var stopped = false
         /// Incoming tunnels queued or joining (at most `maximumQueuedTunnels`).
         var tunnels = 0
+        /// Home relays a `.home` job is out for (one at a time each).
+        var homes: Set<[UInt8]> = []
     }
     private static let maximumQueuedTunnels = 64
     private let jobs: AsyncStream<Job>
@@ -250,7 +252,7 @@ public final class RelayClient: Sendable {
     /// peer manager. Called on the relay link's event loop.
     func accept(from: [UInt8], token: [UInt8], via relay: RelayAddress) {
         let queued = connecting.withLockedValue { s -> Bool in
-            guard s.running, s.tunnels < Self.maximumQueuedTunnels else { return false }
+            guard s.running, !s.stopped, s.tunnels < Self.maximumQueuedTunnels else { return false }
             s.tunnels += 1
             return true
         }
@@ -401,7 +403,9 @@ public final class RelayClient: Sendable {
                     continue
                 }
                 let due = backoff.withLockedValue { $0[relay.id.publicKey]?.isDue(nowMs: nowMs) ?? true }
-                guard due, connecting.withLockedValue({ $0.waiters[relay.id.publicKey] == nil }) else { continue }
+                guard due, connecting.withLockedValue({ c in
+                    c.waiters[relay.id.publicKey] == nil && c.homes.insert(relay.id.publicKey).inserted
+                }) else { continue }
                 jobInput.yield(.home(relay))
             }
             // Visits to others' relays end when unused; links to removed home relays too.
@@ -419,6 +423,7 @@ public final class RelayClient: Sendable {
 
     /// Connects and registers at a home relay; a failure sets its backoff.
     private func connectHome(_ relay: RelayAddress) async {
+        defer { connecting.withLockedValue { _ = $0.homes.remove(relay.id.publicKey) } }
         do {
             _ = try await session(for: relay, home: true)
         } catch let away as TurnedAway {
