@@ -80,6 +80,7 @@ public struct ControlError: Error, Sendable, Equatable, CustomStringConvertible 
     public static func from(_ error: Error) -> ControlError {
         if let e = error as? ControlError { return e }
         if let e = error as? NodeError { return .init(code: "failed", message: e.message, exitCode: e.exitCode) }
+        // Backup/ still throws the CLI's error from a few handlers: mapped the same way until it does not.
         if let e = error as? TandemError { return .init(code: "failed", message: e.message, exitCode: e.exitCode) }
         if error is CancellationError { return .init(code: "cancelled", message: "the request was cancelled (is the node stopping?)") }
         return .internalError("\(error)")
