@@ -1,6 +1,7 @@
 import Foundation
 import TandemKeys
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Sodium
@@ -17,7 +18,7 @@ import Glibc
 public enum DemoScenario {
     public static func run(say: @escaping @Sendable (String) -> Void) async throws {
         let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("tandem-demo-\(getpid())-\(Sodium.randomUInt64() % 100_000)")
-        defer { try? FileManager.default.removeItem(at: root) }
+        defer { try? FileManager.default.removeItem(at: root) }  // a temporary directory
         var logger = Logger(label: "demo")
         logger.logLevel = .critical
 
@@ -123,7 +124,7 @@ public enum DemoScenario {
             let m = bobNode.metrics.snapshot
             say("12. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
             tasks.cancelAll()
-            _ = try? await tasks.next()
+            _ = try? await tasks.next()  // the demo reports by its own checks
         }
         say("13. Both nodes shut down and their temporary data directories are removed. Done.")
     }
@@ -153,7 +154,7 @@ public enum DemoScenario {
             return try await a.call(method, .object(p))
         }
         func block() -> [String] {
-            ((try? String(contentsOf: hosts, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init).filter { $0.contains("news.example") }
+            ((try? String(contentsOf: hosts, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init).filter { $0.contains("news.example") }  // no file: nothing blocked
         }
         say("11. Local focus: Alice enrols her mug as a key from 10 depth frames (`tandem key enroll mug --object …`),")
         let enrolled = try await present("key.enroll", frames("mug", 100, 10), ["name": "mug"])
@@ -178,7 +179,7 @@ public enum DemoScenario {
                           say: @escaping @Sendable (String) -> Void) async throws {
         let invite = try await inviter.call("challenge.invite", ["ids": [.string(invitee.node.id.canonical)],
                                                                  "duration_ms": .int(durationMs), "message": .string(message)])
-        guard let id = invite["id"]?.stringValue else { throw TandemError("the invite has no id") }
+        guard let id = invite["id"]?.stringValue else { throw NodeError.failed("the invite has no id") }
         let match = ["id": id]
         let invited = try await next(invitee.events, "challenge.invited", match)
         say("   \(invitee.name)'s node receives the signed invite (“\(invited.fields["message"]?.stringValue ?? "")”, " +
@@ -314,7 +315,7 @@ public enum DemoScenario {
             }
             defer { group.cancelAll() }
             guard let first = try await group.next(), let event = first else {
-                throw TandemError("the demo timed out waiting for \(type)", exitCode: TandemError.timeoutExitCode)
+                throw NodeError.timedOut("the demo timed out waiting for \(type)")
             }
             return event
         }
@@ -323,7 +324,7 @@ public enum DemoScenario {
     /// A UDP port that was free a moment ago.
     static func freeUDPPort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        guard fd >= 0 else { throw TandemError("cannot open a UDP socket") }
+        guard fd >= 0 else { throw NodeError.failed("cannot open a UDP socket") }
         defer { close(fd) }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
@@ -335,7 +336,7 @@ public enum DemoScenario {
                 bind(fd, sa, len) == 0 && getsockname(fd, sa, &len) == 0
             }
         }
-        guard ok else { throw TandemError("cannot find a free UDP port") }
+        guard ok else { throw NodeError.failed("cannot find a free UDP port") }
         return Int(UInt16(bigEndian: addr.sin_port))
     }
 
@@ -360,25 +361,23 @@ public struct DemoNode: Sendable {
 
     /// Calls a control method in-process, with the same parameters the CLI sends over the socket.
     public func call(_ method: String, _ params: JSONValue) async throws -> JSONValue {
-        guard case .unary(let handler)? = node.router.entry(method) else { throw TandemError("no control method \(method)") }
+        guard case .unary(let handler)? = node.router.entry(method) else { throw NodeError.failed("no control method \(method)") }
         return try await handler(params)
     }
 }
 
 /// Completes with the first ERROR code a peer reports.
-final class RejectionCatcher: @unchecked Sendable {
+final class RejectionCatcher: Sendable {
     let first: EventLoopPromise<String>
-    private var done = false
-    private let eventLoop: EventLoop
+    private let done = NIOLockedValueBox(false)
     init(eventLoop: EventLoop) {
-        self.eventLoop = eventLoop
         self.first = eventLoop.makePromise()
     }
     func record(_ error: Tandem_V1_Error) {
-        eventLoop.execute {
-            guard !self.done else { return }
-            self.done = true
-            self.first.succeed(error.code.name)
+        let isFirst = done.withLockedValue { done in
+            defer { done = true }
+            return !done
         }
+        if isFirst { first.succeed(error.code.name) }
     }
 }

@@ -179,7 +179,7 @@ public final class DiscoveryService: Service, Sendable {
                     } catch {
                         if firstBind { logger.error("\(error)") }
                         firstBind = false
-                        try? await Task.sleep(for: .seconds(2))
+                        try? await Task.sleep(for: .seconds(2))  // cancelled: the loop ends
                         continue
                     }
                     firstBind = false
@@ -189,7 +189,7 @@ public final class DiscoveryService: Service, Sendable {
                     current.withLockedValue { $0 = nil }
                     if !stopping.withLockedValue({ $0 }) {
                         logger.notice("discovery socket closed; reopening it")
-                        try? await Task.sleep(for: .seconds(1))
+                        try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
                     }
                 }
             } onGracefulShutdown: { stop() }
@@ -236,7 +236,7 @@ public final class DiscoveryService: Service, Sendable {
                 tasks.addTask { await Self.tick(every: self.configuration.devicePollInterval, .poll, continuation) }
             }
             tasks.addTask {
-                try? await channel.closeFuture.get()
+                try? await channel.closeFuture.get()  // closed either way
                 continuation.yield(.socketClosed)
             }
             for await trigger in self.triggers {
@@ -352,7 +352,7 @@ public final class DiscoveryService: Service, Sendable {
 
     /// The broadcast address of every IPv4 interface except loopback, on `port`.
     public static func broadcastTargets(port: Int) -> [SocketAddress] {
-        guard let devices = try? System.enumerateDevices() else { return [] }
+        guard let devices = try? System.enumerateDevices() else { return [] }  // no interfaces listed: no broadcast this round
         var seen = Set<String>()
         var out: [SocketAddress] = []
         for device in devices {
@@ -360,7 +360,7 @@ public final class DiscoveryService: Service, Sendable {
                   let ip = broadcast.ipAddress, ip != "0.0.0.0",
                   let address = device.address, case .v4 = address,
                   !(address.ipAddress ?? "").hasPrefix("127."), device.name != "lo" else { continue }
-            guard seen.insert(ip).inserted, let target = try? SocketAddress(ipAddress: ip, port: port) else { continue }
+            guard seen.insert(ip).inserted, let target = try? SocketAddress(ipAddress: ip, port: port) else { continue }  // not an address: skipped
             out.append(target)
         }
         return out.sorted { describe($0) < describe($1) }

@@ -50,7 +50,14 @@ public final class EventBus: Sendable {
         self.log = log
         self.subscriberBuffer = subscriberBuffer
         self.logger = logger
-        let last = (try? log.lastSeq()) ?? 0
+        let last: Int64
+        do {
+            last = try log.lastSeq()
+        } catch {
+            // Subscribers then start from the beginning of the log: said, not hidden.
+            logger.error("cannot read the event log's last sequence number", metadata: ["error": "\(error)"])
+            last = 0
+        }
         state.withLockedValue { $0.delivered = last }
     }
 

@@ -9,7 +9,7 @@ import TandemStore
 /// from a relay mailbox (the same handlers as a link, without a link to answer on). What the
 /// structure-aware fuzz target (`tandem-fuzz -target=node`) and in-process tests drive: every
 /// message handler, the store writes they make, and the challenge tick, with nothing listening.
-public final class NodeHarness: @unchecked Sendable {
+public final class NodeHarness: Sendable {
     public let identity: SigningKeyPair
     public let runtime: NodeRuntime
 
@@ -65,8 +65,8 @@ public final class NodeHarness: @unchecked Sendable {
         let (store, challenges) = (runtime.store, runtime.challenges)
         NodeCore.blocking {
             // The fuzz target drives hostile input: a step refused is an expected outcome here.
-            guard let c = try? store.challenges(phases: [.invited]).first(where: { !$0.isInviter }) else { return }
-            challenges.inStep { step in _ = try? challenges.mutate(c.id, step) { try $0.accept() } }
+            guard let c = try? store.challenges(phases: [.invited]).first(where: { !$0.isInviter }) else { return }  // fuzzing: a failed read is no challenge
+            challenges.inStep { step in _ = try? challenges.mutate(c.id, step) { try $0.accept() } }  // fuzzing: a refused step is an outcome
         }
     }
 
@@ -74,8 +74,8 @@ public final class NodeHarness: @unchecked Sendable {
         let (store, challenges) = (runtime.store, runtime.challenges)
         NodeCore.blocking {
             // As above: refusals are expected outcomes of hostile input.
-            for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] {
-                challenges.inStep { step in _ = try? challenges.mutate(c.id, step) { try $0.quit(elapsedMs: elapsedMs, reason: "fuzz") } }
+            for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] {  // fuzzing: a failed read is no challenge
+                challenges.inStep { step in _ = try? challenges.mutate(c.id, step) { try $0.quit(elapsedMs: elapsedMs, reason: "fuzz") } }  // fuzzing: a refused step is an outcome
             }
         }
     }
@@ -84,7 +84,7 @@ public final class NodeHarness: @unchecked Sendable {
     public func endAll() {
         let (store, challenges) = (runtime.store, runtime.challenges)
         NodeCore.blocking {
-            for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] { challenges.inStep { step in challenges.endNow(c.id, step) } }
+            for c in (try? store.challenges(phases: [.scheduled, .running])) ?? [] { challenges.inStep { step in challenges.endNow(c.id, step) } }  // fuzzing: a failed read is no challenge
         }
     }
 

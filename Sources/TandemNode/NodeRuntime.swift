@@ -186,7 +186,7 @@ public final class NodeRuntime: Sendable {
 
     private func registerStatus() {
         router.register("node.status") { [self] _ in
-            let address = try? await listener.boundAddress
+            let address = try? await listener.boundAddress  // not bound (failed to): status says no address
             return try await NodeCore.perform { try self.status(address: address) }
         }
     }
@@ -323,7 +323,7 @@ struct FriendLoops: Service {
     let node: NodeRuntime
 
     func run() async throws {
-        if let port = try? await node.listener.boundAddress.port {
+        if let port = try? await node.listener.boundAddress.port {  // not bound: the listener service reports it
             let friends = node.friends
             await NodeCore.run {
                 defer { node.eventBus.published() }
@@ -346,7 +346,7 @@ struct ChallengeLoop: Service {
     let listener: NodeListener
 
     func run() async throws {
-        _ = try? await listener.boundAddress
+        _ = try? await listener.boundAddress  // not bound: the listener service reports it
         await cancelWhenGracefulShutdown { await challenges.run() }
     }
 }
@@ -357,7 +357,7 @@ struct RelayLoop: Service {
     let listener: NodeListener
 
     func run() async throws {
-        _ = try? await listener.boundAddress
+        _ = try? await listener.boundAddress  // not bound: the listener service reports it
         await cancelWhenGracefulShutdown { await relays.run() }
     }
 }
@@ -371,7 +371,7 @@ struct NodeAnnouncer: Service {
         let address = try await node.listener.boundAddress
         await node.eventBus.emit("node.started", ["id": .string(node.id.canonical), "address": .string(address.hostPort)])
         // Stay up until shutdown: a service that returns would end the whole group.
-        try? await gracefulShutdown()
+        try? await gracefulShutdown()  // cancelled: also the end
         if !Task.isCancelled {
             await node.eventBus.emit("node.stopping", ["id": .string(node.id.canonical)])
         }

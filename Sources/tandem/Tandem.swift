@@ -39,6 +39,10 @@ struct Tandem: AsyncParsableCommand {
         } catch let error as NodeError {
             FileHandle.standardError.write(Data("tandem: error: \(error.message.terminalSafe)\n".utf8))
             Foundation.exit(error.exitCode)
+        } catch let error as ControlError {
+            // The node's answer to a control request: its message and the exit code it chose.
+            FileHandle.standardError.write(Data("tandem: error: \(error.message.terminalSafe)\n".utf8))
+            Foundation.exit(error.exitCode)
         } catch let error as VaultError {
             // The vault's files as the CLI writes them itself (restore): the error names the file.
             FileHandle.standardError.write(Data("tandem: error: \(error.description.terminalSafe)\n".utf8))

@@ -82,7 +82,7 @@ func callVault(_ common: CommonOptions, _ pinOptions: PINOptions, _ method: Stri
     let result: JSONValue
     do {
         result = try await client.call(method: method, params: .object(p), timeout: .seconds(600))
-    } catch let error as TandemError where error.code == "vault_locked" && p["pin"] == nil {
+    } catch let error as ControlError where error.code == "vault_locked" && p["pin"] == nil {
         p["pin"] = .string(try PINInput.prompt("Vault PIN: "))
         result = try await client.call(method: method, params: .object(p), timeout: .seconds(600))
     }
@@ -108,7 +108,7 @@ func streamVault(_ common: CommonOptions, _ pinOptions: PINOptions, _ method: St
                 }
             }
             return
-        } catch let error as TandemError where error.code == "vault_locked" && p["pin"] == nil && attempt == 0 {
+        } catch let error as ControlError where error.code == "vault_locked" && p["pin"] == nil && attempt == 0 {
             bar.finish()
             p["pin"] = .string(try PINInput.prompt("Vault PIN: "))
         } catch {

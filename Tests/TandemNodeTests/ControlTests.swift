@@ -63,7 +63,7 @@ final class ControlTests: XCTestCase {
             do {
                 _ = try await client.call(method: "no.such.method")
                 XCTFail("expected an error")
-            } catch let error as TandemError {
+            } catch let error as ControlError {
                 XCTAssertTrue(error.message.contains("no.such.method"), error.message)
                 XCTAssertEqual(error.exitCode, 1)
             }
@@ -100,7 +100,7 @@ final class ControlTests: XCTestCase {
             do {
                 _ = try await client.call(method: "fail.tandem")
                 XCTFail("expected an error")
-            } catch let error as TandemError {
+            } catch let error as ControlError {
                 XCTAssertEqual(error.exitCode, 5)
                 XCTAssertEqual(error.message, "not allowed")
             }
@@ -252,8 +252,8 @@ final class ControlTests: XCTestCase {
         do {
             _ = try await ControlClient.connect(dataDirectory: dir)
             XCTFail("expected no node")
-        } catch let error as TandemError {
-            XCTAssertEqual(error.exitCode, TandemError.noNodeExitCode)
+        } catch let error as NodeError {
+            XCTAssertEqual(error.exitCode, ControlError.noNodeExitCode)
             XCTAssertTrue(error.message.hasPrefix("no node is running for \(dir.path)"), error.message)
             XCTAssertTrue(error.message.contains("tandem node --data-dir \(dir.path)"), error.message)
         }
@@ -279,7 +279,7 @@ final class ControlTests: XCTestCase {
             do {
                 try await second.run()
                 XCTFail("expected a refusal")
-            } catch let error as TandemError {
+            } catch let error as NodeError {
                 XCTAssertEqual(error.message, "another node is already running with data dir \(dir.path)")
             }
             // The first one is untouched.
@@ -298,7 +298,7 @@ final class ControlTests: XCTestCase {
         do {
             try await server.run()
             XCTFail("expected a refusal")
-        } catch let error as TandemError {
+        } catch let error as NodeError {
             XCTAssertTrue(error.message.hasPrefix("another node is already running"), error.message)
         }
         XCTAssertTrue(FileManager.default.fileExists(atPath: dir.controlSocket.path))
@@ -312,7 +312,7 @@ final class ControlTests: XCTestCase {
         do {
             try await server.run()
             XCTFail("expected a refusal")
-        } catch let error as TandemError {
+        } catch let error as NodeError {
             XCTAssertTrue(error.message.contains("is not a socket"), error.message)
         }
         XCTAssertEqual(FileManager.default.contents(atPath: dir.controlSocket.path), Data("keep".utf8))
@@ -325,13 +325,13 @@ final class ControlTests: XCTestCase {
         do {
             try await server.run()
             XCTFail("expected an error")
-        } catch let error as TandemError {
+        } catch let error as NodeError {
             XCTAssertTrue(error.message.contains("too long for a Unix socket"), error.message)
         }
         do {
             _ = try await ControlClient.connect(dataDirectory: dir)
             XCTFail("expected an error")
-        } catch let error as TandemError {
+        } catch let error as NodeError {
             XCTAssertTrue(error.message.contains("too long for a Unix socket"), error.message)
         }
         // The lock was released: nothing is left claiming the directory.
@@ -403,8 +403,8 @@ final class ControlTests: XCTestCase {
             do {
                 _ = try await client.call(method: "events.list", params: ["limit": 100_000])
                 XCTFail("expected invalid")
-            } catch let error as TandemError {
-                XCTAssertEqual(error.exitCode, TandemError.usageExitCode)
+            } catch let error as ControlError {
+                XCTAssertEqual(error.exitCode, ControlError.usageExitCode)
             }
 
             // Replay from 3, then live.

@@ -25,13 +25,13 @@ public final class ControlClient: Sendable {
         channel.close(promise: nil)
     }
 
-    /// Connects to the node serving `dataDirectory`. Without one: `TandemError.noNode` (exit 7).
+    /// Connects to the node serving `dataDirectory`. Without one: `NodeError.noNode` (exit 7).
     public static func connect(dataDirectory: DataDirectory,
                                group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
                                timeout: TimeAmount = .seconds(5)) async throws -> ControlClient {
         let path = dataDirectory.controlSocket.path
         guard path.utf8.count <= ControlSocketFile.maximumPathBytes else {
-            throw TandemError("the data directory path \(dataDirectory.path) is too long for a Unix socket")
+            throw NodeError.failed("the data directory path \(dataDirectory.path) is too long for a Unix socket")
         }
         let channel: Channel
         do {
@@ -54,7 +54,7 @@ public final class ControlClient: Sendable {
         return ControlClient(directory: dataDirectory, channel: channel, handler: handler)
     }
 
-    static func connectError(_ error: Error, directory: DataDirectory) -> TandemError {
+    static func connectError(_ error: Error, directory: DataDirectory) -> NodeError {
         var errnoCode: Int32?
         if let io = error as? IOError {
             errnoCode = io.errnoCode
@@ -66,12 +66,12 @@ public final class ControlClient: Sendable {
         case ECONNREFUSED?, ENOENT?, ENOTDIR?:
             return .noNode(directory)
         case EACCES?, EPERM?:
-            return TandemError("cannot connect to the node's control socket \(directory.controlSocket.path): permission denied (is the node run by another user?)")
+            return .failed("cannot connect to the node's control socket \(directory.controlSocket.path): permission denied (is the node run by another user?)")
         case .some, nil:
             if case ChannelError.connectTimeout = error {
-                return TandemError("the node for \(directory.path) did not accept a control connection in time", exitCode: TandemError.timeoutExitCode)
+                return .timedOut("the node for \(directory.path) did not accept a control connection in time")
             }
-            return TandemError("cannot connect to the node's control socket \(directory.controlSocket.path): \(describe(error))")
+            return .failed("cannot connect to the node's control socket \(directory.controlSocket.path): \(describe(error))")
         }
     }
 
@@ -85,8 +85,7 @@ public final class ControlClient: Sendable {
     private func requestLine(_ id: Int64, _ method: String, _ params: JSONValue) throws -> ByteBuffer {
         let data = ControlRequest(id: id, method: method, params: params).jsonValue.jsonData
         guard data.count <= ControlProtocol.maximumLineLength else {
-            throw TandemError("the request is too large (\(data.count) bytes; the limit is \(ControlProtocol.maximumLineLength))",
-                              exitCode: TandemError.usageExitCode)
+            throw NodeError.invalidArgument("the request is too large (\(data.count) bytes; the limit is \(ControlProtocol.maximumLineLength))")
         }
         var buffer = channel.allocator.buffer(capacity: data.count + 1)
         buffer.writeBytes(data)
@@ -94,8 +93,8 @@ public final class ControlClient: Sendable {
         return buffer
     }
 
-    /// Calls a method and returns its result. An error response becomes `TandemError(message, exitCode: exit)`;
-    /// no answer within `timeout`: a `TandemError` with exit code 6.
+    /// Calls a method and returns its result. An error response is thrown as the `ControlError` the
+    /// node sent; no answer within `timeout`: `NodeError.timedOut` (exit code 6).
     public func call(method: String, params: JSONValue = [:], timeout: TimeAmount = .seconds(30)) async throws -> JSONValue {
         let id = allocateID()
         let line = try requestLine(id, method, params)
@@ -105,20 +104,19 @@ public final class ControlClient: Sendable {
         loop.execute {
             handler.value.register(id: id, promise: promise)
             channel.writeAndFlush(line).whenFailure { error in
-                handler.value.fail(id: id, TandemError("cannot send to the node: \(describe(error))"))
+                handler.value.fail(id: id, NodeError.failed("cannot send to the node: \(describe(error))"))
             }
         }
         let timer = loop.scheduleTask(in: timeout) {
             let seconds = Double(timeout.nanoseconds) / 1e9
-            handler.value.fail(id: id, TandemError("the node did not answer \(method) within \(String(format: "%g", seconds))s",
-                                                   exitCode: TandemError.timeoutExitCode))
+            handler.value.fail(id: id, NodeError.timedOut("the node did not answer \(method) within \(String(format: "%g", seconds))s"))
         }
         defer { timer.cancel() }
         return try await promise.futureResult.get()
     }
 
     /// Starts a streaming method. Yields the items; finishes when the node ends the stream; throws
-    /// its error response as a `TandemError`. Ending the iteration early closes this client's connection.
+    /// its error response as a `ControlError`. Ending the iteration early closes this client's connection.
     public func stream(method: String, params: JSONValue = [:]) -> AsyncThrowingStream<JSONValue, Error> {
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: JSONValue.self, throwing: Error.self,
                                                                     bufferingPolicy: .bufferingOldest(Self.streamBuffer))
@@ -142,7 +140,7 @@ public final class ControlClient: Sendable {
         channel.eventLoop.execute {
             handler.value.register(id: id, stream: continuation)
             channel.writeAndFlush(line).whenFailure { error in
-                handler.value.fail(id: id, TandemError("cannot send to the node: \(describe(error))"))
+                handler.value.fail(id: id, NodeError.failed("cannot send to the node: \(describe(error))"))
             }
         }
         return stream
@@ -161,7 +159,7 @@ final class ControlClientHandler: ChannelInboundHandler {
     private var calls: [Int64: EventLoopPromise<JSONValue>] = [:]
     private var streams: [Int64: AsyncThrowingStream<JSONValue, Error>.Continuation] = [:]
     /// Set once the connection is unusable; later requests fail with it at once.
-    private var closedWith: TandemError?
+    private var closedWith: Error?
 
     func register(id: Int64, promise: EventLoopPromise<JSONValue>) {
         if let closedWith { return promise.fail(closedWith) }
@@ -173,12 +171,12 @@ final class ControlClientHandler: ChannelInboundHandler {
         streams[id] = stream
     }
 
-    func fail(id: Int64, _ error: TandemError) {
+    func fail(id: Int64, _ error: Error) {
         calls.removeValue(forKey: id)?.fail(error)
         streams.removeValue(forKey: id)?.finish(throwing: error)
     }
 
-    private func failAll(_ error: TandemError) {
+    private func failAll(_ error: Error) {
         if closedWith == nil { closedWith = error }
         let calls = self.calls, streams = self.streams
         self.calls = [:]
@@ -190,14 +188,14 @@ final class ControlClientHandler: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .tooLong:
-            failAll(TandemError("the node sent a line longer than \(ControlProtocol.maximumResponseLength) bytes"))
+            failAll(NodeError.failed("the node sent a line longer than \(ControlProtocol.maximumResponseLength) bytes"))
             context.close(promise: nil)
         case .line(let line):
             let response: ControlResponse
             do {
                 response = try ControlResponse.parse(line)
             } catch {
-                failAll(TandemError("the node sent an unreadable answer (is it a different version?)"))
+                failAll(NodeError.failed("the node sent an unreadable answer (is it a different version?)"))
                 context.close(promise: nil)
                 return
             }
@@ -209,12 +207,11 @@ final class ControlClientHandler: ChannelInboundHandler {
                     streams.removeValue(forKey: id)?.finish()
                 }
             case .error(let id?, let error):
-                let tandemError = TandemError(error.message, exitCode: error.exitCode, code: error.code)
-                calls.removeValue(forKey: id)?.fail(tandemError)
-                streams.removeValue(forKey: id)?.finish(throwing: tandemError)
+                calls.removeValue(forKey: id)?.fail(error)
+                streams.removeValue(forKey: id)?.finish(throwing: error)
             case .error(nil, let error):
                 // The node could not tell which request this is about (a busy node refusing the connection).
-                failAll(TandemError(error.message, exitCode: error.exitCode))
+                failAll(error)
                 context.close(promise: nil)
             case .event(let id, let value):
                 guard let stream = streams[id] else { return }
@@ -223,7 +220,7 @@ final class ControlClientHandler: ChannelInboundHandler {
                     break
                 case .dropped:
                     streams[id] = nil
-                    stream.finish(throwing: TandemError("fell more than \(ControlClient.streamBuffer) items behind the node's stream"))
+                    stream.finish(throwing: NodeError.failed("fell more than \(ControlClient.streamBuffer) items behind the node's stream"))
                 @unknown default:
                     break
                 }
@@ -232,12 +229,12 @@ final class ControlClientHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        failAll(TandemError("the node closed the control connection (did it stop?)"))
+        failAll(NodeError.failed("the node closed the control connection (did it stop?)"))
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
-        failAll(TandemError("control connection failed: \(describe(error))"))
+        failAll(NodeError.failed("control connection failed: \(describe(error))"))
         context.close(promise: nil)
     }
 }

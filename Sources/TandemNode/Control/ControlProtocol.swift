@@ -24,13 +24,10 @@ extension DataDirectory {
     public var nodeLock: URL { url.appendingPathComponent(ControlProtocol.lockFileName) }
 }
 
-extension TandemError {
-    public static let noNodeExitCode: Int32 = 7
-
+extension NodeError {
     /// "no node is running for …": what every command that needs the node says without one.
-    public static func noNode(_ dir: DataDirectory) -> TandemError {
-        TandemError("no node is running for \(dir.path) (start one with `tandem node --data-dir \(dir.path)`)",
-                    exitCode: noNodeExitCode)
+    public static func noNode(_ dir: DataDirectory) -> NodeError {
+        .noNode("no node is running for \(dir.path) (start one with `tandem node --data-dir \(dir.path)`)")
     }
 }
 
@@ -49,9 +46,19 @@ public struct ControlError: Error, Sendable, Equatable, CustomStringConvertible 
 
     public var description: String { "\(code): \(message)" }
 
+    /// The CLI's exit codes (README.md, "Exit codes") a control error may carry; the same numbers
+    /// as the CLI's own (`TandemError`), which the node does not use.
+    public static let usageExitCode: Int32 = 2
+    public static let notInitializedExitCode: Int32 = 3
+    public static let unreachableExitCode: Int32 = 4
+    public static let authenticationExitCode: Int32 = 5
+    public static let timeoutExitCode: Int32 = 6
+    public static let noNodeExitCode: Int32 = 7
+    public static let nothingToActOnExitCode: Int32 = 8
+
     public static func notFound(_ message: String) -> ControlError { .init(code: "not_found", message: message, exitCode: 1) }
     public static func invalid(_ message: String) -> ControlError {
-        .init(code: "invalid", message: message, exitCode: TandemError.usageExitCode)
+        .init(code: "invalid", message: message, exitCode: usageExitCode)
     }
     public static func conflict(_ message: String) -> ControlError { .init(code: "conflict", message: message, exitCode: 1) }
     public static func unknownMethod(_ method: String) -> ControlError {
@@ -59,7 +66,7 @@ public struct ControlError: Error, Sendable, Equatable, CustomStringConvertible 
               exitCode: 1)
     }
     public static func badRequest(_ message: String) -> ControlError {
-        .init(code: "bad_request", message: message, exitCode: TandemError.usageExitCode)
+        .init(code: "bad_request", message: message, exitCode: usageExitCode)
     }
     public static func lineTooLong() -> ControlError {
         .init(code: "line_too_long",
@@ -73,6 +80,7 @@ public struct ControlError: Error, Sendable, Equatable, CustomStringConvertible 
     public static func from(_ error: Error) -> ControlError {
         if let e = error as? ControlError { return e }
         if let e = error as? NodeError { return .init(code: "failed", message: e.message, exitCode: e.exitCode) }
+        // Backup/ still throws the CLI's error from a few handlers: mapped the same way until it does not.
         if let e = error as? TandemError { return .init(code: "failed", message: e.message, exitCode: e.exitCode) }
         if error is CancellationError { return .init(code: "cancelled", message: "the request was cancelled (is the node stopping?)") }
         return .internalError("\(error)")
@@ -300,11 +308,12 @@ extension NodeError {
     /// boundary, not where the error arises.
     public var exitCode: Int32 {
         switch kind {
-        case .invalidArgument: return TandemError.usageExitCode
-        case .nothingToActOn: return TandemError.nothingToActOnExitCode
-        case .unavailable: return TandemError.unreachableExitCode
-        case .timedOut: return TandemError.timeoutExitCode
+        case .invalidArgument: return ControlError.usageExitCode
+        case .nothingToActOn: return ControlError.nothingToActOnExitCode
+        case .unavailable: return ControlError.unreachableExitCode
         case .refused, .failed: return 1
+        case .timedOut: return ControlError.timeoutExitCode
+        case .noNode: return ControlError.noNodeExitCode
         }
     }
 }

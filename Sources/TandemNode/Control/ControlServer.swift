@@ -101,7 +101,7 @@ public final class ControlServer: Service, Sendable {
     }
 
     deinit {
-        readyPromise.fail(TandemError("the control server was never started"))
+        readyPromise.fail(NodeError.failed("the control server was never started"))
         claim.withLockedValue { $0?.release() }
     }
 
@@ -182,10 +182,10 @@ public final class ControlServer: Service, Sendable {
         let privateDir = directory.url.appendingPathComponent(".c\(suffix)").path
         let tempPath = privateDir + "/s"
         for path in [finalPath, tempPath] where path.utf8.count > ControlSocketFile.maximumPathBytes {
-            throw TandemError("the data directory path \(directory.path) is too long for a Unix socket (\(path.utf8.count) bytes; the limit is \(ControlSocketFile.maximumPathBytes))")
+            throw NodeError.failed("the data directory path \(directory.path) is too long for a Unix socket (\(path.utf8.count) bytes; the limit is \(ControlSocketFile.maximumPathBytes))")
         }
         guard mkdir(privateDir, 0o700) == 0 else {
-            throw TandemError("cannot create \(privateDir): \(String(cString: strerror(errno)))")
+            throw NodeError.failed("cannot create \(privateDir): \(String(cString: strerror(errno)))")
         }
         defer { rmdir(privateDir) }
         let maxLine = configuration.maximumLineLength
@@ -205,14 +205,14 @@ public final class ControlServer: Service, Sendable {
                 }
         } catch {
             unlink(tempPath)
-            throw TandemError("cannot open the control socket \(finalPath): \(describe(error))")
+            throw NodeError.failed("cannot open the control socket \(finalPath): \(describe(error))")
         }
         var st = stat()
         guard chmod(tempPath, 0o600) == 0, rename(tempPath, finalPath) == 0, stat(finalPath, &st) == 0 else {
             let reason = String(cString: strerror(errno))
             unlink(tempPath)
-            try? await server.channel.close()
-            throw TandemError("cannot set up the control socket \(finalPath): \(reason)")
+            try? await server.channel.close()  // the setup error is what is reported
+            throw NodeError.failed("cannot set up the control socket \(finalPath): \(reason)")
         }
         return (server, st.st_ino)
     }
@@ -248,7 +248,7 @@ public final class ControlServer: Service, Sendable {
     private func refuse(_ connection: NIOAsyncChannel<ControlInbound, ByteBuffer>) async {
         logger.warning("control connection refused: too many connections", metadata: ["limit": "\(configuration.maximumConnections)"])
         let allocator = connection.channel.allocator
-        try? await connection.executeThenClose { _, outbound in
+        try? await connection.executeThenClose { _, outbound in  // a refused client that went away needs no answer
             let error = ControlError.busy("the node already serves \(configuration.maximumConnections) control connections; try again later")
             try await outbound.write(ControlResponse.error(id: nil, error).encoded(allocator: allocator))
         }
@@ -317,7 +317,7 @@ public final class ControlServer: Service, Sendable {
                           inputClosed: InputClosedSignal) async {
         switch router.entry(request.method) {
         case nil:
-            try? await write(.error(id: request.id, .unknownMethod(request.method)))
+            try? await write(.error(id: request.id, .unknownMethod(request.method)))  // the client went away: nobody to tell
         case .unary(let handler)?:
             let response: ControlResponse
             do {
@@ -326,15 +326,15 @@ public final class ControlServer: Service, Sendable {
                 response = .error(id: request.id, ControlError.from(error))
                 logFailure(request, error)
             }
-            try? await write(response)
+            try? await write(response)  // the client went away: nobody to tell
         case .stream(let handler)?:
             let writer = ControlStreamWriter(requestID: request.id, write: write)
             do {
                 let completed = try await inputClosed.cancelling { try await handler(request.params, writer) }
-                if completed { try? await write(.result(id: request.id, ["ended": true])) }
+                if completed { try? await write(.result(id: request.id, ["ended": true])) }  // the client went away
             } catch {
                 logFailure(request, error)
-                try? await write(.error(id: request.id, ControlError.from(error)))
+                try? await write(.error(id: request.id, ControlError.from(error)))  // the client went away
             }
         }
     }
@@ -424,14 +424,14 @@ struct NodeLock: Sendable {
     static func acquire(_ directory: DataDirectory) throws -> NodeLock {
         let path = directory.nodeLock.path
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw TandemError("cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw NodeError.failed("cannot open \(path): \(String(cString: strerror(errno)))") }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             let err = errno
             close(fd)
             if err == EWOULDBLOCK {
-                throw TandemError("another node is already running with data dir \(directory.path)")
+                throw NodeError.failed("another node is already running with data dir \(directory.path)")
             }
-            throw TandemError("cannot lock \(path): \(String(cString: strerror(err)))")
+            throw NodeError.failed("cannot lock \(path): \(String(cString: strerror(err)))")
         }
         return NodeLock(fd: fd)
     }
@@ -453,17 +453,17 @@ enum ControlSocketFile {
         var st = stat()
         guard lstat(path, &st) == 0 else { return }
         guard (st.st_mode & S_IFMT) == S_IFSOCK else {
-            throw TandemError("\(path) exists and is not a socket; remove it and start the node again")
+            throw NodeError.failed("\(path) exists and is not a socket; remove it and start the node again")
         }
         switch probe(path) {
         case .answered:
-            throw TandemError("another node is already running with data dir \(directory.path)")
+            throw NodeError.failed("another node is already running with data dir \(directory.path)")
         case .noListener:
             guard unlink(path) == 0 || errno == ENOENT else {
-                throw TandemError("cannot remove the stale control socket \(path): \(String(cString: strerror(errno)))")
+                throw NodeError.failed("cannot remove the stale control socket \(path): \(String(cString: strerror(errno)))")
             }
         case .failed(let reason):
-            throw TandemError("cannot check the control socket \(path): \(reason)")
+            throw NodeError.failed("cannot check the control socket \(path): \(reason)")
         }
     }
 

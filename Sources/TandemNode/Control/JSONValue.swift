@@ -17,17 +17,17 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() {
             self = .null
-        } else if let b = try? container.decode(Bool.self) {
+        } else if let b = try? container.decode(Bool.self) {  // not this type: the next
             self = .bool(b)
-        } else if let i = try? container.decode(Int64.self) {
+        } else if let i = try? container.decode(Int64.self) {  // not this type: the next
             self = .int(i)
-        } else if let d = try? container.decode(Double.self) {
+        } else if let d = try? container.decode(Double.self) {  // not this type: the next
             self = .double(d)
-        } else if let s = try? container.decode(String.self) {
+        } else if let s = try? container.decode(String.self) {  // not this type: the next
             self = .string(s)
-        } else if let a = try? container.decode([JSONValue].self) {
+        } else if let a = try? container.decode([JSONValue].self) {  // not this type: the next
             self = .array(a)
-        } else if let o = try? container.decode([String: JSONValue].self) {
+        } else if let o = try? container.decode([String: JSONValue].self) {  // not this type: the next
             self = .object(o)
         } else {
             throw DecodingError.dataCorruptedError(in: container, debugDescription: "not a JSON value")
@@ -148,7 +148,7 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
         case .int(let i): out.append(contentsOf: String(i).utf8)
         case .double(let d):
-            if d.isFinite, let text = try? Self.encoder.encode(d) {
+            if d.isFinite, let text = try? Self.encoder.encode(d) {  // a finite double always encodes
                 out.append(contentsOf: text)
             } else {
                 out.append(contentsOf: "null".utf8)

@@ -13,8 +13,10 @@ public struct NodeError: Error, Sendable, Equatable, CustomStringConvertible {
         case unavailable
         /// Anything else (the store failed, a link closed).
         case failed
-        /// A peer or relay did not answer in time.
+        /// The node (or a peer) did not answer within the time allowed.
         case timedOut
+        /// No node runs for the data directory.
+        case noNode
     }
 
     let kind: Kind
@@ -28,4 +30,5 @@ public struct NodeError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func unavailable(_ message: String) -> NodeError { NodeError(kind: .unavailable, message: message) }
     public static func failed(_ message: String) -> NodeError { NodeError(kind: .failed, message: message) }
     public static func timedOut(_ message: String) -> NodeError { NodeError(kind: .timedOut, message: message) }
+    public static func noNode(_ message: String) -> NodeError { NodeError(kind: .noNode, message: message) }
 }

@@ -77,7 +77,7 @@ final class Wakeup: Sendable {
     /// Waits for a poke (or one kept from earlier), at most `duration`.
     func wait(upTo duration: Duration) async {
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { try? await Task.sleep(for: duration) }
+            group.addTask { try? await Task.sleep(for: duration) }  // cancelled: the wait ends
             group.addTask { await self.nextPoke() }
             await group.next()
             group.cancelAll()
@@ -112,7 +112,7 @@ extension AsyncStream where Element == NodeSignal {
     /// them. Ends with the stream or the task.
     func coalesced(over window: Duration, _ body: @Sendable () async -> Void) async {
         for await _ in self {
-            try? await Task.sleep(for: window)
+            try? await Task.sleep(for: window)  // cancelled: the loop ends
             if Task.isCancelled { return }
             await body()
         }

@@ -74,7 +74,7 @@ struct Dialer: OutboxTransport {
     /// The first address a DNS name resolves to, when it is global (a claimed name must not lead
     /// the node to loopback or a private network).
     static func resolveGlobal(_ host: String, port: Int) -> String? {
-        guard let address = try? SocketAddress.makeAddressResolvingHost(host, port: port), let ip = address.ipAddress,
+        guard let address = try? SocketAddress.makeAddressResolvingHost(host, port: port), let ip = address.ipAddress,  // unresolvable: no address
               AddressScope(host: ip) == .global else { return nil }
         return ip
     }

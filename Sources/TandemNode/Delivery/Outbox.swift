@@ -179,7 +179,7 @@ final class Outbox: Sendable {
         guard let link else { return }
         var ack = Tandem_V1_Ack()
         ack.messageID = Data(envelope.messageID.bytes)
-        let payload = (try? ack.serializedBytes()) ?? []
+        let payload = (try? ack.serializedBytes()) ?? []  // a message of set fields always serializes
         // Inside the core's batch: once the change the frame made is durable.
         step.afterCommit { link.send(type: .ack, payload: payload) }
     }
@@ -349,7 +349,7 @@ final class Outbox: Sendable {
         let nowMs = now()
         let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Array($0.messageId) }, link: link.serial, nowMs: nowMs) })
         for item in items where fresh.contains(Array(item.messageId)) {
-            guard let env = try? Envelope.parse(Array(item.frame)) else {
+            guard let env = try? Envelope.parse(Array(item.frame)) else {  // logged, counted and dropped below
                 // Written by this node, so only a damaged store gets here: drop the row, say so.
                 logger.error("unreadable outbox frame dropped", metadata: ["message_id": "\(hexString(item.messageId))"])
                 health.attempt("drop an unreadable outbox frame") {
@@ -382,7 +382,8 @@ final class Outbox: Sendable {
     /// stored leaves the outbox (the relay delivers it when the peer comes back).
     func depositMail(for key: [UInt8], at relay: RelayAddress) async {
         let items = await NodeCore.run { self.health.read("read the outbox", or: []) { try self.store.outbox(for: key) } }
-        let envelopes = items.compactMap { try? Envelope.parse(Array($0.frame)) }.filter { MailboxSeal.isMailable($0.type) }
+        // An unreadable frame (a damaged store) is dropped, logged and counted at the next direct write.
+        let envelopes = items.compactMap { try? Envelope.parse(Array($0.frame)) }.filter { MailboxSeal.isMailable($0.type) }  // see above
         var deposited: [[UInt8]] = []
         var failure: String?
         if !envelopes.isEmpty {

@@ -197,7 +197,7 @@ extension FocusService {
     func candidates(_ action: KeyAction, _ s: State, _ params: JSONValue) -> [String] {
         switch action {
         case .lock:
-            let name = (try? params.optionalString("mode")) ?? nil
+            let name = (try? params.optionalString("mode")) ?? nil  // a mode that is not a string: none named
             return (name ?? s.lock.activeMode).flatMap { s.modes.mode($0)?.mainKey }.map { [$0] } ?? []
         case .unlock:
             return s.lock.locked.flatMap { s.modes.mode($0.mode)?.mainKey }.map { [$0] } ?? []

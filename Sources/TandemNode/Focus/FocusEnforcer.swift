@@ -1,14 +1,16 @@
-import Dispatch
 import Foundation
 import Logging
 import NIOConcurrencyHelpers
+import NIOPosix
 import TandemBlocking
 import TandemProtocol
 
 /// Carries the lock's blocking out on the machine (TandemBlocking): the hosts-file block and the
 /// app guard follow a *target* (what the state calls for now; the newest one wins, so a restart or
 /// a missed edge cannot leave stale blocking behind), the hooks follow the transitions in order.
-/// Its own serial queue does the file writes, another runs the hooks: never the core or an event loop.
+/// Two child tasks of `FocusService.run` carry it out (`runReconciler`, `runHooks`), each consuming a
+/// bounded stream one job at a time; the blocking work itself (file writes, hook processes) runs on
+/// NIO's blocking thread pool, never the core, an event loop or the cooperative pool.
 final class FocusEnforcer: Sendable {
     struct Target: Sendable, Equatable {
         var mode: String?
@@ -25,7 +27,22 @@ final class FocusEnforcer: Sendable {
         var applied: Target?
         /// Problems already reported (each once until it goes away).
         var reported: Set<String> = []
+        /// `sync` callers waiting for the next reconcile, and whether one asked to verify the file.
+        var waiters: [CheckedContinuation<[String], Never>] = []
+        var verify = false
+        /// The reconciler ended (the service stopped): `sync` no longer waits.
+        var closed = false
     }
+
+    /// A transition's hooks to run, in order.
+    private struct HookJob: Sendable {
+        var mode: String
+        var transition: HookTransition
+        var environment: HookEnvironment
+    }
+
+    /// At most this many transitions wait for their hooks; more are dropped (logged).
+    static let hookBacklog = 256
 
     private let hostsFile: HostsFile?
     private let hostsPath: String?
@@ -33,13 +50,18 @@ final class FocusEnforcer: Sendable {
     private let hooks: HookRunner?
     private let events: EventBus
     private let logger: Logger
-    private let queue = DispatchQueue(label: "tandem.focus.enforcer")
-    private let hookQueue = DispatchQueue(label: "tandem.focus.hooks")
     private let state = NIOLockedValueBox(State())
+    /// Wake-ups for the reconciler: the newest target wins, so one pending wake-up is enough.
+    private let kicks: AsyncStream<Void>
+    private let kickInput: AsyncStream<Void>.Continuation
+    private let hookJobs: AsyncStream<HookJob>
+    private let hookInput: AsyncStream<HookJob>.Continuation
 
     init(configuration: FocusService.Configuration, events: EventBus, logger: Logger) {
         self.events = events
         self.logger = logger
+        (kicks, kickInput) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        (hookJobs, hookInput) = AsyncStream.makeStream(of: HookJob.self, bufferingPolicy: .bufferingOldest(Self.hookBacklog))
         hostsPath = configuration.hostsFile
         hostsFile = configuration.hostsFile.map { HostsFile(path: $0) }
         hooks = configuration.hooksDirectory.map { HookRunner(directory: $0, timeoutMs: configuration.hookTimeoutMs) }
@@ -81,26 +103,87 @@ final class FocusEnforcer: Sendable {
 
     /// Brings the machine to the newest target in the background.
     func kick() {
-        queue.async { self.reconcile() }
+        kickInput.yield()
     }
 
     /// Brings the machine to the newest target and returns what could not be done. `verify`: also
     /// check that the hosts block is still as written (someone may have edited the file) and
-    /// restore it if not.
+    /// restore it if not. Returns at once (nothing done) once the service stopped.
     func sync(verify: Bool = false) async -> [String] {
         await withCheckedContinuation { (c: CheckedContinuation<[String], Never>) in
-            queue.async {
-                if verify { self.restoreIfTampered() }
-                c.resume(returning: self.reconcile())
+            let closed = state.withLockedValue { s in
+                guard !s.closed else { return true }
+                s.waiters.append(c)
+                s.verify = s.verify || verify
+                return false
             }
+            if closed { c.resume(returning: []) } else { kickInput.yield() }
         }
     }
 
-    /// On the queue: the applied block, if the file no longer holds it exactly, is written again.
+    /// The reconciler (a child task of `FocusService.run`): one reconcile per wake-up, each on the
+    /// blocking pool, until `finish`. Waiting `sync` callers get the result of the first reconcile
+    /// that starts after they asked.
+    func runReconciler() async {
+        for await _ in kicks {
+            await reconcileOnce()
+        }
+        // Finished: whoever still waits gets one last reconcile, later callers none.
+        state.withLockedValue { $0.closed = true }
+        await reconcileOnce()
+    }
+
+    private func reconcileOnce() async {
+        let (waiters, verify) = state.withLockedValue { s in
+            defer { s.waiters = []; s.verify = false }
+            return (s.waiters, s.verify)
+        }
+        let problems: [String]
+        do {
+            problems = try await NIOThreadPool.singleton.runIfActive { [self] in
+                if verify { restoreIfTampered() }
+                return reconcile()
+            }
+        } catch {
+            // The process-wide pool is not running: only at process exit.
+            logger.error("focus blocking could not run", metadata: ["error": "\(error)"])
+            problems = ["blocking could not run: \(error)"]
+        }
+        for w in waiters { w.resume(returning: problems) }
+    }
+
+    /// The hook runner (a child task of `FocusService.run`): each transition's hooks in order, one
+    /// at a time, each bounded by its timeout, on the blocking pool; until `finish`.
+    func runHooks() async {
+        guard let hooks else {
+            for await _ in hookJobs {}
+            return
+        }
+        for await job in hookJobs {
+            let results: [HookResult]
+            do {
+                results = try await NIOThreadPool.singleton.runIfActive {
+                    hooks.run(mode: job.mode, transition: job.transition, environment: job.environment)
+                }
+            } catch {
+                logger.error("focus hooks could not run", metadata: ["error": "\(error)"])
+                continue
+            }
+            report(results, mode: job.mode, transition: job.transition)
+        }
+    }
+
+    /// Ends both child tasks once what is queued is done (the service is stopping).
+    func finish() {
+        kickInput.finish()
+        hookInput.finish()
+    }
+
+    /// On the blocking pool: the applied block, if the file no longer holds it exactly, is written again.
     private func restoreIfTampered() {
         let applied = state.withLockedValue { $0.applied }
         guard let hostsFile, let applied, let mode = applied.mode, !applied.sites.isEmpty,
-              let text = try? hostsFile.read() else { return }
+              let text = try? hostsFile.read() else { return }  // unreadable: the reconcile that follows reports it
         guard HostsBlock.applying(mode: mode, domains: applied.sites, to: text) != text else { return }
         do {
             try hostsFile.apply(mode: mode, domains: applied.sites)
@@ -111,7 +194,7 @@ final class FocusEnforcer: Sendable {
         }
     }
 
-    /// On the queue. Writes only what changed; a failure is reported once (event and log) and tried
+    /// On the blocking pool, one at a time. Writes only what changed; a failure is reported once (event and log) and tried
     /// again at the next reconcile.
     @discardableResult
     private func reconcile() -> [String] {
@@ -147,7 +230,7 @@ final class FocusEnforcer: Sendable {
 
     /// Runs the mode's hooks for a transition, in order after those queued before.
     func hook(mode: FocusMode?, transition: HookTransition, lock: FocusLock, reason: String) {
-        guard let hooks, let mode else { return }
+        guard hooks != nil, let mode else { return }
         var until: Int64?
         if let t = lock.locked?.temporary?.endsAtMs { until = t } else if case .until(let t)? = lock.locked?.hold { until = t }
         // What is blocked now: nothing once unlocked, less the temporary items while they are open.
@@ -156,24 +239,28 @@ final class FocusEnforcer: Sendable {
         let environment = HookEnvironment(blockedSites: blocked ? mode.blockedSites.filter { !open.contains($0) } : [],
                                           blockedApps: blocked ? mode.blockedApps.filter { !open.contains($0) } : [],
                                           tempItems: mode.temporaryItems, untilMs: until, reason: reason)
+        if case .dropped = hookInput.yield(HookJob(mode: mode.name, transition: transition, environment: environment)) {
+            logger.error("focus hooks dropped: too many transitions waiting", metadata: ["mode": "\(mode.name)", "transition": "\(transition.rawValue)"])
+        }
+    }
+
+    private func report(_ results: [HookResult], mode: String, transition: HookTransition) {
         let events = self.events
         let logger = self.logger
-        hookQueue.async {
-            for r in hooks.run(mode: mode.name, transition: transition, environment: environment) {
-                var f: [String: JSONValue] = ["mode": .string(mode.name), "transition": .string(transition.rawValue), "path": .string(r.path),
-                                              "exit": r.exitCode.map { .int(Int64($0)) } ?? .null,
-                                              "signal": r.signal.map { .int(Int64($0)) } ?? .null,
-                                              "timed_out": .bool(r.timedOut), "duration_ms": .int(Int64(r.durationMs))]
-                if r.failed {
-                    f["stderr"] = .string(String(r.stderr.suffix(2000)))
-                    f["stdout"] = .string(String(r.stdout.suffix(2000)))
-                    f["error"] = r.error.map(JSONValue.string) ?? .null
-                    logger.error("focus hook failed", metadata: ["hook": "\(r)"])
-                    NodeCore.submit { [events, f] in _ = events.emit("focus.hook_failed", f) }
-                } else {
-                    logger.info("focus hook ran", metadata: ["path": "\(r.path)", "transition": "\(transition.rawValue)"])
-                    NodeCore.submit { [events, f] in _ = events.emit("focus.hook", f) }
-                }
+        for r in results {
+            var f: [String: JSONValue] = ["mode": .string(mode), "transition": .string(transition.rawValue), "path": .string(r.path),
+                                          "exit": r.exitCode.map { .int(Int64($0)) } ?? .null,
+                                          "signal": r.signal.map { .int(Int64($0)) } ?? .null,
+                                          "timed_out": .bool(r.timedOut), "duration_ms": .int(Int64(r.durationMs))]
+            if r.failed {
+                f["stderr"] = .string(String(r.stderr.suffix(2000)))
+                f["stdout"] = .string(String(r.stdout.suffix(2000)))
+                f["error"] = r.error.map(JSONValue.string) ?? .null
+                logger.error("focus hook failed", metadata: ["hook": "\(r)"])
+                NodeCore.submit { [events, f] in _ = events.emit("focus.hook_failed", f) }
+            } else {
+                logger.info("focus hook ran", metadata: ["path": "\(r.path)", "transition": "\(transition.rawValue)"])
+                NodeCore.submit { [events, f] in _ = events.emit("focus.hook", f) }
             }
         }
     }

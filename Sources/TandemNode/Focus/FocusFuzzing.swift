@@ -39,7 +39,7 @@ public enum FocusFuzzing {
 
     /// A key frame as a client sends it: decoded (or refused with a reason), then judged as a frame.
     public static func keyFrame(_ bytes: [UInt8]) {
-        guard let frame = try? KeyFrameWire.decode(bytes) else { return }
+        guard let frame = try? KeyFrameWire.decode(bytes) else { return }  // fuzzing: malformed input is rejected
         precondition(frame.points.count <= KeyFrameWire.maximumPoints)
         _ = FrameCheck.assess(frame)
     }

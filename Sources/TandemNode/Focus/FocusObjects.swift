@@ -176,7 +176,7 @@ extension FocusService {
             var enrollment = ObjectEnrollment()
             if let stored {
                 if let plain = secrets.open(Array(stored), context: pendingKey),
-                   let e = try? JSONDecoder().decode(ObjectEnrollment.self, from: Data(plain)) {
+                   let e = try? JSONDecoder().decode(ObjectEnrollment.self, from: Data(plain)) {  // a damaged enrollment counts as none
                     enrollment = e
                 } else {
                     logger.warning("an unfinished enrolment could not be read; starting over", metadata: ["enrolment": "\(pendingKey)"])
@@ -243,7 +243,7 @@ extension FocusService {
     /// per key while its sealed template stays the same, so a presentation does not rebuild it.
     private func verifier(_ id: String, _ sealed: [UInt8]) -> ObjectVerifier? {
         if let (cachedSealed, v) = verifiers.withLockedValue({ $0[id] }), cachedSealed == sealed { return v }
-        guard let plain = secrets.open(sealed, context: Self.keyPrefix + id), let t = try? ObjectTemplate(serialized: plain) else {
+        guard let plain = secrets.open(sealed, context: Self.keyPrefix + id), let t = try? ObjectTemplate(serialized: plain) else {  // damaged: handled below
             logger.error("an object key's template cannot be opened", metadata: ["key": "\(id)"])
             return nil
         }

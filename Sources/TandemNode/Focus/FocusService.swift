@@ -11,8 +11,8 @@ import TandemStore
 
 /// Local focus (issue 14, Protocol/focus.md): the modes and keys, the lock machine's owner, and the
 /// blocking that follows it. The state lives on the node core (every read and step runs there, each
-/// step stored before its effects are carried out); the blocking runs on the enforcer's own queue
-/// and the hooks on theirs, never on the core or an event loop.
+/// step stored before its effects are carried out); the blocking and the hooks run in two child
+/// tasks of `run` (the enforcer's), on the blocking thread pool, never on the core or an event loop.
 public final class FocusService: Service, Sendable {
     /// What the node was told about blocking (`tandem node --hosts-file … --hooks-dir …`).
     public struct Configuration: Sendable {
@@ -161,6 +161,18 @@ public final class FocusService: Service, Sendable {
         for note in loadNotes.withLockedValue({ $0 }) { logger.warning("focus state set aside", metadata: ["what": "\(note)"]) }
         for problem in enforcer.probe() { logger.notice("focus blocking limited", metadata: ["what": "\(problem)"]) }
         enforcer.start()
+        await withDiscardingTaskGroup { group in
+            // The enforcer's two workers end after `finish`, once what was queued is done.
+            group.addTask { await self.enforcer.runReconciler() }
+            group.addTask { await self.enforcer.runHooks() }
+            await tick()
+            enforcer.finish()
+        }
+        enforcer.stop()
+    }
+
+    /// The restart's blocking, then the deadline loop until the node stops.
+    private func tick() async {
         _ = await enforcer.sync()
         await cancelWhenGracefulShutdown { [self] in
             while !Task.isCancelled {
@@ -175,7 +187,6 @@ public final class FocusService: Service, Sendable {
                 _ = await enforcer.sync(verify: true)
             }
         }
-        enforcer.stop()
     }
 
     /// On the core: the start's validation, then what challenges did while the node was down.
@@ -237,12 +248,8 @@ public final class FocusService: Service, Sendable {
         state.withLockedValue { $0.lock = lock }
         lockedNow.withLockedValue { $0 = lock.isLocked }
         if let tx {
-            // Carried out once the step that holds the change is committed; the blocking is then
-            // brought to the new target (a caller's `kick` inside the step would come too early).
-            tx.afterCommit { [self] in
-                carryOut(lock, step, before: before, modes: modes)
-                enforcer.kick()
-            }
+            // Carried out once the step that holds the change is committed.
+            tx.afterCommit { [self] in carryOut(lock, step, before: before, modes: modes) }
         } else {
             events.published()
             carryOut(lock, step, before: before, modes: modes)
@@ -252,7 +259,9 @@ public final class FocusService: Service, Sendable {
 
     /// After a lock change is stored: the blocking's new target, hooks, signals.
     @NodeCore private func carryOut(_ lock: FocusLock, _ step: FocusLock.Step, before: FocusLock, modes: FocusModes) {
+        // The new target, then a reconcile that sees it (a kick before the commit would see the old one).
         enforcer.setTarget(target(lock: lock, modes: modes))
+        enforcer.kick()
         for effect in step.effects {
             switch effect {
             case .block(let m): enforcer.hook(mode: modes.mode(m), transition: .locked, lock: lock, reason: "")
@@ -345,7 +354,6 @@ public final class FocusService: Service, Sendable {
         let known = state.withLockedValue { $0.challengeModes[idHex] != nil }
         commit(lock, step, extra: known ? [.removeChallengeMode(challengeId: idHex)] : [], in: tx)
         state.withLockedValue { _ = $0.challengeModes.removeValue(forKey: idHex) }
-        if tx == nil { enforcer.kick() }  // in a step, `commit` kicks once the step is committed
     }
 
     /// Whether a challenge's lock is on (its early end needs the main key, not `challenge quit`).

@@ -227,7 +227,7 @@ extension ChallengeService {
             "committed_at": FriendService.iso(committedAtMs),
             "signers": .array(e.signatures.map { idText($0.key) }),
         ]
-        if let r = try? Tandem_V1_OutcomeRecord(serializedBytes: e.record) {
+        if let r = try? Tandem_V1_OutcomeRecord(serializedBytes: e.record) {  // a stored record that does not parse is shown without it
             o["challenge_id"] = .string(hexString(r.challengeID))
             o["duration_ms"] = .int(Int64(clamping: r.durationMs))
             o["inviter"] = idText(Array(r.inviter))
@@ -261,7 +261,7 @@ extension ChallengeService {
         var days = Set<Int>()
         let calendar = Calendar.current
         for (entry, committedAt) in try store.ledger() {
-            guard let r = try? Tandem_V1_OutcomeRecord(serializedBytes: entry.record),
+            guard let r = try? Tandem_V1_OutcomeRecord(serializedBytes: entry.record),  // a record that does not parse is skipped
                   let mine = r.outcomes.first(where: { Array($0.publicKey) == me }) else { continue }
             let solo = r.outcomes.count == 1
             switch mine.result {

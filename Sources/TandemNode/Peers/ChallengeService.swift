@@ -355,7 +355,7 @@ public final class ChallengeService: Sendable {
             }
             while !Task.isCancelled {
                 await NodeCore.run { self.inStep { step in self.tick(step) } }
-                try? await Task.sleep(for: .milliseconds(200))
+                try? await Task.sleep(for: .milliseconds(200))  // cancelled: the loop ends
             }
             group.cancelAll()
         }
@@ -535,7 +535,7 @@ public final class ChallengeService: Sendable {
             // They are the inviter's claims: kept only where the dialling policy allows (Protocol 12.8).
             let claimer = link?.directRemoteHost
             for p in c.participants where p.key != me && !p.addressHint.isEmpty && !outbox.isFriend(p.key, in: step) {
-                if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: claimer ?? ""), port > 0, !h.isEmpty,
+                if let (h, port) = try? NodeConfiguration.parseHostPort(p.addressHint, defaultHost: claimer ?? ""), port > 0, !h.isEmpty,  // a peer's bad hint is ignored
                    DialPolicy.mayRemember(claimed: h, port: port, claimerHost: claimer) {
                     health.attempt("remember an invite's address hint") {
                         try step.rememberAddress(p.key, host: h, port: port, source: AddressSource.claimed.rawValue, nowMs: outbox.now())

@@ -21,7 +21,7 @@ public func monotonicMicros() -> Int64 {
 
 /// Measures the offset of each peer's wall clock to ours over the peer links (CLOCK_PROBE /
 /// CLOCK_REPLY, Protocol/README.md 13.4). Answers every probe; keeps a bounded estimator per peer.
-public final class ClockSync: @unchecked Sendable {
+public final class ClockSync: Sendable {
     private struct State {
         var estimators: [[UInt8]: ClockEstimator] = [:]
         /// Peers we probed and when (our clock, µs): only their replies are taken, so a stranger's
@@ -64,7 +64,7 @@ public final class ClockSync: @unchecked Sendable {
             link.channel.eventLoop.scheduleTask(in: spacing * Int64(i)) {
                 var p = Tandem_V1_ClockProbe()
                 p.t1Us = UInt64(wallClockMicros())
-                link.send(type: .clockProbe, payload: (try? p.serializedBytes()) ?? [])
+                link.send(type: .clockProbe, payload: (try? p.serializedBytes()) ?? [])  // a message of set fields always serializes
             }
         }
     }
@@ -76,16 +76,16 @@ public final class ClockSync: @unchecked Sendable {
         case .clockProbe:
             let t2 = receivedAt
             // Validated: t1 within a day of our clock (it is only echoed, but never trusted blindly).
-            guard let p = try? ClockProbeMessage(payload: envelope.payload, nowUs: receivedAt) else { return }
+            guard let p = try? ClockProbeMessage(payload: envelope.payload, nowUs: receivedAt) else { return }  // a malformed probe is a peer's, dropped
             var r = Tandem_V1_ClockReply()
             r.t1Us = UInt64(clamping: p.t1Us)
             r.t2Us = UInt64(clamping: t2)
             r.t3Us = UInt64(clamping: wallClockMicros())
-            link.send(type: .clockReply, payload: (try? r.serializedBytes()) ?? [])
+            link.send(type: .clockReply, payload: (try? r.serializedBytes()) ?? [])  // a message of set fields always serializes
         case .clockReply:
             let t4 = receivedAt
             // Validated: every timestamp within a day of our clock, so the offset arithmetic fits.
-            guard let r = try? ClockReplyMessage(payload: envelope.payload, nowUs: receivedAt) else { return }
+            guard let r = try? ClockReplyMessage(payload: envelope.payload, nowUs: receivedAt) else { return }  // a malformed reply is a peer's, dropped
             let key = envelope.author
             let added = state.withLockedValue { s -> Bool in
                 // A reply answers a probe of the last minute, or it is not ours.

@@ -430,7 +430,7 @@ public final class FriendService: Sendable {
         }
         guard let remoteHost else { return }
         for a in record.addresses.prefix(PayloadLimits.addressCount) {
-            guard let (h, p) = try? NodeConfiguration.parseHostPort(a, defaultHost: remoteHost), p > 0 else { continue }
+            guard let (h, p) = try? NodeConfiguration.parseHostPort(a, defaultHost: remoteHost), p > 0 else { continue }  // a peer's bad address is skipped
             let observed = h == remoteHost || h == "0.0.0.0" || h == "::"
             let host = observed ? remoteHost : h
             guard observed || DialPolicy.mayRemember(claimed: host, port: p, claimerHost: remoteHost) else { continue }

@@ -16,7 +16,7 @@ public protocol FrameHandler: AnyObject, Sendable {
 
 /// Keeps the node's authenticated links, at most a few per peer, and opens new ones on demand.
 /// Inbound links (accepted by the listener) and outbound ones (opened here) are treated alike.
-public final class PeerManager: PeerLinkDelegate, @unchecked Sendable {
+public final class PeerManager: PeerLinkDelegate, Sendable {
     private struct State {
         var links: [[UInt8]: [PeerLink]] = [:]
         var connecting: [[UInt8]: EventLoopPromise<PeerLink>] = [:]

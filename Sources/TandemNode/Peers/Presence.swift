@@ -24,7 +24,7 @@ final class PresenceState: Sendable {
         var p = Tandem_V1_Presence()
         p.status = current
         p.heartbeatSeconds = heartbeatSeconds
-        return (try? p.serializedBytes()) ?? []
+        return (try? p.serializedBytes()) ?? []  // a message of set fields always serializes
     }
 
     func envelope(from identity: SigningKeyPair, to key: [UInt8], nowMs: Int64) -> Envelope {
@@ -145,7 +145,7 @@ final class PresenceService: Sendable {
     /// The heartbeat, until cancelled.
     nonisolated func run() async {
         while !Task.isCancelled {
-            try? await Task.sleep(for: heartbeat)
+            try? await Task.sleep(for: heartbeat)  // cancelled: the loop ends
             guard !Task.isCancelled else { return }
             await NodeCore.run { self.beat() }
         }

@@ -21,7 +21,7 @@ public struct StoreEventLog: EventLog {
         try store.recentEvents(since: seq, limit: limit).map { recent in
             let e = recent.stored
             // Fields decoded by whoever stored the event, else parsed from the row.
-            let fields = recent.decoded as? [String: JSONValue] ?? (try? JSONValue.parse(e.fields))?.objectValue ?? [:]
+            let fields = recent.decoded as? [String: JSONValue] ?? (try? JSONValue.parse(e.fields))?.objectValue ?? [:]  // fields that do not parse show as none
             return NodeEvent(seq: e.seq ?? 0, type: e.type, timeMs: UInt64(max(0, e.timeMs)), fields: fields)
         }
     }

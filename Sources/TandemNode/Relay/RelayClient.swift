@@ -10,7 +10,10 @@ import TandemStore
 /// The node's side of tandem-relays (Protocol/README.md section 14): one link per home relay,
 /// kept up with backoff and registered (so friends can tunnel to us and leave mail), plus links
 /// opened on demand to friends' home relays to open tunnels and deposit mail there.
-public final class RelayClient: @unchecked Sendable {
+///
+/// Everything it starts runs as a child task of `run()` (connects, incoming tunnels, the home relay
+/// loop), so nothing outlives the node's service group.
+public final class RelayClient: Sendable {
     /// A relay said goodbye before the link was up (full, shutting down): come back no sooner than asked.
     struct TurnedAway: Error, CustomStringConvertible {
         let reason: String
@@ -44,7 +47,32 @@ public final class RelayClient: @unchecked Sendable {
     nonisolated static let mailboxMaximumAgeMs: UInt64 = 8 * 24 * 3_600_000
 
     private let sessions = NIOLockedValueBox<[[UInt8]: RelaySession]>([:])
-    private let connecting = NIOLockedValueBox<[[UInt8]: Task<RelaySession, Error>]>([:])
+    private let connecting = NIOLockedValueBox(Connecting())
+    /// What `run()` starts as its children.
+    private enum Job: Sendable {
+        /// Open a session (the first waiter for a relay asked).
+        case connect(RelayAddress, home: Bool)
+        /// Keep a home relay connected (the loop found it down and due).
+        case home(RelayAddress)
+        /// Join an incoming tunnel (a TUNNEL_INCOMING).
+        case tunnel(from: [UInt8], token: [UInt8], relay: RelayAddress)
+    }
+    /// Callers waiting for a connection, per relay: the first one's request starts it, all share it.
+    private struct Connecting {
+        var waiters: [[UInt8]: [UInt64: CheckedContinuation<RelaySession, Error>]] = [:]
+        var nextWaiter: UInt64 = 0
+        /// `run()` consumes jobs (before it, a caller connects by itself).
+        var running = false
+        /// `run()` ended: nobody connects any more.
+        var stopped = false
+        /// Incoming tunnels queued or joining (at most `maximumQueuedTunnels`).
+        var tunnels = 0
+        /// Home relays a `.home` job is out for (one at a time each).
+        var homes: Set<[UInt8]> = []
+    }
+    private static let maximumQueuedTunnels = 64
+    private let jobs: AsyncStream<Job>
+    private let jobInput: AsyncStream<Job>.Continuation
     private let backoff = NIOLockedValueBox<[[UInt8]: RelayBackoff]>([:])
     private let incoming = NIOLockedValueBox(IncomingTunnelSlots())
     private let wake = Wakeup()
@@ -61,6 +89,9 @@ public final class RelayClient: @unchecked Sendable {
         self.options = options
         self.events = events
         self.logger = logger
+        // Unbounded in form; bounded by its sources: one connect per relay at a time, home relays
+        // once per loop turn, tunnels by `maximumQueuedTunnels`.
+        (jobs, jobInput) = AsyncStream.makeStream(of: Job.self)
     }
 
     func now() -> Int64 { Int64(wallClockMilliseconds()) }
@@ -85,15 +116,57 @@ public final class RelayClient: @unchecked Sendable {
     /// An open session with `relay`, connecting (and registering, for a home relay) when there is none.
     func session(for relay: RelayAddress, home: Bool) async throws -> RelaySession {
         if let s = session(relay.id.publicKey), s.relay == relay, !home || s.home { return s }
-        let task = connecting.withLockedValue { c -> Task<RelaySession, Error> in
-            if let t = c[relay.id.publicKey] { return t }
-            let t = Task { try await self.open(relay, home: home) }
-            c[relay.id.publicKey] = t
-            return t
+        do {
+            return try await sharedSession(relay, home: home)
+        } catch is Inline {
+            // No loop yet (a node not started, a harness): this caller connects by itself.
+            return try await open(relay, home: home)
         }
-        defer { connecting.withLockedValue { _ = $0.removeValue(forKey: relay.id.publicKey) } }
-        // Others may wait for the same connection: a cancelled waiter leaves, the connecting goes on.
-        return try await task.valueUnlessCancelled(on: peers.group.next())
+    }
+
+    /// Waits for the connection to `relay` that `run()` opens for all who ask meanwhile.
+    private func sharedSession(_ relay: RelayAddress, home: Bool) async throws -> RelaySession {
+        let key = relay.id.publicKey
+        let id = connecting.withLockedValue { c in
+            defer { c.nextWaiter += 1 }
+            return c.nextWaiter
+        }
+        // Others may wait for the same connection: a cancelled waiter leaves, the connecting (a child
+        // of `run()`) goes on.
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<RelaySession, Error>) in
+                enum Start { case no, connect, inline, stopped, cancelled }
+                let start = connecting.withLockedValue { s -> Start in
+                    if s.stopped { return .stopped }
+                    if !s.running { return .inline }
+                    if Task.isCancelled { return .cancelled }
+                    let first = s.waiters[key] == nil
+                    s.waiters[key, default: [:]][id] = c
+                    return first ? .connect : .no
+                }
+                switch start {
+                case .no: break
+                case .connect: jobInput.yield(.connect(relay, home: home))
+                case .stopped: c.resume(throwing: NodeError.unavailable("the node is stopping"))
+                case .cancelled: c.resume(throwing: CancellationError())
+                case .inline: c.resume(throwing: Inline())
+                }
+            }
+        } onCancel: {
+            let c = connecting.withLockedValue { $0.waiters[key]?.removeValue(forKey: id) }
+            c?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// `session(for:home:)` before `run()`: the caller opens the session itself.
+    private struct Inline: Error {}
+
+    /// Opens the session a relay's waiters wait for, and hands it (or the failure) to all of them.
+    private func connect(_ relay: RelayAddress, home: Bool) async {
+        let result: Result<RelaySession, Error>
+        do { result = .success(try await open(relay, home: home)) } catch { result = .failure(error) }
+        let waiters = connecting.withLockedValue { $0.waiters.removeValue(forKey: relay.id.publicKey) } ?? [:]
+        for (_, w) in waiters { w.resume(with: result) }
     }
 
     private func open(_ relay: RelayAddress, home: Bool) async throws -> RelaySession {
@@ -175,43 +248,56 @@ public final class RelayClient: @unchecked Sendable {
         return stored
     }
 
-    /// A TUNNEL_INCOMING: join as the handshake server; the link lands in the peer manager.
+    /// A TUNNEL_INCOMING: join as the handshake server (a child of `run()`); the link lands in the
+    /// peer manager. Called on the relay link's event loop.
     func accept(from: [UInt8], token: [UInt8], via relay: RelayAddress) {
-        // Called on the relay link's event loop: the contact is read on the core, not here.
-        Task {
-            let relationship: Relationship? = await NodeCore.run {
-                do {
-                    return try self.store.contact(from)?.relationship
-                } catch {
-                    // Unknown: treated as a stranger's, which is the stricter share.
-                    self.logger.error("cannot read the contact of an incoming tunnel", metadata: ["error": "\(error)"])
-                    return nil
-                }
-            }
-            if relationship == .blocked { return }
-            let verdict = incoming.withLockedValue { $0.admit(from, isFriend: relationship == .friend) }
-            let slot: IncomingTunnelSlots.Slot
-            switch verdict {
-            case .admitted(let s):
-                slot = s
-            case .full, .initiatorBusy, .strangersFull:
-                logger.notice("too many incoming tunnels at once, ignoring one",
-                              metadata: ["from": "\(NodeID(publicKey: from).short)", "why": "\(verdict)"])
-                return
-            }
-            defer { incoming.withLockedValue { $0.release(slot) } }
+        let queued = connecting.withLockedValue { s -> Bool in
+            guard s.running, !s.stopped, s.tunnels < Self.maximumQueuedTunnels else { return false }
+            s.tunnels += 1
+            return true
+        }
+        guard queued else {
+            logger.notice("too many incoming tunnels waiting, ignoring one", metadata: ["from": "\(NodeID(publicKey: from).short)"])
+            return
+        }
+        jobInput.yield(.tunnel(from: from, token: token, relay: relay))
+    }
+
+    private func join(from: [UInt8], token: [UInt8], via relay: RelayAddress) async {
+        defer { connecting.withLockedValue { $0.tunnels -= 1 } }
+        // The contact is read on the core.
+        let relationship: Relationship? = await NodeCore.run {
             do {
-                let (link, _) = try await RelayTunnel.connect(relay: relay, token: token, remote: nil, identity: identity,
-                                                             gate: gate, delegate: peers, options: options, group: peers.group,
-                                                             logger: logger)
-                // The handshake proved who connected; it must be who the relay announced.
-                if link.remotePublicKey != from {
-                    logger.notice("tunnel peer is not the one announced, closing", metadata: ["from": "\(NodeID(publicKey: from).short)"])
-                    link.close()
-                }
+                return try self.store.contact(from)?.relationship
             } catch {
-                logger.info("incoming tunnel failed", metadata: ["from": "\(NodeID(publicKey: from).short)", "error": "\(error)"])
+                // Unknown: treated as a stranger's, which is the stricter share.
+                self.logger.error("cannot read the contact of an incoming tunnel", metadata: ["error": "\(error)"])
+                return nil
             }
+        }
+        if relationship == .blocked { return }
+        let verdict = incoming.withLockedValue { $0.admit(from, isFriend: relationship == .friend) }
+        let slot: IncomingTunnelSlots.Slot
+        switch verdict {
+        case .admitted(let s):
+            slot = s
+        case .full, .initiatorBusy, .strangersFull:
+            logger.notice("too many incoming tunnels at once, ignoring one",
+                          metadata: ["from": "\(NodeID(publicKey: from).short)", "why": "\(verdict)"])
+            return
+        }
+        defer { incoming.withLockedValue { $0.release(slot) } }
+        do {
+            let (link, _) = try await RelayTunnel.connect(relay: relay, token: token, remote: nil, identity: identity,
+                                                         gate: gate, delegate: peers, options: options, group: peers.group,
+                                                         logger: logger)
+            // The handshake proved who connected; it must be who the relay announced.
+            if link.remotePublicKey != from {
+                logger.notice("tunnel peer is not the one announced, closing", metadata: ["from": "\(NodeID(publicKey: from).short)"])
+                link.close()
+            }
+        } catch {
+            logger.info("incoming tunnel failed", metadata: ["from": "\(NodeID(publicKey: from).short)", "error": "\(error)"])
         }
     }
 
@@ -277,8 +363,33 @@ public final class RelayClient: @unchecked Sendable {
 
     // MARK: the loop
 
-    /// Keeps home relays connected and registered, pings idle links, closes unused visits.
+    /// Keeps home relays connected and registered, pings idle links, closes unused visits; runs
+    /// connects and incoming tunnels as its children, until cancelled.
     func run() async {
+        connecting.withLockedValue { $0.running = true }
+        await withDiscardingTaskGroup { group in
+            group.addTask { await self.maintain() }
+            for await job in jobs {
+                switch job {
+                case .connect(let relay, let home): group.addTask { await self.connect(relay, home: home) }
+                case .home(let relay): group.addTask { await self.connectHome(relay) }
+                case .tunnel(let from, let token, let relay): group.addTask { await self.join(from: from, token: token, via: relay) }
+                }
+            }
+            // Cancelled (the node stops): the children end too.
+            group.cancelAll()
+        }
+        let waiters = connecting.withLockedValue { s in
+            s.stopped = true
+            defer { s.waiters = [:] }
+            return s.waiters.values.flatMap(\.values)
+        }
+        for w in waiters { w.resume(throwing: NodeError.unavailable("the node is stopping")) }
+        for (_, s) in sessions.withLockedValue({ $0 }) { s.close() }
+    }
+
+    /// The loop: home relays down and due get a connect, idle links a ping, unused visits a close.
+    private func maintain() async {
         var lastPing: [[UInt8]: Int64] = [:]
         while !Task.isCancelled {
             let nowMs = now()
@@ -292,21 +403,10 @@ public final class RelayClient: @unchecked Sendable {
                     continue
                 }
                 let due = backoff.withLockedValue { $0[relay.id.publicKey]?.isDue(nowMs: nowMs) ?? true }
-                guard due, connecting.withLockedValue({ $0[relay.id.publicKey] == nil }) else { continue }
-                Task {
-                    do {
-                        _ = try await self.session(for: relay, home: true)
-                    } catch let away as TurnedAway {
-                        self.noteFailure(relay, away.reason, minimumDelayMs: away.retryAfterMs)
-                        await NodeCore.run {
-                            _ = self.events.emit("relay.disconnected", ["relay": .string(relay.description), "reason": .string(away.reason)])
-                        }
-                        self.logger.info("home relay turned us away", metadata: ["relay": "\(relay)", "reason": "\(away.reason)"])
-                    } catch {
-                        self.noteFailure(relay, "\(error)")
-                        self.logger.info("cannot reach home relay", metadata: ["relay": "\(relay)", "error": "\(error)"])
-                    }
-                }
+                guard due, connecting.withLockedValue({ c in
+                    c.waiters[relay.id.publicKey] == nil && c.homes.insert(relay.id.publicKey).inserted
+                }) else { continue }
+                jobInput.yield(.home(relay))
             }
             // Visits to others' relays end when unused; links to removed home relays too.
             let homeKeys = Set(homes.map(\.id.publicKey))
@@ -319,7 +419,23 @@ public final class RelayClient: @unchecked Sendable {
             }
             await wake.wait(upTo: .seconds(1))
         }
-        for (_, s) in sessions.withLockedValue({ $0 }) { s.close() }
+    }
+
+    /// Connects and registers at a home relay; a failure sets its backoff.
+    private func connectHome(_ relay: RelayAddress) async {
+        defer { connecting.withLockedValue { _ = $0.homes.remove(relay.id.publicKey) } }
+        do {
+            _ = try await session(for: relay, home: true)
+        } catch let away as TurnedAway {
+            noteFailure(relay, away.reason, minimumDelayMs: away.retryAfterMs)
+            await NodeCore.run {
+                _ = self.events.emit("relay.disconnected", ["relay": .string(relay.description), "reason": .string(away.reason)])
+            }
+            logger.info("home relay turned us away", metadata: ["relay": "\(relay)", "reason": "\(away.reason)"])
+        } catch {
+            noteFailure(relay, "\(error)")
+            logger.info("cannot reach home relay", metadata: ["relay": "\(relay)", "error": "\(error)"])
+        }
     }
 
     /// What `tandem relay list` shows.

@@ -41,7 +41,7 @@ extension RelayClient {
                 throw NodeError.invalidArgument("missing parameter 'id'")
             }
             let key: [UInt8]
-            if let r = try? RelayAddress(parsing: text) {
+            if let r = try? RelayAddress(parsing: text) {  // not an address: an ID, below
                 key = r.id.publicKey
             } else {
                 do { key = try NodeID.parse(text) } catch {

@@ -22,7 +22,7 @@ struct PhotoPreparation {
     var scratch: URL?
 
     func cleanUp() {
-        if let scratch { try? FileManager.default.removeItem(at: scratch) }
+        if let scratch { try? FileManager.default.removeItem(at: scratch) }  // already gone is fine; tmp/ is emptied at unlock
     }
 
     static func prepare(_ url: URL, modifiedMs: Int64?, scratch directory: URL, logger: Logger) -> PhotoPreparation {
@@ -36,10 +36,10 @@ struct PhotoPreparation {
         } catch {
             logger.info("no thumbnail for an imported photo", metadata: ["error": "\(error)"])
         }
-        if let taken = try? PhotoProcessor.captureDate(of: url) { result.createdAtMs = taken }
+        if let taken = try? PhotoProcessor.captureDate(of: url) { result.createdAtMs = taken }  // no capture date: the file time stays
         // The copy lives in the vault's own directory (0700), under a random name, for moments.
         let scratchDir = directory.appendingPathComponent("tmp", isDirectory: true)
-        try? FileManager.default.createDirectory(at: scratchDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try? FileManager.default.createDirectory(at: scratchDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])  // a failure shows at the copy below
         let copy = scratchDir.appendingPathComponent("import-" + hexString(Sodium.randomBytes(8)))
         do {
             let report = try PhotoProcessor.sanitizedCopy(of: url, to: copy)
@@ -49,7 +49,7 @@ struct PhotoPreparation {
             result.readFrom = copy
             result.scratch = copy
         } catch {
-            try? FileManager.default.removeItem(at: copy)
+            try? FileManager.default.removeItem(at: copy)  // a partial copy, if any
             logger.warning("photo metadata could not be rewritten; stored as it is", metadata: ["format": "\(format)", "error": "\(error)"])
         }
         return result

@@ -59,7 +59,7 @@ enum RecoveryCodes {
         while offset + boxBytes <= bytes.count {
             let nonce = Array(bytes[offset..<(offset + 24)])
             if let plain = SecretBox.open(Array(bytes[(offset + 24)..<(offset + boxBytes)]), nonce: nonce, key: k) {
-                return try? RecoveryCode(parsing: String(decoding: plain, as: UTF8.self))
+                return try? RecoveryCode(parsing: String(decoding: plain, as: UTF8.self))  // not a code: treated as none
             }
             offset += boxBytes
         }

@@ -117,7 +117,7 @@ extension VaultService {
             let id = try await withVault(pin: params["pin"]?.stringValue) { vault -> String in
                 let item = try Self.resolve([ref], in: vault.repository.items)[0]
                 guard let jpeg = try vault.repository.thumbnail(item.id) else {
-                    throw ControlError(code: "not_found", message: "item \(item.id) has no thumbnail", exitCode: TandemError.nothingToActOnExitCode)
+                    throw ControlError(code: "not_found", message: "item \(item.id) has no thumbnail", exitCode: ControlError.nothingToActOnExitCode)
                 }
                 try Self.writeNew(jpeg, to: file)
                 return item.id
@@ -179,7 +179,7 @@ extension VaultService {
                 let named = items.filter { $0.name == ref }
                 guard let first = named.first else {
                     throw ControlError(code: "not_found", message: "no item '\(ref)' in the vault (see `tandem vault list`)",
-                                       exitCode: TandemError.nothingToActOnExitCode)
+                                       exitCode: ControlError.nothingToActOnExitCode)
                 }
                 guard named.count == 1 else {
                     throw NodeError.invalidArgument("\(named.count) items are called '\(ref)': name one by its id")
@@ -285,7 +285,7 @@ extension VaultService {
 
     nonisolated static func controlError(_ error: VaultError) -> Error {
         switch error.kind {
-        case .notFound: return ControlError(code: "not_found", message: error.detail, exitCode: TandemError.nothingToActOnExitCode)
+        case .notFound: return ControlError(code: "not_found", message: error.detail, exitCode: ControlError.nothingToActOnExitCode)
         case .alreadyExists: return ControlError(code: "conflict", message: error.detail, exitCode: 1)
         case .invalidName, .invalidArgument: return NodeError.invalidArgument(error.detail)
         default: return NodeError.failed(error.detail)
@@ -330,7 +330,12 @@ extension VaultService {
             }
             let type = attrs[.type] as? FileAttributeType
             if type == .typeDirectory {
-                let children = (try? fm.contentsOfDirectory(atPath: path)) ?? []
+                let children: [String]
+                do {
+                    children = try fm.contentsOfDirectory(atPath: path)
+                } catch {
+                    throw ControlError(code: "not_found", message: "cannot read \(path)", exitCode: 1)
+                }
                 for child in children.sorted() where !child.hasPrefix(".") {
                     try add(URL(fileURLWithPath: path).appendingPathComponent(child))
                 }
@@ -359,7 +364,7 @@ extension VaultService {
         if let album { try Self.checkName(album, what: "album name") }
         let removeOriginals = params["remove_originals"]?.boolValue ?? false
         let files = try Self.collect(paths)
-        guard !files.isEmpty else { throw ControlError(code: "not_found", message: "no files to import there", exitCode: TandemError.nothingToActOnExitCode) }
+        guard !files.isEmpty else { throw ControlError(code: "not_found", message: "no files to import there", exitCode: ControlError.nothingToActOnExitCode) }
         for f in files { try Self.checkName(f.url.lastPathComponent, what: "file name") }
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let progress = ProgressRelay(total: total, files: files.count)
@@ -420,9 +425,9 @@ extension VaultService {
     }
 
     nonisolated static func prefix(of url: URL) -> [UInt8] {
-        guard let h = try? FileHandle(forReadingFrom: url) else { return [] }
-        defer { try? h.close() }
-        return [UInt8]((try? h.read(upToCount: 16)) ?? Data())
+        guard let h = try? FileHandle(forReadingFrom: url) else { return [] }  // unreadable: sniffed as unknown; the import reports the read
+        defer { try? h.close() }  // read-only handle
+        return [UInt8]((try? h.read(upToCount: 16)) ?? Data())  // unreadable: sniffed as unknown
     }
 
     /// Writes items into a directory under their names ("name (2).ext" when taken).
@@ -446,7 +451,7 @@ extension VaultService {
                         do {
                             try vault.repository.export(item.id, to: target) { done in progress.update(done: before + done, filesDone: n) }
                         } catch let error as VaultError {
-                            try? FileManager.default.removeItem(at: target)
+                            try? FileManager.default.removeItem(at: target)  // a partial export, if any; the error is thrown
                             throw NodeError.failed("exporting \(item.id): \(error)")
                         }
                         before += item.size
@@ -479,28 +484,30 @@ extension VaultService {
 
 /// Carries progress from the vault thread to a control stream: the latest figures, sent at most
 /// ten times a second; a client that went away stops the work at the next file.
-final class ProgressRelay: @unchecked Sendable {
+final class ProgressRelay: Sendable {
     let total: Int64
     let files: Int
-    private let lock = NIOLockedValue()
-    private var done: Int64 = 0
-    private var filesDone = 0
-    private var changed = false
-    private var finished = false
-    private var _stopped = false
+    private struct State {
+        var done: Int64 = 0
+        var filesDone = 0
+        var changed = false
+        var finished = false
+        var stopped = false
+    }
+    private let state = NIOLockedValueBox(State())
 
     init(total: Int64, files: Int) {
         self.total = total
         self.files = files
     }
 
-    var stopped: Bool { lock.with { _stopped } }
+    var stopped: Bool { state.withLockedValue { $0.stopped } }
 
     func update(done: Int64, filesDone: Int) {
-        lock.with {
-            self.done = done
-            self.filesDone = filesDone
-            changed = true
+        state.withLockedValue {
+            $0.done = done
+            $0.filesDone = filesDone
+            $0.changed = true
         }
     }
 
@@ -509,15 +516,15 @@ final class ProgressRelay: @unchecked Sendable {
         let started = ContinuousClock.now
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
-                defer { self.lock.with { self.finished = true } }
+                defer { self.state.withLockedValue { $0.finished = true } }
                 return try await work()
             }
             group.addTask {
                 while true {
-                    try? await Task.sleep(for: .milliseconds(100))
-                    let (snapshot, end) = self.lock.with { () -> ((Int64, Int)?, Bool) in
-                        defer { self.changed = false }
-                        return (self.changed ? (self.done, self.filesDone) : nil, self.finished)
+                    try? await Task.sleep(for: .milliseconds(100))  // cancelled: the loop ends at `finished`
+                    let (snapshot, end) = self.state.withLockedValue { s -> ((Int64, Int)?, Bool) in
+                        defer { s.changed = false }
+                        return (s.changed ? (s.done, s.filesDone) : nil, s.finished)
                     }
                     if let (done, filesDone) = snapshot {
                         let seconds = max(0.001, Double((ContinuousClock.now - started).components.attoseconds) / 1e18
@@ -528,7 +535,7 @@ final class ProgressRelay: @unchecked Sendable {
                                 "files": .int(Int64(self.files)), "bytes_per_second": .int(Int64(Double(done) / seconds)),
                             ]])
                         } catch {
-                            self.lock.with { self._stopped = true }
+                            self.state.withLockedValue { $0.stopped = true }
                             return nil
                         }
                     }
@@ -541,10 +548,4 @@ final class ProgressRelay: @unchecked Sendable {
             return result
         }
     }
-}
-
-/// A plain lock for short critical sections.
-final class NIOLockedValue: @unchecked Sendable {
-    private let lock = NIOLock()
-    func with<T>(_ body: () throws -> T) rethrows -> T { try lock.withLock(body) }
 }

@@ -31,7 +31,7 @@ public final class VaultService: Service, Sendable {
     }
 
     /// An unlocked vault: its repository and keys, touched on the vault thread only.
-    final class OpenVault: @unchecked Sendable {
+    final class OpenVault: Sendable {
         let repository: VaultRepository
         let keyFile: VaultKeyFile
         let masterKey: SecretBytes
@@ -92,7 +92,7 @@ public final class VaultService: Service, Sendable {
     public func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(1))
+                try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
                 await self.lockIfIdle()
             }
         }
@@ -230,7 +230,7 @@ public final class VaultService: Service, Sendable {
         guard directory != nil else { _ = try vaultDirectory; return }
         guard exists else {
             throw ControlError(code: "no_vault", message: "no vault yet: create one with `tandem vault init`",
-                               exitCode: TandemError.notInitializedExitCode)
+                               exitCode: ControlError.notInitializedExitCode)
         }
     }
 
@@ -302,12 +302,12 @@ public final class VaultService: Service, Sendable {
         if let wait = guardNow.wait(nowMs: now()) {
             throw ControlError(code: "locked_out",
                                message: "too many wrong PINs: try again in \(Self.spoken(ms: wait))",
-                               exitCode: TandemError.authenticationExitCode)
+                               exitCode: ControlError.authenticationExitCode)
         }
         // The PIN's shape is checked after the lockout, so a malformed attempt is a wrong one too.
         let opened = try await onLane { () -> OpenVault? in
             let keyFile = try VaultKeyFile.load(from: dir)
-            guard (try? Self.validatePIN(pin)) != nil, let (master, _) = try keyFile.unlock(pin: pin) else { return nil }
+            guard (try? Self.validatePIN(pin)) != nil, let (master, _) = try keyFile.unlock(pin: pin) else { return nil }  // a malformed PIN is a wrong one
             let repository = try VaultRepository.open(at: dir, masterKey: master)
             RecoveryKit.rememberAtUnlock(keyFile: keyFile, master: master, vaultDirectory: dir)
             return OpenVault(repository: repository, keyFile: keyFile, masterKey: master)
@@ -323,7 +323,7 @@ public final class VaultService: Service, Sendable {
             await events.emit("vault.pin_failed", ["failures": .int(Int64(after.failures))])
             var message = "wrong PIN"
             if let wait = after.wait(nowMs: now()) { message += "; \(after.failures) in a row: try again in \(Self.spoken(ms: wait))" }
-            throw ControlError(code: "wrong_pin", message: message, exitCode: TandemError.authenticationExitCode)
+            throw ControlError(code: "wrong_pin", message: message, exitCode: ControlError.authenticationExitCode)
         }
         state.withLockedValue {
             $0.open = opened
@@ -397,7 +397,7 @@ public final class VaultService: Service, Sendable {
             "retry_in_ms": g.wait(nowMs: now()).map(JSONValue.int) ?? .null,
         ]
         if let open = state.withLockedValue({ $0.open }) {
-            let items = (try? await onLane { (open.repository.items.count, open.repository.items.reduce(Int64(0)) { $0 + $1.size }) })
+            let items = (try? await onLane { (open.repository.items.count, open.repository.items.reduce(Int64(0)) { $0 + $1.size }) })  // the lane stopped (node stopping): counts shown as 0
             o["items"] = .int(Int64(items?.0 ?? 0))
             o["bytes"] = .int(items?.1 ?? 0)
         }
