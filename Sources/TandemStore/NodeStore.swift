@@ -384,9 +384,6 @@ public final class StoreStep: StoreReading {
         return result!
     }
 
-    /// Marks the step as holding a durable change (what syncs a step opened with `syncing: false`).
-    public func needsDurability() { needsSync = true }
-
     /// Runs `action` once the step has committed (and is durable, when it had to be).
     public func afterCommit(_ action: @escaping () -> Void) {
         afterCommitActions.append(action)
