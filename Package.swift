@@ -96,17 +96,70 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
+        // The node's core (Sources/TandemNode/README.md): the core actor and its executor, the store
+        // step, the Outbox, the event bus and signals, peer links, presence, relays, discovery, the
+        // control socket, the frame router, and the declared interfaces between features.
         .target(
-            name: "TandemNode",
+            name: "TandemNodeCore",
             dependencies: [
                 "Sodium",
                 "TandemProtocol",
                 "TandemNet",
                 "TandemStore",
                 "TandemVault",
-                "TandemMedia",
-                "TandemKeys",
-                "TandemBlocking",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // One module per feature, each on the core and never on another feature (what one needs
+        // of another is a protocol in TandemNodeCore/Interfaces, handed over by the wiring).
+        // Friend requests, contact records, blocking, discoverability.
+        .target(
+            name: "NodeFriends",
+            dependencies: [
+                "TandemNodeCore",
+                "Sodium",
+                "TandemProtocol",
+                "TandemNet",
+                "TandemStore",
+                "TandemVault",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // Challenges, solo sessions, countdowns, early exits and the ledger.
+        .target(
+            name: "NodeChallenges",
+            dependencies: [
+                "TandemNodeCore",
+                "Sodium",
+                "TandemProtocol",
+                "TandemNet",
+                "TandemStore",
+                "TandemVault",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // Backups at friends, what this node holds for them, the recovery kit and whole-node restore.
+        .target(
+            name: "NodeBackup",
+            dependencies: [
+                "TandemNodeCore",
+                "Sodium",
+                "TandemProtocol",
+                "TandemNet",
+                "TandemStore",
+                "TandemVault",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
@@ -114,6 +167,66 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
             ]
+        ),
+        // The vault service: PIN, decoy, import/export, auto-lock.
+        .target(
+            name: "NodeVault",
+            dependencies: [
+                "TandemNodeCore",
+                "Sodium",
+                "TandemProtocol",
+                "TandemNet",
+                "TandemStore",
+                "TandemVault",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "TandemMedia",
+            ]
+        ),
+        // Local focus: modes, keys, the lock machine and its blocking.
+        .target(
+            name: "NodeFocus",
+            dependencies: [
+                "TandemNodeCore",
+                "Sodium",
+                "TandemProtocol",
+                "TandemNet",
+                "TandemStore",
+                "TandemVault",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "TandemKeys",
+                "TandemBlocking",
+            ]
+        ),
+        // The node's wiring: builds the core and the features, registers their routes and services.
+        .target(
+            name: "TandemNode",
+            dependencies: [
+                "TandemNodeCore",
+                "NodeFriends",
+                "NodeChallenges",
+                "NodeBackup",
+                "NodeVault",
+                "NodeFocus",
+                "Sodium",
+                "TandemProtocol",
+                "TandemNet",
+                "TandemStore",
+                "TandemKeys",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            exclude: ["README.md"]
         ),
         .target(
             name: "TandemRelay",
@@ -152,6 +265,7 @@ let package = Package(
                 "TandemMedia",
                 "TandemNet",
                 "TandemNode",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
                 "TandemRelay",
                 "TandemProtocol",
                 "Sodium",
@@ -175,6 +289,7 @@ let package = Package(
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
                 "TandemStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -198,6 +313,7 @@ let package = Package(
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
                 "TandemStore",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 "TandemRelay",
@@ -260,6 +376,7 @@ let package = Package(
                 "TandemNet",
                 "TandemRelay",
                 "TandemNode",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -272,7 +389,7 @@ let package = Package(
         // What the in-process loopback suites share (one copy): nodes started on loopback, polling, events.
         .target(
             name: "TandemTestSupport",
-            dependencies: ["TandemNode", "TandemNet", "TandemProtocol", "Sodium",
+            dependencies: ["TandemNode", "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "TandemNet", "TandemProtocol", "Sodium",
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "NIOCore", package: "swift-nio")],
             path: "Tests/TandemTestSupport"
@@ -286,6 +403,7 @@ let package = Package(
                 "TandemStore",
                 "TandemNet",
                 "TandemNode",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "Logging", package: "swift-log"),

@@ -7,7 +7,12 @@ import NIOPosix
 import Sodium
 import TandemNet
 import TandemProtocol
-
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,5 +1,11 @@
 import TandemNet
 import TandemProtocol
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 
 /// Where a node listens and how its links behave.
 public struct NodeConfiguration: Sendable {

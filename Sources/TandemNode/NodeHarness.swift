@@ -4,6 +4,12 @@ import NIOCore
 import Sodium
 import TandemProtocol
 import TandemStore
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 
 /// A node with no sockets: its real services over an in-memory store, fed frames as if they came
 /// from a relay mailbox (the same handlers as a link, without a link to answer on). What the

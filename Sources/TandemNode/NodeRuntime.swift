@@ -7,6 +7,12 @@ import Sodium
 import TandemNet
 import TandemProtocol
 import TandemStore
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 
 /// A running node: its identity, its shared frame rules and its services, in one service group.
 public final class NodeRuntime: Sendable {
@@ -102,7 +108,8 @@ public final class NodeRuntime: Sendable {
         let peers = PeerManager(identity: identity, gate: gate, options: configuration.link, group: group, logger: logger,
                                 handler: inbound)
         self.peers = peers
-        self.listener = NodeListener(identity: identity, configuration: configuration, gate: gate,
+        self.listener = NodeListener(identity: identity, host: configuration.host, port: configuration.port,
+                                     link: configuration.link, gate: gate,
                                      delegate: peers, group: group, logger: logger)
         let events = EventBus(log: eventLog ?? StoreEventLog(store: store), logger: logger)
         self.eventBus = events
@@ -139,8 +146,9 @@ public final class NodeRuntime: Sendable {
                                    outbox: outbox, events: events, health: health, signals: signals, dataDirectory: dataDirectory,
                                    logger: logger, kitProvider: RecoveryKit.provider)
         self.backup = backup
-        self.frameRouter = NodeFrameRouter(friends: friends, presence: presence, outbox: outbox, clock: clock, challenges: challenges,
-                                           backup: backup, store: store, events: events, health: health)
+        // The feature flows' routes: each owns its frame types; friends take the rest.
+        self.frameRouter = NodeFrameRouter(flows: [challenges, backup], fallback: friends, presence: presence, outbox: outbox,
+                                           clock: clock, store: store, events: events, health: health)
         self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store,
                                   events: events, health: health, configuration: configuration.vault, group: group, logger: logger)
         let discoverable = DiscoverableSetting(store: store, signals: signals, health: health)
@@ -164,7 +172,7 @@ public final class NodeRuntime: Sendable {
         events.registerControlMethods(on: router)
         friends.registerControlMethods(on: router, discoverable: discoverable)
         challenges.registerControlMethods(on: router)
-        relays.registerControlMethods(on: router, friends: friends)
+        relays.registerControlMethods(on: router, record: friends)
         vault.registerControlMethods(on: router)
         backup.registerControlMethods(on: router)
         focus.registerControlMethods(on: router)

@@ -6,6 +6,12 @@ import NIOPosix
 import Sodium
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 /// Settings shared by every benchmark.

@@ -7,6 +7,12 @@ import NIOPosix
 import Sodium
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 #if canImport(Glibc)
@@ -51,7 +57,7 @@ struct Serve: AsyncParsableCommand {
             var config = NodeConfiguration()
             config.host = "127.0.0.1"
             config.port = 0
-            let listener = NodeListener(identity: identity, configuration: config, gate: gate,
+            let listener = NodeListener(identity: identity, host: config.host, port: config.port, link: config.link, gate: gate,
                                         delegate: nil, group: group, logger: logger)
             try await withThrowingTaskGroup(of: Void.self) { tasks in
                 tasks.addTask { try await listener.run() }

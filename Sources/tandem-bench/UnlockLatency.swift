@@ -4,6 +4,12 @@ import Sodium
 import TandemKeys
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 /// Key presented → mode unlocked and the hosts block gone (issue 14 goal: p99 ≤ 50 ms): a node in

@@ -1,5 +1,11 @@
 import Foundation
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemStore
 
 /// What a node's focus service reads that it did not just write itself: its stored focus rows

@@ -2,6 +2,12 @@ import Foundation
 import Sodium
 @_spi(Fuzzing) import TandemMedia
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 import TandemVault
 

@@ -2,6 +2,12 @@ import ArgumentParser
 import Foundation
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 #if canImport(Glibc)

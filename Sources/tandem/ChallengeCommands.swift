@@ -2,6 +2,12 @@ import ArgumentParser
 import Foundation
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 /// Milliseconds of a duration text such as 30m, 1h30m, 90s.
@@ -233,7 +239,7 @@ func watchChallenge(_ common: CommonOptions, method: String, params: JSONValue) 
         let over = ["ended", "declined", "expired", "cancelled"].contains(phase)
         if common.json {
             var tick = c
-            if case .object(var o) = tick { o["tick_at"] = FriendService.iso(Int64(Date().timeIntervalSince1970 * 1000)); tick = .object(o) }
+            if case .object(var o) = tick { o["tick_at"] = JSONValue.iso(Int64(Date().timeIntervalSince1970 * 1000)); tick = .object(o) }
             outputJSON(tick.compactJSON)
         } else {
             let lines = countdownLines(c.terminalSafe, width: terminalWidth())

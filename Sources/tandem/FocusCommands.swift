@@ -3,6 +3,12 @@ import Foundation
 import TandemMedia
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 // Local focus (issue 14): modes, keys, lock / unlock / temp-unlock. The node owns the state; these

@@ -3,6 +3,12 @@ import Foundation
 import Sodium
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 #if canImport(Glibc)

@@ -3,6 +3,12 @@ import Sodium
 import TandemKeys
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 /// `--roi minX,minY,minZ,maxX,maxY,maxZ` (metres).

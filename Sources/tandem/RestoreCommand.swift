@@ -4,6 +4,12 @@ import Logging
 import NIOPosix
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 #if canImport(Glibc)

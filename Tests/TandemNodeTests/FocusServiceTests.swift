@@ -4,6 +4,12 @@ import TandemProtocol
 import TandemStore
 import XCTest
 @testable import TandemNode
+@testable import TandemNodeCore
+@testable import NodeFriends
+@testable import NodeChallenges
+@testable import NodeBackup
+@testable import NodeVault
+@testable import NodeFocus
 
 /// The focus service's pure parts: the key-frame codec clients send (hostile input), and the
 /// judgement of stored focus settings at start (a damaged row is set aside, never fatal).

@@ -9,6 +9,12 @@ import TandemStore
 import TandemVault
 import XCTest
 @testable import TandemNode
+@testable import TandemNodeCore
+@testable import NodeFriends
+@testable import NodeChallenges
+@testable import NodeBackup
+@testable import NodeVault
+@testable import NodeFocus
 
 /// The restore's fetch plan as a value: window, piece sizes, hash checks naming holder and blob,
 /// resume, timeouts and resends.
@@ -391,7 +397,7 @@ final class RecoveryKitTests: XCTestCase {
         let (keyFile, master, _) = try VaultKeyFile.create(in: vault, pin: Array("1234".utf8), parameters: .testing)
         let code = RecoveryCode(bytes: Sodium.randomBytes(16))
         try keyFile.wrapForRecovery(code: code.bytes, masterKey: master)
-        try RecoveryKit.rememberKitKey(code: code, vaultDirectory: vault)
+        try RecoveryKitKeyFile.remember(code: code, vaultDirectory: vault)
         let me = SigningKeyPair.generate()
         let kit = try XCTUnwrap(try RecoveryKit.sealedKit(identity: me, store: try NodeStore.inMemory(), dataDirectory: DataDirectory(url: dir), nowMs: 1))
         let opened = try RecoveryKit.open(kit.sealed, code: code, owner: me.publicKey)

@@ -3,6 +3,12 @@ import NIOCore
 import Sodium
 import TandemNet
 import TandemNode
+import TandemNodeCore
+import NodeFriends
+import NodeChallenges
+import NodeBackup
+import NodeVault
+import NodeFocus
 import TandemProtocol
 
 /// What the in-process loopback suites share: quiet loggers, a node started on 127.0.0.1 with

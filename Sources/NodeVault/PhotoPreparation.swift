@@ -1,0 +1,58 @@
+import Foundation
+import Logging
+import Sodium
+import TandemMedia
+import TandemProtocol
+import TandemVault
+import TandemNodeCore
+
+/// What the vault stores for one imported file: photos (JPEG, PNG, HEIC) get a 300 × 300
+/// thumbnail, their capture date, and a copy without GPS or device data that is stored instead of
+/// the original: a lossless rewrite of their metadata (for a HEIC, its Exif and XMP items
+/// overwritten in place), or for a HEIC whose container that rewrite refuses, a re-encode (slow:
+/// tens of seconds per photo; the log says why). A photo that can be neither rewritten nor
+/// re-encoded is still stored (type photo, as it is, metadata included: the vault keeps what it
+/// was given rather than drop a file; the import goes on; the log says which item and why).
+/// Protocol/vault.md, "Photos".
+struct PhotoPreparation {
+    var readFrom: URL
+    var type: VaultItemType
+    var createdAtMs: Int64?
+    var thumbnail: [UInt8]?
+    /// The scratch copy to delete once imported.
+    var scratch: URL?
+
+    func cleanUp() {
+        if let scratch { try? FileManager.default.removeItem(at: scratch) }  // already gone is fine; tmp/ is emptied at unlock
+    }
+
+    static func prepare(_ url: URL, modifiedMs: Int64?, scratch directory: URL, logger: Logger) -> PhotoPreparation {
+        let prefix = VaultService.prefix(of: url)
+        let type = VaultService.itemType(name: url.lastPathComponent, prefix: prefix)
+        var result = PhotoPreparation(readFrom: url, type: type, createdAtMs: modifiedMs, thumbnail: nil, scratch: nil)
+        guard let format = PhotoProcessor.sniff(prefix) else { return result }
+        result.type = .photo
+        do {
+            result.thumbnail = try PhotoProcessor.thumbnail(of: url)
+        } catch {
+            logger.info("no thumbnail for an imported photo", metadata: ["error": "\(error)"])
+        }
+        if let taken = try? PhotoProcessor.captureDate(of: url) { result.createdAtMs = taken }  // no capture date: the file time stays
+        // The copy lives in the vault's own directory (0700), under a random name, for moments.
+        let scratchDir = directory.appendingPathComponent("tmp", isDirectory: true)
+        try? FileManager.default.createDirectory(at: scratchDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])  // a failure shows at the copy below
+        let copy = scratchDir.appendingPathComponent("import-" + hexString(Sodium.randomBytes(8)))
+        do {
+            let report = try PhotoProcessor.sanitizedCopy(of: url, to: copy)
+            if let reason = report.reencodedBecause {
+                logger.info("photo re-encoded: its metadata could not be rewritten in place", metadata: ["format": "\(format)", "reason": "\(reason)"])
+            }
+            result.readFrom = copy
+            result.scratch = copy
+        } catch {
+            try? FileManager.default.removeItem(at: copy)  // a partial copy, if any
+            logger.warning("photo metadata could not be rewritten; stored as it is", metadata: ["format": "\(format)", "error": "\(error)"])
+        }
+        return result
+    }
+}

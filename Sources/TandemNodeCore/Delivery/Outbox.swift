@@ -1,0 +1,453 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import Sodium
+import TandemNet
+import TandemProtocol
+import TandemStore
+
+/// A link the outbox writes on (a `PeerLink` in a node; a recording fake in tests).
+package protocol OutboxLink: AnyObject, Sendable {
+    /// Unique among the process's links: each frame is written once per link.
+    var serial: UInt64 { get }
+    func write(_ envelope: Envelope)
+    func flush()
+}
+
+extension PeerLink: OutboxLink {
+    package func write(_ envelope: Envelope) { send(envelope, flush: false) }
+    package func flush() { channel.flush() }
+}
+
+/// How a dial ended.
+package enum DialOutcome: Sendable {
+    case link(OutboxLink)
+    /// Unreachable, and its home relay says it is offline: its mailbox there takes mail.
+    case offline(RelayAddress)
+    case unreachable
+}
+
+/// How the outbox reaches peers: the links up now, dialling (Protocol 12.8), relay mailboxes.
+package protocol OutboxTransport: Sendable {
+    /// The link to use for `key` now, if one is up.
+    func link(to key: [UInt8]) -> OutboxLink?
+    func dial(_ key: [UInt8]) async -> DialOutcome
+    /// Leaves `envelopes` in a mailbox at `relay`; returns the ids it stored.
+    func deposit(_ envelopes: [Envelope], via relay: RelayAddress) async throws -> [[UInt8]]
+}
+
+/// Frames owed to peers, from signing to acknowledgement (Protocol/README.md 12.5, 12.7, 12.8), for
+/// every flow alike (friends, challenges, relay mail): it signs the frames the flows store with
+/// their changes, delivers them until the recipient acknowledges them, backs off and dials in the
+/// policy's order, moves frames to an offline peer's relay mailbox, acknowledges what peers send
+/// (within a budget for strangers), and owes a PRESENCE after the frames that make it meaningful.
+///
+/// Its store work runs on the node core; the delivery loop (`run`) waits, dials and deposits off it.
+/// Each frame is written at most once per link until `resendAfterMs` passes without an ACK.
+@NodeCore
+package final class Outbox: Sendable {
+    package struct Configuration: Sendable {
+        /// How often due frames and offline friends are looked at.
+        package var retryTick: Duration = .milliseconds(500)
+        var resendAfterMs: Int64 = 30_000
+        package init() {}
+    }
+
+    /// Frames to someone who is not a friend expire: a farewell after a day, anything else (a
+    /// request, a group member's challenge frames) after 8 days, the mailbox age limit.
+    nonisolated static let farewellToStrangerTtlMs: Int64 = 86_400_000
+    nonisolated static let frameToStrangerTtlMs: Int64 = 8 * 86_400_000
+    /// How long handled message ids are remembered: longer than the oldest frame any path accepts
+    /// (24 h on links; 8 days for relay mail), so a copy that comes late is still recognised.
+    nonisolated static let handledWindowMs: Int64 = 9 * 24 * 3_600_000
+
+    let identity: SigningKeyPair
+    let store: NodeStore
+    let transport: OutboxTransport
+    let presence: PresenceState
+    let events: EventBus
+    let health: StoreHealth
+    let configuration: Configuration
+    let logger: Logger
+    let clock: @Sendable () -> Int64
+    /// What was written on which link, dial backoff, owed PRESENCE frames.
+    nonisolated let book: NIOLockedValueBox<DeliveryBook>
+    private let replies = NIOLockedValueBox(ReplyBudget())
+    private let lastFullRound = NIOLockedValueBox(Int64.min)
+    let wake = Wakeup()
+    private let signals: AsyncStream<NodeSignal>?
+
+    package nonisolated init(identity: SigningKeyPair, store: NodeStore, transport: OutboxTransport, presence: PresenceState,
+         events: EventBus, health: StoreHealth, signals: NodeSignals?, configuration: Configuration = Configuration(),
+         logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(wallClockMilliseconds()) }) {
+        self.identity = identity
+        self.store = store
+        self.transport = transport
+        self.presence = presence
+        self.events = events
+        self.health = health
+        self.configuration = configuration
+        self.logger = logger
+        self.clock = clock
+        self.book = NIOLockedValueBox(DeliveryBook(resendAfterMs: configuration.resendAfterMs))
+        self.signals = signals?.subscribe { $0 == .reachable }
+    }
+
+    package func now() -> Int64 { clock() }
+
+    // MARK: - Signing (on the core)
+
+    /// `r`: the step being built when there is one (it sees what the step changed), else the store.
+    package func isFriend(_ key: [UInt8], in r: StoreReading) -> Bool {
+        health.read("read a contact", or: nil) { try r.contact(key) }?.relationship == .friend
+    }
+
+    /// Signs a frame for `recipient` as an outbox row, for the flow to store with its change.
+    package func frame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8], in r: StoreReading) -> OutboxItem {
+        let nowMs = now()
+        let env = Envelope.sign(type: type, author: identity, recipient: recipient, createdAt: UInt64(clamping: nowMs), payload: payload)
+        var item = OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: nowMs)
+        let farewell = type == .friendDecline || type == .friendRemove
+        if farewell || !isFriend(recipient, in: r) {
+            item.expiresAtMs = nowMs.addingSaturated(farewell ? Self.farewellToStrangerTtlMs : Self.frameToStrangerTtlMs)
+        }
+        return item
+    }
+
+    /// Nudges the delivery loop: at once when it waits, else as soon as its current round ends.
+    func poke() { wake.poke() }
+
+    /// On the core, right after frames for `keys` were stored: a recipient with a link up gets
+    /// them now, from here (no hop through the delivery loop; each frame is still written once per
+    /// link); the others wait for the loop, which is woken.
+    package func send(to keys: [[UInt8]], in step: StoreStep) {
+        // Frames for a peer with a link up are scheduled as written in the step's own transaction,
+        // and read back there (no read transaction of their own): writing them after the commit
+        // then needs no commit and no read of its own.
+        var ready: [[UInt8]: [OutboxItem]] = [:]
+        let nowMs = now()
+        for key in Set(keys) where transport.link(to: key) != nil {
+            health.attempt("schedule the first write of queued frames") {
+                try step.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
+                ready[key] = try step.outbox(for: key)
+            }
+        }
+        // The frames are written once they are durable.
+        step.afterCommit { [ready] in self.writeNow(to: keys, ready: ready) }
+    }
+
+    private func writeNow(to keys: [[UInt8]], ready: [[UInt8]: [OutboxItem]]) {
+        var others = false
+        var seen = Set<[UInt8]>()
+        for key in keys where seen.insert(key).inserted {
+            if let link = transport.link(to: key) {
+                write(to: key, on: link, items: ready[key])
+            } else if ready[key] != nil {
+                // The link closed after the frames were scheduled as written: due now again.
+                health.attempt("expedite the outbox") { _ = try store.batch(syncing: false) { step in expedite(key, step) } }
+            } else {
+                others = true
+            }
+        }
+        if others { poke() }
+    }
+
+    /// Frames for `key` are due now (a link came up, a fresh address was seen). True when any wait.
+    @discardableResult
+    package func expedite(_ key: [UInt8], resetBackoff: Bool = false, _ step: StoreStep) -> Bool {
+        if resetBackoff { book.withLockedValue { $0.dialSucceeded(key) } }
+        // A link from someone nothing waits for (a stranger, typically) costs no write and no round.
+        guard health.read("read the outbox", or: true, { try step.hasOutbox(for: key) }) else { return false }
+        health.attempt("expedite the outbox") { try step.expediteOutbox(for: key, nowMs: now()) }
+        poke()
+        return true
+    }
+
+    // MARK: - What peers send (on the core)
+
+    /// The mark that records `envelope` as handled, in the transaction of the change it makes
+    /// (Protocol 12.5, "Exactly once"); marks from non-friends are kept apart and capped on their own.
+    /// `fromFriend`: when the caller already knows (one store read less).
+    package func handledMark(_ envelope: Envelope, fromFriend: Bool? = nil, in r: StoreReading) -> HandledMark {
+        HandledMark(messageId: envelope.messageID.bytes, createdAtMs: Int64(clamping: envelope.createdAt),
+                    windowMs: Self.handledWindowMs, nowMs: now(), fromFriend: fromFriend ?? isFriend(envelope.author, in: r))
+    }
+
+    /// Acknowledges a durable frame on the link it came by, after the change it made committed
+    /// (frames from a relay mailbox are acknowledged to the relay instead, by the relay client).
+    package func acknowledge(_ envelope: Envelope, on link: PeerLink?, _ step: StoreStep) {
+        guard let link else { return }
+        var ack = Tandem_V1_Ack()
+        ack.messageID = Data(envelope.messageID.bytes)
+        let payload = (try? ack.serializedBytes()) ?? []  // a message of set fields always serializes
+        // Inside the core's batch: once the change the frame made is durable.
+        step.afterCommit { link.send(type: .ack, payload: payload) }
+    }
+
+    /// An ACK (or a REPLAYED error) from the recipient of one of our frames: delivered. Only the
+    /// recipient of a frame can acknowledge it.
+    package func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep) {
+        health.attempt("remove an acknowledged frame") {
+            guard try step.acknowledge(messageID, from: author) else { return }
+            book.withLockedValue { $0.done(messageID) }
+            events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
+                                             "message_id": .string(hexString(messageID))], in: step)
+        }
+    }
+
+    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8], _ step: StoreStep) {
+        // A replay error about one of our frames means its first copy reached the peer (whose ACK
+        // may be lost or still on its way).
+        if error.code == .replayed, error.refMessageID.count == 16 { delivered(Array(error.refMessageID), by: key, step) }
+    }
+
+    nonisolated static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .backupOffer]
+
+    nonisolated static func isDurable(_ type: MessageType) -> Bool {
+        durable.contains(type) || MessageType.challengeRange.contains(type.rawValue)
+    }
+
+    /// A payload that broke its message's rules: logged, answered with MALFORMED on its link, and
+    /// acknowledged when durable so the sender's outbox stops resending it. Nothing is stored.
+    package func refuseMalformed(_ envelope: Envelope, _ e: PayloadError, on link: PeerLink?, _ step: StoreStep) {
+        logger.info("malformed payload", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
+                                                    "detail": "\(e.detail)"])
+        guard let link, mayReply(to: envelope.author, on: link, in: step) else { return }
+        let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
+        if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: UInt64(clamping: now())) {
+            step.afterCommit { link.send(reply) }
+        }
+        if Self.isDurable(envelope.type) { acknowledge(envelope, on: link, step) }
+    }
+
+    /// A durable frame that cannot change anything here (from a stranger or a blocked key, about a
+    /// relationship or challenge that does not exist): no row, no handled-id mark, no transaction;
+    /// acknowledged so an honest sender stops retrying, within the reply budget for non-friends.
+    package func dropUnrelated(_ envelope: Envelope, on link: PeerLink?, _ step: StoreStep) {
+        guard let link, Self.isDurable(envelope.type), mayReply(to: envelope.author, on: link, in: step) else { return }
+        acknowledge(envelope, on: link, step)
+    }
+
+    /// Whether a reply to this author may be signed now: always for friends; for anyone else,
+    /// within a per-sender and per-address budget (a signature costs CPU).
+    func mayReply(to author: [UInt8], on link: PeerLink, in r: StoreReading) -> Bool {
+        if isFriend(author, in: r) { return true }
+        let origin = Self.origin(of: link)
+        return replies.withLockedValue { $0.allow(sender: author, address: origin, nowMs: now()) }
+    }
+
+    /// Where a frame came from, for throttles and events: the peer's IP address on a direct
+    /// link, "relay:<relay>" for a tunnel, "mailbox" for mail.
+    package nonisolated static func origin(of link: PeerLink?) -> String {
+        guard let link else { return "mailbox" }
+        if let relay = link.relay { return "relay:" + NodeID(publicKey: relay).short }
+        return link.directRemoteHost ?? "?"
+    }
+
+    // MARK: - The delivery loop
+
+    /// Delivers due frames and dials wanted peers until cancelled; woken by `poke()`, by a
+    /// `reachable` signal, and every `retryTick`.
+    package nonisolated func run() async {
+        await withTaskGroup(of: Void.self) { group in
+            if let signals {
+                group.addTask { [wake] in for await _ in signals { wake.poke() } }
+            }
+            while !Task.isCancelled {
+                await deliverDue()
+                await wake.wait(upTo: configuration.retryTick)
+            }
+            group.cancelAll()
+        }
+    }
+
+    /// One round: expire, then deliver to every recipient with due frames and dial wanted peers
+    /// with no link (friends, and partners of challenges that are on), in parallel.
+    func deliverDue() async {
+        let recipients = await NodeCore.run { self.planRound() }
+        await withTaskGroup(of: Void.self) { group in
+            for key in recipients {
+                group.addTask { await self.deliver(to: key) }
+            }
+        }
+    }
+
+    /// On the core: who this round goes to. Expiry and the dialling of wanted peers with no link
+    /// happen at most once per `retryTick`; a round a poke starts (a frame was just queued, a link
+    /// came up) only looks at what is due.
+    func planRound() -> [[UInt8]] {
+        let nowMs = now()
+        let tickMs = Int64(configuration.retryTick.components.seconds) * 1000
+            + Int64(configuration.retryTick.components.attoseconds / 1_000_000_000_000_000)
+        let full = lastFullRound.withLockedValue { last -> Bool in
+            guard nowMs.subtractingSaturated(last) >= tickMs else { return false }
+            last = nowMs
+            return true
+        }
+        var recipients = health.read("read the due outbox recipients", or: []) { try store.dueRecipients(nowMs: nowMs) }
+        guard full else { return recipients }
+        do {
+            try store.batch(syncing: false) { step in
+                for gone in try step.expireOutbox(nowMs: nowMs) {
+                    events.emit("outbox.expired", ["to": .string(NodeID(publicKey: gone.recipient).canonical),
+                                                   "message_id": .string(hexString(gone.messageId)),
+                                                   "type": .string(MessageType(rawValue: UInt16(clamping: gone.type)).description)],
+                                in: step)
+                }
+            }
+            events.published()
+        } catch {
+            health.failed("expire outbox frames", error)
+        }
+        // Friends without a link are tried too, with backoff, so they come online when reachable.
+        let wanted = health.read("read the peers to keep connected", or: []) { try store.peersToKeepConnected() }
+        for key in wanted where transport.link(to: key) == nil && !recipients.contains(key) {
+            if book.withLockedValue({ $0.shouldDial(key, nowMs: nowMs) }) { recipients.append(key) }
+        }
+        return recipients
+    }
+
+    func deliver(to key: [UInt8]) async {
+        let link: OutboxLink
+        if let existing = transport.link(to: key) {
+            link = existing
+        } else {
+            switch await transport.dial(key) {
+            case .link(let opened):
+                link = opened
+            case .offline(let relay):
+                book.withLockedValue { $0.dialFailed(key, nowMs: now()) }
+                await depositMail(for: key, at: relay)
+                return
+            case .unreachable:
+                book.withLockedValue { $0.dialFailed(key, nowMs: now()) }
+                await NodeCore.run {
+                    self.health.attempt("defer the outbox") {
+                        try self.store.batch(syncing: false) { step in
+                            try step.deferOutbox(for: key, error: "unreachable", nowMs: self.now())
+                        }
+                    }
+                }
+                return
+            }
+        }
+        book.withLockedValue { $0.dialSucceeded(key) }
+        await NodeCore.run { self.write(to: key, on: link) }
+    }
+
+    /// On the core: writes what waits for `key` on `link`, each frame once per link, then the
+    /// PRESENCE owed to it (after the frames that make it meaningful, Protocol 12.7).
+    /// `items`: what waits for `key`, when the caller read it already (else read here).
+    func write(to key: [UInt8], on link: OutboxLink, items known: [OutboxItem]? = nil) {
+        let items: [OutboxItem]
+        do {
+            items = try known ?? store.outbox(for: key)
+        } catch {
+            health.failed("read the outbox", error)
+            return
+        }
+        let nowMs = now()
+        let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Array($0.messageId) }, link: link.serial, nowMs: nowMs) })
+        for item in items where fresh.contains(Array(item.messageId)) {
+            guard let env = try? Envelope.parse(Array(item.frame)) else {  // logged, counted and dropped below
+                // Written by this node, so only a damaged store gets here: drop the row, say so.
+                logger.error("unreadable outbox frame dropped", metadata: ["message_id": "\(hexString(item.messageId))"])
+                health.attempt("drop an unreadable outbox frame") {
+                    try store.batch(syncing: false) { step in _ = try step.acknowledge(Array(item.messageId)) }
+                }
+                continue
+            }
+            link.write(env)
+        }
+        link.flush()
+        // The PRESENCE owed after those frames follows them on the link, flushed apart: its
+        // signature is not worth delaying the FRIEND_ACCEPT it follows.
+        if book.withLockedValue({ $0.takeOwedPresence(key) }), isFriend(key, in: store) {
+            link.write(presence.envelope(from: identity, to: key, nowMs: nowMs))
+            link.flush()
+        }
+        // Written now or before on this link: resent only if no ACK comes in time. Frames that are
+        // all scheduled later already (queued with this write in view, `send(to:)`) need no commit.
+        let read = Set(items.map { Array($0.messageId) })
+        guard !read.isEmpty, items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
+        health.attempt("schedule the resend") {
+            try store.batch(syncing: false) { step in
+                try step.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: nowMs,
+                                     maximumDelayMs: configuration.resendAfterMs, only: read)
+            }
+        }
+    }
+
+    /// Moves the peer's waiting frames into its mailbox at its home relay; each one the relay
+    /// stored leaves the outbox (the relay delivers it when the peer comes back).
+    func depositMail(for key: [UInt8], at relay: RelayAddress) async {
+        let items = await NodeCore.run { self.health.read("read the outbox", or: []) { try self.store.outbox(for: key) } }
+        // An unreadable frame (a damaged store) is dropped, logged and counted at the next direct write.
+        let envelopes = items.compactMap { try? Envelope.parse(Array($0.frame)) }.filter { MailboxSeal.isMailable($0.type) }  // see above
+        var deposited: [[UInt8]] = []
+        var failure: String?
+        if !envelopes.isEmpty {
+            do {
+                deposited = try await transport.deposit(envelopes, via: relay)
+            } catch {
+                logger.info("cannot leave mail at the relay", metadata: ["relay": "\(relay)", "error": "\(error)"])
+                failure = "offline; mailbox: \(error)"
+            }
+        }
+        await NodeCore.run {
+            self.health.attempt("record the deposited frames") {
+                try self.store.batch(syncing: false) { step in
+                    for id in deposited {
+                        guard self.health.read("remove a deposited frame", or: false, { try step.acknowledge(id) }) else { continue }
+                        self.book.withLockedValue { $0.done(id) }
+                        self.events.emit("outbox.deposited", ["to": .string(NodeID(publicKey: key).canonical),
+                                                              "message_id": .string(hexString(id)), "relay": .string(relay.description)],
+                                         in: step)
+                    }
+                    if deposited.count < items.count {
+                        try step.deferOutbox(for: key, error: failure ?? "offline", nowMs: self.now())
+                    }
+                }
+            }
+            self.events.published()
+        }
+    }
+}
+
+/// Replies (acknowledgements, ERRORs) signed for non-friends: per sender and per address (burst,
+/// then refill per minute). A signature costs CPU; a stranger gets a bounded share.
+struct ReplyBudget {
+    private var senders = TokenBuckets<[UInt8]>()
+    private var addresses = TokenBuckets<String>()
+    nonisolated static let perSenderPerMinute = 20.0
+    nonisolated static let perAddressPerMinute = 120.0
+
+    mutating func allow(sender: [UInt8], address: String, nowMs: Int64) -> Bool {
+        guard addresses.take(address, rate: Self.perAddressPerMinute, nowMs: nowMs) else { return false }
+        return senders.take(sender, rate: Self.perSenderPerMinute, nowMs: nowMs)
+    }
+}
+
+/// Token buckets per key (burst `rate`, refilled at `rate` per minute), at most `maximumTracked`
+/// keys: when full, buckets that are (nearly) full are forgotten, as they hold no debt worth
+/// remembering; if none can be, the token is refused.
+package struct TokenBuckets<Key: Hashable> {
+    private var buckets: [Key: (tokens: Double, at: Int64)] = [:]
+    nonisolated static var maximumTracked: Int { 10_000 }
+
+    package init() {}
+
+    package mutating func take(_ key: Key, rate: Double, nowMs: Int64) -> Bool {
+        if buckets.count >= Self.maximumTracked, buckets[key] == nil {
+            for k in buckets.filter({ $0.value.tokens >= rate - 1 }).keys.prefix(buckets.count / 2) { buckets[k] = nil }
+            if buckets.count >= Self.maximumTracked { return false }
+        }
+        var b = buckets[key] ?? (rate, nowMs)
+        b.tokens = min(rate, b.tokens + Double(max(0, nowMs.subtractingSaturated(b.at))) / 60_000 * rate)
+        b.at = nowMs
+        guard b.tokens >= 1 else { buckets[key] = b; return false }
+        b.tokens -= 1
+        buckets[key] = b
+        return true
+    }
+}

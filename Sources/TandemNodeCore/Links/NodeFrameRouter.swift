@@ -1,0 +1,114 @@
+import TandemNet
+import TandemProtocol
+import TandemStore
+
+/// Hands each inbound event to the flow it belongs to, on the node core: clock sync here, then
+/// the feature flows in the order the node's wiring lists them (each `owns` its frame types:
+/// challenges 0x02xx, backups 0x04xx, messages 0x05xx), and the last flow (friends: requests,
+/// acknowledgements, presence) takes the rest. A flow that `dropsBlockedAuthors` never sees a
+/// blocked contact's frame; the friends flow drops those itself.
+@NodeCore
+package struct NodeFrameRouter: InboundConsumer {
+    let flows: [any FrameFlow]
+    let fallback: any FrameFlow
+    let presence: PresenceService
+    let outbox: Outbox
+    let clock: ClockSync
+    let store: NodeStore
+    let events: EventBus
+    let health: StoreHealth
+
+    /// - Parameters:
+    ///   - flows: asked in order for each frame type they own.
+    ///   - fallback: takes every frame no flow owns (the friends flow).
+    package nonisolated init(flows: [any FrameFlow], fallback: any FrameFlow, presence: PresenceService, outbox: Outbox,
+                             clock: ClockSync, store: NodeStore, events: EventBus, health: StoreHealth) {
+        (self.flows, self.fallback, self.presence, self.outbox, self.clock) = (flows, fallback, presence, outbox, clock)
+        (self.store, self.events, self.health) = (store, events, health)
+    }
+
+    /// Handles the events in one batch of the store: their changes share one commit, and the
+    /// acknowledgements, frames and event deliveries they cause follow it.
+    ///
+    /// A batch of acknowledgements, PRESENCE frames and LAN sightings only commits without a sync
+    /// of its own (what they change is soft state, `NodeStore.write(durable:)`); any other frame
+    /// in it makes the commit synced.
+    package func handle(_ events: [InboundEvent]) {
+        do {
+            try store.batch(syncing: events.contains { $0.mayChangeDurableState }) { step in
+                // First once the batch is durable: its events to subscribers (then the ACKs, frames
+                // and signals its steps left for after the commit).
+                step.afterCommit { [self] in self.events.published() }
+                for event in events { handle(event, step) }
+            }
+        } catch {
+            // Nothing of the batch was kept and nothing acknowledged: senders resend.
+            health.failed("commit \(events.count) inbound events", error)
+        }
+        self.events.published()
+    }
+
+    private func handle(_ event: InboundEvent, _ step: StoreStep) {
+        switch event {
+        case .frame(let envelope, let link, let receivedAtUs):
+            frame(envelope, from: link, receivedAtUs: receivedAtUs, step)
+        case .mail(let envelope, let relay, let done):
+            events.emit("mailbox.received", ["from": .string(NodeID(publicKey: envelope.author).canonical),
+                                             "message_type": .string(envelope.type.description), "relay": .string(relay.description)],
+                        in: step)
+            // Mail does not count as hearing from its author (it may be hours old).
+            route(envelope, from: nil, step)
+            // Acknowledged to the relay once what it changed is durable.
+            step.afterCommit(done)
+        case .linkUp(let key, _):
+            presence.linkUp(key, step)
+            for flow in flows { flow.linkUp(key, step) }
+            fallback.linkUp(key, step)
+        case .linkDown(let key):
+            presence.linkDown(key, step)
+        case .peerError(let error, let key):
+            outbox.peerReportedError(error, from: key, step)
+        case .sighting(let sighting):
+            for flow in flows { flow.sighted(sighting, step) }
+            fallback.sighted(sighting, step)
+        }
+    }
+
+    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64, _ step: StoreStep) {
+        for flow in flows { flow.heard(envelope.author) }
+        if envelope.type == .clockProbe || envelope.type == .clockReply {
+            // Timestamped on arrival. A blocked peer has no link (blocking closes it), and answering
+            // a probe costs one signature.
+            clock.handle(envelope, from: link, receivedAt: receivedAtUs)
+            return
+        }
+        route(envelope, from: link, step)
+    }
+
+    private func route(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
+        for flow in flows where flow.owns(envelope.type) {
+            if flow.dropsBlockedAuthors {
+                let blocked = health.read("read a contact", or: nil) { try step.contact(envelope.author) }?.relationship == .blocked
+                if blocked { break }  // to the friends flow, which drops it (and counts it)
+            }
+            return flow.handle(envelope, from: link, step)
+        }
+        fallback.handle(envelope, from: link, step)
+    }
+}
+
+extension InboundEvent {
+    /// False for events whose handling changes soft state only (`NodeStore.write(durable:)`); a
+    /// durable write made anyway is still synced before anything waits on it.
+    var mayChangeDurableState: Bool {
+        switch self {
+        case .frame(let envelope, _, _):
+            switch envelope.type {
+            case .ack, .presence, .ping, .pong, .clockProbe, .clockReply: return false
+            default: return true
+            }
+        case .sighting: return false
+        case .mail, .linkUp, .linkDown, .peerError: return true
+        }
+    }
+}

@@ -1,0 +1,153 @@
+import Foundation
+import Logging
+import NIOConcurrencyHelpers
+import Sodium
+import TandemNet
+import TandemProtocol
+import TandemStore
+
+/// The status friends see (idle, focusing) and the heartbeat interval a PRESENCE announces.
+package final class PresenceState: Sendable {
+    private let status = NIOLockedValueBox(Tandem_V1_PresenceStatus.idle)
+    let heartbeatSeconds: UInt32
+
+    package nonisolated init(heartbeatSeconds: UInt32) { self.heartbeatSeconds = heartbeatSeconds }
+
+    var current: Tandem_V1_PresenceStatus { status.withLockedValue { $0 } }
+
+    /// Sets the status; true when it changed.
+    func set(_ s: Tandem_V1_PresenceStatus) -> Bool {
+        status.withLockedValue { old in defer { old = s }; return old != s }
+    }
+
+    func payload() -> [UInt8] {
+        var p = Tandem_V1_Presence()
+        p.status = current
+        p.heartbeatSeconds = heartbeatSeconds
+        return (try? p.serializedBytes()) ?? []  // a message of set fields always serializes
+    }
+
+    func envelope(from identity: SigningKeyPair, to key: [UInt8], nowMs: Int64) -> Envelope {
+        Envelope.sign(type: .presence, author: identity, recipient: key, createdAt: UInt64(clamping: nowMs), payload: payload())
+    }
+}
+
+/// Who of our friends is online and how (Protocol/README.md 12.7): `peer.online`/`peer.offline`
+/// as links come and go, a PRESENCE on every friend link at each heartbeat and when our status
+/// changes, the friend's PRESENCE stored, and a friend silent past the limit disconnected.
+/// Its store work runs on the node core.
+@NodeCore
+package final class PresenceService: Sendable {
+    let state: PresenceState
+    let store: NodeStore
+    let peers: PeerManager
+    let outbox: Outbox
+    let events: EventBus
+    let health: StoreHealth
+    let heartbeat: Duration
+    let silenceLimitMs: UInt64
+    let logger: Logger
+
+    package nonisolated init(state: PresenceState, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus, health: StoreHealth,
+         heartbeat: Duration, silenceLimit: Duration, logger: Logger) {
+        self.state = state
+        self.store = store
+        self.peers = peers
+        self.outbox = outbox
+        self.events = events
+        self.health = health
+        self.heartbeat = heartbeat
+        self.silenceLimitMs = UInt64(silenceLimit.components.seconds) * 1000 + UInt64(silenceLimit.components.attoseconds / 1_000_000_000_000_000)
+        self.logger = logger
+    }
+
+    private func now() -> Int64 { outbox.now() }
+
+    private func friend(_ key: [UInt8], _ step: StoreReading) -> Contact? {
+        guard let c = health.read("read a contact", or: nil, { try step.contact(key) }), c.relationship == .friend else { return nil }
+        return c
+    }
+
+    // MARK: On the core
+
+    /// Our status changed (a challenge started or ended): every friend with a link hears it once
+    /// the step that changed it is durable, after that step's frames (a QUIT goes before the IDLE
+    /// it causes) and events.
+    package func setStatus(_ s: Tandem_V1_PresenceStatus, _ step: StoreStep) {
+        guard state.set(s) else { return }
+        let friends = health.read("read the friends", or: [], { try step.friendKeys() })
+        step.afterCommit { [self] in
+            for key in friends { send(to: key) }
+        }
+    }
+
+    func send(to key: [UInt8], on link: PeerLink? = nil) {
+        (link ?? peers.link(to: key))?.send(type: .presence, payload: state.payload())
+    }
+
+    func linkUp(_ key: [UInt8], _ step: StoreStep) {
+        let waiting = outbox.expedite(key, step)
+        guard let contact = friend(key, step) else { return }
+        events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)], in: step)
+        greet(key, framesWaiting: waiting, step)
+    }
+
+    func linkDown(_ key: [UInt8], _ step: StoreStep) {
+        guard let contact = friend(key, step) else { return }
+        health.attempt("clear a presence") { try step.setPresence(key, presence: nil, lastSeenMs: now()) }
+        events.emit("peer.offline", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)], in: step)
+    }
+
+    /// A new friend whose link is already up is online from now on. `sending`: the caller queued
+    /// frames for them in this step and sends them itself (`Outbox.send(to:)`), so nothing needs
+    /// expediting and the PRESENCE follows those frames.
+    package func becameFriend(_ key: [UInt8], name: String, sending: Bool = false, _ step: StoreStep) {
+        guard peers.link(to: key) != nil else { return }
+        events.emit("peer.online", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(name)], in: step)
+        greet(key, framesWaiting: sending || outbox.expedite(key, step), step)
+    }
+
+    /// A PRESENCE to a friend whose link just came up (or who just became one): at once when nothing
+    /// waits for it in the outbox, else right after those frames on the same link (the FRIEND_ACCEPT
+    /// that makes the PRESENCE meaningful comes first; Protocol 12.7).
+    ///
+    /// Sent once the step's commit is durable and its events are out: signing and writing it
+    /// inside the step would delay the commit (and the events a user waits for) by a signature.
+    private func greet(_ key: [UInt8], framesWaiting: Bool, _ step: StoreStep) {
+        guard outbox.book.withLockedValue({ $0.presenceDue(key, framesWaiting: framesWaiting) }) else { return }
+        step.afterCommit { [self] in send(to: key) }
+    }
+
+    /// A friend's PRESENCE (anyone else's is dropped).
+    package func receive(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?, _ step: StoreStep) {
+        guard contact?.relationship == .friend else { return }
+        let name = p.status.rawValue
+        health.attempt("store a presence") { try step.setPresence(envelope.author, presence: name, lastSeenMs: now()) }
+        if contact?.presence != name {
+            events.emit("presence.changed", ["id": .string(NodeID(publicKey: envelope.author).canonical), "status": .string(name)], in: step)
+        }
+    }
+
+    /// One heartbeat: a friend silent past the limit is disconnected, every other friend link
+    /// gets a PRESENCE.
+    func beat() {
+        let nowMs = UInt64(clamping: now())
+        for key in peers.connectedPeers where friend(key, store) != nil {
+            if let last = peers.lastFrame(from: key), nowMs > last + silenceLimitMs {
+                logger.info("friend went silent, closing link", metadata: ["peer": "\(NodeID(publicKey: key).short)"])
+                peers.link(to: key)?.close()
+                continue
+            }
+            send(to: key)
+        }
+    }
+
+    /// The heartbeat, until cancelled.
+    package nonisolated func run() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: heartbeat)  // cancelled: the loop ends
+            guard !Task.isCancelled else { return }
+            await NodeCore.run { self.beat() }
+        }
+    }
+}
