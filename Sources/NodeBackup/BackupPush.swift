@@ -200,7 +200,7 @@ extension BackupService {
     func startPush(to holder: [UInt8], lanOnly: Bool) async throws -> PushTask {
         if let t = running.withLockedValue({ $0[holder] }) { return t }
         // Remembered until it completes: a node stopped or killed mid-push resumes it at start.
-        try await NodeCore.perform { try self.store.batch { step in try step.markBackupPending(holder, lanOnly: lanOnly) } }
+        try await NodeCore.perform { try self.store.step { step in try step.markBackupPending(holder, lanOnly: lanOnly) } }
         let (task, isNew) = running.withLockedValue { r -> (PushTask, Bool) in
             if let t = r[holder] { return (t, false) }
             let t = PushTask(holder: holder, lanOnly: lanOnly)
@@ -256,7 +256,7 @@ extension BackupService {
         var unreachable = false
         if case .failure(let e) = result, e is HolderUnreachable { unreachable = true }
         if !Task.isCancelled, !unreachable {
-            await NodeCore.run { self.health.attempt("clear a pending push") { try self.store.batch { step in try step.clearBackupPending(t.holder) } } }
+            await NodeCore.run { self.health.attempt("clear a pending push") { try self.store.step { step in try step.clearBackupPending(t.holder) } } }
         }
         t.finish(result)
     }
@@ -306,7 +306,7 @@ extension BackupService {
                                           bytesSent: bytesSent, totalBytes: result.totalBytes, blobs: local.blobs.map(\.name).sorted(),
                                           kitDigest: nil)
                 try await NodeCore.perform {
-                    try self.store.batch { step in
+                    try self.store.step { step in
                         var r = record
                         r.kitDigest = try step.lastBackupPush(to: t.holder).flatMap(PushedRecord.init(stored:))?.kitDigest
                         if let digest = self.sentKitDigest.withLockedValue({ $0[t.holder] }) { r.kitDigest = digest }

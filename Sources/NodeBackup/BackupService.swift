@@ -194,7 +194,7 @@ public final class BackupService: Service, Sendable {
         _ = try await holder.setOfferOnLane(owner: friend, quotaBytes: quotaBytes, version: version)
         let payload = BackupOfferMessage(quotaBytes: quotaBytes, version: version).payload
         try await NodeCore.perform {
-            try self.store.batch { step in
+            try self.store.step { step in
                 let item = self.outbox.frame(.backupOffer, to: friend, payload: payload, in: step)
                 try step.enqueue(item)
                 self.outbox.send(to: [friend], in: step)

@@ -140,12 +140,13 @@ public struct RestoreClient {
         // 2. Become the old identity; friends, relays and the ledger in one transaction.
         if existing == nil { try IdentityFile.create(in: dir, seed: kit.identity.seed()) }
         let store = try NodeStore(path: dir.storeFile.path)
-        try store.batch { step in try step.applyRestore(RestoredState(friends: kit.friends,
-                                             homeRelays: kit.homeRelays.map { StoredRelay(publicKey: $0.id.publicKey, host: $0.host, port: $0.port, atMs: 0) },
-                                             ledger: kit.ledger,
-                                             addresses: o.relay == nil ? [(o.holder.publicKey, o.host, o.port)] : [],
-                                             displayName: kit.displayName),
-                               nowMs: now()) }
+        let restored = RestoredState(friends: kit.friends,
+                                     homeRelays: kit.homeRelays.map { StoredRelay(publicKey: $0.id.publicKey, host: $0.host, port: $0.port, atMs: 0) },
+                                     ledger: kit.ledger,
+                                     addresses: o.relay == nil ? [(o.holder.publicKey, o.host, o.port)] : [],
+                                     displayName: kit.displayName)
+        let nowMs = now()
+        try await NodeCore.perform { try store.step { step in try step.applyRestore(restored, nowMs: nowMs) } }
         report.friends = kit.friends.count
         report.homeRelays = kit.homeRelays.count
         report.ledgerEntries = kit.ledger.count

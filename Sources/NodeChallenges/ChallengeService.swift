@@ -71,7 +71,7 @@ public final class ChallengeService: Sendable {
     /// events reach subscribers after its commit. A step that cannot commit is logged and counted.
     package func inStep(_ body: (StoreStep) throws -> Void) {
         defer { events.published() }
-        health.attempt("store a challenge step") { try store.batch(syncing: false) { step in try body(step) } }
+        health.attempt("store a challenge step") { try store.step(syncing: false) { step in try body(step) } }
     }
 
     // MARK: - Time

@@ -134,7 +134,7 @@ extension FocusService {
                 let key = try resolveKey(params, modes)
                 try checkReplaceable(key.id, modes: modes, lock: lock)
                 let material = try refusing { try FocusKeyMaterial.newTag(payload: payload, secrets: secrets) }
-                try store.batch { tx in try tx.saveFocus([.material(material.record(keyId: key.id))],
+                try store.step { tx in try tx.saveFocus([.material(material.record(keyId: key.id))],
                                     events: [events.record("focus.key_replaced", ["key": .string(key.id), "kind": "tag"])]) }
                 events.published()
                 state.withLockedValue { $0.materials[key.id] = material }
@@ -242,7 +242,7 @@ extension FocusService {
 
     /// On the core: stores the configuration (and `extra`), with its event, in one transaction.
     @NodeCore func saveModes(_ modes: FocusModes, extra: [FocusChange] = [], event: (String, [String: JSONValue])) throws {
-        try store.batch { tx in try tx.saveFocus([.configuration(modes.rows)] + extra, events: [events.record(event.0, event.1)]) }
+        try store.step { tx in try tx.saveFocus([.configuration(modes.rows)] + extra, events: [events.record(event.0, event.1)]) }
         state.withLockedValue { $0.modes = modes }
         events.published()
         // A changed block list of an unlocked mode changes nothing on the machine; the target is

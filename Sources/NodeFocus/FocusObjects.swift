@@ -130,7 +130,7 @@ extension FocusService {
                     // Nothing good to keep (`--restart` alone, or only bad frames): no unfinished enrolment stays.
                     if kept.goodFrames == 0 {
                         let e = enrolment(name: name, replacing: replacing)
-                        try store.batch { tx in try tx.saveFocus([.removeEnrolment(target: e.target, replacing: e.replacing)]) }
+                        try store.step { tx in try tx.saveFocus([.removeEnrolment(target: e.target, replacing: e.replacing)]) }
                     } else {
                         try savePending(kept, name: name, replacing: replacing)
                     }
@@ -213,7 +213,7 @@ extension FocusService {
                 throw NodeError.refused("\(pending.count) enrolments are unfinished: finish one (--finish) or start it over (--restart) first")
             }
             if params["restart"]?.boolValue == true {
-                try store.batch { tx in try tx.saveFocus([.removeEnrolment(target: e.target, replacing: e.replacing)]) }
+                try store.step { tx in try tx.saveFocus([.removeEnrolment(target: e.target, replacing: e.replacing)]) }
                 return .enroll(name: name, replacing: replacing, pendingKey: pendingKey, stored: nil)
             }
             return .enroll(name: name, replacing: replacing, pendingKey: pendingKey, stored: stored?.sealed)
@@ -262,7 +262,7 @@ extension FocusService {
         let plain = Array(try JSONEncoder().encode(e))
         let sealed = try secrets.seal(plain, context: pendingKey)
         let e = enrolment(name: name, replacing: replacing)
-        try store.batch { tx in try tx.saveFocus([.enrolment(FocusEnrolmentRecord(target: e.target, replacing: e.replacing, sealed: Data(sealed)))]) }
+        try store.step { tx in try tx.saveFocus([.enrolment(FocusEnrolmentRecord(target: e.target, replacing: e.replacing, sealed: Data(sealed)))]) }
     }
 
     /// On the core: the finished template becomes a key (or replaces one's), sealed at rest.
@@ -285,7 +285,7 @@ extension FocusService {
             try saveModes(modes, extra: [.material(material.record(keyId: id)), .removeEnrolment(target: e.target, replacing: e.replacing)],
                           event: ("focus.key_enrolled", fields))
         } else {
-            try store.batch { tx in try tx.saveFocus([.material(material.record(keyId: id)), .removeEnrolment(target: e.target, replacing: e.replacing)],
+            try store.step { tx in try tx.saveFocus([.material(material.record(keyId: id)), .removeEnrolment(target: e.target, replacing: e.replacing)],
                                 events: [events.record("focus.key_replaced", fields)]) }
             events.published()
         }

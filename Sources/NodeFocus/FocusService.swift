@@ -90,7 +90,7 @@ public final class FocusService: Service, Sendable {
         let now = Int64(clamping: wallClockMilliseconds())
         if !aside.isEmpty {
             health.attempt("quarantine focus rows") {
-                try store.batch { tx in
+                try store.stepWaiting { tx in
                     try tx.saveFocus(aside.map { .quarantine($0.row, data: $0.data, reason: $0.reason, atMs: now) },
                                      events: aside.map {
                                          events.record("focus.quarantined", ["kind": .string($0.row.kind), "key": .string($0.row.key),
@@ -204,7 +204,7 @@ public final class FocusService: Service, Sendable {
             let c = health.read("read a challenge", or: nil) { try store.challenge(id) }
             switch c?.phase {
             case .running?:
-                health.attempt("lock a running challenge's mode") { try store.batch { tx in challengeStarted(idHex, tx) } }
+                health.attempt("lock a running challenge's mode") { try store.step { tx in challengeStarted(idHex, tx) } }
                 events.published()
             case .scheduled?, .invited?, .accepted?: break
             case .ended?, .declined?, .expired?, .cancelled?, nil: challengeEnded(idHex)
@@ -239,7 +239,7 @@ public final class FocusService: Service, Sendable {
                 if let tx {
                     try tx.saveFocus(changes, events: pending)
                 } else {
-                    try store.batch { tx in try tx.saveFocus(changes, events: pending) }
+                    try store.step { tx in try tx.saveFocus(changes, events: pending) }
                 }
             } catch {
                 health.failed("store the focus state", error)

@@ -128,7 +128,7 @@ public final class FriendService: Sendable {
     /// One user intent: on the core, one transaction; events, frames and the answer after its commit.
     private func intent<T>(_ body: (StoreStep) throws -> T) throws -> T {
         defer { events.published() }
-        return try store.batch { step in try body(step) }
+        return try store.step { step in try body(step) }
     }
 
     /// Tells the other services once the change is durable (a signal about a change that rolls

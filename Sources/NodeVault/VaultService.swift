@@ -150,7 +150,7 @@ public final class VaultService: Service, Sendable {
         guard (0...Self.maximumAutoLockMs).contains(ms) else {
             throw NodeError.invalidArgument("the auto-lock time must be between 0 and 7 days")
         }
-        try await NodeCore.perform { try store.batch { step in try step.setSetting(Self.autoLockSetting, String(ms)) } }
+        try await NodeCore.perform { try store.step { step in try step.setSetting(Self.autoLockSetting, String(ms)) } }
         state.withLockedValue { $0.autoLockMs = ms }
     }
 
@@ -177,7 +177,7 @@ public final class VaultService: Service, Sendable {
     @NodeCore func saveGuard(_ guardState: PinGuard) throws {
         let stored = StoredPinGuard(failures: Int64(guardState.failures), lockedUntilMs: guardState.lockedUntilMs,
                                     breakIns: guardState.breakIns.map { VaultBreakInRecord(atMs: $0.atMs, masked: $0.masked) })
-        try store.batch { step in try step.saveVaultPinGuard(stored) }
+        try store.step { step in try step.saveVaultPinGuard(stored) }
     }
 
     // MARK: - Running vault work

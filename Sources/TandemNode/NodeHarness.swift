@@ -33,7 +33,7 @@ public final class NodeHarness: Sendable {
     /// Forgets everything stored (a fresh node with the same identity and services), so one
     /// harness can serve many short runs.
     public func reset() throws {
-        try runtime.store.batch { step in try step.eraseAll() }
+        try runtime.store.stepWaiting { step in try step.eraseAll() }
     }
 
     /// Makes `key` a friend, as if a request and its acceptance had gone through.
@@ -45,7 +45,7 @@ public final class NodeHarness: Sendable {
             var request = Tandem_V1_FriendRequest()
             request.contact = runtime.friends.contactRecord(store)
             let frame = runtime.outbox.frame(.friendRequest, to: key, payload: try request.serializedBytes(), in: store)
-            try store.batch { step in
+            try store.step { step in
                 _ = try step.requestFriend(key, message: nil, frame: frame, nowMs: now)
                 _ = try step.receiveFriendAccept(from: key, displayName: name, record: [], recordVersion: 1, nowMs: now)
             }

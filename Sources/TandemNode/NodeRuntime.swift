@@ -15,6 +15,10 @@ import NodeVault
 import NodeFocus
 
 /// A running node: its identity, its shared frame rules and its services, in one service group.
+///
+/// The feature services are `package`: the CLI's commands reach them through the control socket,
+/// and tests and the bench (in this package) through these properties; nothing outside the package
+/// sees them.
 public final class NodeRuntime: Sendable {
     public let identity: SigningKeyPair
     public let configuration: NodeConfiguration
@@ -32,26 +36,26 @@ public final class NodeRuntime: Sendable {
     /// The control socket (`<data-dir>/control.sock`), when there is a data directory.
     public let controlServer: ControlServer?
     /// The node's store: `<data-dir>/node.sqlite`, or in memory for throwaway nodes.
-    public let store: NodeStore
+    package let store: NodeStore
     /// Every authenticated link, inbound and outbound.
-    public let peers: PeerManager
+    package let peers: PeerManager
     /// Friends, presence and the outbox.
-    public let friends: FriendService
-    public let discoverable: DiscoverableSetting
+    package let friends: FriendService
+    package let discoverable: DiscoverableSetting
     /// Clock offsets to peers.
-    public let clock: ClockSync
+    package let clock: ClockSync
     /// Challenges, solo sessions and the ledger.
-    public let challenges: ChallengeService
+    package let challenges: ChallengeService
     /// UDP beacons on the LAN, when configured.
-    public let discovery: DiscoveryService?
+    package let discovery: DiscoveryService?
     /// Home relays, tunnels and mailboxes.
-    public let relays: RelayClient
+    package let relays: RelayClient
     /// The encrypted vault (`<data-dir>/vault`).
-    public let vault: VaultService
+    package let vault: VaultService
     /// Backups: what this node holds for friends, and its pushes to them.
-    public let backup: BackupService
+    package let backup: BackupService
     /// Local focus: modes, keys, the lock and its blocking.
-    public let focus: FocusService
+    package let focus: FocusService
     /// Inbound frames and link events on their way to the node core (`@NodeCore`), bounded.
     let inbound: InboundLane
     /// Frames owed to peers, until acknowledged.
@@ -92,7 +96,7 @@ public final class NodeRuntime: Sendable {
         // Rows that fail validation are set aside before any service reads them (never fatal).
         let quarantined: [QuarantinedRow]
         do {
-            quarantined = try store.batch { step in try step.quarantineInvalidRows(nowMs: Int64(clamping: wallClockMilliseconds())) }
+            quarantined = try store.stepWaiting { step in try step.quarantineInvalidRows(nowMs: Int64(clamping: wallClockMilliseconds())) }
         } catch {
             throw NodeError.failed("cannot check the node's store in \(dataDirectory?.path ?? "memory"): \(error)")
         }
@@ -335,7 +339,7 @@ struct FriendLoops: Service {
             let friends = node.friends
             await NodeCore.run {
                 defer { node.eventBus.published() }
-                node.health.attempt("announce the listening port") { try node.store.batch { step in try friends.listening(on: port, step) } }
+                node.health.attempt("announce the listening port") { try node.store.step { step in try friends.listening(on: port, step) } }
             }
         }
         await cancelWhenGracefulShutdown {

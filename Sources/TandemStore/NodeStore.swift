@@ -249,6 +249,10 @@ public struct NodeStore: Sendable {
     /// `write(durable: false)`) passes false and commits without a sync; should a durable write
     /// join it after all, the write-ahead log is synced once the step commits, before anything
     /// that waits on it runs.
+    ///
+    /// SPI `StoreOwner`: only the store's owner opens steps (the node core, through
+    /// `NodeStore.step` in TandemNodeCore, which is `@NodeCore`), and tests of the store itself.
+    @_spi(StoreOwner)
     public func batch<T>(syncing: Bool = true, _ body: (StoreStep) throws -> T) throws -> T {
         let counter = committed, fullSync = self.fullSync, limits = self.limits
         let (step, result) = try writer.writeWithoutTransaction { db -> (StoreStep, T) in

@@ -535,7 +535,7 @@ final class ControlTests: XCTestCase {
 
     func testInMemoryLogIsBounded() throws {
         let log = InMemoryEventLog(capacity: 10)
-        for _ in 0..<25 { _ = try log.append(type: "t", timeMs: 1, fields: [:]) }
+        try NodeCore.blocking { for _ in 0..<25 { _ = try log.append(type: "t", timeMs: 1, fields: [:]) } }
         XCTAssertEqual(try log.lastSeq(), 25)
         XCTAssertEqual(try log.events(since: 0, limit: 100).map(\.seq), Array(16...25))
         XCTAssertEqual(try log.events(since: 20, limit: 3).map(\.seq), [21, 22, 23])

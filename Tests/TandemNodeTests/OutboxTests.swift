@@ -3,7 +3,7 @@ import Logging
 import NIOConcurrencyHelpers
 import Sodium
 import TandemProtocol
-import TandemStore
+@_spi(StoreOwner) import TandemStore
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore

@@ -5,7 +5,7 @@ import Sodium
 import SwiftProtobuf
 import TandemNet
 import TandemProtocol
-import TandemStore
+@_spi(StoreOwner) import TandemStore
 import TandemVault
 import XCTest
 @testable import TandemNode

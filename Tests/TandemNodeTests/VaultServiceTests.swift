@@ -4,7 +4,7 @@ import NIOConcurrencyHelpers
 import NIOPosix
 import TandemNet
 import TandemProtocol
-import TandemStore
+@_spi(StoreOwner) import TandemStore
 import TandemVault
 import XCTest
 @testable import TandemNode

@@ -1,4 +1,5 @@
 import Foundation
+@_spi(StoreOwner) import TandemStore
 import Logging
 import NIOCore
 import Sodium

@@ -1,6 +1,6 @@
 import Foundation
 import GRDB
-import TandemStore
+@_spi(StoreOwner) import TandemStore
 import XCTest
 
 /// `NodeStore.batch`: many intents in one commit (group commit), actions after the commit,

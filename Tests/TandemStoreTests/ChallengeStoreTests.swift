@@ -2,7 +2,7 @@ import Foundation
 import Sodium
 import XCTest
 import TandemProtocol
-@testable import TandemStore
+@_spi(StoreOwner) @testable import TandemStore
 
 final class ChallengeStoreTests: XCTestCase {
     let me = SigningKeyPair.generate()

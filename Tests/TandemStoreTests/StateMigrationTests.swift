@@ -1,7 +1,7 @@
 import Foundation
 import GRDB
 import TandemProtocol
-@testable import TandemStore
+@_spi(StoreOwner) @testable import TandemStore
 import XCTest
 
 /// Migrations v5-focus, v5-backup and v5-vault: the JSON that store v4 kept in `setting` under key

@@ -1,6 +1,6 @@
 import Foundation
 import XCTest
-@testable import TandemStore
+@_spi(StoreOwner) @testable import TandemStore
 
 final class StoreTests: XCTestCase {
     let alice = [UInt8](repeating: 1, count: 32)

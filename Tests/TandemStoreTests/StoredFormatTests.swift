@@ -1,7 +1,7 @@
 import Foundation
 import GRDB
 import TandemProtocol
-@testable import TandemStore
+@_spi(StoreOwner) @testable import TandemStore
 import XCTest
 
 /// The challenge rows of a database written by an earlier version (Tests/fixtures/store-v4) must

@@ -350,7 +350,7 @@ extension ControlRouter {
                            answer: @escaping @NodeCore @Sendable (T) throws -> JSONValue) {
         register(method) { params in
             try await NodeCore.perform {
-                let value = try store.batch { step in try body(params, step) }
+                let value = try store.step { step in try body(params, step) }
                 events.published()
                 return try answer(value)
             }
@@ -362,7 +362,7 @@ extension ControlRouter {
         register(method) { params in
             try await NodeCore.perform {
                 defer { events.published() }
-                return try store.batch { step in try body(params, step) }
+                return try store.step { step in try body(params, step) }
             }
         }
     }

@@ -144,7 +144,7 @@ package final class Outbox: Sendable {
                 write(to: key, on: link, items: ready[key])
             } else if ready[key] != nil {
                 // The link closed after the frames were scheduled as written: due now again.
-                health.attempt("expedite the outbox") { _ = try store.batch(syncing: false) { step in expedite(key, step) } }
+                health.attempt("expedite the outbox") { _ = try store.step(syncing: false) { step in expedite(key, step) } }
             } else {
                 others = true
             }
@@ -287,7 +287,7 @@ package final class Outbox: Sendable {
         var recipients = health.read("read the due outbox recipients", or: []) { try store.dueRecipients(nowMs: nowMs) }
         guard full else { return recipients }
         do {
-            try store.batch(syncing: false) { step in
+            try store.step(syncing: false) { step in
                 for gone in try step.expireOutbox(nowMs: nowMs) {
                     events.emit("outbox.expired", ["to": .string(NodeID(publicKey: gone.recipient).canonical),
                                                    "message_id": .string(hexString(gone.messageId)),
@@ -323,7 +323,7 @@ package final class Outbox: Sendable {
                 book.withLockedValue { $0.dialFailed(key, nowMs: now()) }
                 await NodeCore.run {
                     self.health.attempt("defer the outbox") {
-                        try self.store.batch(syncing: false) { step in
+                        try self.store.step(syncing: false) { step in
                             try step.deferOutbox(for: key, error: "unreachable", nowMs: self.now())
                         }
                     }
@@ -353,7 +353,7 @@ package final class Outbox: Sendable {
                 // Written by this node, so only a damaged store gets here: drop the row, say so.
                 logger.error("unreadable outbox frame dropped", metadata: ["message_id": "\(hexString(item.messageId))"])
                 health.attempt("drop an unreadable outbox frame") {
-                    try store.batch(syncing: false) { step in _ = try step.acknowledge(Array(item.messageId)) }
+                    try store.step(syncing: false) { step in _ = try step.acknowledge(Array(item.messageId)) }
                 }
                 continue
             }
@@ -371,7 +371,7 @@ package final class Outbox: Sendable {
         let read = Set(items.map { Array($0.messageId) })
         guard !read.isEmpty, items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
         health.attempt("schedule the resend") {
-            try store.batch(syncing: false) { step in
+            try store.step(syncing: false) { step in
                 try step.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: nowMs,
                                      maximumDelayMs: configuration.resendAfterMs, only: read)
             }
@@ -396,7 +396,7 @@ package final class Outbox: Sendable {
         }
         await NodeCore.run {
             self.health.attempt("record the deposited frames") {
-                try self.store.batch(syncing: false) { step in
+                try self.store.step(syncing: false) { step in
                     for id in deposited {
                         guard self.health.read("remove a deposited frame", or: false, { try step.acknowledge(id) }) else { continue }
                         self.book.withLockedValue { $0.done(id) }

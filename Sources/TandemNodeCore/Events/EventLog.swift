@@ -5,18 +5,18 @@ import TandemStore
 /// Durable storage of events, implemented by the node's store (and by `InMemoryEventLog`).
 public protocol EventLog: Sendable {
     /// Stores an event durably and assigns the next sequence number (1, 2, 3, … without gaps).
-    func append(type: String, timeMs: UInt64, fields: [String: JSONValue]) throws -> NodeEvent
+    @NodeCore func append(type: String, timeMs: UInt64, fields: [String: JSONValue]) throws -> NodeEvent
     /// Stored events with `seq > since`, in order, at most `limit`.
     func events(since seq: Int64, limit: Int) throws -> [NodeEvent]
     /// The highest sequence number stored (0 when none). A default pages through `events`; stores should answer directly.
     func lastSeq() throws -> Int64
     /// Stores an event in `step`'s transaction (committed with the change it reports). A log
     /// kept elsewhere (in memory) stores it at once.
-    func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent
+    @NodeCore func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent
 }
 
 extension EventLog {
-    public func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent {
+    @NodeCore public func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent {
         try append(type: type, timeMs: timeMs, fields: fields)
     }
 

@@ -7,11 +7,11 @@ public struct StoreEventLog: EventLog {
 
     public init(store: NodeStore) { self.store = store }
 
-    public func append(type: String, timeMs: UInt64, fields: [String: JSONValue]) throws -> NodeEvent {
-        try store.batch(syncing: false) { step in try append(type: type, timeMs: timeMs, fields: fields, in: step) }
+    @NodeCore public func append(type: String, timeMs: UInt64, fields: [String: JSONValue]) throws -> NodeEvent {
+        try store.step(syncing: false) { step in try append(type: type, timeMs: timeMs, fields: fields, in: step) }
     }
 
-    public func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent {
+    @NodeCore public func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent {
         let stored = try step.appendEvent(type: type, timeMs: Int64(timeMs), fields: JSONValue.object(fields).compactJSON,
                                           decoded: JSONValue.object(fields).survivesJSONRoundTrip ? fields : nil)
         return NodeEvent(seq: stored.seq ?? 0, type: type, timeMs: timeMs, fields: fields)

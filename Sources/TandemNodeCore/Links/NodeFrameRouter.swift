@@ -35,7 +35,7 @@ package struct NodeFrameRouter: InboundConsumer {
     /// in it makes the commit synced.
     package func handle(_ events: [InboundEvent]) {
         do {
-            try store.batch(syncing: events.contains { $0.mayChangeDurableState }) { step in
+            try store.step(syncing: events.contains { $0.mayChangeDurableState }) { step in
                 // First once the batch is durable: its events to subscribers (then the ACKs, frames
                 // and signals its steps left for after the commit).
                 step.afterCommit { [self] in self.events.published() }
