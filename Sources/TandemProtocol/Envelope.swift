@@ -22,6 +22,7 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
     /// a proof no one asks for (pieces are never forwarded). Every other type, known or not, is signed.
     public var isLinkAuthenticated: Bool {
         rawValue == 0x0404 || rawValue == 0x040D   // BACKUP_PIECE, BACKUP_FETCHED
+            || rawValue == 0x050B                  // FILE_CHUNK (Protocol/messages.md 7.3: its hash-tree path proves its content)
     }
 
     public static let error = MessageType(rawValue: 0x0001)

@@ -224,6 +224,8 @@ public struct NodeStore: Sendable {
         m.registerMigration("v5-focus") { db in try MigrationV5.focus(db) }
         m.registerMigration("v5-backup") { db in try MigrationV5.backup(db) }
         m.registerMigration("v5-vault") { db in try MigrationV5.vault(db) }
+        // Messages between friends (MigrationV6.swift, Protocol/messages.md 8).
+        m.registerMigration("v6-messages") { db in try MigrationV6.messages(db) }
         return m
     }
 

@@ -357,6 +357,66 @@ public nonisolated enum Tandem_V1_BackupStatus: SwiftProtobuf.Enum, Swift.CaseIt
 
 }
 
+public nonisolated enum Tandem_V1_FileCancelReason: SwiftProtobuf.Enum, Swift.CaseIterable {
+  public typealias RawValue = Int
+  case fileCancelUnspecified // = 0
+
+  /// the sender withdrew the offer, or the receiver declined it
+  case fileCancelByUser // = 1
+
+  /// the receiver will not take a file this size (or has too many pending)
+  case fileCancelTooLarge // = 2
+
+  /// the sender no longer has the file
+  case fileCancelGone // = 3
+
+  /// the receiver gave up after chunks that did not verify
+  case fileCancelBadData // = 4
+
+  /// the offer was not completed in time
+  case fileCancelExpired // = 5
+  case UNRECOGNIZED(Int)
+
+  public init() {
+    self = .fileCancelUnspecified
+  }
+
+  public init?(rawValue: Int) {
+    switch rawValue {
+    case 0: self = .fileCancelUnspecified
+    case 1: self = .fileCancelByUser
+    case 2: self = .fileCancelTooLarge
+    case 3: self = .fileCancelGone
+    case 4: self = .fileCancelBadData
+    case 5: self = .fileCancelExpired
+    default: self = .UNRECOGNIZED(rawValue)
+    }
+  }
+
+  public var rawValue: Int {
+    switch self {
+    case .fileCancelUnspecified: return 0
+    case .fileCancelByUser: return 1
+    case .fileCancelTooLarge: return 2
+    case .fileCancelGone: return 3
+    case .fileCancelBadData: return 4
+    case .fileCancelExpired: return 5
+    case .UNRECOGNIZED(let i): return i
+    }
+  }
+
+  // The compiler won't synthesize support with the UNRECOGNIZED case.
+  public static let allCases: [Tandem_V1_FileCancelReason] = [
+    .fileCancelUnspecified,
+    .fileCancelByUser,
+    .fileCancelTooLarge,
+    .fileCancelGone,
+    .fileCancelBadData,
+    .fileCancelExpired,
+  ]
+
+}
+
 /// Envelope message type 0x0001.
 public nonisolated struct Tandem_V1_Error: Sendable {
   // SwiftProtobuf.Message conformance is added in an extension below. See the
@@ -1383,6 +1443,289 @@ public nonisolated struct Tandem_V1_RecoveryKitAddress: Sendable {
   public init() {}
 }
 
+/// 0x0501 author -> friend (direct), or author -> the challenge's inviter (group thread, which the
+/// inviter forwards unchanged inside FORWARD). Outbox, acknowledged. The message's id is the id of
+/// the envelope the author signed.
+public nonisolated struct Tandem_V1_ChatMessage: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Empty, or the 16-byte id of the challenge whose thread this is.
+  public var challengeID: Data = Data()
+
+  /// 1, 2, 3, ... per conversation and author, without gaps. At most 2^53 - 1.
+  public var seq: UInt64 = 0
+
+  /// 1 + the largest lamport of any message the author had sent or received in the conversation
+  /// when it wrote this one. At most 2^53 - 1.
+  public var lamport: UInt64 = 0
+
+  /// NFC UTF-8, 1 ... 16 384 bytes.
+  public var text: String = String()
+
+  /// Empty, or the 16-byte id of the message this one answers (in the same conversation).
+  public var replyTo: Data = Data()
+
+  /// The author's wall clock when the user sent it, ms. Stays the same if the author re-signs the
+  /// frame later (messages.md 3.3).
+  public var sentAtMs: UInt64 = 0
+
+  /// 0, or the conversation's disappearing timer when it was sent: both sides delete the message
+  /// this long after it was first shown (at most 365 days).
+  public var expiresAfterMs: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0502 inviter -> participant: a frame of the challenge's thread, as its author signed it.
+/// Outbox, acknowledged.
+public nonisolated struct Tandem_V1_ChatForward: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// 16 bytes: the challenge; the inner payload must name the same one.
+  public var challengeID: Data = Data()
+
+  /// The author's whole envelope (MESSAGE, REACTION or RETRACT, recipient = the inviter), byte for
+  /// byte: 159 ... 20 480 bytes.
+  public var envelope: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0503 a reaction on a message. Outbox, acknowledged.
+public nonisolated struct Tandem_V1_ChatReaction: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var challengeID: Data = Data()
+
+  /// 16 bytes: the message reacted on.
+  public var messageID: Data = Data()
+
+  /// One emoji (at most 64 bytes of UTF-8, no controls); empty takes the author's reaction back.
+  public var emoji: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0504 a cheer on a friend's ledger entry (a challenge or solo session). Outbox, acknowledged.
+public nonisolated struct Tandem_V1_Cheer: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// 16 bytes: the challenge (or solo session) of the entry.
+  public var challengeID: Data = Data()
+
+  /// 32 bytes: whose result is cheered (the recipient, or a participant of that challenge).
+  public var subject: Data = Data()
+
+  /// At most 64 bytes; empty means the default cheer.
+  public var emoji: String = String()
+
+  /// At most 280 bytes.
+  public var text: String = String()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0505 READ: the recipient's direct messages with seq <= read_up_to_seq have been shown. Sent only
+/// under the reciprocal rule (messages.md 6). Outbox, acknowledged.
+public nonisolated struct Tandem_V1_ReadReceipt: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var readUpToSeq: UInt64 = 0
+
+  public var readAtMs: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0506 the author takes its own message back. Outbox, acknowledged.
+public nonisolated struct Tandem_V1_Retract: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var challengeID: Data = Data()
+
+  /// 16 bytes: one of the author's own messages.
+  public var messageID: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Tandem_V1_SeqRange: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// first <= last, both 1 ... 2^53 - 1, at most 1 024 seqs in a range.
+  public var first: UInt64 = 0
+
+  public var last: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0507 receiver -> author (direct) or -> inviter (group thread): send these messages again.
+/// Direct, not acknowledged (repeated while the gap stays).
+public nonisolated struct Tandem_V1_GapRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var challengeID: Data = Data()
+
+  /// 32 bytes: whose messages are missing.
+  public var author: Data = Data()
+
+  /// 1 ... 16 ranges, ascending and apart.
+  public var ranges: [Tandem_V1_SeqRange] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0508 the direct conversation's disappearing timer. Outbox, acknowledged.
+public nonisolated struct Tandem_V1_ConversationSettings: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// 0 = off, else 30 000 ms ... 365 days.
+  public var disappearAfterMs: UInt64 = 0
+
+  /// The author's wall clock at the change (ms, 1 ... 2^53 - 1); the newest (version, author) wins.
+  public var version: UInt64 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0509 sender -> friend: a file is offered. Outbox, acknowledged.
+public nonisolated struct Tandem_V1_FileOffer: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// 16 random bytes, chosen by the sender.
+  public var fileID: Data = Data()
+
+  /// The file's base name: 1 ... 255 bytes of UTF-8, no '/', no NUL, not "." or "..".
+  public var name: String = String()
+
+  /// 1 ... 2^32 bytes (4 GiB).
+  public var size: UInt64 = 0
+
+  /// BLAKE2b-256 (unkeyed) of the whole file: 32 bytes.
+  public var fileHash: Data = Data()
+
+  /// 262 144 in version 1.
+  public var chunkSize: UInt32 = 0
+
+  /// The root of the chunks' hash tree (messages.md 7.2): 32 bytes.
+  public var chunkRoot: Data = Data()
+
+  /// Empty, or the 16-byte id of a MESSAGE this file belongs to (a caption).
+  public var messageID: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+public nonisolated struct Tandem_V1_ChunkRange: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  /// Chunk indexes [first, first + count); count 1 ... 16 384.
+  public var first: UInt32 = 0
+
+  public var count: UInt32 = 0
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x050A receiver -> sender: accept the offer (the first request) and send these chunks.
+/// Direct, not acknowledged (the receiver asks again after a timeout).
+public nonisolated struct Tandem_V1_FileRequest: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var fileID: Data = Data()
+
+  /// 1 ... 64 ranges, ascending and apart, within the file's chunks.
+  public var ranges: [Tandem_V1_ChunkRange] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x050B sender -> receiver: one chunk with its hash-tree path. Direct, link-authenticated
+/// (README 5.4: not signed; the path proves its content).
+public nonisolated struct Tandem_V1_FileChunk: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var fileID: Data = Data()
+
+  public var index: UInt32 = 0
+
+  /// chunk_size bytes, fewer for the last chunk.
+  public var data: Data = Data()
+
+  /// The sibling hashes from the leaf up, 32 bytes each, at most 14.
+  public var proof: [Data] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x050C either side: the transfer is over without the file. Outbox, acknowledged.
+public nonisolated struct Tandem_V1_FileCancel: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var fileID: Data = Data()
+
+  public var reason: Tandem_V1_FileCancelReason = .fileCancelUnspecified
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "tandem.v1"
@@ -1405,6 +1748,10 @@ nonisolated extension Tandem_V1_RelayStatus: SwiftProtobuf._ProtoNameProviding {
 
 nonisolated extension Tandem_V1_BackupStatus: SwiftProtobuf._ProtoNameProviding {
   public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0BACKUP_STATUS_UNSPECIFIED\0\u{1}BACKUP_OK\0\u{1}BACKUP_COMPLETE\0\u{1}BACKUP_NO_OFFER\0\u{1}BACKUP_OVER_QUOTA\0\u{1}BACKUP_OUT_OF_ORDER\0\u{1}BACKUP_HASH_MISMATCH\0\u{1}BACKUP_TOO_MANY_PARTIAL\0\u{1}BACKUP_SIZE_MISMATCH\0\u{1}BACKUP_MISSING_BLOBS\0\u{1}BACKUP_SNAPSHOT_LIMIT\0\u{1}BACKUP_CONFLICT\0\u{1}BACKUP_NOT_FOUND\0\u{1}BACKUP_BUSY\0\u{1}BACKUP_BAD_REQUEST\0")
+}
+
+nonisolated extension Tandem_V1_FileCancelReason: SwiftProtobuf._ProtoNameProviding {
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{2}\0FILE_CANCEL_UNSPECIFIED\0\u{1}FILE_CANCEL_BY_USER\0\u{1}FILE_CANCEL_TOO_LARGE\0\u{1}FILE_CANCEL_GONE\0\u{1}FILE_CANCEL_BAD_DATA\0\u{1}FILE_CANCEL_EXPIRED\0")
 }
 
 nonisolated extension Tandem_V1_Error: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
@@ -3583,6 +3930,576 @@ nonisolated extension Tandem_V1_RecoveryKitAddress: SwiftProtobuf.Message, Swift
     if lhs.publicKey != rhs.publicKey {return false}
     if lhs.host != rhs.host {return false}
     if lhs.port != rhs.port {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChatMessage: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChatMessage"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{1}seq\0\u{1}lamport\0\u{1}text\0\u{3}reply_to\0\u{3}sent_at_ms\0\u{3}expires_after_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.seq) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.lamport) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.text) }()
+      case 5: try { try decoder.decodeSingularBytesField(value: &self.replyTo) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.sentAtMs) }()
+      case 7: try { try decoder.decodeSingularUInt64Field(value: &self.expiresAfterMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if self.seq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.seq, fieldNumber: 2)
+    }
+    if self.lamport != 0 {
+      try visitor.visitSingularUInt64Field(value: self.lamport, fieldNumber: 3)
+    }
+    if !self.text.isEmpty {
+      try visitor.visitSingularStringField(value: self.text, fieldNumber: 4)
+    }
+    if !self.replyTo.isEmpty {
+      try visitor.visitSingularBytesField(value: self.replyTo, fieldNumber: 5)
+    }
+    if self.sentAtMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.sentAtMs, fieldNumber: 6)
+    }
+    if self.expiresAfterMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.expiresAfterMs, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChatMessage, rhs: Tandem_V1_ChatMessage) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.seq != rhs.seq {return false}
+    if lhs.lamport != rhs.lamport {return false}
+    if lhs.text != rhs.text {return false}
+    if lhs.replyTo != rhs.replyTo {return false}
+    if lhs.sentAtMs != rhs.sentAtMs {return false}
+    if lhs.expiresAfterMs != rhs.expiresAfterMs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChatForward: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChatForward"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{1}envelope\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.envelope) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if !self.envelope.isEmpty {
+      try visitor.visitSingularBytesField(value: self.envelope, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChatForward, rhs: Tandem_V1_ChatForward) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.envelope != rhs.envelope {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChatReaction: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChatReaction"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{3}message_id\0\u{1}emoji\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.messageID) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.emoji) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if !self.messageID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.messageID, fieldNumber: 2)
+    }
+    if !self.emoji.isEmpty {
+      try visitor.visitSingularStringField(value: self.emoji, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChatReaction, rhs: Tandem_V1_ChatReaction) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.messageID != rhs.messageID {return false}
+    if lhs.emoji != rhs.emoji {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_Cheer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Cheer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{1}subject\0\u{1}emoji\0\u{1}text\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.subject) }()
+      case 3: try { try decoder.decodeSingularStringField(value: &self.emoji) }()
+      case 4: try { try decoder.decodeSingularStringField(value: &self.text) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if !self.subject.isEmpty {
+      try visitor.visitSingularBytesField(value: self.subject, fieldNumber: 2)
+    }
+    if !self.emoji.isEmpty {
+      try visitor.visitSingularStringField(value: self.emoji, fieldNumber: 3)
+    }
+    if !self.text.isEmpty {
+      try visitor.visitSingularStringField(value: self.text, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_Cheer, rhs: Tandem_V1_Cheer) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.subject != rhs.subject {return false}
+    if lhs.emoji != rhs.emoji {return false}
+    if lhs.text != rhs.text {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ReadReceipt: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ReadReceipt"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}read_up_to_seq\0\u{3}read_at_ms\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.readUpToSeq) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.readAtMs) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.readUpToSeq != 0 {
+      try visitor.visitSingularUInt64Field(value: self.readUpToSeq, fieldNumber: 1)
+    }
+    if self.readAtMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.readAtMs, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ReadReceipt, rhs: Tandem_V1_ReadReceipt) -> Bool {
+    if lhs.readUpToSeq != rhs.readUpToSeq {return false}
+    if lhs.readAtMs != rhs.readAtMs {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_Retract: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Retract"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{3}message_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.messageID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if !self.messageID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.messageID, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_Retract, rhs: Tandem_V1_Retract) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.messageID != rhs.messageID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_SeqRange: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".SeqRange"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}first\0\u{1}last\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.first) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.last) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.first != 0 {
+      try visitor.visitSingularUInt64Field(value: self.first, fieldNumber: 1)
+    }
+    if self.last != 0 {
+      try visitor.visitSingularUInt64Field(value: self.last, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_SeqRange, rhs: Tandem_V1_SeqRange) -> Bool {
+    if lhs.first != rhs.first {return false}
+    if lhs.last != rhs.last {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_GapRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".GapRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}challenge_id\0\u{1}author\0\u{1}ranges\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
+      case 2: try { try decoder.decodeSingularBytesField(value: &self.author) }()
+      case 3: try { try decoder.decodeRepeatedMessageField(value: &self.ranges) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 1)
+    }
+    if !self.author.isEmpty {
+      try visitor.visitSingularBytesField(value: self.author, fieldNumber: 2)
+    }
+    if !self.ranges.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.ranges, fieldNumber: 3)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_GapRequest, rhs: Tandem_V1_GapRequest) -> Bool {
+    if lhs.challengeID != rhs.challengeID {return false}
+    if lhs.author != rhs.author {return false}
+    if lhs.ranges != rhs.ranges {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ConversationSettings: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ConversationSettings"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}disappear_after_ms\0\u{1}version\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt64Field(value: &self.disappearAfterMs) }()
+      case 2: try { try decoder.decodeSingularUInt64Field(value: &self.version) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.disappearAfterMs != 0 {
+      try visitor.visitSingularUInt64Field(value: self.disappearAfterMs, fieldNumber: 1)
+    }
+    if self.version != 0 {
+      try visitor.visitSingularUInt64Field(value: self.version, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ConversationSettings, rhs: Tandem_V1_ConversationSettings) -> Bool {
+    if lhs.disappearAfterMs != rhs.disappearAfterMs {return false}
+    if lhs.version != rhs.version {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_FileOffer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FileOffer"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}file_id\0\u{1}name\0\u{1}size\0\u{3}file_hash\0\u{3}chunk_size\0\u{3}chunk_root\0\u{3}message_id\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.fileID) }()
+      case 2: try { try decoder.decodeSingularStringField(value: &self.name) }()
+      case 3: try { try decoder.decodeSingularUInt64Field(value: &self.size) }()
+      case 4: try { try decoder.decodeSingularBytesField(value: &self.fileHash) }()
+      case 5: try { try decoder.decodeSingularUInt32Field(value: &self.chunkSize) }()
+      case 6: try { try decoder.decodeSingularBytesField(value: &self.chunkRoot) }()
+      case 7: try { try decoder.decodeSingularBytesField(value: &self.messageID) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.fileID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.fileID, fieldNumber: 1)
+    }
+    if !self.name.isEmpty {
+      try visitor.visitSingularStringField(value: self.name, fieldNumber: 2)
+    }
+    if self.size != 0 {
+      try visitor.visitSingularUInt64Field(value: self.size, fieldNumber: 3)
+    }
+    if !self.fileHash.isEmpty {
+      try visitor.visitSingularBytesField(value: self.fileHash, fieldNumber: 4)
+    }
+    if self.chunkSize != 0 {
+      try visitor.visitSingularUInt32Field(value: self.chunkSize, fieldNumber: 5)
+    }
+    if !self.chunkRoot.isEmpty {
+      try visitor.visitSingularBytesField(value: self.chunkRoot, fieldNumber: 6)
+    }
+    if !self.messageID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.messageID, fieldNumber: 7)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_FileOffer, rhs: Tandem_V1_FileOffer) -> Bool {
+    if lhs.fileID != rhs.fileID {return false}
+    if lhs.name != rhs.name {return false}
+    if lhs.size != rhs.size {return false}
+    if lhs.fileHash != rhs.fileHash {return false}
+    if lhs.chunkSize != rhs.chunkSize {return false}
+    if lhs.chunkRoot != rhs.chunkRoot {return false}
+    if lhs.messageID != rhs.messageID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_ChunkRange: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".ChunkRange"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}first\0\u{1}count\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularUInt32Field(value: &self.first) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.count) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if self.first != 0 {
+      try visitor.visitSingularUInt32Field(value: self.first, fieldNumber: 1)
+    }
+    if self.count != 0 {
+      try visitor.visitSingularUInt32Field(value: self.count, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_ChunkRange, rhs: Tandem_V1_ChunkRange) -> Bool {
+    if lhs.first != rhs.first {return false}
+    if lhs.count != rhs.count {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_FileRequest: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FileRequest"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}file_id\0\u{1}ranges\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.fileID) }()
+      case 2: try { try decoder.decodeRepeatedMessageField(value: &self.ranges) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.fileID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.fileID, fieldNumber: 1)
+    }
+    if !self.ranges.isEmpty {
+      try visitor.visitRepeatedMessageField(value: self.ranges, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_FileRequest, rhs: Tandem_V1_FileRequest) -> Bool {
+    if lhs.fileID != rhs.fileID {return false}
+    if lhs.ranges != rhs.ranges {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_FileChunk: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FileChunk"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}file_id\0\u{1}index\0\u{1}data\0\u{1}proof\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.fileID) }()
+      case 2: try { try decoder.decodeSingularUInt32Field(value: &self.index) }()
+      case 3: try { try decoder.decodeSingularBytesField(value: &self.data) }()
+      case 4: try { try decoder.decodeRepeatedBytesField(value: &self.proof) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.fileID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.fileID, fieldNumber: 1)
+    }
+    if self.index != 0 {
+      try visitor.visitSingularUInt32Field(value: self.index, fieldNumber: 2)
+    }
+    if !self.data.isEmpty {
+      try visitor.visitSingularBytesField(value: self.data, fieldNumber: 3)
+    }
+    if !self.proof.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.proof, fieldNumber: 4)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_FileChunk, rhs: Tandem_V1_FileChunk) -> Bool {
+    if lhs.fileID != rhs.fileID {return false}
+    if lhs.index != rhs.index {return false}
+    if lhs.data != rhs.data {return false}
+    if lhs.proof != rhs.proof {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_FileCancel: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".FileCancel"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}file_id\0\u{1}reason\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeSingularBytesField(value: &self.fileID) }()
+      case 2: try { try decoder.decodeSingularEnumField(value: &self.reason) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.fileID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.fileID, fieldNumber: 1)
+    }
+    if self.reason != .fileCancelUnspecified {
+      try visitor.visitSingularEnumField(value: self.reason, fieldNumber: 2)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_FileCancel, rhs: Tandem_V1_FileCancel) -> Bool {
+    if lhs.fileID != rhs.fileID {return false}
+    if lhs.reason != rhs.reason {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -1,0 +1,263 @@
+/// The receiving side of one file transfer, as a plain value (Protocol/messages.md 7.3): offered →
+/// accepted (FILE_REQUEST for the first missing chunks) → chunks checked against the offer's hash
+/// tree and recorded in a bitmap → the whole file hashed (by the caller, who holds the file) →
+/// complete. It resumes from the bitmap after a restart or a broken link, keeps at most
+/// `window` chunks requested at once, refuses chunks that were not asked for, lie outside the file,
+/// have the wrong length or do not verify, and gives up on an offer that never ends. Instants are
+/// inputs (`nowMs`); the machine never reads a clock and does no I/O.
+public struct FileReceiver: Sendable, Equatable {
+    public enum Phase: Sendable, Equatable {
+        /// Offered, not yet accepted.
+        case offered
+        /// Accepted: chunks are being fetched.
+        case receiving
+        /// Every chunk verified; waiting for `wholeFileHashed`.
+        case verifying
+        case complete
+        case failed(FileCancelMessage.Reason)
+    }
+
+    public enum Action: Sendable, Equatable {
+        /// Send FILE_REQUEST with these ranges.
+        case request([ChunkRange])
+        /// Write `data` at `offset` of the partial file; persist the bitmap once it is written.
+        case write(index: Int, offset: UInt64, data: [UInt8])
+        /// Every chunk is in: hash the whole partial file and call `wholeFileHashed`.
+        case hashWholeFile
+        /// The file is complete and checked: move it into place.
+        case finish
+        /// Send FILE_CANCEL with this reason (and delete the partial file).
+        case cancel(FileCancelMessage.Reason)
+    }
+
+    public enum ChunkRefusal: Sendable, Equatable {
+        case notReceiving
+        case wrongFile
+        case outOfRange
+        case notRequested
+        case wrongLength
+        case badHash
+        case duplicate
+    }
+
+    public let offer: FileOfferMessage
+    /// Chunks requested at once.
+    public let window: Int
+    /// A request unanswered this long is asked again.
+    public let requestTimeoutMs: Int64
+    /// Chunks that fail their hash before the transfer is given up.
+    public let maximumBadChunks: Int
+
+    public private(set) var phase: Phase
+    /// One bit per chunk, chunk i in byte i / 8, bit i % 8 (least significant first): verified and written.
+    public private(set) var bitmap: [UInt8]
+    public private(set) var verifiedChunks: Int
+    public private(set) var badChunks: Int = 0
+    /// Chunk index → when it was requested.
+    private var inFlight: [Int: Int64] = [:]
+    /// When the offer is given up, whatever happens.
+    public let deadlineMs: Int64
+    private var lastProgressMs: Int64
+
+    /// `deadlineMs`: the offer's end (messages.md 7.4: 8 days after it was offered, by default).
+    public init(offer: FileOfferMessage, nowMs: Int64, deadlineMs: Int64? = nil, window: Int = 16,
+                requestTimeoutMs: Int64 = 30_000, maximumBadChunks: Int = 16) {
+        self.offer = offer
+        self.window = max(1, window)
+        self.requestTimeoutMs = requestTimeoutMs
+        self.maximumBadChunks = maximumBadChunks
+        self.phase = .offered
+        self.bitmap = [UInt8](repeating: 0, count: (offer.chunkCount + 7) / 8)
+        self.verifiedChunks = 0
+        self.deadlineMs = deadlineMs ?? nowMs.addingSaturated(8 * 86_400_000)
+        self.lastProgressMs = nowMs
+    }
+
+    /// Resumes an accepted transfer from a stored bitmap (of the right length; stray bits past the
+    /// last chunk are cleared). Whether the chunks it names are really on disk is the caller's
+    /// promise: it persists a bit only after the chunk's bytes are written.
+    public init(resuming offer: FileOfferMessage, bitmap stored: [UInt8], nowMs: Int64, deadlineMs: Int64,
+                window: Int = 16, requestTimeoutMs: Int64 = 30_000, maximumBadChunks: Int = 16) {
+        self.init(offer: offer, nowMs: nowMs, deadlineMs: deadlineMs, window: window,
+                  requestTimeoutMs: requestTimeoutMs, maximumBadChunks: maximumBadChunks)
+        if stored.count == bitmap.count {
+            bitmap = stored
+            let extra = bitmap.count * 8 - offer.chunkCount
+            if extra > 0 { bitmap[bitmap.count - 1] &= UInt8(0xff) >> UInt8(extra) }
+            verifiedChunks = bitmap.reduce(0) { $0 + $1.nonzeroBitCount }
+        }
+        phase = verifiedChunks == offer.chunkCount ? .verifying : .receiving
+    }
+
+    public func has(_ index: Int) -> Bool {
+        guard index >= 0, index < offer.chunkCount else { return false }
+        return bitmap[index / 8] & (1 << UInt8(index % 8)) != 0
+    }
+
+    /// Bytes verified so far (for progress).
+    public var verifiedBytes: UInt64 {
+        var total: UInt64 = 0
+        for i in 0..<offer.chunkCount where has(i) {
+            total += UInt64(ChunkTree.chunkLength(index: i, size: offer.size, chunkBytes: offer.chunkBytes))
+        }
+        return total
+    }
+
+    // MARK: inputs
+
+    /// The user (or an auto-accept setting) accepts the offer.
+    public mutating func accept(nowMs: Int64) -> [Action] {
+        guard phase == .offered else { return [] }
+        phase = .receiving
+        lastProgressMs = nowMs
+        return requestMore(nowMs: nowMs)
+    }
+
+    /// The user declines, or cancels a transfer under way.
+    public mutating func cancel() -> [Action] {
+        switch phase {
+        case .offered, .receiving, .verifying:
+            phase = .failed(.byUser)
+            inFlight = [:]
+            return [.cancel(.byUser)]
+        case .complete, .failed:
+            return []
+        }
+    }
+
+    /// The sender sent FILE_CANCEL.
+    public mutating func cancelledBySender(_ reason: FileCancelMessage.Reason) {
+        switch phase {
+        case .offered, .receiving, .verifying:
+            phase = .failed(reason)
+            inFlight = [:]
+        case .complete, .failed:
+            break
+        }
+    }
+
+    /// A FILE_CHUNK arrived. Either `.success` with the actions (write it, ask for more, hash the
+    /// file), or the refusal (the chunk is dropped; a bad hash counts towards giving up).
+    public mutating func receive(_ chunk: FileChunkMessage, nowMs: Int64) -> Result<[Action], ChunkRefusalError> {
+        guard phase == .receiving else { return .failure(ChunkRefusalError(.notReceiving)) }
+        guard chunk.fileID == offer.fileID else { return .failure(ChunkRefusalError(.wrongFile)) }
+        guard chunk.index >= 0, chunk.index < offer.chunkCount else { return .failure(ChunkRefusalError(.outOfRange)) }
+        if has(chunk.index) { return .failure(ChunkRefusalError(.duplicate)) }
+        guard inFlight[chunk.index] != nil else { return .failure(ChunkRefusalError(.notRequested)) }
+        guard chunk.data.count == ChunkTree.chunkLength(index: chunk.index, size: offer.size, chunkBytes: offer.chunkBytes) else {
+            return .failure(ChunkRefusalError(.wrongLength))
+        }
+        let leaf = ChunkTree.leafHash(chunk.data)
+        guard ChunkTree.verify(leaf: leaf, index: chunk.index, count: offer.chunkCount, proof: chunk.proof, root: offer.chunkRoot) else {
+            badChunks += 1
+            inFlight[chunk.index] = nil
+            if badChunks >= maximumBadChunks {
+                phase = .failed(.badData)
+                inFlight = [:]
+                return .failure(ChunkRefusalError(.badHash, giveUp: true))
+            }
+            return .failure(ChunkRefusalError(.badHash))
+        }
+        inFlight[chunk.index] = nil
+        bitmap[chunk.index / 8] |= 1 << UInt8(chunk.index % 8)
+        verifiedChunks += 1
+        lastProgressMs = nowMs
+        var actions: [Action] = [.write(index: chunk.index, offset: UInt64(chunk.index) * UInt64(offer.chunkBytes), data: chunk.data)]
+        if verifiedChunks == offer.chunkCount {
+            phase = .verifying
+            actions.append(.hashWholeFile)
+        } else if inFlight.count <= window / 2 {
+            actions.append(contentsOf: requestMore(nowMs: nowMs))
+        }
+        return .success(actions)
+    }
+
+    /// The caller hashed the whole partial file (BLAKE2b-256). Equal to the offer's: finish. Else the
+    /// sender's offer is inconsistent (its tree and its file hash disagree) or the partial file was
+    /// damaged on disk: the transfer fails (`badData`).
+    public mutating func wholeFileHashed(_ hash: [UInt8]) -> [Action] {
+        guard phase == .verifying else { return [] }
+        if hash == offer.fileHash {
+            phase = .complete
+            return [.finish]
+        }
+        phase = .failed(.badData)
+        return [.cancel(.badData)]
+    }
+
+    /// Time passes: past the deadline the offer is given up; requests unanswered for
+    /// `requestTimeoutMs` are asked again (after a broken link, or a restart, this resumes).
+    public mutating func tick(nowMs: Int64) -> [Action] {
+        switch phase {
+        case .offered, .receiving, .verifying:
+            if nowMs >= deadlineMs {
+                phase = .failed(.expired)
+                inFlight = [:]
+                return [.cancel(.expired)]
+            }
+        case .complete, .failed:
+            return []
+        }
+        guard phase == .receiving else { return phase == .verifying ? [.hashWholeFile] : [] }
+        inFlight = inFlight.filter { nowMs.subtractingSaturated($0.value) < requestTimeoutMs }
+        return inFlight.count <= window / 2 ? requestMore(nowMs: nowMs) : []
+    }
+
+    /// The link to the sender broke: nothing requested is coming on it.
+    public mutating func linkLost() { inFlight = [:] }
+
+    /// Asks for missing chunks not in flight, in index order, up to the window.
+    private mutating func requestMore(nowMs: Int64) -> [Action] {
+        var ranges: [ChunkRange] = []
+        var i = 0
+        let n = offer.chunkCount
+        var budget = window - inFlight.count
+        while i < n, budget > 0, ranges.count < ChatLimits.fileRequestRanges {
+            if has(i) || inFlight[i] != nil {
+                i += 1
+                continue
+            }
+            let start = i
+            while i < n, budget > 0, !has(i), inFlight[i] == nil {
+                inFlight[i] = nowMs
+                budget -= 1
+                i += 1
+            }
+            ranges.append(ChunkRange(first: start, count: i - start))
+        }
+        return ranges.isEmpty ? [] : [.request(ranges)]
+    }
+}
+
+/// Why `FileReceiver.receive` dropped a chunk; `giveUp` when this one ended the transfer.
+public struct ChunkRefusalError: Error, Sendable, Equatable {
+    public let reason: FileReceiver.ChunkRefusal
+    public let giveUp: Bool
+    public init(_ reason: FileReceiver.ChunkRefusal, giveUp: Bool = false) {
+        self.reason = reason
+        self.giveUp = giveUp
+    }
+}
+
+/// Read receipts (messages.md 6): off by default, per friend. A node sends READ to a friend only
+/// when it has turned them on for that friend, and shows the friend's receipts only then as well,
+/// so neither side learns more than it gives.
+public enum ReadReceiptRule {
+    /// Whether to send a READ to a friend.
+    public static func shouldSend(enabledForFriend: Bool, conversationIsDirect: Bool) -> Bool {
+        enabledForFriend && conversationIsDirect
+    }
+
+    /// Whether a READ from a friend is stored and shown (one that arrives while receipts are off
+    /// for that friend is acknowledged and dropped: turning them on later does not reveal it).
+    public static func shouldShow(enabledForFriend: Bool, conversationIsDirect: Bool) -> Bool {
+        enabledForFriend && conversationIsDirect
+    }
+
+    /// The READ to send after the user was shown the friend's messages up to `shownSeq`, when the
+    /// last READ sent said `lastSentSeq` (nil: none is due).
+    public static func receiptDue(shownSeq: UInt64, lastSentSeq: UInt64, enabledForFriend: Bool) -> UInt64? {
+        guard enabledForFriend, shownSeq > lastSentSeq, shownSeq <= ChatLimits.maximumCounter else { return nil }
+        return shownSeq
+    }
+}
