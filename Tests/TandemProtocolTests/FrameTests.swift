@@ -46,13 +46,14 @@ final class FrameTests: XCTestCase {
         }
     }
 
-    /// BACKUP_PIECE and BACKUP_FETCHED are link-authenticated (README 5.4): zero signature, accepted
-    /// only on a link from their author; every other type is signed and verified as before.
+    /// BACKUP_PIECE, BACKUP_FETCHED and FILE_CHUNK are link-authenticated (README 5.4,
+    /// messages.md): zero signature, accepted only on a link from their author; every other type
+    /// is signed and verified as before.
     func testLinkAuthenticatedTypesAreAcceptedOnlyFromTheirAuthorsLink() throws {
-        XCTAssertEqual((0...0xFFFF).filter { MessageType(rawValue: UInt16($0)).isLinkAuthenticated }, [0x0404, 0x040D])
+        XCTAssertEqual((0...0xFFFF).filter { MessageType(rawValue: UInt16($0)).isLinkAuthenticated }, [0x0404, 0x040D, 0x050B])
         let payload = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         let carol = SigningKeyPair.generate()
-        for type in [MessageType.backupPiece, .backupFetched] {
+        for type in [MessageType.backupPiece, .backupFetched, .fileChunk] {
             let env = Envelope.sign(type: type, author: alice, recipient: bob.publicKey, createdAt: now, payload: payload)
             XCTAssertEqual(env.signature, [UInt8](repeating: 0, count: 64))
             let parsed = try Envelope.parse(env.bytes)

@@ -1,7 +1,7 @@
 import Foundation
 import GRDB
 import TandemProtocol
-@testable import TandemStore
+@_spi(StoreOwner) @testable import TandemStore
 import XCTest
 
 /// Migration v6-messages and the messaging intents (Protocol/messages.md 8).
