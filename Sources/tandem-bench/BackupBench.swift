@@ -7,11 +7,7 @@ import Sodium
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
 import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 /// `tandem-bench backup`: a vault pushed to a friend's node over loopback, against the box-stream

@@ -7,11 +7,6 @@ import Sodium
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 /// Settings shared by every benchmark.

@@ -7,12 +7,6 @@ import NIOPosix
 import Sodium
 import TandemNet
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 import TandemRelay
 

@@ -2,12 +2,6 @@ import ArgumentParser
 import Foundation
 import TandemNet
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 
 /// `tandem-bench`: release-build benchmarks of the node's three hot paths, each against a floor
 /// measured in the same process in the same run. JSON on stdout, a summary on stderr.

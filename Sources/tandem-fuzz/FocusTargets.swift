@@ -1,10 +1,5 @@
 import Foundation
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
 import NodeFocus
 import TandemStore
 

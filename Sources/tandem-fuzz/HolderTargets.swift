@@ -2,12 +2,7 @@ import Foundation
 import Sodium
 import SwiftProtobuf
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
 import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 // The "holder" target: structure-aware, over real files. One backup holder (BackupHolderHarness:

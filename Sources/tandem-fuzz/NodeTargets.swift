@@ -2,12 +2,6 @@ import Foundation
 import Sodium
 import SwiftProtobuf
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 // The "node" target: structure-aware. Each input is a sequence of steps; most build a well-formed,

@@ -2,12 +2,7 @@ import Foundation
 import Sodium
 @_spi(Fuzzing) import TandemMedia
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
 import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 import TandemVault
 

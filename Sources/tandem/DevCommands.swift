@@ -9,12 +9,6 @@ import ServiceLifecycle
 import Sodium
 import TandemNet
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 #if canImport(Glibc)

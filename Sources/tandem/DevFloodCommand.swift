@@ -6,12 +6,6 @@ import NIOPosix
 import Sodium
 import TandemNet
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 /// `tandem dev flood`: a hostile stranger for tests. Over one authenticated link it sends friend

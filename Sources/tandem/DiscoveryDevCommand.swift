@@ -7,11 +7,6 @@ import ServiceLifecycle
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 /// `tandem dev discover`: runs LAN discovery alone for a while and prints what it sees, so

@@ -3,11 +3,6 @@ import Foundation
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 
 /// Connects to the node serving the data directory (exit 7 with a hint when none runs).
 private func connectToNode(_ common: CommonOptions) async throws -> ControlClient {

@@ -4,11 +4,6 @@ import TandemMedia
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 // Local focus (issue 14): modes, keys, lock / unlock / temp-unlock. The node owns the state; these

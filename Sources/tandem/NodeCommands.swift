@@ -4,11 +4,6 @@ import Logging
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 import TandemVault
 

@@ -4,10 +4,6 @@ import TandemKeys
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
 import NodeFocus
 import TandemProtocol
 

@@ -2,12 +2,6 @@ import ArgumentParser
 import Foundation
 import TandemNet
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 struct RelayCommand: AsyncParsableCommand {

@@ -4,12 +4,6 @@ import NIOCore
 import Sodium
 import TandemNet
 import TandemNode
-import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 import TandemRelay
 

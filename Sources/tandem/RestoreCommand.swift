@@ -5,11 +5,7 @@ import NIOPosix
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
 import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 #if canImport(Glibc)

@@ -3,11 +3,6 @@ import Foundation
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 #if canImport(Glibc)

@@ -6,11 +6,7 @@ import TandemProtocol
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
 @testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 /// The backup holder driven directly, as a hostile peer would: requests from strangers, friends
 /// without an offer and owners, pieces in any order, bad hashes, other owners' names, KIT_GET

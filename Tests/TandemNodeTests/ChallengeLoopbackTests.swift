@@ -7,11 +7,6 @@ import TandemTestSupport
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 /// Two in-process nodes on loopback become friends and run challenges through their control
 /// methods: the whole path from invite to co-signed ledger entry, with real links and timers.

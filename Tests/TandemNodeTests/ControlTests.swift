@@ -9,11 +9,6 @@ import TandemProtocol
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 #if canImport(Glibc)
 import Glibc

@@ -7,11 +7,6 @@ import TandemProtocol
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 /// Two discovery services in one process on loopback, with unicast targets instead of broadcast
 /// (the broadcast path is covered in Tests/lan with network namespaces).

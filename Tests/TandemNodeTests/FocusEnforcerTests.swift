@@ -3,10 +3,6 @@ import Logging
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
 @testable import NodeFocus
 
 /// The enforcer's two workers as `FocusService.run` runs them: the newest target is what gets

@@ -4,11 +4,6 @@ import TandemProtocol
 import TandemStore
 import XCTest
 @testable import TandemNode
-@testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
 @testable import NodeFocus
 
 /// The focus service's pure parts: the key-frame codec clients send (hostile input), and the

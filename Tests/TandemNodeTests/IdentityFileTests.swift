@@ -4,12 +4,6 @@ import Sodium
 import TandemProtocol
 import XCTest
 @testable import TandemNode
-@testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 final class IdentityFileTests: XCTestCase {
     private func tempDir() -> DataDirectory {

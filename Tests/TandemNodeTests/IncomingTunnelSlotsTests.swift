@@ -1,11 +1,6 @@
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 /// The node's share-out of incoming tunnel joins: a stranger, or a few, cannot take every slot.
 final class IncomingTunnelSlotsTests: XCTestCase {

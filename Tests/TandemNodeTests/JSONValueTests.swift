@@ -2,11 +2,6 @@ import Foundation
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 import TandemKeys
 
 /// `JSONValue.compactJSON` is written by hand for speed; it must give what `JSONEncoder` (sorted

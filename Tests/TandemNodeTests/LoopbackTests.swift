@@ -10,11 +10,6 @@ import TandemTestSupport
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 /// In-process nodes on loopback: real sockets, real handshakes, one process.
 final class LoopbackTests: XCTestCase {

@@ -5,11 +5,6 @@ import TandemProtocol
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 /// The node core (`@NodeCore`, one thread) and a node's bounded inbound lane: links are paused, not
 /// frames dropped, when the lane is full, and read again once it has drained to half; work goes

@@ -2,11 +2,6 @@ import NIOConcurrencyHelpers
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 /// The node's internal signal stream: filtering, and readers that fold a burst into one round.
 final class NodeSignalsTests: XCTestCase {

@@ -8,10 +8,6 @@ import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
 @testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 /// The outbox over an in-memory (or temporary) store, a manual clock and a fake transport: what it
 /// writes on which link, when it resends, dials, backs off and deposits mail, and exactly-once

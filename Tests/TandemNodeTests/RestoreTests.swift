@@ -10,11 +10,7 @@ import TandemVault
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
 @testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 
 /// The restore's fetch plan as a value: window, piece sizes, hash checks naming holder and blob,
 /// resume, timeouts and resends.

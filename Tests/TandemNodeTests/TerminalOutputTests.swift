@@ -1,11 +1,6 @@
 import Foundation
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 import TandemNet
 import TandemProtocol
 import XCTest

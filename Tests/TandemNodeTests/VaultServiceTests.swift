@@ -9,11 +9,7 @@ import TandemVault
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
 @testable import NodeVault
-@testable import NodeFocus
 
 /// The PIN rules as a value: the lockout schedule, what counts, the break-in log.
 final class PinGuardTests: XCTestCase {

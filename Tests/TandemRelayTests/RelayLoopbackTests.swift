@@ -9,11 +9,6 @@ import TandemTestSupport
 import XCTest
 @testable import TandemNode
 @testable import TandemNodeCore
-@testable import NodeFriends
-@testable import NodeChallenges
-@testable import NodeBackup
-@testable import NodeVault
-@testable import NodeFocus
 @testable import TandemRelay
 
 /// A relay and two nodes in one process on loopback: real sockets, real handshakes. The nodes

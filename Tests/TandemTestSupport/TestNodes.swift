@@ -4,11 +4,6 @@ import Sodium
 import TandemNet
 import TandemNode
 import TandemNodeCore
-import NodeFriends
-import NodeChallenges
-import NodeBackup
-import NodeVault
-import NodeFocus
 import TandemProtocol
 
 /// What the in-process loopback suites share: quiet loggers, a node started on 127.0.0.1 with
