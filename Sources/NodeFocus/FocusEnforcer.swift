@@ -141,9 +141,16 @@ final class FocusEnforcer: Sendable {
         }
         let problems: [String]
         do {
-            problems = try await NIOThreadPool.singleton.runIfActive { [self] in
+            if Task.isCancelled {
+                // Shutting down (the pool refuses a cancelled task's work): the last reconcile
+                // runs here, once, so the machine is left as the lock says.
                 if verify { restoreIfTampered() }
-                return reconcile()
+                problems = reconcile()
+            } else {
+                problems = try await NIOThreadPool.singleton.runIfActive { [self] in
+                    if verify { restoreIfTampered() }
+                    return reconcile()
+                }
             }
         } catch {
             // The process-wide pool is not running: only at process exit.
