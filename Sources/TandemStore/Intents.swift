@@ -460,6 +460,19 @@ extension StoreStep {
         }
     }
 
+    /// `from` acknowledged a frame: like `acknowledge(_:from:)`, and returns the acknowledged
+    /// frame's type (nil when no frame of ours to `from` had this id), so the flow that sent it can
+    /// record the delivery in the same step.
+    public func acknowledgeReturningType(_ messageId: [UInt8], from recipient: [UInt8]) throws -> Int? {
+        try write(durable: false) { db in
+            guard let type = try Int.fetchOne(try db.cachedStatement(sql: "SELECT type FROM outbox WHERE messageId = ? AND recipient = ?"),
+                                              arguments: [Data(messageId), Data(recipient)]) else { return nil }
+            try db.cachedStatement(sql: "DELETE FROM outbox WHERE messageId = ? AND recipient = ?")
+                .execute(arguments: [Data(messageId), Data(recipient)])
+            return type
+        }
+    }
+
     /// Gives up frames past their expiry. Returns (recipient, message id, type) of each one dropped.
     public func expireOutbox(nowMs: Int64) throws -> [(recipient: [UInt8], messageId: [UInt8], type: Int)] {
         try write { db in

@@ -207,6 +207,10 @@ extension StoreReading {
         }
     }
 
+    public func conversation(id: Int64) throws -> ConversationRow? {
+        try read { db in try ConversationRow.fetchOne(db, key: id) }
+    }
+
     public func message(_ id: [UInt8]) throws -> StoredMessage? {
         try read { db in try StoredMessage.fetchOne(db, key: Data(id)) }
     }
@@ -255,6 +259,33 @@ extension StoreReading {
                 MessageSearchHit(messageId: Array(r["id"] as Data), conversationId: r["conversationId"],
                                  author: Array(r["author"] as Data), sentAtMs: r["sentAtMs"], snippet: r["snippet"])
             }
+        }
+    }
+
+    /// `author`'s messages in the conversation with seqs in `seqs`, in seq order (a gap request's
+    /// answer), at most 1 024.
+    public func messages(conversationId: Int64, author: [UInt8], seqs: ClosedRange<UInt64>) throws -> [StoredMessage] {
+        try read { db in
+            try StoredMessage.fetchAll(db, sql: """
+                SELECT * FROM message WHERE conversationId = ? AND author = ? AND seq BETWEEN ? AND ? ORDER BY seq LIMIT 1024
+                """, arguments: [conversationId, Data(author), Int64(clamping: seqs.lowerBound), Int64(clamping: seqs.upperBound)])
+        }
+    }
+
+    /// Messages whose id starts with these hex digits, at most `limit`.
+    public func messages(idPrefix hex: String, limit: Int = 2) throws -> [StoredMessage] {
+        guard !hex.isEmpty, hex.count <= 32, hex.allSatisfy(\.isHexDigit) else { return [] }
+        return try read { db in
+            try StoredMessage.fetchAll(db, sql: "SELECT * FROM message WHERE lower(hex(id)) LIKE ? LIMIT ?",
+                                       arguments: [hex.lowercased() + "%", limit])
+        }
+    }
+
+    /// Whether our frame `messageId` to `recipient` still waits in the outbox.
+    public func hasOutboxFrame(_ messageId: [UInt8], to recipient: [UInt8]) throws -> Bool {
+        try read { db in
+            try Bool.fetchOne(db, sql: "SELECT 1 FROM outbox WHERE messageId = ? AND recipient = ?",
+                              arguments: [Data(messageId), Data(recipient)]) ?? false
         }
     }
 

@@ -185,26 +185,32 @@ package final class Outbox: Sendable {
     }
 
     /// An ACK (or a REPLAYED error) from the recipient of one of our frames: delivered. Only the
-    /// recipient of a frame can acknowledge it.
-    package func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep) {
-        health.attempt("remove an acknowledged frame") {
-            guard try step.acknowledge(messageID, from: author) else { return }
+    /// recipient of a frame can acknowledge it. Returns the acknowledged frame's type (nil when no
+    /// frame of ours to `author` had this id), so the router can tell the flow that owns the type
+    /// (`FrameFlow.delivered`) in the same step.
+    @discardableResult
+    package func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep) -> MessageType? {
+        health.read("remove an acknowledged frame", or: nil) { () throws -> MessageType? in
+            guard let raw = try step.acknowledgeReturningType(messageID, from: author) else { return nil }
             book.withLockedValue { $0.done(messageID) }
             events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
                                              "message_id": .string(hexString(messageID))], in: step)
+            return MessageType(rawValue: UInt16(clamping: raw))
         }
     }
 
-    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8], _ step: StoreStep) {
-        // A replay error about one of our frames means its first copy reached the peer (whose ACK
-        // may be lost or still on its way).
-        if error.code == .replayed, error.refMessageID.count == 16 { delivered(Array(error.refMessageID), by: key, step) }
+    /// A replay error about one of our frames means its first copy reached the peer (whose ACK
+    /// may be lost or still on its way): delivered. Returns the frame's id and type when it was ours.
+    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8], _ step: StoreStep) -> (messageID: [UInt8], type: MessageType)? {
+        guard error.code == .replayed, error.refMessageID.count == 16 else { return nil }
+        let id = Array(error.refMessageID)
+        return delivered(id, by: key, step).map { (id, $0) }
     }
 
     nonisolated static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .backupOffer]
 
     nonisolated static func isDurable(_ type: MessageType) -> Bool {
-        durable.contains(type) || MessageType.challengeRange.contains(type.rawValue)
+        durable.contains(type) || MessageType.challengeRange.contains(type.rawValue) || type.isAcknowledgedMessage
     }
 
     /// A payload that broke its message's rules: logged, answered with MALFORMED on its link, and
