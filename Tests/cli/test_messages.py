@@ -1,0 +1,106 @@
+"""Messages between two real `tandem node` processes, through the CLI only."""
+import json
+import os
+import subprocess
+
+from tandem_testkit import TANDEM, befriend, cli, cli_json, one_line_error, wait_event
+
+
+def send_stdin(node, friend, data, *args):
+    """`tandem message send FRIEND - ARGS` with `data` (bytes) on standard input."""
+    return subprocess.run([TANDEM, "message", "send", friend, "-", *args, "--data-dir", node.data_dir],
+                          input=data, capture_output=True, timeout=30, env=os.environ)
+
+
+def test_send_list_and_wait_delivered(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    cli(alice, "name", "Alice")
+    cli(bob, "name", "Bob")
+    befriend(alice, bob)
+    # By name, waiting until Bob's node stored it.
+    sent = cli_json(alice, "message", "send", "Bob", "ready? \x1b[2J", "--wait", "delivered", "--timeout", "20s")
+    assert set(sent) == {"id", "delivered_at"} and len(sent["id"]) == 32
+    received = wait_event(bob, "message.received", f"id={sent['id']}")
+    assert received["from"] == alice.id and received["from_name"] == "Alice" and received["text"] == "ready? \x1b[2J"
+    # Bob's list: the shape of --json, newest last.
+    listed = cli_json(bob, "message", "list", alice.id)
+    assert set(listed) == {"conversation", "messages"}
+    [m] = listed["messages"]
+    assert {"id", "author", "text", "sent_at", "state", "reply_to", "reactions"} <= set(m)
+    assert m["id"] == sent["id"] and m["author"] == alice.id and m["text"] == "ready? \x1b[2J"
+    assert m["state"] in ("received", "read") and m["reply_to"] is None and m["reactions"] == []
+    # sent_at is local time with its offset (ISO 8601).
+    assert m["sent_at"][10] == "T" and (m["sent_at"].endswith("Z") or m["sent_at"][-6] in "+-")
+    # Text output: the escape sequence is shown, not obeyed.
+    text = cli(bob, "message", "list", "Alice").stdout
+    assert "\x1b" not in text and "ready? \\x1b[2J" in text
+    # A reply, from standard input, in order after what it answers, on both sides.
+    reply = send_stdin(bob, "Alice", "yes, ready\n".encode(), "--reply-to", sent["id"][:8], "--json")
+    assert reply.returncode == 0, reply.stderr
+    reply_id = json.loads(reply.stdout)["id"]
+    wait_event(alice, "message.received", f"id={reply_id}")
+    for node, other in ((alice, bob), (bob, alice)):
+        msgs = cli_json(node, "message", "list", other.id)["messages"]
+        assert [x["id"] for x in msgs] == [sent["id"], reply_id]
+        assert msgs[1]["reply_to"] == sent["id"] and msgs[1]["text"] == "yes, ready"
+    # Alice's copy is delivered; the node recorded the delivery after Bob's node stored it.
+    mine = cli_json(alice, "message", "list", "Bob")["messages"]
+    assert mine[0]["state"] == "delivered"
+    delivered = wait_event(alice, "message.delivered", f"id={sent['id']}")
+    assert delivered["to"] == bob.id
+    # Search finds it with a snippet; --limit and --before page back.
+    hits = cli_json(bob, "message", "search", "ready", "--friend", "Alice")["hits"]
+    assert {h["id"] for h in hits} == {sent["id"], reply_id} and all("[ready]" in h["snippet"] for h in hits)
+    assert [x["id"] for x in cli_json(bob, "message", "list", "Alice", "--limit", "1")["messages"]] == [reply_id]
+    assert [x["id"] for x in cli_json(bob, "message", "list", "Alice", "--before", reply_id)["messages"]] == [sent["id"]]
+    # A reaction and a retract reach the other side.
+    cli(bob, "message", "react", sent["id"][:10], "👍")
+    wait_event(alice, "message.reaction", f"id={sent['id']}")
+    assert cli_json(alice, "message", "list", "Bob")["messages"][0]["reactions"] == [{"author": bob.id, "emoji": "👍"}]
+    cli(alice, "message", "retract", sent["id"])
+    wait_event(bob, "message.retracted", f"id={sent['id']}")
+    assert cli_json(bob, "message", "list", "Alice")["messages"][0]["state"] == "retracted"
+
+
+def test_bad_input_is_one_line_and_non_zero(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    befriend(alice, bob, online=False)
+    cases = [
+        cli(alice, "message", "send", "nobody", "hi", check=False),
+        cli(alice, "message", "send", bob.id, "x" * (17 * 1024), check=False),
+        send_stdin(alice, bob.id, b"bad \xff\xfe utf-8"),
+        send_stdin(alice, bob.id, b"y" * (17 * 1024)),
+        cli(alice, "message", "send", bob.id, "", check=False),
+        cli(alice, "message", "list", "nobody", check=False),
+        cli(alice, "message", "react", "zz", "👍", check=False),
+        cli(alice, "message", "retract", "abcdef0123", check=False),
+        cli(alice, "message", "send", bob.id, "hi", "--wait", "forever", check=False),
+        cli(alice, "friend", "set", bob.id, "--read-receipts", "maybe", check=False),
+    ]
+    for proc in cases:
+        assert proc.returncode != 0, proc.args
+        if isinstance(proc.stderr, bytes):
+            proc = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+        one_line_error(proc)
+    assert "not valid UTF-8" in send_stdin(alice, bob.id, b"\xc3\x28").stderr.decode()
+    assert "16384" in cli(alice, "message", "send", bob.id, "x" * (17 * 1024), check=False).stderr
+    # Nothing of it was stored.
+    assert cli_json(alice, "message", "list", bob.id)["messages"] == []
+
+
+def test_read_receipts_setting_and_wait_timeout(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    befriend(alice, bob)
+    out = cli(alice, "friend", "set", bob.id, "--read-receipts", "on").stdout
+    assert "on" in out
+    assert cli_json(bob, "message", "settings", alice.id, "--read-receipts", "off")["read_receipts"] is False
+    # With Bob's node stopped, --wait delivered times out (exit 6) yet the message stays queued.
+    bob.stop()
+    proc = cli(alice, "message", "send", bob.id, "later", "--wait", "delivered", "--timeout", "1s", check=False)
+    assert proc.returncode == 6, proc.stderr
+    one_line_error(proc)
+    [m] = cli_json(alice, "message", "list", bob.id)["messages"]
+    assert m["state"] == "queued"
