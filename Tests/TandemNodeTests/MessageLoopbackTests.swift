@@ -48,10 +48,11 @@ final class MessageLoopbackTests: XCTestCase {
     }
 
     func befriend(_ a: RunningNode, _ b: RunningNode) async throws {
+        let (aID, bID) = (a.node.id.canonical, b.node.id.canonical)
         _ = try await a.node.friends.request(b.node.identity.publicKey, message: "", address: ("127.0.0.1", b.port))
-        _ = try await event(b.node, "friend.request.received")
+        _ = try await event(b.node, "friend.request.received", where: { $0.fields["id"]?.stringValue == aID })
         _ = try await b.node.friends.accept(a.node.identity.publicKey)
-        _ = try await event(a.node, "friend.accepted")
+        _ = try await event(a.node, "friend.accepted", where: { $0.fields["id"]?.stringValue == bID })
     }
 
     func send(_ from: NodeRuntime, to: NodeRuntime, _ text: String, _ extra: [String: JSONValue] = [:]) async throws -> String {
@@ -192,6 +193,42 @@ final class MessageLoopbackTests: XCTestCase {
         XCTAssertEqual(read.fields["ids"]?.arrayValue?.compactMap(\.stringValue), [first, second])
         let states = try await list(a.node, with: b.node).map { $0["state"]?.stringValue }
         XCTAssertEqual(states, ["read", "read"])
+    }
+
+    /// A challenge's thread among three: carol and bob are friends of alice (the inviter), not of
+    /// each other. Each writes to alice, whose node stores and forwards the author-signed frame.
+    func testAThreadReachesParticipantsWhoAreNotFriends() async throws {
+        let alice = try await RunningNode.start(), bob = try await RunningNode.start(), carol = try await RunningNode.start()
+        defer { alice.task.cancel(); bob.task.cancel(); carol.task.cancel() }
+        try await befriend(alice, bob)
+        try await befriend(alice, carol)
+        let invited = try await call(alice.node, "challenge.invite", ["ids": [.string(bob.node.id.canonical), .string(carol.node.id.canonical)],
+                                                                      "duration_ms": 60_000, "start_in_ms": 600_000])
+        let thread = try XCTUnwrap(invited["id"]?.stringValue)
+        _ = try await event(bob.node, "challenge.invited")
+        _ = try await event(carol.node, "challenge.invited")
+        let sent = try await call(carol.node, "message.send", ["challenge": .string(thread), "text": "who's in?"])
+        let id = try XCTUnwrap(sent["id"]?.stringValue)
+        let atBob = try await event(bob.node, "message.received", where: { $0.fields["id"]?.stringValue == id })
+        XCTAssertEqual(atBob.fields["from"]?.stringValue, carol.node.id.canonical, "the author, not the forwarder")
+        XCTAssertEqual(atBob.fields["conversation"]?.stringValue, "challenge:" + thread)
+        _ = try await event(alice.node, "message.received", where: { $0.fields["id"]?.stringValue == id })
+        _ = try await event(carol.node, "message.delivered", where: { $0.fields["id"]?.stringValue == id })
+        // Bob answers; carol gets it through alice.
+        let answer = try await call(bob.node, "message.send", ["challenge": .string(thread), "text": "me", "reply_to": .string(id)])
+        let answerID = try XCTUnwrap(answer["id"]?.stringValue)
+        _ = try await event(carol.node, "message.received", where: { $0.fields["id"]?.stringValue == answerID })
+        for node in [alice.node, bob.node, carol.node] {
+            let shown = try await call(node, "message.list", ["challenge": .string(thread)])["messages"]?.arrayValue ?? []
+            XCTAssertEqual(shown.map { $0["id"]?.stringValue }, [id, answerID], "the same order on every node")
+        }
+        // The inviter writing to its own thread is refused for now (one id, several outbox rows).
+        do {
+            _ = try await call(alice.node, "message.send", ["challenge": .string(thread), "text": "hi"])
+            XCTFail("the inviter wrote to its thread")
+        } catch let e as NodeError {
+            XCTAssertEqual(e.exitCode, 1)
+        }
     }
 
     /// A friend offline when the messages are sent gets them once, in order, when it starts.
