@@ -231,6 +231,38 @@ final class MessageLoopbackTests: XCTestCase {
         }
     }
 
+    /// After a challenge, bob cheers alice's result in the ledger entry they share; alice's ledger
+    /// shows it beside the entry.
+    func testACheerOnALedgerEntry() async throws {
+        let a = try await RunningNode.start(), b = try await RunningNode.start()
+        defer { a.task.cancel(); b.task.cancel() }
+        try await befriend(a, b)
+        let invited = try await call(a.node, "challenge.invite", ["ids": [.string(b.node.id.canonical)], "duration_ms": 1000])
+        let challenge = try XCTUnwrap(invited["id"]?.stringValue)
+        _ = try await event(b.node, "challenge.invited")
+        _ = try await call(b.node, "challenge.accept", ["id": .string(challenge)])
+        _ = try await event(a.node, "ledger.appended", seconds: 30)
+        let entry = try await event(b.node, "ledger.appended", seconds: 30)
+        let seq = try XCTUnwrap(entry.fields["entry"]?.intValue)
+        do {
+            _ = try await call(b.node, "message.cheer", ["entry": .int(seq + 7)])
+            XCTFail("cheered a ledger entry that does not exist")
+        } catch let e as NodeError {
+            XCTAssertEqual(e.exitCode, TandemError.nothingToActOnExitCode)
+        }
+        let cheered = try await call(b.node, "message.cheer", ["entry": .int(seq), "text": "well done"])
+        XCTAssertEqual(cheered["to"]?.stringValue, a.node.id.canonical)
+        let got = try await event(a.node, "message.cheer")
+        XCTAssertEqual(got.fields["challenge_id"]?.stringValue, challenge)
+        XCTAssertEqual(got.fields["subject"]?.stringValue, a.node.id.canonical)
+        XCTAssertEqual(got.fields["text"]?.stringValue, "well done")
+        XCTAssertEqual(got.fields["emoji"]?.stringValue, "👏")
+        let ledger = try await call(a.node, "ledger.list")["entries"]?.arrayValue ?? []
+        let cheers = ledger.first { $0["challenge_id"]?.stringValue == challenge }?["cheers"]?.arrayValue ?? []
+        XCTAssertEqual(cheers.map { $0["from"]?.stringValue }, [b.node.id.canonical])
+        XCTAssertEqual(cheers.first?["text"]?.stringValue, "well done")
+    }
+
     /// A friend offline when the messages are sent gets them once, in order, when it starts.
     func testAnOfflineFriendGetsEverythingOnceInOrder() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tdm-msg-\(UInt32.random(in: 0...UInt32.max))")
