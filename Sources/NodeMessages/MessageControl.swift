@@ -50,18 +50,24 @@ extension MessageService {
         }
     }
 
-    /// Where our frames about conversation `c` go: the friend, or for a thread the inviter (who
-    /// forwards them). The inviter's own thread frames would go to every participant under one
-    /// message id, which the outbox (keyed by message id) cannot hold yet: refused for now.
-    func recipient(_ c: ConversationRow, _ r: StoreReading) throws -> [UInt8] {
-        if let peer = c.peer { return Array(peer) }
+    /// Where our frames about conversation `c` go: the friend; in a thread, the inviter (who
+    /// forwards them), or, when we are the inviter, every other participant (messages.md 4).
+    func recipients(_ c: ConversationRow, _ r: StoreReading) throws -> [[UInt8]] {
+        if let peer = c.peer { return [Array(peer)] }
         guard let thread = c.challengeId.map({ Array($0) }), let ch = try r.challenge(thread) else {
             throw NodeError.nothingToActOn("no such challenge")
         }
-        guard ch.inviter != me else {
-            throw NodeError.refused("writing to a thread as its inviter is not supported yet (write to each friend directly)")
-        }
-        return ch.inviter
+        guard ch.inviter == me else { return [ch.inviter] }
+        let others = ch.participants.map(\.key).filter { $0 != me }
+        guard !others.isEmpty else { throw NodeError.nothingToActOn("nobody else takes part in that challenge") }
+        return others
+    }
+
+    /// One frame for each recipient, all signed under one message id (the first frame's): every
+    /// copy of a thread message carries the same id and payload (messages.md 4 step 3).
+    func frames(_ type: MessageType, to recipients: [[UInt8]], payload: [UInt8], _ step: StoreStep) -> [OutboxItem] {
+        let id = MessageID.random()
+        return recipients.map { outbox.frame(type, to: $0, payload: payload, messageID: id, in: step) }
     }
 
     func describe(_ m: StoredMessage, _ r: StoreReading) throws -> JSONValue {
@@ -120,7 +126,7 @@ extension MessageService {
         } else {
             c = try step.directConversation(peer: try friendKey(params, "to", step), nowMs: now())
         }
-        let to = try recipient(c, step)
+        let to = try recipients(c, step)
         guard let cid = c.id else { throw MessageStoreError.noSuchConversation }
         var replyTo: [UInt8]?
         if params["reply_to"]?.stringValue != nil {
@@ -136,13 +142,15 @@ extension MessageService {
         let body = ChatMessageBody(challengeID: c.challengeId.map { Array($0) }, seq: seq, lamport: lamport, text: text,
                                    replyTo: replyTo, sentAtMs: UInt64(max(1, sentAt)))
         // Signed after `sentAt` was read: sent_at_ms is never later than the envelope's created_at.
-        let frame = outbox.frame(.chatMessage, to: to, payload: body.payload, in: step)
-        let id = Array(frame.messageId)
+        let frames = frames(.chatMessage, to: to, payload: body.payload, step)
+        guard let first = frames.first else { throw MessageStoreError.noSuchConversation }
+        let id = Array(first.messageId)
         let row = StoredMessage(id: id, conversationId: cid, author: me, seq: seq, lamport: lamport, sentLamport: lamport, text: text,
                                 replyTo: replyTo, sentAtMs: sentAt, receivedAtMs: sentAt, state: .queued)
-        try step.sendMessage(row, frame: frame)
-        outbox.send(to: [to], in: step)
-        events.emit("message.sent", ["id": .string(hexString(id)), "to": idText(to), "conversation": conversationText(c),
+        try step.sendMessage(row, frame: first)
+        for f in frames.dropFirst() { try step.enqueue(f) }
+        outbox.send(to: to, in: step)
+        events.emit("message.sent", ["id": .string(hexString(id)), "to": .array(to.map(idText)), "conversation": conversationText(c),
                                      "seq": .int(Int64(seq))], in: step)
         return .object(["id": .string(hexString(id)), "seq": .int(Int64(seq)), "sent_at": JSONValue.isoLocal(sentAt)])
     }
@@ -196,11 +204,12 @@ extension MessageService {
         guard ChatText.isEmoji(emoji) else { throw Self.usage("an emoji is at most \(ChatLimits.emojiBytes) bytes, with no spaces or controls") }
         guard !m.retracted else { throw NodeError.refused("that message was retracted") }
         guard let c = try step.conversation(id: m.conversationId) else { throw MessageStoreError.noSuchConversation }
-        let to = try recipient(c, step)
+        let to = try recipients(c, step)
         let r = ChatReactionMessage(challengeID: c.challengeId.map { Array($0) }, messageID: Array(m.id), emoji: emoji)
-        let frame = outbox.frame(.chatReaction, to: to, payload: r.payload, in: step)
-        try step.setReaction(messageId: Array(m.id), author: me, emoji: emoji, atMs: now(), frame: frame)
-        outbox.send(to: [to], in: step)
+        let frames = frames(.chatReaction, to: to, payload: r.payload, step)
+        try step.setReaction(messageId: Array(m.id), author: me, emoji: emoji, atMs: now(), frame: frames.first)
+        for f in frames.dropFirst() { try step.enqueue(f) }
+        outbox.send(to: to, in: step)
         return .object(["id": .string(hexString(Array(m.id))), "emoji": .string(emoji)])
     }
 
@@ -209,11 +218,12 @@ extension MessageService {
         guard Array(m.author) == me else { throw NodeError.refused("only its author can retract a message") }
         guard !m.retracted else { throw NodeError.nothingToActOn("that message is already retracted") }
         guard let c = try step.conversation(id: m.conversationId) else { throw MessageStoreError.noSuchConversation }
-        let to = try recipient(c, step)
+        let to = try recipients(c, step)
         let r = RetractMessage(challengeID: c.challengeId.map { Array($0) }, messageID: Array(m.id))
-        let frame = outbox.frame(.retract, to: to, payload: r.payload, in: step)
-        try step.retractMessage(Array(m.id), author: me, frame: frame)
-        outbox.send(to: [to], in: step)
+        let frames = frames(.retract, to: to, payload: r.payload, step)
+        try step.retractMessage(Array(m.id), author: me, frame: frames.first)
+        for f in frames.dropFirst() { try step.enqueue(f) }
+        outbox.send(to: to, in: step)
         return .object(["id": .string(hexString(Array(m.id))), "retracted": true])
     }
 

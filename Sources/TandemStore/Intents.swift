@@ -412,13 +412,15 @@ extension StoreStep {
         try write(durable: false) { db in
             let rows = try Row.fetchAll(try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE recipient = ?"),
                                         arguments: [Data(key)])
-            let update = try db.cachedStatement(sql: "UPDATE outbox SET attempts = ?, nextAttemptMs = ?, lastError = ? WHERE messageId = ?")
+            let update = try db.cachedStatement(sql: """
+                UPDATE outbox SET attempts = ?, nextAttemptMs = ?, lastError = ? WHERE messageId = ? AND recipient = ?
+                """)
             for row in rows {
                 let id: Data = try row.decode(Data.self, atIndex: 0)
                 guard messageIds?.contains(Array(id)) ?? true else { continue }
                 let attempts = (try row.decode(Int.self, atIndex: 1)).addingReportingOverflow(1).partialValue
                 let delay = min(maximumDelayMs, 1000 << min(max(attempts - 1, 0), 20))
-                try update.execute(arguments: [attempts, nowMs.addingSaturated(Int64(delay)), error, id])
+                try update.execute(arguments: [attempts, nowMs.addingSaturated(Int64(delay)), error, id, Data(key)])
             }
         }
     }
@@ -444,10 +446,14 @@ extension StoreStep {
         }
     }
 
-    /// The recipient acknowledged a frame. True when it was still waiting.
+    /// Drops every outbox row of frame `messageId`, whoever it waits for (an unreadable frame). True
+    /// when one was still waiting. An acknowledgement removes only its sender's row: `acknowledge(_:from:)`.
     @discardableResult
     public func acknowledge(_ messageId: [UInt8]) throws -> Bool {
-        try write { db in try OutboxItem.deleteOne(db, key: Data(messageId)) }
+        try write { db in
+            try db.cachedStatement(sql: "DELETE FROM outbox WHERE messageId = ?").execute(arguments: [Data(messageId)])
+            return db.changesCount > 0
+        }
     }
 
     /// `from` acknowledged a frame: only a frame addressed to it leaves the outbox.

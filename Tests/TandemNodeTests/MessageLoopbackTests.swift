@@ -222,13 +222,21 @@ final class MessageLoopbackTests: XCTestCase {
             let shown = try await call(node, "message.list", ["challenge": .string(thread)])["messages"]?.arrayValue ?? []
             XCTAssertEqual(shown.map { $0["id"]?.stringValue }, [id, answerID], "the same order on every node")
         }
-        // The inviter writing to its own thread is refused for now (one id, several outbox rows).
-        do {
-            _ = try await call(alice.node, "message.send", ["challenge": .string(thread), "text": "hi"])
-            XCTFail("the inviter wrote to its thread")
-        } catch let e as NodeError {
-            XCTAssertEqual(e.exitCode, 1)
+        // The inviter writes to every participant directly, one id on every copy.
+        let own = try await call(alice.node, "message.send", ["challenge": .string(thread), "text": "starting soon"])
+        let ownID = try XCTUnwrap(own["id"]?.stringValue)
+        for node in [bob.node, carol.node] {
+            let got = try await event(node, "message.received", where: { $0.fields["id"]?.stringValue == ownID })
+            XCTAssertEqual(got.fields["from"]?.stringValue, alice.node.id.canonical)
         }
+        // A reaction by carol on alice's message reaches bob through alice, and a retract by alice both.
+        _ = try await call(carol.node, "message.react", ["id": .string(ownID), "emoji": "🔥"])
+        _ = try await event(bob.node, "message.reaction", where: { $0.fields["id"]?.stringValue == ownID })
+        _ = try await call(alice.node, "message.retract", ["id": .string(ownID)])
+        for node in [bob.node, carol.node] {
+            _ = try await event(node, "message.retracted", where: { $0.fields["id"]?.stringValue == ownID })
+        }
+        try await outboxDrains(alice.node)
     }
 
     /// After a challenge, bob cheers alice's result in the ledger entry they share; alice's ledger

@@ -103,9 +103,12 @@ package final class Outbox: Sendable {
     }
 
     /// Signs a frame for `recipient` as an outbox row, for the flow to store with its change.
-    package func frame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8], in r: StoreReading) -> OutboxItem {
+    /// `messageID`: the id to sign under (one message sent to several recipients keeps one id).
+    package func frame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8], messageID: MessageID = .random(),
+                       in r: StoreReading) -> OutboxItem {
         let nowMs = now()
-        let env = Envelope.sign(type: type, author: identity, recipient: recipient, createdAt: UInt64(clamping: nowMs), payload: payload)
+        let env = Envelope.sign(type: type, messageID: messageID, author: identity, recipient: recipient,
+                                createdAt: UInt64(clamping: nowMs), payload: payload)
         var item = OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: nowMs)
         let farewell = type == .friendDecline || type == .friendRemove
         if farewell || !isFriend(recipient, in: r) {
@@ -113,6 +116,11 @@ package final class Outbox: Sendable {
         }
         return item
     }
+
+    /// What the delivery book tracks a frame by: its id and its recipient (one message can wait for
+    /// several recipients under one id).
+    nonisolated static func bookKey(_ messageID: [UInt8], _ recipient: [UInt8]) -> [UInt8] { messageID + recipient }
+    nonisolated static func bookKey(_ item: OutboxItem) -> [UInt8] { Array(item.messageId) + Array(item.recipient) }
 
     /// Nudges the delivery loop: at once when it waits, else as soon as its current round ends.
     func poke() { wake.poke() }
@@ -192,7 +200,7 @@ package final class Outbox: Sendable {
     package func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep) -> MessageType? {
         health.read("remove an acknowledged frame", or: nil) { () throws -> MessageType? in
             guard let raw = try step.acknowledgeReturningType(messageID, from: author) else { return nil }
-            book.withLockedValue { $0.done(messageID) }
+            book.withLockedValue { $0.done(Self.bookKey(messageID, author)) }
             events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
                                              "message_id": .string(hexString(messageID))], in: step)
             return MessageType(rawValue: UInt16(clamping: raw))
@@ -353,8 +361,8 @@ package final class Outbox: Sendable {
             return
         }
         let nowMs = now()
-        let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Array($0.messageId) }, link: link.serial, nowMs: nowMs) })
-        for item in items where fresh.contains(Array(item.messageId)) {
+        let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Self.bookKey($0) }, link: link.serial, nowMs: nowMs) })
+        for item in items where fresh.contains(Self.bookKey(item)) {
             guard let env = try? Envelope.parse(Array(item.frame)) else {  // logged, counted and dropped below
                 // Written by this node, so only a damaged store gets here: drop the row, say so.
                 logger.error("unreadable outbox frame dropped", metadata: ["message_id": "\(hexString(item.messageId))"])
@@ -404,8 +412,8 @@ package final class Outbox: Sendable {
             self.health.attempt("record the deposited frames") {
                 try self.store.step(syncing: false) { step in
                     for id in deposited {
-                        guard self.health.read("remove a deposited frame", or: false, { try step.acknowledge(id) }) else { continue }
-                        self.book.withLockedValue { $0.done(id) }
+                        guard self.health.read("remove a deposited frame", or: false, { try step.acknowledge(id, from: key) }) else { continue }
+                        self.book.withLockedValue { $0.done(Self.bookKey(id, key)) }
                         self.events.emit("outbox.deposited", ["to": .string(NodeID(publicKey: key).canonical),
                                                               "message_id": .string(hexString(id)), "relay": .string(relay.description)],
                                          in: step)
