@@ -92,12 +92,7 @@ extension MessageService {
         router.registerOnCore(in: store, publishing: events, "message.react") { [self] params, step in try react(params, step) }
         router.registerOnCore(in: store, publishing: events, "message.retract") { [self] params, step in try retract(params, step) }
         router.registerOnCore(in: store, publishing: events, "message.cheer") { [self] params, step in try cheer(params, step) }
-        router.registerOnCore(in: store, publishing: events, "message.settings") { [self] params, step in
-            let key = try friendKey(params, "friend", step)
-            guard let on = params["read_receipts"]?.boolValue else { throw Self.usage("missing parameter 'read_receipts' (true or false)") }
-            try step.setReadReceipts(peer: key, on, nowMs: now())
-            return .object(["friend": idText(key), "read_receipts": .bool(on)])
-        }
+        router.registerOnCore(in: store, publishing: events, "message.settings") { [self] params, step in try settings(params, step) }
         router.registerOnCore("message.search") { [self] params in
             guard let text = params["text"]?.stringValue, !text.trimmingCharacters(in: .whitespaces).isEmpty else {
                 throw Self.usage("missing parameter 'text'")
@@ -113,6 +108,34 @@ extension MessageService {
     }
 
     // MARK: - Intents
+
+    /// Per-friend settings: read receipts, mute, the disappearing timer (sent to the friend: both
+    /// sides enforce it, last writer wins). Answers the settings as they stand.
+    func settings(_ params: JSONValue, _ step: StoreStep) throws -> JSONValue {
+        let key = try friendKey(params, "friend", step)
+        let receipts = params["read_receipts"]?.boolValue
+        let muted = params["muted"]?.boolValue
+        let timer = params["disappear_after_ms"]?.intValue
+        if params["read_receipts"] != nil, receipts == nil { throw Self.usage("'read_receipts' is true or false") }
+        if params["muted"] != nil, muted == nil { throw Self.usage("'muted' is true or false") }
+        if let timer, timer != 0, !ChatLimits.disappearAfterMs.contains(UInt64(max(0, timer))) {
+            throw Self.usage("a disappearing timer is off (0) or from 30 s to 365 days")
+        }
+        var c = try step.directConversation(peer: key, nowMs: now())
+        guard let cid = c.id else { throw MessageStoreError.noSuchConversation }
+        if let receipts { try step.setReadReceipts(peer: key, receipts, nowMs: now()) }
+        if let muted { try step.setMuted(conversationId: cid, muted) }
+        if let timer, timer != c.disappearAfterMs {
+            let version = c.settingsVersion + 1
+            let m = ConversationSettingsMessage(disappearAfterMs: UInt64(timer), version: UInt64(version))
+            let frame = outbox.frame(.conversationSettings, to: key, payload: m.payload, in: step)
+            try step.setDisappearingTimer(conversationId: cid, afterMs: timer, version: version, author: me, frame: frame)
+            outbox.send(to: [key], in: step)
+        }
+        c = try step.conversation(id: cid) ?? c
+        return .object(["friend": idText(key), "read_receipts": .bool(c.readReceipts), "muted": .bool(c.muted),
+                        "disappear_after_ms": .int(c.disappearAfterMs)])
+    }
 
     func send(_ params: JSONValue, _ step: StoreStep) throws -> JSONValue {
         let text = try text(params)
@@ -139,14 +162,16 @@ extension MessageService {
         }
         let seq = UInt64(c.ownSeq + 1), lamport = UInt64(c.maxLamport + 1)
         let sentAt = now()
+        let timer = ChatLimits.disappearAfterMs.contains(UInt64(max(0, c.disappearAfterMs))) ? c.disappearAfterMs : 0
         let body = ChatMessageBody(challengeID: c.challengeId.map { Array($0) }, seq: seq, lamport: lamport, text: text,
-                                   replyTo: replyTo, sentAtMs: UInt64(max(1, sentAt)))
+                                   replyTo: replyTo, sentAtMs: UInt64(max(1, sentAt)), expiresAfterMs: UInt64(timer))
         // Signed after `sentAt` was read: sent_at_ms is never later than the envelope's created_at.
         let frames = frames(.chatMessage, to: to, payload: body.payload, step)
         guard let first = frames.first else { throw MessageStoreError.noSuchConversation }
         let id = Array(first.messageId)
         let row = StoredMessage(id: id, conversationId: cid, author: me, seq: seq, lamport: lamport, sentLamport: lamport, text: text,
-                                replyTo: replyTo, sentAtMs: sentAt, receivedAtMs: sentAt, state: .queued)
+                                replyTo: replyTo, sentAtMs: sentAt, receivedAtMs: sentAt, state: .queued,
+                                expiresAtMs: timer > 0 ? sentAt.addingSaturated(timer) : nil)
         try step.sendMessage(row, frame: first)
         for f in frames.dropFirst() { try step.enqueue(f) }
         outbox.send(to: to, in: step)

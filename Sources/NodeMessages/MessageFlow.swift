@@ -29,7 +29,7 @@ extension MessageService {
         do {
             let outcome: Outcome
             switch envelope.type {
-            case .chatMessage, .chatReaction, .retract, .cheer, .readReceipt, .chatForward:
+            case .chatMessage, .chatReaction, .retract, .cheer, .readReceipt, .chatForward, .conversationSettings:
                 outcome = try receiveDurable(envelope, step)
             case .gapRequest:
                 // Not acknowledged (sent directly, repeated by the asker); a malformed one is dropped.
@@ -107,6 +107,11 @@ extension MessageService {
             return .acknowledge
         case .chatForward:
             return try receiveForward(envelope, handled: handled, step)
+        case .conversationSettings:
+            let m = try ConversationSettingsMessage(payload: envelope.payload)
+            guard friend else { return .drop }
+            try receiveSettings(envelope, m, handled: handled, step)
+            return .acknowledge
         default:
             return .acknowledge
         }
@@ -190,6 +195,7 @@ extension MessageService {
             "id": .string(hexString(Array(m.id))), "from": idText(author), "from_name": .string(name(author, step)),
             "conversation": conversationText(c), "seq": .int(m.seq), "text": .string(m.text),
             "reply_to": m.replyTo.map { .string(hexString(Array($0))) } ?? .null, "sent_at": JSONValue.isoLocal(m.sentAtMs),
+            "muted": .bool(c.muted),
         ], in: step)
     }
 
@@ -287,6 +293,38 @@ extension MessageService {
         guard !ids.isEmpty else { return }
         events.emit("message.read", ["by": idText(envelope.author), "ids": .array(ids.map { .string(hexString($0)) }),
                                      "read_at": JSONValue.isoLocal(Int64(clamping: m.readAtMs))], in: step)
+    }
+
+    /// The direct conversation's disappearing timer, last writer wins (messages.md 9).
+    func receiveSettings(_ envelope: Envelope, _ m: ConversationSettingsMessage, handled: HandledMark, _ step: StoreStep) throws {
+        try mark(handled, step)
+        let c = try step.directConversation(peer: envelope.author, nowMs: now())
+        guard let cid = c.id else { return }
+        guard try step.setDisappearingTimer(conversationId: cid, afterMs: Int64(clamping: m.disappearAfterMs),
+                                            version: Int64(clamping: m.version), author: envelope.author) else { return }
+        events.emit("message.timer", ["friend": idText(envelope.author), "by": idText(envelope.author),
+                                      "disappear_after_ms": .int(Int64(clamping: m.disappearAfterMs))], in: step)
+    }
+
+    /// Deletes the messages whose disappearing timer ran out by `nowMs` (from the tables and the
+    /// search index), in a step of its own.
+    package func expire(nowMs: Int64) {
+        defer { events.published() }
+        health.attempt("expire disappearing messages") {
+            try store.step { step in
+                let gone = try step.expireMessages(nowMs: nowMs)
+                guard !gone.isEmpty else { return }
+                events.emit("message.expired", ["ids": .array(gone.map { .string(hexString($0)) })], in: step)
+            }
+        }
+    }
+
+    /// Expires disappearing messages once a second until cancelled (a child of the node's group).
+    package nonisolated func run() async {
+        while !Task.isCancelled {
+            await NodeCore.run { self.expire(nowMs: self.now()) }
+            try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
+        }
     }
 
     // MARK: FORWARD (a challenge's thread)

@@ -271,6 +271,7 @@ public final class NodeRuntime: Sendable {
         services.append(vault)
         services.append(backup)
         services.append(focus)
+        services.append(MessageLoop(messages: messages))
         if let discovery { services.append(DiscoveryAfterListener(node: self, discovery: discovery)) }
         services.append(NodeAnnouncer(node: self))
         return services
@@ -367,6 +368,15 @@ struct ChallengeLoop: Service {
     func run() async throws {
         _ = try? await listener.boundAddress  // not bound: the listener service reports it
         await cancelWhenGracefulShutdown { await challenges.run() }
+    }
+}
+
+/// Expires disappearing messages.
+struct MessageLoop: Service {
+    let messages: MessageService
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await messages.run() }
     }
 }
 

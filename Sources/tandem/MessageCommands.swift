@@ -220,21 +220,40 @@ func onOff(_ text: String) throws -> Bool {
     }
 }
 
+func settingsLine(_ r: JSONValue, _ friend: String) -> String {
+    let timer = r["disappear_after_ms"]?.intValue ?? 0
+    return "\((r["friend"]?.stringValue ?? friend).terminalSafe): read receipts \(r["read_receipts"]?.boolValue == true ? "on" : "off"), "
+        + "\(r["muted"]?.boolValue == true ? "muted" : "not muted"), "
+        + (timer > 0 ? "messages disappear after \(DurationText.format(.milliseconds(timer)))" : "messages kept")
+}
+
 struct MessageSettings: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "settings", abstract: "Per-friend message settings: read receipts (off by default).",
-        discussion: "Read receipts are reciprocal: you see when a friend read your messages only while you send yours to them.")
+        commandName: "settings", abstract: "Per-friend message settings: read receipts, mute, disappearing messages.",
+        discussion: """
+        Read receipts are off by default and reciprocal: you see when a friend read your messages only while you \
+        send yours to them. A disappearing timer applies to both sides' new messages (each node deletes them that \
+        long after storing them; it cannot undo what was read or copied). Without options: the settings as they are.
+        """)
     @OptionGroup var common: CommonOptions
     @Argument(help: ArgumentHelp("The friend's name or Tandem ID.", valueName: "friend")) var friend: String
-    @Option(help: ArgumentHelp("Send (and see) read receipts with this friend.", valueName: "on|off")) var readReceipts: String
+    @Option(help: ArgumentHelp("Send (and see) read receipts with this friend.", valueName: "on|off")) var readReceipts: String?
+    @Option(help: ArgumentHelp("No notifications for this conversation (events say muted).", valueName: "on|off")) var mute: String?
+    @Option(help: ArgumentHelp("Messages disappear this long after they are stored (30s to 365d), or off.", valueName: "duration|off"))
+    var disappear: String?
 
-    func validate() throws { _ = try onOff(readReceipts) }
+    func validate() throws {
+        if let readReceipts { _ = try onOff(readReceipts) }
+        if let mute { _ = try onOff(mute) }
+        if let disappear, disappear != "off" { _ = try DurationText.parse(disappear) }
+    }
 
     func run() async throws {
-        try await callMessages(common, "message.settings",
-                               ["friend": .string(friend), "read_receipts": .bool(try onOff(readReceipts))]) { r in
-            output("Read receipts \(r["read_receipts"]?.boolValue == true ? "on" : "off") for \(r["friend"]?.stringValue ?? friend).")
-        }
+        var params: [String: JSONValue] = ["friend": .string(friend)]
+        if let readReceipts { params["read_receipts"] = .bool(try onOff(readReceipts)) }
+        if let mute { params["muted"] = .bool(try onOff(mute)) }
+        if let disappear { params["disappear_after_ms"] = .int(disappear == "off" ? 0 : try durationMs(disappear, what: "--disappear")) }
+        try await callMessages(common, "message.settings", .object(params)) { r in output(settingsLine(r, friend)) }
     }
 }
 
@@ -251,7 +270,7 @@ struct FriendSet: AsyncParsableCommand {
     func run() async throws {
         try await callMessages(common, "message.settings",
                                ["friend": .string(friend), "read_receipts": .bool(try onOff(readReceipts))]) { r in
-            output("Read receipts \(r["read_receipts"]?.boolValue == true ? "on" : "off") for \(r["friend"]?.stringValue ?? friend).")
+            output(settingsLine(r, friend))
         }
     }
 }

@@ -271,6 +271,43 @@ final class MessageLoopbackTests: XCTestCase {
         XCTAssertEqual(cheers.first?["text"]?.stringValue, "well done")
     }
 
+    /// A disappearing timer set on one side reaches the other; each message carries it and both
+    /// nodes delete it once it runs out. Mute marks the received events.
+    func testADisappearingTimerAndMute() async throws {
+        let a = try await RunningNode.start(), b = try await RunningNode.start()
+        defer { a.task.cancel(); b.task.cancel() }
+        try await befriend(a, b)
+        let set = try await call(a.node, "message.settings", ["friend": .string(b.node.id.canonical), "disappear_after_ms": 60_000])
+        XCTAssertEqual(set["disappear_after_ms"]?.intValue, 60_000)
+        let told = try await event(b.node, "message.timer")
+        XCTAssertEqual(told.fields["disappear_after_ms"]?.intValue, 60_000)
+        do {
+            _ = try await call(a.node, "message.settings", ["friend": .string(b.node.id.canonical), "disappear_after_ms": 5])
+            XCTFail("a 5 ms timer was accepted")
+        } catch let e as NodeError {
+            XCTAssertEqual(e.exitCode, TandemError.usageExitCode)
+        }
+        _ = try await call(b.node, "message.settings", ["friend": .string(a.node.id.canonical), "muted": true])
+        let id = try await send(a.node, to: b.node, "this goes away")
+        let got = try await event(b.node, "message.received", where: { $0.fields["id"]?.stringValue == id })
+        XCTAssertEqual(got.fields["muted"]?.boolValue, true)
+        _ = try await event(a.node, "message.delivered", where: { $0.fields["id"]?.stringValue == id })
+        // Not yet: a minute has not passed.
+        let now = Int64(wallClockMilliseconds())
+        await NodeCore.run { b.node.messages.expire(nowMs: now) }
+        let kept = try await list(b.node, with: a.node)
+        XCTAssertEqual(kept.count, 1)
+        for node in [a.node, b.node] {
+            await NodeCore.run { node.messages.expire(nowMs: now + 61_000) }
+            let gone = try await event(node, "message.expired")
+            XCTAssertEqual(gone.fields["ids"]?.arrayValue?.compactMap(\.stringValue), [id])
+        }
+        let left = try await list(b.node, with: a.node)
+        XCTAssertTrue(left.isEmpty)
+        let found = try await call(b.node, "message.search", ["text": "goes"])["hits"]?.arrayValue ?? []
+        XCTAssertTrue(found.isEmpty, "gone from the search index too")
+    }
+
     /// A friend offline when the messages are sent gets them once, in order, when it starts.
     func testAnOfflineFriendGetsEverythingOnceInOrder() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tdm-msg-\(UInt32.random(in: 0...UInt32.max))")

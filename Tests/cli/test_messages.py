@@ -95,8 +95,13 @@ def test_read_receipts_setting_and_wait_timeout(make_node):
     bob = make_node("bob").start()
     befriend(alice, bob)
     out = cli(alice, "friend", "set", bob.id, "--read-receipts", "on").stdout
-    assert "on" in out
+    assert "read receipts on" in out
     assert cli_json(bob, "message", "settings", alice.id, "--read-receipts", "off")["read_receipts"] is False
+    got = cli_json(alice, "message", "settings", bob.id, "--disappear", "1h", "--mute", "on")
+    assert got == {"friend": bob.id, "read_receipts": True, "muted": True, "disappear_after_ms": 3_600_000}
+    wait_event(bob, "message.timer", "disappear_after_ms=3600000")
+    assert cli_json(bob, "message", "settings", alice.id)["disappear_after_ms"] == 3_600_000
+    one_line_error(cli(alice, "message", "settings", bob.id, "--disappear", "5s", check=False))
     # With Bob's node stopped, --wait delivered times out (exit 6) yet the message stays queued.
     bob.stop()
     proc = cli(alice, "message", "send", bob.id, "later", "--wait", "delivered", "--timeout", "1s", check=False)

@@ -36,7 +36,7 @@ extension MessageType {
 
     /// The messaging types the node's message service handles (in `known`).
     public static let handledMessageTypes: Set<MessageType> = [
-        .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest,
+        .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest, .conversationSettings,
     ]
 
     public static let messageNames: [UInt16: String] = [
