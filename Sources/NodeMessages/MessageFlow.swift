@@ -69,13 +69,15 @@ extension MessageService {
     /// The acknowledged types: admission, bounds, exactly once, then the change.
     func receiveDurable(_ envelope: Envelope, _ step: StoreStep) throws -> Outcome {
         let author = envelope.author
-        // Cheap checks before anything is decoded or written: a stranger's frame is dropped (and
-        // acknowledged within the stranger budget) unless it may be a thread frame.
+        // Cheap checks before anything is decoded or written: a frame from anyone but a friend is
+        // dropped (and acknowledged within the stranger budget). Thread frames need no exception:
+        // only friends invite, so a thread's inviter is our friend, and when we invited, every
+        // participant was; partners who are not our friends reach us inside the inviter's FORWARD.
         let friend = outbox.isFriend(author, in: step)
-        if !friend, try !mayBeThreadPartner(author, step) { return .drop }
+        guard friend else { return .drop }
         if envelope.type != .readReceipt && envelope.type != .chatForward, !allowFrame(from: author) { return .withhold }
         if try step.wasHandled(envelope.messageID.bytes) { return .acknowledge }
-        let handled = outbox.handledMark(envelope, fromFriend: friend, in: step)
+        let handled = outbox.handledMark(envelope, fromFriend: true, in: step)
         switch envelope.type {
         case .chatMessage:
             let body = try ChatMessageBody(payload: envelope.payload, createdAtMs: envelope.createdAt)
@@ -97,29 +99,21 @@ extension MessageService {
             return .acknowledge
         case .cheer:
             let m = try CheerMessage(payload: envelope.payload)
-            guard friend else { return .drop }
             try receiveCheer(envelope, m, handled: handled, step)
             return .acknowledge
         case .readReceipt:
             let m = try ReadReceiptMessage(payload: envelope.payload)
-            guard friend else { return .drop }
             try receiveRead(envelope, m, handled: handled, step)
             return .acknowledge
         case .chatForward:
             return try receiveForward(envelope, handled: handled, step)
         case .conversationSettings:
             let m = try ConversationSettingsMessage(payload: envelope.payload)
-            guard friend else { return .drop }
             try receiveSettings(envelope, m, handled: handled, step)
             return .acknowledge
         default:
             return .acknowledge
         }
-    }
-
-    /// True when `key` takes part in a challenge we hold (a thread partner who need not be a friend).
-    func mayBeThreadPartner(_ key: [UInt8], _ step: StoreStep) throws -> Bool {
-        try step.challenges(limit: 200).contains { $0.participant(key) != nil && $0.participant(me) != nil }
     }
 
     func mark(_ handled: HandledMark, _ step: StoreStep) throws {
@@ -319,11 +313,18 @@ extension MessageService {
         }
     }
 
-    /// Expires disappearing messages once a second until cancelled (a child of the node's group).
+    /// Expires disappearing messages once a second, and records written frames as sent, until
+    /// cancelled (a child of the node's group).
     package nonisolated func run() async {
-        while !Task.isCancelled {
-            await NodeCore.run { self.expire(nowMs: self.now()) }
-            try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [self] in
+                for await case .framesWritten(_, _, let ids) in written { await NodeCore.run { self.markSent(ids) } }
+            }
+            while !Task.isCancelled {
+                await NodeCore.run { self.expire(nowMs: self.now()) }
+                try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
+            }
+            group.cancelAll()
         }
     }
 

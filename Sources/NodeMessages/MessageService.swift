@@ -46,9 +46,11 @@ public final class MessageService: Sendable {
     /// step is held strongly, so no later step can be mistaken for it.
     private var staged: [Int64: ConversationOrder] = [:]
     private var stagedIn: StoreStep?
+    /// Our MESSAGE frames the outbox wrote on a link: queued → sent.
+    let written: AsyncStream<NodeSignal>
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus,
-                             health: StoreHealth, limits: Limits = Limits(), logger: Logger,
+                             health: StoreHealth, signals: NodeSignals, limits: Limits = Limits(), logger: Logger,
                              clock: @escaping @Sendable () -> Int64 = { Int64(wallClockMilliseconds()) }) {
         self.identity = identity
         self.store = store
@@ -59,6 +61,14 @@ public final class MessageService: Sendable {
         self.limits = limits
         self.logger = logger
         self.clock = clock
+        self.written = signals.subscribe {
+            if case .framesWritten(let type, _, _) = $0 { type == MessageType.chatMessage.rawValue } else { false }
+        }
+    }
+
+    /// The outbox wrote these MESSAGE frames on a link: sent (until the friend's ACK says delivered).
+    func markSent(_ ids: [[UInt8]]) {
+        health.attempt("mark messages sent") { try store.step(syncing: false) { step in try step.markMessagesSent(ids) } }
     }
 
     var me: [UInt8] { identity.publicKey }

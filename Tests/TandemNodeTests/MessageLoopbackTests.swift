@@ -308,6 +308,30 @@ final class MessageLoopbackTests: XCTestCase {
         XCTAssertTrue(found.isEmpty, "gone from the search index too")
     }
 
+    /// Written on a link but not acknowledged: `sent`, not `delivered`. A link with bob's key
+    /// whose node does not run (nothing handles what it receives, so nothing is acknowledged).
+    func testAFrameWrittenButNotAcknowledgedIsSent() async throws {
+        let bobKey = SigningKeyPair.generate()
+        let a = try await RunningNode.start()
+        defer { a.task.cancel() }
+        let b = try await RunningNode.start(identity: bobKey)
+        try await befriend(a, b)
+        await b.stop()
+        let ghost = try NodeRuntime(identity: bobKey, configuration: TestSupport.loopbackConfiguration(), logger: TestSupport.quietLogger)
+        let id = try await send(a.node, to: b.node, "anyone there?")
+        let (link, _) = try await ghost.connect(host: "127.0.0.1", port: a.port, to: a.node.id)
+        defer { link.close() }
+        var state: String?
+        for _ in 0..<100 {
+            state = try await list(a.node, with: b.node).first?["state"]?.stringValue
+            if state == "sent" { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        XCTAssertEqual(state, "sent")
+        let delivered = try await events(a.node, "message.delivered").filter { $0.fields["id"]?.stringValue == id }
+        XCTAssertTrue(delivered.isEmpty)
+    }
+
     /// A friend offline when the messages are sent gets them once, in order, when it starts.
     func testAnOfflineFriendGetsEverythingOnceInOrder() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tdm-msg-\(UInt32.random(in: 0...UInt32.max))")

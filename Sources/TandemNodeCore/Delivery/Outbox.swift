@@ -76,6 +76,8 @@ package final class Outbox: Sendable {
     private let lastFullRound = NIOLockedValueBox(Int64.min)
     let wake = Wakeup()
     private let signals: AsyncStream<NodeSignal>?
+    /// Where `framesWritten` is posted.
+    private let poster: NodeSignals?
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, transport: OutboxTransport, presence: PresenceState,
          events: EventBus, health: StoreHealth, signals: NodeSignals?, configuration: Configuration = Configuration(),
@@ -91,6 +93,7 @@ package final class Outbox: Sendable {
         self.clock = clock
         self.book = NIOLockedValueBox(DeliveryBook(resendAfterMs: configuration.resendAfterMs))
         self.signals = signals?.subscribe { $0 == .reachable }
+        self.poster = signals
     }
 
     package func now() -> Int64 { clock() }
@@ -362,6 +365,12 @@ package final class Outbox: Sendable {
         }
         let nowMs = now()
         let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Self.bookKey($0) }, link: link.serial, nowMs: nowMs) })
+        var written: [Int: [[UInt8]]] = [:]
+        defer {
+            for (type, ids) in written {
+                poster?.post(.framesWritten(type: UInt16(clamping: type), recipient: key, ids: ids))
+            }
+        }
         for item in items where fresh.contains(Self.bookKey(item)) {
             guard let env = try? Envelope.parse(Array(item.frame)) else {  // logged, counted and dropped below
                 // Written by this node, so only a damaged store gets here: drop the row, say so.
@@ -372,6 +381,7 @@ package final class Outbox: Sendable {
                 continue
             }
             link.write(env)
+            written[item.type, default: []].append(Array(item.messageId))
         }
         link.flush()
         // The PRESENCE owed after those frames follows them on the link, flushed apart: its
