@@ -109,3 +109,97 @@ def test_read_receipts_setting_and_wait_timeout(make_node):
     one_line_error(proc)
     [m] = cli_json(alice, "message", "list", bob.id)["messages"]
     assert m["state"] == "queued"
+
+
+class Lines:
+    """Reads a process's output (a pipe or a pty master) on a thread, line by line."""
+
+    def __init__(self, fd):
+        import queue
+        import threading
+        self.queue = queue.Queue()
+        self.seen = []
+
+        def pump():
+            buf = b""
+            while True:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    self.queue.put(line.decode("utf-8", "replace").rstrip("\r"))
+            self.queue.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def wait_for(self, needle, timeout=20):
+        import queue
+        import time
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line with {needle!r}; saw {self.seen!r}")
+            if line is None:
+                raise AssertionError(f"output ended without {needle!r}; saw {self.seen!r}")
+            self.seen.append(line)
+            if needle in line:
+                return line
+
+
+def chat_session(alice, bob, use_pty):
+    """Alice chats with Bob: history, a live message from Bob (with an escape sequence), a line
+    typed by Alice, a reaction, then /quit."""
+    cli(alice, "message", "send", "Bob", "earlier")
+    args = [TANDEM, "chat", "Bob", "--data-dir", alice.data_dir]
+    if use_pty:
+        import pty
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=os.environ, close_fds=True)
+        os.close(slave)
+        out = Lines(master)
+
+        def type_(text):
+            os.write(master, text.encode() + b"\n")
+    else:
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ)
+        out = Lines(proc.stdout.fileno())
+
+        def type_(text):
+            proc.stdin.write(text.encode() + b"\n")
+            proc.stdin.flush()
+    try:
+        out.wait_for("-- chat with Bob")
+        out.wait_for("earlier")
+        incoming = cli_json(bob, "message", "send", "Alice", "hi \x1b[31mred")["id"]
+        line = out.wait_for(incoming[:8])
+        assert "hi \\x1b[31mred" in line and "\x1b" not in line
+        type_("hello from the chat")
+        got = wait_event(bob, "message.received", "text=hello from the chat")
+        assert got["from"] == alice.id
+        type_(f"/react {incoming[:8]} 🎉")
+        wait_event(bob, "message.reaction", f"id={incoming}")
+        type_("/quit")
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # The message shown in the chat counts as read on Alice's side.
+    [m] = [x for x in cli_json(alice, "message", "list", "Bob")["messages"] if x["id"] == incoming]
+    assert m["state"] == "read"
+
+
+def test_chat_in_a_pty_and_in_a_pipe(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    cli(alice, "name", "Alice")
+    cli(bob, "name", "Bob")
+    befriend(alice, bob)
+    chat_session(alice, bob, use_pty=True)
+    chat_session(alice, bob, use_pty=False)
