@@ -1135,7 +1135,7 @@ RELAY = IDENTITIES["dave"]          # the relay's identity in these vectors
 RELAY_DEFAULT_PORT = 7820
 JOIN_MAGIC = b"TDMJOIN1"
 MAILBOX_MAX_AGE_MS = 8 * 24 * 60 * 60 * 1000
-MAILABLE_TYPES = set(range(0x0101, 0x0106)) | set(range(0x0201, 0x0207))
+MAILABLE_TYPES = set(range(0x0101, 0x0106)) | set(range(0x0201, 0x0207)) | set(range(0x0501, 0x0507)) | {0x0508}
 
 
 def parse_relay_address(text):
@@ -1381,7 +1381,7 @@ def gen_relay():
             "receiver": "bob",
             "maximum_age_ms": MAILBOX_MAX_AGE_MS,
             "maximum_future_ms": MAX_SKEW_MS,
-            "mailable_types": ["0101", "0102", "0103", "0104", "0105", "0201", "0202", "0203", "0204", "0205", "0206"],
+            "mailable_types": ["%04x" % t for t in sorted(MAILABLE_TYPES)],
             "items": items,
         },
     }

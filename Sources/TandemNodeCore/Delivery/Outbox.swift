@@ -428,6 +428,11 @@ package final class Outbox: Sendable {
                                                               "message_id": .string(hexString(id)), "relay": .string(relay.description)],
                                          in: step)
                     }
+                    // Left at the relay: as good as written on a link (the flows may record them as sent).
+                    let gone = Set(deposited)
+                    var byType: [Int: [[UInt8]]] = [:]
+                    for item in items where gone.contains(Array(item.messageId)) { byType[item.type, default: []].append(Array(item.messageId)) }
+                    for (type, ids) in byType { self.poster?.post(.framesWritten(type: UInt16(clamping: type), recipient: key, ids: ids)) }
                     if deposited.count < items.count {
                         try step.deferOutbox(for: key, error: failure ?? "offline", nowMs: self.now())
                     }
