@@ -191,6 +191,16 @@ extension MessageService {
             "reply_to": m.replyTo.map { .string(hexString(Array($0))) } ?? .null, "sent_at": JSONValue.isoLocal(m.sentAtMs),
             "muted": .bool(c.muted),
         ], in: step)
+        guard hooks != nil, !c.muted else { return }
+        // The hook sees the text as stored; a hook that prints it must make it safe itself
+        // (TANDEM_TEXT_SAFE is the terminal-safe form).
+        let variables = ["TANDEM_MESSAGE_ID": hexString(Array(m.id)), "TANDEM_FROM": NodeID(publicKey: author).canonical,
+                         "TANDEM_FROM_NAME": name(author, step), "TANDEM_CONVERSATION": conversationText(c).stringValue ?? "",
+                         "TANDEM_TEXT": m.text, "TANDEM_TEXT_SAFE": ChatText.terminalSafe(m.text),
+                         "TANDEM_SENT_AT_MS": String(m.sentAtMs)]
+        step.afterCommit { [hookInput, logger] in
+            if case .dropped = hookInput.yield(variables) { logger.warning("on-message hook backlog full: a message's hooks were skipped") }
+        }
     }
 
     /// Asks for what is missing below a held message (at most once per 30 s per author): directly
@@ -320,10 +330,12 @@ extension MessageService {
             group.addTask { [self] in
                 for await case .framesWritten(_, _, let ids) in written { await NodeCore.run { self.markSent(ids) } }
             }
+            group.addTask { [self] in await runHooks() }
             while !Task.isCancelled {
                 await NodeCore.run { self.expire(nowMs: self.now()) }
                 try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
             }
+            hookInput.finish()  // the hook runner ends once what is queued has run
             group.cancelAll()
         }
     }

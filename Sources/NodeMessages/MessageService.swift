@@ -1,6 +1,8 @@
 import Foundation
 import Logging
+import NIOPosix
 import Sodium
+import TandemBlocking
 import TandemNet
 import TandemProtocol
 import TandemStore
@@ -48,9 +50,17 @@ public final class MessageService: Sendable {
     private var stagedIn: StoreStep?
     /// Our MESSAGE frames the outbox wrote on a link: queued → sent.
     let written: AsyncStream<NodeSignal>
+    /// `on-message` hooks (`<hooks>/on-message`, `<hooks>/on-message.d/*`), run for each message
+    /// received in a conversation that is not muted, one at a time, on the blocking pool.
+    let hooks: HookRunner?
+    let hookJobs: AsyncStream<[String: String]>
+    let hookInput: AsyncStream<[String: String]>.Continuation
+    /// At most this many received messages wait for their hooks; more are dropped (logged).
+    nonisolated static let hookBacklog = 256
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus,
-                             health: StoreHealth, signals: NodeSignals, limits: Limits = Limits(), logger: Logger,
+                             health: StoreHealth, signals: NodeSignals, hooksDirectory: String? = nil, limits: Limits = Limits(),
+                             logger: Logger,
                              clock: @escaping @Sendable () -> Int64 = { Int64(wallClockMilliseconds()) }) {
         self.identity = identity
         self.store = store
@@ -61,8 +71,26 @@ public final class MessageService: Sendable {
         self.limits = limits
         self.logger = logger
         self.clock = clock
+        self.hooks = hooksDirectory.map { HookRunner(directory: $0) }
+        (hookJobs, hookInput) = AsyncStream.makeStream(of: [String: String].self, bufferingPolicy: .bufferingOldest(Self.hookBacklog))
         self.written = signals.subscribe {
             if case .framesWritten(let type, _, _) = $0 { type == MessageType.chatMessage.rawValue } else { false }
+        }
+    }
+
+    /// Runs the `on-message` hooks of each received message, in order, until the stream ends.
+    nonisolated func runHooks() async {
+        guard let hooks else {
+            for await _ in hookJobs {}
+            return
+        }
+        for await variables in hookJobs {
+            do {
+                let results = try await NIOThreadPool.singleton.runIfActive { hooks.runEvent("on-message", variables: variables) }
+                for r in results where r.failed { logger.warning("on-message hook failed", metadata: ["hook": "\(r)"]) }
+            } catch {
+                logger.error("on-message hooks could not run", metadata: ["error": "\(error)"])
+            }
         }
     }
 

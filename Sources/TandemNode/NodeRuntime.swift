@@ -154,7 +154,10 @@ public final class NodeRuntime: Sendable {
                                    logger: logger, kitProvider: RecoveryKit.provider)
         self.backup = backup
         let messages = MessageService(identity: identity, store: store, peers: peers, outbox: outbox, events: events, health: health,
-                                      signals: signals, logger: logger)
+                                      signals: signals,
+                                      hooksDirectory: configuration.focus.hooksDirectory
+                                          ?? dataDirectory.map { $0.url.appendingPathComponent("hooks").path },
+                                      logger: logger)
         self.messages = messages
         // The feature flows' routes: each owns its frame types; friends take the rest.
         self.frameRouter = NodeFrameRouter(flows: [challenges, backup, messages], fallback: friends, presence: presence, outbox: outbox,

@@ -3,7 +3,7 @@ import json
 import os
 import subprocess
 
-from tandem_testkit import TANDEM, befriend, cli, cli_json, one_line_error, wait_event
+from tandem_testkit import TANDEM, befriend, cli, cli_json, one_line_error, poll, wait_event
 
 
 def send_stdin(node, friend, data, *args):
@@ -203,3 +203,28 @@ def test_chat_in_a_pty_and_in_a_pipe(make_node):
     befriend(alice, bob)
     chat_session(alice, bob, use_pty=True)
     chat_session(alice, bob, use_pty=False)
+
+
+def test_on_message_hook_runs_for_each_message_not_for_muted(make_node):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    cli(alice, "name", "Alice")
+    befriend(alice, bob)
+    hooks = os.path.join(bob.data_dir, "hooks")
+    os.makedirs(hooks, exist_ok=True)
+    out = os.path.join(bob.data_dir, "hook-output")
+    script = os.path.join(hooks, "on-message")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\nprintf '%s|%s|%s\\n' \"$TANDEM_FROM_NAME\" \"$TANDEM_TEXT_SAFE\" \"$TANDEM_MESSAGE_ID\" >> " + out + "\n")
+    os.chmod(script, 0o755)
+    first = cli_json(alice, "message", "send", bob.id, "ping \x1b[1m")["id"]
+    wait_event(bob, "message.received", f"id={first}")
+    poll(lambda: os.path.exists(out) and first in open(out).read(), what="the hook's output")
+    assert open(out).read() == f"Alice|ping \\x1b[1m|{first}\n"
+    cli(bob, "message", "settings", alice.id, "--mute", "on")
+    second = cli_json(alice, "message", "send", bob.id, "quiet")["id"]
+    wait_event(bob, "message.received", f"id={second}", "muted=true")
+    cli(bob, "message", "settings", alice.id, "--mute", "off")
+    third_after_unmute = cli_json(alice, "message", "send", bob.id, "loud again")["id"]
+    poll(lambda: third_after_unmute in open(out).read(), what="the hook after unmuting")
+    assert second not in open(out).read()
