@@ -319,8 +319,10 @@ extension StoreReading {
         }
     }
 
-    /// Per author: the contiguous released prefix and the held messages, to restore a
-    /// `ConversationOrder` after a start.
+    /// Per author: what was released and the held messages, to restore a `ConversationOrder`
+    /// after a start. Rows become `received` only by release, in seq order, so every seq up to the
+    /// highest non-held row was released, whatever rows are gone since (expired, quarantined):
+    /// `released` is that seq and `lastLamport` its display lamport; `held` are the held rows above it.
     public func inboundOrderState(conversationId: Int64) throws
         -> [(author: [UInt8], released: UInt64, lastLamport: UInt64, held: [(seq: UInt64, messageID: [UInt8], lamport: UInt64)])] {
         try read { db in
@@ -333,15 +335,18 @@ extension StoreReading {
                 let author = Array(r["author"] as Data)
                 let seq = UInt64(clamping: r["seq"] as Int64)
                 var e = out[author] ?? (0, 0, [])
-                if (r["state"] as String) != "held", seq == e.released + 1 {
-                    e.released = seq
-                    e.lastLamport = UInt64(clamping: r["lamport"] as Int64)
+                if (r["state"] as String) != "held" {
+                    if seq > e.released {
+                        e.released = seq
+                        e.lastLamport = UInt64(clamping: r["lamport"] as Int64)
+                    }
                 } else {
                     e.held.append((seq, Array(r["id"] as Data), UInt64(clamping: r["sentLamport"] as Int64)))
                 }
                 out[author] = e
             }
-            return out.map { ($0.key, $0.value.released, $0.value.lastLamport, $0.value.held) }.sorted { $0.author.lexicographicallyPrecedes($1.author) }
+            return out.map { a in (a.key, a.value.released, a.value.lastLamport, a.value.held.filter { $0.seq > a.value.released }) }
+                .sorted { $0.author.lexicographicallyPrecedes($1.author) }
         }
     }
 }
