@@ -3,7 +3,7 @@ import json
 import os
 import subprocess
 
-from tandem_testkit import TANDEM, befriend, cli, cli_json, one_line_error, poll, wait_event
+from tandem_testkit import TANDEM, befriend, cli, cli_json, control_call, events, one_line_error, poll, wait_event
 
 
 def send_stdin(node, friend, data, *args):
@@ -228,3 +228,35 @@ def test_on_message_hook_runs_for_each_message_not_for_muted(make_node):
     third_after_unmute = cli_json(alice, "message", "send", bob.id, "loud again")["id"]
     poll(lambda: third_after_unmute in open(out).read(), what="the hook after unmuting")
     assert second not in open(out).read()
+
+
+def test_kill_9_of_either_side_mid_burst_loses_and_repeats_nothing(make_node):
+    """300 messages through the control socket; Bob's node is killed (SIGKILL) a third of the way
+    and restarted at two thirds; Alice's node is killed right after the last send and restarted.
+    Bob ends with each message once, in order; Alice sees each delivered."""
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    befriend(alice, bob)
+    ids = []
+    for i in range(1, 301):
+        answer = control_call(alice, "message.send", {"to": bob.id, "text": f"burst {i}"})
+        assert answer["ok"], answer
+        ids.append(answer["result"]["id"])
+        if i == 100:
+            bob.kill()
+        if i == 200:
+            bob.start(port=bob.port)
+    alice.kill()
+    alice.start(port=alice.port)
+
+    def all_there():
+        got = cli_json(bob, "message", "list", alice.id, "--limit", "1000")["messages"]
+        return got if len(got) == 300 else None
+
+    got = poll(all_there, timeout=90, what="all 300 messages at bob")
+    assert [m["id"] for m in got] == ids
+    assert [m["text"] for m in got] == [f"burst {i}" for i in range(1, 301)]
+    received = [e["id"] for e in events(bob, "message.received")]
+    assert received == ids, "each announced once, in order"
+    poll(lambda: all(m["state"] == "delivered" for m in cli_json(alice, "message", "list", bob.id, "--limit", "1000")["messages"]),
+         timeout=60, what="every message delivered at alice")
