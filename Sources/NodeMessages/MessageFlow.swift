@@ -364,16 +364,22 @@ extension MessageService {
             return .drop
         }
         let c = try step.threadConversation(challengeId: f.challengeID, nowMs: now())
-        try mark(handled, step)
         let inner = f.inner
         if try step.wasHandled(inner.messageID.bytes) { return .acknowledge }
         let innerMark = outbox.handledMark(inner, fromFriend: outbox.isFriend(inner.author, in: step), in: step)
+        let outcome: Outcome
         switch f.content {
-        case .message(let body): return try receiveMessage(inner, body, c, handled: innerMark, step)
-        case .reaction(let r): try receiveReaction(inner, r, c, handled: innerMark, step)
-        case .retract(let r): try receiveRetract(inner, r, c, handled: innerMark, step)
+        case .message(let body): outcome = try receiveMessage(inner, body, c, handled: innerMark, step)
+        case .reaction(let r):
+            try receiveReaction(inner, r, c, handled: innerMark, step)
+            outcome = .acknowledge
+        case .retract(let r):
+            try receiveRetract(inner, r, c, handled: innerMark, step)
+            outcome = .acknowledge
         }
-        return .acknowledge
+        // The FORWARD is handled only with what it carried: one withheld (over a bound) comes again.
+        if outcome == .acknowledge { try mark(handled, step) }
+        return outcome
     }
 }
 

@@ -157,7 +157,7 @@ public final class NodeRuntime: Sendable {
                                       signals: signals,
                                       hooksDirectory: configuration.focus.hooksDirectory
                                           ?? dataDirectory.map { $0.url.appendingPathComponent("hooks").path },
-                                      logger: logger)
+                                      limits: configuration.messageLimits, logger: logger)
         self.messages = messages
         // The feature flows' routes: each owns its frame types; friends take the rest.
         self.frameRouter = NodeFrameRouter(flows: [challenges, backup, messages], fallback: friends, presence: presence, outbox: outbox,

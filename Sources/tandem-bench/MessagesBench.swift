@@ -39,6 +39,9 @@ struct MessagesBench: AsyncParsableCommand {
         config.host = "127.0.0.1"
         config.port = 0
         config.friends.retryTick = .milliseconds(200)
+        // The per-friend rate bound (600, then 300 a minute) would throttle the burst: raised here.
+        config.messageLimits.burst = 1_000_000
+        config.messageLimits.perMinute = 1_000_000
         let aliceKey = SigningKeyPair.generate(), bobKey = SigningKeyPair.generate()
         let root = URL(fileURLWithPath: workDir ?? NSTemporaryDirectory()).appendingPathComponent("tandem-messages-bench-\(getpid())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
