@@ -148,9 +148,11 @@ extension MessageService {
             logger.info("message refused", metadata: ["from": "\(NodeID(publicKey: author).short)", "why": "\(why)"])
             return .withhold
         case .held:
-            switch try step.receiveMessage(row(.held, display: body.lamport), handled: handled,
-                                           maximumBytesPerAuthor: limits.storedBytesPerAuthor) {
+            let held = row(.held, display: body.lamport)
+            let bound = bytesBound(author: author, cost: held.storedBytes, step)
+            switch try step.receiveMessage(held, handled: handled, maximumBytesPerAuthor: bound) {
             case .stored:
+                stored(author: author, cost: held.storedBytes, bound: bound)
                 askForGap(&o, author: author, conversation: c, step)
                 stage(o, conversation: cid, step)
                 return .acknowledge
@@ -159,9 +161,10 @@ extension MessageService {
             }
         case .released(let released):
             guard let head = released.first else { return .acknowledge }
-            switch try step.receiveMessage(row(.received, display: head.displayKey.lamport), handled: handled,
-                                           maximumBytesPerAuthor: limits.storedBytesPerAuthor) {
-            case .stored: break
+            let first = row(.received, display: head.displayKey.lamport)
+            let bound = bytesBound(author: author, cost: first.storedBytes, step)
+            switch try step.receiveMessage(first, handled: handled, maximumBytesPerAuthor: bound) {
+            case .stored: stored(author: author, cost: first.storedBytes, bound: bound)
             case .duplicate: return .acknowledge
             case .overBound: return overBound(author, step)
             }

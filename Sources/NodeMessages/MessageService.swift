@@ -41,6 +41,10 @@ public final class MessageService: Sendable {
 
     /// Per-friend token buckets for the frames that store something.
     private var buckets: [[UInt8]: (tokens: Double, atMs: Int64)] = [:]
+    /// Bytes stored per author, as of the last sum plus what was stored since: never below the
+    /// truth (retracts and expiries only lower it), so while it is well below the bound the store
+    /// need not sum the author's rows for each message. Read again near the bound.
+    private var storedBytes: [[UInt8]: Int64] = [:]
     /// Inbound ordering per conversation id, as committed.
     private var orders: [Int64: ConversationOrder] = [:]
     /// Orders changed by the step `stagedIn` (not yet committed): they replace `orders` after its
@@ -144,6 +148,26 @@ public final class MessageService: Sendable {
     }
 
     // MARK: - Bounds
+
+    /// The stored-bytes bound to hand the store for a row of `cost` by `author`: `Int64.max` (no
+    /// sum) while the estimate stays below half the bound, else the bound itself (the store sums).
+    func bytesBound(author: [UInt8], cost: Int64, _ step: StoreStep) -> Int64 {
+        let estimate = storedBytes[author] ?? health.read("sum an author's stored bytes", or: limits.storedBytesPerAuthor) {
+            try step.storedMessageBytes(author: author)
+        }
+        storedBytes[author] = estimate
+        return estimate.addingSaturated(cost) < limits.storedBytesPerAuthor / 2 ? .max : limits.storedBytesPerAuthor
+    }
+
+    /// A row of `cost` by `author` was stored (in a step that may yet fail: the estimate only grows).
+    func stored(author: [UInt8], cost: Int64, bound: Int64) {
+        if bound != .max {
+            // The store summed: start again from the truth next time.
+            storedBytes[author] = nil
+        } else {
+            storedBytes[author, default: 0] = storedBytes[author, default: 0].addingSaturated(cost)
+        }
+    }
 
     /// Takes a token from `key`'s bucket; false when it is empty (the frame is then neither handled
     /// nor acknowledged: the sender's outbox retries later).

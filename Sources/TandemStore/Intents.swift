@@ -429,12 +429,26 @@ extension StoreStep {
     /// as a first write would leave them (one attempt, the next round in `delayMs` unless an ACK
     /// removes them first), inside the transaction that queues them, so writing them after the
     /// commit costs no commit of its own.
-    public func scheduleFirstWrite(for key: [UInt8], nowMs: Int64, delayMs: Int64 = 1000) throws {
+    /// Returns the frames it scheduled (those to write now), oldest first: the caller need not
+    /// read back everything that waits for `key` (a long queue would make each send cost its length).
+    @discardableResult
+    public func scheduleFirstWrite(for key: [UInt8], nowMs: Int64, delayMs: Int64 = 1000) throws -> [OutboxItem] {
         try write(durable: false) { db in
+            let due = try OutboxItem.fetchAll(try db.cachedStatement(sql: """
+                SELECT * FROM outbox WHERE recipient = ? AND attempts = 0 AND nextAttemptMs <= ? ORDER BY createdAtMs
+                """), arguments: [Data(key), nowMs])
+            guard !due.isEmpty else { return [] }
             try db.cachedStatement(sql: """
                 UPDATE outbox SET attempts = 1, nextAttemptMs = ?, lastError = 'awaiting acknowledgement'
                 WHERE recipient = ? AND attempts = 0 AND nextAttemptMs <= ?
                 """).execute(arguments: [nowMs.addingSaturated(delayMs), Data(key), nowMs])
+            return due.map { item in
+                var scheduled = item
+                scheduled.attempts = 1
+                scheduled.nextAttemptMs = nowMs.addingSaturated(delayMs)
+                scheduled.lastError = "awaiting acknowledgement"
+                return scheduled
+            }
         }
     }
 

@@ -332,6 +332,26 @@ final class MessageLoopbackTests: XCTestCase {
         XCTAssertTrue(delivered.isEmpty)
     }
 
+    /// Past the stored-bytes bound for an author, a message is not stored and not acknowledged
+    /// (it stays in the sender's outbox), and the receiver's user is told.
+    func testTheStoredBytesBoundHoldsBackWhatPassesIt() async throws {
+        let a = try await RunningNode.start()
+        let b = try await RunningNode.start(configure: { $0.messageLimits.storedBytesPerAuthor = 1000 })
+        defer { a.task.cancel(); b.task.cancel() }
+        try await befriend(a, b)
+        let text = String(repeating: "z", count: 300)  // 500 bytes each with the row's overhead
+        let first = try await send(a.node, to: b.node, text)
+        let second = try await send(a.node, to: b.node, text)
+        let third = try await send(a.node, to: b.node, text)
+        _ = try await event(a.node, "message.delivered", where: { $0.fields["id"]?.stringValue == second })
+        let over = try await event(b.node, "message.over_bound")
+        XCTAssertEqual(over.fields["from"]?.stringValue, a.node.id.canonical)
+        let stored = try await list(b.node, with: a.node).map { $0["id"]?.stringValue }
+        XCTAssertEqual(stored, [first, second])
+        let states = try await list(a.node, with: b.node).map { $0["id"]?.stringValue == third ? $0["state"]?.stringValue : nil }
+        XCTAssertNotEqual(states.last, "delivered", "not acknowledged: it waits in the outbox")
+    }
+
     /// A friend offline when the messages are sent gets them once, in order, when it starts.
     func testAnOfflineFriendGetsEverythingOnceInOrder() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tdm-msg-\(UInt32.random(in: 0...UInt32.max))")

@@ -133,14 +133,14 @@ package final class Outbox: Sendable {
     /// link); the others wait for the loop, which is woken.
     package func send(to keys: [[UInt8]], in step: StoreStep) {
         // Frames for a peer with a link up are scheduled as written in the step's own transaction,
-        // and read back there (no read transaction of their own): writing them after the commit
-        // then needs no commit and no read of its own.
+        // which returns them (no read transaction of their own): writing them after the commit then
+        // needs no commit and no read of its own. Only the frames just scheduled are written here;
+        // older ones that wait for an ACK are the delivery loop's, when due.
         var ready: [[UInt8]: [OutboxItem]] = [:]
         let nowMs = now()
         for key in Set(keys) where transport.link(to: key) != nil {
             health.attempt("schedule the first write of queued frames") {
-                try step.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
-                ready[key] = try step.outbox(for: key)
+                ready[key] = try step.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
             }
         }
         // The frames are written once they are durable.
