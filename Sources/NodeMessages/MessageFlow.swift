@@ -326,16 +326,36 @@ extension MessageService {
         }
     }
 
-    /// Expires disappearing messages once a second, and records written frames as sent, until
-    /// cancelled (a child of the node's group).
+    /// Asks again about every gap still open (at most once per 30 s each, `ConversationOrder`):
+    /// a GAP_REQUEST lost with its link, or asked while the peer was away, is repeated.
+    package func askAboutGaps() {
+        defer { events.published() }
+        health.attempt("ask about gaps") {
+            try store.step(syncing: false) { step in
+                for (cid, author) in try step.heldAuthors() {
+                    guard let c = try step.conversation(id: cid) else { continue }
+                    var o = try order(c, step)
+                    let before = o
+                    askForGap(&o, author: author, conversation: c, step)
+                    if o != before { stage(o, conversation: cid, step) }
+                }
+            }
+        }
+    }
+
+    /// Expires disappearing messages once a second, asks about open gaps every 5 s, and records
+    /// written frames as sent, until cancelled (a child of the node's group).
     package nonisolated func run() async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
                 for await case .framesWritten(_, _, let ids) in written { await NodeCore.run { self.markSent(ids) } }
             }
             group.addTask { [self] in await runHooks() }
+            var second = 0
             while !Task.isCancelled {
                 await NodeCore.run { self.expire(nowMs: self.now()) }
+                second += 1
+                if second % 5 == 0 { await NodeCore.run { self.askAboutGaps() } }
                 try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
             }
             hookInput.finish()  // the hook runner ends once what is queued has run

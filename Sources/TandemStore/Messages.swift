@@ -281,6 +281,14 @@ extension StoreReading {
         }
     }
 
+    /// Conversations and authors with messages held above a gap (at most `limit`): whose gaps to ask about.
+    public func heldAuthors(limit: Int = 256) throws -> [(conversationId: Int64, author: [UInt8])] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT DISTINCT conversationId, author FROM message WHERE state = 'held' LIMIT ?", arguments: [limit])
+                .map { ($0["conversationId"], Array($0["author"] as Data)) }
+        }
+    }
+
     /// Whether our frame `messageId` to `recipient` still waits in the outbox.
     public func hasOutboxFrame(_ messageId: [UInt8], to recipient: [UInt8]) throws -> Bool {
         try read { db in

@@ -75,6 +75,11 @@ final class MessageHarnessTests: XCTestCase {
         XCTAssertEqual(gaps.count, 1)
         XCTAssertEqual(gaps.first?["ranges"], .array([.array([.int(1), .int(2)])]))
         XCTAssertEqual(gaps.first?["asked"]?.stringValue, NodeID(publicKey: friend.publicKey).canonical)
+        // The periodic pass asks again only once 30 s passed: not yet.
+        let messages = h.runtime.messages
+        NodeCore.blocking { messages.askAboutGaps() }
+        let again = try await eventFields(h, "message.gap")
+        XCTAssertEqual(again.count, 1)
         h.deliver(frames[2])  // a duplicate while held: nothing changes
         h.deliver(frames[0])
         XCTAssertEqual(try texts(h, peer: friend.publicKey), ["m1"])
