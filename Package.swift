@@ -205,6 +205,23 @@ let package = Package(
                 "TandemBlocking",
             ]
         ),
+        // Messages between friends, a challenge's group thread, reactions, cheers, receipts.
+        .target(
+            name: "NodeMessages",
+            dependencies: [
+                "TandemNodeCore",
+                "Sodium",
+                "TandemProtocol",
+                "TandemNet",
+                "TandemStore",
+                "TandemBlocking",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
+            ]
+        ),
         // The node's wiring: builds the core and the features, registers their routes and services.
         .target(
             name: "TandemNode",
@@ -215,6 +232,7 @@ let package = Package(
                 "NodeBackup",
                 "NodeVault",
                 "NodeFocus",
+                "NodeMessages",
                 "Sodium",
                 "TandemProtocol",
                 "TandemNet",
@@ -265,7 +283,7 @@ let package = Package(
                 "TandemMedia",
                 "TandemNet",
                 "TandemNode",
-                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
                 "TandemRelay",
                 "TandemProtocol",
                 "Sodium",
@@ -289,7 +307,7 @@ let package = Package(
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
-                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
                 "TandemStore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -313,7 +331,7 @@ let package = Package(
                 "Sodium",
                 "TandemProtocol",
                 "TandemNode",
-                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
                 "TandemStore",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 "TandemRelay",
@@ -376,7 +394,7 @@ let package = Package(
                 "TandemNet",
                 "TandemRelay",
                 "TandemNode",
-                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -389,7 +407,7 @@ let package = Package(
         // What the in-process loopback suites share (one copy): nodes started on loopback, polling, events.
         .target(
             name: "TandemTestSupport",
-            dependencies: ["TandemNode", "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "TandemNet", "TandemProtocol", "Sodium",
+            dependencies: ["TandemNode", "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages", "TandemNet", "TandemProtocol", "Sodium",
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "NIOCore", package: "swift-nio")],
             path: "Tests/TandemTestSupport"
@@ -403,7 +421,7 @@ let package = Package(
                 "TandemStore",
                 "TandemNet",
                 "TandemNode",
-                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "Logging", package: "swift-log"),

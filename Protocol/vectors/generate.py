@@ -839,6 +839,7 @@ def gen_frames():
               {"message": "tandem.v1.Ping", "nonce": "5", "sent_at_ms": str(created)})
     add_valid("ping from carol to bob", CAROL, BOB, "PING", 2, "ping-carol", created, enc_ping(9, created),
               {"message": "tandem.v1.Ping", "nonce": "9", "sent_at_ms": str(created)})
+    gen_message_frames(add_valid, created)
 
     # Receiver checks: bob receives over a link whose authenticated peer is alice.
     cases = []
@@ -1012,7 +1013,8 @@ def gen_frames():
 
     check_cases(cases)
     return {
-        "description": "Signed envelopes and frames. 'valid': author_seed signs an envelope with the given fields; "
+        "description": "Signed envelopes and frames. 'valid': author_seed signs an envelope with the given fields "
+                       "(PING, PONG, ERROR, and one of every signed messaging type of Protocol/messages.md); "
                        "'envelope' is the exact result, 'frame' the same with its u32 big-endian length prefix, "
                        "'signing_input' what Ed25519 signs (\"tandem-frame-v1\\0\" then the envelope up to the "
                        "signature). payload_fields are the decoded protobuf payload; 64-bit values are decimal "
@@ -1030,6 +1032,61 @@ def gen_frames():
         "valid": valid,
         "receiver_checks": cases,
     }
+
+
+def gen_message_frames(add_valid, created):
+    """One signed frame of every signed messaging type (Protocol/messages.md 2; FILE_CHUNK is
+    link-authenticated and has none). Field values are strings: integers in decimal, bytes in hex."""
+    thread = label_bytes("chat/challenge", 16)
+    first = mid("chat/message")
+    sent_at = created - 500
+    text = "ready? 🙂"
+    body = pb_varint(2, 1) + pb_varint(3, 1) + pb_bytes(4, text.encode()) + pb_varint(6, sent_at)
+    add_valid("MESSAGE, direct", ALICE, BOB, "MESSAGE", 0x0501, "chat/message", created, body,
+              {"message": "tandem.v1.ChatMessage", "challenge_id": "", "seq": "1", "lamport": "1", "text": text,
+               "reply_to": "", "sent_at_ms": str(sent_at), "expires_after_ms": "0"})
+    reply = (pb_bytes(1, thread) + pb_varint(2, 7) + pb_varint(3, 12) + pb_bytes(4, "yes".encode()) + pb_bytes(5, first)
+             + pb_varint(6, sent_at) + pb_varint(7, 86_400_000))
+    add_valid("MESSAGE in a thread, a reply with a disappearing timer", BOB, ALICE, "MESSAGE", 0x0501, "chat/reply", created,
+              reply, {"message": "tandem.v1.ChatMessage", "challenge_id": h(thread), "seq": "7", "lamport": "12",
+                      "text": "yes", "reply_to": h(first), "sent_at_ms": str(sent_at), "expires_after_ms": "86400000"})
+    # Carol writes to the thread's inviter (alice), who forwards her envelope byte for byte to bob.
+    inner_body = pb_bytes(1, thread) + pb_varint(2, 1) + pb_varint(3, 3) + pb_bytes(4, "hi all".encode()) + pb_varint(6, sent_at)
+    inner = envelope(CAROL, ALICE.pk, 0x0501, mid("chat/forwarded"), created - 200, inner_body)
+    add_valid("FORWARD of carol's thread MESSAGE, from the inviter alice to bob", ALICE, BOB, "FORWARD", 0x0502, "chat/forward",
+              created, pb_bytes(1, thread) + pb_bytes(2, inner),
+              {"message": "tandem.v1.ChatForward", "challenge_id": h(thread), "envelope": h(inner), "inner_author": h(CAROL.pk),
+               "inner_text": "hi all"})
+    add_valid("REACTION", BOB, ALICE, "REACTION", 0x0503, "chat/reaction", created,
+              pb_bytes(2, first) + pb_bytes(3, "👍".encode()),
+              {"message": "tandem.v1.ChatReaction", "challenge_id": "", "message_id": h(first), "emoji": "👍"})
+    add_valid("CHEER on alice's result", BOB, ALICE, "CHEER", 0x0504, "chat/cheer", created,
+              pb_bytes(1, thread) + pb_bytes(2, ALICE.pk) + pb_bytes(3, "👏".encode()) + pb_bytes(4, "well done".encode()),
+              {"message": "tandem.v1.Cheer", "challenge_id": h(thread), "subject": h(ALICE.pk), "emoji": "👏",
+               "text": "well done"})
+    add_valid("READ", BOB, ALICE, "READ", 0x0505, "chat/read", created, pb_varint(1, 3) + pb_varint(2, created - 100),
+              {"message": "tandem.v1.ReadReceipt", "read_up_to_seq": "3", "read_at_ms": str(created - 100)})
+    add_valid("RETRACT", ALICE, BOB, "RETRACT", 0x0506, "chat/retract", created, pb_bytes(2, first),
+              {"message": "tandem.v1.Retract", "challenge_id": "", "message_id": h(first)})
+    ranges = pb_msg(3, pb_varint(1, 1) + pb_varint(2, 2)) + pb_msg(3, pb_varint(1, 5) + pb_varint(2, 5))
+    add_valid("GAP_REQUEST", BOB, ALICE, "GAP_REQUEST", 0x0507, "chat/gap", created, pb_bytes(2, ALICE.pk) + ranges,
+              {"message": "tandem.v1.GapRequest", "challenge_id": "", "author": h(ALICE.pk), "ranges": "1-2,5-5"})
+    add_valid("CONVERSATION_SETTINGS", ALICE, BOB, "CONVERSATION_SETTINGS", 0x0508, "chat/settings", created,
+              pb_varint(1, 86_400_000) + pb_varint(2, 2),
+              {"message": "tandem.v1.ConversationSettings", "disappear_after_ms": "86400000", "version": "2"})
+    file_id = label_bytes("chat/file", 16)
+    file_hash = hashlib.blake2b(b"desk", digest_size=32).digest()
+    root = label_bytes("chat/chunk-root")
+    offer = (pb_bytes(1, file_id) + pb_bytes(2, "desk.jpg".encode()) + pb_varint(3, 300_000) + pb_bytes(4, file_hash)
+             + pb_varint(5, 262_144) + pb_bytes(6, root))
+    add_valid("FILE_OFFER", ALICE, BOB, "FILE_OFFER", 0x0509, "chat/file-offer", created, offer,
+              {"message": "tandem.v1.FileOffer", "file_id": h(file_id), "name": "desk.jpg", "size": "300000",
+               "file_hash": h(file_hash), "chunk_size": "262144", "chunk_root": h(root), "message_id": ""})
+    add_valid("FILE_REQUEST", BOB, ALICE, "FILE_REQUEST", 0x050A, "chat/file-request", created,
+              pb_bytes(1, file_id) + pb_msg(2, pb_varint(2, 2)),
+              {"message": "tandem.v1.FileRequest", "file_id": h(file_id), "ranges": "0+2"})
+    add_valid("FILE_CANCEL", BOB, ALICE, "FILE_CANCEL", 0x050C, "chat/file-cancel", created, pb_bytes(1, file_id) + pb_varint(2, 1),
+              {"message": "tandem.v1.FileCancel", "file_id": h(file_id), "reason": "1"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1078,7 +1135,7 @@ RELAY = IDENTITIES["dave"]          # the relay's identity in these vectors
 RELAY_DEFAULT_PORT = 7820
 JOIN_MAGIC = b"TDMJOIN1"
 MAILBOX_MAX_AGE_MS = 8 * 24 * 60 * 60 * 1000
-MAILABLE_TYPES = set(range(0x0101, 0x0106)) | set(range(0x0201, 0x0207))
+MAILABLE_TYPES = set(range(0x0101, 0x0106)) | set(range(0x0201, 0x0207)) | set(range(0x0501, 0x0507)) | {0x0508}
 
 
 def parse_relay_address(text):
@@ -1324,7 +1381,7 @@ def gen_relay():
             "receiver": "bob",
             "maximum_age_ms": MAILBOX_MAX_AGE_MS,
             "maximum_future_ms": MAX_SKEW_MS,
-            "mailable_types": ["0101", "0102", "0103", "0104", "0105", "0201", "0202", "0203", "0204", "0205", "0206"],
+            "mailable_types": ["%04x" % t for t in sorted(MAILABLE_TYPES)],
             "items": items,
         },
     }

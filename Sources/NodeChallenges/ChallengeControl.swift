@@ -242,6 +242,12 @@ extension ChallengeService {
                     "reason": oc.result == .quit ? .string(oc.reason) : .null,
                 ])
             })
+            // Cheers friends sent on results of this entry (messages, `tandem cheer`), and ours.
+            let cheers = health.read("read the cheers", or: []) { try store.cheers(challengeId: Array(r.challengeID)) }
+            o["cheers"] = .array(cheers.map { c in
+                .object(["from": idText(Array(c.author)), "from_name": .string(name(Array(c.author), store)),
+                         "subject": idText(Array(c.subject)), "emoji": .string(c.emoji), "text": .string(c.text)])
+            })
         }
         return .object(o)
     }

@@ -134,8 +134,10 @@ public final class ChallengeService: Sendable {
     }
 
     func after(_ c: Challenge, _ actions: [Challenge.Action], _ step: StoreStep) {
-        // The notices were stored with the step (`persist`); now they reach subscribers.
-        events.published()
+        // The notices were stored with the step (`persist`); they reach subscribers once it commits
+        // (read back from the log: inside the step that read would open a second transaction,
+        // which an in-memory store refuses).
+        step.afterCommit { [events] in events.published() }
         var recipients: [[UInt8]] = []
         for case .send(_, _, let to) in actions { recipients += to }
         if !recipients.isEmpty { outbox.send(to: recipients, in: step) }

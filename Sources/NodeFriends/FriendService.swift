@@ -290,7 +290,9 @@ public final class FriendService: Sendable {
             case .presence:
                 presence.receive(envelope, try PresenceMessage(payload: envelope.payload), contact: contact, step)
             case .ack:
-                outbox.delivered(try AckMessage(payload: envelope.payload).messageID, by: author, step)
+                // Not routed here: the frame router hands acknowledgements to the outbox and to
+                // the flow that owns the acknowledged frame (`NodeFrameRouter.acknowledged`).
+                break
             default:
                 logger.debug("frame type not handled by friends", metadata: ["type": "\(envelope.type)"])
             }

@@ -220,6 +220,44 @@ public struct HookRunner: Sendable {
         return results
     }
 
+    // MARK: - Event hooks (not tied to a mode)
+
+    /// The hooks for an event such as `on-message`: `DIR/on-message` and the files in
+    /// `DIR/on-message.d/` (sorted), as for transitions.
+    public func eventHooks(_ event: String) -> [String] {
+        guard event.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }), !event.isEmpty else { return [] }
+        var out: [String] = []
+        let base = "\(directory)/\(event)"
+        if isFile(base) == true { out.append(base) }
+        let dotD = base + ".d"
+        if isFile(dotD) == false, let names = HookRunner.listNames(dotD, limit: HookRunner.maxHooks + 1) {
+            for name in names where !name.hasPrefix(".") && !name.hasSuffix("~") {
+                let path = "\(dotD)/\(name)"
+                if isFile(path) == true { out.append(path) }
+            }
+        }
+        return Array(out.prefix(HookRunner.maxHooks))
+    }
+
+    /// Runs the hooks of `event` one after the other, each with `TANDEM_EVENT` and `variables`
+    /// (names `[A-Za-z_][A-Za-z0-9_]*`, values cut at 64 KiB) plus PATH and the session variables,
+    /// each bounded by the timeout. Blocking: run it on a thread pool.
+    public func runEvent(_ event: String, variables: [String: String]) -> [HookResult] {
+        let paths = eventHooks(event)
+        guard !paths.isEmpty else { return [] }
+        var env: [String: String] = [:]
+        for (key, value) in variables.prefix(64) where HookRunner.isVariableName(key) {
+            env[key] = value.utf8.count > 65536 ? String(decoding: value.utf8.prefix(65536), as: UTF8.self) : value
+        }
+        env["TANDEM_EVENT"] = event
+        env["PATH"] = getenv("PATH").map { String(cString: $0) } ?? "/usr/local/bin:/usr/bin:/bin"
+        for key in HookRunner.passedThrough {
+            if let value = getenv(key) { env[key] = String(cString: value) }
+        }
+        let list = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        return paths.map { runOne($0, environment: list) }
+    }
+
     static let passedThrough = ["HOME", "USER", "LOGNAME", "LANG", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS",
                                 "DISPLAY", "WAYLAND_DISPLAY"]
 

@@ -124,6 +124,8 @@ public enum DemoScenario {
 
             try showLedgers(a, b, say: say)
 
+            try await messageDemo(a, b, say: say)
+
             try await focusDemo(a, hosts: root.appendingPathComponent("alice-hosts"), say: say)
 
             let m = bobNode.metrics.snapshot
@@ -302,6 +304,28 @@ public enum DemoScenario {
             say("   `tandem ledger verify` on \(side.name)'s node: " + (broken.map { "BROKEN at \($0)" }
                 ?? "every hash and every signature holds, and everyone who completed signed."))
         }
+    }
+
+    /// Bob cheers Alice's result in their first ledger entry; Alice answers with a message, which
+    /// is delivered once Bob's node has stored it.
+    static func messageDemo(_ a: DemoNode, _ b: DemoNode, say: @escaping @Sendable (String) -> Void) async throws {
+        let entries = try await b.call("ledger.list", .object([:]))["entries"]?.arrayValue ?? []
+        guard let first = entries.first?["seq"]?.intValue else { return }
+        say("    \(b.name) cheers \(a.name)'s result in entry #\(first) (`tandem cheer \(first) \"well done\"`):")
+        _ = try await b.call("message.cheer", .object(["entry": .int(first), "text": "well done"]))
+        let cheer = try await next(a.events, "message.cheer", [:])
+        say("    \(a.name)'s node stores it beside the entry: \(ChatText.terminalSafe(cheer.fields["emoji"]?.stringValue ?? "")) from "
+            + "\(b.name), “\(ChatText.terminalSafe(cheer.fields["text"]?.stringValue ?? ""))”.")
+        let text = "thanks! same time tomorrow?"
+        let started = ContinuousClock.now
+        let sent = try await a.call("message.send", .object(["to": .string(b.node.id.canonical), "text": .string(text)]))
+        let id = sent["id"]?.stringValue ?? ""
+        _ = try await next(b.events, "message.received", ["id": id])
+        _ = try await next(a.events, "message.delivered", ["id": id])
+        let took = ContinuousClock.now - started
+        let ms = Double(took.components.seconds) * 1000 + Double(took.components.attoseconds) / 1e15
+        say("    \(a.name) writes back (`tandem message send Bob \"\(text)\"`): stored in her outbox, delivered over the link,")
+        say(String(format: "    stored by %@'s node, which acknowledges only after its commit: delivered %.1f ms after sending.", b.name, ms))
     }
 
     /// Waits for the next event of `type` whose fields include `match`.

@@ -6,6 +6,7 @@ import NodeChallenges
 import NodeBackup
 import NodeVault
 import NodeFocus
+import NodeMessages
 
 /// Where a node listens and how its links behave.
 public struct NodeConfiguration: Sendable {
@@ -22,6 +23,8 @@ public struct NodeConfiguration: Sendable {
     public var discovery: DiscoveryConfiguration? = nil
     /// Local focus: where the site block goes, the hooks, the app guard.
     public var focus = FocusService.Configuration()
+    /// The message service's per-friend bounds (messages.md 3.2; the bench raises them).
+    package var messageLimits = MessageService.Limits()
     public init() {}
 
     /// Parses "host:port", ":port", "port" or "[v6]:port" (`HostPort.parse`).

@@ -13,6 +13,7 @@ import NodeChallenges
 import NodeBackup
 import NodeVault
 import NodeFocus
+import NodeMessages
 
 /// A running node: its identity, its shared frame rules and its services, in one service group.
 ///
@@ -56,6 +57,8 @@ public final class NodeRuntime: Sendable {
     package let backup: BackupService
     /// Local focus: modes, keys, the lock and its blocking.
     package let focus: FocusService
+    /// Messages between friends and challenges' threads.
+    package let messages: MessageService
     /// Inbound frames and link events on their way to the node core (`@NodeCore`), bounded.
     let inbound: InboundLane
     /// Frames owed to peers, until acknowledged.
@@ -150,8 +153,14 @@ public final class NodeRuntime: Sendable {
                                    outbox: outbox, events: events, health: health, signals: signals, dataDirectory: dataDirectory,
                                    logger: logger, kitProvider: RecoveryKit.provider)
         self.backup = backup
+        let messages = MessageService(identity: identity, store: store, peers: peers, outbox: outbox, events: events, health: health,
+                                      signals: signals,
+                                      hooksDirectory: configuration.focus.hooksDirectory
+                                          ?? dataDirectory.map { $0.url.appendingPathComponent("hooks").path },
+                                      limits: configuration.messageLimits, logger: logger)
+        self.messages = messages
         // The feature flows' routes: each owns its frame types; friends take the rest.
-        self.frameRouter = NodeFrameRouter(flows: [challenges, backup], fallback: friends, presence: presence, outbox: outbox,
+        self.frameRouter = NodeFrameRouter(flows: [challenges, backup, messages], fallback: friends, presence: presence, outbox: outbox,
                                            clock: clock, store: store, events: events, health: health)
         self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store,
                                   events: events, health: health, configuration: configuration.vault, group: group, logger: logger)
@@ -180,6 +189,7 @@ public final class NodeRuntime: Sendable {
         vault.registerControlMethods(on: router)
         backup.registerControlMethods(on: router)
         focus.registerControlMethods(on: router)
+        messages.registerControlMethods(on: router)
         registerStatus()
         // Stored on the core, in a step of their own, before anything the services do there.
         for row in quarantined {
@@ -264,6 +274,7 @@ public final class NodeRuntime: Sendable {
         services.append(vault)
         services.append(backup)
         services.append(focus)
+        services.append(MessageLoop(messages: messages))
         if let discovery { services.append(DiscoveryAfterListener(node: self, discovery: discovery)) }
         services.append(NodeAnnouncer(node: self))
         return services
@@ -360,6 +371,15 @@ struct ChallengeLoop: Service {
     func run() async throws {
         _ = try? await listener.boundAddress  // not bound: the listener service reports it
         await cancelWhenGracefulShutdown { await challenges.run() }
+    }
+}
+
+/// Expires disappearing messages.
+struct MessageLoop: Service {
+    let messages: MessageService
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await messages.run() }
     }
 }
 

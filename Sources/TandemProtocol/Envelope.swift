@@ -62,7 +62,7 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
                                                  .challengeInvite, .challengeAnswer, .challengeStart, .challengeCancel,
                                                  .challengeQuit, .challengeOutcome, .relayRegister, .relayRegistered,
                                                  .tunnelOpen, .relayReply, .tunnelIncoming, .mailboxPut, .mailboxItem,
-                                                 .mailboxAck, .relayGoodbye]).union(backupTypes)
+                                                 .mailboxAck, .relayGoodbye]).union(backupTypes).union(handledMessageTypes)
 
     public var description: String {
         switch self {

@@ -175,9 +175,12 @@ public enum TunnelJoin {
 /// Mail held by a relay for an offline node (section 14.4): one complete signed envelope sealed
 /// (`crypto_box_seal`) to the recipient's X25519 key, so the relay holds bytes it cannot read.
 public enum MailboxSeal {
-    /// Message types a node may send through a mailbox: the durable flows, nothing else.
+    /// Message types a node may send through a mailbox: the durable flows, nothing else (friends,
+    /// challenges, and the acknowledged messages between friends: MESSAGE … RETRACT and
+    /// CONVERSATION_SETTINGS; not the file types, which need a link).
     public static func isMailable(_ type: MessageType) -> Bool {
         (0x0101...0x0105).contains(type.rawValue) || (0x0201...0x0206).contains(type.rawValue)
+            || (0x0501...0x0506).contains(type.rawValue) || type.rawValue == 0x0508
     }
 
     /// Largest sealed item a relay keeps by default.

@@ -412,13 +412,15 @@ extension StoreStep {
         try write(durable: false) { db in
             let rows = try Row.fetchAll(try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE recipient = ?"),
                                         arguments: [Data(key)])
-            let update = try db.cachedStatement(sql: "UPDATE outbox SET attempts = ?, nextAttemptMs = ?, lastError = ? WHERE messageId = ?")
+            let update = try db.cachedStatement(sql: """
+                UPDATE outbox SET attempts = ?, nextAttemptMs = ?, lastError = ? WHERE messageId = ? AND recipient = ?
+                """)
             for row in rows {
                 let id: Data = try row.decode(Data.self, atIndex: 0)
                 guard messageIds?.contains(Array(id)) ?? true else { continue }
                 let attempts = (try row.decode(Int.self, atIndex: 1)).addingReportingOverflow(1).partialValue
                 let delay = min(maximumDelayMs, 1000 << min(max(attempts - 1, 0), 20))
-                try update.execute(arguments: [attempts, nowMs.addingSaturated(Int64(delay)), error, id])
+                try update.execute(arguments: [attempts, nowMs.addingSaturated(Int64(delay)), error, id, Data(key)])
             }
         }
     }
@@ -427,12 +429,26 @@ extension StoreStep {
     /// as a first write would leave them (one attempt, the next round in `delayMs` unless an ACK
     /// removes them first), inside the transaction that queues them, so writing them after the
     /// commit costs no commit of its own.
-    public func scheduleFirstWrite(for key: [UInt8], nowMs: Int64, delayMs: Int64 = 1000) throws {
+    /// Returns the frames it scheduled (those to write now), oldest first: the caller need not
+    /// read back everything that waits for `key` (a long queue would make each send cost its length).
+    @discardableResult
+    public func scheduleFirstWrite(for key: [UInt8], nowMs: Int64, delayMs: Int64 = 1000) throws -> [OutboxItem] {
         try write(durable: false) { db in
+            let due = try OutboxItem.fetchAll(try db.cachedStatement(sql: """
+                SELECT * FROM outbox WHERE recipient = ? AND attempts = 0 AND nextAttemptMs <= ? ORDER BY createdAtMs
+                """), arguments: [Data(key), nowMs])
+            guard !due.isEmpty else { return [] }
             try db.cachedStatement(sql: """
                 UPDATE outbox SET attempts = 1, nextAttemptMs = ?, lastError = 'awaiting acknowledgement'
                 WHERE recipient = ? AND attempts = 0 AND nextAttemptMs <= ?
                 """).execute(arguments: [nowMs.addingSaturated(delayMs), Data(key), nowMs])
+            return due.map { item in
+                var scheduled = item
+                scheduled.attempts = 1
+                scheduled.nextAttemptMs = nowMs.addingSaturated(delayMs)
+                scheduled.lastError = "awaiting acknowledgement"
+                return scheduled
+            }
         }
     }
 
@@ -444,10 +460,14 @@ extension StoreStep {
         }
     }
 
-    /// The recipient acknowledged a frame. True when it was still waiting.
+    /// Drops every outbox row of frame `messageId`, whoever it waits for (an unreadable frame). True
+    /// when one was still waiting. An acknowledgement removes only its sender's row: `acknowledge(_:from:)`.
     @discardableResult
     public func acknowledge(_ messageId: [UInt8]) throws -> Bool {
-        try write { db in try OutboxItem.deleteOne(db, key: Data(messageId)) }
+        try write { db in
+            try db.cachedStatement(sql: "DELETE FROM outbox WHERE messageId = ?").execute(arguments: [Data(messageId)])
+            return db.changesCount > 0
+        }
     }
 
     /// `from` acknowledged a frame: only a frame addressed to it leaves the outbox.
@@ -457,6 +477,19 @@ extension StoreStep {
             try db.cachedStatement(sql: "DELETE FROM outbox WHERE messageId = ? AND recipient = ?")
                 .execute(arguments: [Data(messageId), Data(recipient)])
             return db.changesCount > 0
+        }
+    }
+
+    /// `from` acknowledged a frame: like `acknowledge(_:from:)`, and returns the acknowledged
+    /// frame's type (nil when no frame of ours to `from` had this id), so the flow that sent it can
+    /// record the delivery in the same step.
+    public func acknowledgeReturningType(_ messageId: [UInt8], from recipient: [UInt8]) throws -> Int? {
+        try write(durable: false) { db in
+            guard let type = try Int.fetchOne(try db.cachedStatement(sql: "SELECT type FROM outbox WHERE messageId = ? AND recipient = ?"),
+                                              arguments: [Data(messageId), Data(recipient)]) else { return nil }
+            try db.cachedStatement(sql: "DELETE FROM outbox WHERE messageId = ? AND recipient = ?")
+                .execute(arguments: [Data(messageId), Data(recipient)])
+            return type
         }
     }
 

@@ -226,6 +226,7 @@ public struct NodeStore: Sendable {
         m.registerMigration("v5-vault") { db in try MigrationV5.vault(db) }
         // Messages between friends (MigrationV6.swift, Protocol/messages.md 8).
         m.registerMigration("v6-messages") { db in try MigrationV6.messages(db) }
+        m.registerMigration("v7-outbox-per-recipient") { db in try MigrationV7.outboxPerRecipient(db) }
         return m
     }
 

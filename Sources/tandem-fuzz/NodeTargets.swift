@@ -26,7 +26,8 @@ enum NodeTarget {
 
     static let types: [MessageType] = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .presence,
                                        .ack, .clockProbe, .clockReply, .challengeInvite, .challengeAnswer, .challengeStart,
-                                       .challengeCancel, .challengeQuit, .challengeOutcome, .ping, .pong, .error]
+                                       .challengeCancel, .challengeQuit, .challengeOutcome, .ping, .pong, .error,
+                                       .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest]
 
     /// Challenge ids the sequence plays with (so that frames find the challenge an invite made).
     static let ids: [[UInt8]] = (0..<3).map { [UInt8](repeating: UInt8(0xc0 + $0), count: 16) }
@@ -111,6 +112,67 @@ enum NodeTarget {
 
     static func challengeID(_ input: inout FuzzInput) -> Data {
         input.pick(16) == 0 ? Data(input.take(Int(input.u8() % 20))) : Data(ids[input.pick(ids.count)])
+    }
+
+    /// A thread (one of the sequence's challenge ids) or the direct conversation (empty).
+    static func thread(_ input: inout FuzzInput) -> Data {
+        input.bool() ? Data() : challengeID(&input)
+    }
+
+    /// A seq or lamport: small and in order (most of the time), near the window, or any value.
+    static func seq(_ input: inout FuzzInput) -> UInt64 {
+        switch input.u8() % 8 {
+        case 0: return input.uint64()
+        case 1: return [0, ChatLimits.maximumCounter, ChatLimits.maximumCounter + 1, ChatLimits.heldAboveGap + 2][input.pick(4)]
+        default: return UInt64(1 + input.u8() % 8)
+        }
+    }
+
+    static func messageRef(_ input: inout FuzzInput) -> Data {
+        input.pick(8) == 0 ? Data(input.take(Int(input.u8() % 20))) : Data([UInt8](repeating: input.u8() % 4, count: 16))
+    }
+
+    /// The messaging payloads (Protocol/messages.md), fields near their edges; a FORWARD carries
+    /// a MESSAGE, REACTION or RETRACT signed by the member, a stranger, or the forwarder itself.
+    static func chatPayload(_ type: MessageType, _ input: inout FuzzInput, sender: SigningKeyPair, nowUs: Int64) -> [UInt8] {
+        let nowMs = UInt64(clamping: nowUs / 1000)
+        let message: any SwiftProtobuf.Message
+        switch type {
+        case .chatMessage:
+            var m = Tandem_V1_ChatMessage()
+            m.challengeID = thread(&input); m.seq = seq(&input); m.lamport = seq(&input)
+            m.text = input.pick(16) == 0 ? String(repeating: "x", count: 16_385) : input.text()
+            m.replyTo = input.bool() ? Data() : messageRef(&input)
+            m.sentAtMs = input.pick(8) == 0 ? input.uint64() : nowMs - UInt64(input.u16())
+            m.expiresAfterMs = input.pick(4) == 0 ? count(&input) : 0
+            message = m
+        case .chatForward:
+            let author = [member, sender, strangers[0], friend][input.pick(4)]
+            let innerType = [MessageType.chatMessage, .chatReaction, .retract, .ping][input.pick(4)]
+            let inner = Envelope.sign(type: innerType, author: author, recipient: sender.publicKey,
+                                      createdAt: nowMs - UInt64(input.u16()),
+                                      payload: chatPayload(innerType == .ping ? .chatMessage : innerType, &input, sender: author, nowUs: nowUs))
+            var bytes = inner.bytes
+            if input.pick(8) == 0, !bytes.isEmpty { bytes[input.pick(bytes.count)] ^= 1 }  // tampered after signing
+            var m = Tandem_V1_ChatForward(); m.challengeID = challengeID(&input); m.envelope = Data(bytes); message = m
+        case .chatReaction:
+            var m = Tandem_V1_ChatReaction(); m.challengeID = thread(&input); m.messageID = messageRef(&input)
+            m.emoji = input.bool() ? "👍" : input.text(); message = m
+        case .cheer:
+            var m = Tandem_V1_Cheer(); m.challengeID = challengeID(&input); m.subject = key(&input, sender: sender)
+            m.emoji = input.bool() ? "👏" : input.text(); m.text = input.text(); message = m
+        case .readReceipt:
+            var m = Tandem_V1_ReadReceipt(); m.readUpToSeq = seq(&input); m.readAtMs = nowMs; message = m
+        case .retract:
+            var m = Tandem_V1_Retract(); m.challengeID = thread(&input); m.messageID = messageRef(&input); message = m
+        default:
+            var m = Tandem_V1_GapRequest(); m.challengeID = thread(&input); m.author = key(&input, sender: sender)
+            m.ranges = (0..<Int(input.u8() % 4)).map { _ in
+                var r = Tandem_V1_SeqRange(); r.first = seq(&input); r.last = seq(&input); return r
+            }
+            message = m
+        }
+        return (try? message.serializedBytes()) ?? []
     }
 
     static func record(_ input: inout FuzzInput, sender: SigningKeyPair) -> Tandem_V1_ContactRecord {
@@ -198,6 +260,8 @@ enum NodeTarget {
             m.record = Data(bytes)
             m.signature = Data(input.pick(8) == 0 ? input.take(64) : Outcome.sign(bytes, with: sender))
             message = m
+        case .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest:
+            return chatPayload(type, &input, sender: sender, nowUs: nowUs)
         case .ping:
             var m = Tandem_V1_Ping(); m.nonce = input.uint64(); m.sentAtMs = input.uint64(); message = m
         case .pong:

@@ -354,6 +354,11 @@ struct LedgerList: AsyncParsableCommand {
                     return "\(who): \(r)"
                 }
                 output("#\(e["seq"]?.intValue ?? 0)  \(e["committed_at"]?.stringValue ?? "")  \(clockText(e["duration_ms"]?.intValue ?? 0))  \(outcomes.joined(separator: ", "))  \(e["signers"]?.arrayValue?.count ?? 0) signatures  \(String((e["hash"]?.stringValue ?? "").prefix(16)))")
+                for c in e["cheers"]?.arrayValue ?? [] {
+                    let who = c["from_name"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 } ?? String((c["from"]?.stringValue ?? "?").prefix(12))
+                    let text = c["text"]?.stringValue ?? ""
+                    output("    \(c["emoji"]?.stringValue ?? "") from \(who)\(text.isEmpty ? "" : ": " + text)")
+                }
             }
         }
     }

@@ -42,7 +42,7 @@ struct Friend: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Friends: send, answer and manage friend requests.",
         subcommands: [FriendRequest.self, FriendRequests.self, FriendAccept.self, FriendDecline.self, FriendList.self,
-                      FriendRemove.self, FriendBlock.self, FriendUnblock.self])
+                      FriendRemove.self, FriendBlock.self, FriendUnblock.self, FriendSet.self])
 }
 
 struct FriendRequest: AsyncParsableCommand {

@@ -189,9 +189,9 @@ final class OutboxTests: XCTestCase {
         let rig = try Rig()
         let peer = SigningKeyPair.generate().publicKey
         let item = try rig.request(peer)
-        await NodeCore.run { try? rig.store.batch { step in rig.outbox.delivered(Array(item.messageId), by: SigningKeyPair.generate().publicKey, step) } }
+        await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(Array(item.messageId), by: SigningKeyPair.generate().publicKey, step) } }
         XCTAssertEqual(try rig.store.outbox(for: peer).count, 1, "someone else's ACK changes nothing")
-        await NodeCore.run { try? rig.store.batch { step in rig.outbox.delivered(Array(item.messageId), by: peer, step) } }
+        await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(Array(item.messageId), by: peer, step) } }
         XCTAssertEqual(try rig.store.outbox(for: peer).count, 0)
         XCTAssertTrue(try rig.eventTypes().contains("outbox.delivered"))
         // After the ACK nothing is written on a later link.
@@ -210,7 +210,7 @@ final class OutboxTests: XCTestCase {
         error.code = .replayed
         error.refMessageID = item.messageId
         let reported = error
-        await NodeCore.run { try? rig.store.batch { step in rig.outbox.peerReportedError(reported, from: peer, step) } }
+        await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.peerReportedError(reported, from: peer, step) } }
         XCTAssertEqual(try rig.store.outboxCount(), 0)
     }
 
@@ -316,7 +316,7 @@ final class OutboxTests: XCTestCase {
         rig.transport.setLink(peer, link)
         await rig.outbox.deliverDue()
         XCTAssertEqual(link.written.map(\.messageID.bytes), [Array(item.messageId)])
-        await NodeCore.run { try? rig.store.batch { step in rig.outbox.delivered(Array(item.messageId), by: peer, step) } }
+        await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(Array(item.messageId), by: peer, step) } }
         // Acknowledged, then another restart: never written again.
         let again = try Rig(me: me, store: try NodeStore(path: path), clock: clock)
         let later = FakeLink(serial: 2)

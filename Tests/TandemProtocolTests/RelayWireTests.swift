@@ -318,7 +318,8 @@ final class RelayWireTests: XCTestCase {
     func testEveryMailableTypeOpens() throws {
         let mailable: [MessageType] = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate,
                                        .challengeInvite, .challengeAnswer, .challengeStart, .challengeCancel, .challengeQuit,
-                                       .challengeOutcome]
+                                       .challengeOutcome, .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract,
+                                       .conversationSettings]
         for t in mailable {
             XCTAssertTrue(MailboxSeal.isMailable(t), "\(t)")
             XCTAssertEqual(try open(try MailboxSeal.seal(envelope(t))).type, t)
@@ -355,7 +356,8 @@ final class RelayWireTests: XCTestCase {
 
     func testTypesThatAreNotMailableAreRefused() throws {
         for t in [MessageType.ping, .pong, .error, .presence, .ack, .clockProbe, .clockReply, .relayRegister, .mailboxPut,
-                  .relayGoodbye, MessageType(rawValue: 0x0106), MessageType(rawValue: 0x0207), MessageType(rawValue: 0x0100),
+                  .relayGoodbye, .gapRequest, .fileOffer, .fileRequest, .fileCancel,
+                  MessageType(rawValue: 0x0106), MessageType(rawValue: 0x0207), MessageType(rawValue: 0x0100),
                   MessageType(rawValue: 0x0200), MessageType(rawValue: 0xFFFF)] {
             XCTAssertFalse(MailboxSeal.isMailable(t), "\(t)")
             assertRejected(try MailboxSeal.seal(envelope(t)), containing: "not sent through mailboxes")

@@ -87,6 +87,17 @@ final class MessageStoreTests: XCTestCase {
         XCTAssertEqual(state.count, 1)
         XCTAssertEqual(state[0].released, 2)
         XCTAssertEqual(state[0].held.map(\.seq), [4])
+        // Released rows that are gone (expired) do not reopen their seqs: the highest released one counts.
+        try store.batch { step in
+            _ = try step.receiveMessage(inbound(c, 20, from: carol, seq: 1, lamport: 1, text: "c1"))
+            _ = try step.receiveMessage(inbound(c, 21, from: carol, seq: 2, lamport: 2, text: "c2", expiresAtMs: 5))
+            _ = try step.receiveMessage(inbound(c, 22, from: carol, seq: 3, lamport: 7, text: "c3"))
+            _ = try step.expireMessages(nowMs: 10)
+        }
+        let carols = try XCTUnwrap(try store.inboundOrderState(conversationId: c.id!).first { $0.author == carol })
+        XCTAssertEqual(carols.released, 3)
+        XCTAssertEqual(carols.lastLamport, 7)
+        XCTAssertTrue(carols.held.isEmpty)
         try store.batch { try $0.releaseHeld([(id: mid(4), displayLamport: 6)]) }
         XCTAssertEqual(try store.message(mid(4))?.state, .received)
         // The listing uses the display index.

@@ -178,6 +178,9 @@ def test_demo_runs_and_cleans_up():
     assert "identical: the same records, signatures and hashes" in proc.stdout
     assert proc.stdout.count("every hash and every signature holds") == 2
     assert "INVALID" not in proc.stdout and "BROKEN" not in proc.stdout
+    # Messages: a cheer beside the ledger entry, and a message delivered after the friend's commit.
+    assert "Alice's node stores it beside the entry: 👏 from Bob, “well done”." in proc.stdout
+    assert re.search(r"acknowledges only after its commit: delivered [0-9.]+ ms after sending", proc.stdout)
     # Local focus: an object key locks a mode (the hosts block appears), a box is refused, the mug opens it.
     assert "locked with the mug; her hosts file now holds 0.0.0.0 news.example" in proc.stdout
     assert "A box is shown instead: refused" in proc.stdout

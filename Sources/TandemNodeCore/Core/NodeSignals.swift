@@ -16,6 +16,9 @@ package enum NodeSignal: Sendable, Equatable {
     case focusChanged
     /// The main key ended a challenge's lock early: that challenge is quit with `reason`.
     case focusQuitChallenge(id: String, reason: String)
+    /// The outbox wrote these frames of `type` to `recipient` on a link (not yet acknowledged):
+    /// the flow that sent them may record them as sent.
+    case framesWritten(type: UInt16, recipient: [UInt8], ids: [[UInt8]])
 }
 
 /// The node's one internal signal stream. A service subscribes when it is built (so nothing posted

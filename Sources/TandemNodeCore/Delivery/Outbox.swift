@@ -76,6 +76,8 @@ package final class Outbox: Sendable {
     private let lastFullRound = NIOLockedValueBox(Int64.min)
     let wake = Wakeup()
     private let signals: AsyncStream<NodeSignal>?
+    /// Where `framesWritten` is posted.
+    private let poster: NodeSignals?
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, transport: OutboxTransport, presence: PresenceState,
          events: EventBus, health: StoreHealth, signals: NodeSignals?, configuration: Configuration = Configuration(),
@@ -91,6 +93,7 @@ package final class Outbox: Sendable {
         self.clock = clock
         self.book = NIOLockedValueBox(DeliveryBook(resendAfterMs: configuration.resendAfterMs))
         self.signals = signals?.subscribe { $0 == .reachable }
+        self.poster = signals
     }
 
     package func now() -> Int64 { clock() }
@@ -103,9 +106,12 @@ package final class Outbox: Sendable {
     }
 
     /// Signs a frame for `recipient` as an outbox row, for the flow to store with its change.
-    package func frame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8], in r: StoreReading) -> OutboxItem {
+    /// `messageID`: the id to sign under (one message sent to several recipients keeps one id).
+    package func frame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8], messageID: MessageID = .random(),
+                       in r: StoreReading) -> OutboxItem {
         let nowMs = now()
-        let env = Envelope.sign(type: type, author: identity, recipient: recipient, createdAt: UInt64(clamping: nowMs), payload: payload)
+        let env = Envelope.sign(type: type, messageID: messageID, author: identity, recipient: recipient,
+                                createdAt: UInt64(clamping: nowMs), payload: payload)
         var item = OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: nowMs)
         let farewell = type == .friendDecline || type == .friendRemove
         if farewell || !isFriend(recipient, in: r) {
@@ -113,6 +119,11 @@ package final class Outbox: Sendable {
         }
         return item
     }
+
+    /// What the delivery book tracks a frame by: its id and its recipient (one message can wait for
+    /// several recipients under one id).
+    nonisolated static func bookKey(_ messageID: [UInt8], _ recipient: [UInt8]) -> [UInt8] { messageID + recipient }
+    nonisolated static func bookKey(_ item: OutboxItem) -> [UInt8] { Array(item.messageId) + Array(item.recipient) }
 
     /// Nudges the delivery loop: at once when it waits, else as soon as its current round ends.
     func poke() { wake.poke() }
@@ -122,14 +133,14 @@ package final class Outbox: Sendable {
     /// link); the others wait for the loop, which is woken.
     package func send(to keys: [[UInt8]], in step: StoreStep) {
         // Frames for a peer with a link up are scheduled as written in the step's own transaction,
-        // and read back there (no read transaction of their own): writing them after the commit
-        // then needs no commit and no read of its own.
+        // which returns them (no read transaction of their own): writing them after the commit then
+        // needs no commit and no read of its own. Only the frames just scheduled are written here;
+        // older ones that wait for an ACK are the delivery loop's, when due.
         var ready: [[UInt8]: [OutboxItem]] = [:]
         let nowMs = now()
         for key in Set(keys) where transport.link(to: key) != nil {
             health.attempt("schedule the first write of queued frames") {
-                try step.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
-                ready[key] = try step.outbox(for: key)
+                ready[key] = try step.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
             }
         }
         // The frames are written once they are durable.
@@ -185,26 +196,32 @@ package final class Outbox: Sendable {
     }
 
     /// An ACK (or a REPLAYED error) from the recipient of one of our frames: delivered. Only the
-    /// recipient of a frame can acknowledge it.
-    package func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep) {
-        health.attempt("remove an acknowledged frame") {
-            guard try step.acknowledge(messageID, from: author) else { return }
-            book.withLockedValue { $0.done(messageID) }
+    /// recipient of a frame can acknowledge it. Returns the acknowledged frame's type (nil when no
+    /// frame of ours to `author` had this id), so the router can tell the flow that owns the type
+    /// (`FrameFlow.delivered`) in the same step.
+    @discardableResult
+    package func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep) -> MessageType? {
+        health.read("remove an acknowledged frame", or: nil) { () throws -> MessageType? in
+            guard let raw = try step.acknowledgeReturningType(messageID, from: author) else { return nil }
+            book.withLockedValue { $0.done(Self.bookKey(messageID, author)) }
             events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
                                              "message_id": .string(hexString(messageID))], in: step)
+            return MessageType(rawValue: UInt16(clamping: raw))
         }
     }
 
-    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8], _ step: StoreStep) {
-        // A replay error about one of our frames means its first copy reached the peer (whose ACK
-        // may be lost or still on its way).
-        if error.code == .replayed, error.refMessageID.count == 16 { delivered(Array(error.refMessageID), by: key, step) }
+    /// A replay error about one of our frames means its first copy reached the peer (whose ACK
+    /// may be lost or still on its way): delivered. Returns the frame's id and type when it was ours.
+    func peerReportedError(_ error: Tandem_V1_Error, from key: [UInt8], _ step: StoreStep) -> (messageID: [UInt8], type: MessageType)? {
+        guard error.code == .replayed, error.refMessageID.count == 16 else { return nil }
+        let id = Array(error.refMessageID)
+        return delivered(id, by: key, step).map { (id, $0) }
     }
 
     nonisolated static let durable: Set<MessageType> = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .backupOffer]
 
     nonisolated static func isDurable(_ type: MessageType) -> Bool {
-        durable.contains(type) || MessageType.challengeRange.contains(type.rawValue)
+        durable.contains(type) || MessageType.challengeRange.contains(type.rawValue) || type.isAcknowledgedMessage
     }
 
     /// A payload that broke its message's rules: logged, answered with MALFORMED on its link, and
@@ -347,8 +364,14 @@ package final class Outbox: Sendable {
             return
         }
         let nowMs = now()
-        let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Array($0.messageId) }, link: link.serial, nowMs: nowMs) })
-        for item in items where fresh.contains(Array(item.messageId)) {
+        let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Self.bookKey($0) }, link: link.serial, nowMs: nowMs) })
+        var written: [Int: [[UInt8]]] = [:]
+        defer {
+            for (type, ids) in written {
+                poster?.post(.framesWritten(type: UInt16(clamping: type), recipient: key, ids: ids))
+            }
+        }
+        for item in items where fresh.contains(Self.bookKey(item)) {
             guard let env = try? Envelope.parse(Array(item.frame)) else {  // logged, counted and dropped below
                 // Written by this node, so only a damaged store gets here: drop the row, say so.
                 logger.error("unreadable outbox frame dropped", metadata: ["message_id": "\(hexString(item.messageId))"])
@@ -358,6 +381,7 @@ package final class Outbox: Sendable {
                 continue
             }
             link.write(env)
+            written[item.type, default: []].append(Array(item.messageId))
         }
         link.flush()
         // The PRESENCE owed after those frames follows them on the link, flushed apart: its
@@ -398,12 +422,17 @@ package final class Outbox: Sendable {
             self.health.attempt("record the deposited frames") {
                 try self.store.step(syncing: false) { step in
                     for id in deposited {
-                        guard self.health.read("remove a deposited frame", or: false, { try step.acknowledge(id) }) else { continue }
-                        self.book.withLockedValue { $0.done(id) }
+                        guard self.health.read("remove a deposited frame", or: false, { try step.acknowledge(id, from: key) }) else { continue }
+                        self.book.withLockedValue { $0.done(Self.bookKey(id, key)) }
                         self.events.emit("outbox.deposited", ["to": .string(NodeID(publicKey: key).canonical),
                                                               "message_id": .string(hexString(id)), "relay": .string(relay.description)],
                                          in: step)
                     }
+                    // Left at the relay: as good as written on a link (the flows may record them as sent).
+                    let gone = Set(deposited)
+                    var byType: [Int: [[UInt8]]] = [:]
+                    for item in items where gone.contains(Array(item.messageId)) { byType[item.type, default: []].append(Array(item.messageId)) }
+                    for (type, ids) in byType { self.poster?.post(.framesWritten(type: UInt16(clamping: type), recipient: key, ids: ids)) }
                     if deposited.count < items.count {
                         try step.deferOutbox(for: key, error: failure ?? "offline", nowMs: self.now())
                     }

@@ -23,6 +23,9 @@ package protocol FrameFlow: AnyObject, Sendable {
     func linkUp(_ key: [UInt8], _ step: StoreStep)
     /// A LAN beacon was seen.
     func sighted(_ sighting: PeerSighting, _ step: StoreStep)
+    /// `recipient` acknowledged (ACK, or REPLAYED) our frame `messageID` of a type this flow owns:
+    /// it is stored on the recipient's node. Told in the step that removed it from the outbox.
+    func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep)
 }
 
 extension FrameFlow {
@@ -30,6 +33,7 @@ extension FrameFlow {
     package func heard(_ key: [UInt8]) {}
     package func linkUp(_ key: [UInt8], _ step: StoreStep) {}
     package func sighted(_ sighting: PeerSighting, _ step: StoreStep) {}
+    package func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep) {}
 }
 
 /// What the challenges feature asks of local focus: a challenge started with `--mode` locks that

@@ -67,7 +67,7 @@ package struct NodeFrameRouter: InboundConsumer {
         case .linkDown(let key):
             presence.linkDown(key, step)
         case .peerError(let error, let key):
-            outbox.peerReportedError(error, from: key, step)
+            if let (id, type) = outbox.peerReportedError(error, from: key, step) { tellDelivered(id, type: type, to: key, step) }
         case .sighting(let sighting):
             for flow in flows { flow.sighted(sighting, step) }
             fallback.sighted(sighting, step)
@@ -86,6 +86,7 @@ package struct NodeFrameRouter: InboundConsumer {
     }
 
     private func route(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
+        if envelope.type == .ack { return acknowledged(envelope, from: link, step) }
         for flow in flows where flow.owns(envelope.type) {
             if flow.dropsBlockedAuthors {
                 let blocked = health.read("read a contact", or: nil) { try step.contact(envelope.author) }?.relationship == .blocked
@@ -94,6 +95,32 @@ package struct NodeFrameRouter: InboundConsumer {
             return flow.handle(envelope, from: link, step)
         }
         fallback.handle(envelope, from: link, step)
+    }
+}
+
+extension NodeFrameRouter {
+    /// An ACK: the outbox drops the frame it names (only its recipient can acknowledge it), and
+    /// the flow that owns the frame's type is told in the same step. A blocked contact's ACK is
+    /// dropped, a malformed one answered MALFORMED.
+    private func acknowledged(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
+        let blocked = health.read("read a contact", or: nil) { try step.contact(envelope.author) }?.relationship == .blocked
+        guard !blocked else { return }
+        let ack: AckMessage
+        do {
+            ack = try AckMessage(payload: envelope.payload)
+        } catch let e as PayloadError {
+            return outbox.refuseMalformed(envelope, e, on: link, step)
+        } catch {
+            return  // AckMessage throws only PayloadError
+        }
+        if let type = outbox.delivered(ack.messageID, by: envelope.author, step) {
+            tellDelivered(ack.messageID, type: type, to: envelope.author, step)
+        }
+    }
+
+    private func tellDelivered(_ id: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep) {
+        for flow in flows where flow.owns(type) { return flow.delivered(id, type: type, to: recipient, step) }
+        fallback.delivered(id, type: type, to: recipient, step)
     }
 }
 

@@ -26,12 +26,17 @@ extension MessageType {
     public static let fileChunk = MessageType(rawValue: 0x050B)
     public static let fileCancel = MessageType(rawValue: 0x050C)
 
-    /// The messaging types. Not yet in `known`: until the node's message service handles them, a
-    /// node answers them UNKNOWN_TYPE (README 5.11), which is what a sender must expect of an older
-    /// peer anyway.
+    /// The messaging types. Those the node's message service handles (`handledMessageTypes`) are
+    /// in `known`; the file types are not yet: a node answers them UNKNOWN_TYPE (README 5.11), which
+    /// is what a sender must expect of an older peer anyway.
     public static let messageTypes: [MessageType] = [
         .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest,
         .conversationSettings, .fileOffer, .fileRequest, .fileChunk, .fileCancel,
+    ]
+
+    /// The messaging types the node's message service handles (in `known`).
+    public static let handledMessageTypes: Set<MessageType> = [
+        .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest, .conversationSettings,
     ]
 
     public static let messageNames: [UInt16: String] = [

@@ -66,7 +66,7 @@ public enum ChatText {
 
     /// An emoji for a reaction or cheer: 1 … 64 bytes (or empty where allowed), no controls, no
     /// bidi controls, no line breaks, no white space.
-    static func isEmoji(_ s: String) -> Bool {
+    public static func isEmoji(_ s: String) -> Bool {
         guard s.utf8.count <= ChatLimits.emojiBytes else { return false }
         return !s.unicodeScalars.contains { needsEscape($0) || $0.properties.isWhitespace }
     }

@@ -1,0 +1,202 @@
+import Foundation
+import Logging
+import NIOPosix
+import Sodium
+import TandemBlocking
+import TandemNet
+import TandemProtocol
+import TandemStore
+import TandemNodeCore
+
+/// Messages between friends and a challenge's group thread (Protocol/messages.md): sending through
+/// the outbox (a message row and its frame in one step), receiving (only friends, and thread
+/// participants through the forwarding rule; per-friend rate and stored-bytes bounds; exactly once
+/// and in order per conversation and author through `ConversationOrder`), reactions, cheers,
+/// retracts, read receipts under the reciprocal rule, and gap requests answered from the message table.
+///
+/// Everything here runs on the node core, inside the step it is given: load, the pure machine,
+/// store the rows with the frames they send and the handled mark, then act after the commit
+/// (ACKs, GAP_REQUESTs, event delivery).
+@NodeCore
+public final class MessageService: Sendable {
+    /// The receiver's bounds (messages.md 3.2); the defaults are `ChatLimits`'.
+    package struct Limits: Sendable {
+        /// MESSAGE, REACTION, CHEER and RETRACT frames per friend: a bucket of `burst` …
+        package var burst = Double(ChatLimits.messageBurst)
+        /// … refilled at this many per minute.
+        package var perMinute = Double(ChatLimits.messagesPerMinute)
+        package var storedBytesPerAuthor = ChatLimits.storedBytesPerFriend
+        package init() {}
+    }
+
+    let identity: SigningKeyPair
+    let store: NodeStore
+    let peers: PeerManager
+    let outbox: Outbox
+    let events: EventBus
+    let health: StoreHealth
+    let logger: Logger
+    let limits: Limits
+    let clock: @Sendable () -> Int64
+
+    /// Per-friend token buckets for the frames that store something.
+    private var buckets: [[UInt8]: (tokens: Double, atMs: Int64)] = [:]
+    /// Bytes stored per author, as of the last sum plus what was stored since: never below the
+    /// truth (retracts and expiries only lower it), so while it is well below the bound the store
+    /// need not sum the author's rows for each message. Read again near the bound.
+    private var storedBytes: [[UInt8]: Int64] = [:]
+    /// Inbound ordering per conversation id, as committed.
+    private var orders: [Int64: ConversationOrder] = [:]
+    /// Orders changed by the step `stagedIn` (not yet committed): they replace `orders` after its
+    /// commit, and are dropped if it never commits (the next step finds another `stagedIn`). The
+    /// step is held strongly, so no later step can be mistaken for it.
+    private var staged: [Int64: ConversationOrder] = [:]
+    private var stagedIn: StoreStep?
+    /// Our MESSAGE frames the outbox wrote on a link: queued → sent.
+    let written: AsyncStream<NodeSignal>
+    /// `on-message` hooks (`<hooks>/on-message`, `<hooks>/on-message.d/*`), run for each message
+    /// received in a conversation that is not muted, one at a time, on the blocking pool.
+    let hooks: HookRunner?
+    let hookJobs: AsyncStream<[String: String]>
+    let hookInput: AsyncStream<[String: String]>.Continuation
+    /// At most this many received messages wait for their hooks; more are dropped (logged).
+    nonisolated static let hookBacklog = 256
+
+    package nonisolated init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus,
+                             health: StoreHealth, signals: NodeSignals, hooksDirectory: String? = nil, limits: Limits = Limits(),
+                             logger: Logger,
+                             clock: @escaping @Sendable () -> Int64 = { Int64(wallClockMilliseconds()) }) {
+        self.identity = identity
+        self.store = store
+        self.peers = peers
+        self.outbox = outbox
+        self.events = events
+        self.health = health
+        self.limits = limits
+        self.logger = logger
+        self.clock = clock
+        self.hooks = hooksDirectory.map { HookRunner(directory: $0) }
+        (hookJobs, hookInput) = AsyncStream.makeStream(of: [String: String].self, bufferingPolicy: .bufferingOldest(Self.hookBacklog))
+        self.written = signals.subscribe {
+            if case .framesWritten(let type, _, _) = $0 { type == MessageType.chatMessage.rawValue } else { false }
+        }
+    }
+
+    /// Runs the `on-message` hooks of each received message, in order, until the stream ends.
+    nonisolated func runHooks() async {
+        guard let hooks else {
+            for await _ in hookJobs {}
+            return
+        }
+        for await variables in hookJobs {
+            do {
+                let results = try await NIOThreadPool.singleton.runIfActive { hooks.runEvent("on-message", variables: variables) }
+                for r in results where r.failed { logger.warning("on-message hook failed", metadata: ["hook": "\(r)"]) }
+            } catch {
+                logger.error("on-message hooks could not run", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// The outbox wrote these MESSAGE frames on a link: sent (until the friend's ACK says delivered).
+    func markSent(_ ids: [[UInt8]]) {
+        health.attempt("mark messages sent") { try store.step(syncing: false) { step in try step.markMessagesSent(ids) } }
+    }
+
+    var me: [UInt8] { identity.publicKey }
+    func now() -> Int64 { clock() }
+    func idText(_ key: [UInt8]) -> JSONValue { .string(NodeID(publicKey: key).canonical) }
+
+    func name(_ key: [UInt8], _ r: StoreReading) -> String {
+        if key == me { return health.read("read the display name", or: nil) { try r.setting("display_name") } ?? "" }
+        return health.read("read a contact", or: nil) { try r.contact(key) }?.displayName ?? ""
+    }
+
+    // MARK: - Ordering state
+
+    /// The conversation's inbound order as this step sees it (restored from the store on first use).
+    func order(_ c: ConversationRow, _ step: StoreStep) throws -> ConversationOrder {
+        guard let id = c.id else { throw MessageStoreError.noSuchConversation }
+        if stagedIn !== step {
+            // The previous step that staged orders never committed (its after-commit action would
+            // have cleared them): what it staged is void.
+            staged = [:]
+            stagedIn = nil
+        }
+        if let o = staged[id] ?? orders[id] { return o }
+        var o = ConversationOrder()
+        for a in try step.inboundOrderState(conversationId: id) {
+            o.restore(ownSeq: UInt64(clamping: c.ownSeq), maximumLamport: UInt64(clamping: c.maxLamport), author: a.author,
+                      released: a.released, lastLamport: a.lastLamport, held: a.held)
+        }
+        orders[id] = o
+        return o
+    }
+
+    /// Keeps `o` as the conversation's order once `step` commits.
+    func stage(_ o: ConversationOrder, conversation id: Int64, _ step: StoreStep) {
+        if stagedIn !== step {
+            staged = [:]
+            stagedIn = step
+            step.afterCommit { [self] in
+                for (k, v) in staged { orders[k] = v }
+                staged = [:]
+                stagedIn = nil
+            }
+        }
+        staged[id] = o
+    }
+
+    // MARK: - Bounds
+
+    /// The stored-bytes bound to hand the store for a row of `cost` by `author`: `Int64.max` (no
+    /// sum) while the estimate stays below half the bound, else the bound itself (the store sums).
+    func bytesBound(author: [UInt8], cost: Int64, _ step: StoreStep) -> Int64 {
+        let estimate = storedBytes[author] ?? health.read("sum an author's stored bytes", or: limits.storedBytesPerAuthor) {
+            try step.storedMessageBytes(author: author)
+        }
+        storedBytes[author] = estimate
+        return estimate.addingSaturated(cost) < limits.storedBytesPerAuthor / 2 ? .max : limits.storedBytesPerAuthor
+    }
+
+    /// A row of `cost` by `author` was stored (in a step that may yet fail: the estimate only grows).
+    func stored(author: [UInt8], cost: Int64, bound: Int64) {
+        if bound != .max {
+            // The store summed: start again from the truth next time.
+            storedBytes[author] = nil
+        } else {
+            storedBytes[author, default: 0] = storedBytes[author, default: 0].addingSaturated(cost)
+        }
+    }
+
+    /// Takes a token from `key`'s bucket; false when it is empty (the frame is then neither handled
+    /// nor acknowledged: the sender's outbox retries later).
+    func allowFrame(from key: [UInt8]) -> Bool {
+        let nowMs = now()
+        if buckets.count >= 4096, buckets[key] == nil {
+            buckets = buckets.filter { $0.value.tokens < limits.burst - 1 }
+            if buckets.count >= 4096 { return false }
+        }
+        var b = buckets[key] ?? (limits.burst, nowMs)
+        let elapsed = Double(max(0, nowMs.subtractingSaturated(b.atMs)))
+        b.tokens = min(limits.burst, b.tokens + elapsed / 60_000 * limits.perMinute)
+        b.atMs = nowMs
+        guard b.tokens >= 1 else {
+            buckets[key] = b
+            return false
+        }
+        b.tokens -= 1
+        buckets[key] = b
+        return true
+    }
+
+    // MARK: - Delivery
+
+    /// Our frame reached the friend's store (its ACK came after its commit): a MESSAGE is delivered.
+    package func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep) {
+        guard type == .chatMessage else { return }
+        let changed = health.read("mark a message delivered", or: false) { try step.markMessageDelivered(messageID) }
+        guard changed else { return }
+        events.emit("message.delivered", ["id": .string(hexString(messageID)), "to": idText(recipient)], in: step)
+    }
+}
