@@ -277,26 +277,46 @@ public final class VaultService: Service, Sendable {
         }
     }
 
-    /// The node's recovery code: in clear (made on first ask) while there is no vault; with a
-    /// vault, the one sealed in it (the vault must be open, or `pin` open it).
+    /// The node's recovery code: in clear (made on first ask) while there is no vault. With a vault,
+    /// the code sealed for the vault `pin` opens, whether a vault is open or not: the PIN is always
+    /// checked (through the guard, like an unlock: a wrong one counts), so an open session does not
+    /// give the code to whoever sits at it, and the decoy PIN always shows the decoy's code. The
+    /// open vault, if any, stays as it is.
     func recoveryCode(pin: String?) async throws -> RecoveryCode {
         let dir = try vaultDirectory
-        let clear = try await turn.run { () -> RecoveryCode? in
+        return try await turn.run { () -> RecoveryCode in
             guard self.exists else { return try await self.onLane { try RecoveryCodes.clearCode(vault: dir) } }
-            return nil
-        }
-        if let clear { return clear }
-        return try await withVault(pin: pin) { vault in
-            guard let code = try RecoveryCodes.open(vault: dir, master: vault.masterKey) else {
+            guard let pin else {
+                throw ControlError(code: "pin_required",
+                                   message: "showing the recovery code needs the vault PIN (pass --pin-stdin)", exitCode: 1)
+            }
+            let master = try await self.checkPINInTurn(pin) { _, master in master }
+            guard let code = try await self.onLane({ try RecoveryCodes.open(vault: dir, master: master) }) else {
                 throw NodeError.failed("this vault has no recovery code sealed in it")
             }
             return code
         }
     }
 
-    /// Opens the vault a PIN opens, within the caller's turn: refused without counting while a
-    /// lockout runs; a wrong PIN is counted (durably) before the answer.
+    /// Opens the vault a PIN opens, within the caller's turn, and keeps it open.
     func unlockInTurn(pin: String) async throws -> OpenVault {
+        let dir = try vaultDirectory
+        let opened = try await checkPINInTurn(pin) { keyFile, master in
+            OpenVault(repository: try VaultRepository.open(at: dir, masterKey: master), keyFile: keyFile, masterKey: master)
+        }
+        state.withLockedValue {
+            $0.open = opened
+            $0.lastUsedNs = DispatchTime.now().uptimeNanoseconds
+        }
+        await events.emit("vault.unlocked", [:])
+        return opened
+    }
+
+    /// Checks a PIN within the caller's turn and gives `body` (on the vault thread) the keys file
+    /// and the master key of the vault it opens: refused without counting while a lockout runs; a
+    /// wrong PIN is counted (durably) before the answer. Nothing is kept open.
+    func checkPINInTurn<T: Sendable>(_ pin: String,
+                                     _ body: @escaping @Sendable (VaultKeyFile, SecretBytes) throws -> T) async throws -> T {
         try requireVault()
         let dir = try vaultDirectory
         let guardNow = await NodeCore.run { self.loadGuard() }
@@ -306,12 +326,12 @@ public final class VaultService: Service, Sendable {
                                exitCode: ControlError.authenticationExitCode)
         }
         // The PIN's shape is checked after the lockout, so a malformed attempt is a wrong one too.
-        let opened = try await onLane { () -> OpenVault? in
+        let opened = try await onLane { () -> T? in
             let keyFile = try VaultKeyFile.load(from: dir)
             guard (try? Self.validatePIN(pin)) != nil, let (master, _) = try keyFile.unlock(pin: pin) else { return nil }  // a malformed PIN is a wrong one
-            let repository = try VaultRepository.open(at: dir, masterKey: master)
+            let result = try body(keyFile, master)
             RecoveryKitKeyFile.rememberAtUnlock(keyFile: keyFile, master: master, vaultDirectory: dir)
-            return OpenVault(repository: repository, keyFile: keyFile, masterKey: master)
+            return result
         }
         let position = Int(Sodium.randomUInt64() % 8)
         let after = try await NodeCore.perform { () -> PinGuard in
@@ -326,11 +346,6 @@ public final class VaultService: Service, Sendable {
             if let wait = after.wait(nowMs: now()) { message += "; \(after.failures) in a row: try again in \(Self.spoken(ms: wait))" }
             throw ControlError(code: "wrong_pin", message: message, exitCode: ControlError.authenticationExitCode)
         }
-        state.withLockedValue {
-            $0.open = opened
-            $0.lastUsedNs = DispatchTime.now().uptimeNanoseconds
-        }
-        await events.emit("vault.unlocked", [:])
         return opened
     }
 

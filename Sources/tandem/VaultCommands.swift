@@ -83,7 +83,7 @@ func callVault(_ common: CommonOptions, _ pinOptions: PINOptions, _ method: Stri
     let result: JSONValue
     do {
         result = try await client.call(method: method, params: .object(p), timeout: .seconds(600))
-    } catch let error as ControlError where error.code == "vault_locked" && p["pin"] == nil {
+    } catch let error as ControlError where (error.code == "vault_locked" || error.code == "pin_required") && p["pin"] == nil {
         p["pin"] = .string(try PINInput.prompt("Vault PIN: "))
         result = try await client.call(method: method, params: .object(p), timeout: .seconds(600))
     }
@@ -513,7 +513,7 @@ struct RecoveryCommand: AsyncParsableCommand {
 
 struct RecoveryShow: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "show", abstract: "Print the recovery code (asks for the vault PIN once a vault exists).",
+        commandName: "show", abstract: "Print the recovery code (asks for the vault PIN once a vault exists, even when it is open).",
         discussion: "Write it down and keep it away from this machine. Anyone with it and one of your friends can become you.")
     @OptionGroup var common: CommonOptions
     @OptionGroup var pin: PINOptions

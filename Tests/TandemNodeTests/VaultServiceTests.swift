@@ -212,16 +212,61 @@ final class VaultServiceTests: XCTestCase {
         let (service, _) = try makeService()
         let code = try await service.initialize(pin: "1212")
         _ = try await service.withVault(pin: nil) { v in try v.repository.importData([1, 2, 3], name: "kept", type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
-        let shown = try await service.recoveryCode(pin: nil)
+        let shown = try await service.recoveryCode(pin: "1212")
         XCTAssertEqual(shown, code)
         let dir = root.appendingPathComponent("vault")
         guard let master = try VaultKeyFile.load(from: dir).unlock(recoveryCode: code.bytes) else { return XCTFail("the code opens nothing") }
         XCTAssertEqual(try VaultRepository.open(at: dir, masterKey: master).items.map(\.name), ["kept"])
         try await service.setDecoy(pin: "1212", decoy: "3434")
         try await service.unlock(pin: "3434")
-        let decoyCode = try await service.recoveryCode(pin: nil)
+        let decoyCode = try await service.recoveryCode(pin: "3434")
         XCTAssertNotEqual(decoyCode, code, "the decoy shows a code of its own")
         XCTAssertNil(try VaultKeyFile.load(from: dir).unlock(recoveryCode: decoyCode.bytes))
+    }
+
+    /// `recovery show` checks the PIN it is given even while a vault is open, and answers for the
+    /// vault that PIN opens: a wrong PIN is refused and counted, no PIN is refused without counting,
+    /// the decoy PIN gives the decoy's code every time, and the open vault stays the one it was.
+    func testRecoveryCodeAlwaysChecksThePIN() async throws {
+        let (service, _) = try makeService()
+        let realCode = try await service.initialize(pin: "1212")
+        try await service.setDecoy(pin: "1212", decoy: "3434")
+        try await service.unlock(pin: "1212")
+        _ = try await service.withVault(pin: nil) { v in try v.repository.importData([7], name: "real.txt", type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
+        XCTAssertTrue(service.isUnlocked)
+
+        let noPIN = await code { _ = try await service.recoveryCode(pin: nil) }
+        XCTAssertEqual(noPIN, "pin_required", "an open vault does not give the code away")
+        let wrong = await code { _ = try await service.recoveryCode(pin: "0000") }
+        XCTAssertEqual(wrong, "wrong_pin")
+        let malformed = await code { _ = try await service.recoveryCode(pin: "12a") }
+        XCTAssertEqual(malformed, "wrong_pin")
+        let counted = await service.status()
+        XCTAssertEqual(counted["failed_attempts"]?.intValue, 2, "each wrong PIN counts, as at an unlock")
+        XCTAssertTrue(service.isUnlocked, "a wrong PIN here does not touch the open vault")
+
+        let decoy1 = try await service.recoveryCode(pin: "3434")
+        let decoy2 = try await service.recoveryCode(pin: "3434")
+        XCTAssertEqual(decoy1, decoy2, "the decoy's code is the same every time")
+        XCTAssertNotEqual(decoy1, realCode)
+        let real = try await service.recoveryCode(pin: "1212")
+        XCTAssertEqual(real, realCode, "the real PIN gives the real code")
+        let stillOpen = try await items(service)
+        XCTAssertEqual(stillOpen, ["real.txt"], "the real vault is still the open one")
+        let reset = await service.status()
+        XCTAssertEqual(reset["failed_attempts"]?.intValue, 0, "a right PIN resets the count")
+
+        // Under the decoy session too: the real PIN gives the real code, the decoy's its own.
+        try await service.unlock(pin: "3434")
+        let realUnderDecoy = try await service.recoveryCode(pin: "1212")
+        let decoyUnderDecoy = try await service.recoveryCode(pin: "3434")
+        XCTAssertEqual(realUnderDecoy, realCode)
+        XCTAssertEqual(decoyUnderDecoy, decoy1)
+
+        // During a lockout even the right PIN is refused.
+        for _ in 0..<3 { _ = await code { _ = try await service.recoveryCode(pin: "9999") } }
+        let lockedOut = await code { _ = try await service.recoveryCode(pin: "1212") }
+        XCTAssertEqual(lockedOut, "locked_out")
     }
 
     /// A node stopping during a long vault operation: the service ends at once (the service

@@ -349,3 +349,33 @@ def test_recovery_code_is_sealed_in_the_vault_once_there_is_one(make_node, tmp_p
                           stdin=subprocess.DEVNULL, timeout=60)
     assert proc.returncode != 0
     one_line_error(proc)
+
+
+def recovery_show(node, pin):
+    return subprocess.run([TANDEM, "recovery", "show", "--json", "--pin-stdin", "--data-dir", node.data_dir],
+                          input=pin + "\n", capture_output=True, text=True, timeout=60)
+
+
+def test_recovery_show_checks_the_pin_even_while_the_vault_is_open(make_node, tmp_path):
+    node = make_node("rp").start(env=CHEAP)
+    real = vault_json(node, "init", pin="2468")["recovery_code"]
+    vault(node, "decoy", pin=["2468", "1357"])
+    vault(node, "unlock", pin="2468")
+    assert vault_json(node, "status")["locked"] is False
+
+    wrong = recovery_show(node, "0000")
+    assert wrong.returncode != 0
+    one_line_error(wrong)
+    assert "tdmr1" not in wrong.stdout + wrong.stderr, "a wrong PIN gets no code"
+    assert vault_json(node, "status")["failed_attempts"] == 1, "it counts as a wrong try"
+
+    decoy = [recovery_show(node, "1357") for _ in range(2)]
+    assert all(p.returncode == 0 for p in decoy), [p.stderr for p in decoy]
+    decoy_codes = [json.loads(p.stdout)["code"] for p in decoy]
+    assert decoy_codes[0] == decoy_codes[1], "the decoy PIN gives the decoy's code, the same each time"
+    assert decoy_codes[0] != real
+
+    shown = recovery_show(node, "2468")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["code"] == real
+    assert vault_json(node, "status")["failed_attempts"] == 0
