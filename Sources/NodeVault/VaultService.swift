@@ -28,7 +28,15 @@ public final class VaultService: Service, Sendable {
         public var keyParameters: VaultKeyParameters = .default
         /// Auto-lock when the store has no setting yet.
         public var defaultAutoLockMs: Int64 = 300_000
+        /// The key the break-in log is sealed with (`breakInLogKey(identity:)`); without one (a node
+        /// made without its identity's secret), wrong PINs are counted but not logged.
+        public var breakInLogKey: SecretBytes?
         public init() {}
+    }
+
+    /// The break-in log's key, derived from the node's identity secret key (BreakInLog.swift).
+    public static func breakInLogKey(identity: SigningKeyPair) -> SecretBytes {
+        BreakInLog.key(identitySecretKey: identity.secretKey)
     }
 
     /// An unlocked vault: its repository and keys, touched on the vault thread only.
@@ -165,18 +173,28 @@ public final class VaultService: Service, Sendable {
             health.failed("read the vault's PIN guard", error)
             logger.warning("the vault's PIN guard could not be read; counting three wrong PINs")
             var fresh = PinGuard()
-            for _ in 0..<3 { fresh.failed(attempt: "", nowMs: nowMs, revealing: 0) }
+            for _ in 0..<3 { fresh.failed(nowMs: nowMs) }
             return fresh
         }
         guard let stored else { return PinGuard() }
+        let key = configuration.breakInLogKey
+        let log = stored.breakIns.compactMap { BreakInLog.open($0.entry, key: key) }
+        if log.count < stored.breakIns.count {
+            // Not a way around a wait (the counter is in its own row); the owner sees fewer entries.
+            logger.warning("break-in log entries that do not open were left out",
+                           metadata: ["entries": "\(stored.breakIns.count - log.count)"])
+        }
         return PinGuard(failures: Int(clamping: stored.guardRow.failures), lockedUntilMs: stored.guardRow.lockedUntilMs,
-                        breakIns: stored.breakIns.map { PinGuard.BreakIn(atMs: $0.atMs, masked: $0.masked) }, nowMs: nowMs)
+                        breakIns: log, nowMs: nowMs)
     }
 
-    /// On the core: stores the guard (durably: the answer to the attempt waits for it).
+    /// On the core: stores the guard (durably: the answer to the attempt waits for it), every log
+    /// entry sealed afresh; without a log key, no entries.
     @NodeCore func saveGuard(_ guardState: PinGuard) throws {
-        let stored = StoredPinGuard(failures: Int64(guardState.failures), lockedUntilMs: guardState.lockedUntilMs,
-                                    breakIns: guardState.breakIns.map { VaultBreakInRecord(atMs: $0.atMs, masked: $0.masked) })
+        let entries = try configuration.breakInLogKey.map { key in
+            try guardState.breakIns.map { VaultBreakInRecord(entry: try BreakInLog.seal($0, key: key)) }
+        } ?? []
+        let stored = StoredPinGuard(failures: Int64(guardState.failures), lockedUntilMs: guardState.lockedUntilMs, breakIns: entries)
         try store.step { step in try step.saveVaultPinGuard(stored) }
     }
 
@@ -333,10 +351,9 @@ public final class VaultService: Service, Sendable {
             RecoveryKitKeyFile.rememberAtUnlock(keyFile: keyFile, master: master, vaultDirectory: dir)
             return result
         }
-        let position = Int(Sodium.randomUInt64() % 8)
         let after = try await NodeCore.perform { () -> PinGuard in
             var g = self.loadGuard()
-            if opened != nil { g.succeeded() } else { g.failed(attempt: pin, nowMs: self.now(), revealing: position) }
+            if opened != nil { g.succeeded() } else { g.failed(nowMs: self.now()) }
             try self.saveGuard(g)
             return g
         }

@@ -444,7 +444,7 @@ struct VaultCheck: AsyncParsableCommand {
 }
 
 struct VaultBreakIns: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "break-ins", abstract: "Wrong PINs from the third in a row on (the last 20).")
+    static let configuration = CommandConfiguration(commandName: "break-ins", abstract: "When wrong PINs were tried, from the third in a row on (the last 20; nothing of what was tried is kept).")
     @OptionGroup var common: CommonOptions
     @OptionGroup var pin: PINOptions
 
@@ -452,7 +452,10 @@ struct VaultBreakIns: AsyncParsableCommand {
         try await callVault(common, pin, "vault.break_ins") { r in
             let log = r["break_ins"]?.arrayValue ?? []
             if log.isEmpty { output("No break-in attempts.") }
-            for e in log { output("\(e["at"]?.stringValue ?? "?")  \(e["pin"]?.stringValue ?? "")") }
+            for e in log {
+                let attempt = e["attempt"]?.intValue ?? 0
+                output("\(e["at"]?.stringValue ?? "?")  wrong PIN\(attempt > 0 ? " (\(attempt) in a row)" : "")")
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ import pathlib
 import re
 import signal
 import subprocess
+import time
 
 from tandem_testkit import TANDEM, cli, one_line_error
 
@@ -379,3 +380,28 @@ def test_recovery_show_checks_the_pin_even_while_the_vault_is_open(make_node, tm
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["code"] == real
     assert vault_json(node, "status")["failed_attempts"] == 0
+
+
+def test_one_digit_typos_leave_no_digit_in_the_store(make_node, tmp_path):
+    """Three one-digit typos of the PIN (the third is logged): none of them, nor any masked form,
+    is anywhere in node.sqlite or its write-ahead log; the owner still sees when and how many."""
+    node = make_node("typos").start(env=CHEAP)
+    vault(node, "init", pin="483920")
+    vault(node, "lock")
+    typos = ["583920", "473920", "481920"]
+    for typo in typos:
+        proc = vault(node, "unlock", pin=typo, check=False)
+        assert proc.returncode == 5, proc.stderr
+    store = pathlib.Path(node.data_dir)
+    files = [p for p in store.iterdir() if p.name.startswith("node.sqlite")]
+    assert files
+    for p in files:
+        data = p.read_bytes()
+        for needle in [*typos, "483920", "\u2022"]:
+            assert needle.encode() not in data, (p.name, needle)
+    status = vault_json(node, "status")
+    time.sleep(status["retry_in_ms"] / 1000 + 0.5)
+    log = vault_json(node, "break-ins", pin="483920")["break_ins"]
+    assert [e["attempt"] for e in log] == [3] and set(log[0]) == {"at", "attempt"}, log
+    text = vault(node, "break-ins").stdout
+    assert "wrong PIN (3 in a row)" in text and not any(t in text for t in typos), text
