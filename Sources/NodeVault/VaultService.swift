@@ -87,6 +87,10 @@ public final class VaultService: Service, Sendable {
         lane = NIOThreadPool(numberOfThreads: 1)
         lane.start()
         laneLoop = group.next()
+        // Whatever an import killed mid-way left in tmp/ (only where photos cannot be staged in
+        // memory) is shredded before any vault operation can exist: here, once per node start (an
+        // absent or empty directory, but for a crash), and again at every unlock.
+        if let directory { ImportScratch.shred(vault: directory, logger: logger) }
     }
 
     deinit {
@@ -319,8 +323,10 @@ public final class VaultService: Service, Sendable {
     /// Opens the vault a PIN opens, within the caller's turn, and keeps it open.
     func unlockInTurn(pin: String) async throws -> OpenVault {
         let dir = try vaultDirectory
+        let logger = self.logger
         let opened = try await checkPINInTurn(pin) { keyFile, master in
-            OpenVault(repository: try VaultRepository.open(at: dir, masterKey: master), keyFile: keyFile, masterKey: master)
+            ImportScratch.shred(vault: dir, logger: logger)
+            return OpenVault(repository: try VaultRepository.open(at: dir, masterKey: master), keyFile: keyFile, masterKey: master)
         }
         state.withLockedValue {
             $0.open = opened

@@ -340,6 +340,25 @@ final class VaultServiceTests: XCTestCase {
         XCTAssertEqual(lockedOut, "locked_out")
     }
 
+    /// What an import killed mid-way left in the vault's tmp/ is shredded at the next unlock: the
+    /// files gone, a symlink removed without touching what it points to.
+    func testUnlockShredsWhatAnImportLeftInTmp() async throws {
+        let (service, _) = try makeService()
+        try await service.initialize(pin: "1357")
+        service.lockNow(reason: "test")
+        let tmp = root.appendingPathComponent("vault/tmp")
+        try FileManager.default.createDirectory(at: tmp, withIntermediateDirectories: true)
+        try Data(repeating: 0x5A, count: 3 << 20).write(to: tmp.appendingPathComponent("import-0001"))
+        try Data().write(to: tmp.appendingPathComponent("import-0002"))
+        let outside = root.appendingPathComponent("keep.txt")
+        try Data("keep".utf8).write(to: outside)
+        try FileManager.default.createSymbolicLink(at: tmp.appendingPathComponent("import-0003"), withDestinationURL: outside)
+        try await service.unlock(pin: "1357")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: tmp.path), [])
+        XCTAssertEqual(FileManager.default.contents(atPath: outside.path), Data("keep".utf8), "a symlink is never followed")
+        XCTAssertNotNil(ImportScratch.memoryFile().map { close($0) }, "this system stages photo copies in memory")
+    }
+
     /// A node stopping during a long vault operation: the service ends at once (the service
     /// group gives cancelled services 2 s) and the vault is locked; the operation ends on its own.
     func testStoppingDoesNotWaitForAnOperationInProgress() async throws {
