@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import Sodium
 import TandemMedia
 import TandemProtocol
 import TandemVault
@@ -19,11 +18,11 @@ struct PhotoPreparation {
     var type: VaultItemType
     var createdAtMs: Int64?
     var thumbnail: [UInt8]?
-    /// The scratch copy to delete once imported.
-    var scratch: URL?
+    /// The stripped copy (ImportScratch.swift: in memory), released once imported.
+    var scratch: ImportScratch.Copy?
 
     func cleanUp() {
-        if let scratch { try? FileManager.default.removeItem(at: scratch) }  // already gone is fine; tmp/ is emptied at unlock
+        scratch?.release()
     }
 
     static func prepare(_ url: URL, modifiedMs: Int64?, scratch directory: URL, logger: Logger) -> PhotoPreparation {
@@ -38,19 +37,18 @@ struct PhotoPreparation {
             logger.info("no thumbnail for an imported photo", metadata: ["error": "\(error)"])
         }
         if let taken = try? PhotoProcessor.captureDate(of: url) { result.createdAtMs = taken }  // no capture date: the file time stays
-        // The copy lives in the vault's own directory (0700), under a random name, for moments.
-        let scratchDir = directory.appendingPathComponent("tmp", isDirectory: true)
-        try? FileManager.default.createDirectory(at: scratchDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])  // a failure shows at the copy below
-        let copy = scratchDir.appendingPathComponent("import-" + hexString(Sodium.randomBytes(8)))
+        // The copy lives in memory (or, without memfd, in the vault's tmp/), for moments: a crash
+        // leaves nothing readable (ImportScratch).
+        let copy = ImportScratch.make(vault: directory)
         do {
-            let report = try PhotoProcessor.sanitizedCopy(of: url, to: copy)
+            let report = try PhotoProcessor.sanitizedCopy(of: url, to: copy.url)
             if let reason = report.reencodedBecause {
                 logger.info("photo re-encoded: its metadata could not be rewritten in place", metadata: ["format": "\(format)", "reason": "\(reason)"])
             }
-            result.readFrom = copy
+            result.readFrom = copy.url
             result.scratch = copy
         } catch {
-            try? FileManager.default.removeItem(at: copy)  // a partial copy, if any
+            copy.release()  // a partial copy, if any
             logger.warning("photo metadata could not be rewritten; stored as it is", metadata: ["format": "\(format)", "error": "\(error)"])
         }
         return result

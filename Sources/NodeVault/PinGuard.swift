@@ -8,12 +8,19 @@ import TandemNodeCore
 ///
 /// Schedule (wrong PINs in a row → wait before the next attempt): 3–4 → 30 s, 5–7 → 2 min,
 /// 8–9 → 15 min, 10 and more → 1 h. Attempts refused during a wait do not count. The counter goes
-/// back to zero only on a right PIN. From the third wrong PIN on, each one is logged (time and the
-/// attempt masked but for one digit, e.g. ••3•); the log keeps the last 20.
+/// back to zero only on a right PIN. From the third wrong PIN on, each one is logged: when, and
+/// which wrong PIN in a row it was; nothing of the PIN tried (no digit, no length). The log keeps
+/// the last 20; the service stores it sealed (BreakInLog.swift).
 public struct PinGuard: Sendable, Equatable, Codable {
     public struct BreakIn: Sendable, Equatable, Codable {
         public var atMs: Int64
-        public var masked: String
+        /// Which wrong PIN in a row this was (3, 4, …); 0 when not known (logged before v8).
+        public var attempt: Int
+
+        public init(atMs: Int64, attempt: Int) {
+            self.atMs = atMs
+            self.attempt = min(max(0, attempt), 1_000_000)
+        }
     }
 
     /// Wrong PINs since the last right one.
@@ -56,14 +63,15 @@ public struct PinGuard: Sendable, Equatable, Codable {
         lockedUntilMs > nowMs ? lockedUntilMs - nowMs : nil
     }
 
-    /// A wrong PIN (`attempt`, for the masked log entry): counts, and starts the wait it earns.
-    public mutating func failed(attempt: String, nowMs: Int64, revealing position: Int) {
+    /// A wrong PIN: counts, and starts the wait it earns. What was tried is not taken: the log
+    /// cannot keep what it is never given.
+    public mutating func failed(nowMs: Int64) {
         failures = min(failures + 1, 1_000_000)
         if let wait = Self.lockout(afterFailures: failures) {
             lockedUntilMs = nowMs.addingSaturated(wait)
         }
         if failures >= 3 {
-            breakIns.append(BreakIn(atMs: nowMs, masked: Self.mask(attempt, revealing: position)))
+            breakIns.append(BreakIn(atMs: nowMs, attempt: failures))
             if breakIns.count > Self.maximumBreakIns { breakIns.removeFirst(breakIns.count - Self.maximumBreakIns) }
         }
     }
@@ -72,13 +80,5 @@ public struct PinGuard: Sendable, Equatable, Codable {
     public mutating func succeeded() {
         failures = 0
         lockedUntilMs = 0
-    }
-
-    /// The attempt with every character but the one at `position` (mod its length) shown as •.
-    static func mask(_ attempt: String, revealing position: Int) -> String {
-        let chars = Array(attempt.prefix(16))
-        guard !chars.isEmpty else { return "" }
-        let keep = ((position % chars.count) + chars.count) % chars.count
-        return String(chars.enumerated().map { $0.offset == keep && $0.element.isASCII && $0.element.isNumber ? $0.element : "•" })
     }
 }

@@ -52,7 +52,7 @@ extension VaultService {
         router.register("vault.break_ins") { [self] params in
             let log = try await breakIns(pin: params["pin"]?.stringValue)
             return ["break_ins": .array(log.reversed().map {
-                ["at": JSONValue.iso($0.atMs), "pin": .string($0.masked)]
+                ["at": JSONValue.iso($0.atMs), "attempt": .int(Int64($0.attempt))]
             })]
         }
         router.register("vault.list") { [self] params in

@@ -28,7 +28,15 @@ public final class VaultService: Service, Sendable {
         public var keyParameters: VaultKeyParameters = .default
         /// Auto-lock when the store has no setting yet.
         public var defaultAutoLockMs: Int64 = 300_000
+        /// The key the break-in log is sealed with (`breakInLogKey(identity:)`); without one (a node
+        /// made without its identity's secret), wrong PINs are counted but not logged.
+        public var breakInLogKey: SecretBytes?
         public init() {}
+    }
+
+    /// The break-in log's key, derived from the node's identity secret key (BreakInLog.swift).
+    public static func breakInLogKey(identity: SigningKeyPair) -> SecretBytes {
+        BreakInLog.key(identitySecretKey: identity.secretKey)
     }
 
     /// An unlocked vault: its repository and keys, touched on the vault thread only.
@@ -79,6 +87,10 @@ public final class VaultService: Service, Sendable {
         lane = NIOThreadPool(numberOfThreads: 1)
         lane.start()
         laneLoop = group.next()
+        // Whatever an import killed mid-way left in tmp/ (only where photos cannot be staged in
+        // memory) is shredded before any vault operation can exist: here, once per node start (an
+        // absent or empty directory, but for a crash), and again at every unlock.
+        if let directory { ImportScratch.shred(vault: directory, logger: logger) }
     }
 
     deinit {
@@ -165,18 +177,28 @@ public final class VaultService: Service, Sendable {
             health.failed("read the vault's PIN guard", error)
             logger.warning("the vault's PIN guard could not be read; counting three wrong PINs")
             var fresh = PinGuard()
-            for _ in 0..<3 { fresh.failed(attempt: "", nowMs: nowMs, revealing: 0) }
+            for _ in 0..<3 { fresh.failed(nowMs: nowMs) }
             return fresh
         }
         guard let stored else { return PinGuard() }
+        let key = configuration.breakInLogKey
+        let log = stored.breakIns.compactMap { BreakInLog.open($0.entry, key: key) }
+        if log.count < stored.breakIns.count {
+            // Not a way around a wait (the counter is in its own row); the owner sees fewer entries.
+            logger.warning("break-in log entries that do not open were left out",
+                           metadata: ["entries": "\(stored.breakIns.count - log.count)"])
+        }
         return PinGuard(failures: Int(clamping: stored.guardRow.failures), lockedUntilMs: stored.guardRow.lockedUntilMs,
-                        breakIns: stored.breakIns.map { PinGuard.BreakIn(atMs: $0.atMs, masked: $0.masked) }, nowMs: nowMs)
+                        breakIns: log, nowMs: nowMs)
     }
 
-    /// On the core: stores the guard (durably: the answer to the attempt waits for it).
+    /// On the core: stores the guard (durably: the answer to the attempt waits for it), every log
+    /// entry sealed afresh; without a log key, no entries.
     @NodeCore func saveGuard(_ guardState: PinGuard) throws {
-        let stored = StoredPinGuard(failures: Int64(guardState.failures), lockedUntilMs: guardState.lockedUntilMs,
-                                    breakIns: guardState.breakIns.map { VaultBreakInRecord(atMs: $0.atMs, masked: $0.masked) })
+        let entries = try configuration.breakInLogKey.map { key in
+            try guardState.breakIns.map { VaultBreakInRecord(entry: try BreakInLog.seal($0, key: key)) }
+        } ?? []
+        let stored = StoredPinGuard(failures: Int64(guardState.failures), lockedUntilMs: guardState.lockedUntilMs, breakIns: entries)
         try store.step { step in try step.saveVaultPinGuard(stored) }
     }
 
@@ -277,26 +299,48 @@ public final class VaultService: Service, Sendable {
         }
     }
 
-    /// The node's recovery code: in clear (made on first ask) while there is no vault; with a
-    /// vault, the one sealed in it (the vault must be open, or `pin` open it).
+    /// The node's recovery code: in clear (made on first ask) while there is no vault. With a vault,
+    /// the code sealed for the vault `pin` opens, whether a vault is open or not: the PIN is always
+    /// checked (through the guard, like an unlock: a wrong one counts), so an open session does not
+    /// give the code to whoever sits at it, and the decoy PIN always shows the decoy's code. The
+    /// open vault, if any, stays as it is.
     func recoveryCode(pin: String?) async throws -> RecoveryCode {
         let dir = try vaultDirectory
-        let clear = try await turn.run { () -> RecoveryCode? in
+        return try await turn.run { () -> RecoveryCode in
             guard self.exists else { return try await self.onLane { try RecoveryCodes.clearCode(vault: dir) } }
-            return nil
-        }
-        if let clear { return clear }
-        return try await withVault(pin: pin) { vault in
-            guard let code = try RecoveryCodes.open(vault: dir, master: vault.masterKey) else {
+            guard let pin else {
+                throw ControlError(code: "pin_required",
+                                   message: "showing the recovery code needs the vault PIN (pass --pin-stdin)", exitCode: 1)
+            }
+            let master = try await self.checkPINInTurn(pin) { _, master in master }
+            guard let code = try await self.onLane({ try RecoveryCodes.open(vault: dir, master: master) }) else {
                 throw NodeError.failed("this vault has no recovery code sealed in it")
             }
             return code
         }
     }
 
-    /// Opens the vault a PIN opens, within the caller's turn: refused without counting while a
-    /// lockout runs; a wrong PIN is counted (durably) before the answer.
+    /// Opens the vault a PIN opens, within the caller's turn, and keeps it open.
     func unlockInTurn(pin: String) async throws -> OpenVault {
+        let dir = try vaultDirectory
+        let logger = self.logger
+        let opened = try await checkPINInTurn(pin) { keyFile, master in
+            ImportScratch.shred(vault: dir, logger: logger)
+            return OpenVault(repository: try VaultRepository.open(at: dir, masterKey: master), keyFile: keyFile, masterKey: master)
+        }
+        state.withLockedValue {
+            $0.open = opened
+            $0.lastUsedNs = DispatchTime.now().uptimeNanoseconds
+        }
+        await events.emit("vault.unlocked", [:])
+        return opened
+    }
+
+    /// Checks a PIN within the caller's turn and gives `body` (on the vault thread) the keys file
+    /// and the master key of the vault it opens: refused without counting while a lockout runs; a
+    /// wrong PIN is counted (durably) before the answer. Nothing is kept open.
+    func checkPINInTurn<T: Sendable>(_ pin: String,
+                                     _ body: @escaping @Sendable (VaultKeyFile, SecretBytes) throws -> T) async throws -> T {
         try requireVault()
         let dir = try vaultDirectory
         let guardNow = await NodeCore.run { self.loadGuard() }
@@ -306,17 +350,16 @@ public final class VaultService: Service, Sendable {
                                exitCode: ControlError.authenticationExitCode)
         }
         // The PIN's shape is checked after the lockout, so a malformed attempt is a wrong one too.
-        let opened = try await onLane { () -> OpenVault? in
+        let opened = try await onLane { () -> T? in
             let keyFile = try VaultKeyFile.load(from: dir)
             guard (try? Self.validatePIN(pin)) != nil, let (master, _) = try keyFile.unlock(pin: pin) else { return nil }  // a malformed PIN is a wrong one
-            let repository = try VaultRepository.open(at: dir, masterKey: master)
+            let result = try body(keyFile, master)
             RecoveryKitKeyFile.rememberAtUnlock(keyFile: keyFile, master: master, vaultDirectory: dir)
-            return OpenVault(repository: repository, keyFile: keyFile, masterKey: master)
+            return result
         }
-        let position = Int(Sodium.randomUInt64() % 8)
         let after = try await NodeCore.perform { () -> PinGuard in
             var g = self.loadGuard()
-            if opened != nil { g.succeeded() } else { g.failed(attempt: pin, nowMs: self.now(), revealing: position) }
+            if opened != nil { g.succeeded() } else { g.failed(nowMs: self.now()) }
             try self.saveGuard(g)
             return g
         }
@@ -326,11 +369,6 @@ public final class VaultService: Service, Sendable {
             if let wait = after.wait(nowMs: now()) { message += "; \(after.failures) in a row: try again in \(Self.spoken(ms: wait))" }
             throw ControlError(code: "wrong_pin", message: message, exitCode: ControlError.authenticationExitCode)
         }
-        state.withLockedValue {
-            $0.open = opened
-            $0.lastUsedNs = DispatchTime.now().uptimeNanoseconds
-        }
-        await events.emit("vault.unlocked", [:])
         return opened
     }
 

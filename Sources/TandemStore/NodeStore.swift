@@ -69,10 +69,26 @@ public struct NodeStore: Sendable {
         // Every commit synced before it counts (durable before acknowledged). Set on the pool's one
         // writer connection once the pool exists: GRDB turns WAL on after `prepareDatabase` and sets
         // `synchronous = NORMAL` with it (no sync per commit), which would silently win otherwise.
+        // Deleted rows are overwritten with zeros (the break-in log's old rows, messages that
+        // disappear): what was deleted is not left in free pages of the file.
         try pool.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
+            try db.execute(sql: "PRAGMA secure_delete = ON")
+        }
+        let upgradesBreakIns = try pool.read { db in
+            try db.tableExists("vaultBreakIn") && !(try Self.migrator.appliedIdentifiers(db).contains("v8-vault-break-ins"))
         }
         try self.init(writer: pool, limits: limits, walPath: path + "-wal")
+        if upgradesBreakIns {
+            // The old break-in log's digits leave the write-ahead log too (its frames are otherwise
+            // kept until they are overwritten). Best effort: another connection in a write only
+            // delays it to SQLite's next full checkpoint.
+            do {
+                try pool.writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+            } catch {
+                // expected only when another connection writes: the store is open and sound either way
+            }
+        }
         try PrivateDatabaseFile.restrict(path)
     }
 
@@ -227,6 +243,9 @@ public struct NodeStore: Sendable {
         // Messages between friends (MigrationV6.swift, Protocol/messages.md 8).
         m.registerMigration("v6-messages") { db in try MigrationV6.messages(db) }
         m.registerMigration("v7-outbox-per-recipient") { db in try MigrationV7.outboxPerRecipient(db) }
+        // The break-in log without any digit of a wrong PIN, each entry sealed by the vault service
+        // (MigrationV8.swift, Protocol/vault.md "The PIN guard").
+        m.registerMigration("v8-vault-break-ins") { db in try MigrationV8.vaultBreakIns(db) }
         return m
     }
 

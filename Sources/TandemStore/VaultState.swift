@@ -3,7 +3,8 @@ import GRDB
 
 // The vault's PIN guard (Protocol/vault.md "The PIN guard"): wrong PINs in a row, the wait they
 // earned, and the break-in log. Written before a PIN attempt is answered. Migration v5-vault made
-// these tables; the auto-lock time stays a scalar setting (`vault.autoLockMs`).
+// these tables, v8-vault-break-ins the log's sealed form; the auto-lock time stays a scalar
+// setting (`vault.autoLockMs`).
 
 /// The guard's one row (`id` 1); no row: no wrong PIN since the vault was made.
 public struct VaultPinGuardRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
@@ -24,22 +25,22 @@ public struct VaultPinGuardRecord: Codable, Sendable, Equatable, FetchableRecord
     }
 }
 
-/// One logged wrong PIN (from the third in a row): when, and the attempt masked but for one digit.
+/// One entry of the break-in log (from the third wrong PIN in a row): opaque to the store. The
+/// vault service seals it (when, and which wrong PIN in a row; never anything of the PIN tried);
+/// migration v8 made the table (MigrationV8.swift has the format).
 public struct VaultBreakInRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
-    public static let databaseTableName = "vaultBreakIn"
+    public static let databaseTableName = "vaultBreakInEntry"
+    public static let maximumEntryBytes = 128
     public var seq: Int64?
-    public var atMs: Int64
-    public var masked: String
+    public var entry: Data
 
     public enum Columns {
         public static let seq = Column(CodingKeys.seq)
-        public static let atMs = Column(CodingKeys.atMs)
-        public static let masked = Column(CodingKeys.masked)
+        public static let entry = Column(CodingKeys.entry)
     }
 
-    public init(atMs: Int64, masked: String) {
-        self.atMs = atMs
-        self.masked = masked
+    public init(entry: Data) {
+        self.entry = entry
     }
 }
 

@@ -83,7 +83,7 @@ func callVault(_ common: CommonOptions, _ pinOptions: PINOptions, _ method: Stri
     let result: JSONValue
     do {
         result = try await client.call(method: method, params: .object(p), timeout: .seconds(600))
-    } catch let error as ControlError where error.code == "vault_locked" && p["pin"] == nil {
+    } catch let error as ControlError where (error.code == "vault_locked" || error.code == "pin_required") && p["pin"] == nil {
         p["pin"] = .string(try PINInput.prompt("Vault PIN: "))
         result = try await client.call(method: method, params: .object(p), timeout: .seconds(600))
     }
@@ -444,7 +444,7 @@ struct VaultCheck: AsyncParsableCommand {
 }
 
 struct VaultBreakIns: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "break-ins", abstract: "Wrong PINs from the third in a row on (the last 20).")
+    static let configuration = CommandConfiguration(commandName: "break-ins", abstract: "When wrong PINs were tried, from the third in a row on (the last 20; nothing of what was tried is kept).")
     @OptionGroup var common: CommonOptions
     @OptionGroup var pin: PINOptions
 
@@ -452,7 +452,10 @@ struct VaultBreakIns: AsyncParsableCommand {
         try await callVault(common, pin, "vault.break_ins") { r in
             let log = r["break_ins"]?.arrayValue ?? []
             if log.isEmpty { output("No break-in attempts.") }
-            for e in log { output("\(e["at"]?.stringValue ?? "?")  \(e["pin"]?.stringValue ?? "")") }
+            for e in log {
+                let attempt = e["attempt"]?.intValue ?? 0
+                output("\(e["at"]?.stringValue ?? "?")  wrong PIN\(attempt > 0 ? " (\(attempt) in a row)" : "")")
+            }
         }
     }
 }
@@ -513,7 +516,7 @@ struct RecoveryCommand: AsyncParsableCommand {
 
 struct RecoveryShow: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "show", abstract: "Print the recovery code (asks for the vault PIN once a vault exists).",
+        commandName: "show", abstract: "Print the recovery code (asks for the vault PIN once a vault exists, even when it is open).",
         discussion: "Write it down and keep it away from this machine. Anyone with it and one of your friends can become you.")
     @OptionGroup var common: CommonOptions
     @OptionGroup var pin: PINOptions

@@ -222,18 +222,20 @@ final class BackupHolderTests: XCTestCase {
 
     func testQuotaIsNeverExceededWhateverThePieceOrder() throws {
         let h = makeHolder()
-        let quota: Int64 = 5_000
+        // Charges (payload rounded up to 4 KiB, plus 512): A 12 800, B 8 704, C and D 4 608 each.
+        let quota: Int64 = 20_000
         try offer(h, owner, quota: quota)
-        let a = blob(3_000, seed: 5), b = blob(2_500, seed: 6), c = blob(1_200, seed: 7), d = blob(900, seed: 8)
-        // A reserves its whole size on its first piece: B no longer fits, before any byte of it is written.
+        let a = blob(9_000, seed: 5), b = blob(5_000, seed: 6), c = blob(1_200, seed: 7), d = blob(900, seed: 8)
+        // A reserves its whole charge on its first piece: B no longer fits, before any byte of it is written.
         XCTAssertEqual(send(h, owner, a, 0..<1_000)?.status, .ok)
         XCTAssertEqual(send(h, owner, b, 0..<10)?.status, .overQuota)
         XCTAssertEqual(send(h, owner, a, 0..<1_000)?.status, .ok, "a duplicate piece is idempotent")
         XCTAssertEqual(send(h, owner, a, 500..<1_500)?.status, .outOfOrder, "an overlap past what is held")
         XCTAssertEqual(send(h, owner, a, 2_000..<3_000)?.status, .outOfOrder, "a gap")
-        XCTAssertEqual(send(h, owner, a, 1_000..<3_000)?.status, .complete)
+        XCTAssertEqual(send(h, owner, a, 1_000..<2_500)?.status, .ok)
+        XCTAssertEqual(send(h, owner, a, 2_500..<9_000)?.status, .complete)
         XCTAssertEqual(send(h, owner, c, 0..<600)?.status, .ok)
-        XCTAssertEqual(send(h, owner, d, 0..<900)?.status, .overQuota, "3000 + 1200 reserved, 900 more does not fit")
+        XCTAssertEqual(send(h, owner, d, 0..<900)?.status, .overQuota, "12 800 + 4 608 reserved, 4 608 more does not fit")
 
         // Then any order at all: interleaved blobs, duplicates, overlaps, wrong sizes.
         var rng: UInt64 = 0x9E37_79B9_7F4A_7C15
@@ -378,7 +380,7 @@ final class BackupHolderTests: XCTestCase {
         h = makeHolder()
         let s = try XCTUnwrap(h.bookNow.shelves[owner.publicKey], "the owner's valid files survive")
         XCTAssertEqual(s.blobs.mapValues(\.size), [b.name: 300])
-        XCTAssertEqual(s.usedBytes, 300)
+        XCTAssertEqual(s.usedBytes, 4_608, "300 bytes, charged as a file")
         XCTAssertNil(h.bookNow.shelves[other.publicKey])
         XCTAssertTrue(h.bookNow.invariantsHold())
         XCTAssertEqual(files(under: d).filter { $0 != "shelf.json" }, ["blobs/\(b.name)"], "everything invalid moved away")
@@ -434,7 +436,7 @@ final class BackupHolderTests: XCTestCase {
 
     func testSnapshotThatCannotBeWrittenLeavesNoTrace() throws {
         var h = makeHolder()
-        try offer(h, owner, quota: 10_000)
+        try offer(h, owner, quota: 20_000)
         let a = blob(400, seed: 20), b = blob(500, seed: 21)
         push(h, owner, a)
         XCTAssertEqual(send(h, owner, b, 0..<100)?.status, .ok)
@@ -447,17 +449,17 @@ final class BackupHolderTests: XCTestCase {
         let s = try XCTUnwrap(h.bookNow.shelves[owner.publicKey])
         XCTAssertEqual(s.snapshots, [], "the book does not keep a record that is not on disk")
         XCTAssertEqual(s.blobs[b.name]?.held, 100, "nor does it free the unfinished blob")
-        XCTAssertEqual(s.usedBytes, 900)
+        XCTAssertEqual(s.usedBytes, 2 * 4_608, "two blobs; no record charged")
         try FileManager.default.removeItem(at: dir(owner).appendingPathComponent("snapshots"))
         XCTAssertEqual(try BackupReplyMessage(payload: ask(h, owner, .backupSnapshot, snap.payload)[0].payload).status, .complete)
         h = makeHolder()
         XCTAssertEqual(h.bookNow.shelves[owner.publicKey]?.snapshots, [record])
-        XCTAssertEqual(h.bookNow.shelves[owner.publicKey]?.usedBytes, 900)
+        XCTAssertEqual(h.bookNow.shelves[owner.publicKey]?.usedBytes, 2 * 4_608 + BackupLimits.chargedBytes(for: record))
     }
 
     func testProofThatFindsACorruptedBlobDropsTheSnapshotsNamingIt() throws {
         var h = makeHolder()
-        try offer(h, owner, quota: 10_000)
+        try offer(h, owner, quota: 20_000)
         let a = blob(400, seed: 22), b = blob(500, seed: 23)
         push(h, owner, a)
         push(h, owner, b)
@@ -480,7 +482,7 @@ final class BackupHolderTests: XCTestCase {
         let before = h.bookNow.shelves[owner.publicKey]
         h = makeHolder()
         XCTAssertEqual(h.bookNow.shelves[owner.publicKey]?.snapshots, before?.snapshots)
-        XCTAssertEqual(h.bookNow.shelves[owner.publicKey]?.usedBytes, 500)
+        XCTAssertEqual(h.bookNow.shelves[owner.publicKey]?.usedBytes, 4_608, "the blob left, charged as a file; the dropped record no more")
     }
 
     func testPieceAfterThePartialFileShrankNeverFillsTheGap() throws {

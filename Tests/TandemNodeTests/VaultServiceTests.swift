@@ -1,7 +1,9 @@
 import Foundation
+import GRDB
 import Logging
 import NIOConcurrencyHelpers
 import NIOPosix
+import Sodium
 import TandemNet
 import TandemProtocol
 @_spi(StoreOwner) import TandemStore
@@ -18,7 +20,7 @@ final class PinGuardTests: XCTestCase {
         var now: Int64 = 1_000_000
         var waits: [Int64?] = []
         for _ in 1...11 {
-            g.failed(attempt: "0000", nowMs: now, revealing: 0)
+            g.failed(nowMs: now)
             waits.append(g.wait(nowMs: now))
             now += 10_000_000 // far past any wait, so every failure is an allowed attempt
         }
@@ -27,20 +29,20 @@ final class PinGuardTests: XCTestCase {
 
     func testSuccessResetsTheCounterButKeepsTheLog() {
         var g = PinGuard()
-        for i in 0..<4 { g.failed(attempt: "12\(i)4", nowMs: Int64(i), revealing: 2) }
+        for i in 0..<4 { g.failed(nowMs: Int64(i)) }
         XCTAssertEqual(g.failures, 4)
-        XCTAssertEqual(g.breakIns.map(\.masked), ["••2•", "••3•"], "logged from the third failure on, one digit shown")
+        XCTAssertEqual(g.breakIns, [.init(atMs: 2, attempt: 3), .init(atMs: 3, attempt: 4)], "logged from the third failure on: when, and which in a row")
         g.succeeded()
         XCTAssertEqual(g.failures, 0)
         XCTAssertNil(g.wait(nowMs: 10))
         XCTAssertEqual(g.breakIns.count, 2)
-        g.failed(attempt: "9999", nowMs: 20, revealing: 0)
+        g.failed(nowMs: 20)
         XCTAssertNil(g.wait(nowMs: 20), "after a right PIN the count starts again")
     }
 
     func testLogKeepsTheLastTwenty() {
         var g = PinGuard()
-        for i in 0..<40 { g.failed(attempt: "1234", nowMs: Int64(i), revealing: i) }
+        for i in 0..<40 { g.failed(nowMs: Int64(i)) }
         XCTAssertEqual(g.breakIns.count, 20)
         XCTAssertEqual(g.breakIns.first?.atMs, 20)
         XCTAssertEqual(g.breakIns.last?.atMs, 39)
@@ -48,16 +50,29 @@ final class PinGuardTests: XCTestCase {
 
     func testStoredValuesAreBounded() {
         let now: Int64 = 5_000
-        let g = PinGuard(failures: -3, lockedUntilMs: Int64.max, breakIns: Array(repeating: .init(atMs: 1, masked: "•"), count: 99), nowMs: now)
+        let g = PinGuard(failures: -3, lockedUntilMs: Int64.max, breakIns: Array(repeating: .init(atMs: 1, attempt: 3), count: 99), nowMs: now)
         XCTAssertEqual(g.failures, 0)
         XCTAssertEqual(g.wait(nowMs: now), 3_600_000, "a lockout further away than the longest wait is cut to it")
         XCTAssertEqual(g.breakIns.count, 20)
     }
 
-    func testMaskShowsOnlyADigit() {
-        XCTAssertEqual(PinGuard.mask("4821", revealing: 5), "•8••")
-        XCTAssertEqual(PinGuard.mask("ab", revealing: 0), "••", "letters are never shown")
-        XCTAssertEqual(PinGuard.mask("", revealing: 3), "")
+    func testLogEntriesAreSealedAndOpenOnlyWithTheirKey() throws {
+        let identity = SigningKeyPair.generate()
+        let key = VaultService.breakInLogKey(identity: identity)
+        let entry = PinGuard.BreakIn(atMs: 1_700_000_000_123, attempt: 4)
+        let sealed = try BreakInLog.seal(entry, key: key)
+        XCTAssertEqual(sealed.first, 1)
+        XCTAssertEqual(BreakInLog.open(sealed, key: key), entry)
+        XCTAssertNil(BreakInLog.open(sealed, key: VaultService.breakInLogKey(identity: SigningKeyPair.generate())), "another identity's key opens nothing")
+        XCTAssertNil(BreakInLog.open(sealed, key: nil))
+        var flipped = sealed
+        flipped[flipped.count - 1] ^= 1
+        XCTAssertNil(BreakInLog.open(flipped, key: key))
+        XCTAssertNil(BreakInLog.open(Data(), key: key))
+        XCTAssertNil(BreakInLog.open(Data([7, 1, 2]), key: key))
+        XCTAssertNil(BreakInLog.open(Data([0, 1, 2]), key: key), "a clear entry of the wrong length")
+        // What migration v8 left of an old entry: its time, in clear.
+        XCTAssertEqual(BreakInLog.open(Data([0]) + Data(BreakInLog.plain(.init(atMs: 5, attempt: 0))), key: nil), .init(atMs: 5, attempt: 0))
     }
 }
 
@@ -67,6 +82,7 @@ final class PinGuardTests: XCTestCase {
 final class VaultServiceTests: XCTestCase {
     var root: URL!
     let clock = NIOLockedValueBox<Int64>(1_700_000_000_000)
+    let identity = SigningKeyPair.generate()
 
     override func setUpWithError() throws {
         root = FileManager.default.temporaryDirectory.appendingPathComponent("vault-service-\(UUID().uuidString)")
@@ -84,6 +100,7 @@ final class VaultServiceTests: XCTestCase {
         logger.logLevel = .critical
         var configuration = VaultService.Configuration()
         configuration.keyParameters = .testing
+        configuration.breakInLogKey = VaultService.breakInLogKey(identity: identity)
         let clock = self.clock
         let service = VaultService(directory: root.appendingPathComponent("vault"), store: store,
                                    events: EventBus(log: StoreEventLog(store: store), logger: logger),
@@ -136,7 +153,61 @@ final class VaultServiceTests: XCTestCase {
         XCTAssertEqual(reset["failed_attempts"]?.intValue, 0)
         let log = try await service.breakIns(pin: nil)
         XCTAssertEqual(log.count, 2, "the third and fourth wrong PINs are logged")
-        XCTAssertTrue(log.allSatisfy { $0.masked.count == 4 && $0.masked.filter { $0 == "•" }.count >= 3 })
+        XCTAssertEqual(log.map(\.attempt), [3, 4], "when, and which wrong PIN in a row")
+    }
+
+    /// Four one-digit typos of the owner's PIN: nothing of them is anywhere in node.sqlite (its
+    /// bytes, its write-ahead log, any row), and the owner still sees when and how many.
+    func testBreakInsKeepNoDigitOfAWrongPIN() async throws {
+        var (service, store) = try makeService()
+        try await service.initialize(pin: "483920")
+        service.lockNow(reason: "test")
+        let typos = ["583920", "473920", "481920", "483970"]
+        var times: [Int64] = []
+        for typo in typos {
+            clock.withLockedValue { $0 += 60_000 }  // past any wait: each one is a counted attempt
+            times.append(clock.withLockedValue { $0 })
+            let c = await code { try await service.unlock(pin: typo) }
+            XCTAssertEqual(c, "wrong_pin")
+        }
+        let needles = (typos + ["483920"]).map { Array($0.utf8) } + [Array("•".utf8)]
+        func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+            guard haystack.count >= needle.count else { return false }
+            return (0...(haystack.count - needle.count)).contains { i in haystack[i..<(i + needle.count)].elementsEqual(needle) }
+        }
+        let rows = try store.read { db -> [[UInt8]] in
+            let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+            var values: [[UInt8]] = []
+            for t in tables {
+                for row in try Row.fetchAll(db, sql: "SELECT * FROM \"\(t)\"") {
+                    for (_, v) in row {
+                        switch v.storage {
+                        case .string(let s): values.append(Array(s.utf8))
+                        case .blob(let d): values.append(Array(d))
+                        case .int64(let i): values.append(Array(String(i).utf8))
+                        case .double, .null: break
+                        }
+                    }
+                }
+            }
+            return values
+        }
+        for value in rows {
+            for n in needles { XCTAssertFalse(contains(value, n), "a row holds \(String(decoding: n, as: UTF8.self))") }
+        }
+        let files = ["node.sqlite", "node.sqlite-wal"].compactMap { FileManager.default.contents(atPath: root.appendingPathComponent($0).path) }
+        XCTAssertFalse(files.isEmpty)
+        for file in files {
+            let bytes = [UInt8](file)
+            for n in needles { XCTAssertFalse(contains(bytes, n), "node.sqlite holds \(String(decoding: n, as: UTF8.self))") }
+        }
+
+        // The owner (after a restart, with the right PIN) sees when, and which wrong PIN in a row.
+        (service, _) = try makeService()
+        clock.withLockedValue { $0 += 60_000 }
+        try await service.unlock(pin: "483920")
+        let log = try await service.breakIns(pin: nil)
+        XCTAssertEqual(log, [PinGuard.BreakIn(atMs: times[2], attempt: 3), PinGuard.BreakIn(atMs: times[3], attempt: 4)])
     }
 
     func testAGuardThatCannotBeReadCountsThreeWrongPins() async throws {
@@ -147,7 +218,7 @@ final class VaultServiceTests: XCTestCase {
         XCTAssertEqual(c, "wrong_pin")
         XCTAssertEqual(try store.vaultPinGuard()?.guardRow.failures, 1, "the guard is in its table")
         // A store that cannot give the guard back (here: its log's table gone) never means no wrong PIN.
-        try store.batch { step in try step.write { db in try db.execute(sql: "DROP TABLE vaultBreakIn") } }
+        try store.batch { step in try step.write { db in try db.execute(sql: "DROP TABLE vaultBreakInEntry") } }
         (service, _) = try makeService()
         let refused = await code { try await service.unlock(pin: "2468") }
         XCTAssertEqual(refused, "locked_out")
@@ -212,16 +283,80 @@ final class VaultServiceTests: XCTestCase {
         let (service, _) = try makeService()
         let code = try await service.initialize(pin: "1212")
         _ = try await service.withVault(pin: nil) { v in try v.repository.importData([1, 2, 3], name: "kept", type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
-        let shown = try await service.recoveryCode(pin: nil)
+        let shown = try await service.recoveryCode(pin: "1212")
         XCTAssertEqual(shown, code)
         let dir = root.appendingPathComponent("vault")
         guard let master = try VaultKeyFile.load(from: dir).unlock(recoveryCode: code.bytes) else { return XCTFail("the code opens nothing") }
         XCTAssertEqual(try VaultRepository.open(at: dir, masterKey: master).items.map(\.name), ["kept"])
         try await service.setDecoy(pin: "1212", decoy: "3434")
         try await service.unlock(pin: "3434")
-        let decoyCode = try await service.recoveryCode(pin: nil)
+        let decoyCode = try await service.recoveryCode(pin: "3434")
         XCTAssertNotEqual(decoyCode, code, "the decoy shows a code of its own")
         XCTAssertNil(try VaultKeyFile.load(from: dir).unlock(recoveryCode: decoyCode.bytes))
+    }
+
+    /// `recovery show` checks the PIN it is given even while a vault is open, and answers for the
+    /// vault that PIN opens: a wrong PIN is refused and counted, no PIN is refused without counting,
+    /// the decoy PIN gives the decoy's code every time, and the open vault stays the one it was.
+    func testRecoveryCodeAlwaysChecksThePIN() async throws {
+        let (service, _) = try makeService()
+        let realCode = try await service.initialize(pin: "1212")
+        try await service.setDecoy(pin: "1212", decoy: "3434")
+        try await service.unlock(pin: "1212")
+        _ = try await service.withVault(pin: nil) { v in try v.repository.importData([7], name: "real.txt", type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
+        XCTAssertTrue(service.isUnlocked)
+
+        let noPIN = await code { _ = try await service.recoveryCode(pin: nil) }
+        XCTAssertEqual(noPIN, "pin_required", "an open vault does not give the code away")
+        let wrong = await code { _ = try await service.recoveryCode(pin: "0000") }
+        XCTAssertEqual(wrong, "wrong_pin")
+        let malformed = await code { _ = try await service.recoveryCode(pin: "12a") }
+        XCTAssertEqual(malformed, "wrong_pin")
+        let counted = await service.status()
+        XCTAssertEqual(counted["failed_attempts"]?.intValue, 2, "each wrong PIN counts, as at an unlock")
+        XCTAssertTrue(service.isUnlocked, "a wrong PIN here does not touch the open vault")
+
+        let decoy1 = try await service.recoveryCode(pin: "3434")
+        let decoy2 = try await service.recoveryCode(pin: "3434")
+        XCTAssertEqual(decoy1, decoy2, "the decoy's code is the same every time")
+        XCTAssertNotEqual(decoy1, realCode)
+        let real = try await service.recoveryCode(pin: "1212")
+        XCTAssertEqual(real, realCode, "the real PIN gives the real code")
+        let stillOpen = try await items(service)
+        XCTAssertEqual(stillOpen, ["real.txt"], "the real vault is still the open one")
+        let reset = await service.status()
+        XCTAssertEqual(reset["failed_attempts"]?.intValue, 0, "a right PIN resets the count")
+
+        // Under the decoy session too: the real PIN gives the real code, the decoy's its own.
+        try await service.unlock(pin: "3434")
+        let realUnderDecoy = try await service.recoveryCode(pin: "1212")
+        let decoyUnderDecoy = try await service.recoveryCode(pin: "3434")
+        XCTAssertEqual(realUnderDecoy, realCode)
+        XCTAssertEqual(decoyUnderDecoy, decoy1)
+
+        // During a lockout even the right PIN is refused.
+        for _ in 0..<3 { _ = await code { _ = try await service.recoveryCode(pin: "9999") } }
+        let lockedOut = await code { _ = try await service.recoveryCode(pin: "1212") }
+        XCTAssertEqual(lockedOut, "locked_out")
+    }
+
+    /// What an import killed mid-way left in the vault's tmp/ is shredded at the next unlock: the
+    /// files gone, a symlink removed without touching what it points to.
+    func testUnlockShredsWhatAnImportLeftInTmp() async throws {
+        let (service, _) = try makeService()
+        try await service.initialize(pin: "1357")
+        service.lockNow(reason: "test")
+        let tmp = root.appendingPathComponent("vault/tmp")
+        try FileManager.default.createDirectory(at: tmp, withIntermediateDirectories: true)
+        try Data(repeating: 0x5A, count: 3 << 20).write(to: tmp.appendingPathComponent("import-0001"))
+        try Data().write(to: tmp.appendingPathComponent("import-0002"))
+        let outside = root.appendingPathComponent("keep.txt")
+        try Data("keep".utf8).write(to: outside)
+        try FileManager.default.createSymbolicLink(at: tmp.appendingPathComponent("import-0003"), withDestinationURL: outside)
+        try await service.unlock(pin: "1357")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: tmp.path), [])
+        XCTAssertEqual(FileManager.default.contents(atPath: outside.path), Data("keep".utf8), "a symlink is never followed")
+        XCTAssertNotNil(ImportScratch.memoryFile().map { close($0) }, "this system stages photo copies in memory")
     }
 
     /// A node stopping during a long vault operation: the service ends at once (the service

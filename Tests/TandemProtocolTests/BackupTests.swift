@@ -281,7 +281,7 @@ final class BackupHolderBookTests: XCTestCase {
         _ = h.book.setOffer(owner: owner, quotaBytes: 10_000, version: 1)
         let b = blob(2, 1000)
         XCTAssertEqual(h.send(piece(b, 0, 400)).status, .ok)
-        XCTAssertEqual(h.book.shelves[owner]!.usedBytes, 1000, "reserved at its declared size from the first piece")
+        XCTAssertEqual(h.book.shelves[owner]!.usedBytes, 4_096 + 512, "reserved at its declared size's charge from the first piece")
         // A duplicate, and one inside what is held: OK, nothing written.
         XCTAssertEqual(h.send(piece(b, 0, 400)).held, 400)
         XCTAssertEqual(h.send(piece(b, 100, 200)).status, .ok)
@@ -299,6 +299,58 @@ final class BackupHolderBookTests: XCTestCase {
         XCTAssertEqual(h.book.have(owner: owner, BackupHaveQueryMessage(requestID: rid(2), names: [b.name])).holdings[0],
                        BackupHolding(name: b.name, size: 1000, held: 1000))
         XCTAssertTrue(h.book.invariantsHold())
+    }
+
+    /// What an owner makes a holder store counts as what it takes on disk: 10 000 blobs of 2 bytes
+    /// (20 KB of data) no longer fit a 20 KB quota, nor do their snapshot records.
+    func testTinyBlobsAreChargedWhatTheyTakeOnDisk() {
+        XCTAssertEqual(BackupLimits.chargedBytes(forFileOf: 2), 4_096 + 512)
+        XCTAssertEqual(BackupLimits.chargedBytes(forFileOf: 4_096), 4_096 + 512)
+        XCTAssertEqual(BackupLimits.chargedBytes(forFileOf: 4_097), 8_192 + 512)
+        XCTAssertEqual(BackupLimits.chargedBytes(forFileOf: -5), 512, "a bad size cannot go below the overhead")
+        XCTAssertGreaterThan(BackupLimits.chargedBytes(forFileOf: .max), 0, "no overflow")
+
+        var h = FakeHolder()
+        let quota: Int64 = 20_000
+        _ = h.book.setOffer(owner: owner, quotaBytes: quota, version: 1)
+        var stored = 0
+        var refused = 0
+        for i in 0..<10_000 {
+            let bytes = [UInt8(truncatingIfNeeded: i), UInt8(truncatingIfNeeded: i >> 8)]
+            let b = (name: BlobName(of: bytes), bytes: bytes)
+            switch h.send(piece(b, 0, 2)).status {
+            case .complete: stored += 1
+            case .overQuota: refused += 1
+            default: XCTFail("unexpected answer")
+            }
+        }
+        XCTAssertEqual(stored, 4, "4 × 4 608 bytes fit in 20 000; a fifth does not")
+        XCTAssertEqual(refused, 10_000 - 4)
+        XCTAssertEqual(h.book.shelves[owner]!.usedBytes, 4 * 4_608)
+        XCTAssertLessThanOrEqual(h.book.shelves[owner]!.usedBytes, quota)
+        XCTAssertTrue(h.book.invariantsHold())
+
+        // A snapshot record is charged too: with 1 392 bytes left, not even one fits.
+        let names = h.book.shelves[owner]!.blobs.keys.sorted()
+        let record = try! BackupSnapshotRecord(snapshotID: [UInt8](repeating: 1, count: 16), createdAtMs: now, blobs: names,
+                                               indexBlobs: [], totalBytes: 8, nowMs: now)
+        XCTAssertEqual(h.book.recordSnapshot(owner: owner, BackupSnapshotMessage(requestID: rid(3), record: record)).status, .overQuota)
+
+        // With room, snapshot records count and are released when forgotten.
+        var roomy = FakeHolder()
+        _ = roomy.book.setOffer(owner: owner, quotaBytes: 1 << 20, version: 1)
+        for n in names { _ = roomy.send(piece((name: n, bytes: h.files[n]!), 0, 2)) }
+        let before = roomy.book.shelves[owner]!.usedBytes
+        XCTAssertEqual(roomy.book.recordSnapshot(owner: owner, BackupSnapshotMessage(requestID: rid(4), record: record)).status, .complete)
+        XCTAssertEqual(roomy.book.shelves[owner]!.usedBytes, before + BackupLimits.chargedBytes(for: record))
+        XCTAssertTrue(roomy.book.invariantsHold())
+        let last = try! BackupSnapshotRecord(snapshotID: [UInt8](repeating: 2, count: 16), createdAtMs: now, blobs: [names[0]],
+                                             indexBlobs: [], totalBytes: 2, nowMs: now)
+        XCTAssertEqual(roomy.book.recordSnapshot(owner: owner, BackupSnapshotMessage(requestID: rid(5), record: last)).status, .complete)
+        _ = roomy.book.forget(owner: owner, BackupForgetMessage(requestID: rid(6), keepLast: 1))
+        XCTAssertEqual(roomy.book.shelves[owner]!.usedBytes, 4_608 + BackupLimits.chargedBytes(for: last),
+                       "the forgotten record's charge and its blobs' are released")
+        XCTAssertTrue(roomy.book.invariantsHold())
     }
 
     func testNewBlobMustStartAtZeroAndHashIsChecked() {
@@ -352,8 +404,9 @@ final class BackupHolderBookTests: XCTestCase {
 
     func testOverQuotaAndPartialLimit() {
         var h = FakeHolder()
-        _ = h.book.setOffer(owner: owner, quotaBytes: 1_000, version: 1)
-        let big = blob(4, 1_001)
+        // Room for 8 blobs of up to 4 096 bytes (each charged 4 608), not for one of 4 097.
+        _ = h.book.setOffer(owner: owner, quotaBytes: 8 * 4_608, version: 1)
+        let big = blob(4, 8 * 4_096 + 1)
         XCTAssertEqual(h.send(piece(big, 0, 10)).status, .overQuota)
         let blobs = (0..<9).map { blob(UInt8(10 + $0), 100) }
         for b in blobs.prefix(8) { XCTAssertEqual(h.send(piece(b, 0, 10)).status, .ok) }
@@ -383,7 +436,7 @@ final class BackupHolderBookTests: XCTestCase {
         _ = h.send(piece(c, 0, 10), nowMs: now)
         XCTAssertTrue(h.book.expireIdlePartials(nowMs: now + 7 * 86_400_000 - 1).isEmpty)
         XCTAssertEqual(h.book.expireIdlePartials(nowMs: now + 7 * 86_400_000).map(\.name), [c.name])
-        XCTAssertEqual(h.book.shelves[owner]!.usedBytes, 1000)
+        XCTAssertEqual(h.book.shelves[owner]!.usedBytes, 4_608)
         XCTAssertTrue(h.book.invariantsHold())
     }
 
@@ -416,7 +469,8 @@ final class BackupHolderBookTests: XCTestCase {
         XCTAssertEqual(Set(freed), Set([bs[0].name, bs[5].name]))
         XCTAssertEqual(r.freedBlobs, 2)
         XCTAssertEqual(h.book.list(owner: owner, BackupListQueryMessage(requestID: rid(5))).snapshots.map { $0.snapshotID[0] }, [2, 3])
-        XCTAssertEqual(r.usedBytes, Int64([1, 2, 3, 4].reduce(0) { $0 + bs[$1].bytes.count }))
+        // Four blobs and two snapshot records (3 and 2 names), each charged as a file.
+        XCTAssertEqual(r.usedBytes, 4 * 4_608 + BackupLimits.chargedBytes(forSnapshotNaming: 3) + BackupLimits.chargedBytes(forSnapshotNaming: 2))
         XCTAssertTrue(h.book.invariantsHold())
         let (_, again) = h.book.forget(owner: owner, BackupForgetMessage(requestID: rid(6), keepLast: 64))
         XCTAssertTrue(again.isEmpty)
@@ -506,18 +560,18 @@ final class BackupHolderBookTests: XCTestCase {
         let loc = KitLocator(bytes: [UInt8](repeating: 7, count: 32))!
         let put = BackupKitPutMessage(requestID: rid(1), locator: loc, version: 5, sealedKit: [UInt8](repeating: 1, count: 100))
         XCTAssertEqual(book.putKit(owner: owner, put).reply.status, .noOffer)
-        _ = book.setOffer(owner: owner, quotaBytes: 150, version: 1)
+        _ = book.setOffer(owner: owner, quotaBytes: 5_000, version: 1)
         XCTAssertTrue(book.putKit(owner: owner, put).store)
-        XCTAssertEqual(book.shelves[owner]!.usedBytes, 100)
+        XCTAssertEqual(book.shelves[owner]!.usedBytes, 4_096 + 512, "charged as the file it is")
         XCTAssertFalse(book.putKit(owner: owner, put).store, "same version: ignored")
-        let bigger = BackupKitPutMessage(requestID: rid(1), locator: loc, version: 6, sealedKit: [UInt8](repeating: 1, count: 151))
+        let bigger = BackupKitPutMessage(requestID: rid(1), locator: loc, version: 6, sealedKit: [UInt8](repeating: 1, count: 4_097))
         XCTAssertEqual(book.putKit(owner: owner, bigger).reply.status, .overQuota)
         XCTAssertEqual(book.kit(locator: loc, index: 0)?.owner, owner)
         XCTAssertNil(book.kit(locator: loc, index: 1))
         // Other owners copying the locator: at most 4 per locator.
         for i in 0..<4 {
             let o = [UInt8](repeating: UInt8(i), count: 32)
-            _ = book.setOffer(owner: o, quotaBytes: 1000, version: 1)
+            _ = book.setOffer(owner: o, quotaBytes: 5_000, version: 1)
             XCTAssertEqual(book.putKit(owner: o, put).reply.status, i < 3 ? .ok : .conflict)
         }
         XCTAssertEqual(book.kit(locator: loc, index: 0)?.owner, owner, "the first to put stays first")
@@ -580,16 +634,19 @@ final class BackupPushPlanTests: XCTestCase {
         let a = blob(60, 10), b = blob(61, 10), i = blob(62, 10)
         let local: [BackupPushPlan.LocalBlob] = [.init(name: i.name, size: 10, isIndex: true), .init(name: a.name, size: 10, isIndex: false),
                                                  .init(name: b.name, size: 10, isIndex: false)]
-        var plan = try BackupPushPlan(local: local, holdings: [], quotaBytes: 30, usedBytes: 0)
+        // What the holder will charge: three files of 10 bytes and the snapshot record (at most its
+        // blobs and 8 index blobs).
+        let needed = 3 * BackupLimits.chargedBytes(forFileOf: 10) + BackupLimits.chargedBytes(forSnapshotNaming: 3 + 8)
+        var plan = try BackupPushPlan(local: local, holdings: [], quotaBytes: needed, usedBytes: 0)
         let order = plan.nextPieces().map(\.name)
         XCTAssertEqual(order.last, i.name, "the index goes after the packs")
         XCTAssertEqual(Array(order.prefix(2)), [a.name, b.name].sorted())
-        XCTAssertThrowsError(try BackupPushPlan(local: local, holdings: [], quotaBytes: 29, usedBytes: 0)) { e in
+        XCTAssertThrowsError(try BackupPushPlan(local: local, holdings: [], quotaBytes: needed - 1, usedBytes: 0)) { e in
             XCTAssertEqual((e as? BackupPushPlan.PlanError)?.kind, .overQuota)
         }
         // A holder reporting another size, and duplicate local names.
-        XCTAssertThrowsError(try BackupPushPlan(local: local, holdings: [BackupHolding(name: a.name, size: 11, held: 1)], quotaBytes: 99, usedBytes: 0))
-        XCTAssertThrowsError(try BackupPushPlan(local: local + [local[0]], holdings: [], quotaBytes: 99, usedBytes: 0))
+        XCTAssertThrowsError(try BackupPushPlan(local: local, holdings: [BackupHolding(name: a.name, size: 11, held: 1)], quotaBytes: 1 << 20, usedBytes: 0))
+        XCTAssertThrowsError(try BackupPushPlan(local: local + [local[0]], holdings: [], quotaBytes: 1 << 20, usedBytes: 0))
         let record = try plan.snapshotRecord(snapshotID: [UInt8](repeating: 1, count: 16), createdAtMs: now)
         XCTAssertEqual(record.indexBlobs, [i.name])
         XCTAssertEqual(record.totalBytes, 30)

@@ -114,13 +114,22 @@ final class StateMigrationTests: XCTestCase {
                        ["\(Self.bob) any", "\(Self.carol) lan"])
 
         let pin = try XCTUnwrap(try store.vaultPinGuard())
+        // v8: of each logged wrong PIN only its time is left (in the migration's clear form, until
+        // the vault service seals it), no digit.
+        func clearEntry(_ atMs: Int64) -> Data {
+            var d = Data([0])
+            withUnsafeBytes(of: UInt64(atMs).bigEndian) { d.append(contentsOf: $0) }
+            return d + Data([0, 0, 0, 0])
+        }
         XCTAssertEqual(pin, StoredPinGuard(failures: 4, lockedUntilMs: 1_795_891_369_944,
-                                           breakIns: [VaultBreakInRecord(atMs: 1_795_891_339_944, masked: "••1•"),
-                                                      VaultBreakInRecord(atMs: 1_795_891_349_944, masked: "•2••")].enumerated().map {
+                                           breakIns: [VaultBreakInRecord(entry: clearEntry(1_795_891_339_944)),
+                                                      VaultBreakInRecord(entry: clearEntry(1_795_891_349_944))].enumerated().map {
                                                           var b = $0.element
                                                           b.seq = Int64($0.offset + 1)
                                                           return b
                                                       }))
+        XCTAssertNil(try store.read { db in try String.fetchOne(db, sql: "SELECT name FROM sqlite_master WHERE name = 'vaultBreakIn'") },
+                     "the table with the masked PINs is gone")
 
         // The one row a v4 node had already set aside stays set aside, with its time.
         let q = try quarantined(store)
@@ -312,8 +321,11 @@ final class StateMigrationTests: XCTestCase {
         XCTAssertEqual(stored.guardRow.failures, 3)
         XCTAssertEqual(stored.guardRow.failures, (g["failures"] as! NSNumber).int64Value)
         XCTAssertEqual(stored.guardRow.lockedUntilMs, (g["lockedUntilMs"] as! NSNumber).int64Value)
-        XCTAssertEqual(stored.breakIns.map { "\($0.atMs) \($0.masked)" },
-                       (g["breakIns"] as! [[String: Any]]).map { "\(($0["atMs"] as! NSNumber).int64Value) \($0["masked"] as! String)" })
+        // Of each logged wrong PIN only its time is left (v8): byte 0 = 0, atMs big-endian, attempt 0.
+        XCTAssertEqual(stored.breakIns.map { Array($0.entry) },
+                       (g["breakIns"] as! [[String: Any]]).map {
+                           [0] + withUnsafeBytes(of: UInt64(($0["atMs"] as! NSNumber).int64Value).bigEndian) { Array($0) } + [0, 0, 0, 0]
+                       })
         checked.insert("vault.pinGuard")
 
         XCTAssertEqual(checked.union(Self.scalars.intersection(settings.keys)), Set(settings.keys), "every setting of the fixture was checked")
@@ -382,12 +394,12 @@ final class StateMigrationTests: XCTestCase {
         XCTAssertEqual(try store.pendingBackupPushes(), [])
 
         XCTAssertNil(try store.vaultPinGuard())
-        let log = (0..<3).map { VaultBreakInRecord(atMs: Int64($0), masked: "••\($0)•") }
+        let log = (0..<3).map { VaultBreakInRecord(entry: Data([1, UInt8($0)])) }
         try store.batch { try $0.saveVaultPinGuard(StoredPinGuard(failures: 5, lockedUntilMs: 120_000, breakIns: log)) }
         try store.batch { try $0.saveVaultPinGuard(StoredPinGuard(failures: 6, lockedUntilMs: 130_000, breakIns: Array(log.suffix(2)))) }
         let g = try XCTUnwrap(try store.vaultPinGuard())
         XCTAssertEqual(g.guardRow.failures, 6)
-        XCTAssertEqual(g.breakIns.map(\.masked), ["••1•", "••2•"])
+        XCTAssertEqual(g.breakIns.map(\.entry), [Data([1, 1]), Data([1, 2])])
         XCTAssertThrowsError(try store.batch { try $0.saveVaultPinGuard(StoredPinGuard(failures: -1, lockedUntilMs: 0, breakIns: [])) })
     }
 }

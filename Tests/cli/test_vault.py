@@ -6,6 +6,7 @@ import pathlib
 import re
 import signal
 import subprocess
+import time
 
 from tandem_testkit import TANDEM, cli, one_line_error
 
@@ -349,3 +350,118 @@ def test_recovery_code_is_sealed_in_the_vault_once_there_is_one(make_node, tmp_p
                           stdin=subprocess.DEVNULL, timeout=60)
     assert proc.returncode != 0
     one_line_error(proc)
+
+
+def recovery_show(node, pin):
+    return subprocess.run([TANDEM, "recovery", "show", "--json", "--pin-stdin", "--data-dir", node.data_dir],
+                          input=pin + "\n", capture_output=True, text=True, timeout=60)
+
+
+def test_recovery_show_checks_the_pin_even_while_the_vault_is_open(make_node, tmp_path):
+    node = make_node("rp").start(env=CHEAP)
+    real = vault_json(node, "init", pin="2468")["recovery_code"]
+    vault(node, "decoy", pin=["2468", "1357"])
+    vault(node, "unlock", pin="2468")
+    assert vault_json(node, "status")["locked"] is False
+
+    wrong = recovery_show(node, "0000")
+    assert wrong.returncode != 0
+    one_line_error(wrong)
+    assert "tdmr1" not in wrong.stdout + wrong.stderr, "a wrong PIN gets no code"
+    assert vault_json(node, "status")["failed_attempts"] == 1, "it counts as a wrong try"
+
+    decoy = [recovery_show(node, "1357") for _ in range(2)]
+    assert all(p.returncode == 0 for p in decoy), [p.stderr for p in decoy]
+    decoy_codes = [json.loads(p.stdout)["code"] for p in decoy]
+    assert decoy_codes[0] == decoy_codes[1], "the decoy PIN gives the decoy's code, the same each time"
+    assert decoy_codes[0] != real
+
+    shown = recovery_show(node, "2468")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["code"] == real
+    assert vault_json(node, "status")["failed_attempts"] == 0
+
+
+def test_one_digit_typos_leave_no_digit_in_the_store(make_node, tmp_path):
+    """Three one-digit typos of the PIN (the third is logged): none of them, nor any masked form,
+    is anywhere in node.sqlite or its write-ahead log; the owner still sees when and how many."""
+    node = make_node("typos").start(env=CHEAP)
+    vault(node, "init", pin="483920")
+    vault(node, "lock")
+    typos = ["583920", "473920", "481920"]
+    for typo in typos:
+        proc = vault(node, "unlock", pin=typo, check=False)
+        assert proc.returncode == 5, proc.stderr
+    store = pathlib.Path(node.data_dir)
+    files = [p for p in store.iterdir() if p.name.startswith("node.sqlite")]
+    assert files
+    for p in files:
+        data = p.read_bytes()
+        for needle in [*typos, "483920", "\u2022"]:
+            assert needle.encode() not in data, (p.name, needle)
+    status = vault_json(node, "status")
+    time.sleep(status["retry_in_ms"] / 1000 + 0.5)
+    log = vault_json(node, "break-ins", pin="483920")["break_ins"]
+    assert [e["attempt"] for e in log] == [3] and set(log[0]) == {"at", "attempt"}, log
+    text = vault(node, "break-ins").stdout
+    assert "wrong PIN (3 in a row)" in text and not any(t in text for t in typos), text
+
+
+def test_import_killed_mid_way_leaves_no_clear_copy(make_node, tmp_path):
+    """kill -9 during an import of photos (their stripped copies being staged): nothing under the
+    data directory holds a photo's bytes in clear, neither right after the kill nor after the
+    restart; a clear copy an older node left in the vault's tmp/ is shredded at the restart."""
+    from PIL import Image
+    node = make_node("crash").start(env=CHEAP)
+    vault(node, "init", pin="2580")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    markers = []
+    for i in range(24):
+        w, h = 1200, 900
+        path = photos / f"IMG_{i:04d}.jpg"
+        Image.frombytes("RGB", (w, h), os.urandom(w * h * 3)).save(path, quality=95)
+        data = path.read_bytes()
+        markers.append(data[len(data) // 2:len(data) // 2 + 32])  # image data: kept by the lossless rewrite
+    importer = subprocess.Popen([TANDEM, "vault", "import", str(photos), "--json", "--pin-stdin", "--data-dir", node.data_dir],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    importer.stdin.write("2580\n")
+    importer.stdin.close()
+    # Wait until the vault is reading the group (its copies staged), then kill the node.
+    mid_way = False
+    for line in importer.stdout:
+        progress = json.loads(line).get("progress") if line.strip() else None
+        if progress and 0 < progress["done"] and progress["files_done"] < progress["files"]:
+            mid_way = True
+            break
+    assert mid_way, "the import ended before it could be interrupted: make the photo set bigger"
+    node.proc.send_signal(signal.SIGKILL)
+    node.proc.wait(timeout=10)
+    importer.wait(timeout=60)
+    assert importer.returncode != 0
+
+    def leaks():
+        hits = []
+        for dirpath, _, files in os.walk(node.data_dir):
+            for f in files:
+                p = pathlib.Path(dirpath) / f
+                try:
+                    data = p.read_bytes()
+                except OSError:
+                    continue
+                hits += [str(p) for m in markers if m in data]
+        return hits
+
+    assert leaks() == [], "a clear copy survived the kill"
+    # What a node without in-memory staging left: shredded at the next start.
+    tmp = pathlib.Path(node.data_dir) / "vault" / "tmp"
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    left = tmp / "import-0123456789abcdef"
+    left.write_bytes((photos / "IMG_0000.jpg").read_bytes())
+    node.start()
+    deadline = time.monotonic() + 30
+    while left.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left.exists(), "the leftover copy was not shredded at the start"
+    assert leaks() == []
+    assert vault_json(node, "status")["initialized"] is True

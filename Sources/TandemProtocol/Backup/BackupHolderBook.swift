@@ -3,9 +3,11 @@
 /// kits. Pure: the node's backup service stores the book, carries out the writes and reads it asks
 /// for, and sends the answers it returns. Time comes in as `nowMs`; the book never reads a clock.
 ///
-/// Invariant (checked by `invariantsHold`): for every owner, `used` = sizes of whole blobs +
-/// declared sizes of partial blobs + the kit's size, and a blob or kit is admitted only when it
-/// fits the quota, so `used ≤ quota` unless the holder itself lowered the quota.
+/// Invariant (checked by `invariantsHold`): for every owner, `used` = the charges of whole blobs,
+/// of partial blobs at their declared sizes, of the kit and of the snapshot records, where a file's
+/// charge is its payload rounded up to 4 096 bytes plus 512 (`BackupLimits.chargedBytes`: what it
+/// takes on disk, so tiny blobs cannot amplify the quota); a blob, kit or snapshot is admitted only
+/// when its charge fits the quota, so `used ≤ quota` unless the holder itself lowered the quota.
 public struct BackupHolderBook: Sendable, Equatable {
     public typealias OwnerKey = [UInt8]
 
@@ -22,6 +24,9 @@ public struct BackupHolderBook: Sendable, Equatable {
         public internal(set) var state: BlobState
         public internal(set) var touchedMs: UInt64
 
+        /// What it counts against the owner's quota.
+        public var charge: Int64 { BackupLimits.chargedBytes(forFileOf: size) }
+
         public var held: Int64 {
             switch state {
             case .partial(let h): return h
@@ -36,6 +41,8 @@ public struct BackupHolderBook: Sendable, Equatable {
         public let size: Int64
         /// Order of first put under the locator (for `index`).
         public let firstPutSequence: UInt64
+
+        public var charge: Int64 { BackupLimits.chargedBytes(forFileOf: size) }
     }
 
     public struct Shelf: Sendable, Equatable {
@@ -167,7 +174,7 @@ public struct BackupHolderBook: Sendable, Equatable {
                 continue
             }
             s.blobs[name] = Blob(size: size, state: .whole, touchedMs: nowMs)
-            s.usedBytes += size
+            s.usedBytes += s.blobs[name]!.charge
         }
         for (name, p) in stored.partial.sorted(by: { $0.key < $1.key }) {
             guard s.blobs[name] == nil, sizes.contains(p.size), s.partialCount < BackupLimits.partialBlobsPerOwner,
@@ -176,7 +183,7 @@ public struct BackupHolderBook: Sendable, Equatable {
                 continue
             }
             s.blobs[name] = Blob(size: p.size, state: .partial(held: min(max(p.held, 0), p.size - 1)), touchedMs: nowMs)
-            s.usedBytes += p.size
+            s.usedBytes += s.blobs[name]!.charge
         }
         var seen = Set<[UInt8]>()
         for r in stored.snapshots {
@@ -188,6 +195,7 @@ public struct BackupHolderBook: Sendable, Equatable {
                 continue
             }
             s.snapshots.append(r)
+            s.usedBytes += BackupLimits.chargedBytes(for: r)
         }
         if let k = stored.kit {
             let others = shelves.filter { $0.key != owner && $0.value.kit?.locator == k.locator }.count
@@ -195,7 +203,7 @@ public struct BackupHolderBook: Sendable, Equatable {
                (1...BackupLimits.maximumVersion).contains(k.version), others < BackupLimits.kitsPerLocator {
                 kitSequence += 1
                 s.kit = Kit(locator: k.locator, version: k.version, size: k.size, firstPutSequence: kitSequence)
-                s.usedBytes += k.size
+                s.usedBytes += s.kit!.charge
             } else {
                 report.discardedKit = true
             }
@@ -264,10 +272,11 @@ public struct BackupHolderBook: Sendable, Equatable {
             guard p.offset == 0 else { return .answer(answer(.outOfOrder, held: 0)) }
             guard s.partialCount < BackupLimits.partialBlobsPerOwner else { return .answer(answer(.tooManyPartial, held: 0)) }
             guard s.blobs.count < BackupLimits.blobsPerOwner else { return .answer(answer(.overQuota, held: 0)) }
-            // Both at most 2^50 + 2^26: no overflow.
-            guard s.usedBytes + p.size <= s.quotaBytes else { return .answer(answer(.overQuota, held: 0)) }
-            s.usedBytes += p.size
-            s.blobs[p.name] = Blob(size: p.size, state: .partial(held: 0), touchedMs: nowMs)
+            // The whole charge is reserved from the first piece on. Both at most about 2^50: no overflow.
+            let blob = Blob(size: p.size, state: .partial(held: 0), touchedMs: nowMs)
+            guard s.usedBytes + blob.charge <= s.quotaBytes else { return .answer(answer(.overQuota, held: 0)) }
+            s.usedBytes += blob.charge
+            s.blobs[p.name] = blob
             held = 0
         }
         let now = held + Int64(p.data.count)
@@ -294,7 +303,7 @@ public struct BackupHolderBook: Sendable, Equatable {
             return reply(requestID, .complete, name: name, held: b.size, quota: s.quotaBytes, used: s.usedBytes)
         }
         s.blobs[name] = nil
-        s.usedBytes -= b.size
+        s.usedBytes -= b.charge
         shelves[owner] = s
         return reply(requestID, .hashMismatch, name: name, held: 0, quota: s.quotaBytes, used: s.usedBytes)
     }
@@ -306,7 +315,7 @@ public struct BackupHolderBook: Sendable, Equatable {
         let h = min(max(heldOnDisk, 0), b.size - 1)
         if h == 0 {
             s.blobs[name] = nil
-            s.usedBytes -= b.size
+            s.usedBytes -= b.charge
         } else {
             s.blobs[name]!.state = .partial(held: h)
         }
@@ -321,7 +330,7 @@ public struct BackupHolderBook: Sendable, Equatable {
                 guard case .partial = b.state else { continue }
                 guard nowMs > b.touchedMs, nowMs - b.touchedMs >= UInt64(BackupLimits.idlePartialMs) else { continue }
                 s.blobs[name] = nil
-                s.usedBytes -= b.size
+                s.usedBytes -= b.charge
                 gone.append((owner, name))
             }
             shelves[owner] = s
@@ -348,6 +357,9 @@ public struct BackupHolderBook: Sendable, Equatable {
             total += b.size // ≤ 16 384 × 2^26
         }
         guard total == r.totalBytes else { return reply(m.requestID, .missingBlobs, quota: s.quotaBytes, used: s.usedBytes) }
+        let charge = BackupLimits.chargedBytes(for: r)
+        guard s.usedBytes + charge <= s.quotaBytes else { return reply(m.requestID, .overQuota, quota: s.quotaBytes, used: s.usedBytes) }
+        s.usedBytes += charge
         s.snapshots.append(r)
         shelves[owner] = s
         return reply(m.requestID, .complete, quota: s.quotaBytes, used: s.usedBytes)
@@ -357,7 +369,11 @@ public struct BackupHolderBook: Sendable, Equatable {
     /// partial) no kept snapshot names. Returns the answer and the blobs whose files to delete.
     public mutating func forget(owner: OwnerKey, _ m: BackupForgetMessage) -> (reply: BackupReplyMessage, freed: [BlobName]) {
         guard var s = shelves[owner] else { return (reply(m.requestID, .noOffer, quota: 0, used: 0), []) }
-        if s.snapshots.count > m.keepLast { s.snapshots.removeFirst(s.snapshots.count - m.keepLast) }
+        if s.snapshots.count > m.keepLast {
+            let dropped = s.snapshots.count - m.keepLast
+            s.usedBytes -= s.snapshots.prefix(dropped).reduce(Int64(0)) { $0 + BackupLimits.chargedBytes(for: $1) }
+            s.snapshots.removeFirst(dropped)
+        }
         var referenced = Set<BlobName>()
         for r in s.snapshots { referenced.formUnion(r.blobs) }
         var freed: [BlobName] = []
@@ -367,7 +383,7 @@ public struct BackupHolderBook: Sendable, Equatable {
             freed.append(name)
         }
         for name in freed {
-            s.usedBytes -= s.blobs[name]!.size
+            s.usedBytes -= s.blobs[name]!.charge
             s.blobs[name] = nil
         }
         shelves[owner] = s
@@ -434,7 +450,7 @@ public struct BackupHolderBook: Sendable, Equatable {
             } else {
                 answers.append(BackupProofAnswer(name: c.name, status: .notFound, mac: []))
                 s.blobs[c.name] = nil
-                s.usedBytes -= b.size
+                s.usedBytes -= b.charge
                 corrupted.append(c.name)
             }
         }
@@ -443,6 +459,9 @@ public struct BackupHolderBook: Sendable, Equatable {
             // that named a lost blob cannot be restored from here and go with it. Their other blobs
             // stay until a forget frees them.
             let lost = Set(corrupted)
+            for r in s.snapshots where r.blobs.contains(where: { lost.contains($0) }) {
+                s.usedBytes -= BackupLimits.chargedBytes(for: r)
+            }
             s.snapshots.removeAll { r in r.blobs.contains { lost.contains($0) } }
         }
         shelves[owner] = s
@@ -485,8 +504,9 @@ public struct BackupHolderBook: Sendable, Equatable {
             return (reply(m.requestID, .conflict, quota: s.quotaBytes, used: s.usedBytes), false, nil)
         }
         let size = Int64(m.sealedKit.count)
-        let old = s.kit?.size ?? 0
-        guard s.usedBytes - old + size <= s.quotaBytes else {
+        let old = s.kit?.charge ?? 0
+        let charge = BackupLimits.chargedBytes(forFileOf: size)
+        guard s.usedBytes - old + charge <= s.quotaBytes else {
             return (reply(m.requestID, .overQuota, quota: s.quotaBytes, used: s.usedBytes), false, nil)
         }
         let replaced = s.kit.flatMap { $0.locator == m.locator ? nil : $0.locator }
@@ -498,7 +518,7 @@ public struct BackupHolderBook: Sendable, Equatable {
             sequence = kitSequence
         }
         s.kit = Kit(locator: m.locator, version: m.version, size: size, firstPutSequence: sequence)
-        s.usedBytes += size - old
+        s.usedBytes += charge - old
         shelves[owner] = s
         return (reply(m.requestID, .ok, quota: s.quotaBytes, used: s.usedBytes), true, replaced)
     }
@@ -520,7 +540,8 @@ public struct BackupHolderBook: Sendable, Equatable {
     public func invariantsHold() -> Bool {
         var perLocator: [KitLocator: Int] = [:]
         for s in shelves.values {
-            let sum = s.blobs.values.reduce(Int64(0)) { $0 + $1.size } + (s.kit?.size ?? 0)
+            let sum = s.blobs.values.reduce(Int64(0)) { $0 + $1.charge } + (s.kit?.charge ?? 0)
+                + s.snapshots.reduce(Int64(0)) { $0 + BackupLimits.chargedBytes(for: $1) }
             guard sum == s.usedBytes, s.usedBytes >= 0 else { return false }
             guard s.partialCount <= BackupLimits.partialBlobsPerOwner, s.blobs.count <= BackupLimits.blobsPerOwner,
                   s.snapshots.count <= BackupLimits.snapshotsPerOwner else { return false }
@@ -541,6 +562,6 @@ extension BackupHolderBook {
     /// Tests only: account a whole blob without sending its pieces.
     mutating func testingInsertWhole(owner: OwnerKey, name: BlobName, size: Int64) {
         shelves[owner]?.blobs[name] = Blob(size: size, state: .whole, touchedMs: 0)
-        shelves[owner]?.usedBytes += size
+        shelves[owner]?.usedBytes += BackupLimits.chargedBytes(forFileOf: size)
     }
 }

@@ -45,6 +45,32 @@ extension MessageType {
 
 /// backup.md 2.2 and 9.
 public enum BackupLimits {
+    /// What a holder charges an owner's quota for one file it stores for it (backup.md 9, "What
+    /// the quota counts"): the payload rounded up to the filesystem block, plus an estimate of the
+    /// file's directory entry and inode. So a 2-byte blob costs what it takes on disk, not 2 bytes.
+    public static let chargeBlockBytes: Int64 = 4_096
+    public static let perFileOverheadBytes: Int64 = 512
+    /// Estimated bytes of a stored snapshot record: a header, and each name (blobs and index
+    /// blobs) as 64 hex digits with its quotes and comma.
+    public static let snapshotRecordHeaderBytes: Int64 = 256
+    public static let snapshotRecordBytesPerName: Int64 = 67
+
+    /// The charge for a file of `bytes` payload (clamped to 0 … 2^52: no overflow).
+    public static func chargedBytes(forFileOf bytes: Int64) -> Int64 {
+        let b = min(max(bytes, 0), Int64(1) << 52)
+        return (b + chargeBlockBytes - 1) / chargeBlockBytes * chargeBlockBytes + perFileOverheadBytes
+    }
+
+    /// The charge for a snapshot record naming `names` blobs (its blobs plus its index blobs).
+    public static func chargedBytes(forSnapshotNaming names: Int) -> Int64 {
+        let n = Int64(min(max(names, 0), blobsPerSnapshot + indexBlobsPerSnapshot))
+        return chargedBytes(forFileOf: snapshotRecordHeaderBytes + n * snapshotRecordBytesPerName)
+    }
+
+    public static func chargedBytes(for record: BackupSnapshotRecord) -> Int64 {
+        chargedBytes(forSnapshotNaming: record.blobs.count + record.indexBlobs.count)
+    }
+
     public static let maximumPayloadBytes = 65_536
     public static let maximumBulkPayloadBytes = 263_168
     public static let maximumSnapshotPayloadBytes = 589_824

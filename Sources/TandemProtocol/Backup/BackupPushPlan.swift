@@ -93,7 +93,7 @@ public struct BackupPushPlan: Sendable, Equatable {
         for b in sorted {
             let h = held[b.name] ?? BackupHolding(name: b.name, size: 0, held: 0)
             if h.isAbsent {
-                reserve += b.size
+                reserve += BackupLimits.chargedBytes(forFileOf: b.size)
                 order.append(Progress(blob: b, cursor: 0, acked: 0, mismatches: 0, done: false, started: false))
                 planned += b.size
                 continue
@@ -105,6 +105,8 @@ public struct BackupPushPlan: Sendable, Equatable {
             order.append(Progress(blob: b, cursor: h.held, acked: h.held, mismatches: 0, done: whole, started: !whole))
             planned += b.size - h.held
         }
+        // The snapshot record that follows is charged too (at most its blobs and index blobs).
+        reserve += BackupLimits.chargedBytes(forSnapshotNaming: local.count + BackupLimits.indexBlobsPerSnapshot)
         let free = max(0, quotaBytes - usedBytes)
         guard reserve <= free else {
             throw PlanError(kind: .overQuota, name: nil,
