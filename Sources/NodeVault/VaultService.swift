@@ -28,8 +28,9 @@ public final class VaultService: Service, Sendable {
         public var keyParameters: VaultKeyParameters = .default
         /// Auto-lock when the store has no setting yet.
         public var defaultAutoLockMs: Int64 = 300_000
-        /// The key the break-in log is sealed with (`breakInLogKey(identity:)`); without one (a node
-        /// made without its identity's secret), wrong PINs are counted but not logged.
+        /// The key the break-in log is sealed with: `NodeRuntime` derives it from the node's
+        /// identity (`breakInLogKey(identity:)`) when it is nil here. Without one (a vault service
+        /// built on its own, in tests), wrong PINs are counted but not logged.
         public var breakInLogKey: SecretBytes?
         public init() {}
     }

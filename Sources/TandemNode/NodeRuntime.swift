@@ -162,8 +162,11 @@ public final class NodeRuntime: Sendable {
         // The feature flows' routes: each owns its frame types; friends take the rest.
         self.frameRouter = NodeFrameRouter(flows: [challenges, backup, messages], fallback: friends, presence: presence, outbox: outbox,
                                            clock: clock, store: store, events: events, health: health)
+        // Every node seals its break-in log under its identity (Protocol/vault.md, the PIN guard).
+        var vaultConfiguration = configuration.vault
+        if vaultConfiguration.breakInLogKey == nil { vaultConfiguration.breakInLogKey = VaultService.breakInLogKey(identity: identity) }
         self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store,
-                                  events: events, health: health, configuration: configuration.vault, group: group, logger: logger)
+                                  events: events, health: health, configuration: vaultConfiguration, group: group, logger: logger)
         let discoverable = DiscoverableSetting(store: store, signals: signals, health: health)
         self.discoverable = discoverable
         if let discoveryConfig = configuration.discovery {

@@ -76,7 +76,6 @@ struct Node: AsyncParsableCommand {
         LoggingSystem.bootstrap { StructuredLogHandler(label: $0, format: format, level: level) }
         let logger = Logger(label: "tandem.node")
         var config = NodeConfiguration()
-        config.vault.breakInLogKey = VaultService.breakInLogKey(identity: identity)
         (config.host, config.port) = try NodeConfiguration.parseHostPort(listen)
         config.link.maximumEnvelopeLength = maxFrame
         // Tests only: a vault created by this node gets the cheapest Argon2id cost (stored in its
