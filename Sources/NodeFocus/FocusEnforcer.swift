@@ -264,7 +264,11 @@ final class FocusEnforcer: Sendable {
                 f["stderr"] = .string(String(r.stderr.suffix(2000)))
                 f["stdout"] = .string(String(r.stdout.suffix(2000)))
                 f["error"] = r.error.map(JSONValue.string) ?? .null
-                logger.error("focus hook failed", metadata: ["hook": "\(r)"])
+                if r.skipped {
+                    logger.warning("focus hook not run", metadata: ["hook": "\(r)"])
+                } else {
+                    logger.error("focus hook failed", metadata: ["hook": "\(r)"])
+                }
                 NodeCore.submit { [events, f] in _ = events.emit("focus.hook_failed", f) }
             } else {
                 logger.info("focus hook ran", metadata: ["path": "\(r.path)", "transition": "\(transition.rawValue)"])

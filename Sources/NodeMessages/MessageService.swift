@@ -91,7 +91,9 @@ public final class MessageService: Sendable {
         for await variables in hookJobs {
             do {
                 let results = try await NIOThreadPool.singleton.runIfActive { hooks.runEvent("on-message", variables: variables) }
-                for r in results where r.failed { logger.warning("on-message hook failed", metadata: ["hook": "\(r)"]) }
+                for r in results where r.failed {
+                    logger.warning(r.skipped ? "on-message hook not run" : "on-message hook failed", metadata: ["hook": "\(r)"])
+                }
             } catch {
                 logger.error("on-message hooks could not run", metadata: ["error": "\(error)"])
             }

@@ -60,6 +60,9 @@ public struct HookResult: Sendable, Equatable, CustomStringConvertible {
     /// Why it did not run or finish normally, when not an exit status: "not executable", a spawn
     /// failure, too many hooks, an exit status lost.
     public let error: String?
+    /// Not run because someone other than the node's user or root could have written it (or its
+    /// directory); `error` says who and what.
+    public let skipped: Bool
 
     /// Anything but exit status 0 within the timeout.
     public var failed: Bool { error != nil || timedOut || signal != nil || exitCode != 0 }
@@ -67,7 +70,9 @@ public struct HookResult: Sendable, Equatable, CustomStringConvertible {
     /// One line for the log.
     public var description: String {
         var outcome: String
-        if let error {
+        if skipped, let error {
+            return BlockingError.oneLine("hook \(path) skipped: \(error)")
+        } else if let error {
             outcome = error
         } else if timedOut {
             outcome = "timed out after \(durationMs) ms (process group stopped)"
@@ -81,7 +86,7 @@ public struct HookResult: Sendable, Equatable, CustomStringConvertible {
     }
 
     init(path: String, exitCode: Int32? = nil, signal: Int32? = nil, timedOut: Bool = false, stdout: String = "",
-         stderr: String = "", durationMs: Int = 0, error: String? = nil) {
+         stderr: String = "", durationMs: Int = 0, skipped: Bool = false, error: String? = nil) {
         self.path = path
         self.exitCode = exitCode
         self.signal = signal
@@ -90,6 +95,7 @@ public struct HookResult: Sendable, Equatable, CustomStringConvertible {
         self.stderr = stderr
         self.durationMs = durationMs
         self.error = error
+        self.skipped = skipped
     }
 }
 
@@ -103,8 +109,10 @@ public struct HookResult: Sendable, Equatable, CustomStringConvertible {
 /// TRANSITION is `locked`, `unlocked`, `temp_unlocked` or `relocked`; files in a `.d` directory
 /// run in byte order of their names; names starting with `.` or ending with `~` are skipped, and
 /// so are subdirectories. A file that is not executable is reported as a failed result, not
-/// skipped. A mode whose name cannot be a directory name (empty, `.`, `..`, with `/`) has only
-/// the `all` hooks. At most `maxHooks` run per call.
+/// skipped. A hook is not run (a failed result with `skipped` set, for one log line) unless it
+/// and every directory from `directory` down to it are owned by the node's user or root and are
+/// not writable by group or others. A mode whose name cannot be a directory name (empty, `.`,
+/// `..`, with `/`) has only the `all` hooks. At most `maxHooks` run per call.
 ///
 /// Environment: `TANDEM_MODE`, `TANDEM_TRANSITION`, `TANDEM_BLOCKED_SITES`, `TANDEM_BLOCKED_APPS`,
 /// `TANDEM_TEMP_ITEMS`, `TANDEM_UNTIL_MS`, `TANDEM_REASON`; from the node's own environment only
@@ -290,12 +298,50 @@ public struct HookRunner: Sendable {
         }
     }
 
+    // MARK: - Who may have written a hook
+
+    /// Why `path` must not run, or nil when it and every directory from `directory` down to it are
+    /// owned by the node's user (the effective uid) or root and writable by neither group nor others.
+    /// Anyone else who can write there could make the node run their code.
+    func unsafeReason(_ path: String, file: stat, user: uid_t = geteuid()) -> String? {
+        if let reason = HookRunner.unsafeReason(path, uid: file.st_uid, mode: file.st_mode, user: user) { return reason }
+        var dirs = [directory]
+        if path.hasPrefix(directory + "/") {
+            for component in path.dropFirst(directory.count + 1).split(separator: "/").dropLast() {
+                dirs.append(dirs[dirs.count - 1] + "/" + component)
+            }
+        }
+        for dir in dirs {
+            var st = stat()
+            guard stat(dir, &st) == 0 else { return "its directory \(dir) cannot be read: \(BlockingError.errorText(errno))" }
+            if let reason = HookRunner.unsafeReason(dir, uid: st.st_uid, mode: st.st_mode, user: user) {
+                return "its directory " + reason
+            }
+        }
+        return nil
+    }
+
+    /// The check for one file or directory: owner `user` or root, no group or other write bit.
+    static func unsafeReason(_ path: String, uid: uid_t, mode: mode_t, user: uid_t) -> String? {
+        if uid != user && uid != 0 {
+            return "\(path) is owned by uid \(uid), not by this user (uid \(user)) or root"
+        }
+        if mode & (S_IWGRP | S_IWOTH) != 0 {
+            let who = mode & S_IWGRP != 0 ? (mode & S_IWOTH != 0 ? "group and others" : "group") : "others"
+            return "\(path) is writable by \(who) (chmod go-w \(path))"
+        }
+        return nil
+    }
+
     func runOne(_ path: String, environment: [String]) -> HookResult {
         var st = stat()
         guard stat(path, &st) == 0 else {
             return HookResult(path: path, error: "cannot be read: \(BlockingError.errorText(errno))")
         }
         guard (st.st_mode & S_IFMT) == S_IFREG else { return HookResult(path: path, error: "not a regular file") }
+        if let reason = unsafeReason(path, file: st) {
+            return HookResult(path: path, skipped: true, error: reason)
+        }
         guard faccessat(AT_FDCWD, path, X_OK, AT_EACCESS) == 0 else {
             return HookResult(path: path, error: "not executable (chmod +x \(path))")
         }

@@ -48,6 +48,68 @@ final class HookRunnerTests: XCTestCase {
         XCTAssertFalse(dictLines.contains { $0.hasPrefix("BAD-NAME") })
     }
 
+    func testAHookOthersCouldHaveWrittenIsSkippedWithTheReason() {
+        let out = dir.file("ran.txt")
+        let path = hook("all/locked", "echo ran >> '\(out)'", mode: 0o700)
+        let runner = HookRunner(directory: dir.path)
+        func runOnce() -> HookResult {
+            let results = runner.run(mode: "m", transition: .locked, environment: HookEnvironment())
+            XCTAssertEqual(results.count, 1)
+            return results[0]
+        }
+        func runs() -> Int { ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").split(separator: "\n").count }
+
+        let ok = runOnce()
+        XCTAssertFalse(ok.failed, ok.description)
+        XCTAssertFalse(ok.skipped)
+        XCTAssertEqual(runs(), 1, "0700 and ours: runs")
+
+        for (mode, who) in [(mode_t(0o720), "group"), (0o702, "others"), (0o777, "group and others")] {
+            chmod(path, mode)
+            let r = runOnce()
+            XCTAssertTrue(r.skipped && r.failed, r.description)
+            XCTAssertNil(r.exitCode)
+            XCTAssertEqual(r.description, "hook \(path) skipped: \(path) is writable by \(who) (chmod go-w \(path))")
+        }
+        chmod(path, 0o700)
+        chmod(dir.file("all"), 0o777)
+        let inDir = runOnce()
+        XCTAssertTrue(inDir.skipped, inDir.description)
+        XCTAssertTrue(inDir.error?.hasPrefix("its directory \(dir.file("all")) is writable by group and others") == true, inDir.description)
+        chmod(dir.file("all"), 0o755)
+        chmod(dir.path, 0o775)
+        XCTAssertTrue(runOnce().skipped, "the hooks directory itself counts")
+        chmod(dir.path, 0o755)
+
+        // A .d directory on the way.
+        let inDotD = hook("all/unlocked.d/10-a", "echo ran >> '\(out)'", mode: 0o755)
+        chmod(dir.file("all/unlocked.d"), 0o757)
+        let d = runner.run(mode: "m", transition: .unlocked, environment: HookEnvironment())
+        XCTAssertEqual(d.map(\.path), [inDotD])
+        XCTAssertTrue(d[0].skipped && d[0].error?.contains("all/unlocked.d is writable by others") == true, d[0].description)
+        chmod(dir.file("all/unlocked.d"), 0o755)
+
+        if geteuid() == 0 {  // only root can give a file away
+            chown(path, 12345, 12345)
+            let r = runOnce()
+            XCTAssertTrue(r.skipped)
+            XCTAssertEqual(r.error, "\(path) is owned by uid 12345, not by this user (uid 0) or root")
+            chown(path, 0, 0)
+        }
+        XCTAssertEqual(runs(), 1, "none of the unsafe ones ran")
+        XCTAssertFalse(runOnce().failed)
+        XCTAssertEqual(runs(), 2)
+    }
+
+    func testTheOwnerCheck() {
+        XCTAssertNil(HookRunner.unsafeReason("/h", uid: 1000, mode: S_IFREG | 0o755, user: 1000))
+        XCTAssertNil(HookRunner.unsafeReason("/h", uid: 0, mode: S_IFREG | 0o755, user: 1000), "root's own")
+        XCTAssertEqual(HookRunner.unsafeReason("/h", uid: 1001, mode: S_IFREG | 0o700, user: 1000),
+                       "/h is owned by uid 1001, not by this user (uid 1000) or root")
+        XCTAssertEqual(HookRunner.unsafeReason("/h", uid: 0, mode: S_IFDIR | 0o1777, user: 1000),
+                       "/h is writable by group and others (chmod go-w /h)")
+    }
+
     func testAFailingHookIsReportedWithItsOutput() {
         hook("all/unlocked", "echo to-stdout; echo to-stderr >&2; exit 3")
         let results = HookRunner(directory: dir.path).run(mode: "m", transition: .unlocked, environment: HookEnvironment())
