@@ -153,7 +153,7 @@ struct VaultIndex: Equatable, Sendable {
             let name = try r.string()
             let cover = try r.optionalString()
             let created = try r.i64()
-            do { try VaultNames.validateAlbumName(name) } catch { throw r.fail("album: \(error)") }
+            do { try VaultNames.validateAlbumName(name, stored: true) } catch { throw r.fail("album: \(error)") }
             guard albumNames.insert(name).inserted else { throw r.fail("album listed twice") }
             index.albums.append(VaultAlbum(name: name, cover: cover, createdAtMs: created))
         }
@@ -189,7 +189,7 @@ struct VaultIndex: Equatable, Sendable {
                 thumbnail = chunkIDs[number].bytes
             }
             guard let type = typeCodes.first(where: { $0.value == typeCode })?.key else { throw r.fail("item \(id) has unknown type \(typeCode)") }
-            do { try VaultNames.validateItemName(name) } catch { throw r.fail("item \(id): \(error)") }
+            do { try VaultNames.validateItemName(name, stored: true) } catch { throw r.fail("item \(id): \(error)") }
             if let album, !albumNames.contains(album) { throw r.fail("item \(id) is in an album that does not exist") }
             guard size == total else { throw r.fail("item \(id) size \(size) differs from its chunks' \(total)") }
             guard itemIDs.insert(id).inserted else { throw r.fail("item \(id) listed twice") }

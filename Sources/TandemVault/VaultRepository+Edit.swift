@@ -10,7 +10,7 @@ extension VaultRepository {
               item.importedAtMs == old.importedAtMs else {
             throw VaultError(.invalidArgument, "item \(id): only name, album, type, favourite and created date can change")
         }
-        try VaultNames.validateItemName(item.name)
+        try VaultNames.validateItemName(item.name, stored: item.name == old.name)
         if let album = item.album, !index.albums.contains(where: { $0.name == album }) {
             throw VaultError(.notFound, "no album with that name")
         }

@@ -282,6 +282,34 @@ final class VaultRepositoryTests: XCTestCase {
         XCTAssertEqual(repo.items.count, 1)
     }
 
+    func testNewNamesRefuseInvisibleFormattingCharacters() throws {
+        let repo = try newVault()
+        // Bidi overrides and isolates, zero width space, BOM, soft hyphen, word joiner.
+        let sneaky = ["photo\u{202E}gpj.exe", "a\u{202A}b", "a\u{202B}b", "a\u{202C}b", "a\u{202D}b", "x\u{2066}y", "x\u{2067}y",
+                      "x\u{2068}y", "x\u{2069}y", "zero\u{200B}width", "\u{FEFF}bom", "soft\u{AD}hyphen", "join\u{2060}er"]
+        for bad in sneaky {
+            assertVaultError(.invalidName) { try repo.importData([1], name: bad, type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
+            assertVaultError(.invalidName) { try repo.createAlbum(bad, nowMs: 1) }
+        }
+        do {
+            try VaultNames.validateItemName("photo\u{202E}gpj.exe")
+            XCTFail("accepted a right-to-left override")
+        } catch let error as VaultError {
+            XCTAssertEqual(error.detail, "item name contains an invisible formatting character (U+202E), which can make a name read as another")
+        }
+        // The zero width joiner holds emoji sequences together: allowed.
+        let family = "\u{1F468}\u{200D}\u{1F469}\u{200D}\u{1F467}.jpg"
+        let item = try repo.importData([1], name: family, type: .photo, album: nil, createdAtMs: nil, nowMs: 1)
+        try repo.createAlbum("Us", nowMs: 1)
+        assertVaultError(.invalidName) { try repo.renameAlbum("Us", to: "U\u{202E}s") }
+        assertVaultError(.invalidName) { try repo.update(item.id) { $0.name = "re\u{2066}named" } }
+        try repo.update(item.id) { $0.favorite = true }
+        XCTAssertEqual(repo.item(item.id)?.name, family)
+        // A name already stored (a vault written before this rule) still loads.
+        XCTAssertNoThrow(try VaultNames.validateItemName("old\u{200B}name", stored: true))
+        XCTAssertNoThrow(try VaultNames.validateAlbumName("old\u{202E}album", stored: true))
+    }
+
     func testImportMemoryStaysBounded() throws {
         let url = dir.appendingPathComponent("big")
         XCTAssertTrue(FileManager.default.createFile(atPath: url.path, contents: nil))
