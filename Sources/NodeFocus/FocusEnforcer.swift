@@ -69,6 +69,7 @@ final class FocusEnforcer: Sendable {
         if configuration.appGuard {
             let budget = ReportBudget(perMinute: 20)
             guardian = AppGuard(
+                user: configuration.appGuardUser ?? geteuid(),
                 onStop: { p in
                     let fields: [String: JSONValue] = ["pid": .int(Int64(p.pid)), "name": .string(p.name), "path": .string(p.path ?? ""),
                                                        "item": .string(p.item), "signal": .string(p.signal == SIGKILL ? "SIGKILL" : "SIGTERM")]
@@ -87,7 +88,7 @@ final class FocusEnforcer: Sendable {
 
     /// What blocking cannot happen with this process's rights (said once at start; the lock still works).
     func probe() -> [String] {
-        var problems = BlockingCapabilities.probe(hostsPath: hostsPath ?? "/")
+        var problems = BlockingCapabilities.probe(hostsPath: hostsPath ?? "/", appUser: guardian?.user ?? geteuid())
         if hostsPath == nil { problems.removeAll { $0.hasPrefix("site") } }
         if guardian == nil { problems.removeAll { $0.hasPrefix("app") } }
         for p in problems { NodeCore.submit { [events] in _ = events.emit("focus.blocking_limited", ["what": .string(p)]) } }

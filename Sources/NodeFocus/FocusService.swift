@@ -24,6 +24,9 @@ public final class FocusService: Service, Sendable {
         public var hooksDirectory: String? = nil
         /// Stop the blocked apps while locked (`tandem node` turns it on).
         public var appGuard = false
+        /// The user whose processes the app guard stops (`tandem node --app-user`); nil: the node's
+        /// own (effective) uid. Another uid needs CAP_KILL.
+        public var appGuardUser: uid_t? = nil
         /// How long a hook may run.
         public var hookTimeoutMs = 10_000
         public init() {}

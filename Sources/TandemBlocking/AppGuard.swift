@@ -39,9 +39,13 @@ public struct StoppedProcess: Sendable, Equatable, CustomStringConvertible {
 ///   script run through its `#!` line is called), or the base name of `argv[0]`. When `exe`
 ///   cannot be read, a name longer than 15 bytes also matches a `comm` equal to its first 15.
 ///
-/// Never signalled: this process, its ancestors, pid 1, kernel threads, and processes this user
-/// may not signal (`kill(pid, 0)` says EPERM: other users' processes without CAP_KILL; reported
-/// once per process through `onError`).
+/// Only processes of the user the node acts for (`user`, the effective uid by default) are
+/// stopped: a process matches only when its real uid (the `Uid:` line of `/proc/PID/status`) is
+/// `user`, so a node with CAP_KILL leaves other people's programs of the same name alone.
+///
+/// Never signalled: this process, its ancestors, pid 1, kernel threads, processes of other users
+/// or whose uid cannot be read, and processes this user may not signal (`kill(pid, 0)` says
+/// EPERM, e.g. a set-uid program; reported once per process through `onError`).
 ///
 /// Thread safety: all state is under a lock; callbacks run on the guard's thread, never under
 /// the lock, so they may call `set` (and `stop`, which then does not wait for itself). The
@@ -56,6 +60,8 @@ public final class AppGuard: @unchecked Sendable {
     /// How long a process has after SIGTERM before SIGKILL.
     public static let killAfterMs: Int64 = 1000
 
+    /// The uid whose processes may be stopped.
+    public let user: uid_t
     private let onStop: @Sendable (StoppedProcess) -> Void
     private let onError: @Sendable (String) -> Void
 
@@ -77,7 +83,9 @@ public final class AppGuard: @unchecked Sendable {
     private var judgedGeneration: UInt64 = .max
     private var lastError: String?
 
-    public init(onStop: @escaping @Sendable (StoppedProcess) -> Void, onError: @escaping @Sendable (String) -> Void) {
+    public init(user: uid_t = geteuid(), onStop: @escaping @Sendable (StoppedProcess) -> Void,
+                onError: @escaping @Sendable (String) -> Void) {
+        self.user = user
         self.onStop = onStop
         self.onError = onError
     }
@@ -218,6 +226,12 @@ public final class AppGuard: @unchecked Sendable {
         }
     }
 
+    /// Whether a process whose real uid is `uid` (nil: unreadable) belongs to `user`.
+    static func belongs(uid: uid_t?, to user: uid_t) -> Bool {
+        guard let uid else { return false }
+        return uid == user
+    }
+
     static func items(_ raw: [String], rejected: inout [String]) -> [Item] {
         var out: [Item] = []
         for (index, entry) in raw.enumerated() {
@@ -324,11 +338,12 @@ public final class AppGuard: @unchecked Sendable {
             if st.isKernelThread || st.isGone { continue }
             let id = Identity(exe: Proc.exe(pid), comm: st.comm, argv0: Proc.argv0(pid))
             guard let item = blockedNow.first(where: { $0.matches(id) }),
-                  !allowedNow.contains(where: { $0.matches(id) }) else { continue }
+                  !allowedNow.contains(where: { $0.matches(id) }),
+                  AppGuard.belongs(uid: Proc.realUid(pid), to: user) else { continue }
             if kill(pid, 0) != 0 {
                 if errno == EPERM {
-                    errors.append("app guard: not permitted to stop \(id.name) (pid \(pid)), a process of another user; "
-                                  + "the node needs CAP_KILL for that (see Deploy/README.md)")
+                    errors.append("app guard: not permitted to stop \(id.name) (pid \(pid)); "
+                                  + "a node acting for another uid than its own needs CAP_KILL (see Deploy/README.md)")
                 }
                 continue
             }

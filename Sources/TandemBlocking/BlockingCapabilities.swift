@@ -10,10 +10,11 @@ public enum BlockingCapabilities {
 
     /// One line per limitation, empty when everything is possible:
     /// - the hosts file (or, when it does not exist, its directory) not writable → site blocking off;
-    /// - no CAP_KILL → only this user's processes can be stopped;
-    /// - `/proc` not listable → app blocking off; other users' processes hidden (`hidepid`,
-    ///   systemd's `ProtectProc=invisible`) → only this user's processes are seen.
-    public static func probe(hostsPath: String) -> [String] {
+    /// - `/proc` not listable → app blocking off;
+    /// - the app guard acting for another uid (`appUser`, see `AppGuard.user`) without CAP_KILL, or
+    ///   with other users' processes hidden (`hidepid`, systemd's `ProtectProc=invisible`) → app
+    ///   blocking off. Acting for its own uid, the node needs neither.
+    public static func probe(hostsPath: String, appUser: uid_t = geteuid()) -> [String] {
         var notes: [String] = []
         if let note = hostsNote(hostsPath) { notes.append(note) }
 
@@ -22,12 +23,12 @@ public enum BlockingCapabilities {
             notes.append("app blocking off: /proc cannot be listed by this process")
         } else {
             let caps = Proc.effectiveCapabilities() ?? 0
-            if caps & (1 << UInt64(capKill)) == 0 {
-                notes.append("app blocking limited: only processes of this user (uid \(uid)) can be stopped; "
-                             + "other users' processes cannot be signalled without CAP_KILL")
-            } else if procHidesOthers() {
-                notes.append("app blocking limited: /proc hides other users' processes (hidepid, or systemd's "
-                             + "ProtectProc=invisible), so only this user's processes are seen")
+            if appUser != uid && caps & (1 << UInt64(capKill)) == 0 {
+                notes.append("app blocking off: the node stops only the processes of uid \(appUser), and as uid \(uid) "
+                             + "it cannot signal them without CAP_KILL")
+            } else if appUser != uid && procHidesOthers() {
+                notes.append("app blocking off: /proc hides other users' processes (hidepid, or systemd's "
+                             + "ProtectProc=invisible), so the processes of uid \(appUser) are not seen")
             }
         }
         return notes

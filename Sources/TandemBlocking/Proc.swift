@@ -87,6 +87,22 @@ enum Proc {
         return path
     }
 
+    /// The real uid of a process (the first number of the `Uid:` line of `/proc/PID/status`).
+    static func realUid(_ pid: Int32) -> uid_t? {
+        guard let bytes = read("/proc/\(pid)/status", limit: 16 << 10) else { return nil }
+        return parseRealUid(bytes)
+    }
+
+    /// `Uid:\treal\teffective\tsaved\tfs` → real; nil without a well-formed `Uid:` line.
+    static func parseRealUid(_ status: [UInt8]) -> uid_t? {
+        for line in status.split(separator: 10) where line.starts(with: Array("Uid:".utf8)) {
+            let fields = line.dropFirst(4).split(whereSeparator: { $0 == 9 || $0 == 32 })
+            guard fields.count == 4 else { return nil }
+            return uid_t(String(decoding: fields[0], as: UTF8.self))
+        }
+        return nil
+    }
+
     /// The numeric entries of `/proc` (thread-group leaders), at most `limit`.
     static func pids(limit: Int = 1 << 20) -> [Int32]? {
         guard let dir = opendir("/proc") else { return nil }

@@ -48,6 +48,9 @@ struct Node: AsyncParsableCommand {
     @Flag(help: "Do not stop a locked mode's blocked apps (sites and hooks still apply).")
     var noAppGuard = false
 
+    @Option(help: ArgumentHelp("Stop the blocked apps of this user (a name or a uid) rather than the node's own; another user needs CAP_KILL. Also read from $TANDEM_APP_USER.", valueName: "user"))
+    var appUser: String?
+
     @Option(help: ArgumentHelp("Seconds between heartbeats on each friend link; a friend silent for three heartbeats is offline.", valueName: "seconds"))
     var heartbeat: Int = 10
 
@@ -66,6 +69,21 @@ struct Node: AsyncParsableCommand {
         guard (Envelope.minimumLength...TandemConstants.maximumEnvelopeLength).contains(maxFrame) else {
             throw ValidationError("--max-frame must be between \(Envelope.minimumLength) and \(TandemConstants.maximumEnvelopeLength)")
         }
+        if let user = appUserText, Self.uid(of: user) == nil {
+            throw ValidationError("--app-user: no user '\(user.prefix(64))' (give a user name or a uid)")
+        }
+    }
+
+    /// `--app-user`, else a non-empty $TANDEM_APP_USER (a systemd drop-in sets it).
+    var appUserText: String? {
+        appUser ?? ProcessInfo.processInfo.environment["TANDEM_APP_USER"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// A uid given as digits, or a user name's uid.
+    static func uid(of user: String) -> uid_t? {
+        if !user.isEmpty, user.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) { return uid_t(user) }
+        guard let entry = getpwnam(user) else { return nil }
+        return entry.pointee.pw_uid
     }
 
     func run() async throws {
@@ -95,6 +113,7 @@ struct Node: AsyncParsableCommand {
         config.focus.hostsFile = hostsFile
         config.focus.hooksDirectory = hooksDir
         config.focus.appGuard = !noAppGuard
+        config.focus.appGuardUser = appUserText.flatMap(Self.uid(of:))
         let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: dir, logger: logger)
         try await node.run()
         logger.info("node stopped")

@@ -141,6 +141,37 @@ final class AppGuardTests: XCTestCase {
         XCTAssertNotNil(child.waitExit(seconds: 1.5))
     }
 
+    func testStopsOnlyTheProcessesOfTheUserItActsFor() {
+        let name = uniqueName("focus-otheruser")
+        let (child, _) = victim(name)
+        usleep(50_000)
+        let stops = Collector<StoppedProcess>()
+        let someoneElse = AppGuard(user: geteuid() &+ 4242, onStop: { stops.add($0) }, onError: { _ in })
+        someoneElse.set(blocked: [name], allowed: [])
+        someoneElse.scanOnce()
+        usleep(200_000)
+        someoneElse.scanOnce()
+        XCTAssertTrue(child.isRunning, "the same name, another user's process (even for a node that could signal it)")
+        XCTAssertEqual(stops.all, [])
+
+        XCTAssertEqual(guardian.user, geteuid(), "by default, the node's own user")
+        guardian.set(blocked: [name], allowed: [])
+        guardian.scanOnce()
+        XCTAssertNotNil(child.waitExit(seconds: 1.5), "the user it acts for: stopped")
+    }
+
+    func testTheRealUidComesFromTheStatusFile() {
+        let status = Array("Name:\tsleep\nUmask:\t0022\nState:\tS (sleeping)\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\n".utf8)
+        XCTAssertEqual(Proc.parseRealUid(status), 1000, "the real uid, not the effective one of a set-uid program")
+        XCTAssertNil(Proc.parseRealUid(Array("Name:\tx\nGid:\t1\t1\t1\t1\n".utf8)))
+        XCTAssertNil(Proc.parseRealUid(Array("Uid:\t1000\n".utf8)))
+        XCTAssertNil(Proc.parseRealUid(Array("Uid:\tx\t0\t0\t0\n".utf8)))
+        XCTAssertEqual(Proc.realUid(getpid()), getuid())
+        XCTAssertTrue(AppGuard.belongs(uid: 1000, to: 1000))
+        XCTAssertFalse(AppGuard.belongs(uid: 0, to: 1000), "root's processes are not the user's")
+        XCTAssertFalse(AppGuard.belongs(uid: nil, to: 1000), "unreadable: left alone")
+    }
+
     func testProcStatParsesOddNames() {
         let line = Array("123 (a) b (c)) S 45 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10".utf8)
         let st = Proc.parseStat(line)

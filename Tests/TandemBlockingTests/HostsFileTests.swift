@@ -125,10 +125,13 @@ final class HostsFileTests: XCTestCase {
         XCTAssertFalse(notes.contains { $0.hasPrefix("site blocking") }, "\(notes)")
         let missing = BlockingCapabilities.probe(hostsPath: "/nonexistent-\(UInt32.random(in: 0...UInt32.max))/hosts")
         XCTAssertTrue(missing.contains { $0.contains("does not exist and cannot be created") }, "\(missing)")
+        XCTAssertFalse(notes.contains { $0.hasPrefix("app blocking") && !$0.contains("/proc cannot be listed") },
+                       "acting for its own uid, the app guard needs no right: \(notes)")
         if let caps = Proc.effectiveCapabilities() {
-            // Without CAP_KILL (an ordinary user) the probe says only this user's apps can be stopped.
-            XCTAssertEqual(notes.contains { $0.hasPrefix("app blocking limited: only processes of this user") && $0.contains("CAP_KILL") },
-                           caps & (1 << 5) == 0, "\(notes)")
+            // Acting for another uid needs CAP_KILL.
+            let other = BlockingCapabilities.probe(hostsPath: path, appUser: geteuid() &+ 4242)
+            XCTAssertEqual(other.contains { $0.hasPrefix("app blocking off: the node stops only the processes of uid") && $0.contains("CAP_KILL") },
+                           caps & (1 << 5) == 0, "\(other)")
         }
     }
 }
