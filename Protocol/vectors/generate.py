@@ -1437,7 +1437,7 @@ def gen_backup():
     code_text = bech32_encode_values("tdmr", convert_bits(code, 8, 5, True))
     kit_key = hashlib.blake2b(b"tandem/backup/kit-key/v1", digest_size=32, key=code).digest()
     locator = hashlib.blake2b(b"tandem/backup/kit-locator/v1", digest_size=32, key=code).digest()
-    plaintext = pb_bytes(1, label_bytes("seed/alice")) + pb_bytes(5, b"tdm1example@relay.example.org:7820") + pb_varint(7, NOW_MS)
+    plaintext = pb_bytes(1, label_bytes("seed/alice")) + pb_bytes(5, relay_address_text(RELAY.pk, "relay.example.org", 7820).encode()) + pb_varint(7, NOW_MS)
     nonce = label_bytes("backup-kit-nonce", 24)
     sealed = nonce + sodium.crypto_aead_xchacha20poly1305_ietf_encrypt(plaintext, b"tandem/backup/kit/v1" + locator, nonce, kit_key)
 

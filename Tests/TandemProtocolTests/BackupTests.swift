@@ -691,6 +691,10 @@ final class BackupVectorTests: XCTestCase {
         let sealed = try RecoveryKitSeal.seal(hex(kit["plaintext"]), code: code, nonce: hex(kit["nonce"]))
         XCTAssertEqual(sealed, hex(kit["sealed"]))
         XCTAssertEqual(RecoveryKitSeal.open(sealed, code: code), hex(kit["plaintext"]))
+        // Its home relay is one a restorer can dial (README 14.1).
+        let contents = try Tandem_V1_RecoveryKitContents(serializedBytes: hex(kit["plaintext"]) as [UInt8])
+        XCTAssertEqual(contents.homeRelays.count, 1)
+        for relay in contents.homeRelays { XCTAssertNoThrow(try RelayAddress(parsing: relay), relay) }
         // Sealing from the derived key and locator (a node's <data-dir>/backup-kit) gives the same bytes.
         let locator = KitLocator(bytes: hex(kit["locator"]))!
         XCTAssertEqual(try RecoveryKitSeal.seal(hex(kit["plaintext"]), kitKey: hex(kit["kit_key"]), locator: locator,
