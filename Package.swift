@@ -1,6 +1,27 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+/// A feature module of the node (Sources/TandemNode/README.md): the core and the libraries under
+/// it, plus what the feature itself needs — never another feature module.
+func nodeFeature(_ name: String, _ extra: [Target.Dependency] = []) -> Target {
+    .target(
+        name: name,
+        dependencies: [
+            "TandemNodeCore",
+            "Sodium",
+            "TandemProtocol",
+            "TandemNet",
+            "TandemStore",
+            "TandemVault",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ] + extra
+    )
+}
+
 let package = Package(
     name: "Tandem",
     platforms: [.macOS(.v14)],
@@ -117,111 +138,17 @@ let package = Package(
         // One module per feature, each on the core and never on another feature (what one needs
         // of another is a protocol in TandemNodeCore/Interfaces, handed over by the wiring).
         // Friend requests, contact records, blocking, discoverability.
-        .target(
-            name: "NodeFriends",
-            dependencies: [
-                "TandemNodeCore",
-                "Sodium",
-                "TandemProtocol",
-                "TandemNet",
-                "TandemStore",
-                "TandemVault",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
-        ),
+        nodeFeature("NodeFriends"),
         // Challenges, solo sessions, countdowns, early exits and the ledger.
-        .target(
-            name: "NodeChallenges",
-            dependencies: [
-                "TandemNodeCore",
-                "Sodium",
-                "TandemProtocol",
-                "TandemNet",
-                "TandemStore",
-                "TandemVault",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
-        ),
+        nodeFeature("NodeChallenges"),
         // Backups at friends, what this node holds for them, the recovery kit and whole-node restore.
-        .target(
-            name: "NodeBackup",
-            dependencies: [
-                "TandemNodeCore",
-                "Sodium",
-                "TandemProtocol",
-                "TandemNet",
-                "TandemStore",
-                "TandemVault",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
-            ]
-        ),
+        nodeFeature("NodeBackup", [.product(name: "SwiftProtobuf", package: "swift-protobuf")]),
         // The vault service: PIN, decoy, import/export, auto-lock.
-        .target(
-            name: "NodeVault",
-            dependencies: [
-                "TandemNodeCore",
-                "Sodium",
-                "TandemProtocol",
-                "TandemNet",
-                "TandemStore",
-                "TandemVault",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                "TandemMedia",
-            ]
-        ),
+        nodeFeature("NodeVault", ["TandemMedia"]),
         // Local focus: modes, keys, the lock machine and its blocking.
-        .target(
-            name: "NodeFocus",
-            dependencies: [
-                "TandemNodeCore",
-                "Sodium",
-                "TandemProtocol",
-                "TandemNet",
-                "TandemStore",
-                "TandemVault",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                "TandemKeys",
-                "TandemBlocking",
-            ]
-        ),
+        nodeFeature("NodeFocus", ["TandemKeys", "TandemBlocking"]),
         // Messages between friends, a challenge's group thread, reactions, cheers, receipts.
-        .target(
-            name: "NodeMessages",
-            dependencies: [
-                "TandemNodeCore",
-                "Sodium",
-                "TandemProtocol",
-                "TandemNet",
-                "TandemStore",
-                "TandemBlocking",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "SwiftProtobuf", package: "swift-protobuf"),
-            ]
-        ),
+        nodeFeature("NodeMessages", ["TandemBlocking", .product(name: "SwiftProtobuf", package: "swift-protobuf")]),
         // The node's wiring: builds the core and the features, registers their routes and services.
         .target(
             name: "TandemNode",
