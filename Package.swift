@@ -1,24 +1,26 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+/// What the node's core builds on; its feature modules get the same, plus the core.
+let nodeCoreDependencies: [Target.Dependency] = [
+    "Sodium",
+    "TandemProtocol",
+    "TandemNet",
+    "TandemStore",
+    "TandemVault",
+    .product(name: "NIOCore", package: "swift-nio"),
+    .product(name: "NIOPosix", package: "swift-nio"),
+    .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+    .product(name: "Logging", package: "swift-log"),
+    .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+]
+
 /// A feature module of the node (Sources/TandemNode/README.md): the core and the libraries under
 /// it, plus what the feature itself needs — never another feature module.
 func nodeFeature(_ name: String, _ extra: [Target.Dependency] = []) -> Target {
     .target(
         name: name,
-        dependencies: [
-            "TandemNodeCore",
-            "Sodium",
-            "TandemProtocol",
-            "TandemNet",
-            "TandemStore",
-            "TandemVault",
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-        ] + extra
+        dependencies: ["TandemNodeCore"] + nodeCoreDependencies + extra
     )
 }
 
@@ -122,18 +124,7 @@ let package = Package(
         // control socket, the frame router, and the declared interfaces between features.
         .target(
             name: "TandemNodeCore",
-            dependencies: [
-                "Sodium",
-                "TandemProtocol",
-                "TandemNet",
-                "TandemStore",
-                "TandemVault",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
+            dependencies: nodeCoreDependencies
         ),
         // One module per feature, each on the core and never on another feature (what one needs
         // of another is a protocol in TandemNodeCore/Interfaces, handed over by the wiring).
