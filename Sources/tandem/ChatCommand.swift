@@ -121,10 +121,12 @@ struct Chat: AsyncParsableCommand {
                 switch event.type {
                 case "message.received" where f["conversation"]?.stringValue == friendID:
                     let name = f["from_name"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 } ?? "them"
+                    // Shown: read (the node sends READ only where the reciprocal rule allows). Marked
+                    // before the line is printed, so whoever sees the line (a person, a script that
+                    // quits next) sees a message the node already counts as read.
+                    _ = try? await calls.call(method: "message.list", params: ["friend": .string(friendID), "limit": 1])  // a failed mark is retried at the next message
                     output("\(localTime(f["sent_at"]?.stringValue))  \(short("id"))  \(name.terminalSafe): "
                            + ChatText.terminalSafe(f["text"]?.stringValue ?? ""))
-                    // Shown: read (the node sends READ only where the reciprocal rule allows).
-                    _ = try? await calls.call(method: "message.list", params: ["friend": .string(friendID), "limit": 1])  // a failed mark is retried at the next message
                 case "message.delivered" where f["to"]?.stringValue == friendID:
                     output("  \(short("id")) delivered")
                 case "message.read" where f["by"]?.stringValue == friendID:
