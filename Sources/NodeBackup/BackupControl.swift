@@ -10,7 +10,7 @@ import TandemNodeCore
 extension BackupService {
     package nonisolated func registerControlMethods(on router: ControlRouter) {
         router.register("backup.offer") { [self] params in
-            let friend = try ControlParams.key(params)
+            let friend = try await NodeCore.perform { try ContactNames.resolve(params, among: [.friend], in: self.store, anyID: true) }
             guard let quota = params["quota_bytes"]?.intValue else { throw NodeError.invalidArgument("missing parameter 'quota_bytes'") }
             let version = try await offer(to: friend, quotaBytes: quota)
             return ["to": .string(NodeID(publicKey: friend).canonical), "quota_bytes": .int(quota), "version": .int(Int64(version))]
@@ -32,7 +32,7 @@ extension BackupService {
     func holders(_ params: JSONValue, _ name: String) async throws -> [[UInt8]] {
         let offered = try await NodeCore.perform { try self.receivedOffers() }.map(\.0)
         if params[name]?.stringValue != nil {
-            let key = try ControlParams.key(params, name)
+            let key = try await NodeCore.perform { try ContactNames.resolve(params, name, among: [.friend], in: self.store, anyID: true) }
             guard offered.contains(key) else {
                 throw NodeError.nothingToActOn("\(NodeID(publicKey: key).display) has not offered to hold your backups")
             }

@@ -91,7 +91,7 @@ extension ChallengeService {
             guard !ids.isEmpty else { throw Self.usage("name at least one friend to invite") }
             var invitees: [[UInt8]] = []
             for text in ids {
-                let key = try ControlParams.key(.object(["id": .string(text)]))
+                let key = try ContactNames.resolve(text, among: [.friend], in: step, anyID: true)
                 guard key != me else { throw Self.usage("you cannot invite yourself") }
                 guard outbox.isFriend(key, in: step) else {
                     throw NodeError.refused("\(NodeID(publicKey: key).display) is not your friend (tandem friend request ID first)")

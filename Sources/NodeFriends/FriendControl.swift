@@ -20,6 +20,7 @@ extension FriendService {
         return .object([
             "id": .string(NodeID(publicKey: key).canonical),
             "name": .string(c.displayName),
+            "nickname": health.read("read a nickname", or: nil) { try r.nickname(key) }.map(JSONValue.string) ?? .null,
             "relationship": .string(c.relationship.rawValue),
             "online": .bool(online),
             "status": online ? .string(c.presence ?? "idle") : .string("offline"),
@@ -69,30 +70,43 @@ extension FriendService {
                 "sent": .array(try store.contacts([.requested]).map { describe($0, store) }),
             ])
         }
-        router.registerOnCore(in: store, publishing: events, "friend.accept") { [self] params, step in describe(try acceptNow(try ControlParams.key(params), step), step) }
+        router.registerOnCore(in: store, publishing: events, "friend.accept") { [self] params, step in describe(try acceptNow(try ContactNames.resolve(params, among: [.pending], in: step, anyID: true), step), step) }
         router.registerOnCore(in: store, publishing: events, "friend.decline") { [self] params, step in
-            let key = try ControlParams.key(params)
+            let key = try ContactNames.resolve(params, among: [.pending], in: step, anyID: true)
             try declineNow(key, step)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "declined": true])
         }
         router.registerOnCore(in: store, publishing: events, "friend.remove") { [self] params, step in
-            let key = try ControlParams.key(params)
+            let key = try ContactNames.resolve(params, among: [.friend, .requested], in: step, anyID: true)
             try removeNow(key, step)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "removed": true])
         }
         router.registerOnCore(in: store, publishing: events, "friend.block") { [self] params, step in
-            let key = try ControlParams.key(params)
+            let key = try ContactNames.resolve(params, among: [.friend, .pending, .requested, .none], in: step, anyID: true)
             try blockNow(key, step)
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": true])
         }
         router.registerOnCore(in: store, publishing: events, "friend.unblock") { [self] params, step in
-            let key = try ControlParams.key(params)
+            let key = try ContactNames.resolve(params, among: [.blocked], in: step, anyID: true)
             guard try unblockNow(key, step) else { throw NodeError.nothingToActOn("that ID is not blocked") }
             return .object(["id": .string(NodeID(publicKey: key).canonical), "blocked": false])
         }
         router.registerOnCore("friend.list") { [self] _ in
             .object(["friends": .array(try store.contacts([.friend]).map { describe($0, store) }),
                      "blocked": .array(try store.contacts([.blocked]).map { .string(NodeID(publicKey: $0.key).canonical) })])
+        }
+        router.registerOnCore(in: store, publishing: events, "friend.nick") { [self] params, step in
+            // A local name for a friend (or a pending or requested contact); "" removes it.
+            let key = try ContactNames.resolve(params, among: [.friend, .pending, .requested], in: step)
+            guard let text = params["nickname"]?.stringValue else { throw NodeError.invalidArgument("missing parameter 'nickname'") }
+            let nick = text.trimmingCharacters(in: .whitespaces).isEmpty ? nil : try ContactNames.checkNickname(text)
+            if let nick {
+                let clash = try step.nicknames().contains { $0.key != Data(key) && $0.value.caseInsensitiveCompare(nick) == .orderedSame }
+                guard !clash else { throw NodeError.invalidArgument("another contact already has the nickname '\(nick.terminalSafe)'") }
+            }
+            try step.setNickname(key, nick)
+            guard let c = try step.contact(key) else { throw NodeError.nothingToActOn("that contact is gone") }
+            return describe(c, step)
         }
         router.registerOnCore("name.get") { [self] _ in .object(["name": .string(displayName)]) }
         router.registerOnCore(in: store, publishing: events, "name.set") { [self] params, step in

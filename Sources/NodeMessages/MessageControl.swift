@@ -14,19 +14,12 @@ extension MessageService {
     /// A friend named by Tandem ID or by display name (a unique match among friends).
     func friendKey(_ params: JSONValue, _ param: String, _ r: StoreReading) throws -> [UInt8] {
         guard let text = params[param]?.stringValue, !text.isEmpty else { throw Self.usage("missing parameter '\(param)'") }
-        if let key = try? NodeID.parse(text) {  // not an ID: a display name, below
-            guard key != me else { throw Self.usage("that is your own ID") }
-            guard outbox.isFriend(key, in: r) else {
-                throw NodeError.refused("\(NodeID(publicKey: key).display) is not your friend (tandem friend request ID first)")
-            }
-            return key
+        let key = try ContactNames.resolve(text, among: [.friend], in: r, anyID: true)
+        guard key != me else { throw Self.usage("that is your own ID") }
+        guard outbox.isFriend(key, in: r) else {
+            throw NodeError.refused("\(NodeID(publicKey: key).display) is not your friend (tandem friend request ID first)")
         }
-        let named = try r.contacts([.friend]).filter { $0.displayName.caseInsensitiveCompare(text) == .orderedSame }
-        guard let first = named.first else {
-            throw NodeError.nothingToActOn("no friend named '\(ChatText.terminalSafe(text))' (see tandem friend list)")
-        }
-        guard named.count == 1 else { throw Self.usage("several friends are named '\(ChatText.terminalSafe(text))': give the ID") }
-        return Array(first.publicKey)
+        return key
     }
 
     /// A stored message named by its id or a unique prefix of at least 6 hex digits.

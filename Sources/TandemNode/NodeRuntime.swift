@@ -228,7 +228,9 @@ public final class NodeRuntime: Sendable {
             o["pending_requests"] = .int(Int64(try store.contacts([.pending]).count))
             o["outbox"] = .int(Int64(try store.outboxCount()))
             o["links"] = .int(Int64(peers.connectedPeers.count))
-            o["discoverable"] = .bool(discoverable.isDiscoverable)
+            // Without discovery (--no-discovery) no beacon goes out, whatever the setting says.
+            o["discovery"] = .bool(discovery != nil)
+            o["discoverable"] = .bool(discovery != nil && discoverable.isDiscoverable)
             o["relays"] = .array(relays.status())
             let quarantined = try store.quarantined(limit: 10)
             o["quarantined"] = .int(Int64(try store.quarantinedCount()))

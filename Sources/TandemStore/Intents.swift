@@ -59,6 +59,7 @@ extension NodeStore {
     /// Deletes everything kept about a key with no relationship left.
     static func forget(_ db: Database, _ key: [UInt8]) throws {
         try Contact.delete(Data(key), in: db)
+        try db.cachedStatement(sql: "DELETE FROM contactNickname WHERE publicKey = ?").execute(arguments: [Data(key)])
         try db.cachedStatement(sql: "DELETE FROM peerRelay WHERE publicKey = ?").execute(arguments: [Data(key)])
     }
 }

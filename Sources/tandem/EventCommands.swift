@@ -187,10 +187,8 @@ struct Status: AsyncParsableCommand {
         let status = try await client.call(method: "node.status")
         if common.json {
             outputJSON(status.compactJSON)
-        } else if let object = status.terminalSafe.objectValue {
-            for (key, value) in object.sorted(by: { $0.key < $1.key }) {
-                output("\(key): \(value.textValue)")
-            }
+        } else if status.terminalSafe.objectValue != nil {
+            for line in StatusText.lines(status.terminalSafe) { output(line) }
         } else {
             output(status.terminalSafe.textValue)
         }

@@ -28,21 +28,32 @@ func callNode(_ common: CommonOptions, _ method: String, _ params: JSONValue = .
 
 func friendLine(_ f: JSONValue) -> String {
     let id = f["id"]?.stringValue ?? "?"
-    let name = f["name"]?.stringValue ?? ""
     let short = NodeID(id).map { "tdm1-" + $0.short + "…" } ?? id
-    let who = name.isEmpty ? short : "\(name) (\(short))"
-    var line = who
+    let who = PeopleText.who(f)
+    var line = who == short ? short : "\(who) (\(short))"
+    if let nick = f["nickname"]?.stringValue, !nick.isEmpty, let name = f["name"]?.stringValue, !name.isEmpty, name != nick {
+        line += " “\(name)”"
+    }
     if let status = f["status"]?.stringValue { line += "  \(status)" }
     if let via = f["via"]?.stringValue { line += " via \(via)" }
-    if f["online"]?.boolValue == false, let seen = f["last_seen"]?.stringValue { line += "  last seen \(seen)" }
+    if f["online"]?.boolValue == false, let seen = f["last_seen"]?.stringValue { line += "  last seen \(PeopleText.when(seen))" }
     return line
+}
+
+/// A contact named on the command line: a Tandem ID (checked here, so a typo is a usage error
+/// even with no node running) or a nickname or display name (the node resolves it).
+func contactArgument(_ text: String) throws -> String {
+    let t = text.trimmingCharacters(in: .whitespaces)
+    if t.lowercased().hasPrefix("tdm1") { return try parseID(t).canonical }
+    guard !t.isEmpty else { throw TandemError("name a contact by Tandem ID, nickname or display name", exitCode: TandemError.usageExitCode) }
+    return t
 }
 
 struct Friend: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Friends: send, answer and manage friend requests.",
         subcommands: [FriendRequest.self, FriendRequests.self, FriendAccept.self, FriendDecline.self, FriendList.self,
-                      FriendRemove.self, FriendBlock.self, FriendUnblock.self, FriendSet.self])
+                      FriendRemove.self, FriendBlock.self, FriendUnblock.self, FriendSet.self, FriendNick.self])
 }
 
 struct FriendRequest: AsyncParsableCommand {
@@ -99,11 +110,11 @@ struct FriendRequests: AsyncParsableCommand {
             output(received.isEmpty ? "No pending requests." : "Received:")
             for f in received {
                 let msg = f["message"]?.stringValue ?? ""
-                output("  \(f["id"]?.stringValue ?? "?")  \(f["name"]?.stringValue ?? "")\(msg.isEmpty ? "" : "  “\(msg)”")")
+                output("  \(f["id"]?.stringValue ?? "?")  \(PeopleText.who(f))\(msg.isEmpty ? "" : "  “\(msg)”")")
             }
             if !sent.isEmpty {
                 output("Sent, waiting for an answer:")
-                for f in sent { output("  \(f["id"]?.stringValue ?? "?")") }
+                for f in sent { output("  \(f["id"]?.stringValue ?? "?")  \(PeopleText.who(f))") }
             }
         }
     }
@@ -112,16 +123,18 @@ struct FriendRequests: AsyncParsableCommand {
 /// accept, decline, remove, block, unblock share one shape.
 protocol SimpleFriendCommand: AsyncParsableCommand {
     static var method: String { get }
-    static func describe(_ id: NodeID) -> String
+    static func describe(_ who: String) -> String
     var common: CommonOptions { get }
     var id: String { get }
 }
 
 extension SimpleFriendCommand {
     func run() async throws {
-        let nodeID = try parseID(id)
-        try await callNode(common, Self.method, .object(["id": .string(nodeID.canonical)])) { _ in
-            output(Self.describe(nodeID))
+        let arg = try contactArgument(id)
+        try await callNode(common, Self.method, .object(["id": .string(arg)])) { r in
+            // The node's answer names the contact; a name typed by the person is kept as typed.
+            let shown = NodeID(arg).map(\.display) ?? arg.terminalSafe
+            output(Self.describe(r["name"] == nil && r["nickname"] == nil ? shown : PeopleText.who(r)))
         }
     }
 }
@@ -129,41 +142,41 @@ extension SimpleFriendCommand {
 struct FriendAccept: SimpleFriendCommand {
     static let configuration = CommandConfiguration(commandName: "accept", abstract: "Accept a friend request.")
     static let method = "friend.accept"
-    static func describe(_ id: NodeID) -> String { "You and \(id.display) are friends now." }
+    static func describe(_ who: String) -> String { "You and \(who) are friends now." }
     @OptionGroup var common: CommonOptions
-    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+    @Argument(help: ArgumentHelp("Their Tandem ID, nickname or display name.", valueName: "friend")) var id: String
 }
 
 struct FriendDecline: SimpleFriendCommand {
     static let configuration = CommandConfiguration(commandName: "decline", abstract: "Decline a friend request (they are told).")
     static let method = "friend.decline"
-    static func describe(_ id: NodeID) -> String { "Declined the request from \(id.display)." }
+    static func describe(_ who: String) -> String { "Declined the request from \(who)." }
     @OptionGroup var common: CommonOptions
-    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+    @Argument(help: ArgumentHelp("Their Tandem ID, nickname or display name.", valueName: "friend")) var id: String
 }
 
 struct FriendRemove: SimpleFriendCommand {
     static let configuration = CommandConfiguration(commandName: "remove", abstract: "End a friendship or withdraw your request (they are told).")
     static let method = "friend.remove"
-    static func describe(_ id: NodeID) -> String { "\(id.display) is no longer your friend." }
+    static func describe(_ who: String) -> String { "\(who) is no longer your friend." }
     @OptionGroup var common: CommonOptions
-    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+    @Argument(help: ArgumentHelp("Their Tandem ID, nickname or display name.", valueName: "friend")) var id: String
 }
 
 struct FriendBlock: SimpleFriendCommand {
     static let configuration = CommandConfiguration(commandName: "block", abstract: "Drop everything from an ID, silently.")
     static let method = "friend.block"
-    static func describe(_ id: NodeID) -> String { "Blocked \(id.display)." }
+    static func describe(_ who: String) -> String { "Blocked \(who)." }
     @OptionGroup var common: CommonOptions
-    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+    @Argument(help: ArgumentHelp("Their Tandem ID, nickname or display name.", valueName: "friend")) var id: String
 }
 
 struct FriendUnblock: SimpleFriendCommand {
     static let configuration = CommandConfiguration(commandName: "unblock", abstract: "Lift a block.")
     static let method = "friend.unblock"
-    static func describe(_ id: NodeID) -> String { "Unblocked \(id.display)." }
+    static func describe(_ who: String) -> String { "Unblocked \(who)." }
     @OptionGroup var common: CommonOptions
-    @Argument(help: ArgumentHelp("Their Tandem ID.", valueName: "ID")) var id: String
+    @Argument(help: ArgumentHelp("Their Tandem ID, nickname or display name.", valueName: "friend")) var id: String
 }
 
 struct FriendList: AsyncParsableCommand {
@@ -175,6 +188,23 @@ struct FriendList: AsyncParsableCommand {
             let friends = r["friends"]?.arrayValue ?? []
             if friends.isEmpty { output("No friends yet: `tandem friend request ID`.") }
             for f in friends { output(friendLine(f)) }
+        }
+    }
+}
+
+struct FriendNick: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "nick", abstract: "Give a friend a nickname only you see (shown and accepted wherever a friend is named).",
+        discussion: "With no NAME the nickname is removed. A nickname is 1 to 64 bytes and unique among your contacts.")
+    @OptionGroup var common: CommonOptions
+    @Argument(help: ArgumentHelp("Their Tandem ID, nickname or display name.", valueName: "friend")) var id: String
+    @Argument(help: ArgumentHelp("The nickname.", valueName: "name")) var name: [String] = []
+
+    func run() async throws {
+        let nick = name.joined(separator: " ")
+        try await callNode(common, "friend.nick", .object(["id": .string(try contactArgument(id)), "nickname": .string(nick)])) { r in
+            let id = NodeID(r["id"]?.stringValue ?? "").map(\.display) ?? "?"
+            output(nick.isEmpty ? "\(id) has no nickname now." : "\(id) is “\(PeopleText.who(r))” to you now.")
         }
     }
 }
@@ -206,7 +236,7 @@ struct Peers: AsyncParsableCommand {
             if peers.isEmpty { output("No nodes seen on the LAN yet.") }
             for p in peers {
                 let name = p["name"]?.stringValue ?? ""
-                output("\(p["id"]?.stringValue ?? "?")  \(name.isEmpty ? "-" : name)  \(p["address"]?.stringValue ?? "")  \(p["last_seen"]?.stringValue ?? "")\(p["friend"]?.boolValue == true ? "  friend" : "")")
+                output("\(p["id"]?.stringValue ?? "?")  \(name.isEmpty ? "-" : name)  \(p["address"]?.stringValue ?? "")  \(PeopleText.when(p["last_seen"]?.stringValue))\(p["friend"]?.boolValue == true ? "  friend" : "")")
             }
         }
     }

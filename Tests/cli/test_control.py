@@ -202,9 +202,9 @@ def test_one_node_per_data_dir_and_stale_socket_after_a_crash(make_node):
 
 # The members of each result, exactly as Protocol/control.md documents them.
 FRIEND_MEMBERS = {"id", "name", "relationship", "online", "status", "via", "last_seen", "message", "requested_at",
-                  "friend_since", "relay"}
+                  "friend_since", "relay", "nickname"}
 STATUS_MEMBERS = {"id", "display", "name", "listen", "data_dir", "friends", "pending_requests", "outbox", "links",
-                  "discoverable", "relays", "quarantined", "quarantine", "store_errors", "frames_dropped_queue_full",
+                  "discovery", "discoverable", "relays", "quarantined", "quarantine", "store_errors", "frames_dropped_queue_full",
                   "links_paused_queue_full", "frames_waiting", "focus", "transport"}
 TRANSPORT_MEMBERS = {"frames_accepted", "frames_rejected", "error_replies_suppressed", "replies_dropped_unwritable",
                      "links_closed", "handshakes_refused", "reads_paused", "handshakes_pending", "partial_frame_bytes",

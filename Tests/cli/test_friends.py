@@ -191,3 +191,52 @@ def test_new_port_reaches_friends_as_a_contact_update(make_node):
     assert got["id"] == bob.id
     wait_event(alice, "peer.online", f"id={bob.id}")
     assert [f["online"] for f in cli_json(alice, "friend", "list")["friends"]] == [True]
+
+
+def test_friends_named_by_nickname_and_display_name(make_node):
+    """A person names friends as they know them: a local nickname or the display name, anywhere an ID
+    goes; a name two friends share is refused with both candidates, never guessed."""
+    alice = make_node("alice").start()
+    bob = make_node("bob").start()
+    bob2 = make_node("bob2").start()
+    cli(bob, "name", "Bob")
+    cli(bob2, "name", "Bob")
+    befriend_and_wait(alice, bob, online=False)
+    befriend_and_wait(alice, bob2, online=False)
+    # Both are "Bob": the name is ambiguous, and the refusal lists both IDs (usage error, exit 2).
+    r = run("message", "send", "bob", "hi", "--data-dir", alice.data_dir, check=False)
+    assert r.returncode == 2 and bob.id in r.stderr and bob2.id in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    # A nickname tells them apart; it is shown in friend list and accepted by every command.
+    cli(alice, "friend", "nick", bob2.id, "Bobby")
+    listed = {f["id"]: f for f in cli_json(alice, "friend", "list")["friends"]}
+    assert listed[bob2.id]["nickname"] == "Bobby" and listed[bob.id]["nickname"] is None
+    assert "Bobby (tdm1-" in cli(alice, "friend", "list").stdout
+    sent = cli_json(alice, "message", "send", "bobby", "hello Bobby")
+    got = wait_event(bob2, "message.received", "text=hello Bobby")
+    assert got["from"] == alice.id and sent["id"]
+    # The nickname is looked at first: "Bob" still names two friends, "Bobby" one.
+    r = run("friend", "nick", "Bobby", bob.id, "--data-dir", alice.data_dir, check=False)
+    assert r.returncode != 0 and "names several contacts" not in r.stderr
+    r = run("friend", "nick", bob.id, "bobby", "--data-dir", alice.data_dir, check=False)
+    assert r.returncode == 2 and "already has the nickname" in r.stderr, r.stderr
+    # Nothing matches: a clear line and exit 8; a malformed ID stays a usage error (no node needed).
+    r = run("friend", "remove", "Carol", "--data-dir", alice.data_dir, check=False)
+    assert r.returncode == 8 and "no contact named 'Carol'" in r.stderr, r.stderr
+    r = run("friend", "remove", "tdm1notanid", "--data-dir", alice.data_dir, check=False)
+    assert r.returncode == 2, r.stderr
+    # Removing the nickname.
+    cli(alice, "friend", "nick", "Bobby")
+    assert {f["id"]: f for f in cli_json(alice, "friend", "list")["friends"]}[bob2.id]["nickname"] is None
+
+
+def test_status_in_sentences(make_node):
+    alice = make_node("alice").start()
+    cli(alice, "name", "Alice")
+    text = cli(alice, "status").stdout
+    assert text.startswith("Alice is running, listening on 127.0.0.1:"), text
+    assert "Friends: 0, 0 open links." in text and "Outbox: empty" in text and "Focus: no mode is locked." in text
+    assert "{" not in text, text  # sentences, not JSON fragments
+    status = cli_json(alice, "status")
+    # Nodes under test run with --no-discovery: no beacon goes out, so the node is not discoverable.
+    assert status["discovery"] is False and status["discoverable"] is False and "LAN discovery: off" in text
