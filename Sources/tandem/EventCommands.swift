@@ -42,7 +42,46 @@ struct Events: AsyncParsableCommand {
     @Option(name: .customLong("type"), help: ArgumentHelp("Only events of this type (repeatable; `friend.*` matches a prefix).", valueName: "type"))
     var types: [String] = []
 
+    @Flag(help: "With --follow: end (exit 1) when the node stops, instead of waiting for it to start again.")
+    var noReconnect = false
+
+    /// Prints live events; when the node stops, says so on stderr, waits for it to start again and
+    /// goes on after the last event printed (sequence numbers survive a restart: nothing is printed
+    /// twice, nothing stored in between is missed).
+    private func followEvents(first: ControlClient, types: JSONValue) async throws {
+        var cursor = since ?? 0
+        var client: ControlClient? = first
+        while true {
+            if let c = client {
+                do {
+                    for try await item in c.stream(method: "events.subscribe", params: ["since": .int(cursor), "types": types]) {
+                        guard let event = NodeEvent(json: item) else { continue }
+                        printEvent(event, json: common.json)
+                        if event.type == NodeEvent.overflowType { throw overflowError(event) }
+                        cursor = max(cursor, event.seq)
+                    }
+                } catch let e as TandemError {
+                    throw e
+                } catch {
+                    if noReconnect { c.close(); throw error }
+                }
+                c.close()
+                client = nil
+                if noReconnect { throw TandemError("the node stopped") }
+                FileHandle.standardError.write(Data("tandem: the node stopped; waiting for it to start again (Ctrl-C to end)\n".utf8))
+            }
+            try await Task.sleep(for: .milliseconds(500))
+            do {
+                client = try await connectToNode(common)
+                FileHandle.standardError.write(Data("tandem: the node is running again; following its events\n".utf8))
+            } catch let e as NodeError where e.kind == .noNode {
+                continue
+            }
+        }
+    }
+
     func validate() throws {
+        if noReconnect && !follow { throw ValidationError("--no-reconnect goes with --follow") }
         if let since, since < 0 { throw ValidationError("--since must not be negative") }
         guard types.count <= 64 else { throw ValidationError("at most 64 --type options") }
     }
@@ -52,12 +91,7 @@ struct Events: AsyncParsableCommand {
         defer { client.close() }
         let typesJSON = JSONValue.array(types.map(JSONValue.string))
         if follow {
-            let stream = client.stream(method: "events.subscribe", params: ["since": .int(since ?? 0), "types": typesJSON])
-            for try await item in stream {
-                guard let event = NodeEvent(json: item) else { continue }
-                printEvent(event, json: common.json)
-                if event.type == NodeEvent.overflowType { throw overflowError(event) }
-            }
+            try await followEvents(first: client, types: typesJSON)
             return
         }
         var cursor = since ?? 0

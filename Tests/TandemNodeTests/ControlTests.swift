@@ -676,7 +676,10 @@ final class ControlTests: XCTestCase {
         XCTAssertEqual(event.flatJSON["time"], "2023-11-14T22:13:20.123Z")
         XCTAssertEqual(event.flatJSON["time_ms"], .int(1_700_000_000_123))
         XCTAssertEqual(event.flatJSON["name"], "bob")
-        XCTAssertEqual(event.textLine, #"#12 2023-11-14T22:13:20.123Z friend.accepted n=3 name=bob note="two words" seq=ignored"#)
+        XCTAssertEqual(event.textLine(zone: TimeZone(identifier: "UTC")!),
+                       #"#12 2023-11-14 22:13:20.123+00:00 friend.accepted n=3 name=bob note="two words" seq=ignored"#)
+        // People read local time: the same instant in Oslo (UTC+1 in November).
+        XCTAssertTrue(event.textLine(zone: TimeZone(identifier: "Europe/Oslo")!).hasPrefix("#12 2023-11-14 23:13:20.123+01:00 "))
         XCTAssertTrue(event.matches([try FieldCondition(parsing: "name=bob"), try FieldCondition(parsing: "n=3")]))
         XCTAssertFalse(event.matches([try FieldCondition(parsing: "name=alice")]))
         XCTAssertFalse(event.matches([try FieldCondition(parsing: "missing=")]))

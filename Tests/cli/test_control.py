@@ -97,9 +97,34 @@ def test_wait_sees_an_event_that_happens_while_it_waits(make_node):
     assert json.loads(out)["type"] == "node.stopping"
 
 
-def test_follow_prints_live_events_and_ends_with_the_node(make_node):
+def test_follow_waits_for_a_restarted_node_and_goes_on(make_node):
+    """`events --follow` outlives a restart of the node: it says so on stderr and prints the new
+    node's events after the last one it printed, none twice."""
     alice = make_node("alice").start()
     follower = subprocess.Popen([TANDEM, "events", "--follow", "--json", "--data-dir", alice.data_dir],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(follower.stdout.readline())
+        assert first["type"] == "node.started"
+        assert alice.stop(signal.SIGTERM) == 0
+        alice.start()
+        seen = [first]
+        while not (seen[-1]["type"] == "node.started" and seen[-1]["seq"] > first["seq"]):
+            line = follower.stdout.readline()
+            assert line, "the follower ended with the node"
+            seen.append(json.loads(line))
+        seqs = [e["seq"] for e in seen]
+        assert seqs == sorted(set(seqs)), seqs  # in order, none twice
+        assert "node.stopping" in [e["type"] for e in seen]
+    finally:
+        follower.terminate()
+    _, err = follower.communicate(timeout=20)
+    assert "the node stopped; waiting for it to start again" in err and "running again" in err, err
+
+
+def test_follow_prints_live_events_and_ends_with_the_node(make_node):
+    alice = make_node("alice").start()
+    follower = subprocess.Popen([TANDEM, "events", "--follow", "--no-reconnect", "--json", "--data-dir", alice.data_dir],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = json.loads(follower.stdout.readline())
     assert first["type"] == "node.started"

@@ -16,10 +16,17 @@ extension NodeEvent {
         return .object(object)
     }
 
-    /// The CLI's readable form: `#12 2025-01-02T03:04:05.678Z node.started address=… id=…`.
-    public var textLine: String {
+    /// The CLI's readable form, in the local time zone: `#12 2025-01-02 04:04:05.678+01:00
+    /// node.started address=… id=…` (`--json` keeps ISO 8601 UTC in `time`).
+    public var textLine: String { textLine(zone: .current) }
+
+    public func textLine(zone: TimeZone) -> String {
         // Field values are often a peer's text (names, messages): `quote` shows controls escaped.
-        var line = "#\(seq) \(isoTime) \(type.terminalSafe)"
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = zone
+        f.dateFormat = "yyyy-MM-dd HH:mm:ss.SSSxxx"
+        var line = "#\(seq) \(f.string(from: Date(timeIntervalSince1970: Double(timeMs) / 1000))) \(type.terminalSafe)"
         for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
             line += " \(key.terminalSafe)=\(StructuredLogHandler.quote(value.textValue))"
         }
