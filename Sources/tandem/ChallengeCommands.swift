@@ -30,12 +30,18 @@ func personLabel(_ p: JSONValue) -> String {
 /// What a participant is doing, in a word or two.
 func participantState(_ p: JSONValue, phase: String) -> String {
     if let r = p["result"]?.stringValue {
-        if r == "quit" { return "quit at \(clockText(p["quit_elapsed_ms"]?.intValue ?? 0))" }
+        if r == "quit" { return "quit at \(clockText(p["quit_elapsed_ms"]?.intValue ?? 0))" + quitReason(p["reason"]) }
         if p["out_of_contact"]?.boolValue == true { return "out of contact" }
         if r == "running" { return phase == "running" ? "focusing" : "ready" }
         return r.replacingOccurrences(of: "_", with: " ")
     }
     return p["answer"]?.stringValue ?? "?"
+}
+
+/// A quit's reason as people read it after the time: ` (“too tired”)`, or nothing.
+func quitReason(_ r: JSONValue?) -> String {
+    guard let text = r?.stringValue, !text.isEmpty else { return "" }
+    return " (“\(text.terminalSafe)”)"
 }
 
 func challengeLine(_ c: JSONValue) -> String {
@@ -53,7 +59,9 @@ func challengeLine(_ c: JSONValue) -> String {
 
 func printChallenge(_ c: JSONValue) {
     output(challengeLine(c))
-    if let start = c["start_at"]?.stringValue { output("  start \(start)\(c["end_at"]?.stringValue.map { "  end \($0)" } ?? "")") }
+    if let start = c["start_at"]?.stringValue {
+        output("  start \(PeopleText.when(start))\(c["end_at"]?.stringValue.map { "  end \(PeopleText.when($0))" } ?? "")")
+    }
     let phase = c["phase"]?.stringValue ?? ""
     for p in c["participants"]?.arrayValue ?? [] {
         output("  \(personLabel(p)): \(participantState(p, phase: phase))")
@@ -300,7 +308,9 @@ struct FocusStart: AsyncParsableCommand {
         if let mode { params["mode"] = .string(mode) }
         try await callNode(common, "focus.start", .object(params)) { c in
             id = c["id"]?.stringValue ?? ""
-            output("Focus session started: \(clockText(ms)); quit early with `tandem focus quit`.")
+            // With a locked mode only its main key ends the session early (focus quit is refused then).
+            output("Focus session started: \(clockText(ms)); "
+                   + (mode == nil ? "quit early with `tandem focus quit`." : "mode \(mode!.terminalSafe) is locked; its main key ends it early (`tandem unlock --yes …`)."))
         }
         if watch { try await watchChallenge(common, method: "challenge.show", params: .object(["id": .string(id)])) }
     }
@@ -350,10 +360,10 @@ struct LedgerList: AsyncParsableCommand {
                 let outcomes = (e["outcomes"]?.arrayValue ?? []).map { o -> String in
                     let who = o["name"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 } ?? String((o["id"]?.stringValue ?? "?").prefix(12))
                     var r = (o["result"]?.stringValue ?? "?").replacingOccurrences(of: "_", with: " ")
-                    if r == "quit" { r += " at \(clockText(o["elapsed_ms"]?.intValue ?? 0))" }
+                    if r == "quit" { r += " at \(clockText(o["elapsed_ms"]?.intValue ?? 0))" + quitReason(o["reason"]) }
                     return "\(who): \(r)"
                 }
-                output("#\(e["seq"]?.intValue ?? 0)  \(e["committed_at"]?.stringValue ?? "")  \(clockText(e["duration_ms"]?.intValue ?? 0))  \(outcomes.joined(separator: ", "))  \(e["signers"]?.arrayValue?.count ?? 0) signatures  \(String((e["hash"]?.stringValue ?? "").prefix(16)))")
+                output("#\(e["seq"]?.intValue ?? 0)  \(PeopleText.when(e["committed_at"]?.stringValue))  \(clockText(e["duration_ms"]?.intValue ?? 0))  \(outcomes.joined(separator: ", "))  \(e["signers"]?.arrayValue?.count ?? 0) signatures  \(String((e["hash"]?.stringValue ?? "").prefix(16)))")
                 for c in e["cheers"]?.arrayValue ?? [] {
                     let who = c["from_name"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 } ?? String((c["from"]?.stringValue ?? "?").prefix(12))
                     let text = c["text"]?.stringValue ?? ""

@@ -435,13 +435,36 @@ func printLockResult(_ common: CommonOptions, _ r: JSONValue) {
 struct UnlockCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "unlock", abstract: "Open the locked mode with its main key.",
-        discussion: "During a challenge that locked the mode, this quits the challenge (reason \"unlocked\"); your friends see it.")
+        discussion: """
+        During a challenge that locked the mode, this quits the challenge (reason "unlocked") and your partners \
+        are told at once: on a terminal it asks first; elsewhere (a script) it needs --yes.
+        """)
     @OptionGroup var common: CommonOptions
     @OptionGroup var input: KeyInputOptions
+    @Flag(name: .shortAndLong, help: "During a challenge: quit it without asking (your partners are told).") var yes = false
 
     func run() async throws {
+        if !yes { try await confirmChallengeQuit(common) }
         printLockResult(common, try await presentKey(common, input, "lock.unlock", [:], quiet: common.json))
     }
+}
+
+/// Before an unlock that would quit a challenge: asks on a terminal, refuses without --yes
+/// elsewhere, so nobody quits a challenge (and tells their partners) by accident.
+func confirmChallengeQuit(_ common: CommonOptions) async throws {
+    let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
+    defer { client.close() }
+    let focus = try await client.call(method: "node.status")["focus"]
+    guard focus?["locked"]?.boolValue == true, focus?["hold"]?.stringValue == "challenge" else { return }
+    let mode = (focus?["mode"]?.stringValue ?? "?").terminalSafe
+    let challenge = String((focus?["challenge"]?.stringValue ?? "?").prefix(8)).terminalSafe
+    let what = "mode \(mode) is locked for challenge \(challenge): unlocking quits the challenge and your partners are told"
+    guard isatty(STDIN_FILENO) == 1 else {
+        throw NodeError.refused("\(what); add --yes to go on")
+    }
+    FileHandle.standardError.write(Data("The \(what). Quit the challenge? [y/N] ".utf8))
+    let answer = readLine(strippingNewline: true)?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+    guard answer == "y" || answer == "yes" else { throw TandemError("not unlocked; the challenge goes on", exitCode: 1) }
 }
 
 struct TempUnlockCommand: AsyncParsableCommand {

@@ -320,7 +320,11 @@ def test_a_challenge_with_mode_locks_both_and_an_early_unlock_is_a_quit(make_foc
     # Quitting without the key is refused while the mode is locked for the challenge.
     assert "main key" in fail(bob, "challenge", "quit", cid)
     since = last_seq(alice)
-    cli(bob, "unlock", "--tag", "pen-secret")
+    # A script must say it means it: without --yes the unlock is refused (nothing changes) and says why.
+    refused = fail(bob, "unlock", "--tag", "pen-secret")
+    assert "quits the challenge and your partners are told" in refused and "--yes" in refused
+    assert cli_json(bob, "mode", "status")["locked"] is True
+    cli(bob, "unlock", "--tag", "pen-secret", "--yes")
     assert bob.hosts.read_text() == ORIGINAL_HOSTS
     quit_b = wait_event(bob, "challenge.quit", f"id={cid}")
     assert quit_b["reason"] == "unlocked"
@@ -328,7 +332,7 @@ def test_a_challenge_with_mode_locks_both_and_an_early_unlock_is_a_quit(make_foc
     assert told["reason"] == "unlocked"
     # Alice is still locked until the end.
     assert cli_json(alice, "mode", "status")["locked"] is True
-    cli(alice, "unlock", "--tag", "pen-secret")
+    cli(alice, "unlock", "--tag", "pen-secret", "--yes")
 
 
 def key_frames(node, shape, count, seed, out, *extra):
