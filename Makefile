@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TANDEM := .build/debug/tandem
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build demo test unit-test py-test deps test-deps proto fuzz fuzz-build fuzz-corpus fuzz-short bench clean help
+.PHONY: all build demo test unit-test py-test deps test-deps proto fuzz fuzz-build fuzz-corpus fuzz-short bench clean help install dist deb test-package
 
 all: build
 
@@ -17,6 +17,8 @@ help:
 	@echo "make fuzz   - libFuzzer run of every fuzz target (RUNS=N each; make fuzz-short: the short run of make test)"
 	@echo "make fuzz-corpus - merge what make fuzz found into the committed seed corpus Tests/fuzz-corpus"
 	@echo "make proto  - regenerate Swift code from Protocol/*.proto (needs protoc)"
+	@echo "make install - release build with the Swift runtime inside; installs under PREFIX (default /usr/local)"
+	@echo "make deb    - dist/tandem_VERSION_ARCH.deb (dpkg-deb); make test-package installs it into a debootstrap root"
 
 # libsodium, zstd and libvips (and pkg-config to find them). apt-get on Debian/Ubuntu; elsewhere say what to do.
 deps:
@@ -180,3 +182,40 @@ fuzz-short: deps
 
 clean:
 	rm -rf .build .build-fuzz .build-protoc $(VENV)
+
+# Release binaries with the Swift runtime and Foundation linked in (--static-swift-stdlib): they run
+# on a machine without Swift. Built in .build-dist so a debug tree is not disturbed.
+PREFIX ?= /usr/local
+DESTDIR ?=
+VERSION := $(shell sed -n 's/.*static let string = "\(.*\)".*/\1/p' Sources/tandem/Tandem.swift)
+DIST_BUILD := .build-dist
+DIST_FLAGS := -c release --static-swift-stdlib --scratch-path $(DIST_BUILD)
+
+dist: deps
+	$(SWIFT) build $(DIST_FLAGS) --product tandem
+	$(SWIFT) build $(DIST_FLAGS) --product tandem-relay
+
+# The binaries, a systemd user unit for the node (systemctl --user enable --now tandem), the system
+# units for a node and a relay, the relay's example config and the hooks' examples.
+install: dist
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/systemd/user $(DESTDIR)$(PREFIX)/lib/systemd/system \
+	  $(DESTDIR)$(PREFIX)/share/doc/tandem/hooks
+	install -m 0755 $(DIST_BUILD)/release/tandem $(DIST_BUILD)/release/tandem-relay $(DESTDIR)$(PREFIX)/bin/
+	sed 's|@BINDIR@|$(PREFIX)/bin|g' Deploy/systemd/user/tandem.service > $(DESTDIR)$(PREFIX)/lib/systemd/user/tandem.service
+	sed 's|/usr/local/bin|$(PREFIX)/bin|g' Deploy/systemd/tandem-node.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/tandem-node.service
+	sed 's|/usr/local/bin|$(PREFIX)/bin|g' Deploy/systemd/tandem-relay.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/tandem-relay.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/user/tandem.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tandem-*.service
+	install -m 0644 README.md Deploy/relay.conf.example $(DESTDIR)$(PREFIX)/share/doc/tandem/
+	install -m 0644 Deploy/hooks/README.md Deploy/hooks/*.sh Deploy/hooks/on-message.example $(DESTDIR)$(PREFIX)/share/doc/tandem/hooks/
+	@echo "Installed under $(DESTDIR)$(PREFIX). Start the node for your user: systemctl --user daemon-reload && systemctl --user enable --now tandem"
+
+deb: dist
+	@command -v dpkg-deb >/dev/null 2>&1 || $(SUDO) apt-get install -y -qq dpkg >/dev/null
+	rm -rf $(DIST_BUILD)/stage
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DIST_BUILD)/stage PREFIX=/usr
+	Deploy/package/build-deb.sh $(DIST_BUILD)/stage $(VERSION) dist/tandem_$(VERSION)_$$(dpkg --print-architecture).deb
+
+# Downloads a Debian base system (debootstrap): not part of make test.
+test-package: deb
+	@command -v debootstrap >/dev/null 2>&1 || $(SUDO) apt-get install -y -qq debootstrap >/dev/null
+	$(SUDO) Deploy/package/test-deb.sh dist/tandem_$(VERSION)_$$(dpkg --print-architecture).deb $(DIST_BUILD)/rootfs
