@@ -163,7 +163,21 @@ struct Ping: AsyncParsableCommand {
         var config = NodeConfiguration()
         config.host = "127.0.0.1"
         let node = try NodeRuntime(identity: identity, configuration: config, logger: logger)
-        let (link, waiter) = try await node.connect(host: host, port: port, to: remote)
+        let link: PeerLink, waiter: LinkWaiter
+        do {
+            (link, waiter) = try await node.connect(host: host, port: port, to: remote)
+        } catch let e as TandemError where e.exitCode == TandemError.authenticationExitCode {
+            // A node closes a connection at once, before any handshake, when this address opened
+            // too many handshakes (Protocol 5.12); from here that looks like a wrong ID or network.
+            // One retry after the limit's refill tells them apart: a second refusal is not the limit.
+            try await Task.sleep(for: .milliseconds(700))
+            do {
+                (link, waiter) = try await node.connect(host: host, port: port, to: remote)
+            } catch let again as TandemError where again.exitCode == TandemError.authenticationExitCode {
+                throw TandemError(again.message + " — refused twice, 0.7 s apart, so not the node's limit on handshakes from one address",
+                                  exitCode: again.exitCode)
+            }
+        }
         defer { link.close() }
         var rtts: [Double] = []
         for i in 1...count {

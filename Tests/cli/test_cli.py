@@ -41,7 +41,9 @@ def test_ping_with_wrong_id_fails_authentication(make_node):
     alice = make_node("alice")
     proc = run("ping", "--data-dir", alice.data_dir, bob.address, alice.id, check=False)
     assert proc.returncode == 5
-    one_line_error(proc)
+    line = one_line_error(proc)
+    # Retried once, so the person knows it is not the node's per-address handshake limit.
+    assert "refused twice" in line and "not the node's limit" in line, line
     # The node survives and still serves a correct client.
     assert "seq=1" in run("ping", "--data-dir", alice.data_dir, bob.address, bob.id).stdout
 
