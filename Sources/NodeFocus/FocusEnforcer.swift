@@ -19,6 +19,9 @@ final class FocusEnforcer: Sendable {
         var apps: [String]
         /// Blocked apps the temporary unlock lets run now.
         var allowedApps: [String]
+        /// When a lock held by time ends, and when the temporary unlock ends (for the keeper).
+        var untilMs: Int64? = nil
+        var allowedUntilMs: Int64? = nil
 
         static let none = Target(mode: nil, sites: [], apps: [], allowedApps: [])
     }
@@ -33,6 +36,8 @@ final class FocusEnforcer: Sendable {
         var verify = false
         /// The reconciler ended (the service stopped): `sync` no longer waits.
         var closed = false
+        /// What the keeper was last told.
+        var keeperState: KeeperState?
     }
 
     /// A transition's hooks to run, in order.
@@ -49,6 +54,8 @@ final class FocusEnforcer: Sendable {
     private let hostsPath: String?
     private let guardian: AppGuard?
     private let hooks: HookRunner?
+    private let keeper: FocusService.Configuration.Keeper?
+    private let appUser: uid_t
     private let events: EventBus
     private let logger: Logger
     private let state = NIOLockedValueBox(State())
@@ -66,6 +73,8 @@ final class FocusEnforcer: Sendable {
         hostsPath = configuration.hostsFile
         hostsFile = configuration.hostsFile.map { HostsFile(path: $0) }
         hooks = configuration.hooksDirectory.map { HookRunner(directory: $0, timeoutMs: configuration.hookTimeoutMs) }
+        keeper = configuration.keeper
+        appUser = configuration.appGuardUser ?? geteuid()
         if configuration.appGuard {
             let budget = ReportBudget(perMinute: 20)
             guardian = AppGuard(
@@ -224,6 +233,7 @@ final class FocusEnforcer: Sendable {
             let rejected = guardian.set(blocked: target.mode == nil ? [] : target.apps, allowed: target.allowedApps)
             if !rejected.isEmpty { problems.append("app blocking: cannot match \(rejected.joined(separator: ", ")) (a name, or an absolute path)") }
         }
+        if let keeper, let problem = tellKeeper(keeper, target) { problems.append(problem) }
         let fresh = state.withLockedValue { s -> [String] in
             if problems.isEmpty { s.applied = target } else { s.applied = nil }
             let new = problems.filter { !s.reported.contains($0) }
@@ -235,6 +245,27 @@ final class FocusEnforcer: Sendable {
             NodeCore.submit { [events] in _ = events.emit("focus.blocking_failed", ["error": .string(p), "mode": target.mode.map(JSONValue.string) ?? .null]) }
         }
         return problems
+    }
+
+    /// On the blocking pool (from `reconcile`): tells the keeper what is blocked now, and starts it
+    /// when a mode is locked and none runs; collects keepers that ended.
+    private func tellKeeper(_ keeper: FocusService.Configuration.Keeper, _ target: Target) -> String? {
+        LockKeeper.reap()
+        let wanted = KeeperState(mode: target.mode, sites: target.mode == nil ? [] : target.sites, apps: target.mode == nil ? [] : target.apps,
+                                 allowedApps: target.allowedApps, allowedUntilMs: target.allowedUntilMs, untilMs: target.untilMs,
+                                 hostsPath: hostsPath, appUser: UInt32(appUser), nodePid: getpid())
+        if state.withLockedValue({ $0.keeperState }) != wanted {
+            do {
+                try LockKeeper.write(wanted, directory: keeper.directory)
+                state.withLockedValue { $0.keeperState = wanted }
+            } catch {
+                return "lock keeper: \(error)"
+            }
+        }
+        if target.mode != nil, let pid = LockKeeper.spawn(executable: keeper.executable, directory: keeper.directory) {
+            logger.info("lock keeper started", metadata: ["pid": "\(pid)", "mode": "\(target.mode ?? "")"])
+        }
+        return nil
     }
 
     /// Runs the mode's hooks for a transition, in order after those queued before.

@@ -29,6 +29,15 @@ public final class FocusService: Service, Sendable {
         public var appGuardUser: uid_t? = nil
         /// How long a hook may run.
         public var hookTimeoutMs = 10_000
+        /// The lock's keeper (`tandem keeper`, TandemBlocking/LockKeeper.swift): the executable to
+        /// start and the data directory it keeps, so that stopping or killing the node does not lift
+        /// a lock. nil (in-process nodes, tests, `tandem node --no-lock-keeper`): none.
+        public var keeper: Keeper? = nil
+        public struct Keeper: Sendable {
+            public var executable: String
+            public var directory: String
+            public init(executable: String, directory: String) { (self.executable, self.directory) = (executable, directory) }
+        }
         public init() {}
     }
 
@@ -287,8 +296,11 @@ public final class FocusService: Service, Sendable {
     func target(lock: FocusLock, modes: FocusModes) -> FocusEnforcer.Target {
         guard case .blocked(let name, let temporaryUntil) = lock.enforcement, let m = modes.mode(name) else { return .none }
         let open = temporaryUntil == nil ? Set<String>() : Set(m.temporaryItems)
+        var until: Int64?
+        if case .until(let t)? = lock.locked?.hold { until = t }
         return FocusEnforcer.Target(mode: name, sites: m.blockedSites.filter { !open.contains($0) },
-                                    apps: m.blockedApps, allowedApps: m.blockedApps.filter { open.contains($0) })
+                                    apps: m.blockedApps, allowedApps: m.blockedApps.filter { open.contains($0) },
+                                    untilMs: until, allowedUntilMs: temporaryUntil)
     }
 
     /// An event of the lock machine as the node's event stream carries it.

@@ -48,6 +48,9 @@ struct Node: AsyncParsableCommand {
     @Flag(help: "Do not stop a locked mode's blocked apps (sites and hooks still apply).")
     var noAppGuard = false
 
+    @Flag(help: "Start no lock keeper: stopping or killing the node then lifts the app block of a locked mode (the hosts block stays). Also set by a non-empty $TANDEM_NO_LOCK_KEEPER.")
+    var noLockKeeper = false
+
     @Option(help: ArgumentHelp("Stop the blocked apps of this user (a name or a uid) rather than the node's own; another user needs CAP_KILL. Also read from $TANDEM_APP_USER.", valueName: "user"))
     var appUser: String?
 
@@ -114,6 +117,13 @@ struct Node: AsyncParsableCommand {
         config.focus.hooksDirectory = hooksDir
         config.focus.appGuard = !noAppGuard
         config.focus.appGuardUser = appUserText.flatMap(Self.uid(of:))
+        // The lock keeper is this executable (`tandem keeper`), started by the node when a mode locks.
+        if !noLockKeeper, (ProcessInfo.processInfo.environment["TANDEM_NO_LOCK_KEEPER"] ?? "").isEmpty,
+           let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {  // no /proc: no keeper, said below
+            config.focus.keeper = .init(executable: exe, directory: dir.path)
+        } else if !noLockKeeper, (ProcessInfo.processInfo.environment["TANDEM_NO_LOCK_KEEPER"] ?? "").isEmpty {
+            logger.warning("no lock keeper: /proc/self/exe is not readable; stopping the node lifts a lock's app block")
+        }
         let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: dir, logger: logger)
         try await node.run()
         logger.info("node stopped")
