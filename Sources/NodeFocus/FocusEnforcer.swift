@@ -38,6 +38,7 @@ final class FocusEnforcer: Sendable {
         var closed = false
         /// What the keeper was last told.
         var keeperState: KeeperState?
+        var keeperPid: pid_t?
     }
 
     /// A transition's hooks to run, in order.
@@ -250,7 +251,9 @@ final class FocusEnforcer: Sendable {
     /// On the blocking pool (from `reconcile`): tells the keeper what is blocked now, and starts it
     /// when a mode is locked and none runs; collects keepers that ended.
     private func tellKeeper(_ keeper: FocusService.Configuration.Keeper, _ target: Target) -> String? {
-        LockKeeper.reap()
+        // Only the keeper this node started is collected (a wait for any child would take the
+        // hook runner's).
+        if let pid = state.withLockedValue({ $0.keeperPid }), LockKeeper.reap(pid) { state.withLockedValue { $0.keeperPid = nil } }
         let wanted = KeeperState(mode: target.mode, sites: target.mode == nil ? [] : target.sites, apps: target.mode == nil ? [] : target.apps,
                                  allowedApps: target.allowedApps, allowedUntilMs: target.allowedUntilMs, untilMs: target.untilMs,
                                  hostsPath: hostsPath, appUser: UInt32(appUser), nodePid: getpid())
@@ -263,6 +266,7 @@ final class FocusEnforcer: Sendable {
             }
         }
         if target.mode != nil, let pid = LockKeeper.spawn(executable: keeper.executable, directory: keeper.directory) {
+            state.withLockedValue { $0.keeperPid = pid }
             logger.info("lock keeper started", metadata: ["pid": "\(pid)", "mode": "\(target.mode ?? "")"])
         }
         return nil

@@ -103,13 +103,19 @@ public enum LockKeeper {
         }
     }
 
-    /// Collects keepers that ended (no zombies in the node's process table).
-    public static func reap() {
+    /// Collects a keeper this process started, once it ended (no zombie left); true when it did.
+    @discardableResult
+    public static func reap(_ pid: pid_t) -> Bool {
         var status: Int32 = 0
-        while true {
-            let pid = waitpid(-1, &status, WNOHANG)
-            if pid <= 0 { return }
-        }
+        return waitpid(pid, &status, WNOHANG) == pid
+    }
+
+    /// Closes every descriptor but 0–2 that the node left open across the exec (sockets without
+    /// close-on-exec): a keeper holding the node's listening or control socket would make a
+    /// restarted node believe another one runs, and would accept connections nobody answers.
+    static func closeInheritedDescriptors() {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return }  // no /proc: nothing to list
+        for fd in names.compactMap(Int32.init) where fd > 2 { close(fd) }
     }
 
     /// Whether the node that wrote `state` still runs.
@@ -122,6 +128,7 @@ public enum LockKeeper {
     /// keeper runs, 1 when the directory cannot be used.
     public static func run(directory: String, log: @escaping @Sendable (String) -> Void, nowMs: () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) },
                            intervalMs: Int = 250) -> Int32 {
+        closeInheritedDescriptors()
         let fd = open(directory + "/" + lockFileName, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { log("cannot open the keeper lock in \(directory)"); return 1 }
         defer { close(fd) }

@@ -459,3 +459,47 @@ def test_the_node_stops_only_its_own_users_copy_of_an_app_and_the_lock_holds():
         if n is not None:
             n.kill()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def keeper_running(node):
+    """Whether a lock keeper holds the node's keeper lock (as `LockKeeper.isRunning`)."""
+    import fcntl
+    with open(os.path.join(node.data_dir, "lock-keeper.lock"), "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_lock_outlives_its_killed_node(make_focus, tmp_path):
+    """SelfControl's promise: once locked, the block holds even when the node is killed. The node's
+    lock keeper stops the blocked app and puts back an edited hosts block while the node is gone,
+    stands aside when it is back, and ends with the lock."""
+    n = make_focus("kim")
+    n.stop()
+    n.start(env={"TANDEM_NO_LOCK_KEEPER": ""})  # this node starts a keeper (the suite turns them off)
+    setup_deep(n)
+    victim = tmp_path / "focus-victim"
+    shutil.copy("/bin/sleep", victim)
+    try:
+        cli(n, "lock", "--mode", "deep", "--tag", "pen-secret")
+        poll(lambda: keeper_running(n), timeout=10, what="the lock keeper started")
+        n.proc.kill()  # kill -9: nothing of the node runs any more
+        n.proc.wait(timeout=10)
+        app = subprocess.Popen([str(victim), "60"])
+        poll(lambda: app.poll() is not None, timeout=5, what="the keeper stopped a blocked app while the node was dead")
+        assert "# BEGIN tandem mode deep" in n.hosts.read_text()
+        n.hosts.write_text(ORIGINAL_HOSTS)  # someone edits the block away while the node is gone
+        poll(lambda: "# BEGIN tandem mode deep" in n.hosts.read_text(), timeout=5, what="the keeper put the hosts block back")
+        # The node is back: the lock is still its state; the main key ends it, and the keeper with it.
+        n.start()
+        assert cli_json(n, "mode", "status")["locked"] is True
+        cli(n, "unlock", "--tag", "pen-secret")
+        poll(lambda: not keeper_running(n), timeout=10, what="the keeper ended with the lock")
+        assert n.hosts.read_text() == ORIGINAL_HOSTS
+        log = pathlib.Path(n.data_dir, "lock-keeper.log").read_text()
+        assert "the node is not running; the keeper holds mode deep" in log and "no longer locked" in log, log
+    finally:
+        subprocess.run(["pkill", "-f", f"keeper --data-dir {n.data_dir}"], check=False)

@@ -31,6 +31,9 @@ def no_lan_discovery():
     """Loopback suites must not broadcast on the machine's real interfaces: every node they start
     runs without LAN discovery (the namespace tests in Tests/lan turn it on inside their own network)."""
     os.environ["TANDEM_NO_DISCOVERY"] = "1"
+    # Nor a lock keeper (a process that outlives its node to hold a locked mode): a test that kills
+    # a node mid-lock would leave one behind. The test of the keeper turns it on for its node.
+    os.environ["TANDEM_NO_LOCK_KEEPER"] = "1"
 
 
 def realtime_prefix():
