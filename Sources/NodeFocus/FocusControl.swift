@@ -338,6 +338,13 @@ extension FocusService {
         } else {
             o["mode"] = .null
         }
+        // What the blocking holds right now (less what a temporary unlock opened).
+        let t = target(lock: s.lock, modes: s.modes)
+        o["blocked"] = .object([
+            "sites": .array(t.mode == nil ? [] : t.sites.map(JSONValue.string)),
+            "apps": .array(t.mode == nil ? [] : t.apps.filter { !t.allowedApps.contains($0) }.map(JSONValue.string)),
+            "open_now": .array(t.allowedApps.map(JSONValue.string)),
+        ])
         return .object(o)
     }
 }

@@ -246,11 +246,19 @@ func lockStatusLine(_ s: JSONValue) -> String {
     }
     var line = "Locked in mode \(mode)"
     switch s["hold"]?.stringValue {
-    case "until": line += " until \(s["until"]?.stringValue ?? "?") (or its main key)"
+    case "until": line += " until \(PeopleText.until(s["until"]?.stringValue)) (or its main key)"
     case "challenge": line += " for challenge \(String((s["challenge"]?.stringValue ?? "?").prefix(8))) (its main key quits it)"
     default: line += " until its main key is presented"
     }
-    if let t = s["temporary"], !t.isNull { line += "; temporarily open until \(t["until"]?.stringValue ?? "?")" }
+    if let t = s["temporary"], !t.isNull { line += "; temporarily open until \(PeopleText.until(t["until"]?.stringValue))" }
+    // What is blocked right now, on lines of their own.
+    if let b = s["blocked"] {
+        func list(_ key: String) -> String { (b[key]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ", ") }
+        let sites = list("sites"), apps = list("apps"), open = list("open_now")
+        line += "\n  blocked sites: " + (sites.isEmpty ? "none" : sites + " (and their www. names)")
+        line += "\n  blocked apps: " + (apps.isEmpty ? "none" : apps)
+        if !open.isEmpty { line += "\n  open for now: " + open }
+    }
     return line
 }
 

@@ -287,6 +287,7 @@ def test_control_results_have_the_documented_members(make_node):
     status = result(alice, "node.status")
     assert set(status) == STATUS_MEMBERS, sorted(status)
     assert set(status["transport"]) == TRANSPORT_MEMBERS, sorted(status["transport"])
-    assert status["focus"] == {"locked": False, "active_mode": None, "mode": None}, status["focus"]
+    assert status["focus"] == {"locked": False, "active_mode": None, "mode": None,
+                               "blocked": {"sites": [], "apps": [], "open_now": []}}, status["focus"]
     assert status["id"] == alice.id and status["listen"] == alice.address and status["friends"] == 1
     assert status["name"] == "Alice" and status["discoverable"] is False and status["relays"] == []
