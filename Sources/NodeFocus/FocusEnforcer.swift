@@ -56,6 +56,8 @@ final class FocusEnforcer: Sendable {
     private let guardian: AppGuard?
     private let hooks: HookRunner?
     private let keeper: FocusService.Configuration.Keeper?
+    /// The locked mode and when it opens by itself, for the app guard's reports (it runs on its own thread).
+    private let current: NIOLockedValueBox<(mode: String?, untilMs: Int64?)>
     private let appUser: uid_t
     private let events: EventBus
     private let logger: Logger
@@ -76,14 +78,24 @@ final class FocusEnforcer: Sendable {
         hooks = configuration.hooksDirectory.map { HookRunner(directory: $0, timeoutMs: configuration.hookTimeoutMs) }
         keeper = configuration.keeper
         appUser = configuration.appGuardUser ?? geteuid()
+        let current = NIOLockedValueBox<(mode: String?, untilMs: Int64?)>((nil, nil))
+        self.current = current
         if configuration.appGuard {
             let budget = ReportBudget(perMinute: 20)
+            let notice = DesktopNotice()
             guardian = AppGuard(
                 user: configuration.appGuardUser ?? geteuid(),
                 onStop: { p in
+                    // Which mode stopped it and when that mode opens by itself (null: with its key,
+                    // at a challenge's end or bedtime's morning), so the person is told why.
+                    let (mode, until) = current.withLockedValue { $0 }
                     let fields: [String: JSONValue] = ["pid": .int(Int64(p.pid)), "name": .string(p.name), "path": .string(p.path ?? ""),
-                                                       "item": .string(p.item), "signal": .string(p.signal == SIGKILL ? "SIGKILL" : "SIGTERM")]
+                                                       "item": .string(p.item), "signal": .string(p.signal == SIGKILL ? "SIGKILL" : "SIGTERM"),
+                                                       "mode": mode.map(JSONValue.string) ?? .null, "opens_at": JSONValue.iso(until)]
                     NodeCore.submit { events.emit("focus.app_stopped", fields) }
+                    let when = until.map { " until " + FocusEnforcer.clockText($0) } ?? " until its key opens it"
+                    notice.show(key: p.name, title: "\(p.name) is blocked",
+                                body: "Tandem closed it: mode \(mode ?? "?") is locked\(when).")
                 },
                 onError: { text in
                     // Each process is judged once, so a report per process; still at most 20 events a
@@ -111,6 +123,16 @@ final class FocusEnforcer: Sendable {
     /// The blocking the state calls for now (called on the core after every step).
     func setTarget(_ target: Target) {
         state.withLockedValue { $0.target = target }
+        current.withLockedValue { $0 = (target.mode, target.untilMs) }
+    }
+
+    /// A time people read in a notice: the local clock time ("14:00"), with the date when not today.
+    static func clockText(_ ms: Int64) -> String {
+        let date = Date(timeIntervalSince1970: Double(ms) / 1000)
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.dateFormat = Calendar.current.isDateInToday(date) ? "HH:mm" : "EEE HH:mm"
+        return f.string(from: date)
     }
 
     /// Brings the machine to the newest target in the background.

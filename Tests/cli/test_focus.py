@@ -277,6 +277,8 @@ def test_a_blocked_app_is_stopped_while_locked_and_allowed_during_a_temporary_un
     # is late by however long the poll slept.)
     stopped = wait_event(n, "focus.app_stopped", f"pid={late.pid}", since=since)
     assert stopped["name"] == "focus-victim" and stopped["signal"] in ("SIGTERM", "SIGKILL"), stopped
+    # The event says why: the mode, and when it opens by itself (never: this lock opens with its key).
+    assert stopped["mode"] == "deep" and stopped["opens_at"] is None, stopped
     assert stopped["time_ms"] - spawned_ms < 2000, (stopped, spawned_ms)
     # During the temporary unlock it runs.
     cli(n, "temp-unlock", "--tag", "card-1")
