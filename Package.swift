@@ -244,6 +244,7 @@ let package = Package(
             dependencies: [
                 "TandemVault",
                 "TandemKeys",
+                "TandemBlocking",
                 "TandemMedia",
                 "TandemNet",
                 "Sodium",

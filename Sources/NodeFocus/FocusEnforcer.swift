@@ -56,6 +56,8 @@ final class FocusEnforcer: Sendable {
     private let guardian: AppGuard?
     private let hooks: HookRunner?
     private let keeper: FocusService.Configuration.Keeper?
+    /// The zones the node's resolver answers itself (a locked mode's sites and every name under them).
+    let dnsZones = NIOLockedValueBox(DNSBlockList.empty)
     /// The locked mode and when it opens by itself, for the app guard's reports (it runs on its own thread).
     private let current: NIOLockedValueBox<(mode: String?, untilMs: Int64?)>
     private let appUser: uid_t
@@ -124,6 +126,8 @@ final class FocusEnforcer: Sendable {
     func setTarget(_ target: Target) {
         state.withLockedValue { $0.target = target }
         current.withLockedValue { $0 = (target.mode, target.untilMs) }
+        let zones = target.mode == nil ? DNSBlockList.empty : DNSBlockList(sites: target.sites)
+        dnsZones.withLockedValue { $0 = zones }
     }
 
     /// A time people read in a notice: the local clock time ("14:00"), with the date when not today.

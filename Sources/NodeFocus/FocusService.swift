@@ -33,6 +33,18 @@ public final class FocusService: Service, Sendable {
         /// start and the data directory it keeps, so that stopping or killing the node does not lift
         /// a lock. nil (in-process nodes, tests, `tandem node --no-lock-keeper`): none.
         public var keeper: Keeper? = nil
+        /// The resolver that blocks a locked mode's sites and every name under them
+        /// (`tandem node --dns`, FocusResolver.swift); nil: none (the hosts block still applies).
+        public var dns: DNS? = nil
+        public struct DNS: Sendable {
+            public var listenHost: String
+            public var listenPort: Int
+            public var upstreamHost: String
+            public var upstreamPort: Int
+            public init(listenHost: String, listenPort: Int, upstreamHost: String, upstreamPort: Int) {
+                (self.listenHost, self.listenPort, self.upstreamHost, self.upstreamPort) = (listenHost, listenPort, upstreamHost, upstreamPort)
+            }
+        }
         public struct Keeper: Sendable {
             public var executable: String
             public var directory: String
@@ -63,6 +75,8 @@ public final class FocusService: Service, Sendable {
     let logger: Logger
     let secrets: FocusSecrets
     let enforcer: FocusEnforcer
+    /// The resolver's settings (`tandem node --dns`), or nil.
+    private let dns: Configuration.DNS?
     /// Confined to the core (the box only makes the class Sendable).
     let state = NIOLockedValueBox(State())
     /// Read off the core: presence and `tandem status`.
@@ -86,6 +100,7 @@ public final class FocusService: Service, Sendable {
         var config = configuration
         if config.hooksDirectory == nil, let dir = dataDirectory { config.hooksDirectory = dir.url.appendingPathComponent("hooks").path }
         self.enforcer = FocusEnforcer(configuration: config, events: events, logger: logger)
+        self.dns = config.dns
         // Before any service runs: nothing else touches the store's focus rows yet.
         state.withLockedValue { $0 = load() }
         lockedNow.withLockedValue { $0 = state.withLockedValue { $0.lock.isLocked } }
@@ -178,6 +193,12 @@ public final class FocusService: Service, Sendable {
             // The enforcer's two workers end after `finish`, once what was queued is done.
             group.addTask { await self.enforcer.runReconciler() }
             group.addTask { await self.enforcer.runHooks() }
+            if let dns {
+                let resolver = FocusResolver(configuration: .init(listenHost: dns.listenHost, listenPort: dns.listenPort,
+                                                                  upstreamHost: dns.upstreamHost, upstreamPort: dns.upstreamPort),
+                                             zones: enforcer.dnsZones, logger: logger)
+                group.addTask { await cancelWhenGracefulShutdown { await resolver.run() } }
+            }
             await tick()
             enforcer.finish()
         }

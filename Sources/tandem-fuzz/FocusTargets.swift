@@ -2,6 +2,7 @@ import Foundation
 import TandemNode
 import NodeFocus
 import TandemStore
+import TandemBlocking
 
 /// What a node's focus service reads that it did not just write itself: its stored focus rows
 /// (keys, modes and their lists, key material, the lock, challenges' modes) as a damaged or
@@ -18,6 +19,18 @@ extension FuzzTarget {
         let all = outer.rest()
         if all.starts(with: Array("TKF1".utf8)) {
             FocusFuzzing.keyFrame(all)
+            return
+        }
+        if all.starts(with: Array("DNS1".utf8)) {
+            // A query a client sent the node's resolver (--dns): read, judged against a block list,
+            // answered; an answer always echoes the id and the question.
+            let packet = Array(all.dropFirst(4))
+            guard let q = try? DNSQuery(packet: packet) else { return }
+            let zones = DNSBlockList(sites: ["news.example", "example.com", String(decoding: packet.prefix(40), as: UTF8.self)])
+            _ = zones.blocks(q.labels)
+            let answer = q.blockedAnswer()
+            precondition(answer.count >= 12 + q.question.count && Array(answer[12..<(12 + q.question.count)]) == q.question,
+                         "a blocked answer that does not echo the question")
             return
         }
         all.withUnsafeBufferPointer { buffer in

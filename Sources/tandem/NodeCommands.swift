@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import TandemNet
 import TandemNode
+import NodeFocus
 import NodeVault
 import TandemNodeCore
 import TandemProtocol
@@ -47,6 +48,12 @@ struct Node: AsyncParsableCommand {
 
     @Flag(help: "Do not stop a locked mode's blocked apps (sites and hooks still apply).")
     var noAppGuard = false
+
+    @Option(help: ArgumentHelp("Run a resolver here that blocks a locked mode's sites and every name under them (m.news.example too), forwarding the rest; point the system's resolv.conf at it (port 53 needs root or CAP_NET_BIND_SERVICE). Off by default.", valueName: "host:port"))
+    var dns: String?
+
+    @Option(help: ArgumentHelp("Where --dns forwards what it does not block (default: the first nameserver of /etc/resolv.conf that is not --dns, port 53).", valueName: "host:port"))
+    var dnsUpstream: String?
 
     @Flag(help: "Start no lock keeper: stopping or killing the node then lifts the app block of a locked mode (the hosts block stays). Also set by a non-empty $TANDEM_NO_LOCK_KEEPER.")
     var noLockKeeper = false
@@ -117,6 +124,22 @@ struct Node: AsyncParsableCommand {
         config.focus.hooksDirectory = hooksDir
         config.focus.appGuard = !noAppGuard
         config.focus.appGuardUser = appUserText.flatMap(Self.uid(of:))
+        if let dns {
+            let (host, port) = try NodeConfiguration.parseHostPort(dns, defaultHost: "127.0.0.1")
+            var upstream: (String, Int)
+            if let dnsUpstream {
+                upstream = try NodeConfiguration.parseHostPort(dnsUpstream, defaultHost: "127.0.0.1")
+                if upstream.1 == 0 { upstream.1 = 53 }
+            } else {
+                let text = (try? String(contentsOfFile: "/etc/resolv.conf", encoding: .utf8)) ?? ""  // unreadable: said below
+                guard let found = FocusResolverConfig.upstream(fromResolvConf: text, excluding: host) else {
+                    throw TandemError("--dns needs an upstream resolver: /etc/resolv.conf names none other than \(host); give --dns-upstream",
+                                      exitCode: TandemError.usageExitCode)
+                }
+                upstream = (found, 53)
+            }
+            config.focus.dns = .init(listenHost: host, listenPort: port, upstreamHost: upstream.0, upstreamPort: upstream.1)
+        }
         // The lock keeper is this executable (`tandem keeper`), started by the node when a mode locks.
         if !noLockKeeper, (ProcessInfo.processInfo.environment["TANDEM_NO_LOCK_KEEPER"] ?? "").isEmpty,
            let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {  // no /proc: no keeper, said below

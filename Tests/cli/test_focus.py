@@ -505,3 +505,84 @@ def test_a_lock_outlives_its_killed_node(make_focus, tmp_path):
         assert "the node is not running; the keeper holds mode deep" in log and "no longer locked" in log, log
     finally:
         subprocess.run(["pkill", "-f", f"keeper --data-dir {n.data_dir}"], check=False)
+
+
+def dns_query(name, qtype=1, qid=0x1234):
+    q = qid.to_bytes(2, "big") + b"\x01\x00" + b"\x00\x01\x00\x00\x00\x00\x00\x00"
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    return q + b"\x00" + qtype.to_bytes(2, "big") + b"\x00\x01"
+
+
+def ask(port, packet, timeout=5.0):
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(timeout)
+    try:
+        s.sendto(packet, ("127.0.0.1", port))
+        return s.recvfrom(2048)[0]
+    except socket.timeout:
+        return None
+    finally:
+        s.close()
+
+
+def test_a_locked_mode_blocks_every_name_under_its_sites_at_dns(make_focus, tmp_path):
+    """A hosts file cannot hold a wildcard: the node's resolver (--dns) answers a.b.news.example
+    itself while the mode is locked (0.0.0.0, NXDOMAIN for other types) and forwards the rest to
+    the upstream resolver, whose answer comes back under the client's own id."""
+    import socket
+    import threading
+    from tandem_testkit import free_port
+    upstream = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    upstream.bind(("127.0.0.1", 0))
+    upstream.settimeout(0.2)
+    asked = []
+    stop = threading.Event()
+
+    def serve():  # answers every A query with 192.0.2.7
+        while not stop.is_set():
+            try:
+                data, addr = upstream.recvfrom(2048)
+            except socket.timeout:
+                continue
+            asked.append(data)
+            answer = data[:2] + b"\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00" + data[12:]
+            answer += b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes([192, 0, 2, 7])
+            upstream.sendto(answer, addr)
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = free_port()
+    n = make_focus("dana")
+    n.stop()
+    n.command = lambda: FocusNode.command(n) + ["--dns", f"127.0.0.1:{port}", "--dns-upstream", f"127.0.0.1:{upstream.getsockname()[1]}"]
+    n.start()
+    try:
+        setup_deep(n)
+        poll(lambda: ask(port, dns_query("a.b.news.example.org"), timeout=0.5) is not None, timeout=10, what="the resolver answers")
+        # Unlocked: forwarded, the upstream's answer under the client's id.
+        reply = ask(port, dns_query("a.b.news.example.org", qid=0x4242))
+        assert reply[:2] == b"\x42\x42" and reply[-4:] == bytes([192, 0, 2, 7]), reply
+        cli(n, "lock", "--mode", "deep", "--tag", "pen-secret")
+        before = len(asked)
+        # Locked: every name at or under a blocked site is answered by the node itself.
+        for name in ("news.example.org", "a.b.news.example.org", "m.example.com", "example.com"):
+            reply = ask(port, dns_query(name, qid=0x0101))
+            assert reply[:2] == b"\x01\x01" and reply[3] & 0x0F == 0 and reply[-4:] == b"\x00\x00\x00\x00", (name, reply)
+        aaaa = ask(port, dns_query("x.news.example.org", qtype=28))
+        assert aaaa[-16:] == bytes(16), aaaa
+        mx = ask(port, dns_query("x.news.example.org", qtype=15))
+        assert mx[3] & 0x0F == 3, mx  # NXDOMAIN
+        assert len(asked) == before, "a blocked name reached the upstream"
+        # A name that only ends like a blocked one is not blocked.
+        reply = ask(port, dns_query("notexample.com"))
+        assert reply[-4:] == bytes([192, 0, 2, 7]), reply
+        # Garbage and responses get no answer at all (nothing reflected).
+        assert ask(port, b"\x00" * 7, timeout=1.0) is None
+        assert ask(port, b"\x12\x34\x81\x80" + b"\x00\x01" + b"\x00" * 6 + b"\x00\x00\x01\x00\x01", timeout=1.0) is None
+        cli(n, "unlock", "--tag", "pen-secret")
+        reply = ask(port, dns_query("a.b.news.example.org"))
+        assert reply[-4:] == bytes([192, 0, 2, 7]), reply
+    finally:
+        stop.set()
+        upstream.close()
