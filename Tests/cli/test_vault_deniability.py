@@ -34,6 +34,8 @@ def recovery_code(node, pin):
 
 
 def names(node, pin):
+    """The items of the vault `pin` opens (an open vault is locked first: a command uses the open one)."""
+    vault(node, "lock")
     return sorted(i["name"] for i in vault_json(node, "list", pin=pin)["items"])
 
 
