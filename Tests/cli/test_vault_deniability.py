@@ -137,3 +137,32 @@ def test_vault_init_killed_at_a_step_leaves_nothing_or_a_whole_vault(make_node, 
             assert recovery_code(node, "2580").startswith("tdmr1-")
         assert len(list(index.iterdir())) == 2
         node.kill()
+
+
+def test_a_holder_keeps_nothing_a_pin_opens(make_node, tmp_path):
+    """Everything a friend holds after a push (packs, index files, the recovery kit): no keys file
+    among it in clear (the only thing a PIN could open, and it needs the owner's identity key
+    too), no index that is not padded to a size class, no name."""
+    from tandem_testkit import befriend, wait_event
+    from test_backup import backup, held_dir
+
+    owner = make_node("owner").start(env=CHEAP)
+    holder = make_node("holder").start(env=CHEAP)
+    befriend(owner, holder)
+    vault(owner, "init", pin="2580")
+    (tmp_path / "diary-entry.txt").write_text("a private line\n" * 100)
+    vault(owner, "import", str(tmp_path / "diary-entry.txt"))
+    backup(holder, "offer", owner.id, "--quota", "1GiB")
+    wait_event(owner, "backup.offer.received", f"from={holder.id}")
+    backup(owner, "push")
+    held = held_dir(holder, owner)
+    keys = (pathlib.Path(owner.data_dir) / "vault" / "keys").read_bytes()
+    index_sizes = {p.stat().st_size for p in (pathlib.Path(owner.data_dir) / "vault" / "index").iterdir()}
+    files = [p for p in held.rglob("*") if p.is_file()]
+    assert files
+    for p in files:
+        data = p.read_bytes()
+        assert b"TDMK" not in data and keys[22:60] not in data, p
+        assert b"diary-entry" not in data, p
+    blob_sizes = {p.stat().st_size for p in (held / "blobs").iterdir()}
+    assert index_sizes <= blob_sizes, (index_sizes, blob_sizes)
