@@ -43,7 +43,7 @@ struct GuessingEstimate: Sendable {
 
     var json: JSONValue {
         var spaces: [String: JSONValue] = [:]
-        for (name, count) in Self.spaces { spaces[name] = .int(Int64(min(exhaustSeconds(count), 9.2e18))) }
+        for (name, count) in Self.spaces { spaces[name] = .double(exhaustSeconds(count).rounded()) }
         return [
             "seconds_per_guess": .double((secondsPerGuess * 1000).rounded() / 1000),
             "opslimit": .int(Int64(parameters.opsLimit)),

@@ -200,8 +200,7 @@ struct VaultInit: AsyncParsableCommand {
 }
 
 /// "2.2 hours", "9 days", "3 years".
-func guessTime(_ seconds: Int64) -> String {
-    let s = Double(seconds)
+func guessTime(_ s: Double) -> String {
     if s < 3_600 { return String(format: "%.0f minutes", s / 60) }
     if s < 2 * 86_400 { return String(format: "%.1f hours", s / 3_600) }
     if s < 365 * 86_400 { return String(format: "%.0f days", s / 86_400) }
@@ -258,14 +257,14 @@ struct VaultStatus: AsyncParsableCommand {
             if let wait = r["retry_in_ms"]?.intValue {
                 output("Too many wrong PINs: the next try is allowed in \((wait + 999) / 1000) s.")
             }
-            if let g = r["guessing"], case .double(let seconds)? = g["seconds_per_guess"], let spaces = g["one_core_exhausts_in_s"] {
+            if let g = r["guessing"], let seconds = g["seconds_per_guess"]?.doubleValue, let spaces = g["one_core_exhausts_in_s"] {
                 output(String(format: "Guessing: one try costs %.2f s of Argon2id here (%lld passes over %lld MiB).", seconds,
                               g["opslimit"]?.intValue ?? 0, g["memlimit_mib"]?.intValue ?? 0))
                 output("  Someone with this whole data directory (the identity key too) tries every secret, one core:")
                 for (key, label) in [("pin_4_digits", "4-digit PIN"), ("pin_6_digits", "6-digit PIN"), ("pin_8_digits", "8-digit PIN"),
                                      ("passphrase_10_random_lowercase", "10 random letters"),
                                      ("passphrase_5_diceware_words", "5 random words")] {
-                    output("    \(label): \(guessTime(spaces[key]?.intValue ?? 0))")
+                    if let seconds = spaces[key]?.doubleValue { output("    \(label): \(guessTime(seconds))") }
                 }
                 output("  (n cores: n times faster, each needing the memory above.) A copy of vault/ alone, or a friend's backup: no PIN can be tried.")
             }

@@ -81,6 +81,10 @@ def test_the_decoy_leaves_the_same_files_as_a_real_vault_and_answers_for_itself(
     decoy_status = vault_json(b, "status")
     vault(b, "unlock", pin="9753")
     assert sorted(vault_json(b, "status")) == sorted(decoy_status)
+    guessing = decoy_status["guessing"]
+    assert guessing["seconds_per_guess"] >= 0 and guessing["opslimit"] >= 1, guessing
+    spaces = guessing["one_core_exhausts_in_s"]
+    assert spaces["pin_4_digits"] <= spaces["pin_6_digits"] <= spaces["pin_8_digits"] <= spaces["passphrase_5_diceware_words"]
 
     # Every file of the two vault folders: same names' shape, same sizes.
     a_vault, b_vault = pathlib.Path(a.data_dir) / "vault", pathlib.Path(b.data_dir) / "vault"
