@@ -318,11 +318,18 @@ public final class VaultService: Service, Sendable {
                 throw ControlError(code: "pin_required",
                                    message: "showing the recovery code needs the vault PIN (pass --pin-stdin)", exitCode: 1)
             }
-            let master = try await self.checkPINInTurn(pin) { _, master in master }
-            guard let code = try await self.onLane({ try RecoveryCodes.open(vault: dir, master: master) }) else {
-                throw NodeError.failed("this vault has no recovery code sealed in it")
+            let logger = self.logger
+            return try await self.checkPINInTurn(pin) { keyFile, master in
+                guard let code = try RecoveryCodes.open(vault: dir, master: master) else {
+                    throw NodeError.failed("this vault has no recovery code sealed in it")
+                }
+                // The code shown must open this vault's recovery slot (a restore seals a new code
+                // for the spare); one Argon2id derivation to check, a re-wrap when it does not.
+                if try keyFile.ensureRecovery(code: code.bytes, masterKey: master) {
+                    logger.notice("the vault's recovery slot was re-wrapped under the code sealed for it")
+                }
+                return code
             }
-            return code
         }
     }
 

@@ -362,6 +362,19 @@ public final class VaultKeyFile: @unchecked Sendable {
         do { try save() } catch { (records, hasRecovery) = previous; throw error }
     }
 
+    /// Makes the recovery slot of the vault of `masterKey` open with `code`, re-wrapping it (and
+    /// saving) only when it does not already: so the code a vault shows always opens it, also
+    /// after a restore that sealed a new code for the spare. True when it re-wrapped. Version 1
+    /// files are left alone (false).
+    public func ensureRecovery(code: [UInt8], masterKey: SecretBytes) throws -> Bool {
+        guard !isLegacy, let position = try self.position(of: masterKey) else { return false }
+        if unwrap(records[position].recovery, key: try derive(code, salt: records[position].recovery.salt), label: "R") != nil {
+            return false
+        }
+        try wrapForRecovery(code: code, masterKey: masterKey)
+        return true
+    }
+
     /// A version 2 file for a version 1 file the first PIN opened (`masterKey`: slot A's), written
     /// atomically over it: both records in random order, `pin` peppered, each vault under its code
     /// (`codes`: the real vault's and the spare's, as sealed in `<vault>/recovery`). A decoy PIN set

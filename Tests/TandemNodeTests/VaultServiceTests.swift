@@ -294,6 +294,16 @@ final class VaultServiceTests: XCTestCase {
         XCTAssertNotEqual(decoyCode, code, "the decoy shows a code of its own")
         let decoyMaster = try XCTUnwrap(try VaultKeyFile.load(from: dir).unlock(recoveryCode: decoyCode.bytes))
         XCTAssertEqual(try VaultRepository.open(at: dir, masterKey: decoyMaster).items.map(\.name), [], "the decoy's code opens the decoy")
+
+        // A restore seals a new code for the spare (it cannot know the old one): the next
+        // `recovery show` re-wraps the decoy's recovery slot so the code shown still opens it.
+        let realMaster = try XCTUnwrap(try VaultKeyFile.load(from: dir).unlock(recoveryCode: code.bytes))
+        let resealed = RecoveryCode(bytes: Sodium.randomBytes(16))
+        try RecoveryCodes.seal([(code, realMaster), (resealed, decoyMaster)], vault: dir)
+        let shownAfter = try await service.recoveryCode(pin: "3434")
+        XCTAssertEqual(shownAfter, resealed)
+        XCTAssertEqual(try VaultKeyFile.load(from: dir).unlock(recoveryCode: resealed.bytes)?.exposedCopy, decoyMaster.exposedCopy)
+        XCTAssertEqual(try VaultKeyFile.load(from: dir).unlock(recoveryCode: code.bytes)?.exposedCopy, realMaster.exposedCopy)
     }
 
     /// `vault change-pin` works with the real PIN and with the decoy PIN, each changing only its
