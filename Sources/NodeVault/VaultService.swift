@@ -369,9 +369,16 @@ public final class VaultService: Service, Sendable {
             var keyFile = try VaultKeyFile.load(from: dir, pepper: pepper)
             guard let secret = try? VaultSecret.bytes(pin),  // a malformed PIN is a wrong one
                   let (master, _) = try keyFile.unlock(pin: secret) else { return nil }
-            if keyFile.formatVersion == 1, let upgraded = try Self.upgrade(keyFile, secret: secret, master: master, vault: dir) {
-                keyFile = upgraded
-                logger.notice("the vault's keys file was upgraded to version 2 (PINs mixed with the node's identity key); a decoy PIN set before must be set again")
+            if keyFile.formatVersion == 1 {
+                do {
+                    if let upgraded = try Self.upgrade(keyFile, secret: secret, master: master, vault: dir) {
+                        keyFile = upgraded
+                        logger.notice("the vault's keys file was upgraded to version 2 (PINs mixed with the node's identity key); a decoy PIN set before must be set again")
+                    }
+                } catch {
+                    // Not fatal to the unlock: the version 1 file still works, and the next unlock tries again.
+                    logger.error("cannot upgrade the vault's keys file", metadata: ["error": "\(error)"])
+                }
             }
             let result = try body(keyFile, master)
             RecoveryKitKeyFile.rememberAtUnlock(keyFile: keyFile, master: master, vaultDirectory: dir)
