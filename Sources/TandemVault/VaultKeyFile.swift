@@ -395,13 +395,19 @@ public final class VaultKeyFile: @unchecked Sendable {
         return file
     }
 
-    /// Seconds of one Argon2id derivation with these parameters, measured now (a guess costs one
-    /// per record it is tried against).
+    /// CPU seconds of one Argon2id derivation with these parameters, measured now on the calling
+    /// thread (libsodium derives on the caller's thread, one lane): what a guess costs a guesser per
+    /// core, whatever else this machine is busy with (a guess costs one per record it is tried against).
     public static func measureDerivation(_ parameters: VaultKeyParameters) throws -> Double {
-        let start = DispatchTime.now().uptimeNanoseconds
+        func threadCPU() -> Double {
+            var t = timespec()
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t)
+            return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
+        }
+        let start = threadCPU()
         _ = try PasswordHash.deriveKey(length: 32, passphrase: Array("0000".utf8), salt: Sodium.randomBytes(saltBytes),
                                        opsLimit: parameters.opsLimit, memLimit: parameters.memLimitBytes)
-        return Double(DispatchTime.now().uptimeNanoseconds &- start) / 1e9
+        return max(0, threadCPU() - start)
     }
 
     // MARK: internals

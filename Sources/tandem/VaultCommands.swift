@@ -258,7 +258,7 @@ struct VaultStatus: AsyncParsableCommand {
                 output("Too many wrong PINs: the next try is allowed in \((wait + 999) / 1000) s.")
             }
             if let g = r["guessing"], let seconds = g["seconds_per_guess"]?.doubleValue, let spaces = g["one_core_exhausts_in_s"] {
-                output(String(format: "Guessing: one try costs %.2f s of Argon2id here (%lld passes over %lld MiB).", seconds,
+                output(String(format: "Guessing: one try costs %.2f CPU seconds of Argon2id here (%lld passes over %lld MiB).", seconds,
                               g["opslimit"]?.intValue ?? 0, g["memlimit_mib"]?.intValue ?? 0))
                 output("  Someone with this whole data directory (the identity key too) tries every secret, one core:")
                 for (key, label) in [("pin_4_digits", "4-digit PIN"), ("pin_6_digits", "6-digit PIN"), ("pin_8_digits", "8-digit PIN"),
