@@ -483,6 +483,8 @@ public final class VaultService: Service, Sendable {
                     try vault.keyFile.setDecoy(pin: decoySecret, masterKey: vault.masterKey)
                 } catch let error as VaultError where error.kind == .invalidArgument || error.kind == .wrongSecret {
                     throw NodeError.invalidArgument("\(error)")
+                } catch is VaultKeyFile.ChangeRefusal {
+                    throw NodeError.failed("the vault's keys file is version 1: unlock it with the first PIN it was made with to upgrade it")
                 }
             }
         }
