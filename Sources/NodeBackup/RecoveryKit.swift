@@ -109,7 +109,7 @@ public enum RecoveryKit {
         c.identitySeed = Data(seed)
         Sodium.wipe(&seed)
         let keys = dataDirectory.appendingPathComponent("vault").appendingPathComponent(VaultKeyFile.fileName)
-        if let data = FileManager.default.contents(atPath: keys.path), data.count == VaultKeyFile.fileSize {
+        if let data = FileManager.default.contents(atPath: keys.path), VaultKeyFile.isKeysFileSize(data.count) {
             c.vaultKeysFile = data
         }
         for friend in try store.contacts([.friend]) {
@@ -278,8 +278,8 @@ public enum RecoveryKit {
 
     /// A keys file must load with TandemVault's own checks (size, magic, version, Argon2id ranges).
     static func checkKeysFile(_ bytes: [UInt8]) throws {
-        guard bytes.count == VaultKeyFile.fileSize else {
-            throw Refusal("the kit's vault keys file is \(bytes.count) bytes, not \(VaultKeyFile.fileSize)")
+        guard VaultKeyFile.isKeysFileSize(bytes.count) else {
+            throw Refusal("the kit's vault keys file is \(bytes.count) bytes, not \(VaultKeyFile.fileSize) (or \(VaultKeyFile.legacyFileSize), version 1)")
         }
         let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("tandem-kit-\(hexString(Sodium.randomBytes(8)))")
         defer { try? FileManager.default.removeItem(at: scratch) }  // best effort: a scratch copy under the temporary directory

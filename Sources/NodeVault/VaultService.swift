@@ -32,7 +32,16 @@ public final class VaultService: Service, Sendable {
         /// identity (`breakInLogKey(identity:)`) when it is nil here. Without one (a vault service
         /// built on its own, in tests), wrong PINs are counted but not logged.
         public var breakInLogKey: SecretBytes?
+        /// The secret mixed into every PIN slot's key (Protocol/vault.md "Keys file"): `NodeRuntime`
+        /// derives it from the node's identity (`pinPepper(identity:)`) when it is nil here. Without
+        /// one (a vault service built on its own, in tests), the fixed no-identity pepper.
+        public var pinPepper: SecretBytes?
         public init() {}
+    }
+
+    /// The PIN pepper, derived from the node's identity secret key (which lives outside `vault/`).
+    public static func pinPepper(identity: SigningKeyPair) -> SecretBytes {
+        VaultKeyFile.pepper(identitySecretKey: identity.secretKey)
     }
 
     /// The break-in log's key, derived from the node's identity secret key (BreakInLog.swift).
@@ -59,6 +68,8 @@ public final class VaultService: Service, Sendable {
         var lastUsedNs: UInt64 = 0
         var autoLockMs: Int64?
         var stopping = false
+        /// One Argon2id derivation measured on this machine (for `vault status`), once per process.
+        var guessing: GuessingEstimate?
     }
 
     /// `<data-dir>/vault`, nil for a node without a data directory.
@@ -91,7 +102,11 @@ public final class VaultService: Service, Sendable {
         // Whatever an import killed mid-way left in tmp/ (only where photos cannot be staged in
         // memory) is shredded before any vault operation can exist: here, once per node start (an
         // absent or empty directory, but for a crash), and again at every unlock.
-        if let directory { ImportScratch.shred(vault: directory, logger: logger) }
+        if let directory {
+            ImportScratch.shred(vault: directory, logger: logger)
+            // What a `vault init` killed mid-way left (VaultCreation.swift).
+            VaultCreation.tidy(vault: directory, logger: logger)
+        }
     }
 
     deinit {
@@ -260,36 +275,26 @@ public final class VaultService: Service, Sendable {
 
     // MARK: - Init, unlock, PINs
 
+    /// The keys file's bytes for a PIN or passphrase (VaultSecret).
     nonisolated static func validatePIN(_ pin: String, what: String = "PIN") throws {
-        guard (4...8).contains(pin.utf8.count), pin.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
-            throw NodeError.invalidArgument("a \(what) is 4 to 8 digits")
-        }
+        _ = try VaultSecret.bytes(pin, what: what)
     }
 
     @discardableResult
     func initialize(pin: String) async throws -> RecoveryCode {
-        try Self.validatePIN(pin)
+        let secret = try VaultSecret.bytes(pin)
         let dir = try vaultDirectory
         let parameters = configuration.keyParameters
+        let pepper = configuration.pinPepper
         return try await turn.run {
             guard !self.exists else {
                 throw ControlError(code: "conflict", message: "this node already has a vault (unlock it with `tandem vault unlock`)",
                                    exitCode: 1)
             }
             let (opened, code) = try await self.onLane { () -> (OpenVault, RecoveryCode) in
-                try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true,
-                                                        attributes: [.posixPermissions: 0o700])
-                // The node's recovery code (made now if it has none) wraps the new vault's key;
-                // once it is sealed in the vault, its clear copy goes.
-                let code = try RecoveryCodes.clearCode(vault: dir)
-                try RecoveryKitKeyFile.remember(code: code, vaultDirectory: dir)
-                let (keyFile, master, spare) = try VaultKeyFile.create(in: dir, pin: Array(pin.utf8), parameters: parameters)
-                let repository = try VaultRepository.create(at: dir, masterKey: master)
-                _ = try VaultRepository.create(at: dir, masterKey: spare)
-                try keyFile.wrapForRecovery(code: code.bytes, masterKey: master)
-                try RecoveryCodes.seal([(code, master), (RecoveryCode(bytes: Sodium.randomBytes(RecoveryCode.byteCount)), spare)], vault: dir)
-                try FileManager.default.removeItem(at: RecoveryCodes.clearURL(vault: dir))
-                return (OpenVault(repository: repository, keyFile: keyFile, masterKey: master), code)
+                let created = try VaultCreation.run(vault: dir, secret: secret, parameters: parameters, pepper: pepper,
+                                                    after: { VaultCreation.processHook($0) })
+                return (OpenVault(repository: created.repository, keyFile: created.keyFile, masterKey: created.masterKey), created.code)
             }
             self.state.withLockedValue {
                 $0.open = opened
@@ -313,11 +318,18 @@ public final class VaultService: Service, Sendable {
                 throw ControlError(code: "pin_required",
                                    message: "showing the recovery code needs the vault PIN (pass --pin-stdin)", exitCode: 1)
             }
-            let master = try await self.checkPINInTurn(pin) { _, master in master }
-            guard let code = try await self.onLane({ try RecoveryCodes.open(vault: dir, master: master) }) else {
-                throw NodeError.failed("this vault has no recovery code sealed in it")
+            let logger = self.logger
+            return try await self.checkPINInTurn(pin) { keyFile, master in
+                guard let code = try RecoveryCodes.open(vault: dir, master: master) else {
+                    throw NodeError.failed("this vault has no recovery code sealed in it")
+                }
+                // The code shown must open this vault's recovery slot (a restore seals a new code
+                // for the spare); one Argon2id derivation to check, a re-wrap when it does not.
+                if try keyFile.ensureRecovery(code: code.bytes, masterKey: master) {
+                    logger.notice("the vault's recovery slot was re-wrapped under the code sealed for it")
+                }
+                return code
             }
-            return code
         }
     }
 
@@ -351,9 +363,23 @@ public final class VaultService: Service, Sendable {
                                exitCode: ControlError.authenticationExitCode)
         }
         // The PIN's shape is checked after the lockout, so a malformed attempt is a wrong one too.
+        let pepper = configuration.pinPepper
+        let logger = self.logger
         let opened = try await onLane { () -> T? in
-            let keyFile = try VaultKeyFile.load(from: dir)
-            guard (try? Self.validatePIN(pin)) != nil, let (master, _) = try keyFile.unlock(pin: pin) else { return nil }  // a malformed PIN is a wrong one
+            var keyFile = try VaultKeyFile.load(from: dir, pepper: pepper)
+            guard let secret = try? VaultSecret.bytes(pin),  // a malformed PIN is a wrong one
+                  let (master, _) = try keyFile.unlock(pin: secret) else { return nil }
+            if keyFile.formatVersion == 1 {
+                do {
+                    if let upgraded = try Self.upgrade(keyFile, secret: secret, master: master, vault: dir) {
+                        keyFile = upgraded
+                        logger.notice("the vault's keys file was upgraded to version 2 (PINs mixed with the node's identity key); a decoy PIN set before must be set again")
+                    }
+                } catch {
+                    // Not fatal to the unlock: the version 1 file still works, and the next unlock tries again.
+                    logger.error("cannot upgrade the vault's keys file", metadata: ["error": "\(error)"])
+                }
+            }
             let result = try body(keyFile, master)
             RecoveryKitKeyFile.rememberAtUnlock(keyFile: keyFile, master: master, vaultDirectory: dir)
             return result
@@ -371,6 +397,20 @@ public final class VaultService: Service, Sendable {
             throw ControlError(code: "wrong_pin", message: message, exitCode: ControlError.authenticationExitCode)
         }
         return opened
+    }
+
+    /// A version 1 keys file the first PIN opened, rewritten as version 2 (nil: the PIN opened the
+    /// second slot, which cannot upgrade the file; it waits for the first PIN). Each vault keeps its
+    /// recovery code: the codes sealed in `<vault>/recovery` (a vault without one gets a new code,
+    /// sealed with the other).
+    nonisolated static func upgrade(_ keyFile: VaultKeyFile, secret: [UInt8], master: SecretBytes, vault dir: URL) throws -> VaultKeyFile? {
+        guard let spare = try keyFile.spareKey(masterKey: master) else { return nil }
+        let own = try RecoveryCodes.open(vault: dir, master: master)
+        let spareCode = try RecoveryCodes.open(vault: dir, master: spare)
+        let codes = (own ?? RecoveryCode(bytes: Sodium.randomBytes(RecoveryCode.byteCount)),
+                     spareCode ?? RecoveryCode(bytes: Sodium.randomBytes(RecoveryCode.byteCount)))
+        if own == nil || spareCode == nil { try RecoveryCodes.seal([(codes.0, master), (codes.1, spare)], vault: dir) }
+        return try keyFile.upgraded(pin: secret, masterKey: master, codes: (codes.0.bytes, codes.1.bytes))
     }
 
     /// Opens the vault this PIN opens (whatever was open is locked first).
@@ -391,19 +431,42 @@ public final class VaultService: Service, Sendable {
     }
 
     /// Re-wraps the master key the current PIN opens under a new PIN (content is not re-encrypted).
+    /// Works with either PIN (the real one or the decoy) and changes only the slot of the vault it
+    /// opens. A new PIN that opens the other vault is refused and counted as a wrong PIN (this is
+    /// no way to test PINs past the guard).
     func changePIN(old: String, new: String) async throws {
-        try Self.validatePIN(new, what: "new PIN")
+        let newSecret = try VaultSecret.bytes(new, what: "new PIN")
+        let pepper = configuration.pinPepper
         try await turn.run {
-            // The old PIN goes through the guard like any attempt.
+            // The old PIN goes through the guard like any attempt (and upgrades a version 1 file).
             _ = try await self.unlockInTurn(pin: old)
             let dir = try self.vaultDirectory
-            try await self.onLane {
-                let keyFile = try VaultKeyFile.load(from: dir)
+            let oldSecret = try VaultSecret.bytes(old)
+            let refusal = try await self.onLane { () -> VaultKeyFile.ChangeRefusal? in
+                let keyFile = try VaultKeyFile.load(from: dir, pepper: pepper)
                 do {
-                    try keyFile.changePIN(old: Array(old.utf8), new: Array(new.utf8))
-                } catch let error as VaultError where error.kind == .invalidArgument || error.kind == .wrongSecret {
-                    throw NodeError.invalidArgument("\(error)")
+                    try keyFile.changePIN(old: oldSecret, new: newSecret)
+                    return nil
+                } catch let refusal as VaultKeyFile.ChangeRefusal {
+                    return refusal
                 }
+            }
+            switch refusal {
+            case nil:
+                break
+            case .taken?:
+                let failures = try await NodeCore.perform { () -> Int in
+                    var g = self.loadGuard()
+                    g.failed(nowMs: self.now())
+                    try self.saveGuard(g)
+                    return g.failures
+                }
+                await self.events.emit("vault.pin_failed", ["failures": .int(Int64(failures))])
+                throw NodeError.invalidArgument("that new PIN cannot be used: choose another")
+            case .legacy?:
+                throw NodeError.failed("the vault's keys file is version 1: unlock it with the first PIN it was made with to upgrade it")
+            case .wrongPIN?:
+                throw NodeError.failed("the keys file changed while the PIN was being changed: try again")
             }
             await self.events.emit("vault.pin_changed", [:])
         }
@@ -411,15 +474,17 @@ public final class VaultService: Service, Sendable {
 
     /// Sets the decoy PIN (the real PIN proves the owner).
     func setDecoy(pin: String, decoy: String) async throws {
-        try Self.validatePIN(decoy, what: "decoy PIN")
+        let decoySecret = try VaultSecret.bytes(decoy, what: "decoy PIN")
         guard pin != decoy else { throw NodeError.invalidArgument("the decoy PIN must differ from the PIN") }
         try await turn.run {
             let vault = try await self.unlockInTurn(pin: pin)
             try await self.onLane {
                 do {
-                    try vault.keyFile.setDecoy(pin: Array(decoy.utf8), masterKey: vault.masterKey)
+                    try vault.keyFile.setDecoy(pin: decoySecret, masterKey: vault.masterKey)
                 } catch let error as VaultError where error.kind == .invalidArgument || error.kind == .wrongSecret {
                     throw NodeError.invalidArgument("\(error)")
+                } catch is VaultKeyFile.ChangeRefusal {
+                    throw NodeError.failed("the vault's keys file is version 1: unlock it with the first PIN it was made with to upgrade it")
                 }
             }
         }
@@ -441,7 +506,30 @@ public final class VaultService: Service, Sendable {
             o["items"] = .int(Int64(items?.0 ?? 0))
             o["bytes"] = .int(items?.1 ?? 0)
         }
+        if let guessing = await guessingEstimate() { o["guessing"] = guessing.json }
         return .object(o)
+    }
+
+    /// One Argon2id derivation with the vault's parameters (the keys file's, else a new vault's),
+    /// timed on the vault's thread the first time it is asked for; nil when that fails.
+    func guessingEstimate() async -> GuessingEstimate? {
+        if let known = state.withLockedValue({ $0.guessing }) { return known }
+        let dir = directory
+        let pepper = configuration.pinPepper
+        let fallback = configuration.keyParameters
+        do {
+            let estimate = try await onLane { () -> GuessingEstimate in
+                let parameters = try dir.flatMap { d in
+                    VaultKeyFile.exists(in: d) ? try VaultKeyFile.load(from: d, pepper: pepper).parameters : nil
+                } ?? fallback
+                return GuessingEstimate(secondsPerGuess: try VaultKeyFile.measureDerivation(parameters), parameters: parameters)
+            }
+            state.withLockedValue { $0.guessing = estimate }
+            return estimate
+        } catch {
+            logger.warning("cannot measure the vault's key derivation", metadata: ["error": "\(error)"])
+            return nil
+        }
     }
 
     /// The break-in log (needs the vault open, as its owner's business).

@@ -165,6 +165,8 @@ public final class NodeRuntime: Sendable {
         // Every node seals its break-in log under its identity (Protocol/vault.md, the PIN guard).
         var vaultConfiguration = configuration.vault
         if vaultConfiguration.breakInLogKey == nil { vaultConfiguration.breakInLogKey = VaultService.breakInLogKey(identity: identity) }
+        // PIN slots mix in a secret held outside vault/ (Protocol/vault.md, keys file version 2).
+        if vaultConfiguration.pinPepper == nil { vaultConfiguration.pinPepper = VaultService.pinPepper(identity: identity) }
         self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store,
                                   events: events, health: health, configuration: vaultConfiguration, group: group, logger: logger)
         let discoverable = DiscoverableSetting(store: store, signals: signals, health: health)

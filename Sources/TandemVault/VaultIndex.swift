@@ -206,16 +206,35 @@ struct VaultIndex: Equatable, Sendable {
 
 /// The encrypted index file: `<dir>/index/<locator>`.
 ///
-///     nonce (24) ‖ XChaCha20-Poly1305( plaintext length (u64 BE) ‖ zstd frame of the index ) ‖ tag (16)
+/// Version 2 (written since the decoy work of issue 34):
 ///
-/// under the index key, additional data "tdmvault index v1". The locator is the hex of the keyed
-/// BLAKE2b-256 (index key) of a fixed label: stable for one master key, unrelated between keys, so
-/// vaults sharing a directory have unrelated-looking names and none reveals which key it belongs to.
+///     nonce (24) ‖ XChaCha20-Poly1305(body length (u64 BE), ad "tdmvault index v2 length") (8 + 16)
+///     ‖ nonce₂ (24) ‖ body = XChaCha20-Poly1305(plaintext length (u64 BE) ‖ zstd frame, ad "tdmvault index v2")
+///     ‖ random padding up to the directory's size class
+///
+/// both under the index key. Every index file in the directory has the same size: a commit writes
+/// its own file at `max(size class of its own bytes, the size of every other index file)` and
+/// rewrites every other index file at that size (their bytes kept, random padding appended: no key
+/// is needed for that), so the spare vault's index looks like the real one's and the sizes move
+/// together. Size classes are powers of two from 4 KiB. Sizes never shrink.
+///
+/// Version 1 (`nonce ‖ AEAD(inner)`, ad "tdmvault index v1", no padding) is still read; the next
+/// commit writes version 2.
+///
+/// The locator is the hex of the keyed BLAKE2b-256 (index key) of a fixed label: stable for one
+/// master key, unrelated between keys, so vaults sharing a directory have unrelated-looking names
+/// and none reveals which key it belongs to.
 enum IndexFile {
-    static let additionalData = Array("tdmvault index v1".utf8)
+    static let legacyAdditionalData = Array("tdmvault index v1".utf8)
+    static let additionalData = Array("tdmvault index v2".utf8)
+    static let lengthAdditionalData = Array("tdmvault index v2 length".utf8)
     static let locatorLabel = Array("tandem vault index locator v1".utf8)
     /// An index larger than 1 GiB (tens of millions of chunks) is refused rather than allocated.
     static let maximumPlaintext = 1 << 30
+    /// The smallest size class.
+    static let minimumFileSize = 4096
+    /// nonce ‖ length box ‖ nonce₂
+    static let prefixBytes = BlobCodec.nonceBytes + 8 + BlobCodec.tagBytes + BlobCodec.nonceBytes
 
     static func locator(keys: VaultKeys) -> String {
         Hex.encode(Blake2b.keyedHash(locatorLabel, key: keys.indexKey))
@@ -225,6 +244,14 @@ enum IndexFile {
         directory.appendingPathComponent("index", isDirectory: true).appendingPathComponent(locator(keys: keys))
     }
 
+    /// The size class of `n` bytes: the smallest power of two ≥ n, at least 4 KiB.
+    static func sizeClass(_ n: Int) -> Int {
+        var size = minimumFileSize
+        while size < n, size < maximumPlaintext { size <<= 1 }
+        return max(size, n)
+    }
+
+    /// Writes `index` at `url`, and every other index file in the same directory at the same size.
     static func write(_ index: VaultIndex, to url: URL, keys: VaultKeys, zstd: Zstd) throws {
         let plain = index.serialize()
         var frame = [UInt8](repeating: 0, count: Zstd.compressBound(plain.count))
@@ -233,17 +260,66 @@ enum IndexFile {
         var inner = BinaryWriter()
         inner.u64(UInt64(plain.count))
         inner.raw(Array(frame[0..<n]))
+        let nonce2 = Sodium.randomBytes(BlobCodec.nonceBytes)
+        let body = try XChaCha20Poly1305.seal(inner.bytes, additionalData: additionalData, nonce: nonce2, key: keys.indexKey)
+        var length = BinaryWriter()
+        length.u64(UInt64(body.count))
         let nonce = Sodium.randomBytes(BlobCodec.nonceBytes)
-        let sealed = try XChaCha20Poly1305.seal(inner.bytes, additionalData: additionalData, nonce: nonce, key: keys.indexKey)
-        try FileIO.writeAtomically(nonce + sealed, to: url)
+        let lengthBox = try XChaCha20Poly1305.seal(length.bytes, additionalData: lengthAdditionalData, nonce: nonce, key: keys.indexKey)
+        let own = nonce + lengthBox + nonce2 + body
+
+        // The others first (the commit point is this vault's own file, last).
+        let directory = url.deletingLastPathComponent()
+        var others: [(URL, [UInt8])] = []
+        for name in try otherIndexNames(in: directory, except: url.lastPathComponent) {
+            let other = directory.appendingPathComponent(name)
+            let file = try ReadFile(other, what: "vault index \(name)")
+            guard file.size <= Int64(maximumPlaintext) else { continue }  // no index of ours: left alone, and not matched
+            var bytes = [UInt8](repeating: 0, count: Int(file.size))
+            try bytes.withUnsafeMutableBytes { try file.read(into: $0, at: 0) }
+            others.append((other, bytes))
+        }
+        let size = others.reduce(sizeClass(own.count)) { max($0, $1.1.count) }
+        for (other, bytes) in others {
+            try FileIO.writeAtomically(bytes + Sodium.randomBytes(size - bytes.count), to: other)
+        }
+        try FileIO.writeAtomically(own + Sodium.randomBytes(size - own.count), to: url)
+    }
+
+    /// The names of the index files in `directory` other than `name` (temporary files skipped).
+    static func otherIndexNames(in directory: URL, except name: String) throws -> [String] {
+        let names: [String]
+        guard FileIO.exists(directory) else { return [] }
+        do {
+            names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        } catch {
+            throw VaultError.io("cannot list \(directory.path): \(error)")
+        }
+        return names.filter { $0 != name && $0.count == 64 && Hex.decode($0) != nil }.sorted()
     }
 
     static func read(from url: URL, keys: VaultKeys, zstd: Zstd) throws -> VaultIndex {
         let what = "vault index \(url.lastPathComponent)"
         let file = try FileIO.readAll(url, limit: maximumPlaintext, what: what)
-        guard file.count >= BlobCodec.nonceBytes + BlobCodec.tagBytes + 8 else { throw VaultError.corrupt("\(what) is truncated") }
-        guard let inner = XChaCha20Poly1305.open(Array(file[BlobCodec.nonceBytes...]), additionalData: additionalData,
-                                                 nonce: Array(file[0..<BlobCodec.nonceBytes]), key: keys.indexKey) else {
+        let nonceBytes = BlobCodec.nonceBytes
+        guard file.count >= nonceBytes + BlobCodec.tagBytes + 8 else { throw VaultError.corrupt("\(what) is truncated") }
+        let inner: [UInt8]
+        if file.count >= prefixBytes,
+           let length = XChaCha20Poly1305.open(Array(file[nonceBytes..<(nonceBytes + 8 + BlobCodec.tagBytes)]),
+                                               additionalData: lengthAdditionalData, nonce: Array(file[0..<nonceBytes]), key: keys.indexKey) {
+            var lr = BinaryReader(length, what: what)
+            let bodyLength = try lr.u64()
+            guard bodyLength <= UInt64(file.count - prefixBytes) else { throw VaultError.corrupt("\(what) is truncated") }
+            let body = Array(file[prefixBytes..<(prefixBytes + Int(bodyLength))])
+            guard let opened = XChaCha20Poly1305.open(body, additionalData: additionalData,
+                                                      nonce: Array(file[(prefixBytes - nonceBytes)..<prefixBytes]), key: keys.indexKey) else {
+                throw VaultError.corrupt("\(what) does not authenticate (damaged or tampered with)")
+            }
+            inner = opened
+        } else if let opened = XChaCha20Poly1305.open(Array(file[nonceBytes...]), additionalData: legacyAdditionalData,
+                                                      nonce: Array(file[0..<nonceBytes]), key: keys.indexKey) {
+            inner = opened
+        } else {
             throw VaultError.corrupt("\(what) does not authenticate (damaged or tampered with)")
         }
         var r = BinaryReader(inner, what: what)

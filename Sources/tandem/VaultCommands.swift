@@ -15,7 +15,7 @@ struct VaultCommand: AsyncParsableCommand {
         abstract: "Your encrypted vault: private photos, videos and documents behind a PIN.",
         discussion: """
         The vault lives in your node's data directory, encrypted: names, albums, dates and thumbnails included. \
-        A PIN of 4 to 8 digits opens it; it locks itself after --auto-lock of idle time (default 5m) and when the \
+        A PIN (4 or more digits) or a passphrase (4 to 256 characters) opens it; it locks itself after --auto-lock of idle time (default 5m) and when the \
         node stops. Wrong PINs in a row make you wait: 3 → 30 s, 5 → 2 min, 8 → 15 min, 10 → 1 h.
 
         Commands that need the vault open ask for the PIN when it is locked (--pin-stdin: read one line from stdin).
@@ -180,7 +180,7 @@ struct VaultInit: AsyncParsableCommand {
 
     func run() async throws {
         let autoLockMs = try autoLock.map { try durationMs($0) }
-        let secret = try PINInput.obtain(pin, prompt: "New vault PIN (4-8 digits): ", confirm: true)
+        let secret = try PINInput.obtain(pin, prompt: "New vault PIN or passphrase (at least 4 characters): ", confirm: true)
         let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
         var result = try await client.call(method: "vault.init", params: ["pin": .string(secret)], timeout: .seconds(120))
         if let autoLockMs {
@@ -197,6 +197,15 @@ struct VaultInit: AsyncParsableCommand {
             }
         }
     }
+}
+
+/// "2.2 hours", "9 days", "3 years".
+func guessTime(_ s: Double) -> String {
+    if s < 3_600 { return String(format: "%.0f minutes", s / 60) }
+    if s < 2 * 86_400 { return String(format: "%.1f hours", s / 3_600) }
+    if s < 365 * 86_400 { return String(format: "%.0f days", s / 86_400) }
+    let years = s / (365.25 * 86_400)
+    return years < 1e6 ? String(format: "%.0f years", years) : String(format: "%.1e years", years)
 }
 
 func durationMs(_ text: String) throws -> Int64 {
@@ -247,6 +256,17 @@ struct VaultStatus: AsyncParsableCommand {
             output("Auto-lock: \(durationText(r["auto_lock_ms"]?.intValue ?? 0)).")
             if let wait = r["retry_in_ms"]?.intValue {
                 output("Too many wrong PINs: the next try is allowed in \((wait + 999) / 1000) s.")
+            }
+            if let g = r["guessing"], let seconds = g["seconds_per_guess"]?.doubleValue, let spaces = g["one_core_exhausts_in_s"] {
+                output(String(format: "Guessing: one try costs %.2f CPU seconds of Argon2id here (%lld passes over %lld MiB).", seconds,
+                              g["opslimit"]?.intValue ?? 0, g["memlimit_mib"]?.intValue ?? 0))
+                output("  Someone with this whole data directory (the identity key too) tries every secret, one core:")
+                for (key, label) in [("pin_4_digits", "4-digit PIN"), ("pin_6_digits", "6-digit PIN"), ("pin_8_digits", "8-digit PIN"),
+                                     ("passphrase_10_random_lowercase", "10 random letters"),
+                                     ("passphrase_5_diceware_words", "5 random words")] {
+                    if let seconds = spaces[key]?.doubleValue { output("    \(label): \(guessTime(seconds))") }
+                }
+                output("  (n cores: n times faster, each needing the memory above.) A copy of vault/ alone, or a friend's backup: no PIN can be tried.")
             }
         }
     }
@@ -469,7 +489,7 @@ struct VaultChangePIN: AsyncParsableCommand {
 
     func run() async throws {
         let old = try PINInput.obtain(pin, line: 0, prompt: "Current PIN: ")
-        let new = try PINInput.obtain(pin, line: 1, prompt: "New PIN (4-8 digits): ", confirm: true)
+        let new = try PINInput.obtain(pin, line: 1, prompt: "New PIN or passphrase (at least 4 characters): ", confirm: true)
         let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
         let r = try await client.call(method: "vault.change_pin", params: ["pin": .string(old), "new_pin": .string(new)], timeout: .seconds(120))
         if common.json { outputJSON(r.compactJSON) } else { output("PIN changed.") }
@@ -485,7 +505,7 @@ struct VaultDecoy: AsyncParsableCommand {
 
     func run() async throws {
         let real = try PINInput.obtain(pin, line: 0, prompt: "Vault PIN: ")
-        let decoy = try PINInput.obtain(pin, line: 1, prompt: "Decoy PIN (4-8 digits, not the PIN): ", confirm: true)
+        let decoy = try PINInput.obtain(pin, line: 1, prompt: "Decoy PIN (at least 4 characters, not the PIN): ", confirm: true)
         let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
         let r = try await client.call(method: "vault.decoy", params: ["pin": .string(real), "decoy_pin": .string(decoy)], timeout: .seconds(120))
         if common.json { outputJSON(r.compactJSON) } else { output("Decoy PIN set.") }

@@ -278,7 +278,7 @@ final class VaultServiceTests: XCTestCase {
     }
 
     /// The code `vault init` shows opens the real vault without the PIN (what a restore needs);
-    /// the decoy's sealed code opens nothing.
+    /// the decoy's code opens the decoy, as consistently as the real one.
     func testRecoveryCodeOpensTheRealVault() async throws {
         let (service, _) = try makeService()
         let code = try await service.initialize(pin: "1212")
@@ -292,7 +292,92 @@ final class VaultServiceTests: XCTestCase {
         try await service.unlock(pin: "3434")
         let decoyCode = try await service.recoveryCode(pin: "3434")
         XCTAssertNotEqual(decoyCode, code, "the decoy shows a code of its own")
-        XCTAssertNil(try VaultKeyFile.load(from: dir).unlock(recoveryCode: decoyCode.bytes))
+        let decoyMaster = try XCTUnwrap(try VaultKeyFile.load(from: dir).unlock(recoveryCode: decoyCode.bytes))
+        XCTAssertEqual(try VaultRepository.open(at: dir, masterKey: decoyMaster).items.map(\.name), [], "the decoy's code opens the decoy")
+
+        // A restore seals a new code for the spare (it cannot know the old one): the next
+        // `recovery show` re-wraps the decoy's recovery slot so the code shown still opens it.
+        let realMaster = try XCTUnwrap(try VaultKeyFile.load(from: dir).unlock(recoveryCode: code.bytes))
+        let resealed = RecoveryCode(bytes: Sodium.randomBytes(16))
+        try RecoveryCodes.seal([(code, realMaster), (resealed, decoyMaster)], vault: dir)
+        let shownAfter = try await service.recoveryCode(pin: "3434")
+        XCTAssertEqual(shownAfter, resealed)
+        XCTAssertEqual(try VaultKeyFile.load(from: dir).unlock(recoveryCode: resealed.bytes)?.exposedCopy, decoyMaster.exposedCopy)
+        XCTAssertEqual(try VaultKeyFile.load(from: dir).unlock(recoveryCode: code.bytes)?.exposedCopy, realMaster.exposedCopy)
+    }
+
+    /// `vault change-pin` works with the real PIN and with the decoy PIN, each changing only its
+    /// own vault's PIN; a new PIN that is the other vault's is refused and counted.
+    func testChangePINWorksWithEitherPIN() async throws {
+        let (service, _) = try makeService()
+        try await service.initialize(pin: "1111")
+        _ = try await service.withVault(pin: nil) { v in try v.repository.importData([1], name: "real", type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
+        try await service.setDecoy(pin: "1111", decoy: "2222")
+        try await service.unlock(pin: "2222")
+        _ = try await service.withVault(pin: nil) { v in try v.repository.importData([2], name: "decoy", type: .document, album: nil, createdAtMs: nil, nowMs: 1) }
+
+        try await service.changePIN(old: "2222", new: "decoy passphrase")
+        try await service.changePIN(old: "1111", new: "3333")
+        let taken = await code { try await service.changePIN(old: "3333", new: "decoy passphrase") }
+        XCTAssertEqual(taken?.contains("cannot be used"), true, taken ?? "accepted")
+        let counted = await service.status()
+        XCTAssertEqual(counted["failed_attempts"]?.intValue, 1, "a taken new PIN counts as a wrong one")
+
+        service.lockNow(reason: "test")
+        for old in ["1111", "2222"] {
+            let refused = await code { try await service.unlock(pin: old) }
+            XCTAssertEqual(refused, "wrong_pin")
+        }
+        clock.withLockedValue { $0 += 60_000 }  // past the wait three wrong PINs cost
+        let real = try await items(service, pin: "3333")
+        XCTAssertEqual(real, ["real"])
+        try await service.unlock(pin: "decoy passphrase")
+        let decoy = try await items(service)
+        XCTAssertEqual(decoy, ["decoy"])
+    }
+
+    /// `vault init` stopped after each of its steps (what a kill -9 leaves: every file is written
+    /// atomically) leaves no vault, or a vault whose PIN and recovery code work; a new service
+    /// over what is left then makes or opens one.
+    func testInitStoppedAfterAnyStepLeavesNothingOrAWholeVault() async throws {
+        struct Stop: Error {}
+        for step in VaultCreation.Step.allCases {
+            try? FileManager.default.removeItem(at: root)
+            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+            let dir = root.appendingPathComponent("vault")
+            XCTAssertThrowsError(try VaultCreation.run(vault: dir, secret: Array("1357".utf8), parameters: .testing, pepper: nil,
+                                                       after: { if $0 == step { throw Stop() } }))
+            let (service, _) = try makeService()  // the next start tidies
+            if step.rawValue < VaultCreation.Step.keysFile.rawValue {
+                XCTAssertFalse(service.exists, "step \(step)")
+                let left = (try? FileManager.default.contentsOfDirectory(atPath: dir.appendingPathComponent("index").path)) ?? []
+                XCTAssertEqual(left, [], "step \(step): index files no key opens are gone")
+                XCTAssertFalse(FileManager.default.fileExists(atPath: RecoveryCodes.sealedURL(vault: dir).path), "step \(step)")
+                let code = try await service.initialize(pin: "2468")
+                let shown = try await service.recoveryCode(pin: "2468")
+                XCTAssertEqual(shown, code)
+            } else {
+                XCTAssertTrue(service.exists, "step \(step)")
+                XCTAssertFalse(FileManager.default.fileExists(atPath: RecoveryCodes.clearURL(vault: dir).path),
+                               "step \(step): the clear code is gone once sealed")
+                let code = try await service.recoveryCode(pin: "1357")
+                let master = try XCTUnwrap(try VaultKeyFile.load(from: dir).unlock(recoveryCode: code.bytes), "step \(step)")
+                XCTAssertEqual(try VaultRepository.open(at: dir, masterKey: master).items.count, 0)
+            }
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.appendingPathComponent("index").path).count, 2)
+        }
+    }
+
+    /// A copy of vault/ in another node (another identity, so another pepper) does not open with
+    /// the right PIN: what offline guessing from a copy of the folder would need.
+    func testACopyOfTheVaultFolderDoesNotOpenUnderAnotherIdentity() async throws {
+        var configuration = VaultService.Configuration()
+        configuration.pinPepper = VaultService.pinPepper(identity: identity)
+        let dir = root.appendingPathComponent("vault")
+        _ = try VaultCreation.run(vault: dir, secret: Array("1357".utf8), parameters: .testing, pepper: configuration.pinPepper, after: { _ in })
+        XCTAssertNotNil(try VaultKeyFile.load(from: dir, pepper: configuration.pinPepper).unlock(pin: Array("1357".utf8)))
+        XCTAssertNil(try VaultKeyFile.load(from: dir, pepper: VaultService.pinPepper(identity: SigningKeyPair.generate())).unlock(pin: Array("1357".utf8)))
+        XCTAssertNil(try VaultKeyFile.load(from: dir).unlock(pin: Array("1357".utf8)))
     }
 
     /// `recovery show` checks the PIN it is given even while a vault is open, and answers for the
@@ -381,15 +466,19 @@ final class VaultServiceTests: XCTestCase {
         let (service, _) = try makeService()
         let none = await code { try await service.unlock(pin: "1234") }
         XCTAssertEqual(none, "no_vault")
-        for bad in ["123", "123456789", "12a4", "", "١٢٣٤"] {
+        for bad in ["123", "", "12\u{7}4", "tab\there", String(repeating: "x", count: 257)] {
             do {
                 try await service.initialize(pin: bad)
                 XCTFail("'\(bad)' accepted as a PIN")
             } catch let e as NodeError {
-                XCTAssertTrue(e.message.contains("4 to 8 digits"), e.message)
+                XCTAssertTrue(e.message.contains("4 to 256 characters"), e.message)
             }
         }
-        try await service.initialize(pin: "12345678")
+        // Passphrases: any text of 4 or more characters, normalized (NFC) so the same words typed
+        // with a combining accent open it too.
+        try await service.initialize(pin: "caf\u{E9} au lait")
+        service.lockNow(reason: "test")
+        try await service.unlock(pin: "cafe\u{301} au lait")
         let again = await code { try await service.initialize(pin: "1234") }
         XCTAssertEqual(again, "conflict")
     }

@@ -194,6 +194,8 @@ def test_local_state_from_an_earlier_version_survives_the_upgrade(tmp_path, vers
             time.sleep(vault["retry_in_ms"] / 1000 + 0.5)
         items = vault_cli(node, "list", pin=expected["pin"])["items"]
         assert sorted(i["name"] for i in items) == expected["vault_items"]
+        # The version 1 keys file (358 bytes, no pepper) became version 2 at that unlock (vault.md).
+        assert (data / "vault" / "keys").stat().st_size == 518
         log = vault_cli(node, "break-ins")["break_ins"]
         # Store v8 keeps of each old entry its time only (no digit), sealed once the guard is written.
         assert len(log) == len(stored_guard["breakIns"]) and all(set(e) == {"at", "attempt"} for e in log), log

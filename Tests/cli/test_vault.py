@@ -135,7 +135,7 @@ def test_bad_input_gets_one_line(make_node, tmp_path):
     assert "tandem vault init" in one_line_error(proc)
     proc = vault(node, "init", pin="12", check=False)
     assert proc.returncode == 2
-    assert "4 to 8 digits" in one_line_error(proc)
+    assert "4 to 256 characters" in one_line_error(proc)
     vault(node, "init", pin="5555")
     proc = vault(node, "import", str(tmp_path / "nope"), check=False)
     assert proc.returncode != 0
