@@ -246,6 +246,8 @@ public struct NodeStore: Sendable {
         // The break-in log without any digit of a wrong PIN, each entry sealed by the vault service
         // (MigrationV8.swift, Protocol/vault.md "The PIN guard").
         m.registerMigration("v8-vault-break-ins") { db in try MigrationV8.vaultBreakIns(db) }
+        // Files between friends: bytes moved, the sender's leaf hashes, per-friend auto-accept (MigrationV9.swift).
+        m.registerMigration("v9-message-files") { db in try MigrationV9.messageFiles(db) }
         return m
     }
 
