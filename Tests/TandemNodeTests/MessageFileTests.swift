@@ -117,7 +117,9 @@ final class MessageFileTests: XCTestCase {
         _ = try await TestSupport.event(b.node, "message.file_failed", where: { $0.fields["reason"]?.stringValue == "bad data" })
         let row = try XCTUnwrap(try b.node.store.fileTransfer(id.bytes))
         XCTAssertEqual(row.state, .failed)
-        XCTAssertTrue(await TestSupport.eventually { !FileManager.default.fileExists(atPath: files.partialPath(id)) })
+        let partial = await NodeCore.run { files.partialPath(id) }
+        let removed = await TestSupport.eventually { !FileManager.default.fileExists(atPath: partial) }
+        XCTAssertTrue(removed)
     }
 
     func testAStrangersOfferStoresNothingAndPendingFilesAreBounded() async throws {
