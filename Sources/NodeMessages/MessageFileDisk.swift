@@ -113,6 +113,8 @@ final class FileDisk: Sendable {
         let indices: [Int]
         let proofs: [[[UInt8]]]
         let link: PeerLink
+        /// Tests only: a pause before each chunk.
+        var delayMs = 0
     }
 
     func read(_ job: ReadJob) { readInput.yield(job) }
@@ -148,6 +150,7 @@ final class FileDisk: Sendable {
         var last: EventLoopFuture<Void>?
         var sent: Int64 = 0
         for (i, index) in job.indices.enumerated() {
+            if job.delayMs > 0 { usleep(useconds_t(min(job.delayMs, 10_000)) * 1000) }
             let length = ChunkTree.chunkLength(index: index, size: job.size)
             try readFully(fd, &buffer, length: length, offset: Int64(index) * Int64(ChatLimits.chunkBytes), path: job.path)
             let chunk = FileChunkMessage(fileID: job.fileID, index: index, data: Array(buffer[0..<length]), proof: job.proofs[i])

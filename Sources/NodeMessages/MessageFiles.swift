@@ -37,6 +37,8 @@ public final class MessageFiles: Sendable {
         /// many queued for reading per friend; what is past it is not served (the receiver asks again).
         package var chunksPerRequest = 32
         package var queuedChunksPerFriend = 64
+        /// Tests only: a pause before each chunk served (a transfer slow enough to interrupt).
+        package var serveDelayMs = 0
         package init() {}
     }
 
@@ -214,7 +216,7 @@ public final class MessageFiles: Sendable {
         guard !indices.isEmpty else { return }
         queuedChunks[author, default: 0] += indices.count
         let job = FileDisk.ReadJob(fileID: request.fileID, path: out.path, size: out.offer.size, indices: indices,
-                                   proofs: indices.map { tree.proof(index: $0) }, link: link)
+                                   proofs: indices.map { tree.proof(index: $0) }, link: link, delayMs: limits.serveDelayMs)
         disk.read(job)
     }
 
