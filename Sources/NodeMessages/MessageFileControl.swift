@@ -13,14 +13,14 @@ extension MessageFiles {
             let t = try transfer(params, step)
             guard let id = FileID(bytes: Array(t.fileId)) else { throw MessageService.usage("not a file id") }
             guard t.direction == .incoming else { throw NodeError.refused("that file is yours: it is offered, not accepted") }
-            loadIfNeeded()
+            loadIfNeeded(step)
             try accept(id, step)
             return Self.describe(try step.fileTransfer(id.bytes) ?? t, bytesMoved: try step.fileBytesMoved(id.bytes))
         }
         router.registerOnCore(in: store, publishing: events, "message.file_cancel") { [self] params, step in
             let t = try transfer(params, step)
             guard let id = FileID(bytes: Array(t.fileId)) else { throw MessageService.usage("not a file id") }
-            loadIfNeeded()
+            loadIfNeeded(step)
             try cancel(id, step)
             return Self.describe(try step.fileTransfer(id.bytes) ?? t, bytesMoved: try step.fileBytesMoved(id.bytes))
         }

@@ -37,8 +37,10 @@ final class FileDisk: Sendable {
         self.logger = logger
         pool = NIOThreadPool(numberOfThreads: 3)
         pool.start()
-        (reads, readInput) = AsyncStream.makeStream(of: ReadJob.self)
-        (writes, writeInput) = AsyncStream.makeStream(of: WriteJob.self)
+        // Bounded: a receiver has at most `window` chunks of each pending file in flight, a sender
+        // `queuedChunksPerFriend` per friend; these bounds are far above both.
+        (reads, readInput) = AsyncStream.makeStream(of: ReadJob.self, bufferingPolicy: .bufferingOldest(Self.queuedJobs))
+        (writes, writeInput) = AsyncStream.makeStream(of: WriteJob.self, bufferingPolicy: .bufferingOldest(Self.queuedJobs))
     }
 
     deinit {
@@ -117,7 +119,14 @@ final class FileDisk: Sendable {
         var delayMs = 0
     }
 
-    func read(_ job: ReadJob) { readInput.yield(job) }
+    static let queuedJobs = 4096
+
+    /// False when the lane's queue is full (the job is not done; the asker asks again).
+    @discardableResult
+    func read(_ job: ReadJob) -> Bool {
+        if case .dropped = readInput.yield(job) { return false }
+        return true
+    }
 
     /// Serves the read jobs until `finish`: `done(job, bytes sent, failed)` after each.
     func runReads(_ done: @escaping @Sendable (ReadJob, Int64, Bool) async -> Void) async {
@@ -196,7 +205,15 @@ final class FileDisk: Sendable {
         case verified(FileID, [UInt8], String?)
     }
 
-    func write(_ job: WriteJob) { writeInput.yield(job) }
+    /// False when the lane's queue is full (cannot happen within the receiver's bounds; logged).
+    @discardableResult
+    func write(_ job: WriteJob) -> Bool {
+        if case .dropped = writeInput.yield(job) {
+            logger.error("the file writing lane is full: a job was dropped", metadata: ["file": "\(job.fileID)"])
+            return false
+        }
+        return true
+    }
 
     func finish() {
         readInput.finish()

@@ -13,13 +13,13 @@ extension MessageFiles: FrameFlow {
     package nonisolated var dropsBlockedAuthors: Bool { true }
 
     package func handle(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
-        loadIfNeeded()
+        loadIfNeeded(step)
         switch envelope.type {
         case .fileRequest:
             // Direct, not acknowledged: a malformed or unknown one is dropped silently (messages.md 2).
             guard let link, outbox.isFriend(envelope.author, in: step),
                   let request = try? FileRequestMessage(payload: envelope.payload) else { return }
-            serve(request, from: envelope.author, link: link)
+            serve(request, from: envelope.author, link: link, step)
         case .fileChunk:
             // Link-authenticated (the verifier accepted it only from its author's link); never mail.
             guard link != nil, let chunk = try? FileChunkMessage(payload: envelope.payload) else { return }
@@ -50,7 +50,7 @@ extension MessageFiles: FrameFlow {
     /// A link to `key` came up: what we receive from it is asked for again at once (what was in
     /// flight on a lost link is not coming).
     package func linkUp(_ key: [UInt8], _ step: StoreStep) {
-        loadIfNeeded()
+        loadIfNeeded(step)
         for (id, var t) in incoming where t.peer == key {
             t.receiver.linkLost()
             let actions = t.receiver.tick(nowMs: now())
@@ -102,7 +102,7 @@ extension MessageFiles: FrameFlow {
     }
 
     /// The user (or the auto-accept setting) accepts: the first chunks are asked for.
-    func accept(_ id: FileID, _ step: StoreStep) throws {
+    package func accept(_ id: FileID, _ step: StoreStep) throws {
         guard var t = incoming[id] else { throw NodeError.nothingToActOn("no file offer \(id) waiting") }
         let actions = t.receiver.accept(nowMs: now())
         guard t.receiver.phase == .receiving else { throw NodeError.nothingToActOn("that file is not waiting to be accepted") }
@@ -112,7 +112,7 @@ extension MessageFiles: FrameFlow {
     }
 
     /// The user cancels (an offer waiting, or a transfer under way), either direction.
-    func cancel(_ id: FileID, _ step: StoreStep) throws {
+    package func cancel(_ id: FileID, _ step: StoreStep) throws {
         if var t = incoming[id] {
             let actions = t.receiver.cancel()
             incoming[id] = t
@@ -159,7 +159,7 @@ extension MessageFiles: FrameFlow {
     }
 
     /// A FILE_CHUNK: checked by the receiver machine; a good one goes to the writing lane.
-    func receive(_ chunk: FileChunkMessage, from author: [UInt8], _ step: StoreStep) {
+    package func receive(_ chunk: FileChunkMessage, from author: [UInt8], _ step: StoreStep) {
         guard var t = incoming[chunk.fileID], t.peer == author else { return }  // not ours to take: dropped
         switch t.receiver.receive(chunk, nowMs: now()) {
         case .success(let actions):
@@ -293,8 +293,8 @@ extension MessageFiles: FrameFlow {
 
     /// Once a second: deadlines, requests unanswered, unsynced chunks of a stalled transfer,
     /// outgoing offers past their lifetime.
-    func tick() {
-        loadIfNeeded()
+    package func tick() {
+        loadIfNeeded(store)
         let nowMs = now()
         defer { events.published() }
         health.attempt("file transfers' timers") {
@@ -320,7 +320,7 @@ extension MessageFiles: FrameFlow {
 
     /// After a start: transfers that were verifying are hashed again.
     func resumeVerifying() {
-        loadIfNeeded()
+        loadIfNeeded(store)
         for (id, t) in incoming where t.receiver.phase == .verifying {
             disk.write(.init(fileID: id, path: t.partial, verify: t.receiver.offer.fileHash, name: t.receiver.offer.name))
         }

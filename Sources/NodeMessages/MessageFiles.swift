@@ -114,10 +114,11 @@ public final class MessageFiles: Sendable {
     // MARK: - Loading
 
     /// The open transfers from the store (once, before anything else touches them).
-    func loadIfNeeded() {
+    /// `r`: the step the caller is in, or the store outside one.
+    package func loadIfNeeded(_ r: StoreReading) {
         guard !loaded else { return }
         loaded = true
-        let rows = health.read("read the open file transfers", or: []) { try store.openFileTransfers() }
+        let rows = health.read("read the open file transfers", or: []) { try r.openFileTransfers() }
         let nowMs = now()
         for row in rows {
             guard let offer = row.offer else { continue }
@@ -147,6 +148,19 @@ public final class MessageFiles: Sendable {
         }
     }
 
+    /// Forgets every transfer held in memory (the fuzz harness, whose store is emptied between inputs).
+    package func forgetAll() {
+        incoming = [:]
+        outgoing = [:]
+        queuedChunks = [:]
+        loaded = false
+    }
+
+    /// The chunks each incoming transfer holds (verified), for checks.
+    package func heldChunks() -> [FileID: [Int]] {
+        incoming.mapValues { t in (0..<t.receiver.offer.chunkCount).filter { t.receiver.has($0) } }
+    }
+
     func partialPath(_ id: FileID) -> String { directory.appendingPathComponent(".partial/\(id).part").path }
 
     /// The auto-accept limit for `peer`: its own, else the node's, else the default.
@@ -163,7 +177,7 @@ public final class MessageFiles: Sendable {
     /// Offers the file at `path` (already hashed: `hashed`) to `to`, with a MESSAGE carrying
     /// `text` (or the file's name) that the offer is attached to; one step.
     func offer(to key: [UInt8], path: String, name: String, hashed: FileDisk.Hashed, text: String?, _ step: StoreStep) throws -> JSONValue {
-        loadIfNeeded()
+        loadIfNeeded(step)
         let params: [String: JSONValue] = ["to": .string(NodeID(publicKey: key).canonical), "text": .string(text ?? name)]
         let sent = try messages.send(.object(params), step)
         guard let idText = sent["id"]?.stringValue, let messageID = parseHex(idText) else { throw NodeError.failed("the message was not sent") }
@@ -190,7 +204,7 @@ public final class MessageFiles: Sendable {
 
     /// A FILE_REQUEST for one of our files: the chunks asked for (within the serving bounds) are
     /// read and sent on the link it came by.
-    func serve(_ request: FileRequestMessage, from author: [UInt8], link: PeerLink) {
+    func serve(_ request: FileRequestMessage, from author: [UInt8], link: PeerLink, _ step: StoreStep) {
         guard var out = outgoing[request.fileID], out.peer == author else { return }
         switch out.state {
         case .offered, .receiving, .verifying, .complete: break
@@ -198,7 +212,7 @@ public final class MessageFiles: Sendable {
         }
         guard now() < out.deadlineMs, request.fits(chunkCount: out.offer.chunkCount) else { return }
         if out.tree == nil {
-            let packed = health.read("read a file's chunk hashes", or: nil) { try store.fileLeaves(request.fileID.bytes) }
+            let packed = health.read("read a file's chunk hashes", or: nil) { try step.fileLeaves(request.fileID.bytes) }
             out.tree = packed.flatMap { ChunkTreeLevels(packedLeaves: $0) }
             guard let tree = out.tree, tree.count == out.offer.chunkCount, tree.root == out.offer.chunkRoot else {
                 logger.error("an offered file's chunk hashes are missing or wrong", metadata: ["file": "\(request.fileID)"])
@@ -214,10 +228,9 @@ public final class MessageFiles: Sendable {
             for i in r.first..<r.end where indices.count < room { indices.append(i) }
         }
         guard !indices.isEmpty else { return }
-        queuedChunks[author, default: 0] += indices.count
         let job = FileDisk.ReadJob(fileID: request.fileID, path: out.path, size: out.offer.size, indices: indices,
                                    proofs: indices.map { tree.proof(index: $0) }, link: link, delayMs: limits.serveDelayMs)
-        disk.read(job)
+        if disk.read(job) { queuedChunks[author, default: 0] += indices.count }
     }
 
     /// The reading lane sent these chunks (or could not read the file: `failed`).

@@ -85,8 +85,10 @@ final class MessageFileTests: XCTestCase {
         let offer = FileOfferMessage(fileID: id, name: "x.bin", size: UInt64(data.count), fileHash: Hash.blake2b(data), chunkRoot: tree.root)
         let files = b.node.messageFiles, aKey = a.node.identity.publicKey
         try await NodeCore.perform {
-            files.loadIfNeeded()
-            try b.node.store.step { step in try files.receiveOffer(offer, from: aKey, step) }
+            try b.node.store.step { step in
+                files.loadIfNeeded(step)
+                try files.receiveOffer(offer, from: aKey, step)
+            }
         }
         let bad = FileChunkMessage(fileID: id, index: 1, data: chunks[1].map { $0 ^ 1 }, proof: tree.proof(index: 1))
         let good = FileChunkMessage(fileID: id, index: 0, data: chunks[0], proof: tree.proof(index: 0))
