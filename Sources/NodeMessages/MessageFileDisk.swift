@@ -128,28 +128,33 @@ final class FileDisk: Sendable {
         return true
     }
 
-    /// Serves the read jobs until `finish`: `done(job, bytes sent, failed)` after each.
-    func runReads(_ done: @escaping @Sendable (ReadJob, Int64, Bool) async -> Void) async {
+    /// What became of a read job.
+    enum Served: Sendable {
+        /// The link took every chunk.
+        case sent(bytes: Int64)
+        /// The link went away: these bytes were handed to it, perhaps not all sent (the receiver asks again).
+        case linkGone(bytes: Int64)
+        /// The file cannot be read as offered.
+        case failed
+    }
+
+    /// Serves the read jobs until `finish`: `done(job, outcome)` after each.
+    func runReads(_ done: @escaping @Sendable (ReadJob, Served) async -> Void) async {
         for await job in reads {
-            var sent: Int64 = 0
-            var failed = false
+            let outcome: Served
             do {
-                sent = try await pool.runIfActive { try Self.serve(job) }
-            } catch is LinkGone {
-                // Nothing to do: the receiver asks again on its next link.
+                outcome = try await pool.runIfActive { try Self.serve(job) }
             } catch {
                 logger.warning("cannot serve an offered file", metadata: ["file": "\(job.fileID)", "error": "\(error)"])
-                failed = true
+                outcome = .failed
             }
-            await done(job, sent, failed)
+            await done(job, outcome)
         }
     }
 
-    struct LinkGone: Error {}
-
     /// Reads the chunks and writes them on the link; returns once the link took the last one
     /// (so at most one batch waits in its buffers).
-    static func serve(_ job: ReadJob) throws -> Int64 {
+    static func serve(_ job: ReadJob) throws -> Served {
         let fd = open(job.path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw HashError.io("cannot open \(job.path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
@@ -169,9 +174,9 @@ final class FileDisk: Sendable {
         do {
             try last?.wait()
         } catch {
-            throw LinkGone()
+            return .linkGone(bytes: sent)
         }
-        return sent
+        return .sent(bytes: sent)
     }
 
     // MARK: the writing lane

@@ -331,7 +331,7 @@ extension MessageFiles: FrameFlow {
         await NodeCore.run { self.resumeVerifying() }
         await withDiscardingTaskGroup { group in
             group.addTask { [self] in
-                await disk.runReads { job, sent, failed in await NodeCore.run { self.served(job, sentBytes: sent, failed: failed) } }
+                await disk.runReads { job, outcome in await NodeCore.run { self.served(job, outcome) } }
             }
             group.addTask { [self] in
                 await disk.runWrites { report in

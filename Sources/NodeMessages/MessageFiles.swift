@@ -233,8 +233,14 @@ public final class MessageFiles: Sendable {
         if disk.read(job) { queuedChunks[author, default: 0] += indices.count }
     }
 
-    /// The reading lane sent these chunks (or could not read the file: `failed`).
-    func served(_ job: FileDisk.ReadJob, sentBytes: Int64, failed: Bool) {
+    /// The reading lane sent these chunks (or lost the link on the way, or could not read the file).
+    func served(_ job: FileDisk.ReadJob, _ outcome: FileDisk.Served) {
+        let sentBytes: Int64, failed: Bool, complete: Bool
+        switch outcome {
+        case .sent(let n): (sentBytes, failed, complete) = (n, false, true)
+        case .linkGone(let n): (sentBytes, failed, complete) = (n, false, false)
+        case .failed: (sentBytes, failed, complete) = (0, true, false)
+        }
         queuedChunks[job.link.remotePublicKey ?? [], default: 0] -= job.indices.count
         if let key = job.link.remotePublicKey, queuedChunks[key, default: 0] <= 0 { queuedChunks[key] = nil }
         guard var out = outgoing[job.fileID] else { return }
@@ -254,7 +260,8 @@ public final class MessageFiles: Sendable {
             }
             return
         }
-        for i in job.indices where out.sent[i / 8] & (1 << UInt8(i % 8)) == 0 {
+        // Chunks count as sent once a link took them; bytes whenever they were handed to one.
+        for i in job.indices where complete && out.sent[i / 8] & (1 << UInt8(i % 8)) == 0 {
             out.sent[i / 8] |= 1 << UInt8(i % 8)
             out.sentCount += 1
         }

@@ -77,6 +77,10 @@ enum FileTarget {
         case 3: data = Array(data.prefix(max(1, data.count - 1)))                                  // wrong length
         default: break
         }
+        // A full-size chunk that would verify is forged: the harness runs no writing lane, so a kept
+        // 256 KiB chunk would wait in its queue for the rest of the run (the short last chunk and the
+        // one-chunk files are kept, and reach the write).
+        if data.count > 4096, index < k.chunks.count, data == k.chunks[index] { data[data.count - 1] &+= 1 }
         guard !data.isEmpty, data.count <= ChatLimits.chunkBytes, proof.count <= ChatLimits.maximumProofHashes else { return nil }
         return FileChunkMessage(fileID: k.offer.fileID, index: index, data: data, proof: proof)
     }

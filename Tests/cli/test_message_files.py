@@ -7,7 +7,7 @@ import hashlib
 import os
 import signal
 
-from tandem_testkit import befriend, cli, cli_json, events, wait_event
+from tandem_testkit import befriend, cli, cli_json, events, poll, wait_event
 
 CHUNK = 262_144
 CHUNKS = 32            # an 8 MiB file
@@ -53,8 +53,10 @@ def test_send_a_file_kill_the_receiver_mid_transfer_and_resume(make_node, tmp_pa
     info = cli_json(bob, "message", "save", sent["id"][:10], str(tmp_path / "copy.bin"))
     assert info["size"] == len(data) and (tmp_path / "copy.bin").read_bytes() == data
     assert got["bytes_received"] == len(data), "every chunk kept once"
-    sent_info = cli_json(alice, "message", "list", bob.id)["messages"][-1]["file"]
-    assert sent_info["state"] == "sent" and sent_info["direction"] == "out"
+    # Alice records a batch once the link took it: her count settles shortly after Bob's event.
+    sent_info = poll(lambda: (lambda f: f if f["state"] == "sent" else None)(
+        cli_json(alice, "message", "list", bob.id)["messages"][-1]["file"]), timeout=30, what="Alice's file is sent")
+    assert sent_info["direction"] == "out"
     resent = sent_info["bytes_sent"] - len(data)
     assert 0 <= resent <= 2 * WINDOW * CHUNK, f"{resent} bytes sent twice"
     # Bounded more tightly: at most what Bob had not synced when he was killed.
@@ -64,3 +66,18 @@ def test_send_a_file_kill_the_receiver_mid_transfer_and_resume(make_node, tmp_pa
     assert again.returncode == 2 and again.stderr.startswith("tandem: ") and "exists" in again.stderr
     bad = cli(bob, "message", "save", "zz", str(tmp_path / "x"), check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    # The sender killed mid-transfer: Bob keeps what he has, asks again once Alice is back (on the
+    # new link, at once), and the file completes; Alice serves from her stored leaf hashes.
+    data2 = os.urandom(CHUNKS * CHUNK // 2 + 77)
+    path2 = tmp_path / "notes.txt"
+    path2.write_bytes(data2)
+    sent2 = cli_json(alice, "message", "send", "--file", str(path2), bob.id)
+    wait_event(bob, "message.file_progress", f"file_id={sent2['file_id']}", timeout="60s")
+    alice_port = alice.port
+    alice.kill()
+    alice.start(port=alice_port)
+    got2 = wait_event(bob, "message.file_received", f"file_id={sent2['file_id']}", timeout="90s")
+    assert open(got2["path"], "rb").read() == data2 and got2["bytes_received"] == len(data2)
+    listed = cli_json(bob, "message", "list", alice.id)["messages"]
+    assert [m["file"]["state"] for m in listed if m["file"]] == ["received", "received"]
+    assert listed[-1]["text"] == "notes.txt", "a file sent without text carries its name"
