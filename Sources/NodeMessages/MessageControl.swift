@@ -76,6 +76,7 @@ extension MessageService {
             "seq": .int(m.seq),
             "reply_to": m.replyTo.map { .string(hexString(Array($0))) } ?? .null,
             "reactions": .array(reactions.map { .object(["author": idText(Array($0.author)), "emoji": .string($0.emoji)]) }),
+            "file": fileField(m, r),
         ])
     }
 

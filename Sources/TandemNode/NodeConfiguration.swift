@@ -25,6 +25,8 @@ public struct NodeConfiguration: Sendable {
     public var focus = FocusService.Configuration()
     /// The message service's per-friend bounds (messages.md 3.2; the bench raises them).
     package var messageLimits = MessageService.Limits()
+    /// File transfers' bounds (messages.md 7.5; tests shorten the offer lifetime).
+    package var fileLimits = MessageFiles.Limits()
     public init() {}
 
     /// Parses "host:port", ":port", "port" or "[v6]:port" (`HostPort.parse`).

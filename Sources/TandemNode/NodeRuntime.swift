@@ -59,6 +59,7 @@ public final class NodeRuntime: Sendable {
     package let focus: FocusService
     /// Messages between friends and challenges' threads.
     package let messages: MessageService
+    package let messageFiles: MessageFiles
     /// Inbound frames and link events on their way to the node core (`@NodeCore`), bounded.
     let inbound: InboundLane
     /// Frames owed to peers, until acknowledged.
@@ -159,8 +160,12 @@ public final class NodeRuntime: Sendable {
                                           ?? dataDirectory.map { $0.url.appendingPathComponent("hooks").path },
                                       limits: configuration.messageLimits, logger: logger)
         self.messages = messages
+        let messageFiles = MessageFiles(identity: identity, store: store, peers: peers, outbox: outbox, events: events, health: health,
+                                        messages: messages, directory: dataDirectory.map { $0.url.appendingPathComponent("files") },
+                                        limits: configuration.fileLimits, logger: logger)
+        self.messageFiles = messageFiles
         // The feature flows' routes: each owns its frame types; friends take the rest.
-        self.frameRouter = NodeFrameRouter(flows: [challenges, backup, messages], fallback: friends, presence: presence, outbox: outbox,
+        self.frameRouter = NodeFrameRouter(flows: [challenges, backup, messageFiles, messages], fallback: friends, presence: presence, outbox: outbox,
                                            clock: clock, store: store, events: events, health: health)
         // Every node seals its break-in log under its identity (Protocol/vault.md, the PIN guard).
         var vaultConfiguration = configuration.vault
@@ -195,6 +200,7 @@ public final class NodeRuntime: Sendable {
         backup.registerControlMethods(on: router)
         focus.registerControlMethods(on: router)
         messages.registerControlMethods(on: router)
+        messageFiles.registerControlMethods(on: router)
         registerStatus()
         // Stored on the core, in a step of their own, before anything the services do there.
         for row in quarantined {
@@ -282,6 +288,7 @@ public final class NodeRuntime: Sendable {
         services.append(backup)
         services.append(focus)
         services.append(MessageLoop(messages: messages))
+        services.append(MessageFileLoop(files: messageFiles))
         if let discovery { services.append(DiscoveryAfterListener(node: self, discovery: discovery)) }
         services.append(NodeAnnouncer(node: self))
         return services
@@ -387,6 +394,15 @@ struct MessageLoop: Service {
 
     func run() async throws {
         await cancelWhenGracefulShutdown { await messages.run() }
+    }
+}
+
+/// File transfers' disk lanes and timers (NodeMessages/MessageFileFlow.swift).
+struct MessageFileLoop: Service {
+    let files: MessageFiles
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await files.run() }
     }
 }
 

@@ -248,6 +248,8 @@ public struct NodeStore: Sendable {
         m.registerMigration("v8-vault-break-ins") { db in try MigrationV8.vaultBreakIns(db) }
         // Local nicknames for friends (Nicknames.swift).
         m.registerMigration("v9-friend-nicknames") { db in try MigrationNicknames.create(db) }
+        // Files between friends: bytes moved, the sender's leaf hashes, per-friend auto-accept (MigrationV9.swift).
+        m.registerMigration("v9-message-files") { db in try MigrationV9.messageFiles(db) }
         return m
     }
 

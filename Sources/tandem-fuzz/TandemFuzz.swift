@@ -50,7 +50,7 @@ struct FuzzTarget: Sendable {
 /// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here (they read
 /// `tandem-fuzz -list-targets`: name, max_len, short-run share, summary, tab-separated).
 enum FuzzRegistry {
-    static let all: [FuzzTarget] = [.frames, .machines, .node, .holder, .relay, .vault, .keys, .focus, .messages]
+    static let all: [FuzzTarget] = [.frames, .machines, .node, .holder, .relay, .vault, .keys, .focus, .messages, .files]
     static let defaultName = "frames"
     static let environmentVariable = "TANDEM_FUZZ_TARGET"
 

@@ -12,8 +12,8 @@ struct Chat: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Talk with a friend: history, live messages and receipts, a line to type into.",
         discussion: """
-        Each line you type is sent (at most 16 KiB). Commands: /react ID EMOJI, /retract ID, /quit (or end of \
-        input). Message ids are shown shortened; any unique prefix of at least 6 hex digits works. Messages \
+        Each line you type is sent (at most 16 KiB). Commands: /react ID EMOJI, /retract ID, /file PATH, /quit (or end \
+        of input). Message ids are shown shortened; any unique prefix of at least 6 hex digits works. Messages \
         you see here count as read (a read receipt goes out only if you turned them on for this friend).
         """)
     @OptionGroup var common: CommonOptions
@@ -35,7 +35,7 @@ struct Chat: AsyncParsableCommand {
         let since = try await calls.call(method: "events.list", params: ["limit": 0])["last_seq"]?.intValue ?? 0
         let first = try await calls.call(method: "message.list", params: ["friend": .string(friend), "limit": .int(Int64(history))])
         let friendID = first["conversation"]?.stringValue ?? friend
-        output("-- chat with \(friend.terminalSafe) -- /react ID EMOJI, /retract ID, /quit")
+        output("-- chat with \(friend.terminalSafe) -- /react ID EMOJI, /retract ID, /file PATH, /quit")
         for m in first["messages"]?.arrayValue ?? [] { output(messageLine(m)) }
         let lines = Self.standardInputLines()
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -80,9 +80,18 @@ struct Chat: AsyncParsableCommand {
                 _ = try await calls.call(method: "message.retract", params: ["id": .string(words[1])])
                 output("  retracted \(words[1].terminalSafe)")
             case "/file":
-                return note("files are not supported yet")
+                // The rest of the line is the path (it may hold spaces).
+                let path = trimmed.dropFirst("/file".count).trimmingCharacters(in: .whitespaces)
+                guard !path.isEmpty else { return note("usage: /file PATH") }
+                do {
+                    let r = try await sendFile(calls, to: friendID, path: path, caption: nil)
+                    output("  offered \(ChatText.terminalSafe(r["name"]?.stringValue ?? "")) (\(byteText(r["size"]?.intValue ?? 0)))"
+                           + " as \(String((r["id"]?.stringValue ?? "?").prefix(8)))")
+                } catch let e as TandemError {
+                    return note(e.message)
+                }
             case let w where w.hasPrefix("/") && !w.hasPrefix("//"):
-                return note("unknown command \(w.terminalSafe) (/react ID EMOJI, /retract ID, /quit)")
+                return note("unknown command \(w.terminalSafe) (/react ID EMOJI, /retract ID, /file PATH, /quit)")
             default:
                 // "//text" sends "/text".
                 let text = trimmed.hasPrefix("//") ? String(line.drop { $0 == " " }.dropFirst()) : line
@@ -135,6 +144,13 @@ struct Chat: AsyncParsableCommand {
                     output("  \(short("id")) \(ChatText.terminalSafe(f["emoji"]?.stringValue ?? "")) from them")
                 case "message.retracted" where f["conversation"]?.stringValue == friendID:
                     output("  \(short("id")) was retracted")
+                case "message.file_offered" where f["from"]?.stringValue == friendID && f["auto_accept"]?.boolValue == false:
+                    output("  \(short("message_id")) offers \(ChatText.terminalSafe(f["name"]?.stringValue ?? "")) "
+                           + "(\(byteText(f["size"]?.intValue ?? 0))): tandem message accept \(short("message_id"))")
+                case "message.file_received" where f["from"]?.stringValue == friendID:
+                    output("  \(short("message_id")) file received: \((f["path"]?.stringValue ?? "?").terminalSafe)")
+                case "message.file_failed" where f["from"]?.stringValue == friendID || f["to"]?.stringValue == friendID:
+                    output("  file \(short("file_id")) failed: \((f["reason"]?.stringValue ?? "?").terminalSafe)")
                 default:
                     break
                 }

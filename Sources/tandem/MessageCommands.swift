@@ -56,6 +56,7 @@ func messageLine(_ m: JSONValue) -> String {
     line += ": " + text
     let reactions = (m["reactions"]?.arrayValue ?? []).compactMap { $0["emoji"]?.stringValue.map(ChatText.terminalSafe) }
     if !reactions.isEmpty { line += "  " + reactions.joined(separator: " ") }
+    if let file = m["file"], let summary = fileSummary(file) { line += "  " + summary }
     return line
 }
 
@@ -70,7 +71,7 @@ struct MessageCommand: AsyncParsableCommand {
         of at least 6 hex digits (tandem message list).
         """,
         subcommands: [MessageSend.self, MessageList.self, MessageReact.self, MessageRetract.self, MessageSearch.self,
-                      MessageSettings.self])
+                      MessageSettings.self, MessageSave.self, MessageAcceptFile.self, MessageCancelFile.self, MessageFileSettings.self])
 }
 
 struct MessageSend: AsyncParsableCommand {
@@ -85,9 +86,16 @@ struct MessageSend: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Wait until the message is `delivered` (stored on the friend's node).", valueName: "delivered"))
     var wait: String?
     @Option(help: ArgumentHelp("How long --wait waits (exit 6 past it).", valueName: "duration")) var timeout: String = "30s"
+    @Option(help: ArgumentHelp("Offer this file (up to 4 GiB); the text, if any, is its caption.", valueName: "path")) var file: String?
 
     func validate() throws {
         if let wait, wait != "delivered" { throw ValidationError("--wait takes `delivered`") }
+        if file != nil {
+            if challenge != nil { throw ValidationError("files go to a friend, not to a challenge's thread") }
+            if friend == nil { throw ValidationError("give a friend and --file PATH") }
+            if wait != nil { throw ValidationError("--wait is for messages; follow a file with tandem events (message.file_*)") }
+            return
+        }
         if challenge != nil {
             if text == nil, friend != nil { return }  // `send --challenge ID TEXT`: the one argument is the text
             if text != nil { throw ValidationError("with --challenge, give only the text") }
@@ -97,6 +105,15 @@ struct MessageSend: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let file {
+            let caption = try text.map(messageText)
+            let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
+            defer { client.close() }
+            let r = try await sendFile(client, to: friend ?? "", path: file, caption: caption)
+            if common.json { return outputJSON(r.compactJSON) }
+            return output("Offered \(ChatText.terminalSafe(r["name"]?.stringValue ?? "")) (\(byteText(r["size"]?.intValue ?? 0))) "
+                          + "with message \(r["id"]?.stringValue ?? "?").")
+        }
         let body = try messageText(challenge != nil ? (friend ?? "") : (text ?? ""))
         var params: [String: JSONValue] = ["text": .string(body)]
         if let challenge { params["challenge"] = .string(challenge) } else { params["to"] = .string(friend ?? "") }

@@ -111,6 +111,13 @@ struct Node: AsyncParsableCommand {
         if ProcessInfo.processInfo.environment["TANDEM_TEST_CHEAP_PIN_HASH"] == "1" {
             config.vault.keyParameters = .testing
         }
+        // Tests only: a short file-offer lifetime, and a pause per chunk served (messages.md 7.5).
+        if let ms = ProcessInfo.processInfo.environment["TANDEM_TEST_FILE_OFFER_LIFETIME_MS"].flatMap(Int64.init), ms > 0 {
+            config.fileLimits.offerLifetimeMs = ms
+        }
+        if let ms = ProcessInfo.processInfo.environment["TANDEM_TEST_FILE_SERVE_DELAY_MS"].flatMap(Int.init), ms > 0 {
+            config.fileLimits.serveDelayMs = ms
+        }
         let discoveryOff = noDiscovery || !(ProcessInfo.processInfo.environment["TANDEM_NO_DISCOVERY"] ?? "").isEmpty
         if !discoveryOff {
             var discovery = DiscoveryConfiguration()

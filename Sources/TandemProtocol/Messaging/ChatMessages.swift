@@ -26,9 +26,8 @@ extension MessageType {
     public static let fileChunk = MessageType(rawValue: 0x050B)
     public static let fileCancel = MessageType(rawValue: 0x050C)
 
-    /// The messaging types. Those the node's message service handles (`handledMessageTypes`) are
-    /// in `known`; the file types are not yet: a node answers them UNKNOWN_TYPE (README 5.11), which
-    /// is what a sender must expect of an older peer anyway.
+    /// The messaging types; the node handles all of them (`handledMessageTypes`, in `known`). An
+    /// older peer answers the file types UNKNOWN_TYPE (README 5.11): a sender must expect that.
     public static let messageTypes: [MessageType] = [
         .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest,
         .conversationSettings, .fileOffer, .fileRequest, .fileChunk, .fileCancel,
@@ -37,6 +36,7 @@ extension MessageType {
     /// The messaging types the node's message service handles (in `known`).
     public static let handledMessageTypes: Set<MessageType> = [
         .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest, .conversationSettings,
+        .fileOffer, .fileRequest, .fileChunk, .fileCancel,
     ]
 
     public static let messageNames: [UInt16: String] = [

@@ -1,0 +1,337 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import Sodium
+import Synchronization
+import TandemNet
+import TandemProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The disk work of file transfers, off the node core and the event loops: two lanes of a NIO
+/// thread pool of its own, one reading (hashing a file to offer, serving chunks), one writing
+/// (received chunks, syncs, the final hash and the move into place). Jobs reach each lane through a
+/// stream and run one at a time, in order; a file is never read or held whole in memory (256 KiB
+/// at a time; a served batch at most `MessageFiles.Limits.chunksPerRequest` chunks).
+final class FileDisk: Sendable {
+    let directory: URL
+    let logger: Logger
+    private let pool: NIOThreadPool
+    private let reads: AsyncStream<ReadJob>
+    private let readInput: AsyncStream<ReadJob>.Continuation
+    private let writes: AsyncStream<WriteJob>
+    private let writeInput: AsyncStream<WriteJob>.Continuation
+    /// Open partial files and the chunks written to each since its last sync (writing lane only).
+    private let writer = Mutex(WriterState())
+
+    struct WriterState {
+        var open: [FileID: Int32] = [:]
+        var unsynced: [FileID: (indices: [Int], bytes: Int64)] = [:]
+    }
+
+    init(directory: URL, logger: Logger) {
+        self.directory = directory
+        self.logger = logger
+        pool = NIOThreadPool(numberOfThreads: 3)
+        pool.start()
+        // Bounded: a receiver has at most `window` chunks of each pending file in flight, a sender
+        // `queuedChunksPerFriend` per friend; these bounds are far above both.
+        (reads, readInput) = AsyncStream.makeStream(of: ReadJob.self, bufferingPolicy: .bufferingOldest(Self.queuedJobs))
+        (writes, writeInput) = AsyncStream.makeStream(of: WriteJob.self, bufferingPolicy: .bufferingOldest(Self.queuedJobs))
+    }
+
+    deinit {
+        pool.shutdownGracefully { _ in }
+    }
+
+    // MARK: hashing a file to offer
+
+    struct Hashed: Sendable {
+        let size: UInt64
+        let fileHash: [UInt8]
+        let tree: ChunkTreeLevels
+    }
+
+    enum HashError: Error, CustomStringConvertible {
+        case notAFile(String), tooLarge(UInt64), empty, io(String)
+        var description: String {
+            switch self {
+            case .notAFile(let p): "\(p) is not a regular file"
+            case .tooLarge(let n): "the file is \(n) bytes; at most 4 GiB (4294967296 bytes)"
+            case .empty: "the file is empty"
+            case .io(let s): s
+            }
+        }
+    }
+
+    /// Reads the file once, 256 KiB at a time: its size, BLAKE2b-256 and chunk tree.
+    func hash(path: String) async throws -> Hashed {
+        try await pool.runIfActive { try Self.hashFile(path) }
+    }
+
+    static func hashFile(_ path: String) throws -> Hashed {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw HashError.io("cannot open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw HashError.io("cannot read \(path)") }
+        guard (st.st_mode & S_IFMT) == S_IFREG else { throw HashError.notAFile(path) }
+        let size = UInt64(max(0, st.st_size))
+        guard size > 0 else { throw HashError.empty }
+        guard size <= ChatLimits.maximumFileBytes else { throw HashError.tooLarge(size) }
+        let n = ChunkTree.chunkCount(size: size)
+        var whole = Blake2b(outputLength: 32)
+        var leaves: [[UInt8]] = []
+        leaves.reserveCapacity(n)
+        var buffer = [UInt8](repeating: 0, count: ChatLimits.chunkBytes)
+        for i in 0..<n {
+            let length = ChunkTree.chunkLength(index: i, size: size)
+            try readFully(fd, &buffer, length: length, offset: Int64(i) * Int64(ChatLimits.chunkBytes), path: path)
+            buffer.withUnsafeBytes { whole.update(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
+            leaves.append(ChunkTree.leafHash(buffer[0..<length]))
+        }
+        return Hashed(size: size, fileHash: whole.finalize(), tree: ChunkTreeLevels(leaves: leaves))
+    }
+
+    static func readFully(_ fd: Int32, _ buffer: inout [UInt8], length: Int, offset: Int64, path: String) throws {
+        var done = 0
+        while done < length {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, length - done, off_t(offset + Int64(done))) }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { throw HashError.io("\(path) changed while it was read") }
+            done += n
+        }
+    }
+
+    // MARK: the reading lane: serving chunks
+
+    struct ReadJob: Sendable {
+        let fileID: FileID
+        let path: String
+        let size: UInt64
+        let indices: [Int]
+        let proofs: [[[UInt8]]]
+        let link: PeerLink
+        /// Tests only: a pause before each chunk.
+        var delayMs = 0
+    }
+
+    static let queuedJobs = 4096
+
+    /// False when the lane's queue is full (the job is not done; the asker asks again).
+    @discardableResult
+    func read(_ job: ReadJob) -> Bool {
+        if case .dropped = readInput.yield(job) { return false }
+        return true
+    }
+
+    /// What became of a read job.
+    enum Served: Sendable {
+        /// The link took every chunk.
+        case sent(bytes: Int64)
+        /// The link went away: these bytes were handed to it, perhaps not all sent (the receiver asks again).
+        case linkGone(bytes: Int64)
+        /// The file cannot be read as offered.
+        case failed
+    }
+
+    /// Serves the read jobs until `finish`: `done(job, outcome)` after each.
+    func runReads(_ done: @escaping @Sendable (ReadJob, Served) async -> Void) async {
+        for await job in reads {
+            let outcome: Served
+            do {
+                outcome = try await pool.runIfActive { try Self.serve(job) }
+            } catch {
+                logger.warning("cannot serve an offered file", metadata: ["file": "\(job.fileID)", "error": "\(error)"])
+                outcome = .failed
+            }
+            await done(job, outcome)
+        }
+    }
+
+    /// Reads the chunks and writes them on the link; returns once the link took the last one
+    /// (so at most one batch waits in its buffers).
+    static func serve(_ job: ReadJob) throws -> Served {
+        let fd = open(job.path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw HashError.io("cannot open \(job.path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, UInt64(max(0, st.st_size)) == job.size else { throw HashError.io("\(job.path) changed size") }
+        var buffer = [UInt8](repeating: 0, count: ChatLimits.chunkBytes)
+        var last: EventLoopFuture<Void>?
+        var sent: Int64 = 0
+        for (i, index) in job.indices.enumerated() {
+            if job.delayMs > 0 { usleep(useconds_t(min(job.delayMs, 10_000)) * 1000) }
+            let length = ChunkTree.chunkLength(index: index, size: job.size)
+            try readFully(fd, &buffer, length: length, offset: Int64(index) * Int64(ChatLimits.chunkBytes), path: job.path)
+            let chunk = FileChunkMessage(fileID: job.fileID, index: index, data: Array(buffer[0..<length]), proof: job.proofs[i])
+            last = job.link.send(type: .fileChunk, payload: chunk.payload)
+            sent += Int64(length)
+        }
+        do {
+            try last?.wait()
+        } catch {
+            return .linkGone(bytes: sent)
+        }
+        return .sent(bytes: sent)
+    }
+
+    // MARK: the writing lane
+
+    struct WriteJob: Sendable {
+        enum Kind: Sendable {
+            case write(index: Int, offset: UInt64, data: [UInt8], syncAfter: Bool)
+            case flush
+            case verify(hash: [UInt8], name: String)
+            case remove
+        }
+        let fileID: FileID
+        let path: String
+        let kind: Kind
+
+        init(fileID: FileID, path: String, index: Int, offset: UInt64, data: [UInt8], syncAfter: Bool) {
+            (self.fileID, self.path, kind) = (fileID, path, .write(index: index, offset: offset, data: data, syncAfter: syncAfter))
+        }
+        init(fileID: FileID, path: String, flush: Bool) { (self.fileID, self.path, kind) = (fileID, path, .flush) }
+        init(fileID: FileID, path: String, verify hash: [UInt8], name: String) {
+            (self.fileID, self.path, kind) = (fileID, path, .verify(hash: hash, name: name))
+        }
+        init(fileID: FileID, path: String, remove: Bool) { (self.fileID, self.path, kind) = (fileID, path, .remove) }
+    }
+
+    enum WriteReport: Sendable {
+        /// These chunks are written and synced.
+        case durable(FileID, [Int], Int64)
+        case failed(FileID, String)
+        /// The whole file's hash, and where it was moved when it matched.
+        case verified(FileID, [UInt8], String?)
+    }
+
+    /// False when the lane's queue is full (cannot happen within the receiver's bounds; logged).
+    @discardableResult
+    func write(_ job: WriteJob) -> Bool {
+        if case .dropped = writeInput.yield(job) {
+            logger.error("the file writing lane is full: a job was dropped", metadata: ["file": "\(job.fileID)"])
+            return false
+        }
+        return true
+    }
+
+    func finish() {
+        readInput.finish()
+        writeInput.finish()
+    }
+
+    func runWrites(_ report: @escaping @Sendable (WriteReport) async -> Void) async {
+        for await job in writes {
+            let out: [WriteReport]
+            do {
+                out = try await pool.runIfActive { try self.writer.withLock { try self.handle(job, &$0) } }
+            } catch {
+                writer.withLock { s in
+                    if let fd = s.open.removeValue(forKey: job.fileID) { close(fd) }
+                    s.unsynced[job.fileID] = nil
+                }
+                out = [.failed(job.fileID, "\(error)")]
+            }
+            for r in out { await report(r) }
+        }
+        writer.withLock { s in
+            for fd in s.open.values { close(fd) }
+            s.open = [:]
+        }
+    }
+
+    private func fd(for job: WriteJob, _ s: inout WriterState) throws -> Int32 {
+        if let fd = s.open[job.fileID] { return fd }
+        let dir = (job.path as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        _ = chmod(directory.path, 0o700)
+        let fd = open(job.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw HashError.io("cannot open \(job.path): \(String(cString: strerror(errno)))") }
+        s.open[job.fileID] = fd
+        return fd
+    }
+
+    private func sync(_ id: FileID, _ fd: Int32, _ s: inout WriterState) throws -> WriteReport? {
+        guard fdatasync(fd) == 0 else { throw HashError.io("cannot sync a received file: \(String(cString: strerror(errno)))") }
+        guard let pending = s.unsynced.removeValue(forKey: id), !pending.indices.isEmpty else { return nil }
+        return .durable(id, pending.indices, pending.bytes)
+    }
+
+    private func handle(_ job: WriteJob, _ s: inout WriterState) throws -> [WriteReport] {
+        switch job.kind {
+        case .write(let index, let offset, let data, let syncAfter):
+            let fd = try fd(for: job, &s)
+            var done = 0
+            while done < data.count {
+                let n = data.withUnsafeBytes { pwrite(fd, $0.baseAddress! + done, data.count - done, off_t(Int64(offset) + Int64(done))) }
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else { throw HashError.io("cannot write a received file: \(String(cString: strerror(errno)))") }
+                done += n
+            }
+            s.unsynced[job.fileID, default: ([], 0)].indices.append(index)
+            s.unsynced[job.fileID, default: ([], 0)].bytes += Int64(data.count)
+            return syncAfter ? try sync(job.fileID, fd, &s).map { [$0] } ?? [] : []
+        case .flush:
+            guard let fd = s.open[job.fileID] else { return [] }
+            return try sync(job.fileID, fd, &s).map { [$0] } ?? []
+        case .verify(let expected, let name):
+            // The last chunks' bits first: the core stores them before it hears of the hash.
+            var out: [WriteReport] = []
+            if let fd = s.open.removeValue(forKey: job.fileID) {
+                defer { close(fd) }
+                if let report = try sync(job.fileID, fd, &s) { out.append(report) }
+            }
+            let hash = try Self.hashWhole(job.path)
+            guard hash == expected else { return out + [.verified(job.fileID, hash, nil)] }
+            return out + [.verified(job.fileID, hash, try place(job.path, name: name))]
+        case .remove:
+            if let fd = s.open.removeValue(forKey: job.fileID) { close(fd) }
+            s.unsynced[job.fileID] = nil
+            unlink(job.path)
+            return []
+        }
+    }
+
+    static func hashWhole(_ path: String) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw HashError.io("cannot open \(path)") }
+        defer { close(fd) }
+        var h = Blake2b(outputLength: 32)
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
+            if n < 0, errno == EINTR { continue }
+            guard n >= 0 else { throw HashError.io("cannot read \(path)") }
+            if n == 0 { break }
+            buffer.withUnsafeBytes { h.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        }
+        return h.finalize()
+    }
+
+    /// Moves the verified partial file into the downloads folder under its name, or "name (2)",
+    /// "name (3)"… (never over an existing file: `link` fails on one), then syncs the folder.
+    func place(_ partial: String, name: String) throws -> String {
+        let ext = (name as NSString).pathExtension
+        let stem = ext.isEmpty ? name : (name as NSString).deletingPathExtension
+        for n in 1...1000 {
+            let candidate = n == 1 ? name : (ext.isEmpty ? "\(stem) (\(n))" : "\(stem) (\(n)).\(ext)")
+            let dest = directory.appendingPathComponent(candidate).path
+            if link(partial, dest) == 0 {
+                unlink(partial)
+                let dfd = open(directory.path, O_RDONLY | O_CLOEXEC)
+                if dfd >= 0 {
+                    fsync(dfd)
+                    close(dfd)
+                }
+                return dest
+            }
+            guard errno == EEXIST else { throw HashError.io("cannot move a received file into place: \(String(cString: strerror(errno)))") }
+        }
+        throw HashError.io("too many files named \(name)")
+    }
+}

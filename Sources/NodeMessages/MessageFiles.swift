@@ -1,0 +1,294 @@
+import Foundation
+import Logging
+import NIOPosix
+import Sodium
+import TandemNet
+import TandemProtocol
+import TandemStore
+import TandemNodeCore
+
+/// Files between friends (Protocol/messages.md 7): FILE_OFFER, FILE_REQUEST, FILE_CHUNK, FILE_CANCEL.
+///
+/// The sender offers a file it hashed once (leaf hashes kept in `fileLeaves`) and serves the
+/// chunks a friend asks for, read from the file in bounded batches on `disk`'s reading lane. The
+/// receiver keeps a `FileReceiver` per transfer; each verified chunk is written on the writing
+/// lane, and its bit is persisted only once the chunk is synced (`syncEveryChunks`), so a kill -9
+/// of either side resumes from the stored bitmap. Everything here runs on the node core; the disk
+/// work never does.
+@NodeCore
+public final class MessageFiles: Sendable {
+    /// The receiver's bounds and the sender's serving bounds (messages.md 7.5).
+    package struct Limits: Sendable {
+        /// Offers up to this size from a friend are fetched without asking (the node's default;
+        /// `message.file_settings` sets it per node and per friend).
+        package var autoAcceptBytes: Int64 = 100 << 20
+        package var pendingPerFriend = ChatLimits.pendingFilesPerFriend
+        package var pendingTotal = ChatLimits.pendingFilesTotal
+        /// Bytes of all incoming files not finished (offered, receiving or verifying).
+        package var pendingBytesTotal: Int64 = 16 << 30
+        /// How long an offer lives (both sides): past it, an unfinished transfer fails `EXPIRED`.
+        package var offerLifetimeMs: Int64 = 8 * 86_400_000
+        /// Chunks requested at once by a receiver.
+        package var window = 16
+        package var requestTimeoutMs: Int64 = 30_000
+        /// A receiver persists its bitmap after syncing this many written chunks (and at the end).
+        package var syncEveryChunks = 16
+        /// A sender serves at most this many chunks of one FILE_REQUEST, and keeps at most this
+        /// many queued for reading per friend; what is past it is not served (the receiver asks again).
+        package var chunksPerRequest = 32
+        package var queuedChunksPerFriend = 64
+        /// Tests only: a pause before each chunk served (a transfer slow enough to interrupt).
+        package var serveDelayMs = 0
+        package init() {}
+    }
+
+    let identity: SigningKeyPair
+    let store: NodeStore
+    let peers: PeerManager
+    let outbox: Outbox
+    let events: EventBus
+    let health: StoreHealth
+    let logger: Logger
+    let limits: Limits
+    let clock: @Sendable () -> Int64
+    let messages: MessageService
+    let disk: FileDisk
+    /// Where received files go (0700); partial files in its `.partial` folder.
+    package let directory: URL
+
+    struct Incoming {
+        var receiver: FileReceiver
+        let peer: [UInt8]
+        let partial: String
+        let messageID: [UInt8]?
+        /// Bits of chunks synced to disk (what the stored bitmap says).
+        var durable: [UInt8]
+        /// Chunks handed to the writer and not yet reported durable.
+        var unsynced = 0
+        var lastChunkMs: Int64 = 0
+        var reportedPercent = -1
+    }
+
+    struct Outgoing {
+        let offer: FileOfferMessage
+        let peer: [UInt8]
+        let path: String
+        var tree: ChunkTreeLevels?
+        /// Chunks sent at least once.
+        var sent: [UInt8]
+        var sentCount: Int
+        var state: StoredFileTransfer.State
+        let deadlineMs: Int64
+        var reportedPercent = -1
+    }
+
+    var incoming: [FileID: Incoming] = [:]
+    var outgoing: [FileID: Outgoing] = [:]
+    /// Chunks queued for reading, per friend (the serving bound).
+    var queuedChunks: [[UInt8]: Int] = [:]
+    private var loaded = false
+
+    package nonisolated init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus,
+                             health: StoreHealth, messages: MessageService, directory: URL?, limits: Limits = Limits(),
+                             logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(wallClockMilliseconds()) }) {
+        self.identity = identity
+        self.store = store
+        self.peers = peers
+        self.outbox = outbox
+        self.events = events
+        self.health = health
+        self.messages = messages
+        self.limits = limits
+        self.logger = logger
+        self.clock = clock
+        // A node without a data directory (tests) keeps its files in a private temporary folder.
+        let dir = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("tandem-files-\(hexString(Sodium.randomBytes(8)))")
+        self.directory = dir
+        self.disk = FileDisk(directory: dir, logger: logger)
+    }
+
+    var me: [UInt8] { identity.publicKey }
+    func now() -> Int64 { clock() }
+    func idText(_ key: [UInt8]) -> JSONValue { .string(NodeID(publicKey: key).canonical) }
+
+    // MARK: - Loading
+
+    /// The open transfers from the store (once, before anything else touches them).
+    /// `r`: the step the caller is in, or the store outside one.
+    package func loadIfNeeded(_ r: StoreReading) {
+        guard !loaded else { return }
+        loaded = true
+        let rows = health.read("read the open file transfers", or: []) { try r.openFileTransfers() }
+        let nowMs = now()
+        for row in rows {
+            guard let offer = row.offer else { continue }
+            switch row.direction {
+            case .incoming:
+                var receiver: FileReceiver
+                switch row.state {
+                case .offered:
+                    receiver = FileReceiver(offer: offer, nowMs: nowMs, deadlineMs: row.deadlineMs, window: limits.window,
+                                            requestTimeoutMs: limits.requestTimeoutMs)
+                case .receiving, .verifying:
+                    receiver = FileReceiver(resuming: offer, bitmap: Array(row.bitmap), nowMs: nowMs, deadlineMs: row.deadlineMs,
+                                            window: limits.window, requestTimeoutMs: limits.requestTimeoutMs)
+                case .complete, .failed:
+                    continue
+                }
+                _ = receiver.tick(nowMs: nowMs)  // nothing in flight yet: the first tick after a link asks
+                incoming[offer.fileID] = Incoming(receiver: receiver, peer: Array(row.peer), partial: partialPath(offer.fileID),
+                                                  messageID: offer.messageID, durable: Array(row.bitmap))
+            case .outgoing:
+                guard let path = row.path else { continue }
+                let sent = Array(row.bitmap)
+                outgoing[offer.fileID] = Outgoing(offer: offer, peer: Array(row.peer), path: path, tree: nil, sent: sent,
+                                                  sentCount: sent.reduce(0) { $0 + $1.nonzeroBitCount }, state: row.state,
+                                                  deadlineMs: row.deadlineMs)
+            }
+        }
+    }
+
+    /// Forgets every transfer held in memory (the fuzz harness, whose store is emptied between inputs).
+    package func forgetAll() {
+        incoming = [:]
+        outgoing = [:]
+        queuedChunks = [:]
+        loaded = false
+    }
+
+    /// The chunks each incoming transfer holds (verified), for checks.
+    package func heldChunks() -> [FileID: [Int]] {
+        incoming.mapValues { t in (0..<t.receiver.offer.chunkCount).filter { t.receiver.has($0) } }
+    }
+
+    func partialPath(_ id: FileID) -> String { directory.appendingPathComponent(".partial/\(id).part").path }
+
+    /// The auto-accept limit for `peer`: its own, else the node's, else the default.
+    func autoAcceptBytes(_ peer: [UInt8], _ r: StoreReading) -> Int64 {
+        if let own = health.read("read a friend's file setting", or: nil, { try r.fileAutoAcceptBytes(peer: peer) }) { return own }
+        if let text = health.read("read the file setting", or: nil, { try r.setting(Self.autoAcceptSetting) }), let v = Int64(text) { return v }
+        return limits.autoAcceptBytes
+    }
+
+    nonisolated static let autoAcceptSetting = "file_auto_accept_bytes"
+
+    // MARK: - Sending
+
+    /// Offers the file at `path` (already hashed: `hashed`) to `to`, with a MESSAGE carrying
+    /// `text` (or the file's name) that the offer is attached to; one step.
+    func offer(to key: [UInt8], path: String, name: String, hashed: FileDisk.Hashed, text: String?, _ step: StoreStep) throws -> JSONValue {
+        loadIfNeeded(step)
+        let params: [String: JSONValue] = ["to": .string(NodeID(publicKey: key).canonical), "text": .string(text ?? name)]
+        let sent = try messages.send(.object(params), step)
+        guard let idText = sent["id"]?.stringValue, let messageID = parseHex(idText) else { throw NodeError.failed("the message was not sent") }
+        let fileID = FileID.random()
+        let offer = FileOfferMessage(fileID: fileID, name: name, size: hashed.size, fileHash: hashed.fileHash,
+                                     chunkRoot: hashed.tree.root, messageID: messageID)
+        let c = try step.directConversation(peer: key, nowMs: now())
+        guard let cid = c.id else { throw MessageStoreError.noSuchConversation }
+        let nowMs = now()
+        let deadline = nowMs.addingSaturated(limits.offerLifetimeMs)
+        let row = StoredFileTransfer(offer: offer, conversationId: cid, direction: .outgoing, peer: key, path: path, nowMs: nowMs,
+                                     deadlineMs: deadline)
+        let frame = outbox.frame(.fileOffer, to: key, payload: offer.payload, in: step)
+        try step.storeOutgoingFile(row, leaves: hashed.tree.packedLeaves, frame: frame)
+        outbox.send(to: [key], in: step)
+        let record = Outgoing(offer: offer, peer: key, path: path, tree: hashed.tree, sent: Array(row.bitmap), sentCount: 0, state: .offered,
+                              deadlineMs: deadline)
+        step.afterCommit { [self] in outgoing[fileID] = record }
+        events.emit("message.file_offered", ["file_id": .string(fileID.description), "message_id": .string(idText), "direction": "out",
+                                             "to": self.idText(key), "name": .string(name), "size": .int(Int64(hashed.size))], in: step)
+        return .object(["id": .string(idText), "file_id": .string(fileID.description), "name": .string(name),
+                        "size": .int(Int64(hashed.size)), "seq": sent["seq"] ?? .null])
+    }
+
+    /// A FILE_REQUEST for one of our files: the chunks asked for (within the serving bounds) are
+    /// read and sent on the link it came by.
+    func serve(_ request: FileRequestMessage, from author: [UInt8], link: PeerLink, _ step: StoreStep) {
+        guard var out = outgoing[request.fileID], out.peer == author else { return }
+        switch out.state {
+        case .offered, .receiving, .verifying, .complete: break
+        case .failed: return
+        }
+        guard now() < out.deadlineMs, request.fits(chunkCount: out.offer.chunkCount) else { return }
+        if out.tree == nil {
+            let packed = health.read("read a file's chunk hashes", or: nil) { try step.fileLeaves(request.fileID.bytes) }
+            out.tree = packed.flatMap { ChunkTreeLevels(packedLeaves: $0) }
+            guard let tree = out.tree, tree.count == out.offer.chunkCount, tree.root == out.offer.chunkRoot else {
+                logger.error("an offered file's chunk hashes are missing or wrong", metadata: ["file": "\(request.fileID)"])
+                return
+            }
+            outgoing[request.fileID] = out
+        }
+        guard let tree = out.tree else { return }
+        let room = min(limits.chunksPerRequest, limits.queuedChunksPerFriend - queuedChunks[author, default: 0])
+        guard room > 0 else { return }
+        var indices: [Int] = []
+        for r in request.ranges {
+            for i in r.first..<r.end where indices.count < room { indices.append(i) }
+        }
+        guard !indices.isEmpty else { return }
+        let job = FileDisk.ReadJob(fileID: request.fileID, path: out.path, size: out.offer.size, indices: indices,
+                                   proofs: indices.map { tree.proof(index: $0) }, link: link, delayMs: limits.serveDelayMs)
+        if disk.read(job) { queuedChunks[author, default: 0] += indices.count }
+    }
+
+    /// The reading lane sent these chunks (or lost the link on the way, or could not read the file).
+    func served(_ job: FileDisk.ReadJob, _ outcome: FileDisk.Served) {
+        let sentBytes: Int64, failed: Bool, complete: Bool
+        switch outcome {
+        case .sent(let n): (sentBytes, failed, complete) = (n, false, true)
+        case .linkGone(let n): (sentBytes, failed, complete) = (n, false, false)
+        case .failed: (sentBytes, failed, complete) = (0, true, false)
+        }
+        queuedChunks[job.link.remotePublicKey ?? [], default: 0] -= job.indices.count
+        if let key = job.link.remotePublicKey, queuedChunks[key, default: 0] <= 0 { queuedChunks[key] = nil }
+        guard var out = outgoing[job.fileID] else { return }
+        defer { events.published() }
+        if failed {
+            // The file is gone or changed size: the offer ends.
+            outgoing[job.fileID] = nil
+            health.attempt("end an offered file") {
+                try store.step { step in
+                    try step.endOutgoingFile(job.fileID.bytes, state: .failed, failure: "gone", nowMs: now())
+                    let cancel = FileCancelMessage(fileID: job.fileID, reason: .gone)
+                    try step.enqueue(outbox.frame(.fileCancel, to: out.peer, payload: cancel.payload, in: step))
+                    outbox.send(to: [out.peer], in: step)
+                    events.emit("message.file_failed", ["file_id": .string(job.fileID.description), "direction": "out",
+                                                        "reason": "gone", "to": idText(out.peer)], in: step)
+                }
+            }
+            return
+        }
+        // Chunks count as sent once a link took them; bytes whenever they were handed to one.
+        for i in job.indices where complete && out.sent[i / 8] & (1 << UInt8(i % 8)) == 0 {
+            out.sent[i / 8] |= 1 << UInt8(i % 8)
+            out.sentCount += 1
+        }
+        let total = out.offer.chunkCount
+        let percent = total == 0 ? 100 : out.sentCount * 100 / total
+        let before = out.state
+        if out.sentCount == total { out.state = .complete } else if out.state == .offered { out.state = .receiving }
+        let report = percent != out.reportedPercent || before != out.state
+        out.reportedPercent = percent
+        outgoing[job.fileID] = out
+        health.attempt("record a file's progress") {
+            try store.step(syncing: false) { step in
+                try step.addFileBytesMoved(job.fileID.bytes, sentBytes)
+                try step.setFileProgress(job.fileID.bytes, state: out.state, bitmap: out.sent, durable: false, nowMs: now())
+                guard report else { return }
+                let moved = try step.fileBytesMoved(job.fileID.bytes)
+                var fields: [String: JSONValue] = [
+                    "file_id": .string(job.fileID.description), "direction": "out", "to": idText(out.peer),
+                    "message_id": out.offer.messageID.map { .string(hexString($0)) } ?? .null,
+                    "size": .int(Int64(out.offer.size)), "percent": .int(Int64(percent)), "bytes_sent": .int(moved),
+                ]
+                events.emit("message.file_progress", fields, in: step)
+                if out.state == .complete, before != .complete {
+                    fields["percent"] = nil
+                    events.emit("message.file_sent", fields, in: step)
+                }
+            }
+        }
+    }
+}
