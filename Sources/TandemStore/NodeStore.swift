@@ -246,6 +246,9 @@ public struct NodeStore: Sendable {
         // The break-in log without any digit of a wrong PIN, each entry sealed by the vault service
         // (MigrationV8.swift, Protocol/vault.md "The PIN guard").
         m.registerMigration("v8-vault-break-ins") { db in try MigrationV8.vaultBreakIns(db) }
+        // A thread inviter's copy of each participant's signed MESSAGE, to forward again on a
+        // GAP_REQUEST (MigrationThreadFrames.swift, Protocol/messages.md 5.2).
+        m.registerMigration("v9-message-thread-frames") { db in try MigrationThreadFrames.threadFrames(db) }
         return m
     }
 
