@@ -1087,6 +1087,9 @@ def gen_message_frames(add_valid, created):
               {"message": "tandem.v1.FileRequest", "file_id": h(file_id), "ranges": "0+2"})
     add_valid("FILE_CANCEL", BOB, ALICE, "FILE_CANCEL", 0x050C, "chat/file-cancel", created, pb_bytes(1, file_id) + pb_varint(2, 1),
               {"message": "tandem.v1.FileCancel", "file_id": h(file_id), "reason": "1"})
+    second = label_bytes("chat/delivered-2", 16)
+    add_valid("DELIVERED", BOB, ALICE, "DELIVERED", 0x050D, "chat/delivered", created, pb_rep_bytes(1, [first, second]),
+              {"message": "tandem.v1.DeliveryReceipt", "message_ids": h(first) + "," + h(second)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1135,7 +1138,7 @@ RELAY = IDENTITIES["dave"]          # the relay's identity in these vectors
 RELAY_DEFAULT_PORT = 7820
 JOIN_MAGIC = b"TDMJOIN1"
 MAILBOX_MAX_AGE_MS = 8 * 24 * 60 * 60 * 1000
-MAILABLE_TYPES = set(range(0x0101, 0x0106)) | set(range(0x0201, 0x0207)) | set(range(0x0501, 0x0507)) | {0x0508}
+MAILABLE_TYPES = set(range(0x0101, 0x0106)) | set(range(0x0201, 0x0207)) | set(range(0x0501, 0x0507)) | {0x0508, 0x050D}
 
 
 def parse_relay_address(text):

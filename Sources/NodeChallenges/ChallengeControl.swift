@@ -267,9 +267,13 @@ extension ChallengeService {
         var focusedMs: Int64 = 0
         var days = Set<Int>()
         let calendar = Calendar.current
+        /// Our newest results, for the lines beside which cheers are shown.
+        var recent: [(seq: Int64, committedAt: Int64, record: Tandem_V1_OutcomeRecord, mine: Tandem_V1_ParticipantOutcome)] = []
         for (entry, committedAt) in try store.ledger() {
             guard let r = try? Tandem_V1_OutcomeRecord(serializedBytes: entry.record),  // a record that does not parse is skipped
                   let mine = r.outcomes.first(where: { Array($0.publicKey) == me }) else { continue }
+            recent.append((entry.seq, committedAt, r, mine))
+            if recent.count > Self.statsRecentEntries { recent.removeFirst() }
             let solo = r.outcomes.count == 1
             switch mine.result {
             case .completed:
@@ -309,6 +313,26 @@ extension ChallengeService {
             "focused_minutes": .int(focusedMs / 60_000),
             "current_streak_days": .int(Int64(current)),
             "longest_streak_days": .int(Int64(longest)),
+            "cheers_received": .int(Int64(try store.cheersCount(subject: me))),
+            "recent": .array(recent.reversed().map { e in
+                // Cheers friends sent on our result in this entry (`tandem cheer`).
+                let cheers = health.read("read the cheers", or: []) { try store.cheers(challengeId: Array(e.record.challengeID)) }
+                    .filter { Array($0.subject) == me }
+                return .object([
+                    "seq": .int(e.seq),
+                    "committed_at": JSONValue.iso(e.committedAt),
+                    "duration_ms": .int(Int64(clamping: e.record.durationMs)),
+                    "solo": .bool(e.record.outcomes.count == 1),
+                    "result": .string(Self.resultName(e.mine.result)),
+                    "cheers": .array(cheers.map { c in
+                        .object(["from": idText(Array(c.author)), "from_name": .string(name(Array(c.author), store)),
+                                 "emoji": .string(c.emoji), "text": .string(c.text)])
+                    }),
+                ])
+            }),
         ])
     }
+
+    /// Entries `stats` lists with their cheers, newest first.
+    nonisolated static let statsRecentEntries = 5
 }

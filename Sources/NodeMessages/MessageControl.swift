@@ -81,7 +81,8 @@ extension MessageService {
     }
 
     nonisolated public func registerControlMethods(on router: ControlRouter) {
-        router.registerOnCore(in: store, publishing: events, "message.send") { [self] params, step in try send(params, step) }
+        // Through the send lane: sends that arrive together share one step (group commit).
+        router.register("message.send") { [self] params in try await submitSend(params) }
         router.registerOnCore(in: store, publishing: events, "message.list") { [self] params, step in try list(params, step) }
         router.registerOnCore(in: store, publishing: events, "message.react") { [self] params, step in try react(params, step) }
         router.registerOnCore(in: store, publishing: events, "message.retract") { [self] params, step in try retract(params, step) }

@@ -29,8 +29,8 @@ extension MessageService {
         do {
             let outcome: Outcome
             switch envelope.type {
-            case .chatMessage, .chatReaction, .retract, .cheer, .readReceipt, .chatForward, .conversationSettings:
-                outcome = try receiveDurable(envelope, step)
+            case .chatMessage, .chatReaction, .retract, .cheer, .readReceipt, .chatForward, .conversationSettings, .deliveryReceipt:
+                outcome = try receiveDurable(envelope, viaMail: link == nil, step)
             case .gapRequest:
                 // Not acknowledged (sent directly, repeated by the asker); a malformed one is dropped.
                 guard let request = try? GapRequestMessage(payload: envelope.payload) else { return }  // dropped silently (messages.md 2)
@@ -67,7 +67,9 @@ extension MessageService {
     }
 
     /// The acknowledged types: admission, bounds, exactly once, then the change.
-    func receiveDurable(_ envelope: Envelope, _ step: StoreStep) throws -> Outcome {
+    /// `viaMail`: the frame came from a relay mailbox (no ACK can go back: a stored MESSAGE is
+    /// answered with DELIVERED instead, messages.md 2.2).
+    func receiveDurable(_ envelope: Envelope, viaMail: Bool = false, _ step: StoreStep) throws -> Outcome {
         let author = envelope.author
         // Cheap checks before anything is decoded or written: a frame from anyone but a friend is
         // dropped (and acknowledged within the stranger budget). Thread frames need no exception:
@@ -75,7 +77,8 @@ extension MessageService {
         // participant was; partners who are not our friends reach us inside the inviter's FORWARD.
         let friend = outbox.isFriend(author, in: step)
         guard friend else { return .drop }
-        if envelope.type != .readReceipt && envelope.type != .chatForward, !allowFrame(from: author) { return .withhold }
+        if envelope.type != .readReceipt && envelope.type != .chatForward && envelope.type != .deliveryReceipt,
+           !allowFrame(from: author) { return .withhold }
         if try step.wasHandled(envelope.messageID.bytes) { return .acknowledge }
         let handled = outbox.handledMark(envelope, fromFriend: true, in: step)
         switch envelope.type {
@@ -84,6 +87,7 @@ extension MessageService {
             guard let c = try conversation(for: author, thread: body.challengeID, step) else { return .drop }
             let outcome = try receiveMessage(envelope, body, c, handled: handled, step)
             if outcome == .acknowledge, c.challengeId != nil { try forward(envelope, .message(body), body.challengeID, step) }
+            if outcome == .acknowledge, viaMail { oweReceipt(for: envelope.messageID.bytes, to: author, step) }
             return outcome
         case .chatReaction:
             let r = try ChatReactionMessage(payload: envelope.payload)
@@ -110,6 +114,10 @@ extension MessageService {
         case .conversationSettings:
             let m = try ConversationSettingsMessage(payload: envelope.payload)
             try receiveSettings(envelope, m, handled: handled, step)
+            return .acknowledge
+        case .deliveryReceipt:
+            let m = try DeliveryReceiptMessage(payload: envelope.payload)
+            try receiveDeliveryReceipt(envelope, m, handled: handled, step)
             return .acknowledge
         default:
             return .acknowledge
@@ -225,7 +233,8 @@ extension MessageService {
     /// A GAP_REQUEST: the asked seqs of `request.author` in the conversation are queued again, from
     /// the outbox when their frames are still there, else re-signed from the message table with
     /// the same ids (messages.md 2.1). Only our own messages (or, as a thread's inviter, the
-    /// thread's) are re-sent, only to a friend or participant of that conversation.
+    /// thread's: their authors' own frames, forwarded again) are re-sent, only to a friend or
+    /// participant of that conversation.
     func answerGapRequest(_ request: GapRequestMessage, from asker: [UInt8], _ step: StoreStep) {
         health.attempt("answer a gap request") {
             guard let c = try conversation(for: asker, thread: request.challengeID, step), let cid = c.id else { return }
@@ -246,8 +255,14 @@ extension MessageService {
         guard !m.retracted, !m.text.isEmpty else { return false }
         let thread = c.challengeId.map { Array($0) }
         if Array(m.author) != me {
-            // A thread's message by someone else: its author's frame is forwarded again, if kept.
-            return false
+            // A thread's message by someone else: its author's frame is forwarded again, as kept
+            // when it was first forwarded (only the inviter keeps them).
+            guard let thread, Array(m.author) != to, let bytes = try step.threadFrame(Array(m.id)),
+                  let inner = try? Envelope.parse(bytes), inner.messageID.bytes == Array(m.id),  // a damaged row: not forwarded
+                  let body = try? ChatMessageBody(payload: inner.payload, createdAtMs: inner.createdAt) else { return false }  // as above
+            let payload = ChatForwardMessage(challengeID: thread, inner: inner, content: .message(body)).payload
+            try step.enqueue(outbox.frame(.chatForward, to: to, payload: payload, in: step))
+            return true
         }
         let body = ChatMessageBody(challengeID: thread, seq: UInt64(m.seq), lamport: UInt64(max(1, m.sentLamport)), text: m.text,
                                    replyTo: m.replyTo.map { Array($0) }, sentAtMs: UInt64(max(1, m.sentAtMs)))
@@ -369,6 +384,8 @@ extension MessageService {
     /// byte for byte, inside a FORWARD (messages.md 4, step 2), in this same step.
     func forward(_ envelope: Envelope, _ content: ChatForwardMessage.Content, _ thread: ThreadID?, _ step: StoreStep) throws {
         guard let thread, let ch = try step.challenge(thread), ch.inviter == me, envelope.author != me else { return }
+        // The author's MESSAGE is kept, byte for byte, to forward again on a GAP_REQUEST (5.2).
+        if case .message = content { try step.keepThreadFrame(envelope.messageID.bytes, envelope: envelope.bytes) }
         let payload = ChatForwardMessage(challengeID: thread, inner: envelope, content: content).payload
         let others = ch.participants.map(\.key).filter { $0 != me && $0 != envelope.author }
         for key in others { try step.enqueue(outbox.frame(.chatForward, to: key, payload: payload, in: step)) }

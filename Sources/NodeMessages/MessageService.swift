@@ -52,6 +52,10 @@ public final class MessageService: Sendable {
     /// step is held strongly, so no later step can be mistaken for it.
     private var staged: [Int64: ConversationOrder] = [:]
     private var stagedIn: StoreStep?
+    /// MESSAGEs the inbound batch `receiptsIn` stored from relay mail, by author, in order: a
+    /// DELIVERED per author goes into the same step when the batch ends (`batchEnded`).
+    var owedReceipts: [[UInt8]: [[UInt8]]] = [:]
+    var receiptsIn: StoreStep?
     /// Our MESSAGE frames the outbox wrote on a link: queued → sent.
     let written: AsyncStream<NodeSignal>
     /// `on-message` hooks (`<hooks>/on-message`, `<hooks>/on-message.d/*`), run for each message
@@ -61,6 +65,8 @@ public final class MessageService: Sendable {
     let hookInput: AsyncStream<[String: String]>.Continuation
     /// At most this many received messages wait for their hooks; more are dropped (logged).
     nonisolated static let hookBacklog = 256
+    /// `message.send` requests waiting for the core, handled in batches (group commit).
+    nonisolated let sendLane = MessageSendLane()
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus,
                              health: StoreHealth, signals: NodeSignals, hooksDirectory: String? = nil, limits: Limits = Limits(),

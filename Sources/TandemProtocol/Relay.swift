@@ -177,10 +177,10 @@ public enum TunnelJoin {
 public enum MailboxSeal {
     /// Message types a node may send through a mailbox: the durable flows, nothing else (friends,
     /// challenges, and the acknowledged messages between friends: MESSAGE … RETRACT and
-    /// CONVERSATION_SETTINGS; not the file types, which need a link).
+    /// CONVERSATION_SETTINGS and DELIVERED; not the file types, which need a link).
     public static func isMailable(_ type: MessageType) -> Bool {
         (0x0101...0x0105).contains(type.rawValue) || (0x0201...0x0206).contains(type.rawValue)
-            || (0x0501...0x0506).contains(type.rawValue) || type.rawValue == 0x0508
+            || (0x0501...0x0506).contains(type.rawValue) || type.rawValue == 0x0508 || type.rawValue == 0x050D
     }
 
     /// Largest sealed item a relay keeps by default.

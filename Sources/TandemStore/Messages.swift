@@ -459,9 +459,14 @@ extension StoreStep {
 
     /// The friend's node acknowledged the MESSAGE frame (after its commit): delivered. False when
     /// no outbound message in state queued or sent has this id.
+    ///
+    /// Soft state, like the removal of the acknowledged frame from the outbox it goes with (the
+    /// same step): lost in a power cut, both are lost together, the frame is sent again, the friend
+    /// answers it again (a duplicate is acknowledged) and the message becomes delivered then. So
+    /// an ACK batch commits without a sync of its own.
     @discardableResult
     public func markMessageDelivered(_ id: [UInt8]) throws -> Bool {
-        try write { db in
+        try write(durable: false) { db in
             try db.execute(sql: "UPDATE message SET state = 'delivered' WHERE id = ? AND state IN ('queued', 'sent')", arguments: [Data(id)])
             return db.changesCount > 0
         }

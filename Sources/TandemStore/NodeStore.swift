@@ -250,6 +250,9 @@ public struct NodeStore: Sendable {
         m.registerMigration("v9-friend-nicknames") { db in try MigrationNicknames.create(db) }
         // Files between friends: bytes moved, the sender's leaf hashes, per-friend auto-accept (MigrationV9.swift).
         m.registerMigration("v9-message-files") { db in try MigrationV9.messageFiles(db) }
+        // A thread inviter's copy of each participant's signed MESSAGE, to forward again on a
+        // GAP_REQUEST (MigrationThreadFrames.swift, Protocol/messages.md 5.2).
+        m.registerMigration("v9-message-thread-frames") { db in try MigrationThreadFrames.threadFrames(db) }
         return m
     }
 

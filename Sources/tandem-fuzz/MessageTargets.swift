@@ -19,7 +19,7 @@ enum MessageFuzzing {
     static let forwarder = [UInt8](repeating: 2, count: 32)
 
     static func decoders(_ input: inout FuzzInput) {
-        let which = input.pick(12)
+        let which = input.pick(13)
         let p = input.rest()
         switch which {
         case 0: if let m = try? ChatMessageBody(payload: p, createdAtMs: 1 << 52) { check(try? ChatMessageBody(payload: m.payload, createdAtMs: 1 << 52) == m) }
@@ -33,6 +33,7 @@ enum MessageFuzzing {
         case 8: if let m = try? FileOfferMessage(payload: p) { check(try? FileOfferMessage(payload: m.payload) == m) }
         case 9: if let m = try? FileRequestMessage(payload: p) { check(try? FileRequestMessage(payload: m.payload) == m) }
         case 10: if let m = try? FileChunkMessage(payload: p) { check(try? FileChunkMessage(payload: m.payload) == m) }
+        case 11: if let m = try? DeliveryReceiptMessage(payload: p) { check(try? DeliveryReceiptMessage(payload: m.payload) == m) }
         default: _ = try? FileCancelMessage(payload: p)
         }
     }

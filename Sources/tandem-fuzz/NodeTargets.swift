@@ -27,7 +27,8 @@ enum NodeTarget {
     static let types: [MessageType] = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .presence,
                                        .ack, .clockProbe, .clockReply, .challengeInvite, .challengeAnswer, .challengeStart,
                                        .challengeCancel, .challengeQuit, .challengeOutcome, .ping, .pong, .error,
-                                       .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest]
+                                       .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest,
+                                       .deliveryReceipt]
 
     /// Challenge ids the sequence plays with (so that frames find the challenge an invite made).
     static let ids: [[UInt8]] = (0..<3).map { [UInt8](repeating: UInt8(0xc0 + $0), count: 16) }
@@ -165,6 +166,11 @@ enum NodeTarget {
             var m = Tandem_V1_ReadReceipt(); m.readUpToSeq = seq(&input); m.readAtMs = nowMs; message = m
         case .retract:
             var m = Tandem_V1_Retract(); m.challengeID = thread(&input); m.messageID = messageRef(&input); message = m
+        case .deliveryReceipt:
+            // Ids of messages that exist, that do not, repeated ones, and more than a receipt holds.
+            var m = Tandem_V1_DeliveryReceipt()
+            m.messageIds = (0..<(input.pick(16) == 0 ? 257 : Int(input.u8() % 6))).map { _ in messageRef(&input) }
+            message = m
         default:
             var m = Tandem_V1_GapRequest(); m.challengeID = thread(&input); m.author = key(&input, sender: sender)
             m.ranges = (0..<Int(input.u8() % 4)).map { _ in
@@ -260,7 +266,7 @@ enum NodeTarget {
             m.record = Data(bytes)
             m.signature = Data(input.pick(8) == 0 ? input.take(64) : Outcome.sign(bytes, with: sender))
             message = m
-        case .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest:
+        case .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest, .deliveryReceipt:
             return chatPayload(type, &input, sender: sender, nowUs: nowUs)
         case .ping:
             var m = Tandem_V1_Ping(); m.nonce = input.uint64(); m.sentAtMs = input.uint64(); message = m

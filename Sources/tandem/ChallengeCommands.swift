@@ -403,6 +403,20 @@ struct Stats: AsyncParsableCommand {
             output("Solo sessions: \(n("solo_completed")) completed, \(n("solo_failed")) failed")
             output("Focused: \(n("focused_minutes")) minutes")
             output("Streak: \(n("current_streak_days")) days (longest \(n("longest_streak_days")))")
+            output("Cheers received: \(n("cheers_received"))")
+            let recent = r["recent"]?.arrayValue ?? []
+            if !recent.isEmpty { output("Recent:") }
+            for e in recent {
+                var result = (e["result"]?.stringValue ?? "?").replacingOccurrences(of: "_", with: " ")
+                if e["solo"]?.boolValue == true { result = "solo, " + result }
+                output("  #\(e["seq"]?.intValue ?? 0)  \(e["committed_at"]?.stringValue ?? "")  \(clockText(e["duration_ms"]?.intValue ?? 0))  \(result)")
+                // The cheers beside the entry they are about.
+                for c in e["cheers"]?.arrayValue ?? [] {
+                    let who = c["from_name"]?.stringValue.flatMap { $0.isEmpty ? nil : $0 } ?? String((c["from"]?.stringValue ?? "?").prefix(12))
+                    let text = c["text"]?.stringValue ?? ""
+                    output("      \(c["emoji"]?.stringValue ?? "") from \(who)\(text.isEmpty ? "" : ": " + text)")
+                }
+            }
         }
     }
 }

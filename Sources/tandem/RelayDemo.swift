@@ -86,18 +86,31 @@ enum RelayDemoScenario {
                                                                "start_in_ms": .int(600_000), "message": .string("tomorrow morning?")])
             let challengeID = invite["id"]?.stringValue ?? ""
             _ = try await DemoScenario.next(c.events, "outbox.deposited", ["to": daveNode.id.canonical])
+            // And a message: durable in her outbox when the command returns, then mail like the invite.
+            let text = "if not tomorrow, Thursday?"
+            let sent = try await c.call("message.send", ["to": .string(daveNode.id.canonical), "text": .string(text)])
+            let messageID = sent["id"]?.stringValue ?? ""
+            _ = try await DemoScenario.next(c.events, "outbox.deposited", ["message_id": messageID])
             say("    The relay says Dave is offline, so Carol's node seals the signed invite to Dave's key and leaves it")
-            say("    in his mailbox there: the relay holds \(relay.mailbox.depth.items) item it cannot read.")
+            say("    in his mailbox there; so does the message she writes him (`tandem message send Dave \"\(text)\"`):")
+            say("    the relay holds \(relay.mailbox.depth.items) items it cannot read, and Carol's message shows `sent`, not yet delivered.")
 
             daveNode = try NodeRuntime(identity: dave, configuration: config, dataDirectory: daveDir, logger: logger)
             d = DemoNode(name: "Dave", node: daveNode, events: daveNode.eventBus.subscribe(since: nil))
             let restarted = daveNode
             daveTask = Task { try await restarted.run(signals: false) }
             _ = try await DemoScenario.next(d.events, "challenge.invited", ["id": challengeID])
+            _ = try await DemoScenario.next(d.events, "message.received", ["id": messageID])
             // The acknowledgement reaches the relay a moment later.
             for _ in 0..<100 where relay.mailbox.depth.items > 0 { try await Task.sleep(for: .milliseconds(20)) }
             say("    Dave's node starts again, registers, and gets the mail: the invite (“tomorrow morning?”) shows up once;")
             say("    his node acknowledges it and the relay forgets it (mailbox now holds \(relay.mailbox.depth.items)).")
+            let shown = try await d.call("message.list", ["friend": .string(carolNode.id.canonical)])["messages"]?.arrayValue ?? []
+            let received = try await d.call("events.list", ["types": ["message.received"], "limit": 100])["events"]?.arrayValue?.count ?? 0
+            say("    Dave reads Carol's message (`tandem message list Carol`), once: \(shown.count) shown, \(received) received event:")
+            for m in shown { say("      Carol: “\(ChatText.terminalSafe(m["text"]?.stringValue ?? ""))”") }
+            _ = try await DemoScenario.next(c.events, "message.delivered", ["id": messageID])
+            say("    His node answers the mail with a signed DELIVERED receipt; Carol's message is now `delivered`.")
 
             let m = relay.metrics.snapshot
             say("19. The relay's counters (also at /metrics): tunnels \(m.tunnelsOpened), bytes of ciphertext relayed \(m.bytesRelayed),")

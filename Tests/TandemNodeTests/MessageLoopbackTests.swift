@@ -269,6 +269,16 @@ final class MessageLoopbackTests: XCTestCase {
         let cheers = ledger.first { $0["challenge_id"]?.stringValue == challenge }?["cheers"]?.arrayValue ?? []
         XCTAssertEqual(cheers.map { $0["from"]?.stringValue }, [b.node.id.canonical])
         XCTAssertEqual(cheers.first?["text"]?.stringValue, "well done")
+        // `stats` shows it beside the entry, and counts it; the cheerer's own stats count none.
+        let stats = try await call(a.node, "stats")
+        XCTAssertEqual(stats["cheers_received"]?.intValue, 1)
+        let recent = try XCTUnwrap(stats["recent"]?.arrayValue?.first)
+        XCTAssertEqual(recent["seq"]?.intValue, ledger.first { $0["challenge_id"]?.stringValue == challenge }?["seq"]?.intValue)
+        XCTAssertEqual(recent["cheers"]?.arrayValue?.map { $0["text"]?.stringValue }, ["well done"])
+        XCTAssertEqual(recent["cheers"]?.arrayValue?.first?["from"]?.stringValue, b.node.id.canonical)
+        let theirs = try await call(b.node, "stats")
+        XCTAssertEqual(theirs["cheers_received"]?.intValue, 0)
+        XCTAssertEqual(theirs["recent"]?.arrayValue?.first?["cheers"]?.arrayValue?.count, 0)
     }
 
     /// A disappearing timer set on one side reaches the other; each message carries it and both

@@ -319,7 +319,7 @@ final class RelayWireTests: XCTestCase {
         let mailable: [MessageType] = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate,
                                        .challengeInvite, .challengeAnswer, .challengeStart, .challengeCancel, .challengeQuit,
                                        .challengeOutcome, .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract,
-                                       .conversationSettings]
+                                       .conversationSettings, .deliveryReceipt]
         for t in mailable {
             XCTAssertTrue(MailboxSeal.isMailable(t), "\(t)")
             XCTAssertEqual(try open(try MailboxSeal.seal(envelope(t))).type, t)

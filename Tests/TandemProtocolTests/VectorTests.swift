@@ -641,6 +641,10 @@ final class VectorTests: XCTestCase {
             XCTAssertEqual(hexString(m.fileID.bytes), s("file_id"), c.name)
             XCTAssertEqual(String(m.reason.rawValue), s("reason"), c.name)
             encoded = m.payload
+        case "tandem.v1.DeliveryReceipt":
+            let m = try DeliveryReceiptMessage(payload: payload)
+            XCTAssertEqual(m.messageIDs.map(hexString).joined(separator: ","), s("message_ids"), c.name)
+            encoded = m.payload
         default:
             return XCTFail("\(c.name): unknown messaging payload \(name)")
         }

@@ -11,7 +11,7 @@ import XCTest
 @testable import TandemRelay
 
 /// Messages to a friend whose node is stopped go into its mailbox at its home relay, and arrive
-/// once, in order, when it starts again.
+/// once, in order, when it starts again; its DELIVERED receipt then makes them delivered at the sender.
 final class MessageMailboxTests: XCTestCase {
     let logger: Logger = {
         var l = Logger(label: "message-mailbox-test")
@@ -95,5 +95,13 @@ final class MessageMailboxTests: XCTestCase {
         let shown = try await call(b2.node, "message.list", ["friend": .string(a.node.id.canonical)])["messages"]?.arrayValue ?? []
         XCTAssertEqual(shown.map { $0["id"]?.stringValue }, ids, "once each, in order")
         XCTAssertEqual(shown.map { $0["text"]?.stringValue }, ["by mail 1", "by mail 2", "by mail 3"])
+        // b's DELIVERED (queued with the messages it stored from mail) makes them delivered at a.
+        _ = try await TestSupport.event(a.node, "message.delivered", seconds: 30, where: { $0.fields["id"]?.stringValue == last })
+        for _ in 0..<50 {
+            states = (try await call(a.node, "message.list", ["friend": .string(bID)])["messages"]?.arrayValue ?? []).map { $0["state"]?.stringValue }
+            if states == ["delivered", "delivered", "delivered"] { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        XCTAssertEqual(states, ["delivered", "delivered", "delivered"], "the friend's receipt came back")
     }
 }

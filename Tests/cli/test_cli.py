@@ -187,4 +187,10 @@ def test_demo_runs_and_cleans_up():
     assert "locked with the mug; her hosts file now holds 0.0.0.0 news.example" in proc.stdout
     assert "A box is shown instead: refused" in proc.stdout
     assert "unlocked, and the block is gone (no news.example line left)" in proc.stdout
+    # A message to a stopped node goes to its mailbox; Dave reads it once when his node starts, and
+    # his DELIVERED receipt makes Carol's copy delivered.
+    assert "the relay holds 2 items it cannot read, and Carol's message shows `sent`" in proc.stdout
+    assert "once: 1 shown, 1 received event:" in proc.stdout
+    assert "Carol: “if not tomorrow, Thursday?”" in proc.stdout
+    assert "Carol's message is now `delivered`." in proc.stdout
     assert "Done." in proc.stdout

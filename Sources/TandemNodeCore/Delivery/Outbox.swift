@@ -12,11 +12,30 @@ package protocol OutboxLink: AnyObject, Sendable {
     var serial: UInt64 { get }
     func write(_ envelope: Envelope)
     func flush()
+    /// Writes `envelopes` in order and flushes once.
+    func writeAndFlush(_ envelopes: [Envelope])
+}
+
+extension OutboxLink {
+    package func writeAndFlush(_ envelopes: [Envelope]) {
+        for e in envelopes { write(e) }
+        flush()
+    }
 }
 
 extension PeerLink: OutboxLink {
     package func write(_ envelope: Envelope) { send(envelope, flush: false) }
     package func flush() { channel.flush() }
+    /// One hop onto the link's event loop for all of them, and one flush (one `writev` where the
+    /// socket takes it), instead of a hop and a wake-up per frame.
+    package func writeAndFlush(_ envelopes: [Envelope]) {
+        guard !envelopes.isEmpty else { return }
+        let channel = self.channel
+        channel.eventLoop.execute {
+            for e in envelopes { channel.write(e, promise: nil) }
+            channel.flush()
+        }
+    }
 }
 
 /// How a dial ended.
@@ -78,6 +97,17 @@ package final class Outbox: Sendable {
     private let signals: AsyncStream<NodeSignal>?
     /// Where `framesWritten` is posted.
     private let poster: NodeSignals?
+    /// What the step `sendingIn` queued for links (`send(to:in:)`): written together once it
+    /// commits, each link's frames in one write. Held strongly, so no later step is mistaken for
+    /// it; a step that never commits leaves them to the next step, which drops them (the frames
+    /// were never stored).
+    private var sendingIn: StoreStep?
+    private var sendingKeys: [[UInt8]] = []
+    private var sendingReady: [[UInt8]: [OutboxItem]] = [:]
+    /// The ACKs the step `ackingIn` owes, by link serial, signed and written after its commit,
+    /// one write and one flush per link.
+    private var ackingIn: StoreStep?
+    private var acks: [UInt64: (link: PeerLink, ids: [[UInt8]])] = [:]
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, transport: OutboxTransport, presence: PresenceState,
          events: EventBus, health: StoreHealth, signals: NodeSignals?, configuration: Configuration = Configuration(),
@@ -136,15 +166,29 @@ package final class Outbox: Sendable {
         // which returns them (no read transaction of their own): writing them after the commit then
         // needs no commit and no read of its own. Only the frames just scheduled are written here;
         // older ones that wait for an ACK are the delivery loop's, when due.
-        var ready: [[UInt8]: [OutboxItem]] = [:]
+        if sendingIn !== step {
+            // The first send of this step (an earlier step that never committed left its list
+            // behind: void, its frames were rolled back with it).
+            sendingIn = step
+            sendingKeys = []
+            sendingReady = [:]
+            // The frames of every send in the step are written once they are durable, together.
+            step.afterCommit { [self] in
+                let (keys, ready) = (sendingKeys, sendingReady)
+                sendingIn = nil
+                sendingKeys = []
+                sendingReady = [:]
+                writeNow(to: keys, ready: ready)
+            }
+        }
         let nowMs = now()
         for key in Set(keys) where transport.link(to: key) != nil {
             health.attempt("schedule the first write of queued frames") {
-                ready[key] = try step.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
+                let due = try step.scheduleFirstWrite(for: key, nowMs: nowMs, delayMs: min(configuration.resendAfterMs, 1000))
+                if !due.isEmpty { sendingReady[key, default: []].append(contentsOf: due) }
             }
         }
-        // The frames are written once they are durable.
-        step.afterCommit { [ready] in self.writeNow(to: keys, ready: ready) }
+        sendingKeys.append(contentsOf: keys)
     }
 
     private func writeNow(to keys: [[UInt8]], ready: [[UInt8]: [OutboxItem]]) {
@@ -188,11 +232,38 @@ package final class Outbox: Sendable {
     /// (frames from a relay mailbox are acknowledged to the relay instead, by the relay client).
     package func acknowledge(_ envelope: Envelope, on link: PeerLink?, _ step: StoreStep) {
         guard let link else { return }
-        var ack = Tandem_V1_Ack()
-        ack.messageID = Data(envelope.messageID.bytes)
-        let payload = (try? ack.serializedBytes()) ?? []  // a message of set fields always serializes
-        // Inside the core's batch: once the change the frame made is durable.
-        step.afterCommit { link.send(type: .ack, payload: payload) }
+        if ackingIn !== step {
+            ackingIn = step
+            acks = [:]
+            // Once the changes the frames made are durable: every ACK of the step, one write per link.
+            step.afterCommit { [self] in
+                let owed = acks
+                ackingIn = nil
+                acks = [:]
+                for (_, entry) in owed { writeAcks(entry.ids, on: entry.link) }
+            }
+        }
+        acks[link.serial, default: (link, [])].ids.append(envelope.messageID.bytes)
+    }
+
+    /// Signs an ACK for each id and writes them on `link` in one go. The signing happens on the
+    /// link's event loop, not here: the core's one thread is what every flow waits for.
+    private func writeAcks(_ ids: [[UInt8]], on link: PeerLink) {
+        guard let recipient = link.remotePublicKey else { return }
+        let identity = self.identity
+        let channel = link.channel
+        channel.eventLoop.execute {
+            let nowMs = wallClockMilliseconds()  // as a link's own replies are stamped
+            for id in ids {
+                var ack = Tandem_V1_Ack()
+                ack.messageID = Data(id)
+                let payload = (try? ack.serializedBytes()) ?? []  // a message of set fields always serializes
+                let envelope = Envelope.sign(type: .ack, messageID: .random(), author: identity, recipient: recipient,
+                                             createdAt: nowMs, payload: payload)
+                channel.write(envelope, promise: nil)
+            }
+            channel.flush()
+        }
     }
 
     /// An ACK (or a REPLAYED error) from the recipient of one of our frames: delivered. Only the
@@ -371,6 +442,7 @@ package final class Outbox: Sendable {
                 poster?.post(.framesWritten(type: UInt16(clamping: type), recipient: key, ids: ids))
             }
         }
+        var envelopes: [Envelope] = []
         for item in items where fresh.contains(Self.bookKey(item)) {
             guard let env = try? Envelope.parse(Array(item.frame)) else {  // logged, counted and dropped below
                 // Written by this node, so only a damaged store gets here: drop the row, say so.
@@ -380,10 +452,11 @@ package final class Outbox: Sendable {
                 }
                 continue
             }
-            link.write(env)
+            envelopes.append(env)
             written[item.type, default: []].append(Array(item.messageId))
         }
-        link.flush()
+        // All of them in one write and one flush.
+        link.writeAndFlush(envelopes)
         // The PRESENCE owed after those frames follows them on the link, flushed apart: its
         // signature is not worth delaying the FRIEND_ACCEPT it follows.
         if book.withLockedValue({ $0.takeOwedPresence(key) }), isFriend(key, in: store) {

@@ -26,6 +26,10 @@ package protocol FrameFlow: AnyObject, Sendable {
     /// `recipient` acknowledged (ACK, or REPLAYED) our frame `messageID` of a type this flow owns:
     /// it is stored on the recipient's node. Told in the step that removed it from the outbox.
     func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep)
+    /// Every event of the inbound batch was handled, in `step`, which commits next: what a flow
+    /// gathered over the batch (messages: one DELIVERED per author for the mail it stored) goes
+    /// into the same commit.
+    func batchEnded(_ step: StoreStep)
 }
 
 extension FrameFlow {
@@ -34,6 +38,7 @@ extension FrameFlow {
     package func linkUp(_ key: [UInt8], _ step: StoreStep) {}
     package func sighted(_ sighting: PeerSighting, _ step: StoreStep) {}
     package func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep) {}
+    package func batchEnded(_ step: StoreStep) {}
 }
 
 /// What the challenges feature asks of local focus: a challenge started with `--mode` locks that

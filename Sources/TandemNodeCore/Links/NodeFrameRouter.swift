@@ -40,6 +40,7 @@ package struct NodeFrameRouter: InboundConsumer {
                 // and signals its steps left for after the commit).
                 step.afterCommit { [self] in self.events.published() }
                 for event in events { handle(event, step) }
+                for flow in flows { flow.batchEnded(step) }
             }
         } catch {
             // Nothing of the batch was kept and nothing acknowledged: senders resend.

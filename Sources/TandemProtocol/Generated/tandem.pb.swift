@@ -1726,6 +1726,21 @@ public nonisolated struct Tandem_V1_FileCancel: Sendable {
   public init() {}
 }
 
+/// 0x050D recipient -> author: these MESSAGEs of the author's reached this node as relay mail and
+/// are stored (committed), as an ACK on a link would say (messages.md 2.2). Outbox, acknowledged,
+/// mailable. 1 ... 256 ids of 16 bytes, distinct.
+public nonisolated struct Tandem_V1_DeliveryReceipt: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var messageIds: [Data] = []
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
 // MARK: - Code below here is support for the SwiftProtobuf runtime.
 
 fileprivate nonisolated let _protobuf_package = "tandem.v1"
@@ -4500,6 +4515,36 @@ nonisolated extension Tandem_V1_FileCancel: SwiftProtobuf.Message, SwiftProtobuf
   public static func ==(lhs: Tandem_V1_FileCancel, rhs: Tandem_V1_FileCancel) -> Bool {
     if lhs.fileID != rhs.fileID {return false}
     if lhs.reason != rhs.reason {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_DeliveryReceipt: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".DeliveryReceipt"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}message_ids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedBytesField(value: &self.messageIds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.messageIds.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.messageIds, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_DeliveryReceipt, rhs: Tandem_V1_DeliveryReceipt) -> Bool {
+    if lhs.messageIds != rhs.messageIds {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

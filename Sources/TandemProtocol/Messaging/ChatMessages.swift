@@ -31,18 +31,21 @@ extension MessageType {
     public static let messageTypes: [MessageType] = [
         .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest,
         .conversationSettings, .fileOffer, .fileRequest, .fileChunk, .fileCancel,
+        .deliveryReceipt,
     ]
 
     /// The messaging types the node's message service handles (in `known`).
     public static let handledMessageTypes: Set<MessageType> = [
         .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest, .conversationSettings,
         .fileOffer, .fileRequest, .fileChunk, .fileCancel,
+        .deliveryReceipt,
     ]
 
     public static let messageNames: [UInt16: String] = [
         0x0501: "MESSAGE", 0x0502: "FORWARD", 0x0503: "REACTION", 0x0504: "CHEER", 0x0505: "READ",
         0x0506: "RETRACT", 0x0507: "GAP_REQUEST", 0x0508: "CONVERSATION_SETTINGS", 0x0509: "FILE_OFFER",
         0x050A: "FILE_REQUEST", 0x050B: "FILE_CHUNK", 0x050C: "FILE_CANCEL",
+        0x050D: "DELIVERED",
     ]
 
     /// The messaging types a sender keeps in its outbox until they are acknowledged (messages.md 3).
