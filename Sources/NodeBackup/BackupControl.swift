@@ -24,6 +24,7 @@ extension BackupService {
         router.register("backup.verify") { [self] params in try await verify(params) }
         router.register("backup.snapshots") { [self] params in try await snapshots(params) }
         router.register("backup.forget") { [self] params in try await forget(params) }
+        router.register("backup.schedule") { [self] params in try await scheduleCommand(params) }
     }
 
     // MARK: - Which holders
@@ -70,13 +71,17 @@ extension BackupService {
             return (try self.receivedOffers(), pushed, pending)
         }
         let runningNow = running.withLockedValue { $0 }
+        let scheduled = await scheduleStatus()
+        let nowMs = Int64(clamping: wallClockMilliseconds())
         var holders: [JSONValue] = []
         for (key, offer) in received {
             let hex = hexString(key)
             var o: [String: JSONValue] = ["id": .string(NodeID(publicKey: key).canonical), "quota_bytes": .int(offer.quotaBytes)]
             if let r = pushed[hex] {
-                o["last_push"] = ["at": JSONValue.iso(r.atMs), "snapshot_id": .string(r.snapshotID), "bytes_sent": .int(r.bytesSent),
-                                  "total_bytes": .int(r.totalBytes), "blobs": .int(Int64(r.blobs.count))]
+                o["last_push"] = ["at": JSONValue.iso(r.atMs), "at_ms": .int(r.atMs), "snapshot_id": .string(r.snapshotID),
+                                  "bytes_sent": .int(r.bytesSent), "total_bytes": .int(r.totalBytes), "blobs": .int(Int64(r.blobs.count))]
+                // How old the friend's copy is (backup.md 4.1).
+                o["age_ms"] = .int(max(0, nowMs - r.atMs))
             } else {
                 o["last_push"] = .null
             }
@@ -87,9 +92,12 @@ extension BackupService {
                 o["pushing"] = .null
             }
             o["pending"] = .bool(pending.contains(hex))
+            for (k, v) in scheduled[key] ?? [:] { o[k] = v }
             holders.append(.object(o))
         }
-        return ["holders": .array(holders), "vault": .bool(vaultDirectory.map { VaultKeyFile.exists(in: $0) } ?? false)]
+        let config = schedule.withLockedValue { $0.policy.config }
+        return ["holders": .array(holders), "vault": .bool(vaultDirectory.map { VaultKeyFile.exists(in: $0) } ?? false),
+                "schedule": ["delay_ms": .int(config.delayMs), "daily": .bool(config.daily)]]
     }
 
     // MARK: - Push

@@ -246,6 +246,8 @@ public struct NodeStore: Sendable {
         // The break-in log without any digit of a wrong PIN, each entry sealed by the vault service
         // (MigrationV8.swift, Protocol/vault.md "The PIN guard").
         m.registerMigration("v8-vault-break-ins") { db in try MigrationV8.vaultBreakIns(db) }
+        // Backup generations and the automatic push schedule (BackupSchedule.swift, Protocol/backup.md 4.1, 5.1).
+        m.registerMigration("v9-backup-schedule") { db in try MigrationV9.backupSchedule(db) }
         return m
     }
 
