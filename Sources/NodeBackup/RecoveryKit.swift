@@ -89,8 +89,7 @@ public enum RecoveryKit {
         contents.createdAtMs = nowMs
         contents.generation = try generation?(digest) ?? 0
         plain = try contents.serializedBytes()
-        let target = sizeClass(plain.count, limit: budget)
-        if let pad = paddingLength(from: plain.count, to: target) {
+        if let pad = padding(for: plain.count, limit: budget) {
             contents.padding = Data(count: pad)
             plain = try contents.serializedBytes()
         }
@@ -104,18 +103,31 @@ public enum RecoveryKit {
     /// doubling, the last one the largest plaintext a kit may have.
     static func sizeClass(_ n: Int, limit: Int) -> Int {
         var c = 4_096
-        while c < n + 2, c < limit { c *= 2 }
+        while c < n + 3, c < limit { c *= 2 }
         return min(c, limit)
     }
 
-    /// The length of a `padding` field (tag 11: one byte, then a varint length) that brings an
-    /// encoding of `n` bytes to exactly `target`; nil when none fits.
+    /// The length of a `padding` field (tag 11: one byte, then a varint length, then at least one
+    /// byte: proto3 does not encode an empty one) that brings an encoding of `n` bytes to exactly
+    /// `target`; nil when none does.
     static func paddingLength(from n: Int, to target: Int) -> Int? {
         for lengthBytes in 1...3 {
             let p = target - n - 1 - lengthBytes
-            guard p >= 0 else { continue }
+            guard p >= 1 else { continue }
             let needed = p < 128 ? 1 : p < 16_384 ? 2 : 3
             if needed == lengthBytes { return p }
+        }
+        return nil
+    }
+
+    /// The padding for a plaintext of `n` bytes: to its size class, or the next one when the
+    /// class cannot be met exactly (a varint boundary); nil at the largest class when neither fits.
+    static func padding(for n: Int, limit: Int) -> Int? {
+        var target = sizeClass(n, limit: limit)
+        while target <= limit {
+            if let p = paddingLength(from: n, to: target) { return p }
+            guard target < limit else { return nil }
+            target = min(target * 2, limit)
         }
         return nil
     }

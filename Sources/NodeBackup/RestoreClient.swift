@@ -152,6 +152,13 @@ public struct RestoreClient: Sendable {
         report.kitGeneration = kit.generation
         events(.step(report.freshness))
         report.skipped = kit.skipped
+        // Ways to friends that did not connect are passed over, as before the survey.
+        for c in copies where c.holder != o.holder || c.way == nil {
+            for w in c.waysFailed {
+                report.skipped.append("vault from \(w)")
+                events(.skipped("vault from \(w)"))
+            }
+        }
         for s in kit.skipped { events(.skipped(s)) }
 
         // 2. Become the old identity; friends, relays and the ledger in one transaction.
@@ -399,8 +406,8 @@ public struct RestoreClient: Sendable {
         let indexHoldings = try await have(snapshot.indexBlobs, holder: holder)
         guard indexHoldings.allSatisfy(\.isWhole) else { throw SnapshotUnusable(reason: "the holder lacks an index blob") }
         // Sizes the owner signed bound what is fetched (backup.md 8.2): each index blob's exactly.
-        guard indexHoldings.map(\.size) == snapshot.indexSizes else {
-            throw SnapshotUnusable(reason: "the holder states other index sizes than the owner signed")
+        if let excess = RestoreFreshness.exceedsSignedSizes(snapshot, indexSizes: indexHoldings.map(\.size), packSizes: []) {
+            throw SnapshotUnusable(reason: excess)
         }
         let stagedIndex = staging.appendingPathComponent("index-blobs")
         try FileIO.createDirectory(stagedIndex)
@@ -445,10 +452,8 @@ public struct RestoreClient: Sendable {
         }
         // Everything together within the signed total and count: a holder cannot make a restorer
         // fetch more than the owner's record says (backup.md 8.2).
-        let total = packs.reduce(Int64(0)) { $0 + $1.size } + indexHoldings.reduce(Int64(0)) { $0 + $1.size }
-        guard total <= snapshot.totalBytes, packs.count + indexHoldings.count <= snapshot.blobCount else {
-            throw SnapshotUnusable(reason: "the holder's sizes (\(total) bytes in \(packs.count + indexHoldings.count) blobs) exceed the "
-                + "owner's signed record (\(snapshot.totalBytes) bytes in \(snapshot.blobCount))")
+        if let excess = RestoreFreshness.exceedsSignedSizes(snapshot, indexSizes: indexHoldings.map(\.size), packSizes: packs.map(\.size)) {
+            throw SnapshotUnusable(reason: excess)
         }
         return (snapshot, indexes, packs)
     }

@@ -19,6 +19,8 @@ public struct HolderCopy: Sendable {
     public var unsigned = 0
     /// Why nothing could be asked (unreachable, no offer, …); nil when it answered.
     public var error: String?
+    /// Ways to it that did not connect, each with its error (reported as passed over).
+    public var waysFailed: [String] = []
 
     public var newest: BackupSnapshotSummary? { snapshots.first }
 
@@ -56,6 +58,25 @@ public enum RestoreFreshness {
             let ga = a.element.newest!.generation, gb = b.element.newest!.generation
             return ga != gb ? ga > gb : a.offset < b.offset
         }.map(\.element)
+    }
+
+    /// Why what a holder states exceeds the owner's signed header (backup.md 8.2), or nil: each
+    /// index blob must have its signed size, and index blobs and packs together fit the signed
+    /// total and count. Checked before anything is fetched.
+    public static func exceedsSignedSizes(_ s: BackupSnapshotSummary, indexSizes: [Int64], packSizes: [Int64]) -> String? {
+        guard indexSizes == s.indexSizes else { return "the holder states other index sizes than the owner signed" }
+        var total: Int64 = 0
+        for size in indexSizes + packSizes {
+            let (sum, overflow) = total.addingReportingOverflow(max(size, 0))
+            guard !overflow else { return "the holder's sizes overflow" }
+            total = sum
+        }
+        let count = indexSizes.count + packSizes.count
+        guard total <= s.totalBytes, count <= s.blobCount else {
+            return "the holder's sizes (\(total) bytes in \(count) blobs) exceed the owner's signed record "
+                + "(\(s.totalBytes) bytes in \(s.blobCount))"
+        }
+        return nil
     }
 
     /// The newest kit among those found (same identity as `first`), else `first`.
@@ -151,6 +172,7 @@ extension RestoreClient {
                 return copy
             } catch {
                 lastError = "\(error)"
+                copy.waysFailed.append("\(way.holderText): \(error)")
                 continue
             }
             defer { link.close() }
