@@ -78,9 +78,10 @@ extension BackupService {
             let hex = hexString(key)
             var o: [String: JSONValue] = ["id": .string(NodeID(publicKey: key).canonical), "quota_bytes": .int(offer.quotaBytes)]
             if let r = pushed[hex] {
-                o["last_push"] = ["at": JSONValue.iso(r.atMs), "at_ms": .int(r.atMs), "snapshot_id": .string(r.snapshotID),
+                o["last_push"] = ["at": JSONValue.iso(r.atMs), "snapshot_id": .string(r.snapshotID),
                                   "bytes_sent": .int(r.bytesSent), "total_bytes": .int(r.totalBytes), "blobs": .int(Int64(r.blobs.count))]
                 // How old the friend's copy is (backup.md 4.1).
+                o["copy_at_ms"] = .int(r.atMs)
                 o["age_ms"] = .int(max(0, nowMs - r.atMs))
             } else {
                 o["last_push"] = .null

@@ -149,7 +149,7 @@ struct BackupStatus: AsyncParsableCommand {
             for h in holders {
                 var line = "\(shortID(h["id"]?.stringValue))  quota \(bytesText(h["quota_bytes"]?.intValue ?? 0))"
                 if let last = h["last_push"], last != .null {
-                    let at = last["at_ms"]?.intValue.map(localTimeText) ?? last["at"]?.stringValue ?? "?"
+                    let at = h["copy_at_ms"]?.intValue.map(localTimeText) ?? last["at"]?.stringValue ?? "?"
                     line += ", copy from \(at) (\(agoText(h["age_ms"]?.intValue ?? 0))): \(bytesText(last["total_bytes"]?.intValue ?? 0))"
                     if let g = h["generation"]?.intValue { line += ", generation \(g)" }
                 } else {
