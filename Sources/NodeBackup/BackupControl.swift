@@ -25,6 +25,7 @@ extension BackupService {
         router.register("backup.snapshots") { [self] params in try await snapshots(params) }
         router.register("backup.forget") { [self] params in try await forget(params) }
         router.register("backup.schedule") { [self] params in try await scheduleCommand(params) }
+        router.register("backup.sheet") { [self] _ in try await sheet() }
     }
 
     // MARK: - Which holders
@@ -99,6 +100,25 @@ extension BackupService {
         let config = schedule.withLockedValue { $0.policy.config }
         return ["holders": .array(holders), "vault": .bool(vaultDirectory.map { VaultKeyFile.exists(in: $0) } ?? false),
                 "schedule": ["delay_ms": .int(config.delayMs), "daily": .bool(config.daily)]]
+    }
+
+    /// What a recovery sheet lists (`tandem recovery sheet`): each friend holding our backups, with
+    /// how a fresh machine reaches it — its share code (through its home relay) and the addresses
+    /// where this node last reached it.
+    func sheet() async throws -> JSONValue {
+        try await NodeCore.perform {
+            let names = Dictionary(try self.store.contacts([.friend]).map { (Array($0.publicKey), $0.displayName) }, uniquingKeysWith: { a, _ in a })
+            let pushed = Set(try self.store.lastBackupPushes().map { Array($0.record.holder) })
+            let holders = try self.receivedOffers().map { key, _ -> JSONValue in
+                let id = NodeID(publicKey: key)
+                let relay = try self.store.peerRelay(key).map { RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port) }
+                let addresses = try self.store.addresses(key).prefix(2).map { JSONValue.string("\(id.canonical)@\($0.host):\($0.port)") }
+                return ["id": .string(id.canonical), "name": .string(names[key] ?? ""),
+                        "share_code": relay.map { .string(ShareCode(id: id, relay: $0).description) } ?? .null,
+                        "addresses": .array(addresses), "holds_a_copy": .bool(pushed.contains(key))]
+            }
+            return ["holders": .array(holders)]
+        }
     }
 
     // MARK: - Push

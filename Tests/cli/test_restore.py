@@ -447,6 +447,15 @@ def test_a_holder_serving_an_older_copy_redated_cannot_roll_the_restore_back(mak
     vault(alice, "import", str(later / "later.txt"), pin=PIN)
     pushed = [json.loads(l) for l in cli(alice, "backup", "push", "--to", carol.id, "--json", timeout=300).stdout.splitlines() if l.strip()]
     newest = pushed[-1]["pushes"][0]["generation"]
+    # The recovery sheet names both friends with the restore line that reaches each.
+    sheet = tmp_path / "sheet.txt"
+    proc = subprocess.run([TANDEM, "recovery", "sheet", "--out", str(sheet), "--pin-stdin", "--data-dir", alice.data_dir],
+                          input=PIN + "\n", capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = sheet.read_text()
+    assert oct(sheet.stat().st_mode & 0o777) == "0o600" and code in text, text
+    bob_line = f"tandem restore --from '{bob.id}@127.0.0.1:{bob.port}'"
+    assert bob_line in text and f"{carol.id}@127.0.0.1:{carol.port}" in text, text
     alice.kill()
 
     bob.stop()
