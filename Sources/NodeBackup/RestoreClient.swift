@@ -194,16 +194,21 @@ public struct RestoreClient: Sendable {
             let ordered = RestoreFreshness.order(copies).compactMap(\.way)
             let reached = Set(ordered.map(\.holder))
             let candidates = ordered + allWays.filter { !reached.contains($0.holder) }
+            // A holder first offers only snapshots at least as new as what a later holder has (so a
+            // broken newest copy at one friend does not make the restore settle for its older one
+            // while another friend has something newer); a second round takes anything.
+            let best = RestoreFreshness.order(copies).map { $0.newest?.generation ?? 0 }
+            let first = candidates.enumerated().map { i, c in (c, i + 1 < best.count ? best[(i + 1)...].max() ?? 0 : 0) }
+            let rounds: [[(Options, UInt64)]] = [first, first.filter { $0.1 > 0 }.map { ($0.0, 0) }]
             var failures: [(holder: String, error: Error)] = []
-            for candidate in candidates {
+            for (candidate, atLeast) in rounds.joined() where report.vaultFrom == nil {
                 var attempt = report
                 do {
                     if !failures.isEmpty { events(.step("trying friend \(candidate.holderText)")) }
-                    try await restoreVault(candidate, identity: kit.identity, keysFile: keysFile, vaultDir: vaultDir,
+                    try await restoreVault(candidate, identity: kit.identity, keysFile: keysFile, vaultDir: vaultDir, atLeast: atLeast,
                                            report: &attempt, events: events)
                     report = attempt
                     report.vaultFrom = candidate.holder
-                    break
                 } catch is CancellationError {
                     throw CancellationError()
                 } catch {
@@ -297,7 +302,7 @@ public struct RestoreClient: Sendable {
                          locatorB: try b.map { try VaultRepository.indexLocator(masterKey: $0) })
     }
 
-    func restoreVault(_ o: Options, identity: SigningKeyPair, keysFile: [UInt8], vaultDir: URL, report: inout Report,
+    func restoreVault(_ o: Options, identity: SigningKeyPair, keysFile: [UInt8], vaultDir: URL, atLeast: UInt64 = 0, report: inout Report,
                       events: @escaping @Sendable (Event) -> Void) async throws {
         let staging = vaultDir.appendingPathComponent(".restore")
         try FileIO.createDirectory(vaultDir)
@@ -327,8 +332,10 @@ public struct RestoreClient: Sendable {
         var chosen: (snapshot: BackupSnapshotSummary, indexes: [(locator: String, bytes: [UInt8])], packs: [RestorePlan.Blob])?
         var reasons: [String] = []
         // Only what the owner signed, newest generation first (backup.md 8.1).
-        let (signedSnapshots, unsigned) = RestoreFreshness.signed(list.snapshots, owner: identity.publicKey)
+        let (allSigned, unsigned) = RestoreFreshness.signed(list.snapshots, owner: identity.publicKey)
         if unsigned > 0 { reasons.append("\(unsigned) snapshot(s) not signed by this node") }
+        let signedSnapshots = allSigned.filter { $0.generation >= atLeast }
+        if signedSnapshots.count < allSigned.count { reasons.append("older than generation \(atLeast) another friend holds") }
         for snapshot in signedSnapshots {
             do {
                 chosen = try await examine(snapshot, holder: holder, keys: keys, staging: staging, events: events)
@@ -339,7 +346,7 @@ public struct RestoreClient: Sendable {
             }
         }
         guard let chosen else {
-            if signedSnapshots.isEmpty, unsigned == 0 {
+            if allSigned.isEmpty, unsigned == 0 {
                 throw NodeError.nothingToActOn("holder \(link.address) holds no snapshot of this node's vault yet")
             }
             throw NodeError.failed("holder \(link.address) holds no complete snapshot: \(reasons.joined(separator: "; "))")
