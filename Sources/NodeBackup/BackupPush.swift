@@ -256,7 +256,8 @@ extension BackupService {
         case .success(let r):
             await events.emit("backup.pushed", ["to": .string(to), "bytes_sent": .int(r.bytesSent), "blobs_sent": .int(Int64(r.blobsSent)),
                                           "total_bytes": .int(r.totalBytes), "snapshot_id": .string(hexString(r.snapshotID)),
-                                          "generation": .int(r.generation), "automatic": .bool(t.automatic)])
+                                          "generation": .int(r.generation), "automatic": .bool(t.automatic),
+                                          "started_at_ms": .int(t.startedAtMs)])
         case .failure(let e):
             if Task.isCancelled { break }
             await events.emit("backup.push.failed", ["to": .string(to), "error": .string("\(e)")])
