@@ -24,6 +24,8 @@ extension BackupService {
         router.register("backup.verify") { [self] params in try await verify(params) }
         router.register("backup.snapshots") { [self] params in try await snapshots(params) }
         router.register("backup.forget") { [self] params in try await forget(params) }
+        router.register("backup.schedule") { [self] params in try await scheduleCommand(params) }
+        router.register("backup.sheet") { [self] _ in try await sheet() }
     }
 
     // MARK: - Which holders
@@ -70,13 +72,18 @@ extension BackupService {
             return (try self.receivedOffers(), pushed, pending)
         }
         let runningNow = running.withLockedValue { $0 }
+        let scheduled = await scheduleStatus()
+        let nowMs = Int64(clamping: wallClockMilliseconds())
         var holders: [JSONValue] = []
         for (key, offer) in received {
             let hex = hexString(key)
             var o: [String: JSONValue] = ["id": .string(NodeID(publicKey: key).canonical), "quota_bytes": .int(offer.quotaBytes)]
             if let r = pushed[hex] {
-                o["last_push"] = ["at": JSONValue.iso(r.atMs), "snapshot_id": .string(r.snapshotID), "bytes_sent": .int(r.bytesSent),
-                                  "total_bytes": .int(r.totalBytes), "blobs": .int(Int64(r.blobs.count))]
+                o["last_push"] = ["at": JSONValue.iso(r.atMs), "snapshot_id": .string(r.snapshotID),
+                                  "bytes_sent": .int(r.bytesSent), "total_bytes": .int(r.totalBytes), "blobs": .int(Int64(r.blobs.count))]
+                // How old the friend's copy is (backup.md 4.1).
+                o["copy_at_ms"] = .int(r.atMs)
+                o["age_ms"] = .int(max(0, nowMs - r.atMs))
             } else {
                 o["last_push"] = .null
             }
@@ -87,9 +94,31 @@ extension BackupService {
                 o["pushing"] = .null
             }
             o["pending"] = .bool(pending.contains(hex))
+            for (k, v) in scheduled[key] ?? [:] { o[k] = v }
             holders.append(.object(o))
         }
-        return ["holders": .array(holders), "vault": .bool(vaultDirectory.map { VaultKeyFile.exists(in: $0) } ?? false)]
+        let config = schedule.withLockedValue { $0.policy.config }
+        return ["holders": .array(holders), "vault": .bool(vaultDirectory.map { VaultKeyFile.exists(in: $0) } ?? false),
+                "schedule": ["delay_ms": .int(config.delayMs), "daily": .bool(config.daily)]]
+    }
+
+    /// What a recovery sheet lists (`tandem recovery sheet`): each friend holding our backups, with
+    /// how a fresh machine reaches it — its share code (through its home relay) and the addresses
+    /// where this node last reached it.
+    func sheet() async throws -> JSONValue {
+        try await NodeCore.perform {
+            let names = Dictionary(try self.store.contacts([.friend]).map { (Array($0.publicKey), $0.displayName) }, uniquingKeysWith: { a, _ in a })
+            let pushed = Set(try self.store.lastBackupPushes().map { Array($0.record.holder) })
+            let holders = try self.receivedOffers().map { key, _ -> JSONValue in
+                let id = NodeID(publicKey: key)
+                let relay = try self.store.peerRelay(key).map { RelayAddress(id: NodeID(publicKey: $0.publicKey), host: $0.host, port: $0.port) }
+                let addresses = try self.store.addresses(key).prefix(2).map { JSONValue.string("\(id.canonical)@\($0.host):\($0.port)") }
+                return ["id": .string(id.canonical), "name": .string(names[key] ?? ""),
+                        "share_code": relay.map { .string(ShareCode(id: id, relay: $0).description) } ?? .null,
+                        "addresses": .array(addresses), "holds_a_copy": .bool(pushed.contains(key))]
+            }
+            return ["holders": .array(holders)]
+        }
     }
 
     // MARK: - Push

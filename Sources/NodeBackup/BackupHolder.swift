@@ -252,6 +252,15 @@ final class BackupHolder: Sendable {
         let author: [UInt8]
         let origin: String
         let reply: Reply
+
+        /// What the address budgets count by (backup.md 7, 9): the source address of a direct
+        /// link; for a relay tunnel the relay *and the initiator's key* (which the Secret Handshake
+        /// through the tunnel proved), since every tunnel comes from the relay's one address and
+        /// strangers there must not spend a restorer's budget. Fresh keys through a relay are
+        /// bounded by the relay's own tunnel admission per source address (README 14).
+        var budgetOrigin: String {
+            origin.hasPrefix("relay:") ? origin + "/" + hexString(author) : origin
+        }
     }
 }
 
@@ -280,6 +289,9 @@ private struct Work {
                                                  maximumKeys: 10_000)
     var strangers = KeyedRateLimiter<String>(capacity: 20, refillPerSecond: BackupHolder.strangerAnswersPerMinute / 60,
                                              maximumKeys: 10_000)
+    /// The same budget per asker key as well (README 12.4: per sender key).
+    var strangersByKey = KeyedRateLimiter<[UInt8]>(capacity: 20, refillPerSecond: BackupHolder.strangerAnswersPerMinute / 60,
+                                                   maximumKeys: 10_000)
 
     final class RunningHash {
         var hasher: Blake2b? = Blake2b(outputLength: 32)
@@ -421,7 +433,8 @@ private struct Work {
         let hasShelf = book.shelves[owner] != nil && files != nil
         // Without an offer the answers say NO_OFFER: to friends always, to others within a budget.
         if !hasShelf, envelope.type != .backupKitGet {
-            guard isFriend || strangers.check(link.origin, now: nowMs) == .allowed else { return }
+            guard isFriend || (strangers.check(link.budgetOrigin, now: nowMs) == .allowed
+                               && strangersByKey.check(owner, now: nowMs) == .allowed) else { return }
             strangerCharged = !isFriend
         }
         switch envelope.type {
@@ -630,7 +643,7 @@ private struct Work {
     mutating func kitGet(_ m: BackupKitGetMessage, asker: [UInt8], link: ReplyTo, nowMs: UInt64) {
         guard let files else { return }
         // Anyone may ask (a restorer is a fresh key), within both budgets; past either, no answer.
-        guard kitGetsByAddress.check(link.origin, now: nowMs) == .allowed,
+        guard kitGetsByAddress.check(link.budgetOrigin, now: nowMs) == .allowed,
               kitGetsByKey.check(asker, now: nowMs) == .allowed else { return }
         guard let (owner, kit, count) = book.kit(locator: m.locator, index: m.index) else {
             send(.backupKit, BackupKitMessage(requestID: m.requestID, status: .notFound).payload, on: link)
@@ -661,7 +674,8 @@ private struct Work {
     mutating func refuse(_ envelope: Envelope, _ e: PayloadError, on link: ReplyTo, isFriend: Bool) {
         logger.info("malformed backup payload", metadata: ["type": "\(envelope.type)", "detail": "\(e.detail)"])
         // A stranger's request already charged to the budget (above) is not charged again.
-        guard isFriend || strangerCharged || strangers.check(link.origin, now: now()) == .allowed else { return }
+        guard isFriend || strangerCharged || (strangers.check(link.budgetOrigin, now: now()) == .allowed
+                                              && strangersByKey.check(envelope.author, now: now()) == .allowed) else { return }
         let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: now()) {
             link.reply(reply)

@@ -11,6 +11,10 @@ import TandemNodeCore
 final class PushTask: Sendable {
     let holder: [UInt8]
     let lanOnly: Bool
+    /// Started by the schedule (backup.md 4.1), not by a command.
+    let automatic: Bool
+    /// When it started (ms, wall clock): a change after this is not in it.
+    let startedAtMs = Int64(clamping: wallClockMilliseconds())
     private struct State {
         var done: Int64 = 0
         var total: Int64 = 0
@@ -19,9 +23,10 @@ final class PushTask: Sendable {
     }
     private let state = NIOLockedValueBox(State())
 
-    init(holder: [UInt8], lanOnly: Bool) {
+    init(holder: [UInt8], lanOnly: Bool, automatic: Bool = false) {
         self.holder = holder
         self.lanOnly = lanOnly
+        self.automatic = automatic
     }
 
     func update(done: Int64, total: Int64) { state.withLockedValue { ($0.done, $0.total) = (done, total) } }
@@ -58,11 +63,12 @@ struct PushResult: Sendable {
     let blobsSent: Int
     let totalBytes: Int64
     let kitSent: Bool
+    let generation: Int64
 
     var json: JSONValue {
         ["to": .string(NodeID(publicKey: holder).canonical), "snapshot_id": .string(hexString(snapshotID)),
          "bytes_sent": .int(bytesSent), "blobs": .int(Int64(blobs)), "blobs_sent": .int(Int64(blobsSent)),
-         "total_bytes": .int(totalBytes), "kit_sent": .bool(kitSent)]
+         "total_bytes": .int(totalBytes), "kit_sent": .bool(kitSent), "generation": .int(generation)]
     }
 }
 
@@ -197,13 +203,17 @@ extension BackupService {
     // MARK: - Starting and running pushes
 
     /// Starts a push to `holder` (or joins the one running).
-    func startPush(to holder: [UInt8], lanOnly: Bool) async throws -> PushTask {
+    /// An automatic push (`automatic`) is not marked pending: the schedule keeps its own state
+    /// and backs off when the holder is offline.
+    func startPush(to holder: [UInt8], lanOnly: Bool, automatic: Bool = false) async throws -> PushTask {
         if let t = running.withLockedValue({ $0[holder] }) { return t }
         // Remembered until it completes: a node stopped or killed mid-push resumes it at start.
-        try await NodeCore.perform { try self.store.step { step in try step.markBackupPending(holder, lanOnly: lanOnly) } }
+        if !automatic {
+            try await NodeCore.perform { try self.store.step { step in try step.markBackupPending(holder, lanOnly: lanOnly) } }
+        }
         let (task, isNew) = running.withLockedValue { r -> (PushTask, Bool) in
             if let t = r[holder] { return (t, false) }
-            let t = PushTask(holder: holder, lanOnly: lanOnly)
+            let t = PushTask(holder: holder, lanOnly: lanOnly, automatic: automatic)
             r[holder] = t
             return (t, true)
         }
@@ -245,7 +255,9 @@ extension BackupService {
         switch result {
         case .success(let r):
             await events.emit("backup.pushed", ["to": .string(to), "bytes_sent": .int(r.bytesSent), "blobs_sent": .int(Int64(r.blobsSent)),
-                                          "total_bytes": .int(r.totalBytes), "snapshot_id": .string(hexString(r.snapshotID))])
+                                          "total_bytes": .int(r.totalBytes), "snapshot_id": .string(hexString(r.snapshotID)),
+                                          "generation": .int(r.generation), "automatic": .bool(t.automatic),
+                                          "started_at_ms": .int(t.startedAtMs)])
         case .failure(let e):
             if Task.isCancelled { break }
             await events.emit("backup.push.failed", ["to": .string(to), "error": .string("\(e)")])
@@ -258,6 +270,7 @@ extension BackupService {
         if !Task.isCancelled, !unreachable {
             await NodeCore.run { self.health.attempt("clear a pending push") { try self.store.step { step in try step.clearBackupPending(t.holder) } } }
         }
+        if !Task.isCancelled { await pushEnded(t.holder, result, startedAtMs: t.startedAtMs, automatic: t.automatic) }
         t.finish(result)
     }
 
@@ -301,7 +314,8 @@ extension BackupService {
                 let kitSent = try await putKitIfChanged(exchange)
                 bytesSent += exchange.bytesSent - result.bytesSent
                 result = PushResult(holder: t.holder, snapshotID: result.snapshotID, bytesSent: bytesSent, blobs: result.blobs,
-                                    blobsSent: result.blobsSent, totalBytes: result.totalBytes, kitSent: kitSent)
+                                    blobsSent: result.blobsSent, totalBytes: result.totalBytes, kitSent: kitSent,
+                                    generation: result.generation)
                 let record = PushedRecord(snapshotID: hexString(result.snapshotID), atMs: Int64(clamping: wallClockMilliseconds()),
                                           bytesSent: bytesSent, totalBytes: result.totalBytes, blobs: local.blobs.map(\.name).sorted(),
                                           kitDigest: nil)
@@ -408,8 +422,14 @@ extension BackupService {
         // 4. The snapshot.
         let snapshotID = Sodium.randomBytes(16)
         let record: BackupSnapshotRecord
+        // The generation: the node's counter, the same for the same blobs (backup.md 5.1).
+        let digest = Self.snapshotDigest(local.blobs)
+        let nowMs = min(wallClockMilliseconds(), BackupLimits.maximumVersion)
+        let generation = try await NodeCore.perform {
+            try self.store.step { step in try step.backupGeneration("snapshot", digest: digest, nowMs: Int64(nowMs)) }
+        }.generation
         do {
-            record = try plan.snapshotRecord(snapshotID: snapshotID, createdAtMs: wallClockMilliseconds())
+            record = try plan.snapshotRecord(snapshotID: snapshotID, createdAtMs: nowMs, generation: UInt64(generation), owner: identity)
         } catch {
             throw PushFailed(description: "cannot make the snapshot record: \(error.detail)")
         }
@@ -418,7 +438,19 @@ extension BackupService {
         try Self.check(r.status, expected: [.complete])
         task.update(done: planned, total: planned)
         return PushResult(holder: ex.peer, snapshotID: snapshotID, bytesSent: ex.bytesSent, blobs: local.blobs.count,
-                          blobsSent: blobsToSend, totalBytes: record.totalBytes, kitSent: false)
+                          blobsSent: blobsToSend, totalBytes: record.totalBytes, kitSent: false, generation: generation)
+    }
+
+    /// BLAKE2b-256 over the snapshot's blobs, sorted: name ‖ size (u64) each. Equal digests: the
+    /// same content, the same generation.
+    nonisolated static func snapshotDigest(_ blobs: [BackupPushPlan.LocalBlob]) -> [UInt8] {
+        var input: [UInt8] = []
+        input.reserveCapacity(blobs.count * 40)
+        for b in blobs.sorted(by: { $0.name < $1.name }) {
+            input += b.name.bytes
+            for s in stride(from: 56, through: 0, by: -8) { input.append(UInt8(truncatingIfNeeded: UInt64(b.size) >> UInt64(s))) }
+        }
+        return Hash.blake2b(input, outputLength: 32)
     }
 
     /// Fails with the holder's refusal in words.

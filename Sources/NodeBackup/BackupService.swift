@@ -38,10 +38,14 @@ public final class BackupService: Service, Sendable {
     let pushRequestSink: AsyncStream<PushTask>.Continuation
 
     /// The node's sealed recovery kit now; nil until the node has a kit key (RecoveryKit).
-    package typealias KitProvider = @Sendable (SigningKeyPair, NodeStore, DataDirectory) throws -> OutgoingKit?
+    package typealias KitProvider = @NodeCore @Sendable (SigningKeyPair, NodeStore, DataDirectory) throws -> OutgoingKit?
     let kitProvider: KitProvider?
     /// The kit digest each holder acknowledged in this run (stored with the push record).
     let sentKitDigest = NIOLockedValueBox<[[UInt8]: String]>([:])
+    /// Automatic pushes (BackupSchedule.swift): the policy, and the wake-ups of its loop.
+    let schedule = NIOLockedValueBox(ScheduleState())
+    let scheduleWakes: AsyncStream<ScheduleWake>
+    let scheduleWakeSink: AsyncStream<ScheduleWake>.Continuation
 
     package init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, dialer: Dialer, outbox: Outbox,
          events: EventBus, health: StoreHealth, signals: NodeSignals, dataDirectory: DataDirectory?, logger: Logger,
@@ -61,6 +65,7 @@ public final class BackupService: Service, Sendable {
         self.holder = BackupHolder(identity: identity, root: dataDirectory.map { $0.url.appendingPathComponent("backup-held") },
                                    events: events, logger: logger, health: health)
         (pushRequests, pushRequestSink) = AsyncStream<PushTask>.makeStream(bufferingPolicy: .unbounded)
+        (scheduleWakes, scheduleWakeSink) = AsyncStream<ScheduleWake>.makeStream(bufferingPolicy: .bufferingNewest(8))
     }
 
     // MARK: - The service
@@ -103,10 +108,15 @@ public final class BackupService: Service, Sendable {
                     // Pushes started by commands run here, so the node's stop ends them.
                     await self.runPushes()
                 }
+                group.addTask {
+                    // Automatic pushes (backup.md 4.1).
+                    await self.runSchedule()
+                }
                 // Each ends when the service is cancelled (graceful shutdown cancels this scope).
             }
         }
         pushRequestSink.finish()
+        scheduleWakeSink.finish()
         for t in running.withLockedValue({ Array($0.values) }) { t.finish(.failure(NodeError.failed("the node is stopping"))) }
     }
 

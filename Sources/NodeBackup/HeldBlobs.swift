@@ -87,11 +87,16 @@ final class HeldBlobs: Sendable {
         var blobs: [BlobName]
         var indexBlobs: [BlobName]
         var totalBytes: Int64
+        // backup.md 5.1; absent in records stored before it.
+        var generation: UInt64?
+        var indexSizes: [Int64]?
+        var ownerSignature: String?
     }
 
     func writeSnapshot(_ owner: [UInt8], _ r: BackupSnapshotRecord, sequence: Int64) throws {
         let f = SnapshotFile(id: hexString(r.snapshotID), createdAtMs: r.createdAtMs, blobs: r.blobs, indexBlobs: r.indexBlobs,
-                             totalBytes: r.totalBytes)
+                             totalBytes: r.totalBytes, generation: r.generation, indexSizes: r.indexSizes,
+                             ownerSignature: hexString(r.ownerSignature))
         let url = snapshotsDirectory(owner).appendingPathComponent(String(format: "%012lld-%@.json", sequence, hexString(r.snapshotID)))
         try FileIO.writeAtomically(Array(try JSONEncoder().encode(f)), to: url)
     }
@@ -289,7 +294,9 @@ final class HeldBlobs: Sendable {
                 guard let bytes = try? FileIO.readAll(url, limit: 4 << 20, what: "snapshot"),  // quarantined when nil
                       let f = try? JSONDecoder().decode(SnapshotFile.self, from: Data(bytes)), let id = parseHex(f.id),  // quarantined when nil
                       let r = try? BackupSnapshotRecord(snapshotID: id, createdAtMs: f.createdAtMs, blobs: f.blobs, indexBlobs: f.indexBlobs,  // breaks a rule: quarantined
-                                                        totalBytes: f.totalBytes, nowMs: max(nowMs, f.createdAtMs)) else {
+                                                        totalBytes: f.totalBytes, nowMs: max(nowMs, f.createdAtMs),
+                                                        generation: f.generation ?? 0, indexSizes: f.indexSizes ?? [],
+                                                        ownerSignature: f.ownerSignature.flatMap(parseHex) ?? []) else {
                     quarantine(url, because: "not a snapshot record", quarantined)
                     continue
                 }

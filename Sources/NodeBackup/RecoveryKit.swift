@@ -56,10 +56,17 @@ public enum RecoveryKit {
     }
 
     /// The node's kit sealed under its kit key, or nil when the node has no kit key yet.
-    public static func sealedKit(identity: SigningKeyPair, store: NodeStore, dataDirectory: DataDirectory, nowMs: UInt64) throws -> SealedKit? {
+    ///
+    /// `generation` gives the kit's generation for its digest (the node's counter: the same for an
+    /// unchanged kit, the next one otherwise; backup.md 7); without it the kit carries generation 0.
+    /// The plaintext is padded with zero bytes to its size class (`sizeClass`), so a holder sees
+    /// only which class a kit falls in, not how many friends or ledger entries it gained.
+    public static func sealedKit(identity: SigningKeyPair, store: NodeStore, dataDirectory: DataDirectory, nowMs: UInt64,
+                                 generation: (([UInt8]) throws -> UInt64)? = nil) throws -> SealedKit? {
         guard let key = try KeyFile.fromDataDirectory(dataDirectory.url) else { return nil }
         var contents = try contents(identity: identity, store: store, dataDirectory: dataDirectory.url)
         contents.createdAtMs = 0
+        contents.generation = 0
         var leftOut = 0
         var plain: [UInt8] = try contents.serializedBytes()
         // A ledger too long for one kit keeps its oldest entries (a prefix of the chain still verifies).
@@ -80,18 +87,58 @@ public enum RecoveryKit {
         }
         let digest = Hash.blake2b(plain, outputLength: 32)
         contents.createdAtMs = nowMs
+        contents.generation = try generation?(digest) ?? 0
         plain = try contents.serializedBytes()
+        if let pad = padding(for: plain.count, limit: budget) {
+            contents.padding = Data(count: pad)
+            plain = try contents.serializedBytes()
+        }
         defer { Sodium.wipe(&plain) }
         let sealed = try RecoveryKitSeal.seal(plain, kitKey: key.kitKey, locator: key.locator,
                                               nonce: Sodium.randomBytes(RecoveryKitSeal.nonceBytes))
         return SealedKit(locator: key.locator, sealed: sealed, digest: digest, ledgerEntriesLeftOut: leftOut)
     }
 
-    /// What a push puts at holders (BackupService's kit provider): the kit sealed now, or nil
-    /// without a kit key.
+    /// The size classes of a kit's plaintext (backup.md 7, "What a holder sees"): 4 KiB, then
+    /// doubling, the last one the largest plaintext a kit may have.
+    static func sizeClass(_ n: Int, limit: Int) -> Int {
+        var c = 4_096
+        while c < n + 3, c < limit { c *= 2 }
+        return min(c, limit)
+    }
+
+    /// The length of a `padding` field (tag 11: one byte, then a varint length, then at least one
+    /// byte: proto3 does not encode an empty one) that brings an encoding of `n` bytes to exactly
+    /// `target`; nil when none does.
+    static func paddingLength(from n: Int, to target: Int) -> Int? {
+        for lengthBytes in 1...3 {
+            let p = target - n - 1 - lengthBytes
+            guard p >= 1 else { continue }
+            let needed = p < 128 ? 1 : p < 16_384 ? 2 : 3
+            if needed == lengthBytes { return p }
+        }
+        return nil
+    }
+
+    /// The padding for a plaintext of `n` bytes: to its size class, or the next one when the
+    /// class cannot be met exactly (a varint boundary); nil at the largest class when neither fits.
+    static func padding(for n: Int, limit: Int) -> Int? {
+        var target = sizeClass(n, limit: limit)
+        while target <= limit {
+            if let p = paddingLength(from: n, to: target) { return p }
+            guard target < limit else { return nil }
+            target = min(target * 2, limit)
+        }
+        return nil
+    }
+
+    /// What a push puts at holders (BackupService's kit provider): the kit sealed now, with the
+    /// node's kit generation for its contents, or nil without a kit key.
     package static let provider: BackupService.KitProvider = { identity, store, dataDirectory in
-        try sealedKit(identity: identity, store: store, dataDirectory: dataDirectory, nowMs: min(wallClockMilliseconds(), BackupLimits.maximumVersion))
-            .map { OutgoingKit(locator: $0.locator, sealed: $0.sealed, digest: $0.digest) }
+        let nowMs = min(wallClockMilliseconds(), BackupLimits.maximumVersion)
+        return try sealedKit(identity: identity, store: store, dataDirectory: dataDirectory, nowMs: nowMs, generation: { digest in
+            UInt64(try store.step { step in try step.backupGeneration("kit", digest: digest, nowMs: Int64(nowMs)) }.generation)
+        }).map { OutgoingKit(locator: $0.locator, sealed: $0.sealed, digest: $0.digest) }
     }
 
     /// What the kit holds, from the node's files and store.
@@ -151,6 +198,8 @@ public enum RecoveryKit {
         /// The node's display name ("" when it had none, or when the kit's was not valid).
         public let displayName: String
         public let createdAtMs: UInt64
+        /// The owner's kit generation (backup.md 7): higher is newer; 0 in kits from before it.
+        public var generation: UInt64 = 0
         /// Entries skipped, one line each (never fatal).
         public let skipped: [String]
     }
@@ -273,7 +322,8 @@ public enum RecoveryKit {
             displayName = ""
         }
         return Opened(identity: identity, keysFile: keysFile, friends: friends, homeRelays: relays, ledger: ledger,
-                      displayName: displayName, createdAtMs: c.createdAtMs, skipped: skipped)
+                      displayName: displayName, createdAtMs: c.createdAtMs, generation: min(c.generation, BackupLimits.maximumVersion),
+                      skipped: skipped)
     }
 
     /// A keys file must load with TandemVault's own checks (size, magic, version, Argon2id ranges).

@@ -22,7 +22,7 @@ import Darwin
 /// finds the identity equal to the kit's and goes on), then packs (each hash-checked, then renamed
 /// into place: a pack in place is never fetched again), then the index files, the keys file, the
 /// sealed recovery code and `backup-kit` last (a vault with its keys file is a whole vault).
-public struct RestoreClient {
+public struct RestoreClient: Sendable {
     public struct Options: Sendable {
         public var holder: NodeID
         public var host: String
@@ -75,6 +75,13 @@ public struct RestoreClient {
         public var bytesFetched: Int64 = 0
         /// The friend whose snapshot the vault came back from.
         public var vaultFrom: NodeID?
+        /// What every holder reached has (backup.md 8.1), in the survey's order.
+        public var copies: [HolderCopy] = []
+        /// "newest copy: generation N from DATE at FRIEND; …".
+        public var freshness = ""
+        /// The generation of the snapshot restored, and of the kit.
+        public var generation: UInt64?
+        public var kitGeneration: UInt64 = 0
     }
 
     /// The kit's other friends that can be reached without an address from the user, in the kit's
@@ -129,12 +136,29 @@ public struct RestoreClient {
 
         // 1. The kit, asked for as a throwaway key.
         events(.step("asking \(o.holderText) for the recovery kit"))
-        let kit = try await fetchKit(o)
-        if let existing, existing != kit.identity.publicKey {
+        let first = try await fetchKit(o)
+        if let existing, existing != first.identity.publicKey {
             throw NodeError.failed("\(dir.path) already holds another identity (\(NodeID(publicKey: existing).short)…): restore into an empty data directory")
         }
+        // Freshness (backup.md 8.1): every holder reachable is asked, as the old identity, for its
+        // newest kit and its snapshots; the highest generation the owner signed wins, whoever holds it.
+        events(.step("asking every friend in the kit for their newest copy"))
+        let allWays = [o] + Self.otherHolders(o, friends: first.friends)
+        let copies = await survey(allWays, identity: first.identity, friends: first.friends, events: events)
+        let kit = RestoreFreshness.newestKit(first: first, copies: copies)
         var report = Report(id: NodeID(publicKey: kit.identity.publicKey))
+        report.copies = copies
+        report.freshness = RestoreFreshness.sentence(copies)
+        report.kitGeneration = kit.generation
+        events(.step(report.freshness))
         report.skipped = kit.skipped
+        // Ways to friends that did not connect are passed over, as before the survey.
+        for c in copies where c.holder != o.holder || c.way == nil {
+            for w in c.waysFailed {
+                report.skipped.append("vault from \(w)")
+                events(.skipped("vault from \(w)"))
+            }
+        }
         for s in kit.skipped { events(.skipped(s)) }
 
         // 2. Become the old identity; friends, relays and the ledger in one transaction.
@@ -146,7 +170,16 @@ public struct RestoreClient {
                                      addresses: o.relay == nil ? [(o.holder.publicKey, o.host, o.port)] : [],
                                      displayName: kit.displayName)
         let nowMs = now()
-        try await NodeCore.perform { try store.step { step in try step.applyRestore(restored, nowMs: nowMs) } }
+        let newestSeen = Int64(clamping: copies.compactMap { $0.newest?.generation }.max() ?? 0)
+        let kitGeneration = Int64(clamping: kit.generation)
+        try await NodeCore.perform {
+            try store.step { step in
+                try step.applyRestore(restored, nowMs: nowMs)
+                // The restored node's next push and kit are newer than any copy found.
+                try step.raiseBackupGeneration("snapshot", atLeast: newestSeen, nowMs: nowMs)
+                try step.raiseBackupGeneration("kit", atLeast: kitGeneration, nowMs: nowMs)
+            }
+        }
         report.friends = kit.friends.count
         report.homeRelays = kit.homeRelays.count
         report.ledgerEntries = kit.ledger.count
@@ -157,17 +190,25 @@ public struct RestoreClient {
         // through its home relay.
         let vaultDir = dir.url.appendingPathComponent("vault")
         if let keysFile = kit.keysFile {
-            let candidates = [o] + Self.otherHolders(o, friends: kit.friends)
+            // Newest signed generation first; friends the survey did not reach are tried last.
+            let ordered = RestoreFreshness.order(copies).compactMap(\.way)
+            let reached = Set(ordered.map(\.holder))
+            let candidates = ordered + allWays.filter { !reached.contains($0.holder) }
+            // A holder first offers only snapshots at least as new as what a later holder has (so a
+            // broken newest copy at one friend does not make the restore settle for its older one
+            // while another friend has something newer); a second round takes anything.
+            let best = RestoreFreshness.order(copies).map { $0.newest?.generation ?? 0 }
+            let first = candidates.enumerated().map { i, c in (c, i + 1 < best.count ? best[(i + 1)...].max() ?? 0 : 0) }
+            let rounds: [[(Options, UInt64)]] = [first, first.filter { $0.1 > 0 }.map { ($0.0, 0) }]
             var failures: [(holder: String, error: Error)] = []
-            for candidate in candidates {
+            for (candidate, atLeast) in rounds.joined() where report.vaultFrom == nil {
                 var attempt = report
                 do {
                     if !failures.isEmpty { events(.step("trying friend \(candidate.holderText)")) }
-                    try await restoreVault(candidate, identity: kit.identity, keysFile: keysFile, vaultDir: vaultDir,
+                    try await restoreVault(candidate, identity: kit.identity, keysFile: keysFile, vaultDir: vaultDir, atLeast: atLeast,
                                            report: &attempt, events: events)
                     report = attempt
                     report.vaultFrom = candidate.holder
-                    break
                 } catch is CancellationError {
                     throw CancellationError()
                 } catch {
@@ -177,6 +218,9 @@ public struct RestoreClient {
                 }
             }
             if report.vaultFrom == nil {
+                // Nothing half-fetched stays behind: the staging folder and unfinished packs go
+                // (packs in place were hash-checked and stay for the next run).
+                Self.cleanUp(vaultDir)
                 // One holder: its own error, as it was. Several: each named with what went wrong.
                 if failures.count == 1 { throw failures[0].error }
                 throw NodeError(kind: NodeError.kind(of: failures[0].error),
@@ -258,7 +302,7 @@ public struct RestoreClient {
                          locatorB: try b.map { try VaultRepository.indexLocator(masterKey: $0) })
     }
 
-    func restoreVault(_ o: Options, identity: SigningKeyPair, keysFile: [UInt8], vaultDir: URL, report: inout Report,
+    func restoreVault(_ o: Options, identity: SigningKeyPair, keysFile: [UInt8], vaultDir: URL, atLeast: UInt64 = 0, report: inout Report,
                       events: @escaping @Sendable (Event) -> Void) async throws {
         let staging = vaultDir.appendingPathComponent(".restore")
         try FileIO.createDirectory(vaultDir)
@@ -287,22 +331,28 @@ public struct RestoreClient {
 
         var chosen: (snapshot: BackupSnapshotSummary, indexes: [(locator: String, bytes: [UInt8])], packs: [RestorePlan.Blob])?
         var reasons: [String] = []
-        for snapshot in list.snapshots.reversed() {
+        // Only what the owner signed, newest generation first (backup.md 8.1).
+        let (allSigned, unsigned) = RestoreFreshness.signed(list.snapshots, owner: identity.publicKey)
+        if unsigned > 0 { reasons.append("\(unsigned) snapshot(s) not signed by this node") }
+        let signedSnapshots = allSigned.filter { $0.generation >= atLeast }
+        if signedSnapshots.count < allSigned.count { reasons.append("older than generation \(atLeast) another friend holds") }
+        for snapshot in signedSnapshots {
             do {
                 chosen = try await examine(snapshot, holder: holder, keys: keys, staging: staging, events: events)
                 break
             } catch let e as SnapshotUnusable {
                 reasons.append(e.reason)
-                events(.skipped("snapshot of \(snapshot.createdAtMs): \(e.reason)"))
+                events(.skipped("snapshot generation \(snapshot.generation) of \(RestoreFreshness.utc(snapshot.createdAtMs)): \(e.reason)"))
             }
         }
         guard let chosen else {
-            if list.snapshots.isEmpty {
+            if allSigned.isEmpty, unsigned == 0 {
                 throw NodeError.nothingToActOn("holder \(link.address) holds no snapshot of this node's vault yet")
             }
             throw NodeError.failed("holder \(link.address) holds no complete snapshot: \(reasons.joined(separator: "; "))")
         }
         report.snapshotCreatedAtMs = chosen.snapshot.createdAtMs
+        report.generation = chosen.snapshot.generation
 
         // Packs: those in place were hash-checked before their rename.
         let inPlace = Set(try chosen.packs.filter { FileIO.exists(try packURL(vaultDir, $0.name)) }.map(\.name))
@@ -336,6 +386,20 @@ public struct RestoreClient {
         events(.step("vault restored: \(report.items) item(s)"))
     }
 
+    /// After a restore that got no vault: `vault/.restore` and unfinished `*.tmp-restore` packs
+    /// are removed (best effort; each failure is left for the next run to redo).
+    static func cleanUp(_ vaultDir: URL) {
+        let fm = FileManager.default
+        try? fm.removeItem(at: vaultDir.appendingPathComponent(".restore"))  // best effort: the next run recreates and clears it
+        let packs = vaultDir.appendingPathComponent("packs")
+        for sub in (try? fm.contentsOfDirectory(atPath: packs.path)) ?? [] {  // none yet: nothing to clean
+            let dir = packs.appendingPathComponent(sub)
+            for f in (try? fm.contentsOfDirectory(atPath: dir.path)) ?? [] where f.hasSuffix(".tmp-restore") {  // not a directory: skipped
+                try? fm.removeItem(at: dir.appendingPathComponent(f))  // best effort, as above
+            }
+        }
+    }
+
     struct SnapshotUnusable: Error {
         let reason: String
     }
@@ -348,6 +412,10 @@ public struct RestoreClient {
         guard !snapshot.indexBlobs.isEmpty else { throw SnapshotUnusable(reason: "it names no index blob") }
         let indexHoldings = try await have(snapshot.indexBlobs, holder: holder)
         guard indexHoldings.allSatisfy(\.isWhole) else { throw SnapshotUnusable(reason: "the holder lacks an index blob") }
+        // Sizes the owner signed bound what is fetched (backup.md 8.2): each index blob's exactly.
+        if let excess = RestoreFreshness.exceedsSignedSizes(snapshot, indexSizes: indexHoldings.map(\.size), packSizes: []) {
+            throw SnapshotUnusable(reason: excess)
+        }
         let stagedIndex = staging.appendingPathComponent("index-blobs")
         try FileIO.createDirectory(stagedIndex)
         let inPlace = Set(indexHoldings.filter { FileManager.default.fileExists(atPath: stagedIndex.appendingPathComponent($0.name.description).path) }.map(\.name))
@@ -388,6 +456,11 @@ public struct RestoreClient {
                 packs.append(RestorePlan.Blob(name: h.name, size: h.size))
             }
             i += batch.count
+        }
+        // Everything together within the signed total and count: a holder cannot make a restorer
+        // fetch more than the owner's record says (backup.md 8.2).
+        if let excess = RestoreFreshness.exceedsSignedSizes(snapshot, indexSizes: indexHoldings.map(\.size), packSizes: packs.map(\.size)) {
+            throw SnapshotUnusable(reason: excess)
         }
         return (snapshot, indexes, packs)
     }

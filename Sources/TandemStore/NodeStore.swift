@@ -253,6 +253,8 @@ public struct NodeStore: Sendable {
         // A thread inviter's copy of each participant's signed MESSAGE, to forward again on a
         // GAP_REQUEST (MigrationThreadFrames.swift, Protocol/messages.md 5.2).
         m.registerMigration("v9-message-thread-frames") { db in try MigrationThreadFrames.threadFrames(db) }
+        // Backup generations and the automatic push schedule (BackupSchedule.swift, Protocol/backup.md 4.1, 5.1).
+        m.registerMigration("v9-backup-schedule") { db in try MigrationV9.backupSchedule(db) }
         return m
     }
 

@@ -154,10 +154,23 @@ enum BackupMachine {
         case 0x0403: _ = try? BackupHaveReplyMessage(payload: p)
         case 0x0404: _ = try? BackupPieceMessage(payload: p)
         case 0x0405: _ = try? BackupReplyMessage(payload: p)
-        case 0x0406: _ = try? BackupSnapshotMessage(payload: p, nowMs: nowMs)
+        case 0x0406:
+            if let m = try? BackupSnapshotMessage(payload: p, nowMs: nowMs) {
+                _ = m.record.header.verify(m.record.ownerSignature, owner: [UInt8](repeating: 7, count: 32))
+            }
         case 0x0407: _ = try? BackupForgetMessage(payload: p)
         case 0x0408: _ = try? BackupListQueryMessage(payload: p)
-        case 0x0409: _ = try? BackupListReplyMessage(payload: p)
+        case 0x0409:
+            // What a restorer then does with each summary (backup.md 8.1, 8.2): never a trap.
+            if let m = try? BackupListReplyMessage(payload: p) {
+                let owner = [UInt8](repeating: 7, count: 32)
+                for s in m.snapshots {
+                    _ = s.isSigned(by: owner)
+                    _ = s.header.signable(owner: owner)
+                    _ = BackupSnapshotHeader.domain
+                }
+                _ = m.snapshots.sorted { ($0.generation, $0.createdAtMs) > ($1.generation, $1.createdAtMs) }
+            }
         case 0x040A: _ = try? BackupProveMessage(payload: p)
         case 0x040B: _ = try? BackupProofMessage(payload: p)
         case 0x040C: _ = try? BackupFetchMessage(payload: p)

@@ -20,7 +20,7 @@ struct BackupCommand: AsyncParsableCommand {
         sealed under your recovery code) goes with each push, so `tandem restore` can rebuild this node from any one of them.
         """,
         subcommands: [BackupOffer.self, BackupOffers.self, BackupPush.self, BackupStatus.self, BackupVerify.self,
-                      BackupSnapshots.self, BackupForget.self])
+                      BackupSnapshots.self, BackupForget.self, BackupSchedule.self])
 }
 
 /// A byte count as people write it: 500MB, 10GiB, 1.5TB, 0 (no unit: bytes).
@@ -149,9 +149,15 @@ struct BackupStatus: AsyncParsableCommand {
             for h in holders {
                 var line = "\(shortID(h["id"]?.stringValue))  quota \(bytesText(h["quota_bytes"]?.intValue ?? 0))"
                 if let last = h["last_push"], last != .null {
-                    line += ", last push \(last["at"]?.stringValue ?? "?"): \(bytesText(last["total_bytes"]?.intValue ?? 0))"
+                    let at = h["copy_at_ms"]?.intValue.map(localTimeText) ?? last["at"]?.stringValue ?? "?"
+                    line += ", copy from \(at) (\(agoText(h["age_ms"]?.intValue ?? 0))): \(bytesText(last["total_bytes"]?.intValue ?? 0))"
+                    if let g = h["generation"]?.intValue { line += ", generation \(g)" }
                 } else {
                     line += ", never pushed"
+                }
+                if let since = h["behind_since"]?.stringValue { line += ", behind since \(since)" }
+                if let f = h["failures"]?.intValue, f > 0 {
+                    line += ", \(f) automatic push(es) failed" + (h["last_error"]?.stringValue.map { " (\($0))" } ?? "")
                 }
                 if let p = h["pushing"], p != .null {
                     line += ", pushing (\(bytesText(p["done"]?.intValue ?? 0)) of \(bytesText(p["total"]?.intValue ?? 0)))"
@@ -225,4 +231,62 @@ struct BackupForget: AsyncParsableCommand {
             }
         }
     }
+}
+
+struct BackupSchedule: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "schedule", abstract: "When your node pushes by itself: a delay after each change, and at least daily.",
+        discussion: """
+        After a change that matters (the vault, the ledger, a friend) the node pushes to every friend holding your \
+        backups once the delay has passed (default 5m), and at least once a day (--daily on). A friend that is \
+        offline is tried again after 1 minute, doubling up to an hour. Without options: shows the schedule.
+        """)
+    @OptionGroup var common: CommonOptions
+    @Option(help: ArgumentHelp("How long after a change to push (e.g. 30s, 5m, 1h; 0 = at once).", valueName: "duration")) var delay: String?
+    @Option(help: ArgumentHelp("Push at least once a day: on or off.", valueName: "on|off")) var daily: String?
+
+    static func parseDelay(_ text: String) throws -> Int64 {
+        let ms: Int64
+        do {
+            ms = try durationMs(text)
+        } catch {
+            throw TandemError("--delay: '\(String(text.prefix(40)).terminalSafe)' is not a duration (e.g. 30s, 5m, 1h)", exitCode: TandemError.usageExitCode)
+        }
+        guard (0...604_800_000).contains(ms) else { throw TandemError("--delay is 0 to 7 days", exitCode: TandemError.usageExitCode) }
+        return ms
+    }
+
+    func run() async throws {
+        var params: [String: JSONValue] = [:]
+        if let delay { params["delay_ms"] = .int(try Self.parseDelay(delay)) }
+        if let daily {
+            switch daily.lowercased() {
+            case "on", "yes", "true": params["daily"] = .bool(true)
+            case "off", "no", "false": params["daily"] = .bool(false)
+            default: throw TandemError("--daily is on or off", exitCode: TandemError.usageExitCode)
+            }
+        }
+        _ = try await callBackup(common, "backup.schedule", params) { r in
+            let ms = r["delay_ms"]?.intValue ?? 0
+            output("Automatic pushes: " + (ms == 0 ? "at once" : DurationText.format(.milliseconds(ms))) + " after a change" + (r["daily"]?.boolValue == true ? ", and at least daily." : "; no daily push."))
+        }
+    }
+}
+
+/// "3 hours ago", "just now".
+func agoText(_ ms: Int64) -> String {
+    let s = max(ms, 0) / 1000
+    if s < 60 { return "just now" }
+    if s < 3600 { return "\(s / 60) minute\(s / 60 == 1 ? "" : "s") ago" }
+    if s < 86_400 { return "\(s / 3600) hour\(s / 3600 == 1 ? "" : "s") ago" }
+    return "\(s / 86_400) day\(s / 86_400 == 1 ? "" : "s") ago"
+}
+
+/// A wall-clock time in ms as the local time, e.g. "2026-11-29 14:05".
+func localTimeText(_ ms: Int64) -> String {
+    let f = DateFormatter()
+    f.locale = Locale(identifier: "en_US_POSIX")
+    f.timeZone = .current
+    f.dateFormat = "yyyy-MM-dd HH:mm"
+    return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
 }

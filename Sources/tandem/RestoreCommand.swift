@@ -57,11 +57,29 @@ struct Restore: AsyncParsableCommand {
                                     "bytes_fetched": report.bytesFetched, "skipped": report.skipped]
             if let t = report.snapshotCreatedAtMs { o["snapshot_created_at_ms"] = t }
             if let from = report.vaultFrom { o["vault_from"] = from.canonical }
+            if let g = report.generation { o["generation"] = g }
+            o["kit_generation"] = report.kitGeneration
+            o["freshness"] = report.freshness
+            o["copies"] = report.copies.map { c -> [String: Any] in
+                var d: [String: Any] = ["friend": c.name, "id": c.holder.canonical]
+                if let n = c.newest {
+                    d["generation"] = n.generation
+                    d["created_at_ms"] = n.createdAtMs
+                    d["total_bytes"] = n.totalBytes
+                }
+                if c.unsigned > 0 { d["unsigned_snapshots"] = c.unsigned }
+                if let e = c.error { d["error"] = e }
+                return d
+            }
             printJSON(o)
         } else {
             output("Restored \(report.id.canonical): \(report.friends) friend(s), \(report.ledgerEntries) ledger entr\(report.ledgerEntries == 1 ? "y" : "ies")"
                    + (report.vault ? ", vault with \(report.items) item(s) (\(bytesText(report.bytes)))" : ", no vault")
                    + (report.vaultFrom.map { $0 != holder.holder ? " from friend \($0.short)…" : "" } ?? "") + ".")
+            if !report.freshness.isEmpty { output(String(report.freshness.terminalSafe.prefix(2_000))) }
+            if let g = report.generation, let newest = report.copies.compactMap({ $0.newest?.generation }).max(), g < newest {
+                output("Note: the newest copy (generation \(newest)) could not be used; the vault is generation \(g).")
+            }
             if report.vault { output("The vault keeps its old PIN. Start the node with `tandem node`.") }
         }
     }

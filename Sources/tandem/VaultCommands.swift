@@ -531,7 +531,7 @@ struct RecoveryCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "recovery",
         abstract: "Your node's recovery code: with it and one friend a lost node can be restored.",
-        subcommands: [RecoveryShow.self])
+        subcommands: [RecoveryShow.self, RecoverySheet.self])
 }
 
 struct RecoveryShow: AsyncParsableCommand {

@@ -340,6 +340,33 @@ final class BackupHolderTests: XCTestCase {
                            isFriend: false).count, 1, "a minute later the address is answered again")
     }
 
+    /// A relay is one source address for every tunnel: strangers flooding KIT_GET through it must
+    /// not spend the budget of a restorer tunnelled through the same relay (backup.md 7).
+    func testStrangersThroughARelayDoNotStarveATunnelledRestorer() throws {
+        let h = makeHolder()
+        try offer(h, owner, quota: 10_000)
+        let locator = KitLocator(bytes: [UInt8](repeating: 6, count: 32))!
+        let put = BackupKitPutMessage(requestID: rid(), locator: locator, version: 1, sealedKit: [UInt8](repeating: 9, count: 100))
+        XCTAssertEqual(try BackupReplyMessage(payload: ask(h, owner, .backupKitPut, put.payload)[0].payload).status, .ok)
+        let relay = "relay:abcdef0123"
+        func get(_ k: SigningKeyPair) -> Int {
+            ask(h, k, .backupKitGet, BackupKitGetMessage(requestID: rid(), locator: locator, index: 0).payload, isFriend: false, origin: relay).count
+        }
+        // A stranger floods through the relay: its own key's 5 are answered, then nothing.
+        let stranger = try SigningKeyPair(seed: [UInt8](repeating: 200, count: 32))
+        XCTAssertEqual((0..<20).map { _ in get(stranger) }, Array(repeating: 1, count: 5) + Array(repeating: 0, count: 15))
+        // Fourteen more stranger keys on the same relay, then the restorer: still answered.
+        for i in 0..<14 { _ = get(try SigningKeyPair(seed: [UInt8](repeating: UInt8(120 + i), count: 32))) }
+        let restorer = try SigningKeyPair(seed: [UInt8](repeating: 250, count: 32))
+        XCTAssertEqual(get(restorer), 1, "the restorer's budget is its own, not the relay's address")
+        // A direct address is still one budget for all its keys.
+        let direct = (0..<11).map { i in
+            ask(h, try! SigningKeyPair(seed: [UInt8](repeating: UInt8(30 + i), count: 32)), .backupKitGet,
+                BackupKitGetMessage(requestID: rid(), locator: locator, index: 0).payload, isFriend: false, origin: "198.51.100.9").count
+        }
+        XCTAssertEqual(direct, Array(repeating: 1, count: 10) + [0])
+    }
+
     // MARK: the files
 
     func testRestartAfterATornPartialWriteReportsTheLengthOnDisk() throws {

@@ -161,3 +161,36 @@ def test_push_resumes_after_kill_9_of_the_owner(make_node, tmp_path):
 
 def cli_json_lines(node, *args):
     return [json.loads(l) for l in cli(node, *args, "--json").stdout.splitlines() if l.strip()]
+
+
+def test_a_vault_change_is_pushed_by_itself_within_the_delay(make_node, tmp_path):
+    """Automatic pushes (backup.md 4.1): with a 2 s delay, an import leads to a push to the holder
+    with no command; the node's own event times say it came after the delay and within one push."""
+    a, b, src = pair(make_node, tmp_path, mib=1)
+    schedule = backup_json(a, "schedule", "--delay", "2s", "--daily", "on")
+    assert schedule == {"delay_ms": 2000, "daily": True}, schedule
+    # The holder that never got a copy is behind: the first automatic push runs by itself.
+    first = wait_event(a, "backup.pushed", f"to={b.id}", timeout="60s")
+    assert first["automatic"] is True, first
+    since = first["seq"]
+    (tmp_path / "later").mkdir()
+    (tmp_path / "later" / "later.txt").write_text("written after the first copy\n" * 500)
+    vault(a, "import", str(tmp_path / "later" / "later.txt"))
+    imported = wait_event(a, "vault.imported", since=since)
+    pushed = wait_event(a, "backup.pushed", f"to={b.id}", since=imported["seq"], timeout="60s")
+    assert pushed["automatic"] is True and pushed["generation"] == first["generation"] + 1, (first, pushed)
+    waited = pushed["time_ms"] - imported["time_ms"]
+    # Not before the delay (less the 1 s the look-around may lag), and within the delay plus one small push.
+    assert 1_000 <= waited <= 2_000 + 30_000, (imported, pushed)
+    status = backup_json(a, "status")
+    h = status["holders"][0]
+    assert h["generation"] == pushed["generation"] and h["age_ms"] < 120_000 and h["behind_since"] is None, h
+    assert "copy from" in backup(a, "status").stdout
+
+
+def test_schedule_bad_input_is_one_clear_line(make_node, tmp_path):
+    a = make_node("a").start(env=CHEAP)
+    for args in (["--delay", "soon"], ["--delay", "30d"], ["--daily", "maybe"]):
+        proc = backup(a, "schedule", *args, check=False)
+        assert proc.returncode != 0
+        one_line_error(proc)

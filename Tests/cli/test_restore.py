@@ -190,6 +190,10 @@ def test_a_holder_that_flips_a_byte_is_caught_and_named(make_node, tmp_path):
     assert bob.id in line, line
     assert victim.name in line, line
     assert "refused" in line, line
+    # Nothing half-fetched stays behind (backup.md 8.2): no staging folder, no unfinished pack.
+    vault_dir = tmp_path / "fresh" / "vault"
+    assert not (vault_dir / ".restore").exists()
+    assert not list(vault_dir.rglob("*.tmp-restore")), list(vault_dir.rglob("*"))
     # Nothing tampered was put in place.
     packs = tmp_path / "fresh" / "vault" / "packs"
     assert not list(packs.rglob(victim.name)), "the tampered blob was renamed into place"
@@ -427,3 +431,53 @@ def recovery_code_for_a_fresh_node(make_node):
     code = cli_json(n, "recovery", "show")["code"]
     n.kill()
     return code
+
+
+def test_a_holder_serving_an_older_copy_redated_cannot_roll_the_restore_back(make_node, tmp_path, restored_node):
+    """Freshness (backup.md 8.1): bob holds generation 1 and rewrites its record to look newer
+    (a later time and generation 99); carol holds generation 2. Restoring from bob, the restore
+    asks carol too, refuses bob's record (not signed so), and brings back generation 2 from carol,
+    saying where each copy stands."""
+    alice, (bob, carol), files, code = backed_up(make_node, tmp_path, size=200_000, friends=("bob", "carol"))
+    cli(carol, "backup", "offer", alice.id, "--quota", "1GiB")
+    wait_event(alice, "backup.offer.received", f"from={carol.id}", timeout="30s")
+    later = tmp_path / "later"
+    later.mkdir()
+    (later / "later.txt").write_bytes(b"added after bob's copy\n" * 300)
+    vault(alice, "import", str(later / "later.txt"), pin=PIN)
+    pushed = [json.loads(l) for l in cli(alice, "backup", "push", "--to", carol.id, "--json", timeout=300).stdout.splitlines() if l.strip()]
+    newest = pushed[-1]["pushes"][0]["generation"]
+    # The recovery sheet names both friends with the restore line that reaches each.
+    sheet = tmp_path / "sheet.txt"
+    proc = subprocess.run([TANDEM, "recovery", "sheet", "--out", str(sheet), "--pin-stdin", "--data-dir", alice.data_dir],
+                          input=PIN + "\n", capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = sheet.read_text()
+    assert oct(sheet.stat().st_mode & 0o777) == "0o600" and code in text, text
+    bob_line = f"tandem restore --from '{bob.id}@127.0.0.1:{bob.port}'"
+    assert bob_line in text and f"{carol.id}@127.0.0.1:{carol.port}" in text, text
+    alice.kill()
+
+    bob.stop()
+    records = list((pathlib.Path(bob.data_dir) / "backup-held" / alice.info["public_key"] / "snapshots").glob("*.json"))
+    assert len(records) == 1, records
+    record = json.loads(records[0].read_text())
+    assert record["generation"] == newest - 1, record
+    record["generation"] = 99
+    record["createdAtMs"] = int(time.time() * 1000)
+    records[0].write_text(json.dumps(record))
+    bob.start(port=bob.port, env=CHEAP)
+
+    proc = restore(tmp_path / "fresh", bob, code)
+    report, _ = final_json(proc)
+    assert report["vault_from"] == carol.id and report["generation"] == newest, report
+    assert report["items"] == 3, report
+    copies = {c["id"]: c for c in report["copies"]}
+    assert copies[carol.id]["generation"] == newest, copies
+    assert "generation" not in copies[bob.id] and copies[bob.id]["unsigned_snapshots"] == 1, copies
+    assert report["freshness"].startswith(f"newest copy: generation {newest} from "), report["freshness"]
+    restored = restored_node(tmp_path / "fresh").start(env=CHEAP)
+    dest = tmp_path / "out"
+    dest.mkdir()
+    vault(restored, "export", "later.txt", str(dest), pin=PIN)
+    assert (dest / "later.txt").read_bytes() == b"added after bob's copy\n" * 300

@@ -357,6 +357,12 @@ public struct BackupHolderBook: Sendable, Equatable {
             total += b.size // ≤ 16 384 × 2^26
         }
         guard total == r.totalBytes else { return reply(m.requestID, .missingBlobs, quota: s.quotaBytes, used: s.usedBytes) }
+        // backup.md 5.1: a signed header must verify, and each index blob's size be the one held.
+        // An unsigned record (an owner from before 5.1) is kept; no restorer uses it.
+        guard r.ownerSignature.isEmpty || r.header.verify(r.ownerSignature, owner: owner),
+              zip(r.indexBlobs, r.indexSizes).allSatisfy({ s.blobs[$0.0]?.size == $0.1 }) else {
+            return reply(m.requestID, .badRequest, quota: s.quotaBytes, used: s.usedBytes)
+        }
         let charge = BackupLimits.chargedBytes(for: r)
         guard s.usedBytes + charge <= s.quotaBytes else { return reply(m.requestID, .overQuota, quota: s.quotaBytes, used: s.usedBytes) }
         s.usedBytes += charge

@@ -1,5 +1,6 @@
 import Foundation
 import SwiftProtobuf
+import Sodium
 
 // Validated backup messages (Protocol/backup.md section 2). Every payload becomes one of these
 // values through one validating initialiser `init(payload:…)` that checks every integer, length,
@@ -403,19 +404,27 @@ public struct BackupReplyMessage: Equatable, Sendable {
 // MARK: - snapshots
 
 /// A snapshot record (backup.md 2.2, 5): 1…16 384 strictly increasing blob names, index blobs a
-/// strictly increasing subset of at most 8, total 1 … 2^40, created 1 … now + 10 min.
+/// strictly increasing subset of at most 8, total 1 … 2^40, created 1 … now + 10 min. Since
+/// backup.md 5.1 it also carries the owner's generation, each index blob's size and the owner's
+/// signature over its header (`BackupSnapshotHeader`); records stored before have neither.
 public struct BackupSnapshotRecord: Equatable, Sendable, Codable {
     public let snapshotID: [UInt8]
     public let createdAtMs: UInt64
     public let blobs: [BlobName]
     public let indexBlobs: [BlobName]
     public let totalBytes: Int64
+    public let generation: UInt64
+    /// The size of each index blob, in `indexBlobs`' order (empty in an unsigned record).
+    public let indexSizes: [Int64]
+    /// 64 bytes, or empty (an unsigned record from before 5.1).
+    public let ownerSignature: [UInt8]
 
     public struct Invalid: Error, Equatable, Sendable { public let detail: String }
 
     /// The one validating initialiser; the message decoder maps `Invalid` to MALFORMED.
     public init(snapshotID: [UInt8], createdAtMs: UInt64, blobs: [BlobName], indexBlobs: [BlobName],
-                totalBytes: Int64, nowMs: UInt64) throws(Invalid) {
+                totalBytes: Int64, nowMs: UInt64, generation: UInt64 = 0, indexSizes: [Int64] = [],
+                ownerSignature: [UInt8] = []) throws(Invalid) {
         guard snapshotID.count == 16 else { throw Invalid(detail: "snapshot id is \(snapshotID.count) bytes, not 16") }
         let latest = nowMs > UInt64.max - BackupLimits.futureToleranceMs ? UInt64.max : nowMs + BackupLimits.futureToleranceMs
         guard createdAtMs >= 1, createdAtMs <= latest, createdAtMs <= BackupLimits.maximumVersion else {
@@ -428,26 +437,49 @@ public struct BackupSnapshotRecord: Equatable, Sendable, Codable {
         let all = Set(blobs)
         guard indexBlobs.allSatisfy({ all.contains($0) }) else { throw Invalid(detail: "an index blob is not among the blobs") }
         guard totalBytes >= 1, totalBytes <= BackupLimits.maximumSnapshotBytes else { throw Invalid(detail: "total_bytes \(totalBytes)") }
+        guard generation <= BackupLimits.maximumVersion else { throw Invalid(detail: "generation \(generation) out of range") }
+        try BackupSnapshotHeader.check(indexBlobs: indexBlobs, indexSizes: indexSizes, totalBytes: totalBytes,
+                                       ownerSignature: ownerSignature)
         self.snapshotID = snapshotID
         self.createdAtMs = createdAtMs
         self.blobs = blobs
         self.indexBlobs = indexBlobs
         self.totalBytes = totalBytes
+        self.generation = generation
+        self.indexSizes = indexSizes
+        self.ownerSignature = ownerSignature
     }
 
     init(validating r: Tandem_V1_BackupSnapshotRecord, nowMs: UInt64, _ t: MessageType) throws {
-        guard r.blobs.count <= BackupLimits.blobsPerSnapshot, r.indexBlobs.count <= BackupLimits.indexBlobsPerSnapshot else {
+        guard r.blobs.count <= BackupLimits.blobsPerSnapshot, r.indexBlobs.count <= BackupLimits.indexBlobsPerSnapshot,
+              r.indexSizes.count <= BackupLimits.indexBlobsPerSnapshot else {
             throw PayloadError(t, "too many blobs")
         }
         let blobs = try r.blobs.map { try blobName($0, t) }
         let index = try r.indexBlobs.map { try blobName($0, t) }
         let total = try bytesCount(r.totalBytes, max: BackupLimits.maximumSnapshotBytes, t, "total bytes")
+        let sizes = try r.indexSizes.map { try bytesCount($0, max: BackupLimits.maximumBlobBytes, t, "index size") }
         do {
             try self.init(snapshotID: Array(r.snapshotID), createdAtMs: r.createdAtMs, blobs: blobs, indexBlobs: index,
-                          totalBytes: total, nowMs: nowMs)
+                          totalBytes: total, nowMs: nowMs, generation: r.generation, indexSizes: sizes,
+                          ownerSignature: Array(r.ownerSignature))
         } catch {
             throw PayloadError(t, error.detail)
         }
+    }
+
+    /// Stored records from before backup.md 5.1 have no generation, sizes or signature.
+    public init(from decoder: any Swift.Decoder) throws {
+        enum K: String, CodingKey { case snapshotID, createdAtMs, blobs, indexBlobs, totalBytes, generation, indexSizes, ownerSignature }
+        let c = try decoder.container(keyedBy: K.self)
+        snapshotID = try c.decode([UInt8].self, forKey: .snapshotID)
+        createdAtMs = try c.decode(UInt64.self, forKey: .createdAtMs)
+        blobs = try c.decode([BlobName].self, forKey: .blobs)
+        indexBlobs = try c.decode([BlobName].self, forKey: .indexBlobs)
+        totalBytes = try c.decode(Int64.self, forKey: .totalBytes)
+        generation = try c.decodeIfPresent(UInt64.self, forKey: .generation) ?? 0
+        indexSizes = try c.decodeIfPresent([Int64].self, forKey: .indexSizes) ?? []
+        ownerSignature = try c.decodeIfPresent([UInt8].self, forKey: .ownerSignature) ?? []
     }
 
     var proto: Tandem_V1_BackupSnapshotRecord {
@@ -457,12 +489,101 @@ public struct BackupSnapshotRecord: Equatable, Sendable, Codable {
         r.blobs = blobs.map { Data($0.bytes) }
         r.indexBlobs = indexBlobs.map { Data($0.bytes) }
         r.totalBytes = UInt64(totalBytes)
+        r.generation = generation
+        r.indexSizes = indexSizes.map { UInt64($0) }
+        r.ownerSignature = Data(ownerSignature)
         return r
+    }
+
+    public var header: BackupSnapshotHeader {
+        BackupSnapshotHeader(snapshotID: snapshotID, generation: generation, createdAtMs: createdAtMs, totalBytes: totalBytes,
+                             blobCount: blobs.count, indexBlobs: indexBlobs, indexSizes: indexSizes)
+    }
+
+    /// This record with the owner's signature over its header.
+    public func signed(by owner: SigningKeyPair) -> BackupSnapshotRecord {
+        var copy = self
+        copy.setSignature(owner.sign(header.signable(owner: owner.publicKey)))
+        return copy
+    }
+
+    private mutating func setSignature(_ s: [UInt8]) { self = BackupSnapshotRecord(copying: self, signature: s) }
+
+    private init(copying r: BackupSnapshotRecord, signature: [UInt8]) {
+        snapshotID = r.snapshotID
+        createdAtMs = r.createdAtMs
+        blobs = r.blobs
+        indexBlobs = r.indexBlobs
+        totalBytes = r.totalBytes
+        generation = r.generation
+        indexSizes = r.indexSizes
+        ownerSignature = signature
     }
 
     public var summary: BackupSnapshotSummary {
         BackupSnapshotSummary(snapshotID: snapshotID, createdAtMs: createdAtMs, blobCount: blobs.count,
-                              indexBlobs: indexBlobs, totalBytes: totalBytes)
+                              indexBlobs: indexBlobs, totalBytes: totalBytes, generation: generation, indexSizes: indexSizes,
+                              ownerSignature: ownerSignature)
+    }
+}
+
+/// What the owner signs of a snapshot (backup.md 5.1): everything a LIST summary carries, so a
+/// restorer checks a summary without the record, and the index blobs' names and sizes, which fix
+/// the index files and through them every pack (the index names each pack and its size).
+///
+///     "tandem/backup/snapshot/v2" ‖ 0x00 ‖ owner (32) ‖ snapshot id (16) ‖ generation (u64)
+///       ‖ created_at_ms (u64) ‖ total_bytes (u64) ‖ blob_count (u32) ‖ index count (u8)
+///       ‖ index count × ( name (32) ‖ size (u64) )
+public struct BackupSnapshotHeader: Equatable, Sendable {
+    public let snapshotID: [UInt8]
+    public let generation: UInt64
+    public let createdAtMs: UInt64
+    public let totalBytes: Int64
+    public let blobCount: Int
+    public let indexBlobs: [BlobName]
+    public let indexSizes: [Int64]
+
+    public static let domain = Array("tandem/backup/snapshot/v2".utf8) + [0]
+
+    public func signable(owner: [UInt8]) -> [UInt8] {
+        var out = Self.domain
+        out.reserveCapacity(out.count + 32 + 16 + 8 * 3 + 4 + 1 + indexBlobs.count * 40)
+        func u64(_ v: UInt64) { for s in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: v >> UInt64(s))) } }
+        out += owner
+        out += snapshotID
+        u64(generation)
+        u64(createdAtMs)
+        u64(UInt64(clamping: totalBytes))
+        let n = UInt32(clamping: blobCount)
+        for s in stride(from: 24, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: n >> UInt32(s))) }
+        out.append(UInt8(clamping: indexBlobs.count))
+        for (name, size) in zip(indexBlobs, indexSizes) {
+            out += name.bytes
+            u64(UInt64(clamping: size))
+        }
+        return out
+    }
+
+    /// True when `signature` is `owner`'s over this header.
+    public func verify(_ signature: [UInt8], owner: [UInt8]) -> Bool {
+        signature.count == 64 && indexSizes.count == indexBlobs.count && Ed25519.verify(signature: signature, message: signable(owner: owner), publicKey: owner)
+    }
+
+    /// Shape rules shared by records and summaries: a signature is 64 bytes or absent; a signed
+    /// header names each index blob's size (1 … 64 MiB), and they fit in `totalBytes`.
+    static func check(indexBlobs: [BlobName], indexSizes: [Int64], totalBytes: Int64, ownerSignature: [UInt8])
+        throws(BackupSnapshotRecord.Invalid) {
+        guard ownerSignature.isEmpty || ownerSignature.count == 64 else {
+            throw .init(detail: "owner signature is \(ownerSignature.count) bytes")
+        }
+        guard indexSizes.isEmpty || indexSizes.count == indexBlobs.count else { throw .init(detail: "index sizes do not match index blobs") }
+        guard ownerSignature.isEmpty || indexSizes.count == indexBlobs.count else { throw .init(detail: "a signed record without index sizes") }
+        var sum: Int64 = 0
+        for size in indexSizes {
+            guard (1...BackupLimits.maximumBlobBytes).contains(size) else { throw .init(detail: "index size \(size)") }
+            sum += size  // ≤ 8 × 2^26
+        }
+        guard sum <= totalBytes else { throw .init(detail: "index sizes exceed total_bytes") }
     }
 }
 
@@ -540,6 +661,17 @@ public struct BackupSnapshotSummary: Equatable, Sendable {
     public let blobCount: Int
     public let indexBlobs: [BlobName]
     public let totalBytes: Int64
+    public var generation: UInt64 = 0
+    public var indexSizes: [Int64] = []
+    public var ownerSignature: [UInt8] = []
+
+    public var header: BackupSnapshotHeader {
+        BackupSnapshotHeader(snapshotID: snapshotID, generation: generation, createdAtMs: createdAtMs, totalBytes: totalBytes,
+                             blobCount: blobCount, indexBlobs: indexBlobs, indexSizes: indexSizes)
+    }
+
+    /// True when the owner signed this summary's header (a restorer trusts nothing else of it).
+    public func isSigned(by owner: [UInt8]) -> Bool { header.verify(ownerSignature, owner: owner) }
 }
 
 public struct BackupListReplyMessage: Equatable, Sendable {
@@ -567,10 +699,21 @@ public struct BackupListReplyMessage: Equatable, Sendable {
             guard s.snapshotID.count == 16 else { throw PayloadError(t, "snapshot id is \(s.snapshotID.count) bytes") }
             guard s.createdAtMs <= BackupLimits.maximumVersion else { throw PayloadError(t, "created_at_ms out of range") }
             guard (1...UInt32(BackupLimits.blobsPerSnapshot)).contains(s.blobCount) else { throw PayloadError(t, "blob count \(s.blobCount)") }
-            guard s.indexBlobs.count <= BackupLimits.indexBlobsPerSnapshot else { throw PayloadError(t, "too many index blobs") }
+            guard s.indexBlobs.count <= BackupLimits.indexBlobsPerSnapshot, s.indexSizes.count <= BackupLimits.indexBlobsPerSnapshot else {
+                throw PayloadError(t, "too many index blobs")
+            }
+            guard s.generation <= BackupLimits.maximumVersion else { throw PayloadError(t, "generation out of range") }
+            let index = try s.indexBlobs.map { try blobName($0, t) }
+            let total = try bytesCount(s.totalBytes, max: BackupLimits.maximumSnapshotBytes, t, "total bytes")
+            let sizes = try s.indexSizes.map { try bytesCount($0, max: BackupLimits.maximumBlobBytes, t, "index size") }
+            do {
+                try BackupSnapshotHeader.check(indexBlobs: index, indexSizes: sizes, totalBytes: total, ownerSignature: Array(s.ownerSignature))
+            } catch let e as BackupSnapshotRecord.Invalid {
+                throw PayloadError(t, e.detail)
+            }
             return BackupSnapshotSummary(snapshotID: Array(s.snapshotID), createdAtMs: s.createdAtMs, blobCount: Int(s.blobCount),
-                                         indexBlobs: try s.indexBlobs.map { try blobName($0, t) },
-                                         totalBytes: try bytesCount(s.totalBytes, max: BackupLimits.maximumSnapshotBytes, t, "total bytes"))
+                                         indexBlobs: index, totalBytes: total, generation: s.generation, indexSizes: sizes,
+                                         ownerSignature: Array(s.ownerSignature))
         }
         (quotaBytes, usedBytes) = try quotaPair(m.quotaBytes, m.usedBytes, t)
     }
@@ -586,6 +729,9 @@ public struct BackupListReplyMessage: Equatable, Sendable {
             p.blobCount = UInt32(s.blobCount)
             p.indexBlobs = s.indexBlobs.map { Data($0.bytes) }
             p.totalBytes = UInt64(s.totalBytes)
+            p.generation = s.generation
+            p.indexSizes = s.indexSizes.map { UInt64($0) }
+            p.ownerSignature = Data(s.ownerSignature)
             return p
         }
         m.quotaBytes = UInt64(quotaBytes)

@@ -1,3 +1,5 @@
+import Sodium
+
 /// The owner's side of a push (Protocol/backup.md section 4): given the blobs of the local vault
 /// (packs and index blobs, with sizes) and the holder's HAVE answers, which blobs and pieces to
 /// send, in what order, how far to trust the holder's replies, and when the snapshot can be
@@ -212,12 +214,16 @@ public struct BackupPushPlan: Sendable, Equatable {
     }
 
     /// The snapshot record for this push, once `isReadyForSnapshot`.
-    public func snapshotRecord(snapshotID: [UInt8], createdAtMs: UInt64) throws(BackupSnapshotRecord.Invalid) -> BackupSnapshotRecord {
+    /// Signed by `owner` with `generation` (backup.md 5.1) when an owner is given.
+    public func snapshotRecord(snapshotID: [UInt8], createdAtMs: UInt64, generation: UInt64 = 0,
+                               owner: SigningKeyPair? = nil) throws(BackupSnapshotRecord.Invalid) -> BackupSnapshotRecord {
         let names = local.map(\.name).sorted()
-        let index = local.filter(\.isIndex).map(\.name).sorted()
+        let indexBlobs = local.filter(\.isIndex).sorted { $0.name < $1.name }
         let total = local.reduce(Int64(0)) { $0 + $1.size }
-        return try BackupSnapshotRecord(snapshotID: snapshotID, createdAtMs: createdAtMs, blobs: names, indexBlobs: index,
-                                        totalBytes: total, nowMs: createdAtMs)
+        let record = try BackupSnapshotRecord(snapshotID: snapshotID, createdAtMs: createdAtMs, blobs: names,
+                                              indexBlobs: indexBlobs.map(\.name), totalBytes: total, nowMs: createdAtMs,
+                                              generation: generation, indexSizes: owner == nil ? [] : indexBlobs.map(\.size))
+        return owner.map { record.signed(by: $0) } ?? record
     }
 
     private mutating func rewind(_ i: Int, to offset: Int64) {

@@ -1116,6 +1116,12 @@ public nonisolated struct Tandem_V1_BackupSnapshotRecord: Sendable {
   /// The sum of the sizes of `blobs`.
   public var totalBytes: UInt64 = 0
 
+  public var generation: UInt64 = 0
+
+  public var indexSizes: [UInt64] = []
+
+  public var ownerSignature: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -1187,6 +1193,12 @@ public nonisolated struct Tandem_V1_BackupSnapshotSummary: Sendable {
   public var indexBlobs: [Data] = []
 
   public var totalBytes: UInt64 = 0
+
+  public var generation: UInt64 = 0
+
+  public var indexSizes: [UInt64] = []
+
+  public var ownerSignature: Data = Data()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -1418,6 +1430,10 @@ public nonisolated struct Tandem_V1_RecoveryKitContents: Sendable {
   /// friend), so that a restore can try friends that have no relay, and the restored node can dial
   /// them. An entry naming someone not in friend_contacts is ignored.
   public var friendAddresses: [Tandem_V1_RecoveryKitAddress] = []
+
+  public var generation: UInt64 = 0
+
+  public var padding: Data = Data()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -3193,7 +3209,7 @@ nonisolated extension Tandem_V1_BackupReply: SwiftProtobuf.Message, SwiftProtobu
 
 nonisolated extension Tandem_V1_BackupSnapshotRecord: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".BackupSnapshotRecord"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}snapshot_id\0\u{3}created_at_ms\0\u{1}blobs\0\u{3}index_blobs\0\u{3}total_bytes\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}snapshot_id\0\u{3}created_at_ms\0\u{1}blobs\0\u{3}index_blobs\0\u{3}total_bytes\0\u{1}generation\0\u{3}index_sizes\0\u{3}owner_signature\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3206,6 +3222,9 @@ nonisolated extension Tandem_V1_BackupSnapshotRecord: SwiftProtobuf.Message, Swi
       case 3: try { try decoder.decodeRepeatedBytesField(value: &self.blobs) }()
       case 4: try { try decoder.decodeRepeatedBytesField(value: &self.indexBlobs) }()
       case 5: try { try decoder.decodeSingularUInt64Field(value: &self.totalBytes) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.generation) }()
+      case 7: try { try decoder.decodeRepeatedUInt64Field(value: &self.indexSizes) }()
+      case 8: try { try decoder.decodeSingularBytesField(value: &self.ownerSignature) }()
       default: break
       }
     }
@@ -3227,6 +3246,15 @@ nonisolated extension Tandem_V1_BackupSnapshotRecord: SwiftProtobuf.Message, Swi
     if self.totalBytes != 0 {
       try visitor.visitSingularUInt64Field(value: self.totalBytes, fieldNumber: 5)
     }
+    if self.generation != 0 {
+      try visitor.visitSingularUInt64Field(value: self.generation, fieldNumber: 6)
+    }
+    if !self.indexSizes.isEmpty {
+      try visitor.visitPackedUInt64Field(value: self.indexSizes, fieldNumber: 7)
+    }
+    if !self.ownerSignature.isEmpty {
+      try visitor.visitSingularBytesField(value: self.ownerSignature, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3236,6 +3264,9 @@ nonisolated extension Tandem_V1_BackupSnapshotRecord: SwiftProtobuf.Message, Swi
     if lhs.blobs != rhs.blobs {return false}
     if lhs.indexBlobs != rhs.indexBlobs {return false}
     if lhs.totalBytes != rhs.totalBytes {return false}
+    if lhs.generation != rhs.generation {return false}
+    if lhs.indexSizes != rhs.indexSizes {return false}
+    if lhs.ownerSignature != rhs.ownerSignature {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3347,7 +3378,7 @@ nonisolated extension Tandem_V1_BackupListQuery: SwiftProtobuf.Message, SwiftPro
 
 nonisolated extension Tandem_V1_BackupSnapshotSummary: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".BackupSnapshotSummary"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}snapshot_id\0\u{3}created_at_ms\0\u{3}blob_count\0\u{3}index_blobs\0\u{3}total_bytes\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}snapshot_id\0\u{3}created_at_ms\0\u{3}blob_count\0\u{3}index_blobs\0\u{3}total_bytes\0\u{1}generation\0\u{3}index_sizes\0\u{3}owner_signature\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3360,6 +3391,9 @@ nonisolated extension Tandem_V1_BackupSnapshotSummary: SwiftProtobuf.Message, Sw
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self.blobCount) }()
       case 4: try { try decoder.decodeRepeatedBytesField(value: &self.indexBlobs) }()
       case 5: try { try decoder.decodeSingularUInt64Field(value: &self.totalBytes) }()
+      case 6: try { try decoder.decodeSingularUInt64Field(value: &self.generation) }()
+      case 7: try { try decoder.decodeRepeatedUInt64Field(value: &self.indexSizes) }()
+      case 8: try { try decoder.decodeSingularBytesField(value: &self.ownerSignature) }()
       default: break
       }
     }
@@ -3381,6 +3415,15 @@ nonisolated extension Tandem_V1_BackupSnapshotSummary: SwiftProtobuf.Message, Sw
     if self.totalBytes != 0 {
       try visitor.visitSingularUInt64Field(value: self.totalBytes, fieldNumber: 5)
     }
+    if self.generation != 0 {
+      try visitor.visitSingularUInt64Field(value: self.generation, fieldNumber: 6)
+    }
+    if !self.indexSizes.isEmpty {
+      try visitor.visitPackedUInt64Field(value: self.indexSizes, fieldNumber: 7)
+    }
+    if !self.ownerSignature.isEmpty {
+      try visitor.visitSingularBytesField(value: self.ownerSignature, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3390,6 +3433,9 @@ nonisolated extension Tandem_V1_BackupSnapshotSummary: SwiftProtobuf.Message, Sw
     if lhs.blobCount != rhs.blobCount {return false}
     if lhs.indexBlobs != rhs.indexBlobs {return false}
     if lhs.totalBytes != rhs.totalBytes {return false}
+    if lhs.generation != rhs.generation {return false}
+    if lhs.indexSizes != rhs.indexSizes {return false}
+    if lhs.ownerSignature != rhs.ownerSignature {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -3842,7 +3888,7 @@ nonisolated extension Tandem_V1_BackupKit: SwiftProtobuf.Message, SwiftProtobuf.
 
 nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".RecoveryKitContents"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}identity_seed\0\u{3}vault_keys_file\0\u{3}vault_master_key\0\u{3}friend_contacts\0\u{3}home_relays\0\u{3}ledger_entries\0\u{3}created_at_ms\0\u{3}display_name\0\u{3}friend_addresses\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}identity_seed\0\u{3}vault_keys_file\0\u{3}vault_master_key\0\u{3}friend_contacts\0\u{3}home_relays\0\u{3}ledger_entries\0\u{3}created_at_ms\0\u{3}display_name\0\u{3}friend_addresses\0\u{1}generation\0\u{1}padding\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -3859,6 +3905,8 @@ nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, Swif
       case 7: try { try decoder.decodeSingularUInt64Field(value: &self.createdAtMs) }()
       case 8: try { try decoder.decodeSingularStringField(value: &self.displayName) }()
       case 9: try { try decoder.decodeRepeatedMessageField(value: &self.friendAddresses) }()
+      case 10: try { try decoder.decodeSingularUInt64Field(value: &self.generation) }()
+      case 11: try { try decoder.decodeSingularBytesField(value: &self.padding) }()
       default: break
       }
     }
@@ -3892,6 +3940,12 @@ nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, Swif
     if !self.friendAddresses.isEmpty {
       try visitor.visitRepeatedMessageField(value: self.friendAddresses, fieldNumber: 9)
     }
+    if self.generation != 0 {
+      try visitor.visitSingularUInt64Field(value: self.generation, fieldNumber: 10)
+    }
+    if !self.padding.isEmpty {
+      try visitor.visitSingularBytesField(value: self.padding, fieldNumber: 11)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -3905,6 +3959,8 @@ nonisolated extension Tandem_V1_RecoveryKitContents: SwiftProtobuf.Message, Swif
     if lhs.createdAtMs != rhs.createdAtMs {return false}
     if lhs.displayName != rhs.displayName {return false}
     if lhs.friendAddresses != rhs.friendAddresses {return false}
+    if lhs.generation != rhs.generation {return false}
+    if lhs.padding != rhs.padding {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
