@@ -6,7 +6,7 @@ import GRDB
 // Migration `v9-backup-schedule` makes these tables.
 
 /// Migration `v9-backup-schedule`. Frozen once shipped: string names only, no app types.
-enum MigrationV9 {
+enum MigrationBackupSchedule {
     static func backupSchedule(_ db: Database) throws {
         try db.execute(sql: """
             CREATE TABLE backupGeneration (

@@ -254,7 +254,7 @@ public struct NodeStore: Sendable {
         // GAP_REQUEST (MigrationThreadFrames.swift, Protocol/messages.md 5.2).
         m.registerMigration("v9-message-thread-frames") { db in try MigrationThreadFrames.threadFrames(db) }
         // Backup generations and the automatic push schedule (BackupSchedule.swift, Protocol/backup.md 4.1, 5.1).
-        m.registerMigration("v9-backup-schedule") { db in try MigrationV9.backupSchedule(db) }
+        m.registerMigration("v9-backup-schedule") { db in try MigrationBackupSchedule.backupSchedule(db) }
         return m
     }
 
