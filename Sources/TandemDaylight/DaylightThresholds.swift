@@ -102,7 +102,7 @@ struct DaylightThresholds: Sendable {
     /// The reasons, by score name.
     static let reasons: [String: @Sendable (Double) -> String] = [
         "top_brightness": { "the upper part of the photo is dark (brightness \(num($0))): night, a dark room or dusk, not daylight sky" },
-        "colour_temperature": { String(format: "the light is warm (%.0f K): lamps, street lights or a sunset, not daylight", $0) },
+        "colour_temperature": { String(format: "the light is warmer than daylight (%.0f K): lamps, street lights or a sunset", $0) },
         "warm_sky_share": { "the upper part is orange or red (\(pct($0))): a sunset's glow or lamps, not daylight sky" },
         "top_edge_dark_share": { "the top edge of the photo is dark (\(pct($0))) around a brighter area: a screen or a print in a room, not the sky" },
         "sky_ground_difference": { "the top and the bottom of the photo look alike (difference \(num($0))): a wall or a screen, not sky above ground" },
