@@ -17,8 +17,10 @@ public enum DaylightScenes {
         public var isDaylight: Bool { self == .clear || self == .overcast }
     }
 
-    /// A `width` × `height` photo of `kind`, the same for the same seed.
-    public static func render(_ kind: Kind, seed: UInt64, width: Int, height: Int) -> PhotoPixels {
+    /// A `width` × `height` photo of `kind`, the same for the same seed. `noise`: the sensor noise's
+    /// standard deviation in linear light (default: the scene's own); a phone's grain makes a JPEG
+    /// as large as a real photo's, which is what decoding time depends on.
+    public static func render(_ kind: Kind, seed: UInt64, width: Int, height: Int, noise: Double? = nil) -> PhotoPixels {
         var rng = SceneRandom(seed: seed &* 0x9E37_79B9 &+ UInt64(Kind.allCases.firstIndex(of: kind) ?? 0))
         var canvas = Canvas(width: max(8, width), height: max(8, height))
         switch kind {
@@ -31,7 +33,7 @@ public enum DaylightScenes {
         case .screen: drawScreen(&canvas, &rng)
         case .blueWall: drawBlueWall(&canvas, &rng)
         }
-        return canvas.finish(noise: kind == .night || kind == .dusk ? 0.02 : 0.006, &rng)
+        return canvas.finish(noise: noise ?? (kind == .night || kind == .dusk ? 0.02 : 0.006), &rng)
     }
 
     // MARK: Scenes

@@ -6,7 +6,8 @@ import TandemNet
 
 /// `tandem-bench daylight`: the daylight check (issue 35).
 ///
-/// - Speed: a 12-megapixel JPEG (4000 × 3000, a generated clear-sky scene, quality 90) judged from
+/// - Speed: a 12-megapixel JPEG (4000 × 3000, a generated clear-sky scene with a phone's grain,
+///   quality 90, about as many bytes as a phone's) judged from
 ///   the file — decode with shrink-on-load, scores, verdict, EXIF — `--runs` times; goal p50 ≤ 150 ms.
 /// - `--report DIR`: judges every photo of a labelled set (Tests/daylight/daylight_set.py writes one,
 ///   with DIR/labels.json mapping file to class) and reports accuracy, false accepts and false
@@ -50,7 +51,7 @@ struct DaylightBench: ParsableCommand {
         if let photo {
             path = photo
         } else {
-            let pixels = DaylightScenes.render(.clear, seed: 7, width: 4000, height: 3000)
+            let pixels = DaylightScenes.render(.clear, seed: 7, width: 4000, height: 3000, noise: 0.02)
             let bytes = try PhotoProcessor.jpeg(of: pixels, quality: 90)
             let url = directory.appendingPathComponent("sky-12mp.jpg")
             try Data(bytes).write(to: url)
@@ -75,7 +76,7 @@ struct DaylightBench: ParsableCommand {
         var object = env
         object["benchmark"] = "daylight"
         object["photo_bytes"] = size
-        object["photo"] = photo == nil ? "generated 4000x3000 clear sky, JPEG quality 90" : path
+        object["photo"] = photo == nil ? "generated 4000x3000 clear sky with grain, JPEG quality 90" : path
         object["runs"] = runs
         object["p50_ms"] = (p50 * 100).rounded() / 100
         object["p99_ms"] = (p99 * 100).rounded() / 100
