@@ -38,6 +38,7 @@ let package = Package(
         .library(name: "TandemMedia", targets: ["TandemMedia"]),
         .library(name: "TandemKeys", targets: ["TandemKeys"]),
         .library(name: "TandemBlocking", targets: ["TandemBlocking"]),
+        .library(name: "TandemDaylight", targets: ["TandemDaylight"]),
     ],
     // Exact versions: this is an application, and Package.resolved is not committed (a resolve
     // here pins the commit ids of this machine's package copies). Raise a version here, on purpose.
@@ -78,6 +79,10 @@ let package = Package(
             providers: [.apt(["libzbar-dev"]), .brew(["zbar"])]
         ),
         .target(name: "TandemMedia", dependencies: ["CVips", "CZbar"]),
+        // The daylight check (issue 35): is a photo one of daylight sky above the ground? Scores,
+        // thresholds, verdict and reason, and the synthetic scenes its tests and tandem-bench use.
+        // Pure: a photo (decoded by TandemMedia) in, a report out; no clock, no node.
+        .target(name: "TandemDaylight", dependencies: ["TandemMedia"]),
         // Object keys (issue 14): point-cloud frames (PLY, XYZ), shape features, the two-stage
         // verifier (descriptors, then alignment and ICP against the enrolled model), and the
         // synthetic shapes tests and tandem-bench use. Pure Swift: bytes in, values out.
@@ -196,6 +201,7 @@ let package = Package(
         .executableTarget(
             name: "tandem",
             dependencies: [
+                "TandemDaylight",
                 "TandemVault",
                 "TandemKeys",
                 "TandemMedia",
@@ -217,6 +223,8 @@ let package = Package(
         .executableTarget(
             name: "tandem-bench",
             dependencies: [
+                "TandemDaylight",
+                "TandemMedia",
                 "TandemVault",
                 "TandemKeys",
                 "TandemNet",
@@ -270,6 +278,10 @@ let package = Package(
         .testTarget(
             name: "TandemMediaTests",
             dependencies: ["TandemMedia", "CVips"]
+        ),
+        .testTarget(
+            name: "TandemDaylightTests",
+            dependencies: ["TandemDaylight", "TandemMedia"]
         ),
         .testTarget(
             name: "TandemKeysTests",
