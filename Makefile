@@ -70,13 +70,16 @@ demo: build
 
 # Test and bench tools: iproute2 (network namespaces), faketime (a node with a wrong clock; tandem-bench countdown),
 # qrencode (QR key images),
-# socat (the plain-splice path of tandem-bench relay), python3-venv, and the Python interop peer.
+# socat (the plain-splice path of tandem-bench relay), python3-venv, and the Python interop peer;
+# chromium and its driver with Selenium and axe-core (the dashboard's browser tests, Tests/web).
 test-deps: deps
 	@missing=""; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
 	command -v qrencode >/dev/null 2>&1 || missing="$$missing qrencode"; \
 	command -v socat >/dev/null 2>&1 || missing="$$missing socat"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null 2>&1; then \
@@ -84,10 +87,10 @@ test-deps: deps
 	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	  else echo "Please install:$$missing" >&2; exit 1; fi; \
 	fi
-	@if [ ! -x $(PY) ] || ! $(PY) -c 'import nacl, pytest, secret_handshake, PIL' >/dev/null 2>&1; then \
-	  echo "Setting up $(VENV) (PyNaCl, pytest, secret-handshake, Pillow)…"; \
+	@if [ ! -x $(PY) ] || ! $(PY) -c 'import nacl, pytest, secret_handshake, PIL, selenium, axe_selenium_python' >/dev/null 2>&1; then \
+	  echo "Setting up $(VENV) (PyNaCl, pytest, secret-handshake, Pillow, Selenium, axe-selenium-python)…"; \
 	  python3 -m venv $(VENV) && \
-	  $(PY) -m pip install -q --disable-pip-version-check pynacl async-generator pytest pillow && \
+	  $(PY) -m pip install -q --disable-pip-version-check pynacl async-generator pytest pillow selenium axe-selenium-python && \
 	  $(PY) -m pip install -q --disable-pip-version-check --no-deps secret-handshake; \
 	fi
 
@@ -96,7 +99,7 @@ unit-test: deps
 	$(SWIFT) test --disable-swift-testing
 
 py-test: test-deps
-	TANDEM_BIN=$(CURDIR)/$(TANDEM) TANDEM_RELAY_BIN=$(CURDIR)/.build/debug/tandem-relay $(PY) -m pytest -q -p no:cacheprovider Tests/interop Tests/cli Tests/relay Tests/adversarial Tests/lan
+	TANDEM_BIN=$(CURDIR)/$(TANDEM) TANDEM_RELAY_BIN=$(CURDIR)/.build/debug/tandem-relay $(PY) -m pytest -q -p no:cacheprovider Tests/interop Tests/cli Tests/relay Tests/adversarial Tests/lan Tests/web
 
 test: test-deps
 	$(MAKE) --no-print-directory unit-test

@@ -7,6 +7,7 @@ import NodeBackup
 import NodeVault
 import NodeFocus
 import NodeMessages
+import NodeWeb
 
 /// Where a node listens and how its links behave.
 public struct NodeConfiguration: Sendable {
@@ -25,6 +26,8 @@ public struct NodeConfiguration: Sendable {
     public var focus = FocusService.Configuration()
     /// The message service's per-friend bounds (messages.md 3.2; the bench raises them).
     package var messageLimits = MessageService.Limits()
+    /// The local web dashboard; nil: none (`--web off`, throwaway nodes, tests).
+    public var web: WebConfiguration? = nil
     public init() {}
 
     /// Parses "host:port", ":port", "port" or "[v6]:port" (`HostPort.parse`).

@@ -14,6 +14,7 @@ import NodeBackup
 import NodeVault
 import NodeFocus
 import NodeMessages
+import NodeWeb
 
 /// A running node: its identity, its shared frame rules and its services, in one service group.
 ///
@@ -59,6 +60,8 @@ public final class NodeRuntime: Sendable {
     package let focus: FocusService
     /// Messages between friends and challenges' threads.
     package let messages: MessageService
+    /// The local web dashboard, when configured (`--web`).
+    package let web: WebDashboard?
     /// Inbound frames and link events on their way to the node core (`@NodeCore`), bounded.
     let inbound: InboundLane
     /// Frames owed to peers, until acknowledged.
@@ -193,6 +196,14 @@ public final class NodeRuntime: Sendable {
         backup.registerControlMethods(on: router)
         focus.registerControlMethods(on: router)
         messages.registerControlMethods(on: router)
+        if let webConfiguration = configuration.web {
+            let web = WebDashboard(configuration: webConfiguration, router: router, events: events, logger: logger)
+            web.registerControlMethods(on: router)
+            self.web = web
+        } else {
+            WebDashboard.registerDisabled(on: router)
+            self.web = nil
+        }
         registerStatus()
         // Stored on the core, in a step of their own, before anything the services do there.
         for row in quarantined {
@@ -241,6 +252,7 @@ public final class NodeRuntime: Sendable {
             o["frames_waiting"] = .int(Int64(inbound.pendingFrames))
             o["transport"] = transportStatus()
             o["focus"] = focus.statusJSON()
+            o["web"] = web?.statusJSON ?? ["state": "off"]
             return .object(o)
     }
 
@@ -279,6 +291,7 @@ public final class NodeRuntime: Sendable {
         services.append(focus)
         services.append(MessageLoop(messages: messages))
         if let discovery { services.append(DiscoveryAfterListener(node: self, discovery: discovery)) }
+        if let web { services.append(web) }
         services.append(NodeAnnouncer(node: self))
         return services
     }
