@@ -33,6 +33,7 @@ enum WebAction: String, CaseIterable, Sendable {
     }
 
     var path: String {
+        func sentence(_ text: String) -> String { text.hasSuffix("…") ? text : text + "." }
         switch self {
         case .friendRequest: return "/friends/request"
         case .friendAccept: return "/friends/accept"
@@ -68,11 +69,12 @@ enum WebAction: String, CaseIterable, Sendable {
             let name = r["name"]?.stringValue ?? ""
             return name.isEmpty ? String((r["id"]?.stringValue ?? "").prefix(12)) + "…" : name
         }
+        func sentence(_ text: String) -> String { text.hasSuffix("…") ? text : text + "." }
         switch self {
         case .friendRequest:
             let r = try await router.call("friend.request", ["id": .string(try field("id", "a Tandem ID or share code")),
                                                             "addr": optional("addr"), "message": optional("message")])
-            return "Friend request sent to \(who(r))."
+            return sentence("Friend request sent to \(who(r))")
         case .friendAccept:
             let r = try await router.call("friend.accept", ["id": .string(try field("id", "the friend's ID"))])
             return "You and \(who(r)) are friends now."

@@ -52,6 +52,8 @@ enum WebAssets {
     .dot.on { background: #16a34a; }
     .badge { font-size: .8em; padding: .1em .55em; border-radius: 999px; background: var(--off-bg); color: var(--off); }
     .badge.on { background: var(--on-bg); color: var(--on); }
+    .badge.locked { background: #fdecec; color: #8a1116; }
+    h3 { font-size: 1em; margin: .8em 0 .4em; }
     .actions { margin-left: auto; display: flex; gap: .4em; }
     .actions form, form.inline { display: inline-flex; gap: .4em; align-items: center; flex-wrap: wrap; margin: 0; }
 
@@ -73,12 +75,13 @@ enum WebAssets {
     .ring .arc { fill: none; stroke: var(--ring); stroke-width: 10; stroke-linecap: round; transition: stroke-dashoffset .9s linear; }
     .ring-box.quit .arc { stroke: var(--ring-quit); }
     .ring-clock { font-size: 20px; font-weight: 700; fill: var(--ink); font-variant-numeric: tabular-nums; }
-    .challenge.running { border: 0; display: block; }
+    .challenge.running { border: 0; display: block; padding: 0; }
+    .challenge.running > .meta { margin: 0; }
 
-    dl.stats { display: grid; grid-template-columns: repeat(auto-fit, minmax(9rem, 1fr)); gap: .8em; margin: 0; }
-    dl.stats div { background: #f7f8fa; border-radius: 8px; padding: .6em .8em; }
-    dl.stats dt { color: var(--muted); font-size: .85em; }
-    dl.stats dd { margin: 0; font-size: 1.4em; font-weight: 700; }
+    ul.stats { list-style: none; padding: 0; display: grid; grid-template-columns: repeat(3, 1fr); gap: .8em; margin: 0; }
+    ul.stats li { background: #f7f8fa; border-radius: 8px; padding: .6em .8em; display: flex; flex-direction: column; }
+    .stat-label { color: var(--muted); font-size: .85em; }
+    .stat-value { font-size: 1.4em; font-weight: 700; }
     .table-wrap { overflow-x: auto; }
     table { border-collapse: collapse; width: 100%; font-size: .95em; }
     th, td { text-align: left; padding: .45em .5em; border-top: 1px solid var(--line); vertical-align: top; }
@@ -99,6 +102,7 @@ enum WebAssets {
       main { padding: .5em .8em 1.5em; }
       .card { padding: .8em .9em; }
       .actions { margin-left: 0; }
+      ul.stats { grid-template-columns: repeat(2, 1fr); }
       .flash { padding: 0 .8em; }
       footer.bottom { padding: 0 .8em 1.5em; }
     }

@@ -151,8 +151,9 @@ enum WebViews {
                 else if p["out_of_contact"]?.boolValue == true { state = "out of contact" }
                 else if let result { state = result.replacingOccurrences(of: "_", with: " ") }
                 else { state = p["answer"]?.stringValue ?? "" }
+                let pname = p["name"]?.stringValue ?? ""
                 return [
-                    "name": (p["me"]?.boolValue ?? false) ? "You" : (p["name"]?.stringValue ?? ""),
+                    "name": (p["me"]?.boolValue ?? false) ? "You" : (pname.isEmpty ? String((p["id"]?.stringValue ?? "").prefix(12)) + "…" : pname),
                     "state": state, "quit": quitAt != nil || result == "quit",
                     "reason": p["reason"]?.stringValue ?? "", "hasReason": !(p["reason"]?.stringValue ?? "").isEmpty,
                     "remainingMs": left, "frozen": quitAt != nil || phase != "running",

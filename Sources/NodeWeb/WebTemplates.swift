@@ -187,16 +187,16 @@ enum WebTemplates {
     <div id="live">
     <section class="card" aria-labelledby="stats-h">
       <h2 id="stats-h">Your record</h2>
-      <dl class="stats">
+      <ul class="stats">
         {{#stats}}
-        <div><dt>Challenges completed</dt><dd>{{completed}}</dd></div>
-        <div><dt>Challenges failed</dt><dd>{{failed}}</dd></div>
-        <div><dt>Solo sessions</dt><dd>{{solo}}</dd></div>
-        <div><dt>Focused minutes</dt><dd>{{minutes}}</dd></div>
-        <div><dt>Streak (days)</dt><dd>{{streak}}</dd></div>
-        <div><dt>Longest streak</dt><dd>{{longest}}</dd></div>
+        <li><span class="stat-label">Challenges completed</span> <span class="stat-value">{{completed}}</span></li>
+        <li><span class="stat-label">Challenges failed</span> <span class="stat-value">{{failed}}</span></li>
+        <li><span class="stat-label">Solo sessions</span> <span class="stat-value">{{solo}}</span></li>
+        <li><span class="stat-label">Focused minutes</span> <span class="stat-value">{{minutes}}</span></li>
+        <li><span class="stat-label">Streak (days)</span> <span class="stat-value">{{streak}}</span></li>
+        <li><span class="stat-label">Longest streak</span> <span class="stat-value">{{longest}}</span></li>
         {{/stats}}
-      </dl>
+      </ul>
     </section>
     <section class="card" aria-labelledby="entries-h">
       <h2 id="entries-h">Entries</h2>
@@ -239,7 +239,7 @@ enum WebTemplates {
         {{#modes}}
         <li class="mode{{#locked}} locked{{/locked}}">
           <span class="name">{{name}}</span>
-          {{#locked}}<span class="badge on">locked</span>{{/locked}}{{#active}}<span class="badge">active</span>{{/active}}
+          {{#locked}}<span class="badge locked">locked</span>{{/locked}}{{#active}}<span class="badge">active</span>{{/active}}
           <span class="meta">key: {{mainKey}}</span>
           {{#hasSites}}<span class="meta">sites: {{sites}}</span>{{/hasSites}}
           {{#hasApps}}<span class="meta">apps: {{apps}}</span>{{/hasApps}}
@@ -252,19 +252,21 @@ enum WebTemplates {
     </div>
     <section class="card" aria-labelledby="key-h">
       <h2 id="key-h">Show a key</h2>
+      <h3>Unlock</h3>
       <form method="post" action="/focus/unlock" class="stack" id="unlock">
         <input type="hidden" name="csrf" value="{{csrf}}">
         <label for="unlock-tag">Tag text</label>
-        <input id="unlock-tag" name="tag" type="password" autocomplete="off" required>
+        <input id="unlock-tag" name="tag" type="password" required>
         <button type="submit" class="primary">Unlock</button>
       </form>
       {{#hasModes}}
+      <h3>Lock a mode</h3>
       <form method="post" action="/focus/lock" class="stack" id="lock">
         <input type="hidden" name="csrf" value="{{csrf}}">
         <label for="lock-mode">Mode</label>
         <select id="lock-mode" name="mode">{{#modes}}<option value="{{name}}">{{name}}</option>{{/modes}}</select>
         <label for="lock-tag">Tag text</label>
-        <input id="lock-tag" name="tag" type="password" autocomplete="off" required>
+        <input id="lock-tag" name="tag" type="password" required>
         <button type="submit">Lock</button>
       </form>
       {{/hasModes}}

@@ -9,13 +9,14 @@ import shutil
 
 import pytest
 
-from tandem_testkit import REPO
+from tandem_testkit import REPO, cli
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 
 SHOTS = REPO / ".build" / "screenshots"
 CHROMIUM = shutil.which("chromium")
@@ -39,8 +40,10 @@ def browser():
 
 def wait(driver, what, predicate, timeout=30):
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: predicate(d))
-    except Exception as e:
+        # The live region is replaced as events arrive: an element read mid-swap is stale, not missing.
+        return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                             ignored_exceptions=[StaleElementReferenceException]).until(lambda d: predicate(d))
+    except TimeoutException as e:
         raise AssertionError(f"{what}: not seen within {timeout}s on {driver.current_url}\n"
                              f"{driver.find_element(By.TAG_NAME, 'body').text[:2000]}") from e
 
@@ -67,15 +70,18 @@ def check_accessibility(driver, name):
 def photograph(driver, name):
     SHOTS.mkdir(parents=True, exist_ok=True)
     for (w, h), label in (((1280, 800), "desktop"), ((390, 844), "phone")):
-        driver.set_window_size(w, h)
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": w < 600})
         driver.execute_script("window.scrollTo(0, 0)")
         driver.save_screenshot(str(SHOTS / f"{name}-{label}.png"))
-    driver.set_window_size(1280, 800)
+    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def test_befriend_live_challenge_and_pages(make_web_node, browser):
     alice = make_web_node("alice").start()
     bob = make_web_node("bob").start()
+    cli(alice, "name", "Alice")
+    cli(bob, "name", "Bob")
     d = browser
 
     # Alice signs in with the link `tandem web` printed and asks Bob, by ID and address.
@@ -139,8 +145,25 @@ def test_befriend_live_challenge_and_pages(make_web_node, browser):
     d.switch_to.window(alice_tab)
     wait(d, "Bob's quit on Alice's page", lambda d: "phone call" in d.find_element(By.ID, "live").text)
 
-    for page in ("ledger", "focus"):
-        d.get(f"http://127.0.0.1:{alice.web_port()}/{page}")
-        live(d)
-        check_accessibility(d, page)
-        photograph(d, page)
+    d.get(f"http://127.0.0.1:{alice.web_port()}/ledger")
+    live(d)
+    check_accessibility(d, "ledger")
+    photograph(d, "ledger")
+
+    # Focus: lock a mode and open it again with a typed tag.
+    cli(alice, "key", "enroll", "pen", "--tag", "pen-secret")
+    cli(alice, "mode", "create", "deep", "--block-site", "example.com", "--main-key", "pen")
+    d.get(f"http://127.0.0.1:{alice.web_port()}/focus")
+    live(d)
+    d.find_element(By.ID, "lock-tag").send_keys("pen-secret")
+    d.find_element(By.CSS_SELECTOR, "#lock button[type=submit]").click()
+    wait(d, "the lock", lambda d: "Locked: mode deep" in d.find_element(By.ID, "live").text)
+    check_accessibility(d, "focus")
+    photograph(d, "focus")
+    d.find_element(By.ID, "unlock-tag").send_keys("wrong")
+    d.find_element(By.CSS_SELECTOR, "#unlock button[type=submit]").click()
+    wait(d, "the refusal", lambda d: "matched none" in flash(d))
+    wait(d, "still locked", lambda d: "Locked: mode deep" in d.find_element(By.ID, "live").text)
+    d.find_element(By.ID, "unlock-tag").send_keys("pen-secret")
+    d.find_element(By.CSS_SELECTOR, "#unlock button[type=submit]").click()
+    wait(d, "the unlock", lambda d: "Unlocked." in d.find_element(By.ID, "live").text)

@@ -2,6 +2,7 @@
 (HttpOnly, SameSite=Strict); pages need the session, posts the CSRF token too; Host and Origin
 must be this dashboard's loopback address; nothing is cached. Real HTTP on loopback."""
 import json
+import time
 import http.client
 
 from conftest import Browserless
@@ -102,7 +103,7 @@ def test_events_stream_is_fed_by_the_event_bus(make_web_node):
     assert resp.getheader("Content-Type").startswith("text/event-stream")
     assert resp.getheader("Cache-Control") == "no-store"
     assert resp.readline().startswith(b"retry:")
-    cli(alice, "name", "set", "Alice Web")
+    cli(alice, "name", "Alice Web")
     # The next event line carries the node's event (stream order: what happened after we connected).
     while True:
         line = resp.readline()
@@ -112,6 +113,11 @@ def test_events_stream_is_fed_by_the_event_bus(make_web_node):
             if event["type"] == "name.changed":
                 assert "Alice Web" in json.dumps(event)
                 break
+    # A node with a tab open still stops at once, and cleanly: the stream ends with it.
+    started = time.monotonic()
+    assert alice.stop() == 0
+    assert time.monotonic() - started < 4.5, "the open event stream held up the node's shutdown"
+    assert resp.read() is not None
     conn.close()
 
 
