@@ -112,7 +112,7 @@ public final class WebDashboard: Service, Sendable {
 
     static func describe(_ error: Error) -> String {
         if let e = error as? NodeError { return e.message }
-        if let e = error as? IOError { return "\(e.description)" }
+        if let e = error as? IOError { return String(cString: strerror(e.errnoCode)) }
         return "\(error)"
     }
 

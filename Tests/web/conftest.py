@@ -18,12 +18,14 @@ no_lan_discovery()
 class WebNode(Node):
     """A node with the dashboard on 127.0.0.1, port chosen by the system (reported in `status`)."""
 
+    web = "127.0.0.1:0"
+
     def command(self):
         # Focus locks write a hosts file of their own here, and stop no processes.
         hosts = pathlib.Path(self.data_dir).with_suffix(".hosts")
         if not hosts.exists():
             hosts.write_text("127.0.0.1 localhost\n")
-        return super().command() + ["--web", "127.0.0.1:0", "--hosts-file", str(hosts), "--no-app-guard"]
+        return super().command() + ["--web", self.web, "--hosts-file", str(hosts), "--no-app-guard"]
 
     def web_port(self):
         web = cli_json(self, "status")["web"]

@@ -138,3 +138,21 @@ def test_web_option_and_command(make_web_node, tmp_path):
         assert "without the dashboard" in one_line_error(proc)
     finally:
         plain.kill()
+
+
+def test_a_taken_port_costs_only_the_dashboard(make_web_node, tmp_path):
+    alice = make_web_node("alice").start()
+    port = alice.web_port()
+
+    bob = type(alice)(tmp_path / "bob", log_path=tmp_path / "bob.log")
+    bob.web = f"127.0.0.1:{port}"
+    bob.start()
+    try:
+        web = cli_json(bob, "status")["web"]
+        assert web["state"] == "failed" and "Address already in use" in web["reason"], web
+        proc = cli(bob, "web", check=False)
+        assert proc.returncode == 4
+        assert "cannot listen" in one_line_error(proc)
+        assert cli_json(bob, "status")["listen"]  # the node itself runs on
+    finally:
+        bob.kill()
