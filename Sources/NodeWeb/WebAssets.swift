@@ -82,6 +82,12 @@ enum WebAssets {
     ul.stats li { background: #f7f8fa; border-radius: 8px; padding: .6em .8em; display: flex; flex-direction: column; }
     .stat-label { color: var(--muted); font-size: .85em; }
     .stat-value { font-size: 1.4em; font-weight: 700; }
+    .chart { margin: 1em 0 0; }
+    .chart svg { width: 100%; max-width: 560px; height: auto; display: block; }
+    .chart .bar { fill: var(--accent); }
+    .chart .axis { stroke: #8a94a3; stroke-width: 1; }
+    .chart .day { font-size: 11px; fill: var(--muted); }
+    .chart figcaption { color: var(--muted); font-size: .85em; margin-top: .3em; }
     .table-wrap { overflow-x: auto; }
     table { border-collapse: collapse; width: 100%; font-size: .95em; }
     th, td { text-align: left; padding: .45em .5em; border-top: 1px solid var(--line); vertical-align: top; }

@@ -47,7 +47,8 @@ struct WebPages: Sendable {
         case .challenges:
             view = WebViews.challenges(list: await load("challenge.list"), friends: await load("friend.list"))
         case .ledger:
-            view = WebViews.ledger(list: await load("ledger.list"), stats: await load("stats"))
+            view = WebViews.ledger(list: await load("ledger.list"), stats: await load("stats"),
+                                   me: status["id"]?.stringValue ?? "", today: Date())
         case .focus:
             view = WebViews.focus(modes: await load("mode.list"), lock: await load("lock.status"))
         }
@@ -184,7 +185,48 @@ enum WebViews {
                 "friendOptions": friendOptions, "hasFriendOptions": !friendOptions.isEmpty]
     }
 
-    static func ledger(list: JSONValue, stats: JSONValue) -> [String: Any] {
+    /// Focused minutes per day over the last `days` days (completed results of this node), as SVG
+    /// bars: a 560×170 chart drawn here, on the server.
+    static func chart(_ entries: [JSONValue], me: String, today: Date, days: Int = 14) -> [String: Any] {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = .current
+        var minutes: [String: Int64] = [:]
+        for e in entries {
+            guard let when = e["committed_at"]?.stringValue, when.count >= 10 else { continue }
+            let mine = (e["outcomes"]?.arrayValue ?? []).contains { $0["id"]?.stringValue == me && $0["result"]?.stringValue == "completed" }
+            if mine { minutes[String(when.prefix(10)), default: 0] += max(0, e["duration_ms"]?.intValue ?? 0) }
+        }
+        minutes = minutes.mapValues { ($0 + 30_000) / 60_000 }
+        let dayFormat = DateFormatter()
+        dayFormat.calendar = calendar
+        dayFormat.timeZone = .current
+        dayFormat.locale = Locale(identifier: "en_US_POSIX")
+        dayFormat.dateFormat = "yyyy-MM-dd"
+        let labelFormat = DateFormatter()
+        labelFormat.calendar = calendar
+        labelFormat.timeZone = .current
+        labelFormat.locale = Locale(identifier: "en_US_POSIX")
+        labelFormat.dateFormat = "d"
+        let start = calendar.startOfDay(for: today)
+        let series = (0..<days).reversed().compactMap { back -> (String, String, Int64)? in
+            guard let day = calendar.date(byAdding: .day, value: -back, to: start) else { return nil }
+            let key = dayFormat.string(from: day)
+            return (key, labelFormat.string(from: day), minutes[key] ?? 0)
+        }
+        let top = max(series.map(\.2).max() ?? 0, 30)
+        let width = 560.0, plot = 130.0, slot = width / Double(max(series.count, 1))
+        let bars = series.enumerated().map { i, d -> [String: Any] in
+            let h = d.2 == 0 ? 0 : max(2, plot * Double(d.2) / Double(top))
+            return ["x": String(format: "%.1f", Double(i) * slot + slot * 0.15), "w": String(format: "%.1f", slot * 0.7),
+                    "y": String(format: "%.1f", 10 + plot - h), "h": String(format: "%.1f", h),
+                    "lx": String(format: "%.1f", Double(i) * slot + slot / 2), "label": d.1,
+                    "title": "\(d.0): \(d.2) min"]
+        }
+        let total = series.reduce(Int64(0)) { $0 + $1.2 }
+        return ["bars": bars, "top": top, "summary": "Focused minutes per day, last \(days) days: \(total) in all, most \(series.map(\.2).max() ?? 0) in one day"]
+    }
+
+    static func ledger(list: JSONValue, stats: JSONValue, me: String, today: Date) -> [String: Any] {
         let entries = (list["entries"]?.arrayValue ?? []).reversed().map { e -> [String: Any] in
             let outcomes = (e["outcomes"]?.arrayValue ?? []).map { o -> [String: Any] in
                 ["name": o["name"]?.stringValue ?? "", "result": o["result"]?.stringValue ?? "",
@@ -193,12 +235,13 @@ enum WebViews {
             }
             let signers = e["signers"]?.arrayValue?.count ?? 0
             return ["seq": e["seq"]?.intValue ?? 0, "when": (e["committed_at"]?.stringValue).map(shortTime) ?? "",
-                    "minutes": (e["duration_ms"]?.intValue ?? 0) / 60_000, "outcomes": outcomes,
+                    "length": length(e["duration_ms"]?.intValue ?? 0), "outcomes": outcomes,
                     "signers": "\(signers) \(signers == 1 ? "signature" : "signatures")",
                     "hash": String((e["hash"]?.stringValue ?? "").prefix(16))]
         }
         func stat(_ key: String) -> Int64 { stats[key]?.intValue ?? 0 }
         return ["entries": entries, "hasEntries": !entries.isEmpty,
+                "chart": chart(list["entries"]?.arrayValue ?? [], me: me, today: today),
                 "stats": ["completed": stat("challenges_completed"), "failed": stat("challenges_failed"),
                           "solo": stat("solo_completed"), "minutes": stat("focused_minutes"),
                           "streak": stat("current_streak_days"), "longest": stat("longest_streak_days")] as [String: Any]]
@@ -231,6 +274,14 @@ enum WebViews {
     static func shortTime(_ iso: String) -> String {
         guard iso.count >= 16 else { return iso }
         return String(iso.prefix(16)).replacingOccurrences(of: "T", with: " ")
+    }
+
+    /// "45 s", "25 min", "1 h 30 min".
+    static func length(_ ms: Int64) -> String {
+        let s = max(0, ms) / 1000
+        if s < 60 { return "\(s) s" }
+        let m = (s + 30) / 60
+        return m < 60 ? "\(m) min" : (m % 60 == 0 ? "\(m / 60) h" : "\(m / 60) h \(m % 60) min")
     }
 
     /// 1:02:03 or 12:34.

@@ -197,6 +197,15 @@ enum WebTemplates {
         <li><span class="stat-label">Longest streak</span> <span class="stat-value">{{longest}}</span></li>
         {{/stats}}
       </ul>
+      {{#chart}}
+      <figure class="chart">
+        <svg viewBox="0 0 560 170" role="img" aria-label="{{summary}}" preserveAspectRatio="xMidYMid meet">
+          <line class="axis" x1="0" y1="140.5" x2="560" y2="140.5"></line>
+          {{#bars}}<rect class="bar" x="{{x}}" y="{{y}}" width="{{w}}" height="{{h}}"><title>{{title}}</title></rect><text class="day" x="{{lx}}" y="160" text-anchor="middle">{{label}}</text>{{/bars}}
+        </svg>
+        <figcaption>{{summary}} (scale: {{top}} min).</figcaption>
+      </figure>
+      {{/chart}}
     </section>
     <section class="card" aria-labelledby="entries-h">
       <h2 id="entries-h">Entries</h2>
@@ -207,7 +216,7 @@ enum WebTemplates {
         <thead><tr><th scope="col">#</th><th scope="col">When</th><th scope="col">Length</th><th scope="col">Outcomes</th><th scope="col">Signed</th></tr></thead>
         <tbody>
         {{#entries}}
-        <tr><td>{{seq}}</td><td>{{when}}</td><td>{{minutes}} min</td>
+        <tr><td>{{seq}}</td><td>{{when}}</td><td>{{length}}</td>
           <td>{{#outcomes}}<span class="outcome{{#ok}} ok{{/ok}}">{{name}}: {{result}}{{#hasReason}} (“{{reason}}”){{/hasReason}}</span> {{/outcomes}}</td>
           <td>{{signers}} <code>{{hash}}</code></td></tr>
         {{/entries}}

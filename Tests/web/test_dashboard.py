@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tandem_testkit import REPO, cli
+from tandem_testkit import REPO, cli, last_seq, wait_event
 
 selenium = pytest.importorskip("selenium")
 from selenium import webdriver  # noqa: E402
@@ -145,8 +145,14 @@ def test_befriend_live_challenge_and_pages(make_web_node, browser):
     d.switch_to.window(alice_tab)
     wait(d, "Bob's quit on Alice's page", lambda d: "phone call" in d.find_element(By.ID, "live").text)
 
+    # A short solo session lands in the ledger; the page shows the signed entry and the chart.
+    seq = last_seq(alice)
+    cli(alice, "focus", "start", "--duration", "2s")
+    wait_event(alice, "ledger.appended", since=seq)
     d.get(f"http://127.0.0.1:{alice.web_port()}/ledger")
     live(d)
+    assert len(d.find_elements(By.CSS_SELECTOR, ".chart rect.bar")) == 14
+    assert "1 signature" in d.find_element(By.ID, "live").text
     check_accessibility(d, "ledger")
     photograph(d, "ledger")
 
