@@ -267,6 +267,7 @@ let package = Package(
                 "TandemNode",
                 "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
                 "TandemStore",
+                "NodeWeb",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 "TandemRelay",
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -194,11 +194,11 @@ extension WebDashboard {
 }
 
 /// `application/x-www-form-urlencoded`, bounded.
-enum WebForm {
-    static let maximumBodyBytes = 64 * 1024
-    static let maximumFields = 64
+package enum WebForm {
+    package static let maximumBodyBytes = 64 * 1024
+    package static let maximumFields = 64
 
-    static func parse(_ text: String) -> [String: String] {
+    package static func parse(_ text: String) -> [String: String] {
         var fields: [String: String] = [:]
         for pair in text.split(separator: "&").prefix(maximumFields) {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
