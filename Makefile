@@ -72,13 +72,16 @@ demo: build
 
 # Test and bench tools: iproute2 (network namespaces), faketime (a node with a wrong clock; tandem-bench countdown),
 # qrencode (QR key images),
-# socat (the plain-splice path of tandem-bench relay), python3-venv, and the Python interop peer.
+# socat (the plain-splice path of tandem-bench relay), python3-venv, and the Python interop peer;
+# chromium and its driver with Selenium and axe-core (the dashboard's browser tests, Tests/web).
 test-deps: deps
 	@missing=""; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
 	command -v qrencode >/dev/null 2>&1 || missing="$$missing qrencode"; \
 	command -v socat >/dev/null 2>&1 || missing="$$missing socat"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  if command -v apt-get >/dev/null 2>&1; then \
@@ -86,10 +89,10 @@ test-deps: deps
 	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	  else echo "Please install:$$missing" >&2; exit 1; fi; \
 	fi
-	@if [ ! -x $(PY) ] || ! $(PY) -c 'import nacl, pytest, xdist, secret_handshake, PIL' >/dev/null 2>&1; then \
-	  echo "Setting up $(VENV) (PyNaCl, pytest, pytest-xdist, secret-handshake, Pillow)…"; \
+	@if [ ! -x $(PY) ] || ! $(PY) -c 'import nacl, pytest, xdist, secret_handshake, PIL, selenium, axe_selenium_python' >/dev/null 2>&1; then \
+	  echo "Setting up $(VENV) (PyNaCl, pytest, pytest-xdist, secret-handshake, Pillow, Selenium, axe-selenium-python)…"; \
 	  python3 -m venv $(VENV) && \
-	  $(PY) -m pip install -q --disable-pip-version-check pynacl async-generator pytest pytest-xdist pillow && \
+	  $(PY) -m pip install -q --disable-pip-version-check pynacl async-generator pytest pytest-xdist pillow selenium axe-selenium-python && \
 	  $(PY) -m pip install -q --disable-pip-version-check --no-deps secret-handshake; \
 	fi
 
@@ -106,7 +109,7 @@ PY_TEST_ENV := TANDEM_BIN=$(CURDIR)/$(TANDEM) TANDEM_RELAY_BIN=$(CURDIR)/.build/
 PY_TEST_TIMED := Tests/cli/test_challenges.py Tests/lan
 py-test: test-deps
 	$(PY_TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -n $(PY_TEST_WORKERS) --dist loadfile \
-	  Tests/interop Tests/cli Tests/relay Tests/adversarial $(addprefix --ignore=,$(PY_TEST_TIMED))
+	  Tests/interop Tests/cli Tests/relay Tests/adversarial Tests/web $(addprefix --ignore=,$(PY_TEST_TIMED))
 	$(PY_TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider $(PY_TEST_TIMED)
 
 test: test-deps

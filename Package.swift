@@ -50,6 +50,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0"),
         .package(url: "https://github.com/groue/GRDB.swift.git", exact: "7.10.0"),
         .package(url: "https://github.com/apple/swift-protobuf.git", exact: "1.39.0"),
+        // The local web dashboard (NodeWeb): the HTTP server and its templates.
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", exact: "2.1.1"),
     ],
     targets: [
         .systemLibrary(
@@ -145,6 +148,16 @@ let package = Package(
         nodeFeature("NodeFocus", ["TandemKeys", "TandemBlocking"]),
         // Messages between friends, a challenge's group thread, reactions, cheers, receipts.
         nodeFeature("NodeMessages", ["TandemBlocking", .product(name: "SwiftProtobuf", package: "swift-protobuf")]),
+        // The local web dashboard (issue 36): Hummingbird on loopback, pages that call the same
+        // control methods the CLI does, one SSE stream from the event bus. Templates, CSS and JS
+        // are compiled in (a lone installed binary has no resource bundle).
+        .target(
+            name: "NodeWeb",
+            dependencies: ["TandemNodeCore"] + nodeCoreDependencies + [
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Mustache", package: "swift-mustache"),
+            ]
+        ),
         // The node's wiring: builds the core and the features, registers their routes and services.
         .target(
             name: "TandemNode",
@@ -156,6 +169,7 @@ let package = Package(
                 "NodeVault",
                 "NodeFocus",
                 "NodeMessages",
+                "NodeWeb",
                 "Sodium",
                 "TandemProtocol",
                 "TandemNet",
@@ -207,7 +221,7 @@ let package = Package(
                 "TandemMedia",
                 "TandemNet",
                 "TandemNode",
-                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages", "NodeWeb",
                 "TandemRelay",
                 "TandemProtocol",
                 "Sodium",
@@ -235,8 +249,10 @@ let package = Package(
                 "TandemNode",
                 "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
                 "TandemStore",
+                "NodeWeb",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -260,6 +276,7 @@ let package = Package(
                 "TandemNode",
                 "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
                 "TandemStore",
+                "NodeWeb",
                 .product(name: "SwiftProtobuf", package: "swift-protobuf"),
                 "TandemRelay",
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -342,6 +359,11 @@ let package = Package(
                            .product(name: "Logging", package: "swift-log"),
                            .product(name: "NIOCore", package: "swift-nio")],
             path: "Tests/TandemTestSupport"
+        ),
+        // The dashboard's request policy, sessions and forms as plain values (its HTTP is tested in Tests/web).
+        .testTarget(
+            name: "NodeWebTests",
+            dependencies: ["NodeWeb", "TandemNodeCore"]
         ),
         .testTarget(
             name: "TandemNodeTests",

@@ -7,6 +7,7 @@ import NodeBackup
 import NodeVault
 import NodeFocus
 import NodeMessages
+import NodeWeb
 
 /// Where a node listens and how its links behave.
 public struct NodeConfiguration: Sendable {
@@ -27,6 +28,8 @@ public struct NodeConfiguration: Sendable {
     package var messageLimits = MessageService.Limits()
     /// File transfers' bounds (messages.md 7.5; tests shorten the offer lifetime).
     package var fileLimits = MessageFiles.Limits()
+    /// The local web dashboard; nil: none (`--web off`, throwaway nodes, tests).
+    public var web: WebConfiguration? = nil
     public init() {}
 
     /// Parses "host:port", ":port", "port" or "[v6]:port" (`HostPort.parse`).

@@ -14,6 +14,7 @@ import NodeBackup
 import NodeVault
 import NodeFocus
 import NodeMessages
+import NodeWeb
 
 /// A running node: its identity, its shared frame rules and its services, in one service group.
 ///
@@ -60,6 +61,8 @@ public final class NodeRuntime: Sendable {
     /// Messages between friends and challenges' threads.
     package let messages: MessageService
     package let messageFiles: MessageFiles
+    /// The local web dashboard, when configured (`--web`).
+    package let web: WebDashboard?
     /// Inbound frames and link events on their way to the node core (`@NodeCore`), bounded.
     let inbound: InboundLane
     /// Frames owed to peers, until acknowledged.
@@ -201,6 +204,14 @@ public final class NodeRuntime: Sendable {
         focus.registerControlMethods(on: router)
         messages.registerControlMethods(on: router)
         messageFiles.registerControlMethods(on: router)
+        if let webConfiguration = configuration.web {
+            let web = WebDashboard(configuration: webConfiguration, router: router, events: events, logger: logger)
+            web.registerControlMethods(on: router)
+            self.web = web
+        } else {
+            WebDashboard.registerDisabled(on: router)
+            self.web = nil
+        }
         registerStatus()
         // Stored on the core, in a step of their own, before anything the services do there.
         for row in quarantined {
@@ -251,6 +262,7 @@ public final class NodeRuntime: Sendable {
             o["frames_waiting"] = .int(Int64(inbound.pendingFrames))
             o["transport"] = transportStatus()
             o["focus"] = focus.statusJSON()
+            o["web"] = web?.statusJSON ?? ["state": "off"]
             return .object(o)
     }
 
@@ -290,6 +302,7 @@ public final class NodeRuntime: Sendable {
         services.append(MessageLoop(messages: messages))
         services.append(MessageFileLoop(files: messageFiles))
         if let discovery { services.append(DiscoveryAfterListener(node: self, discovery: discovery)) }
+        if let web { services.append(web) }
         services.append(NodeAnnouncer(node: self))
         return services
     }

@@ -17,6 +17,7 @@ import Glibc
 //   vault     files the vault reads: a keys file, photo metadata (VaultTargets.swift)
 //   keys      point-cloud files and streams, object templates (KeysTargets.swift)
 //   focus     stored focus state and key inputs into the focus service (FocusTargets.swift)
+//   web       the dashboard's request guard, forms, login tokens and --web (WebTargets.swift)
 //
 // Fuzzing build (the `make fuzz` command runs every target):
 //   swift build -c release --scratch-path .build-fuzz --product tandem-fuzz \
@@ -50,7 +51,7 @@ struct FuzzTarget: Sendable {
 /// and add it to `all`; `make fuzz` and `make fuzz-short` run every target listed here (they read
 /// `tandem-fuzz -list-targets`: name, max_len, short-run share, summary, tab-separated).
 enum FuzzRegistry {
-    static let all: [FuzzTarget] = [.frames, .machines, .node, .holder, .relay, .vault, .keys, .focus, .messages, .files]
+    static let all: [FuzzTarget] = [.frames, .machines, .node, .holder, .relay, .vault, .keys, .focus, .messages, .files, .web]
     static let defaultName = "frames"
     static let environmentVariable = "TANDEM_FUZZ_TARGET"
 

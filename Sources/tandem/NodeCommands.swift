@@ -5,6 +5,7 @@ import TandemNet
 import TandemNode
 import NodeFocus
 import NodeVault
+import NodeWeb
 import TandemNodeCore
 import TandemProtocol
 import TandemVault
@@ -64,7 +65,22 @@ struct Node: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds between heartbeats on each friend link; a friend silent for three heartbeats is offline.", valueName: "seconds"))
     var heartbeat: Int = 10
 
+    @Option(help: ArgumentHelp("The local web dashboard: a loopback host:port (port 0 picks a free one), or off. Default \(WebConfiguration.defaultAddress), or $TANDEM_WEB when set. Open it with `tandem web`.", valueName: "host:port|off"))
+    var web: String?
+
+    /// `--web`, else a non-empty $TANDEM_WEB (the test harness sets it to off), else the default.
+    var webText: String {
+        web ?? ProcessInfo.processInfo.environment["TANDEM_WEB"].flatMap { $0.isEmpty ? nil : $0 } ?? WebConfiguration.defaultAddress
+    }
+
     func validate() throws {
+        do {
+            _ = try WebConfiguration.parse(webText)
+        } catch let error as NodeError {
+            throw ValidationError(error.message)
+        } catch let error as TandemError {
+            throw ValidationError("--web: \(error.message)")
+        }
         guard (1...65535).contains(discoveryPort) else { throw ValidationError("--discovery-port must be between 1 and 65535") }
         guard discoveryInterval >= 0.1, discoveryInterval <= 3600 else {
             throw ValidationError("--discovery-interval must be between 0.1 and 3600 seconds")
@@ -154,6 +170,7 @@ struct Node: AsyncParsableCommand {
         } else if !noLockKeeper, (ProcessInfo.processInfo.environment["TANDEM_NO_LOCK_KEEPER"] ?? "").isEmpty {
             logger.warning("no lock keeper: /proc/self/exe is not readable; stopping the node lifts a lock's app block")
         }
+        config.web = try WebConfiguration.parse(webText)
         let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: dir, logger: logger)
         try await node.run()
         logger.info("node stopped")

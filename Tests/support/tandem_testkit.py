@@ -27,6 +27,11 @@ RELAY = os.environ.get("TANDEM_RELAY_BIN", str(REPO / ".build" / "debug" / "tand
 LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
 
 
+# Many nodes run at once under the tests: none serves the web dashboard on its default port unless a
+# test asks for one (`--web 127.0.0.1:0`, Tests/web). A port clash would only cost the dashboard.
+os.environ.setdefault("TANDEM_WEB", "off")
+
+
 def no_lan_discovery():
     """Loopback suites must not broadcast on the machine's real interfaces: every node they start
     runs without LAN discovery (the namespace tests in Tests/lan turn it on inside their own network)."""
