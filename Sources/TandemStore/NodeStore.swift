@@ -246,6 +246,9 @@ public struct NodeStore: Sendable {
         // The break-in log without any digit of a wrong PIN, each entry sealed by the vault service
         // (MigrationV8.swift, Protocol/vault.md "The PIN guard").
         m.registerMigration("v8-vault-break-ins") { db in try MigrationV8.vaultBreakIns(db) }
+        // Bedtime and the health pool (MigrationV9Bedtime.swift, Protocol/bedtime.md).
+        m.registerMigration("v9-bedtime") { db in try MigrationV9Bedtime.bedtime(db) }
+        m.registerMigration("v9-health") { db in try MigrationV9Bedtime.health(db) }
         return m
     }
 
