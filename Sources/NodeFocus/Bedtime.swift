@@ -134,7 +134,9 @@ extension FocusService {
             events.published()
             return ["enabled": false]
         }
-        router.register("bedtime.daylight") { [self] params in try await leaveWithDaylight(photo: try params.requiredString("photo")) }
+        router.register("bedtime.daylight") { [self] params in
+            try await finishLockStep(try await leaveWithDaylight(photo: try params.requiredString("photo")))
+        }
         router.register("bedtime.emergency") { [self] _ in
             let step = try await NodeCore.perform { try self.leaveBedtime(.emergency, nowMs: Int64(clamping: wallClockMilliseconds()), photo: nil) }
             return try await finishLockStep(step)
@@ -164,7 +166,7 @@ extension FocusService {
     /// `tandem unlock --daylight PHOTO`: what needs no photo first (a bedtime lock on, the sun and
     /// the wake time past), then the check (off the core), then the photo's verdict and capture
     /// time, and the release. `clock` is the node's wall clock (tests inject one).
-    func leaveWithDaylight(photo path: String, clock: @escaping @Sendable () -> Int64 = { Int64(clamping: wallClockMilliseconds()) }) async throws -> JSONValue {
+    func leaveWithDaylight(photo path: String, clock: @escaping @Sendable () -> Int64 = { Int64(clamping: wallClockMilliseconds()) }) async throws -> FocusLock.Step {
         try await NodeCore.perform { try self.leavePreflight(nowMs: clock()) }
         let result: DaylightCheckResult
         do {
@@ -174,8 +176,7 @@ extension FocusService {
             await NodeCore.run { _ = self.events.emit("bedtime.unlock_refused", ["reason": "check_failed", "message": .string(text)]) }
             throw error
         }
-        let step = try await NodeCore.perform { try self.leaveBedtime(.daylight, nowMs: clock(), photo: result) }
-        return try await finishLockStep(step)
+        return try await NodeCore.perform { try self.leaveBedtime(.daylight, nowMs: clock(), photo: result) }
     }
 
     @NodeCore func refuseLeaving(_ code: String, _ message: String) -> ControlError {

@@ -47,6 +47,7 @@ extension TimelineBook {
         first_bypass strained | The first bypass today, −{cost}: {health} left.
         first_bypass faint | First bypass today, −{cost}: {health} left.
         bypass_streak playful | Three bypasses within 15 minutes — slow down. Health {health}.
+        bypass_streak playful | {count} bypasses in a quarter hour? Easy, tiger. Health {health}.
         bypass_streak concerned | {count} bypasses in a quarter of an hour. Health {health}.
         bypass_streak strained | Bypass after bypass ({count} in 15 minutes). Health {health}.
         bypass_streak faint | {count} bypasses in 15 minutes. Health {health}. Stop here.
@@ -67,6 +68,7 @@ extension TimelineBook {
         challenge_ended strained | The challenge is over ({reason}).
         challenge_ended faint | Challenge done: {reason}.
         challenge_quit playful | Quit a challenge early ({reason}).
+        challenge_quit playful | Bowed out of a challenge early ({reason}).
         challenge_quit concerned | Left a challenge early ({reason}).
         challenge_quit strained | Another early exit from a challenge ({reason}).
         challenge_quit faint | Walked out of a challenge ({reason}).
@@ -81,10 +83,12 @@ extension TimelineBook {
         bedtime_left strained | Daylight found; {mode} open.
         bedtime_left faint | Out into the light: {mode} open.
         bedtime_emergency playful | Bedtime broken by an emergency unlock (−{cost}).
+        bedtime_emergency playful | A midnight escape hatch: emergency unlock, −{cost}.
         bedtime_emergency concerned | Emergency exit from bedtime, −{cost}.
         bedtime_emergency strained | Emergency unlock in the night (−{cost}).
         bedtime_emergency faint | An emergency unlock of bedtime (−{cost}).
         bedtime_refused playful | Too soon: {reason}.
+        bedtime_refused playful | The night says no: {reason}.
         bedtime_refused concerned | Not yet — {reason}.
         bedtime_refused strained | Still night: {reason}.
         bedtime_refused faint | Not yet: {reason}.

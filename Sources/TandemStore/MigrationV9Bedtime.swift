@@ -5,6 +5,28 @@ import GRDB
 /// shipped: string names only, no app types.
 enum MigrationV9Bedtime {
     static func bedtime(_ db: Database) throws {
+        // The lock state learns the hold `bedtime` (FocusLock.Hold.bedtime): the table is rebuilt
+        // with the wider CHECK (SQLite cannot change a CHECK in place); its one row is copied.
+        try db.execute(sql: """
+            CREATE TABLE focusLockV9 (
+                id INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+                activeMode TEXT CHECK (activeMode IS NULL OR typeof(activeMode) = 'text'),
+                lockedMode TEXT CHECK (lockedMode IS NULL OR typeof(lockedMode) = 'text'),
+                hold TEXT CHECK (hold IN ('key', 'until', 'challenge', 'bedtime')),
+                untilMs INTEGER CHECK (untilMs IS NULL OR typeof(untilMs) = 'integer'),
+                challengeId TEXT CHECK (challengeId IS NULL OR typeof(challengeId) = 'text'),
+                temporaryKey TEXT CHECK (temporaryKey IS NULL OR typeof(temporaryKey) = 'text'),
+                temporaryEndsAtMs INTEGER CHECK (temporaryEndsAtMs IS NULL OR typeof(temporaryEndsAtMs) = 'integer'),
+                CHECK ((lockedMode IS NULL) = (hold IS NULL)),
+                CHECK (hold IS NOT 'until' OR untilMs IS NOT NULL),
+                CHECK (hold IS NOT 'challenge' OR challengeId IS NOT NULL),
+                CHECK ((temporaryKey IS NULL) = (temporaryEndsAtMs IS NULL)),
+                CHECK (lockedMode IS NOT NULL OR temporaryKey IS NULL)
+            );
+            INSERT INTO focusLockV9 SELECT id, activeMode, lockedMode, hold, untilMs, challengeId, temporaryKey, temporaryEndsAtMs FROM focusLock;
+            DROP TABLE focusLock;
+            ALTER TABLE focusLockV9 RENAME TO focusLock;
+            """)
         try db.execute(sql: """
             CREATE TABLE bedtime (
                 id INTEGER PRIMARY KEY CHECK (id = 1),

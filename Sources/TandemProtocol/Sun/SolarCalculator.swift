@@ -207,46 +207,41 @@ public enum SolarCalculator {
                          civilDusk: at(cosCivil, false), solarNoonMinutes: noon)
     }
 
-    /// One event for the local date `date` in `timeZone`: computed for the UTC day of that date,
-    /// and, when the instant falls on another local date, for the neighbouring UTC day instead.
-    static func event(_ pick: (UTCEvents) -> Crossing, date: LocalDate, latitude: Double, longitude: Double,
-                      timeZone: TimeZone) -> Crossing {
-        let days = date.daysSinceEpoch
-        let c = pick(utcEvents(daysSinceEpoch: days, latitude: latitude, longitude: longitude))
-        guard case .at(let m) = c else { return c }
-        let instant = Date(timeIntervalSince1970: Double(days) * 86_400 + m * 60)
-        let local = LocalDate(instant, in: timeZone)
-        if local == date { return c }
-        let other = days + (local < date ? 1 : -1)
-        guard case .at(let m2) = pick(utcEvents(daysSinceEpoch: other, latitude: latitude, longitude: longitude)) else {
-            return pick(utcEvents(daysSinceEpoch: other, latitude: latitude, longitude: longitude))
-        }
-        return .at(minutesUTC: m2 + Double(other - days) * 1440)
+    /// One event for the local date `date` in `timeZone`: none when the UTC day of that date has
+    /// none (the polar rule); else, of the events computed for that UTC day and the UTC days before
+    /// and after it, the one whose local time falls on that date (the UTC day's own first, when two
+    /// do), or none (the event skips that local date, as a dusk just after midnight can).
+    static func pick(_ c: Crossing, days: Int, date: LocalDate, timeZone: TimeZone) -> Date? {
+        guard case .at(let m) = c else { return nil }
+        let instant = Date(timeIntervalSince1970: ((Double(days) * 86_400 + m * 60) * 1000).rounded() / 1000)
+        return LocalDate(instant, in: timeZone) == date ? instant : nil
     }
 
     /// The sun on local date `date` at a place, in its time zone.
     public static func day(_ date: LocalDate, latitude: Double, longitude: Double, timeZone: TimeZone) -> SolarDay {
-        let base = Double(date.daysSinceEpoch) * 86_400
-        func instant(_ c: Crossing) -> Date? {
-            if case .at(let m) = c { return Date(timeIntervalSince1970: ((base + m * 60) * 1000).rounded() / 1000) }
-            return nil
-        }
-        func polar(_ c: Crossing) -> SolarDay.Polar? {
-            switch c {
-            case .at: return nil
-            case .polarDay: return .day
-            case .polarNight: return .night
+        let d = date.daysSinceEpoch
+        let own = utcEvents(daysSinceEpoch: d, latitude: latitude, longitude: longitude)
+        let before = utcEvents(daysSinceEpoch: d - 1, latitude: latitude, longitude: longitude)
+        let after = utcEvents(daysSinceEpoch: d + 1, latitude: latitude, longitude: longitude)
+        func event(_ path: KeyPath<UTCEvents, Crossing>) -> (Date?, SolarDay.Polar?) {
+            switch own[keyPath: path] {
+            case .at: break
+            case .polarDay: return (nil, .day)
+            case .polarNight: return (nil, .night)
             }
+            for (e, day) in [(own, d), (before, d - 1), (after, d + 1)] {
+                if let t = pick(e[keyPath: path], days: day, date: date, timeZone: timeZone) { return (t, nil) }
+            }
+            return (nil, nil)
         }
-        let e = { (p: (UTCEvents) -> Crossing) in event(p, date: date, latitude: latitude, longitude: longitude, timeZone: timeZone) }
-        let dawn = e(\.civilDawn), rise = e(\.sunrise), set = e(\.sunset), dusk = e(\.civilDusk)
-        let noon = utcEvents(daysSinceEpoch: date.daysSinceEpoch, latitude: latitude, longitude: longitude).solarNoonMinutes
-        var noonInstant = Date(timeIntervalSince1970: base + noon * 60)
+        let (dawn, dawnPolar) = event(\.civilDawn), (rise, risePolar) = event(\.sunrise)
+        let (set, setPolar) = event(\.sunset), (dusk, duskPolar) = event(\.civilDusk)
+        var noonInstant = Date(timeIntervalSince1970: Double(d) * 86_400 + own.solarNoonMinutes * 60)
         // Solar noon of the local date (a place far from its zone's meridian can see it on the UTC day before or after).
         let noonDate = LocalDate(noonInstant, in: timeZone)
         if noonDate != date { noonInstant = noonInstant.addingTimeInterval(noonDate < date ? 86_400 : -86_400) }
-        return SolarDay(date: date, civilDawn: instant(dawn), sunrise: instant(rise), sunset: instant(set), civilDusk: instant(dusk),
-                        solarNoon: noonInstant, polar: polar(rise) ?? polar(set), civilPolar: polar(dawn) ?? polar(dusk))
+        return SolarDay(date: date, civilDawn: dawn, sunrise: rise, sunset: set, civilDusk: dusk, solarNoon: noonInstant,
+                        polar: risePolar ?? setPolar, civilPolar: dawnPolar ?? duskPolar)
     }
 }
 
