@@ -6,6 +6,6 @@ import TandemNodeCore
 /// The node's wiring (`NodeRuntime`) replaces it with the classifier.
 struct DaylightCheckUnavailable: DaylightChecking {
     func check(photoAt path: String) async throws -> DaylightCheckResult {
-        throw NodeError.unavailable("daylight check not available")
+        throw ControlError(code: "daylight_unavailable", message: "daylight check not available", exitCode: 1)
     }
 }
