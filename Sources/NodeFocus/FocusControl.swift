@@ -180,7 +180,11 @@ extension FocusService {
             step = lock.unlock(presentedKey: presented, modes: modes, nowMs: now)
         case .temporaryUnlock:
             // A temporary unlock is a bypass: refused at health 0 and in the cooldown; it costs (Health.swift).
-            try healthGate(.temporaryUnlock, nowMs: now)
+            // The lock machine's own refusals (wrong key, spent, one running) come first.
+            var trial = lock
+            if trial.temporaryUnlock(presentedKey: presented, modes: modes, nowMs: now).refusal == nil {
+                try healthGate(.temporaryUnlock, nowMs: now)
+            }
             step = lock.temporaryUnlock(presentedKey: presented, modes: modes, nowMs: now)
             if step.refusal == nil {
                 let result = commit(lock, step)
