@@ -96,6 +96,8 @@ extension FocusService {
         router.register("lock.unlock") { [self] params in try await keyInput(.unlock, params) }
         router.register("lock.temp_unlock") { [self] params in try await keyInput(.temporaryUnlock, params) }
         router.registerOnCore("lock.status") { [self] _ in statusJSON() }
+        // Bedtime, health and the timeline (Bedtime.swift, Health.swift, Timeline.swift).
+        registerBedtimeMethods(on: router)
     }
 
     // MARK: - Key inputs
@@ -171,9 +173,24 @@ extension FocusService {
             }
             step = lock.lock(mode: try params.optionalString("mode"), presentedKey: presented, untilMs: until, modes: modes, nowMs: now)
         case .unlock:
+            // The main key on a challenge's lock quits it: a bypass, refused at health 0 (Health.swift).
+            if case .challenge? = lock.locked?.hold, presented != nil, presented == lock.locked.flatMap({ modes.mode($0.mode)?.mainKey }) {
+                try healthGate(.quitEarly, nowMs: now)
+            }
             step = lock.unlock(presentedKey: presented, modes: modes, nowMs: now)
         case .temporaryUnlock:
+            // A temporary unlock is a bypass: refused at health 0 and in the cooldown; it costs (Health.swift).
+            // The lock machine's own refusals (wrong key, spent, one running) come first.
+            var trial = lock
+            if trial.temporaryUnlock(presentedKey: presented, modes: modes, nowMs: now).refusal == nil {
+                try healthGate(.temporaryUnlock, nowMs: now)
+            }
             step = lock.temporaryUnlock(presentedKey: presented, modes: modes, nowMs: now)
+            if step.refusal == nil {
+                let result = commit(lock, step)
+                if result.refusal == nil { recordBypass(.temporaryUnlock, nowMs: now, detail: presented) }
+                return result
+            }
         case .check, .enroll, .replace:
             throw NodeError.invalidArgument("not a lock action")
         }
@@ -332,6 +349,7 @@ extension FocusService {
             case .key: o["hold"] = "key"
             case .until(let t): o["hold"] = "until"; o["until"] = JSONValue.iso(t); o["until_ms"] = .int(t)
             case .challenge(let id): o["hold"] = "challenge"; o["challenge"] = .string(id)
+            case .bedtime: o["hold"] = "bedtime"
             }
             o["temporary"] = l.temporary.map { ["key": .string($0.key), "until": JSONValue.iso($0.endsAtMs), "until_ms": .int($0.endsAtMs)] } ?? .null
             o["spent"] = .array(l.spent.sorted().map(JSONValue.string))

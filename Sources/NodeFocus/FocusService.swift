@@ -50,6 +50,8 @@ public final class FocusService: Service, Sendable {
             public var directory: String
             public init(executable: String, directory: String) { (self.executable, self.directory) = (executable, directory) }
         }
+        /// The daylight photo check bedtime asks (tests hand a double; nil: the node's wiring chooses).
+        package var daylight: (any DaylightChecking)? = nil
         public init() {}
     }
 
@@ -77,6 +79,8 @@ public final class FocusService: Service, Sendable {
     let enforcer: FocusEnforcer
     /// The resolver's settings (`tandem node --dns`), or nil.
     private let dns: Configuration.DNS?
+    /// Leaving bedtime asks it about the photo (Bedtime.swift).
+    let daylight: any DaylightChecking
     /// Confined to the core (the box only makes the class Sendable).
     let state = NIOLockedValueBox(State())
     /// Read off the core: presence and `tandem status`.
@@ -90,12 +94,13 @@ public final class FocusService: Service, Sendable {
     let verifiers = NIOLockedValueBox<[String: ([UInt8], ObjectVerifier)]>([:])
 
     package init(identity: SigningKeyPair, store: NodeStore, events: EventBus, health: StoreHealth, signals: NodeSignals,
-         configuration: Configuration, dataDirectory: DataDirectory?, logger: Logger) throws {
+         configuration: Configuration, daylight: any DaylightChecking, dataDirectory: DataDirectory?, logger: Logger) throws {
         self.store = store
         self.events = events
         self.health = health
         self.signals = signals
         self.logger = logger
+        self.daylight = configuration.daylight ?? daylight
         self.secrets = try FocusSecrets(identity: identity)
         var config = configuration
         if config.hooksDirectory == nil, let dir = dataDirectory { config.hooksDirectory = dir.url.appendingPathComponent("hooks").path }
@@ -199,6 +204,8 @@ public final class FocusService: Service, Sendable {
                                              zones: enforcer.dnsZones, logger: logger)
                 group.addTask { await cancelWhenGracefulShutdown { await resolver.run() } }
             }
+            // Quits of challenges and solo sessions cost health (Health.swift).
+            group.addTask { await self.chargeQuits() }
             await tick()
             enforcer.finish()
         }
@@ -246,13 +253,17 @@ public final class FocusService: Service, Sendable {
         if case .challenge(let id)? = state.withLockedValue({ $0.lock.locked?.hold }), challengeModes[id] == nil {
             challengeEnded(id)
         }
+        // A node that was off across a bed time locks now (Bedtime.swift).
+        bedtimeTick(nowMs: now)
     }
 
     /// On the core: applies the time.
     @NodeCore func tickNow() {
         var lock = state.withLockedValue { $0.lock }
-        let step = lock.tick(nowMs: Int64(clamping: wallClockMilliseconds()))
+        let now = Int64(clamping: wallClockMilliseconds())
+        let step = lock.tick(nowMs: now)
         commit(lock, step)
+        bedtimeTick(nowMs: now)
     }
 
     // MARK: - Steps
@@ -334,6 +345,7 @@ public final class FocusService: Service, Sendable {
             case .key: f["hold"] = "key"
             case .until(let t): f["hold"] = "until"; f["until"] = JSONValue.iso(t); f["until_ms"] = .int(t)
             case .challenge(let id): f["hold"] = "challenge"; f["challenge"] = .string(id)
+            case .bedtime: f["hold"] = "bedtime"
             }
         case .unlocked(let mode, let reason):
             f["mode"] = .string(mode); f["reason"] = .string(reason.rawValue)

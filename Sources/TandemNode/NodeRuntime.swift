@@ -147,7 +147,8 @@ public final class NodeRuntime: Sendable {
         let clock = ClockSync(peers: peers, signals: signals)
         self.clock = clock
         let focus = try FocusService(identity: identity, store: store, events: events, health: health, signals: signals,
-                                     configuration: configuration.focus, dataDirectory: dataDirectory, logger: logger)
+                                     configuration: configuration.focus, daylight: DaylightCheckUnavailable(),
+                                     dataDirectory: dataDirectory, logger: logger)
         self.focus = focus
         let challenges = ChallengeService(identity: identity, store: store, peers: peers, events: events, outbox: outbox,
                                           presence: presence, clock: clock, focus: focus, health: health, signals: signals, logger: logger)

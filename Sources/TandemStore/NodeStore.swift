@@ -255,6 +255,9 @@ public struct NodeStore: Sendable {
         m.registerMigration("v9-message-thread-frames") { db in try MigrationThreadFrames.threadFrames(db) }
         // Backup generations and the automatic push schedule (BackupSchedule.swift, Protocol/backup.md 4.1, 5.1).
         m.registerMigration("v9-backup-schedule") { db in try MigrationBackupSchedule.backupSchedule(db) }
+        // Bedtime and the health pool (MigrationV9Bedtime.swift, Protocol/bedtime.md).
+        m.registerMigration("v9-bedtime") { db in try MigrationV9Bedtime.bedtime(db) }
+        m.registerMigration("v9-health") { db in try MigrationV9Bedtime.health(db) }
         return m
     }
 

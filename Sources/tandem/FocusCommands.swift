@@ -248,6 +248,7 @@ func lockStatusLine(_ s: JSONValue) -> String {
     switch s["hold"]?.stringValue {
     case "until": line += " until \(PeopleText.until(s["until"]?.stringValue)) (or its main key)"
     case "challenge": line += " for challenge \(String((s["challenge"]?.stringValue ?? "?").prefix(8))) (its main key quits it)"
+    case "bedtime": line += " for the night (bedtime: a daylight photo after sunrise opens it, tandem unlock --daylight PHOTO)"
     default: line += " until its main key is presented"
     }
     if let t = s["temporary"], !t.isNull { line += "; temporarily open until \(PeopleText.until(t["until"]?.stringValue))" }
@@ -442,16 +443,35 @@ func printLockResult(_ common: CommonOptions, _ r: JSONValue) {
 
 struct UnlockCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "unlock", abstract: "Open the locked mode with its main key.",
+        commandName: "unlock", abstract: "Open the locked mode with its main key (bedtime: with a daylight photo).",
         discussion: """
-        During a challenge that locked the mode, this quits the challenge (reason "unlocked") and your partners \
-        are told at once: on a terminal it asks first; elsewhere (a script) it needs --yes.
+        During a challenge that locked the mode, this quits the challenge (reason "unlocked") and your partners are told at once: on a terminal it asks first; elsewhere (a script) it needs --yes.         A bedtime lock opens only with --daylight PHOTO (after sunrise and the wake time; a photo of the sky taken in         the last 10 minutes) or --emergency (costs 20 health).
         """)
     @OptionGroup var common: CommonOptions
     @OptionGroup var input: KeyInputOptions
+    @Option(help: ArgumentHelp("Leave bedtime with this photo of the daylight sky (JPEG, PNG or HEIC).", valueName: "photo")) var daylight: String?
+    @Flag(help: "Leave bedtime now, before the morning: costs 20 health.") var emergency = false
     @Flag(name: .shortAndLong, help: "During a challenge: quit it without asking (your partners are told).") var yes = false
 
+    func validate() throws {
+        let bedtimeWays = (daylight == nil ? 0 : 1) + (emergency ? 1 : 0)
+        if bedtimeWays > 1 || (bedtimeWays == 1 && input.given > 0) {
+            throw ValidationError("give one of: a key, --daylight PHOTO, --emergency")
+        }
+    }
+
     func run() async throws {
+        if let daylight {
+            let path = URL(fileURLWithPath: daylight).standardizedFileURL.path
+            let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
+            printLockResult(common, try await client.call(method: "bedtime.daylight", params: ["photo": .string(path)]))
+            return
+        }
+        if emergency {
+            let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
+            printLockResult(common, try await client.call(method: "bedtime.emergency", params: [:]))
+            return
+        }
         if !yes { try await confirmChallengeQuit(common) }
         printLockResult(common, try await presentKey(common, input, "lock.unlock", [:], quiet: common.json))
     }

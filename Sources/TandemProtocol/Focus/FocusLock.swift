@@ -16,6 +16,9 @@ public struct FocusLock: Sendable, Equatable {
         case until(Int64)
         /// Opens when the challenge ends; the main key before that is a quit.
         case challenge(id: String)
+        /// Bedtime (Protocol/bedtime.md): the node locked it at the bed time; only a daylight
+        /// unlock after sunrise or an emergency unlock opens it, never the main key.
+        case bedtime
     }
 
     public struct Temporary: Sendable, Equatable {
@@ -45,6 +48,13 @@ public struct FocusLock: Sendable, Equatable {
         case modeRemoved = "mode_removed"
         /// Restart: a key-only lock whose mode has no main key any more (it could never open).
         case mainKeyMissing = "main_key_missing"
+        /// Bedtime left with a daylight photo after sunrise.
+        case daylight = "daylight"
+        /// Bedtime left early with `tandem unlock --emergency` (it costs health).
+        case emergency = "emergency"
+        /// Bedtime was switched off (`tandem bedtime off`) while its lock was on: only outside the
+        /// night, or it would be a way out.
+        case bedtimeOff = "bedtime_off"
     }
 
     public enum RelockReason: String, Sendable, Equatable {
@@ -136,7 +146,7 @@ public struct FocusLock: Sendable, Equatable {
         guard let l = locked else { return nil }
         let until: Int64?
         switch l.hold {
-        case .key, .challenge: until = nil
+        case .key, .challenge, .bedtime: until = nil
         case .until(let t): until = t
         }
         return [until, l.temporary?.endsAtMs].compactMap { $0 }.min()
@@ -179,6 +189,10 @@ public struct FocusLock: Sendable, Equatable {
         var fx = tick(nowMs: nowMs).effects
         guard let l = locked else { return refuse(fx, .notLocked, "not locked") }
         guard let key = presentedKey else { return refuseKey(fx, l.mode, nil, .noKeyMatched, "the key matched none of the keys") }
+        if l.hold == .bedtime {
+            return refuseKey(fx, l.mode, key, .bedtimeHold,
+                             "mode \(l.mode) is held by bedtime: it opens with a daylight photo after sunrise (tandem unlock --daylight PHOTO), or with tandem unlock --emergency")
+        }
         guard let main = modes.mode(l.mode)?.mainKey, key == main else {
             return refuseKey(fx, l.mode, key, .wrongKey, "only the main key of mode \(l.mode) unlocks it")
         }
@@ -256,6 +270,42 @@ public struct FocusLock: Sendable, Equatable {
     public mutating func challengeEnded(id: String, nowMs: Int64) -> Step {
         var fx = tick(nowMs: nowMs).effects
         if let l = locked, l.hold == .challenge(id: id) { fx += openFully(l, .challengeEnded) }
+        return Step(effects: fx, refusal: nil)
+    }
+
+    /// Bedtime began: locks `mode` with the bedtime hold. A lock of the same mode by the key or
+    /// until a time becomes a bedtime lock (the stronger hold; a temporary unlock running stays);
+    /// any other lock (another mode, a challenge) is refused and left as it is — the node asks
+    /// again while the night lasts, so bedtime follows once that lock opens.
+    public mutating func bedtimeStarted(mode name: String, modes: FocusModes, nowMs: Int64) -> Step {
+        var fx = tick(nowMs: nowMs).effects
+        guard modes.mode(name) != nil else { return refuse(fx, .unknownMode, "no mode \(name)") }
+        if var l = locked {
+            switch l.hold {
+            case .bedtime where l.mode == name:
+                return Step(effects: fx, refusal: nil)
+            case .key, .until:
+                guard l.mode == name else { return refuse(fx, .alreadyLocked, "already locked in mode \(l.mode)") }
+                l.hold = .bedtime
+                phase = .locked(l)
+                fx.append(.emit(.locked(mode: name, hold: .bedtime)))
+                return Step(effects: fx, refusal: nil)
+            case .challenge, .bedtime:
+                return refuse(fx, .alreadyLocked, "already locked in mode \(l.mode)")
+            }
+        }
+        activeMode = name
+        phase = .locked(Locked(mode: name, hold: .bedtime, temporary: nil, spent: []))
+        fx += [.block(mode: name), .emit(.locked(mode: name, hold: .bedtime))]
+        return Step(effects: fx, refusal: nil)
+    }
+
+    /// Bedtime is left (`reason` daylight, emergency or bedtimeOff; the node checked the sun, the
+    /// photo or the health first): opens a bedtime lock. Refused when no bedtime lock is on.
+    public mutating func bedtimeEnded(reason: UnlockReason, nowMs: Int64) -> Step {
+        var fx = tick(nowMs: nowMs).effects
+        guard let l = locked, l.hold == .bedtime else { return refuse(fx, .notLocked, "no bedtime lock is on") }
+        fx += openFully(l, reason)
         return Step(effects: fx, refusal: nil)
     }
 
@@ -375,6 +425,7 @@ extension FocusLock {
         switch s.hold {
         case "until": hold = s.untilMs.map(Hold.until) ?? .key
         case "challenge": hold = s.challengeID.map { .challenge(id: $0) } ?? .key
+        case "bedtime": hold = .bedtime
         default: hold = .key
         }
         var spent = Set(s.spent)
@@ -394,6 +445,7 @@ extension FocusLock {
         case .key: s.hold = "key"
         case .until(let t): s.hold = "until"; s.untilMs = t
         case .challenge(let id): s.hold = "challenge"; s.challengeID = id
+        case .bedtime: s.hold = "bedtime"
         }
         s.temporaryKey = l.temporary?.key
         s.temporaryEndsAtMs = l.temporary?.endsAtMs

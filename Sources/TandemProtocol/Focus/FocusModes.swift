@@ -17,6 +17,7 @@ public struct FocusRefusal: Error, Sendable, Equatable, CustomStringConvertible 
         case badChallengeID = "bad_challenge_id"
         case lockedCannotSwitch = "locked_cannot_switch"
         case lockedCannotEdit = "locked_cannot_edit"
+        case bedtimeHold = "bedtime_hold"
         // The configuration.
         case invalid = "invalid"
         case unknownKey = "unknown_key"
