@@ -89,10 +89,10 @@ test-deps: deps
 	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	  else echo "Please install:$$missing" >&2; exit 1; fi; \
 	fi
-	@if [ ! -x $(PY) ] || ! $(PY) -c 'import nacl, pytest, xdist, secret_handshake, PIL, selenium, axe_selenium_python' >/dev/null 2>&1; then \
-	  echo "Setting up $(VENV) (PyNaCl, pytest, pytest-xdist, secret-handshake, Pillow, Selenium, axe-selenium-python)…"; \
+	@if [ ! -x $(PY) ] || ! $(PY) -c 'import nacl, pytest, xdist, secret_handshake, PIL, numpy, selenium, axe_selenium_python' >/dev/null 2>&1; then \
+	  echo "Setting up $(VENV) (PyNaCl, pytest, pytest-xdist, secret-handshake, Pillow, numpy, Selenium, axe-selenium-python)…"; \
 	  python3 -m venv $(VENV) && \
-	  $(PY) -m pip install -q --disable-pip-version-check pynacl async-generator pytest pytest-xdist pillow selenium axe-selenium-python && \
+	  $(PY) -m pip install -q --disable-pip-version-check pynacl async-generator pytest pytest-xdist pillow numpy selenium axe-selenium-python && \
 	  $(PY) -m pip install -q --disable-pip-version-check --no-deps secret-handshake; \
 	fi
 

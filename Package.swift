@@ -175,6 +175,7 @@ let package = Package(
                 "TandemNet",
                 "TandemStore",
                 "TandemKeys",
+                "TandemDaylight",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

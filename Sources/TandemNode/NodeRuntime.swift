@@ -147,7 +147,7 @@ public final class NodeRuntime: Sendable {
         let clock = ClockSync(peers: peers, signals: signals)
         self.clock = clock
         let focus = try FocusService(identity: identity, store: store, events: events, health: health, signals: signals,
-                                     configuration: configuration.focus, daylight: DaylightCheckUnavailable(),
+                                     configuration: configuration.focus, daylight: configuration.focus.daylight ?? DaylightClassifier(),
                                      dataDirectory: dataDirectory, logger: logger)
         self.focus = focus
         let challenges = ChallengeService(identity: identity, store: store, peers: peers, events: events, outbox: outbox,

@@ -3,14 +3,17 @@ a node off across the bed time locks at its start, a photo in the night is refus
 of sunrise, a node killed in the night is locked again when it restarts, the emergency exit costs
 20 health, and the next night locks again. `tandem sun --json` against the polar rule.
 
-The node's daylight check is the placeholder until the classifier is wired in (NodeRuntime's
-`DaylightCheckUnavailable`): after sunrise the photo is refused with "daylight check not available".
-The accepting path is covered in-process (BedtimeServiceTests) with a test double."""
+After sunrise the node's real daylight check (TandemDaylight) judges the photo: a night scene is
+refused with its reason, a clear sky taken two minutes ago opens the mode (photos drawn by
+Tests/daylight/daylight_set.py, with their EXIF capture time)."""
 import json
 import pathlib
 import signal
 
 import pytest
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "daylight"))
 
 from tandem_testkit import LIBFAKETIME, Node, cli, cli_json, control_call, one_line_error, run, wait_event
 
@@ -49,6 +52,23 @@ class BedtimeNode(Node):
     def kill(self):
         super().kill()
         self.forget_faketime()
+
+
+def scene_photo(path, label, taken):
+    """A drawn scene (Tests/daylight/daylight_set.py) as a JPEG taken at `taken` (EXIF, +01:00)."""
+    daylight_set = pytest.importorskip("daylight_set", reason="numpy and Pillow draw the photos")
+    import io
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng([35, len(label)])
+    pixels = daylight_set.render(label, rng, (640, 480))
+    exif = Image.Exif()
+    ifd = exif.get_ifd(0x8769)
+    ifd[0x9003] = taken
+    ifd[0x9011] = "+01:00"
+    buf = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buf, "JPEG", quality=90, exif=exif)
+    path.write_bytes(buf.getvalue())
 
 
 def lock_status(node):
@@ -98,26 +118,35 @@ def test_bedtime_night_morning_and_the_next_night(tmp_path):
         line = refused(node, "unlock", "--daylight", str(photo))
         assert "civil sunrise in Oslo today is 08:" in line, line
 
-        # 09:30 Oslo, after sunrise: the photo reaches the daylight check (here: none available).
+        # 09:30 Oslo, after sunrise: the photo reaches the daylight check. A night scene is refused
+        # with the check's reason; a clear sky taken at 09:28 opens the mode until the next night.
         node.stop()
         node.start_at("2026-12-02 08:30:00")
-        line = refused(node, "unlock", "--daylight", str(photo))
-        assert "daylight check not available" in line, line
-        # The emergency exit: open, and 20 health gone.
-        out = cli_json(node, "unlock", "--emergency")
+        night, clear = tmp_path / "night.jpg", tmp_path / "clear.jpg"
+        scene_photo(night, "night", "2026:12:02 09:28:00")
+        scene_photo(clear, "clear", "2026:12:02 09:28:00")
+        line = refused(node, "unlock", "--daylight", str(night))
+        assert "daylight" in line.lower(), line
+        assert lock_status(node)["locked"] is True
+        out = cli_json(node, "unlock", "--daylight", str(clear))
         assert out["locked"] is False, out
-        health = cli_json(node, "health")
-        assert health["health"] == 80 and health["state"] == "healthy", health
         assert "news.example" not in node.hosts.read_text()
+        assert cli_json(node, "health")["health"] == 100  # leaving bedtime by daylight costs nothing
 
-        # Off across the next bed time: locked when it starts at 23:30 Oslo.
+        # Off across the next bed time: locked when it starts at 23:30 Oslo; the emergency exit opens
+        # it and costs 20 health.
         node.stop()
         node.start_at("2026-12-02 22:30:00")
         s = lock_status(node)
         assert s["locked"] and s["hold"] == "bedtime", s
+        out = cli_json(node, "unlock", "--emergency")
+        assert out["locked"] is False, out
+        health = cli_json(node, "health")
+        assert health["health"] == 80 and health["state"] == "healthy", health
         timeline = cli_json(node, "timeline", "--date", "2026-12-02")
         kinds = [e["kind"] for e in timeline["entries"]]
         assert "bedtime_emergency" in kinds and "bedtime_refused" in kinds and "bedtime_started" in kinds, kinds
+        assert "bedtime_left" in kinds, kinds
         # The same day reads the same twice.
         assert cli_json(node, "timeline", "--date", "2026-12-02") == timeline
     finally:
