@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Builds dist/tandem_VERSION_ARCH.deb from a staged install (make deb calls this after
 # `make install DESTDIR=STAGE PREFIX=/usr`). The package's Depends are read off the binaries:
-# each shared library `ldd` finds is mapped to the Debian package that ships it (dpkg -S), so the
-# list is what the binaries really load (libsodium, libzstd, libvips, libzbar, libsqlite3, …).
+# each shared library a binary names itself (NEEDED) is mapped, through the path `ldd` finds, to
+# the Debian package that ships it (dpkg -S): libsodium, libzstd, libvips, libzbar, libsqlite3, ….
 set -euo pipefail
 stage=$1 version=$2 out=$3
 arch=$(dpkg --print-architecture)
 mkdir -p "$stage/DEBIAN" "$(dirname "$out")"
 declare -A pkgs=()
 for bin in "$stage/usr/bin/tandem" "$stage/usr/bin/tandem-relay"; do
+  # Only the libraries the binary itself names (NEEDED); theirs come with their own packages.
+  needed=$(objdump -p "$bin" | awk '/NEEDED/{print $2}')
   while read -r lib; do
     [ -n "$lib" ] || continue
+    grep -qx "$(basename "$lib")" <<<"$needed" || continue
     real=$(readlink -f "$lib")
     owner=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$real" 2>/dev/null || true)
     owner=${owner%%:*}
