@@ -23,6 +23,7 @@ echo "Installed: $(in_root dpkg-query -W -f='${Package} ${Version}' tandem)"
 # No Swift toolchain in the root: the binaries carry the Swift runtime.
 in_root sh -c '! ls /usr/lib/swift 2>/dev/null' || { echo "test-deb: a Swift runtime was found in the root" >&2; exit 1; }
 in_root tandem --version
+in_root rm -rf /root/node-a /root/relay /root/node.log /root/node.pid  # a root kept from an earlier run
 in_root tandem init --data-dir /root/node-a
 in_root sh -c 'tandem node --data-dir /root/node-a --listen 127.0.0.1:0 --no-discovery >/root/node.log 2>&1 & echo $! >/root/node.pid'
 for _ in $(seq 1 100); do
