@@ -548,12 +548,15 @@ def test_a_locked_mode_blocks_every_name_under_its_sites_at_dns(make_focus, tmp_
                 data, addr = upstream.recvfrom(2048)
             except socket.timeout:
                 continue
+            except OSError:  # closed by the test's end
+                return
             asked.append(data)
             answer = data[:2] + b"\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00" + data[12:]
             answer += b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes([192, 0, 2, 7])
             upstream.sendto(answer, addr)
 
-    threading.Thread(target=serve, daemon=True).start()
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
     port = free_port()
     n = make_focus("dana")
     n.stop()
@@ -587,4 +590,5 @@ def test_a_locked_mode_blocks_every_name_under_its_sites_at_dns(make_focus, tmp_
         assert reply[-4:] == bytes([192, 0, 2, 7]), reply
     finally:
         stop.set()
+        server.join(timeout=5)
         upstream.close()

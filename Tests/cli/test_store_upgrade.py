@@ -165,7 +165,10 @@ def test_local_state_from_an_earlier_version_survives_the_upgrade(tmp_path, vers
         if want["temporary"]["until_ms"] <= int(time.time() * 1000):
             want["temporary"] = None
             wait_event(node, "focus.relocked", "mode=deep", "reason=expired")
+        # `blocked` (what the blocking holds now) is newer than the fixture: checked on its own.
+        blocked = lock.pop("blocked")
         assert lock == want
+        assert "example.com" in blocked["sites"], blocked
         poll(lambda: "example.com" in hosts.read_text(), what="the locked mode's block")
         # The stored key material still matches the tags (salted keyed hashes survived byte for byte).
         assert cli_json(node, "key", "check", "blue-card", "--tag", "card-1")["match"] is True
