@@ -250,12 +250,7 @@ public struct RestoreClient: Sendable {
         var count = 1
         while index < min(count, BackupLimits.kitsPerLocator) {
             let i = index
-            let answer = try await link.request("BACKUP_KIT_GET", make: { id in
-                (.backupKitGet, BackupKitGetMessage(requestID: id, locator: locator, index: i).payload)
-            }, match: { a, id -> BackupKitMessage? in
-                if case .kit(let m) = a, m.requestID == id { return m }
-                return nil
-            })
+            let answer = try await link.kit(locator: locator, index: i)
             switch answer.status {
             case .ok:
                 count = answer.count

@@ -220,3 +220,16 @@ final class RestoreLink: PeerLinkDelegate, Sendable {
         }
     }
 }
+
+extension RestoreLink {
+    /// The holder's answer for the kit at `index` under `locator` (BACKUP_KIT_GET, backup.md): the
+    /// one request both the kit fetch and the freshness survey make.
+    func kit(locator: KitLocator, index: Int) async throws -> BackupKitMessage {
+        try await request("BACKUP_KIT_GET", make: { id in
+            (.backupKitGet, BackupKitGetMessage(requestID: id, locator: locator, index: index).payload)
+        }, match: { a, id -> BackupKitMessage? in
+            if case .kit(let m) = a, m.requestID == id { return m }
+            return nil
+        })
+    }
+}

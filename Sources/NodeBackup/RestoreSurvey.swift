@@ -213,12 +213,7 @@ extension RestoreClient {
         var count = 1
         while index < min(count, BackupLimits.kitsPerLocator) {
             let i = index
-            let answer = try await link.request("BACKUP_KIT_GET", make: { id in
-                (.backupKitGet, BackupKitGetMessage(requestID: id, locator: locator, index: i).payload)
-            }, match: { a, id -> BackupKitMessage? in
-                if case .kit(let m) = a, m.requestID == id { return m }
-                return nil
-            })
+            let answer = try await link.kit(locator: locator, index: i)
             guard answer.status == .ok else { break }
             count = answer.count
             if answer.owner == owner, let k = try? RecoveryKit.open(answer.sealedKit, code: code, owner: answer.owner),  // another owner's or bogus: skipped
