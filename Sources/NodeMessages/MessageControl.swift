@@ -254,7 +254,7 @@ extension MessageService {
         guard let entry = try step.ledger().first(where: { $0.entry.seq == seq })?.entry else {
             throw NodeError.nothingToActOn("no ledger entry \(seq) (see tandem ledger)")
         }
-        guard let record = try? Tandem_V1_OutcomeRecord(serializedBytes: entry.record), record.challengeID.count == 16 else {
+        guard let record = try? Tandem_V1_OutcomeRecord(serializedBytes: entry.record), record.challengeID.count == 16 else {  // the error is said below
             throw NodeError.failed("ledger entry \(seq) does not hold a readable outcome")  // a damaged row: said, not trapped on
         }
         let others = record.outcomes.map { Array($0.publicKey) }.filter { $0 != me && outbox.isFriend($0, in: step) }

@@ -18,11 +18,11 @@ extension MessageFiles: FrameFlow {
         case .fileRequest:
             // Direct, not acknowledged: a malformed or unknown one is dropped silently (messages.md 2).
             guard let link, outbox.isFriend(envelope.author, in: step),
-                  let request = try? FileRequestMessage(payload: envelope.payload) else { return }
+                  let request = try? FileRequestMessage(payload: envelope.payload) else { return }  // malformed: dropped (messages.md 2)
             serve(request, from: envelope.author, link: link, step)
         case .fileChunk:
             // Link-authenticated (the verifier accepted it only from its author's link); never mail.
-            guard link != nil, let chunk = try? FileChunkMessage(payload: envelope.payload) else { return }
+            guard link != nil, let chunk = try? FileChunkMessage(payload: envelope.payload) else { return }  // malformed: dropped
             receive(chunk, from: envelope.author, step)
         case .fileOffer, .fileCancel:
             guard outbox.isFriend(envelope.author, in: step) else { return outbox.dropUnrelated(envelope, on: link, step) }

@@ -148,7 +148,7 @@ public final class WebDashboard: Service, Sendable {
             logger.warning("dashboard not started", metadata: ["reason": "\(reason)"])
             await events.emit("web.failed", ["address": .string("\(urlHost):\(configuration.port)"), "reason": .string(reason)])
             // The node goes on without it; a service that returns would end the whole group.
-            try? await gracefulShutdown()
+            try? await gracefulShutdown()  // throws only when cancelled: the node is stopping anyway
         }
     }
 }

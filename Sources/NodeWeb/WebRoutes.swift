@@ -166,13 +166,13 @@ extension WebDashboard {
                 }
                 group.addTask {
                     while !Task.isCancelled {
-                        try? await Task.sleep(for: .seconds(15))
+                        try? await Task.sleep(for: .seconds(15))  // cancelled: the loop ends
                         sink.yield(": keep-alive\n\n")
                     }
                 }
                 group.addTask {
                     // The node stops: end the stream (the browser reconnects to whatever comes next).
-                    try? await gracefulShutdown()
+                    try? await gracefulShutdown()  // returns or is cancelled: either way the stream ends
                     sink.finish()
                 }
                 do {
@@ -185,7 +185,7 @@ extension WebDashboard {
                 }
                 group.cancelAll()
             }
-            try? await writer.finish(nil)
+            try? await writer.finish(nil)  // the tab may be gone already
         }
         return Response(status: .ok,
                         headers: [.contentType: "text/event-stream; charset=utf-8", HTTPField.Name("X-Accel-Buffering")!: "no"],
