@@ -69,8 +69,19 @@ public enum DemoScenario {
         let aliceEvents = aliceNode.eventBus.subscribe(since: nil)
         let bobEvents = bobNode.eventBus.subscribe(since: nil)
 
+        // Alice's node runs until the demo ends or until the vault scene "loses" it (`stopAlice`).
+        let (aliceStop, stopAlice) = AsyncStream<Void>.makeStream()
+        let (aliceGone, aliceEnded) = AsyncStream<Void>.makeStream()
         try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await aliceNode.run(signals: false) }
+            tasks.addTask {
+                defer { aliceEnded.yield(); aliceEnded.finish() }
+                try await withThrowingTaskGroup(of: Void.self) { own in
+                    own.addTask { try await aliceNode.run(signals: false) }
+                    for await _ in aliceStop { break }  // also ends when the demo's group is cancelled
+                    own.cancelAll()
+                    try await own.waitForAll()
+                }
+            }
             tasks.addTask { try await bobNode.run(signals: false) }
             let aliceAddr = try await aliceNode.listener.boundAddress
             let bobAddr = try await bobNode.listener.boundAddress
@@ -124,16 +135,25 @@ public enum DemoScenario {
 
             try showLedgers(a, b, say: say)
 
-            try await messageDemo(a, b, say: say)
+            try await messageDemo(a, b, root: root, say: say)
 
             try await focusDemo(a, hosts: root.appendingPathComponent("alice-hosts"), say: say)
 
+            let restored = try await vaultDemo(a, b, bobPort: bobAddr.port ?? 0, root: root, logger: logger, say: say) {
+                stopAlice.yield()
+                for await _ in aliceGone { break }
+                try? FileManager.default.removeItem(at: aliceDir.url)  // gone with the laptop; the check below says if not
+            }
+            say("    Alice's data directory is gone: \(FileManager.default.fileExists(atPath: aliceDir.url.path) ? "NOT removed?!" : "yes").")
+            tasks.addTask { try await restored.node.run(signals: false) }
+            try await reopen(restored, ledgerEntries: try bobNode.store.ledger().count, say: say)
+
             let m = bobNode.metrics.snapshot
-            say("12. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
+            say("13. Bob's counters: \(m.handshakesSucceeded) handshakes, \(m.framesAccepted) frames accepted, \(m.framesRejected.values.reduce(0, +)) rejected.")
             tasks.cancelAll()
             _ = try? await tasks.next()  // the demo reports by its own checks
         }
-        say("13. Both nodes shut down and their temporary data directories are removed. Done.")
+        say("14. Both nodes shut down and their temporary data directories are removed. Done.")
     }
 
     /// Local focus with an object key: Alice enrols a mug from depth frames (generated here, as a
@@ -176,6 +196,75 @@ public enum DemoScenario {
         }
         _ = try await present("lock.unlock", frames("mug", 800, 8), [:])
         say("    The mug again: unlocked, and the block is gone (\(block().isEmpty ? "no news.example line left" : "still there?!")).")
+    }
+
+    /// The vault and its backup at a friend: Alice puts two files in her vault (PIN-locked,
+    /// encrypted), Bob offers space and her node pushes a snapshot he cannot read; then her laptop
+    /// is lost (`lose` stops her node and removes its data directory) and a fresh directory becomes
+    /// her node again from the recovery code she wrote down and Bob's copy. Returns the restored
+    /// node, not yet running.
+    static func vaultDemo(_ a: DemoNode, _ b: DemoNode, bobPort: Int, root: URL, logger: Logger,
+                          say: @escaping @Sendable (String) -> Void, lose: () async throws -> Void) async throws -> DemoNode {
+        let pin = "482916"
+        let files = root.appendingPathComponent("alice-files")
+        try FileManager.default.createDirectory(at: files, withIntermediateDirectories: true)
+        let contents: [(String, Data)] = [("passport-scan.bin", Data(Sodium.randomBytes(300_000))),
+                                          ("diary.txt", Data(String(repeating: "Day 12: focused 50 minutes with Bob.\n", count: 200).utf8))]
+        for (name, data) in contents { try data.write(to: files.appendingPathComponent(name)) }
+
+        let created = try await a.call("vault.init", ["pin": .string(pin)])
+        let code = created["recovery_code"]?.stringValue ?? ""
+        say("12. Alice's vault (`tandem vault init`): encrypted files behind a PIN. Her node prints the recovery code")
+        say("    once — she writes it down: \(code)")
+        let last = NIOLockedValueBox(JSONValue.null)  // the stream's final item
+        try await a.node.router.stream("vault.import", ["pin": .string(pin),
+                                                         "paths": .array(contents.map { .string(files.appendingPathComponent($0.0).path) })]) {
+            if let result = $0["result"] { last.withLockedValue { $0 = result } }
+        }
+        let names = last.withLockedValue { $0 }["items"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? []
+        say("    She imports \(names.count) files (\(names.joined(separator: ", "))): sealed in packs, names and all.")
+
+        _ = try await b.call("backup.offer", ["id": .string(a.node.id.canonical), "quota_bytes": .int(64 << 20)])
+        _ = try await next(a.events, "backup.offer.received", ["from": b.node.id.canonical])
+        say("    Bob offers to keep her backups, up to 64 MiB (`tandem backup offer Alice --quota 64MiB`).")
+        try await a.node.router.stream("backup.push", ["to": .string(b.node.id.canonical)]) { item in
+            if item["result"] != nil { last.withLockedValue { $0 = item } }
+        }
+        let pushed = last.withLockedValue { $0 }
+        let held = try await next(b.events, "backup.held", ["owner": a.node.id.canonical])
+        say("    Her node pushes a snapshot to Bob (`tandem backup push`): \(held.fields["blobs"]?.intValue ?? 0) blobs, "
+            + "\((pushed["result"]?["bytes_sent"]?.intValue ?? 0) / 1024) KiB sent —")
+        say("    ciphertext under keys Bob never has, plus her recovery kit, sealed to her recovery code.")
+
+        try await lose()
+        say("    Alice's laptop is lost: her node stops and its data directory is deleted.")
+        let restoredDir = DataDirectory(url: root.appendingPathComponent("alice-restored"))
+        let client = RestoreClient(group: MultiThreadedEventLoopGroup.singleton, logger: logger)
+        let report = try await client.run(.init(holder: b.node.id, host: "127.0.0.1", port: bobPort,
+                                                code: try RecoveryCode(parsing: code), dataDirectory: restoredDir)) { _ in }
+        say("    On a new machine: `tandem restore --from <Bob's address>`, and she types the code. From Bob's copy come")
+        say("    her identity \(report.id == a.node.id ? "(the same ID)" : "(A DIFFERENT ID?!)"), \(report.friends) friend\(report.friends == 1 ? "" : "s"), "
+            + "\(report.ledgerEntries) ledger entries and the vault: \(report.items) items, \(report.bytes / 1024) KiB, every blob checked.")
+        if !report.freshness.isEmpty { say("    \(report.freshness)") }
+
+        let identity = try IdentityFile.load(from: restoredDir)
+        var config = NodeConfiguration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: restoredDir, logger: logger)
+        return DemoNode(name: "Alice", node: node, events: node.eventBus.subscribe(since: nil))
+    }
+
+    /// The restored node, running: the vault opens with the old PIN and holds the same files, the
+    /// ledger is the one Bob has.
+    static func reopen(_ a: DemoNode, ledgerEntries: Int, say: @escaping @Sendable (String) -> Void) async throws {
+        _ = try await a.node.listener.boundAddress
+        _ = try await a.call("vault.unlock", ["pin": "482916"])
+        let items = try await a.call("vault.list", [:])["items"]?.arrayValue ?? []
+        let names = items.compactMap { $0["name"]?.stringValue }.sorted()
+        let ledger = try a.node.store.ledger().count
+        say("    Her restored node starts: the old PIN opens the vault (\(names.joined(separator: ", "))), and her ledger has")
+        say("    \(ledger) entries, \(ledger == ledgerEntries ? "the same as Bob's" : "NOT the same as Bob's (\(ledgerEntries))").")
     }
 
     /// One challenge between two friends: invite, accept, both countdowns printed side by side
@@ -308,7 +397,7 @@ public enum DemoScenario {
 
     /// Bob cheers Alice's result in their first ledger entry; Alice answers with a message, which
     /// is delivered once Bob's node has stored it.
-    static func messageDemo(_ a: DemoNode, _ b: DemoNode, say: @escaping @Sendable (String) -> Void) async throws {
+    static func messageDemo(_ a: DemoNode, _ b: DemoNode, root: URL, say: @escaping @Sendable (String) -> Void) async throws {
         let entries = try await b.call("ledger.list", .object([:]))["entries"]?.arrayValue ?? []
         guard let first = entries.first?["seq"]?.intValue else { return }
         say("    \(b.name) cheers \(a.name)'s result in entry #\(first) (`tandem cheer \(first) \"well done\"`):")
@@ -326,6 +415,17 @@ public enum DemoScenario {
         let ms = Double(took.components.seconds) * 1000 + Double(took.components.attoseconds) / 1e15
         say("    \(a.name) writes back (`tandem message send Bob \"\(text)\"`): stored in her outbox, delivered over the link,")
         say(String(format: "    stored by %@'s node, which acknowledges only after its commit: delivered %.1f ms after sending.", b.name, ms))
+
+        let path = root.appendingPathComponent("tomorrow.md")
+        let body = Data(String(repeating: "- 09:00 focus 50 minutes\n- 09:50 walk, no phone\n", count: 2_500).utf8)
+        try body.write(to: path)
+        _ = try await a.call("message.send_file", .object(["to": .string(b.node.id.canonical), "path": .string(path.path),
+                                                           "text": "the plan for tomorrow"]))
+        let got = try await next(b.events, "message.file_received", ["name": "tomorrow.md"])
+        let same = got.fields["path"]?.stringValue.flatMap { FileManager.default.contents(atPath: $0) } == body
+        say("    She sends a file too (`tandem message send Bob --file tomorrow.md`): offered first, then fetched by \(b.name)'s")
+        say("    node (within his auto-accept limit) chunk by chunk, each checked against the offer's hash tree:")
+        say("    \(body.count / 1024) KiB, \(same ? "byte for byte the same" : "DIFFERENT?!") in his downloads folder.")
     }
 
     /// Waits for the next event of `type` whose fields include `match`.

@@ -41,7 +41,7 @@ enum RelayDemoScenario {
             tasks.addTask { try await relay.run() }
             let bound = try await relay.boundAddress
             let relayAddress = try RelayAddress(parsing: relay.address(bound: bound))
-            say("14. The relay has its own identity; operators hand out its address: \(relayAddress.id.short)…@\(relayAddress.host):\(relayAddress.port)")
+            say("15. The relay has its own identity; operators hand out its address: \(relayAddress.id.short)…@\(relayAddress.host):\(relayAddress.port)")
 
             let carolNode = try NodeRuntime(identity: carol, configuration: config, dataDirectory: carolDir, logger: logger)
             var daveNode = try NodeRuntime(identity: dave, configuration: config, dataDirectory: daveDir, logger: logger)
@@ -58,11 +58,11 @@ enum RelayDemoScenario {
                 _ = try await side.call("relay.add", ["address": .string(relayAddress.description)])
             }
             for side in [c, d] { _ = try await DemoScenario.next(side.events, "relay.connected", [:]) }
-            say("15. Both add it (`tandem relay add ID@host:port`); each node keeps one authenticated link to it,")
+            say("16. Both add it (`tandem relay add ID@host:port`); each node keeps one authenticated link to it,")
             say("    proven with the relay's key in the Secret Handshake, and registers there as its home.")
 
             let share = try await d.call("node.share", [:])["share"]?.stringValue ?? ""
-            say("16. Dave sends Carol his share code (`tandem id --share`), one string with his ID and his relay:")
+            say("17. Dave sends Carol his share code (`tandem id --share`), one string with his ID and his relay:")
             say("    \(share.prefix(38))…\(share.suffix(24))")
             _ = try await c.call("friend.request", ["id": .string(share), "message": .string("Focus buddies across the map?")])
             _ = try await DemoScenario.next(d.events, "friend.request.received", ["id": carolNode.id.canonical])
@@ -74,11 +74,11 @@ enum RelayDemoScenario {
             let via = list["friends"]?.arrayValue?.first?["via"]?.stringValue ?? "?"
             say("    Dave accepts. `tandem friend list` on Carol's side: Dave, online, via \(via).")
 
-            say("17. Carol invites Dave to focus for 4 seconds; Dave gives up after 2. The notice crosses the relay:")
+            say("18. Carol invites Dave to focus for 4 seconds; Dave gives up after 2. The notice crosses the relay:")
             try await DemoScenario.challenge(inviter: c, invitee: d, durationMs: 4000, message: "through the relay",
                                              quitter: d, quitAfterSeconds: 2, say: say)
 
-            say("18. Dave's node stops (his laptop is closed). Carol invites him anyway.")
+            say("19. Dave's node stops (his laptop is closed). Carol invites him anyway.")
             daveTask.cancel()
             _ = try? await daveTask.value
             _ = try await DemoScenario.next(c.events, "peer.offline", ["id": daveNode.id.canonical])
@@ -113,7 +113,7 @@ enum RelayDemoScenario {
             say("    His node answers the mail with a signed DELIVERED receipt; Carol's message is now `delivered`.")
 
             let m = relay.metrics.snapshot
-            say("19. The relay's counters (also at /metrics): tunnels \(m.tunnelsOpened), bytes of ciphertext relayed \(m.bytesRelayed),")
+            say("20. The relay's counters (also at /metrics): tunnels \(m.tunnelsOpened), bytes of ciphertext relayed \(m.bytesRelayed),")
             say("    mail items stored \(m.mailboxStored), delivered \(m.mailboxDelivered).")
             daveTask.cancel()
             carolTask.cancel()
@@ -122,6 +122,6 @@ enum RelayDemoScenario {
             tasks.cancelAll()
             _ = try? await tasks.next()
         }
-        say("20. The relay and both nodes shut down. Done.")
+        say("21. The relay and both nodes shut down. Done.")
     }
 }
