@@ -67,8 +67,12 @@ deps:
 build: deps
 	$(SWIFT) build
 
+# The bedtime part runs a node under libfaketime (Debian's faketime); without it that part says so and is skipped.
 demo: build
-	$(TANDEM) demo
+	@command -v faketime >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || { \
+	  echo "Installing faketime (the demo's bedtime part) with apt-get…"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq faketime >/dev/null; }
+	$(TANDEM) demo --photos Deploy/demo
 
 # Test and bench tools: iproute2 (network namespaces), faketime (a node with a wrong clock; tandem-bench countdown),
 # qrencode (QR key images),
@@ -211,7 +215,8 @@ dist: deps
 # units for a node and a relay, the relay's example config and the hooks' examples.
 install: dist
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/systemd/user $(DESTDIR)$(PREFIX)/lib/systemd/system \
-	  $(DESTDIR)$(PREFIX)/share/doc/tandem/hooks
+	  $(DESTDIR)$(PREFIX)/share/doc/tandem/hooks $(DESTDIR)$(PREFIX)/share/tandem/demo
+	install -m 0644 Deploy/demo/sky.jpg Deploy/demo/night.jpg $(DESTDIR)$(PREFIX)/share/tandem/demo/
 	install -m 0755 $(DIST_BUILD)/release/tandem $(DIST_BUILD)/release/tandem-relay $(DESTDIR)$(PREFIX)/bin/
 	sed 's|@BINDIR@|$(PREFIX)/bin|g' Deploy/systemd/user/tandem.service > $(DESTDIR)$(PREFIX)/lib/systemd/user/tandem.service
 	sed 's|/usr/local/bin|$(PREFIX)/bin|g' Deploy/systemd/tandem-node.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/tandem-node.service

@@ -255,13 +255,23 @@ struct Ping: AsyncParsableCommand {
 
 struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Run throwaway nodes on loopback and narrate what they do: a LAN story, then one through a relay.")
+        abstract: "Run throwaway nodes on loopback and narrate what they do: a LAN story, one through a relay, and a bedtime.")
 
     @Flag(help: "Only the LAN part.") var lanOnly = false
     @Flag(help: "Only the relay part.") var relayOnly = false
+    @Flag(help: "Only the bedtime part (a node under libfaketime).") var bedtimeOnly = false
+    @Option(help: ArgumentHelp("The folder with the bedtime part's photos (default: Deploy/demo here).", valueName: "path"))
+    var photos: String?
+
+    func validate() throws {
+        guard [lanOnly, relayOnly, bedtimeOnly].filter({ $0 }).count <= 1 else {
+            throw ValidationError("choose at most one of --lan-only, --relay-only and --bedtime-only")
+        }
+    }
 
     func run() async throws {
-        if !relayOnly { try await DemoScenario.run { line in output(line) } }
-        if !lanOnly { try await RelayDemoScenario.run { line in output(line) } }
+        if !relayOnly && !bedtimeOnly { try await DemoScenario.run { line in output(line) } }
+        if !lanOnly && !bedtimeOnly { try await RelayDemoScenario.run { line in output(line) } }
+        if !lanOnly && !relayOnly { try await BedtimeDemoScenario.run(photos: photos) { line in output(line) } }
     }
 }

@@ -1,6 +1,7 @@
 """Real `tandem` processes on loopback, driven through the CLI as a user's script would."""
 import json
 import os
+import pathlib
 import re
 import signal
 import socket
@@ -8,7 +9,7 @@ import stat
 import subprocess
 import time
 
-from tandem_testkit import TANDEM, Node, free_port, one_line_error, run, wait_listening
+from tandem_testkit import LIBFAKETIME, TANDEM, Node, free_port, one_line_error, run, wait_listening
 
 
 
@@ -172,7 +173,8 @@ def test_help_on_every_command():
 
 
 def test_demo_runs_and_cleans_up():
-    proc = run("demo", timeout=240)
+    photos = pathlib.Path(__file__).resolve().parents[2] / "Deploy" / "demo"
+    proc = run("demo", "--photos", str(photos), timeout=240)
     assert "REPLAYED" in proc.stdout
     # The challenge story: both countdowns side by side, an early quit, the same verified ledger on both.
     assert re.search(r"Alice 00:0\d \[[#.]{10}\] +Bob +00:0\d \[[#.]{10}\]", proc.stdout)
@@ -202,4 +204,15 @@ def test_demo_runs_and_cleans_up():
     assert "once: 1 shown, 1 received event:" in proc.stdout
     assert "Carol: “if not tomorrow, Thursday?”" in proc.stdout
     assert "Carol's message is now `delivered`." in proc.stdout
+    # Bedtime under libfaketime: locked at 23:00, refused at 05:00 with the hour of sunrise, a dark
+    # photo refused after sunrise, the sky photo opens it, the day's timeline.
+    if LIBFAKETIME is not None:
+        assert "it locks at once: locked yes," in proc.stdout
+        assert "civil sunrise in Oslo today is 08:5" in proc.stdout
+        assert "the photo was not judged daylight (not_daylight)" in proc.stdout
+        assert "locked no, news.example reachable again" in proc.stdout
+        day = proc.stdout.split("25. The day as `tandem timeline --date 2026-12-02` tells it:")[1].split("26. ")[0]
+        assert "2026-12-02" in day and "05:00 " in day and "09:30 " in day, day
+    else:
+        assert "Skipped: libfaketime is not installed" in proc.stdout
     assert "Done." in proc.stdout
