@@ -13,17 +13,17 @@ def segment(marker, payload):
 
 
 def with_leftovers(jpeg):
-    """The JPEG with a JFIF APP0 holding a 2 × 2 thumbnail, an APP15 and a JPG3 segment, a comment,
-    and a trailer after end-of-image."""
+    """The JPEG with a JFIF APP0 holding a 2 × 2 thumbnail, an APP15 segment, a comment, and a
+    trailer after end-of-image. (JPGn markers are covered in-process, JPEGLeftoversTests: libjpeg
+    refuses a file holding one, so it would get no thumbnail here.)"""
     assert jpeg[:2] == b"\xff\xd8"
     extra = (segment(0xE0, b"JFIF\x00\x01\x02\x01\x00\x48\x00\x48\x02\x02" + b"THUMB-SECRET")
              + segment(0xEF, b"APP15-SECRET serial")
-             + segment(0xF3, b"JPG3-SECRET")
              + segment(0xFE, b"COMMENT-SECRET"))
     return jpeg[:2] + extra + jpeg[2:] + b"TRAILER-SECRET motion video"
 
 
-SECRETS = [b"THUMB-SECRET", b"APP15-SECRET", b"JPG3-SECRET", b"COMMENT-SECRET", b"TRAILER-SECRET",
+SECRETS = [b"THUMB-SECRET", b"APP15-SECRET", b"COMMENT-SECRET", b"TRAILER-SECRET",
            b"TestCam", b"X100-SECRET"]
 
 
@@ -44,7 +44,7 @@ def test_import_strips_leftovers_keeps_the_date_and_keep_metadata_keeps_the_byte
     (kept / "as-is.jpg").write_bytes(original)
 
     item = vault_json(node, "import", str(src))["items"][0]
-    assert item["created"] == "2021-07-04T10:30:00.000Z", item
+    assert item["created"] == "2021-07-04T10:30:00.000Z" and item["thumbnail"] is True, item
     raw = vault_json(node, "add", "--keep-metadata", str(kept))["items"][0]
     assert raw["created"] == "2021-07-04T10:30:00.000Z" and raw["thumbnail"] is True, raw
 
