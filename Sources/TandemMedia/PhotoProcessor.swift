@@ -78,6 +78,12 @@ public enum PhotoProcessor {
         try HEIFMetadataRewrite(MemoryBytes(bytes)).applied(to: bytes)
     }
 
+    /// The decode bound's check (`HEIFDecodeBound`) on bytes in memory. For the fuzzer.
+    @_spi(Fuzzing)
+    public static func checkHEIFDecodeBound(_ bytes: [UInt8]) throws {
+        try HEIFDecodeBound.check(MemoryBytes(bytes))
+    }
+
     /// The orientation and dates of the photo's EXIF block, with whether it held GPS or device tags;
     /// nil when it has none (or a damaged one).
     static func exifFields(of file: URL) throws -> ExifFields? {
