@@ -25,7 +25,9 @@ struct PhotoPreparation {
         scratch?.release()
     }
 
-    static func prepare(_ url: URL, modifiedMs: Int64?, scratch directory: URL, logger: Logger) -> PhotoPreparation {
+    /// `keepMetadata` (`tandem vault import --keep-metadata`): the original bytes are stored, with
+    /// their thumbnail and capture date, and no stripped copy is made.
+    static func prepare(_ url: URL, modifiedMs: Int64?, keepMetadata: Bool = false, scratch directory: URL, logger: Logger) -> PhotoPreparation {
         let prefix = VaultService.prefix(of: url)
         let type = VaultService.itemType(name: url.lastPathComponent, prefix: prefix)
         var result = PhotoPreparation(readFrom: url, type: type, createdAtMs: modifiedMs, thumbnail: nil, scratch: nil)
@@ -37,6 +39,7 @@ struct PhotoPreparation {
             logger.info("no thumbnail for an imported photo", metadata: ["error": "\(error)"])
         }
         if let taken = try? PhotoProcessor.captureDate(of: url) { result.createdAtMs = taken }  // no capture date: the file time stays
+        if keepMetadata { return result }
         // The copy lives in memory (or, without memfd, in the vault's tmp/), for moments: a crash
         // leaves nothing readable (ImportScratch).
         let copy = ImportScratch.make(vault: directory)

@@ -364,6 +364,7 @@ extension VaultService {
         let album = params["album"]?.stringValue
         if let album { try Self.checkName(album, what: "album name") }
         let removeOriginals = params["remove_originals"]?.boolValue ?? false
+        let keepMetadata = params["keep_metadata"]?.boolValue ?? false
         let files = try Self.collect(paths)
         guard !files.isEmpty else { throw ControlError(code: "not_found", message: "no files to import there", exitCode: ControlError.nothingToActOnExitCode) }
         for f in files { try Self.checkName(f.url.lastPathComponent, what: "file name") }
@@ -386,7 +387,8 @@ extension VaultService {
                             last += 1
                         }
                         let group = Array(files[first..<last])
-                        let prepared = group.map { PhotoPreparation.prepare($0.url, modifiedMs: $0.modifiedMs, scratch: vault.repository.directory, logger: self.logger) }
+                        let prepared = group.map { PhotoPreparation.prepare($0.url, modifiedMs: $0.modifiedMs, keepMetadata: keepMetadata,
+                                                                         scratch: vault.repository.directory, logger: self.logger) }
                         defer { for p in prepared { p.cleanUp() } }
                         let sources = zip(group, prepared).map { f, p in
                             VaultRepository.ImportSource(url: p.readFrom, name: f.url.lastPathComponent, type: p.type,

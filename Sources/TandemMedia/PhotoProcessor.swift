@@ -23,7 +23,7 @@ public enum PhotoProcessor {
         switch try format(of: input) {
         case .jpeg: try JPEGSegments.checkHeader(input)
         case .png: try PNGChunks.checkChunks(input)
-        case .heic: break   // libheif parses the box structure itself
+        case .heic: try HEIFDecodeBound.check(input)   // declared sizes, before libheif sees the file
         }
         return try Thumbnailer.thumbnail(input, size: size)
     }
@@ -38,9 +38,11 @@ public enum PhotoProcessor {
     /// Writes a copy of the photo with GPS and device data removed, the capture date and
     /// orientation kept (see SanitizeReport for what each format gets):
     ///  - JPEG, lossless: the EXIF block is replaced by a minimal one (Orientation, DateTime,
-    ///    DateTimeOriginal, DateTimeDigitized and their offsets); XMP, IPTC/Photoshop, MPF, comments
-    ///    and other APPn segments are dropped; JFIF, the ICC profile and Adobe's segment are kept; the
-    ///    image data from the first SOS on is copied byte for byte; bytes after EOI are dropped.
+    ///    DateTimeOriginal, DateTimeDigitized and their offsets); XMP, IPTC/Photoshop, MPF, JFXX,
+    ///    comments, other APPn segments and markers decoding does not need (JPGn, reserved codes)
+    ///    are dropped; JFIF is kept without its thumbnail; the ICC profile and Adobe's segment are
+    ///    kept; the image data from the first SOS on is copied byte for byte; bytes after EOI are
+    ///    dropped.
     ///  - PNG, lossless: text chunks, tIME and unknown ancillary chunks are dropped, eXIf becomes the
     ///    same minimal block; all other chunks are copied whole; bytes after IEND are dropped.
     ///  - HEIC, lossless when its container allows (`HEIFMetadataRewrite`): the file copied byte for
@@ -74,6 +76,12 @@ public enum PhotoProcessor {
     @_spi(Fuzzing)
     public static func rewriteHEIFMetadata(_ bytes: [UInt8]) throws -> [UInt8] {
         try HEIFMetadataRewrite(MemoryBytes(bytes)).applied(to: bytes)
+    }
+
+    /// The decode bound's check (`HEIFDecodeBound`) on bytes in memory. For the fuzzer.
+    @_spi(Fuzzing)
+    public static func checkHEIFDecodeBound(_ bytes: [UInt8]) throws {
+        try HEIFDecodeBound.check(MemoryBytes(bytes))
     }
 
     /// The orientation and dates of the photo's EXIF block, with whether it held GPS or device tags;

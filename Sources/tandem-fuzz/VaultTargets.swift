@@ -48,6 +48,7 @@ extension FuzzTarget {
                 guard out.count == body.count else { fatalError("the HEIF rewrite changed the length: \(body.count) → \(out.count)") }
                 guard (try? PhotoProcessor.rewriteHEIFMetadata(out)) == out else { fatalError("a second HEIF rewrite changed the file") }
             }
+            _ = try? PhotoProcessor.checkHEIFDecodeBound(body)   // the declared sizes (ipma, ispe): never a trap
             return
         }
         switch which {

@@ -275,17 +275,24 @@ struct VaultStatus: AsyncParsableCommand {
 struct VaultImport: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "import", abstract: "Encrypt files into the vault.",
-        discussion: "Directories are imported with everything in them (hidden files skipped). Identical content is stored once.")
+        discussion: "Directories are imported with everything in them (hidden files skipped). Identical content is stored once. "
+            + "Photos (JPEG, PNG, HEIC) are stored without their location and device data (GPS, camera make and serial, "
+            + "editing software, embedded thumbnails, leftover bytes); the capture date and orientation are kept. "
+            + "--keep-metadata stores the original bytes instead.",
+        aliases: ["add"])
     @OptionGroup var common: CommonOptions
     @OptionGroup var pin: PINOptions
     @Argument(help: ArgumentHelp("Files or directories.", valueName: "path")) var paths: [String]
     @Option(help: "Put the items in this album (created if needed).") var album: String?
     @Flag(help: "Delete each original once it is safely in the vault.") var removeOriginals = false
+    @Flag(help: "Store photos byte for byte, location and device data included (default: stripped, capture date kept).")
+    var keepMetadata = false
 
     func run() async throws {
         let cwd = FileManager.default.currentDirectoryPath
         let absolute = paths.map { $0.hasPrefix("/") ? $0 : (cwd as NSString).appendingPathComponent($0) }
         var params: [String: JSONValue] = ["paths": .array(absolute.map(JSONValue.string)), "remove_originals": .bool(removeOriginals)]
+        if keepMetadata { params["keep_metadata"] = .bool(true) }
         if let album { params["album"] = .string(album) }
         try await streamVault(common, pin, "vault.import", params, verb: "Importing") { r in
             let items = r["items"]?.arrayValue ?? []

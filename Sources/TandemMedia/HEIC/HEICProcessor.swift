@@ -16,7 +16,11 @@ enum HEICProcessor {
     /// The re-encode's quality: high enough that a second generation is not visibly worse.
     static let quality: Int32 = 90
 
-    static func open(_ input: InputFile) throws -> (VipsSourceRef, VipsImageRef) {
+    /// Opens the file with libvips (its header: nothing is decoded until pixels are asked for).
+    /// `reencode`: the pixels will be decoded and encoded again, so `HEIFDecodeBound` checks what
+    /// the file declares first, with the re-encode's tighter bound.
+    static func open(_ input: InputFile, reencode: Bool = false) throws -> (VipsSourceRef, VipsImageRef) {
+        if reencode { try HEIFDecodeBound.check(input, forReencode: true) }
         try Vips.start()
         let source = try VipsSourceRef(descriptor: try input.rewoundDescriptor(), path: input.path)
         guard let p = tdm_image_new_from_source(source.pointer) else { throw Vips.failure("cannot read", input.path) }
@@ -86,7 +90,7 @@ enum HEICProcessor {
     /// upright), drops every metadata field but the ICC profile, attaches a minimal EXIF block
     /// (dates, orientation 1 since the pixels are upright), and encodes an 8-bit HEVC HEIC.
     static func reencode(_ input: InputFile, to output: OutputFile) throws {
-        let (_, image) = try open(input)
+        let (_, image) = try open(input, reencode: true)
         var kept = image.blob("exif-data").flatMap(tiffBody).flatMap(JPEGSegments.parseLeniently)?.kept ?? ExifFields()
         kept.orientation = 1
         var copied: UnsafeMutablePointer<VipsImage>?

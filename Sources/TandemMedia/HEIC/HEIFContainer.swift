@@ -231,6 +231,18 @@ struct HEIFContainer {
     let idat: Range<Int64>?
     /// The payloads of the user-description properties (`udes`) in the file, in `ipco` order.
     let descriptions: [Range<Int64>]
+    /// Every image size (`ispe`) an item is associated with in `ipma`, one entry per association:
+    /// what a decoder would allocate for it (`HEIFDecodeBound`).
+    let declaredSizes: [DeclaredSize]
+
+    /// An item's declared width and height (`ispe`, ISO/IEC 23008-12 6.5.3).
+    struct DeclaredSize: Equatable {
+        let item: UInt32
+        let width: UInt32
+        let height: UInt32
+
+        var pixels: UInt64 { UInt64(width) * UInt64(height) }   // at most (2^32 - 1)^2: no overflow
+    }
 
     init(_ source: some RandomAccessBytes) throws {
         name = source.name
@@ -251,6 +263,7 @@ struct HEIFContainer {
         locations = parsed.locations
         idat = parsed.idat.map { (meta.start + Int64($0.lowerBound))..<(meta.start + Int64($0.upperBound)) }
         descriptions = parsed.descriptions.map { (meta.start + Int64($0.lowerBound))..<(meta.start + Int64($0.upperBound)) }
+        declaredSizes = parsed.sizes
     }
 
     /// The top-level boxes, by their headers only (payloads are skipped, not read).
@@ -293,6 +306,7 @@ struct HEIFContainer {
         var locations: [UInt32: Location] = [:]
         var idat: Range<Int>?
         var descriptions: [Range<Int>] = []
+        var sizes: [DeclaredSize] = []
     }
 
     /// `bytes` is the whole `meta` box, header included.
@@ -325,6 +339,7 @@ struct HEIFContainer {
                 meta.locations = try parseItemLocations(bytes, payload, name: name)
             case "iprp":
                 meta.descriptions = try descriptionProperties(bytes, payload, name: name)
+                meta.sizes = try declaredSizes(bytes, payload, name: name)
             default:
                 meta.idat = payload
             }
@@ -347,6 +362,47 @@ struct HEIFContainer {
         return try children(bytes, Int(ipco.payloadStart)..<Int(ipco.end), name: name)
             .filter { $0.type == "udes" }
             .map { Int($0.payloadStart)..<Int($0.end) }
+    }
+
+    /// `iprp`: for every association in its `ipma` boxes (ISO/IEC 23008-12 9.3) of an item with an
+    /// `ispe` property of its `ipco`, that item and size. Association indices are 1-based into the
+    /// `ipco` children (0: none); an index past them is malformed.
+    private static func declaredSizes(_ bytes: [UInt8], _ payload: Range<Int>, name: String) throws -> [DeclaredSize] {
+        let boxes = try children(bytes, payload, name: name)
+        guard let ipco = boxes.first(where: { $0.type == "ipco" }) else { return [] }
+        let properties = try children(bytes, Int(ipco.payloadStart)..<Int(ipco.end), name: name)
+        var sizes: [Int: (UInt32, UInt32)] = [:]
+        for (index, box) in properties.enumerated() where box.type == "ispe" {
+            var r = BoxReader(bytes, Int(box.payloadStart)..<Int(box.end), what: "\(name): HEIF 'ispe' property")
+            _ = try r.versionAndFlags()
+            sizes[index + 1] = (try r.u32(), try r.u32())
+        }
+        var out: [DeclaredSize] = []
+        var associations = 0
+        for box in boxes where box.type == "ipma" {
+            var r = BoxReader(bytes, Int(box.payloadStart)..<Int(box.end), what: "\(name): HEIF 'ipma' box")
+            let (version, flags) = try r.versionAndFlags()
+            let count = try r.u32()
+            guard count <= maximumItems else {
+                throw MediaError(.tooLarge, "\(name): HEIF 'ipma' announces \(count) items (at most \(maximumItems))")
+            }
+            for _ in 0..<count {
+                let item = version < 1 ? UInt32(try r.u16()) : try r.u32()
+                let n = try r.u8()
+                for _ in 0..<n {
+                    associations += 1
+                    guard associations <= maximumChildren else {
+                        throw MediaError(.tooLarge, "\(name): more than \(maximumChildren) HEIF property associations")
+                    }
+                    let index = flags & 1 != 0 ? Int(try r.u16() & 0x7FFF) : Int(try r.u8() & 0x7F)
+                    guard index <= properties.count else {
+                        throw MediaError.malformed("\(name): HEIF item \(item) is associated with property \(index) of \(properties.count)")
+                    }
+                    if let (w, h) = sizes[index] { out.append(DeclaredSize(item: item, width: w, height: h)) }
+                }
+            }
+        }
+        return out
     }
 
     /// `iinf`: the entry count, then `infe` boxes. Every `infe` inside is read, even past the

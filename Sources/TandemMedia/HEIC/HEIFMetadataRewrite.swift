@@ -14,6 +14,9 @@
 /// - A top-level box that is neither structure nor image data (`ftyp`, `meta`, `mdat`, `free`,
 ///   `skip`) — a vendor's `uuid` box, a motion photo's video — becomes a `free` box of the same size
 ///   with a zero payload, unless an item's data lies in it.
+/// - The payload of every top-level `free` and `skip` box, and every byte of an `mdat` that no
+///   item's extents reach (what an editor left behind: an earlier version's metadata or image),
+///   becomes zeros, when every item's data is in this file.
 ///
 /// The plan is made and checked before anything is written, so the caller can fall back to a
 /// re-encode when it throws: a file that is not plainly laid out (an image sequence, metadata in
@@ -46,6 +49,8 @@ struct HEIFMetadataRewrite {
     let descriptions: Int
     /// Top-level boxes turned into `free` boxes, by type.
     let freedBoxes: [FourCC]
+    /// Bytes of `free`/`skip` payloads and of `mdat` bytes no item reaches, zeroed.
+    let zeroedBytes: Int64
 
     init(_ source: some RandomAccessBytes) throws {
         let container = try HEIFContainer(source)
@@ -115,6 +120,29 @@ struct HEIFMetadataRewrite {
             }
         }
 
+        // Padding and leftovers: a top-level `free` or `skip` box's payload (an editor's old
+        // metadata, a previous version's bytes) and every byte of an `mdat` that no item's extents
+        // reach are zeroed; the sizes stay, so no offset moves. Only when every item's data is in
+        // this file, so that "no item reaches it" can be known.
+        var zeroed: Int64 = 0
+        for box in container.topLevel where (box.type == "free" || box.type == "skip") && box.payloadSize > 0 {
+            let span = UInt64(box.payloadStart)...UInt64(box.end - 1)
+            if allReach.contains(where: { $0.overlaps(span) }) {
+                throw MediaError.malformed("\(name): HEIF item data lies in a top-level '\(box.type)' box")
+            }
+            patches.append(Patch(offset: box.payloadStart, length: box.payloadSize, head: [], fill: 0))
+            zeroed += box.payloadSize
+        }
+        if container.locations.values.allSatisfy({ $0.dataReferenceIndex == 0 }) {
+            let reached = allReach.sorted { $0.lowerBound < $1.lowerBound }
+            for mdat in mdats {
+                for gap in HEIFMetadataRewrite.gaps(in: mdat, outside: reached) {
+                    patches.append(Patch(offset: gap.lowerBound, length: gap.upperBound - gap.lowerBound, head: [], fill: 0))
+                    zeroed += gap.upperBound - gap.lowerBound
+                }
+            }
+        }
+
         patches.sort { $0.offset < $1.offset }
         for (a, b) in zip(patches, patches.dropFirst()) where a.offset + a.length > b.offset {
             throw MediaError.malformed("\(name): HEIF metadata items overlap (bytes \(a.offset) and \(b.offset))")
@@ -124,6 +152,24 @@ struct HEIFMetadataRewrite {
         xmpItems = xmp
         descriptions = container.descriptions.count
         freedBoxes = freed
+        zeroedBytes = zeroed
+    }
+
+    /// The parts of `range` that none of `reached` (sorted by lower bound) covers.
+    static func gaps(in range: Range<Int64>, outside reached: [ClosedRange<UInt64>]) -> [Range<Int64>] {
+        var out: [Range<Int64>] = []
+        var at = range.lowerBound
+        for r in reached {
+            guard at < range.upperBound else { break }
+            if r.upperBound < UInt64(at) { continue }
+            if r.lowerBound > UInt64(at) {
+                let end = r.lowerBound >= UInt64(range.upperBound) ? range.upperBound : Int64(r.lowerBound)
+                out.append(at..<end)
+            }
+            at = r.upperBound >= UInt64(range.upperBound) - 1 ? range.upperBound : max(at, Int64(r.upperBound) + 1)
+        }
+        if at < range.upperBound { out.append(at..<range.upperBound) }
+        return out
     }
 
     /// The Exif item's bytes, gathered from its extents, rewritten, and scattered back.

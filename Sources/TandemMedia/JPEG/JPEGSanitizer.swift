@@ -1,5 +1,7 @@
-/// The lossless JPEG rewrite: the header's segments are filtered (`JPEGSegments.action`), the
-/// EXIF block is replaced by a minimal one (orientation and dates), and everything from the first
+/// The lossless JPEG rewrite: the header's segments are filtered (`JPEGSegments.action`: what
+/// decoding needs, the ICC profile and Adobe's flag kept; JFIF without its thumbnail; unknown and
+/// application markers dropped), the EXIF block is replaced by a minimal one (orientation and
+/// dates), and everything from the first
 /// start-of-scan on is copied byte for byte up to the end-of-image marker. Marker segments between
 /// progressive scans go through the same filter. Bytes after end-of-image (MPF secondary images,
 /// motion-photo videos, vendor trailers, any of which may carry their own metadata) are left out.
@@ -7,7 +9,7 @@ enum JPEGSanitizer {
     static func sanitize(_ input: InputFile, to output: OutputFile) throws {
         try JPEGSegments.readStart(input)
         try output.write([0xFF, JPEGSegments.soi])
-        var exifSeen = false
+        var exifSeen = false, jfifSeen = false
         header: while true {
             let marker = try JPEGSegments.nextMarker(input)
             if JPEGSegments.isStandalone(marker) {
@@ -25,6 +27,10 @@ enum JPEGSanitizer {
             switch JPEGSegments.action(marker: marker, payload: payload) {
             case .keep:
                 try output.write(JPEGSegments.encode(marker: marker, payload: payload))
+            case .jfif(let header):
+                guard !jfifSeen else { break }   // the first one only, like EXIF
+                jfifSeen = true
+                try output.write(JPEGSegments.encode(marker: marker, payload: header))
             case .drop:
                 break
             case .exif:
@@ -70,7 +76,7 @@ enum JPEGSanitizer {
             switch JPEGSegments.action(marker: marker, payload: payload) {
             case .keep:
                 try output.write(ffs.dropLast() + JPEGSegments.encode(marker: marker, payload: payload))
-            case .drop, .exif:
+            case .drop, .exif, .jfif:   // metadata between scans: none is needed to decode
                 break
             }
         }

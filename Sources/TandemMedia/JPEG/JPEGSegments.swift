@@ -15,24 +15,40 @@ enum JPEGSegments {
     }
 
     /// What sanitizing does with a marker segment.
-    enum Action {
-        /// Copied byte for byte: image structure (tables, frame and scan headers, restart interval)
-        /// and the metadata that changes how pixels look (JFIF, the ICC profile, Adobe's transform flag).
+    enum Action: Equatable {
+        /// Copied byte for byte: what decoding needs (frame, scan and hierarchical headers, tables,
+        /// restart interval, line count) and the metadata that changes how pixels look (the ICC
+        /// profile, Adobe's colour-transform flag).
         case keep
-        /// Left out: every other APPn (XMP, IPTC/Photoshop, MPF, maker segments, C2PA) and comments.
+        /// Left out: every other APPn (XMP, IPTC/Photoshop, MPF, JFXX and maker segments, C2PA),
+        /// comments, the JPEG-extension markers (JPGn, 0xFFF0…0xFFFD) and reserved codes.
         case drop
         /// The EXIF block: replaced by a minimal one (the first one only; later ones are dropped).
         case exif
+        /// A JFIF APP0: its version, units and density kept, its thumbnail dropped (these bytes); the
+        /// first one only.
+        case jfif([UInt8])
     }
+
+    /// Markers whose segments decoding needs (T.81 Table B.1): SOF0…SOF15 with DHT and DAC
+    /// (0xC0…0xCF except the reserved JPG, 0xC8), SOS, DQT, DNL, DRI, DHP and EXP (0xDA…0xDF).
+    static func isDecodingStructure(_ marker: UInt8) -> Bool {
+        ((0xC0...0xCF).contains(marker) && marker != 0xC8) || (0xDA...0xDF).contains(marker)
+    }
+
+    /// The JFIF identifier, then version (2 bytes), units (1), X and Y density (2 each) and the
+    /// thumbnail's width and height (1 each), then its 3 × width × height RGB bytes.
+    static let jfifHeaderLength = 14
 
     static func action(marker: UInt8, payload: [UInt8]) -> Action {
         switch marker {
-        case 0xE0: return payload.starts(with: Array("JFIF".utf8) + [0]) ? .keep : .drop
+        case 0xE0:
+            guard payload.starts(with: Array("JFIF".utf8) + [0]), payload.count >= jfifHeaderLength else { return .drop }
+            return .jfif(Array(payload[0..<12]) + [0, 0])
         case app1: return payload.starts(with: exifPrefix) ? .exif : .drop
         case 0xE2: return payload.starts(with: Array("ICC_PROFILE".utf8) + [0]) ? .keep : .drop
         case 0xEE: return payload.starts(with: Array("Adobe".utf8)) ? .keep : .drop
-        case 0xE3...0xEF, 0xFE: return .drop
-        default: return .keep
+        default: return isDecodingStructure(marker) ? .keep : .drop
         }
     }
 
