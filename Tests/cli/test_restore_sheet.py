@@ -8,7 +8,7 @@ import subprocess
 
 from tandem_testkit import TANDEM, cli, one_line_error, wait_event
 
-from test_restore import CHEAP, PIN, backed_up, final_json, restore, vault
+from test_restore import CHEAP, PIN, backed_up, final_json, restore, restored_node, vault  # noqa: F401 (a fixture)
 
 
 def write_sheet(alice, tmp_path):
