@@ -306,15 +306,18 @@ package final class Outbox: Sendable {
         logger.info("malformed payload", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
                                                     "detail": "\(e.detail)"])
         guard let link else { return }
-        if Self.isDurable(envelope.type) {
-            guard mayReply(to: envelope.author, on: link, in: step) else { return }
-            acknowledge(envelope, on: link, step)
+        let durable = Self.isDurable(envelope.type)
+        let ack = durable && mayReply(to: envelope.author, on: link, in: step)
+        guard ack || !durable, mayReply(to: envelope.author, on: link, in: step) else {
+            if ack { acknowledge(envelope, on: link, step) }
+            return
         }
-        guard mayReply(to: envelope.author, on: link, in: step) else { return }
+        // Both paid for: the ERROR goes first, then the ACK (as a sender reads them).
         let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: UInt64(clamping: now())) {
             step.afterCommit { link.send(reply) }
         }
+        if ack { acknowledge(envelope, on: link, step) }
     }
 
     /// A durable frame that cannot change anything here (from a stranger or a blocked key, about a
