@@ -20,7 +20,7 @@ help:
 	@echo "make install - release build with the Swift runtime inside; installs under PREFIX (default /usr/local)"
 	@echo "make deb    - dist/tandem_VERSION_ARCH.deb (dpkg-deb); make test-package installs it into a debootstrap root"
 
-# libsodium, zstd and libvips (and pkg-config to find them). apt-get on Debian/Ubuntu; elsewhere say what to do.
+# libsodium, zstd, libvips, zbar and libqrencode (and pkg-config to find them). apt-get on Debian/Ubuntu; elsewhere say what to do.
 deps:
 	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libsodium; then \
 	  if command -v apt-get >/dev/null 2>&1; then \
@@ -60,6 +60,16 @@ deps:
 	    echo "zbar is missing: run 'brew install zbar', then try again." >&2; exit 1; \
 	  else \
 	    echo "zbar is missing: install your system's zbar development package (pkg-config name 'zbar')." >&2; exit 1; \
+	  fi; \
+	fi
+	@if ! pkg-config --exists libqrencode; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing libqrencode-dev (the recovery sheet's QR codes) with apt-get…"; \
+	    $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq libqrencode-dev >/dev/null; \
+	  elif [ "$$(uname)" = Darwin ]; then \
+	    echo "libqrencode is missing: run 'brew install qrencode', then try again." >&2; exit 1; \
+	  else \
+	    echo "libqrencode is missing: install your system's libqrencode development package (pkg-config name 'libqrencode')." >&2; exit 1; \
 	  fi; \
 	fi
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "Swift 6 is needed: see https://www.swift.org/install/" >&2; exit 1; }

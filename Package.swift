@@ -82,6 +82,16 @@ let package = Package(
             providers: [.apt(["libzbar-dev"]), .brew(["zbar"])]
         ),
         .target(name: "TandemMedia", dependencies: ["CVips", "CZbar"]),
+        // QR encoding for the printed recovery sheet: libqrencode does the Reed-Solomon error
+        // correction, masking and version choice (not worth writing by hand).
+        .systemLibrary(
+            name: "CQrencode",
+            pkgConfig: "libqrencode",
+            providers: [.apt(["libqrencode-dev"]), .brew(["qrencode"])]
+        ),
+        // The recovery sheet as a page to print: the recovery code and the holders' share codes as
+        // QR codes (PNG through libvips) and a one-page PDF with the text. Pure: strings in, bytes out.
+        .target(name: "TandemSheet", dependencies: ["CQrencode", "CVips"]),
         // The daylight check (issue 35): is a photo one of daylight sky above the ground? Scores,
         // thresholds, verdict and reason, and the synthetic scenes its tests and tandem-bench use.
         // Pure: a photo (decoded by TandemMedia) in, a report out; no clock, no node.
@@ -220,6 +230,7 @@ let package = Package(
                 "TandemVault",
                 "TandemKeys",
                 "TandemMedia",
+                "TandemSheet",
                 "TandemNet",
                 "TandemNode",
                 "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages", "NodeWeb",
@@ -296,6 +307,10 @@ let package = Package(
         .testTarget(
             name: "TandemMediaTests",
             dependencies: ["TandemMedia", "CVips"]
+        ),
+        .testTarget(
+            name: "TandemSheetTests",
+            dependencies: ["TandemSheet", "TandemMedia"]
         ),
         .testTarget(
             name: "TandemDaylightTests",

@@ -48,16 +48,26 @@ extension BackupService {
 
     // MARK: - Offers and status
 
+    /// What a person reads for each key (`ContactNames.label`: the nickname, else the display name,
+    /// else the ID's short form); answers keep the canonical ID beside it.
+    func names(_ keys: [[UInt8]]) async -> [[UInt8]: String] {
+        await NodeCore.run {
+            Dictionary(keys.map { ($0, ContactNames.label(of: $0, in: self.store)) }, uniquingKeysWith: { a, _ in a })
+        }
+    }
+
     func offers() async throws -> JSONValue {
         let received = try await NodeCore.perform { try self.receivedOffers() }
         let given = try await holder.offersGiven()
+        let names = await names(given.map(\.owner) + received.map(\.0))
         return [
             "given": .array(given.map {
-                ["to": .string(NodeID(publicKey: $0.owner).canonical), "quota_bytes": .int($0.quotaBytes), "used_bytes": .int($0.usedBytes),
+                ["to": .string(NodeID(publicKey: $0.owner).canonical), "name": .string(names[$0.owner] ?? ""),
+                 "quota_bytes": .int($0.quotaBytes), "used_bytes": .int($0.usedBytes),
                  "blobs": .int(Int64($0.blobs)), "snapshots": .int(Int64($0.snapshots)), "kit": .bool($0.hasKit)]
             }),
             "received": .array(received.map { key, o in
-                ["from": .string(NodeID(publicKey: key).canonical), "quota_bytes": .int(o.quotaBytes),
+                ["from": .string(NodeID(publicKey: key).canonical), "name": .string(names[key] ?? ""), "quota_bytes": .int(o.quotaBytes),
                  "at": JSONValue.iso(o.receivedAtMs)]
             }),
         ]
@@ -74,10 +84,12 @@ extension BackupService {
         let runningNow = running.withLockedValue { $0 }
         let scheduled = await scheduleStatus()
         let nowMs = Int64(clamping: wallClockMilliseconds())
+        let names = await names(received.map(\.0))
         var holders: [JSONValue] = []
         for (key, offer) in received {
             let hex = hexString(key)
-            var o: [String: JSONValue] = ["id": .string(NodeID(publicKey: key).canonical), "quota_bytes": .int(offer.quotaBytes)]
+            var o: [String: JSONValue] = ["id": .string(NodeID(publicKey: key).canonical), "name": .string(names[key] ?? ""),
+                                          "quota_bytes": .int(offer.quotaBytes)]
             if let r = pushed[hex] {
                 o["last_push"] = ["at": JSONValue.iso(r.atMs), "snapshot_id": .string(r.snapshotID),
                                   "bytes_sent": .int(r.bytesSent), "total_bytes": .int(r.totalBytes), "blobs": .int(Int64(r.blobs.count))]
@@ -193,7 +205,8 @@ extension BackupService {
                 try self.store.lastBackupPush(to: h).flatMap(PushedRecord.init(stored:))
             }
             guard let record else {
-                reports.append(["from": .string(NodeID(publicKey: h).canonical), "checked": 0, "failures": [],
+                reports.append(["from": .string(NodeID(publicKey: h).canonical), "name": .string(await names([h])[h] ?? ""),
+                                "checked": 0, "failures": [],
                                 "note": "nothing pushed to this friend yet"])
                 continue
             }
@@ -254,7 +267,8 @@ extension BackupService {
                 }
             }
             if !failures.isEmpty { failed = true }
-            reports.append(["from": .string(NodeID(publicKey: h).canonical), "checked": .int(Int64(chosen.count)),
+            reports.append(["from": .string(NodeID(publicKey: h).canonical), "name": .string(await names([h])[h] ?? ""),
+                            "checked": .int(Int64(chosen.count)),
                             "unverifiable": .int(Int64(unverifiable)), "failures": .array(failures)])
         }
         return ["ok": .bool(!failed), "holders": .array(reports)]
@@ -269,7 +283,8 @@ extension BackupService {
             let answer = try await ex.request(.backupList, what: "the snapshot list") { BackupListQueryMessage(requestID: $0).payload }
             guard case .list(let l) = answer else { throw NodeError.failed("the holder answered LIST with another message") }
             try Self.check(l.status, expected: [.ok])
-            out.append(["from": .string(NodeID(publicKey: h).canonical), "quota_bytes": .int(l.quotaBytes), "used_bytes": .int(l.usedBytes),
+            out.append(["from": .string(NodeID(publicKey: h).canonical), "name": .string(await names([h])[h] ?? ""),
+                        "quota_bytes": .int(l.quotaBytes), "used_bytes": .int(l.usedBytes),
                         "snapshots": .array(l.snapshots.map {
                             ["id": .string(hexString($0.snapshotID)), "created": JSONValue.iso(Int64(clamping: $0.createdAtMs)),
                              "blobs": .int(Int64($0.blobCount)), "total_bytes": .int($0.totalBytes)]
@@ -288,7 +303,8 @@ extension BackupService {
             let answer = try await ex.request(.backupForget, what: "forget") { BackupForgetMessage(requestID: $0, keepLast: Int(keep)).payload }
             guard case .reply(let r) = answer else { throw NodeError.failed("the holder answered FORGET with another message") }
             try Self.check(r.status, expected: [.ok])
-            out.append(["from": .string(NodeID(publicKey: h).canonical), "freed_blobs": .int(Int64(r.freedBlobs)),
+            out.append(["from": .string(NodeID(publicKey: h).canonical), "name": .string(await names([h])[h] ?? ""),
+                        "freed_blobs": .int(Int64(r.freedBlobs)),
                         "used_bytes": .int(r.usedBytes)])
         }
         return ["holders": .array(out)]

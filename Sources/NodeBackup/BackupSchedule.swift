@@ -12,12 +12,16 @@ import TandemNodeCore
 /// holder at least once a day; a push that fails waits a backoff (1 min doubling to 1 h). The
 /// decisions are `BackupSchedulePolicy`'s; this feeds it and carries out what it says.
 ///
-/// What wakes it: `NodeSignals` (friends changed), the event bus's vault, friend and challenge
-/// events, a push's end, a change of the schedule, and a look every 15 s at the cheap signs of
-/// a change (the index files' sizes and times, the keys file, the ledger's last entry, the friends
-/// and relays), which catches a vault edit that emits no event. Each look that sees a sign computes
-/// exactly which holders are behind: the blobs a push would name against those the holder's last
-/// push named, and the kit's digest against the one it acknowledged.
+/// What wakes it, as soon as a change happens (no polling): `NodeSignals` — `vaultChanged`, which
+/// the vault posts after each operation on the open vault (an import, a removal, an album created
+/// or renamed, a favourite, a move; the vault knows nothing of backups), and `friendsChanged` —; the
+/// event bus's ledger, friend, challenge and vault events (a new ledger entry, a vault created or
+/// its PIN changed); a push's end; a change of the schedule; and a timer for the next push due.
+/// Each wake-up looks at the cheap signs of a change (the index files' sizes and times, the keys
+/// file, the ledger's last entry, the friends and relays); when they moved, it computes exactly
+/// which holders are behind: the blobs a push would name against those the holder's last push
+/// named, and the kit's digest against the one it acknowledged. A look once an hour is the backstop
+/// for a change that no signal names (a home relay added); the daily push is the one after that.
 struct ScheduleState: Sendable {
     var policy = BackupSchedulePolicy(config: .default, holders: [])
     /// Automatic pushes started and not ended, with when they started.
@@ -31,18 +35,18 @@ extension BackupService {
     /// The scheduler's child tasks (run by `run()`): wake-ups from signals, events and a timer
     /// into one stream, and the loop that reads it.
     func runSchedule() async {
-        let friendsChanged = signals.subscribe(keepingNewest: 1) { $0 == .friendsChanged }
+        let changes = signals.subscribe(keepingNewest: 1) { Self.signalMatters($0) }
         let eventStream = events.subscribe(since: nil)
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
-                for await _ in friendsChanged { self.scheduleWakeSink.yield(.changed) }
+                for await _ in changes { self.scheduleWakeSink.yield(.changed) }
             }
             group.addTask {
                 for await e in eventStream where Self.eventMatters(e.type) { self.scheduleWakeSink.yield(.changed) }
             }
             group.addTask {
                 while !Task.isCancelled {
-                    try? await Task.sleep(for: .seconds(15))  // cancelled: the loop ends
+                    try? await Task.sleep(for: Self.backstopLook)  // cancelled: the loop ends
                     self.scheduleWakeSink.yield(.look)
                 }
             }
@@ -61,6 +65,14 @@ extension BackupService {
         case due
     }
 
+    /// How often the scheduler looks at the signs of change with no signal: a backstop only.
+    nonisolated static let backstopLook: Duration = .seconds(3_600)
+
+    /// The signals after which a holder's copy may be behind.
+    nonisolated static func signalMatters(_ signal: NodeSignal) -> Bool {
+        signal == .vaultChanged || signal == .friendsChanged
+    }
+
     nonisolated static func eventMatters(_ type: String) -> Bool {
         type.hasPrefix("vault.") && type != "vault.locked" && type != "vault.unlocked" && type != "vault.pin_failed"
             || type == "friend.accepted" || type == "friend.removed" || type == "challenge.ended" || type.hasPrefix("ledger.")
@@ -74,7 +86,7 @@ extension BackupService {
         while !Task.isCancelled {
             await lookForChanges(force: force)
             await startDuePushes()
-            // Sleep until the next due time (at most 15 s: the timer wakes us anyway) or a wake-up.
+            // Sleep until the next due time or a wake-up.
             let wake = await nextWake(&iterator)
             guard let wake else { return }
             force = wake == .changed
@@ -85,14 +97,15 @@ extension BackupService {
         let now = Int64(clamping: wallClockMilliseconds())
         let next = schedule.withLockedValue { $0.policy.nextWakeMs() }
         if let next, next <= now { return .due }
-        if let next, next - now < 15_000 {
-            // Soon: a short timer of our own joins the wake-ups.
-            let ms = next - now
+        if let next {
+            // A timer of our own for the next push due joins the wake-ups (re-armed each round,
+            // at most an hour ahead, so a wall clock that jumps is noticed within the hour).
+            let ms = min(next - now, 3_600_000)
             let sink = scheduleWakeSink
             return await withTaskGroup(of: ScheduleWake?.self) { group -> ScheduleWake? in
                 group.addTask {
                     try? await Task.sleep(for: .milliseconds(ms))  // cancelled when a wake-up came first
-                    sink.yield(.due)
+                    if !Task.isCancelled { sink.yield(.due) }
                     return nil
                 }
                 let w = await iterator.next()

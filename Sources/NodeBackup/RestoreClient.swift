@@ -117,7 +117,15 @@ public struct RestoreClient: Sendable {
     }
 
     public func run(_ o: Options, events: @escaping @Sendable (Event) -> Void) async throws -> Report {
-        let dir = o.dataDirectory
+        try await run([o], events: events)
+    }
+
+    /// A restore given several ways to friends (every `--from`, every line of a recovery sheet):
+    /// the kit comes from the first that gives one, in the order given; the others join the
+    /// freshness survey and the vault's candidates with the friends the kit names.
+    public func run(_ ways: [Options], events: @escaping @Sendable (Event) -> Void) async throws -> Report {
+        guard let given = ways.first else { throw NodeError.invalidArgument("name a friend that holds your backups") }
+        let dir = given.dataDirectory
         try dir.create()
         let lock = try NodeLock.acquire(dir)
         defer { lock.release() }
@@ -134,16 +142,34 @@ public struct RestoreClient: Sendable {
             throw NodeError.failed("\(dir.path) already holds node \(NodeID(publicKey: existing).short)… and its vault: restore into an empty data directory")
         }
 
-        // 1. The kit, asked for as a throwaway key.
-        events(.step("asking \(o.holderText) for the recovery kit"))
-        let first = try await fetchKit(o)
+        // 1. The kit, asked for as a throwaway key, of each way given in turn until one has it.
+        var opened: (way: Options, kit: RecoveryKit.Opened)?
+        var kitFailures: [(holder: String, error: Error)] = []
+        for way in ways where opened == nil {
+            events(.step("asking \(way.holderText) for the recovery kit"))
+            do {
+                opened = (way, try await fetchKit(way))
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                kitFailures.append((way.holderText, error))
+                if ways.count > 1 { events(.skipped("recovery kit from \(way.holderText): \(error)")) }
+            }
+        }
+        guard let (o, first) = opened else {
+            if kitFailures.count == 1 { throw kitFailures[0].error }
+            throw NodeError(kind: NodeError.kind(of: kitFailures[0].error),
+                            message: "no friend gave the recovery kit: " + kitFailures.map { "\($0.holder): \($0.error)" }.joined(separator: "; "))
+        }
         if let existing, existing != first.identity.publicKey {
             throw NodeError.failed("\(dir.path) already holds another identity (\(NodeID(publicKey: existing).short)…): restore into an empty data directory")
         }
         // Freshness (backup.md 8.1): every holder reachable is asked, as the old identity, for its
         // newest kit and its snapshots; the highest generation the owner signed wins, whoever holds it.
         events(.step("asking every friend in the kit for their newest copy"))
-        let allWays = [o] + Self.otherHolders(o, friends: first.friends)
+        // The ways given first (the sheet's, in its order), then those the kit knows.
+        let givenWays = ways.filter { $0.holder != o.holder || $0.host != o.host || $0.port != o.port || $0.relay != o.relay }
+        let allWays = [o] + givenWays + Self.otherHolders(o, friends: first.friends)
         let copies = await survey(allWays, identity: first.identity, friends: first.friends, events: events)
         let kit = RestoreFreshness.newestKit(first: first, copies: copies)
         var report = Report(id: NodeID(publicKey: kit.identity.publicKey))

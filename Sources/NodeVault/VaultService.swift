@@ -83,12 +83,15 @@ public final class VaultService: Service, Sendable {
     let now: @Sendable () -> Int64
     private let lane: NIOThreadPool
     private let laneLoop: EventLoop
+    /// Told `vaultChanged` after each operation on the open vault (backups keep themselves current).
+    private let signals: NodeSignals?
     private let turn = AsyncTurn()
     private let state = NIOLockedValueBox(State())
 
     package init(directory: URL?, store: NodeStore, events: EventBus, health: StoreHealth,
          configuration: Configuration = .init(), group: EventLoopGroup, logger: Logger,
-         now: @escaping @Sendable () -> Int64 = { Int64(clamping: wallClockMilliseconds()) }) {
+         now: @escaping @Sendable () -> Int64 = { Int64(clamping: wallClockMilliseconds()) }, signals: NodeSignals? = nil) {
+        self.signals = signals
         self.directory = directory
         self.store = store
         self.events = events
@@ -260,6 +263,8 @@ public final class VaultService: Service, Sendable {
             defer {
                 self.state.withLockedValue { $0.lastUsedNs = DispatchTime.now().uptimeNanoseconds }
                 if autoLock == 0 { self.lockNow(reason: "auto-lock 0") }
+                // Whatever the body committed (even when it failed part-way): a backup may be behind.
+                self.signals?.post(.vaultChanged)
             }
             return try await body(vault)
         }

@@ -177,7 +177,8 @@ public final class NodeRuntime: Sendable {
         // PIN slots mix in a secret held outside vault/ (Protocol/vault.md, keys file version 2).
         if vaultConfiguration.pinPepper == nil { vaultConfiguration.pinPepper = VaultService.pinPepper(identity: identity) }
         self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store,
-                                  events: events, health: health, configuration: vaultConfiguration, group: group, logger: logger)
+                                  events: events, health: health, configuration: vaultConfiguration, group: group, logger: logger,
+                                  signals: signals)
         let discoverable = DiscoverableSetting(store: store, signals: signals, health: health)
         self.discoverable = discoverable
         if let discoveryConfig = configuration.discovery {

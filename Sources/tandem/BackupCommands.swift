@@ -48,6 +48,13 @@ func callBackup(_ common: CommonOptions, _ method: String, _ params: [String: JS
     return result
 }
 
+/// A friend in a backup answer as people know it: the name the node gave (`name`: nickname, else
+/// display name, else the short ID), else the short ID of `field`. `--json` keeps the canonical ID.
+func personName(_ o: JSONValue, _ field: String) -> String {
+    if let n = o["name"]?.stringValue, !n.isEmpty { return n }
+    return shortID(o[field]?.stringValue)
+}
+
 func shortID(_ id: String?) -> String {
     guard let id else { return "?" }
     return NodeID(id).map { "tdm1-" + $0.short + "…" } ?? id
@@ -86,12 +93,12 @@ struct BackupOffers: AsyncParsableCommand {
             let received = r["received"]?.arrayValue ?? []
             output(given.isEmpty ? "You hold backups for nobody." : "You hold backups for:")
             for g in given {
-                output("  \(shortID(g["to"]?.stringValue))  \(bytesText(g["used_bytes"]?.intValue ?? 0)) of \(bytesText(g["quota_bytes"]?.intValue ?? 0)), "
+                output("  \(personName(g, "to"))  \(bytesText(g["used_bytes"]?.intValue ?? 0)) of \(bytesText(g["quota_bytes"]?.intValue ?? 0)), "
                     + "\(g["snapshots"]?.intValue ?? 0) snapshots")
             }
             output(received.isEmpty ? "Nobody has offered to hold yours yet." : "Offered to hold yours:")
             for o in received {
-                output("  \(shortID(o["from"]?.stringValue))  up to \(bytesText(o["quota_bytes"]?.intValue ?? 0))")
+                output("  \(personName(o, "from"))  up to \(bytesText(o["quota_bytes"]?.intValue ?? 0))")
             }
         }
     }
@@ -147,7 +154,7 @@ struct BackupStatus: AsyncParsableCommand {
             let holders = r["holders"]?.arrayValue ?? []
             guard !holders.isEmpty else { return output("No friend holds your backups yet.") }
             for h in holders {
-                var line = "\(shortID(h["id"]?.stringValue))  quota \(bytesText(h["quota_bytes"]?.intValue ?? 0))"
+                var line = "\(personName(h, "id"))  quota \(bytesText(h["quota_bytes"]?.intValue ?? 0))"
                 if let last = h["last_push"], last != .null {
                     let at = h["copy_at_ms"]?.intValue.map(localTimeText) ?? last["at"]?.stringValue ?? "?"
                     line += ", copy from \(at) (\(agoText(h["age_ms"]?.intValue ?? 0))): \(bytesText(last["total_bytes"]?.intValue ?? 0))"
@@ -185,10 +192,10 @@ struct BackupVerify: AsyncParsableCommand {
         let result = try await callBackup(common, "backup.verify", params) { r in
             for h in r["holders"]?.arrayValue ?? [] {
                 let failures = h["failures"]?.arrayValue ?? []
-                if let note = h["note"]?.stringValue { output("\(shortID(h["from"]?.stringValue)): \(note)"); continue }
-                output("\(shortID(h["from"]?.stringValue)): \(h["checked"]?.intValue ?? 0) blobs checked, \(failures.count) failed")
+                if let note = h["note"]?.stringValue { output("\(personName(h, "from")): \(note)"); continue }
+                output("\(personName(h, "from")): \(h["checked"]?.intValue ?? 0) blobs checked, \(failures.count) failed")
                 for f in failures {
-                    output("  holder \(shortID(h["from"]?.stringValue)) \(f["problem"]?.stringValue ?? "lost or altered") blob \(f["blob"]?.stringValue ?? "?")")
+                    output("  holder \(personName(h, "from")) \(f["problem"]?.stringValue ?? "lost or altered") blob \(f["blob"]?.stringValue ?? "?")")
                 }
             }
         }
@@ -206,7 +213,7 @@ struct BackupSnapshots: AsyncParsableCommand {
         if let from { params["from"] = .string(from) }
         _ = try await callBackup(common, "backup.snapshots", params) { r in
             for h in r["holders"]?.arrayValue ?? [] {
-                output("\(shortID(h["from"]?.stringValue)): \(bytesText(h["used_bytes"]?.intValue ?? 0)) of \(bytesText(h["quota_bytes"]?.intValue ?? 0))")
+                output("\(personName(h, "from")): \(bytesText(h["used_bytes"]?.intValue ?? 0)) of \(bytesText(h["quota_bytes"]?.intValue ?? 0))")
                 for s in h["snapshots"]?.arrayValue ?? [] {
                     output("  \(s["id"]?.stringValue?.prefix(8) ?? "?")  \(s["created"]?.stringValue ?? "?")  \(bytesText(s["total_bytes"]?.intValue ?? 0)), "
                         + "\(s["blobs"]?.intValue ?? 0) blobs")
@@ -227,7 +234,7 @@ struct BackupForget: AsyncParsableCommand {
         if let from { params["from"] = .string(from) }
         _ = try await callBackup(common, "backup.forget", params) { r in
             for h in r["holders"]?.arrayValue ?? [] {
-                output("\(shortID(h["from"]?.stringValue)): \(h["freed_blobs"]?.intValue ?? 0) blobs freed, \(bytesText(h["used_bytes"]?.intValue ?? 0)) used")
+                output("\(personName(h, "from")): \(h["freed_blobs"]?.intValue ?? 0) blobs freed, \(bytesText(h["used_bytes"]?.intValue ?? 0)) used")
             }
         }
     }

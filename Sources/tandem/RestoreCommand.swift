@@ -21,30 +21,52 @@ struct Restore: AsyncParsableCommand {
         the newest complete backup of the vault, checking every blob against its name. The vault keeps its old PIN.
 
         Interrupted, it can be run again with the same code: what is already in place is not fetched again.
-        --from takes the friend's address as ID@host:port, or its share code (tandem:ID?relay=…) to reach it through its relay.
+        --from takes the friend's address as ID@host:port, or its share code (tandem:ID?relay=…) to reach it through its relay; \
+        give it once per friend you know, or give --sheet with your recovery sheet (`tandem recovery sheet`): every friend \
+        on it is tried in turn until one gives the recovery kit, and all of them are asked for their newest copy.
         """)
 
     @OptionGroup var common: CommonOptions
 
-    @Option(help: ArgumentHelp("The friend that holds your backups: ID@host:port, or its share code.", valueName: "address"))
-    var from: String
+    @Option(help: ArgumentHelp("A friend that holds your backups: ID@host:port, or its share code (repeat for several).", valueName: "address"))
+    var from: [String] = []
+
+    @Option(help: ArgumentHelp("Your recovery sheet's text file: every `tandem restore --from` line on it is tried.", valueName: "file"))
+    var sheet: String?
+
+    func validate() throws {
+        guard !from.isEmpty || sheet != nil else {
+            throw ValidationError("name a friend with --from ID@host:port (or a share code), or give your recovery sheet with --sheet")
+        }
+    }
 
     @Flag(name: .long, help: "Read the recovery code from the first line of stdin instead of asking (for scripts).")
     var codeStdin = false
 
     func run() async throws {
-        let holder = try Self.parseFrom(from)
+        var texts = from
+        if let sheet { texts += try Self.sheetFroms(sheet) }
+        var holders: [(holder: NodeID, host: String, port: Int, relay: RelayAddress?)] = []
+        for t in texts {
+            let h = try Self.parseFrom(t)
+            if !holders.contains(where: { $0.holder == h.holder && $0.host == h.host && $0.port == h.port && $0.relay == h.relay }) { holders.append(h) }
+        }
+        guard let holder = holders.first else {
+            throw TandemError("--sheet: \(String((sheet ?? "").prefix(200)).terminalSafe) names no friend to restore from (no `tandem restore --from` line)",
+                              exitCode: TandemError.usageExitCode)
+        }
         let code = try Self.readCode(fromStdin: codeStdin)
         var logger = Logger(label: "tandem.restore")
         logger.logLevel = .critical
         let json = common.json
         let out = RestoreOutput(json: json)
         let client = RestoreClient(group: MultiThreadedEventLoopGroup.singleton, logger: logger)
-        let options = RestoreClient.Options(holder: holder.holder, host: holder.host, port: holder.port, code: code,
-                                            dataDirectory: common.dataDirectory, relay: holder.relay)
+        let ways = holders.map {
+            RestoreClient.Options(holder: $0.holder, host: $0.host, port: $0.port, code: code, dataDirectory: common.dataDirectory, relay: $0.relay)
+        }
         let report: RestoreClient.Report
         do {
-            report = try await client.run(options) { out.show($0) }
+            report = try await client.run(ways) { out.show($0) }
         } catch {
             out.bar.finish()
             throw error
@@ -81,6 +103,25 @@ struct Restore: AsyncParsableCommand {
                 output("Note: the newest copy (generation \(newest)) could not be used; the vault is generation \(g).")
             }
             if report.vault { output("The vault keeps its old PIN. Start the node with `tandem node`.") }
+        }
+    }
+
+    /// The `--from` of every `tandem restore --from '…'` line of a recovery sheet's text, in order.
+    static func sheetFroms(_ path: String) throws -> [String] {
+        let shown = String(path.prefix(200)).terminalSafe
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TandemError("--sheet: cannot read \(shown)", exitCode: TandemError.usageExitCode)
+        }
+        guard data.count <= 1 << 20 else { throw TandemError("--sheet: \(shown) is not a recovery sheet (over 1 MiB)", exitCode: TandemError.usageExitCode) }
+        return sheetFroms(text: String(decoding: data, as: UTF8.self))
+    }
+
+    static func sheetFroms(text: String) -> [String] {
+        text.split(whereSeparator: \.isNewline).compactMap { line -> String? in
+            let l = line.trimmingCharacters(in: .whitespaces)
+            let prefix = "tandem restore --from '"
+            guard l.hasPrefix(prefix), l.hasSuffix("'"), l.count > prefix.count + 1 else { return nil }
+            return String(l.dropFirst(prefix.count).dropLast())
         }
     }
 

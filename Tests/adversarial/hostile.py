@@ -132,19 +132,23 @@ class HostilePeer:
         self.errors = []        # ERROR payloads received (decoded dicts), in order
         self.closed = False
 
-    async def open(self, timeout=TIMEOUT, read_limit=2 ** 16, rcvbuf=None, source=None):
+    async def open(self, timeout=TIMEOUT, read_limit=2 ** 16, rcvbuf=None, source=None, sock=None):
         """Connects and runs the handshake as client. `read_limit` bounds what asyncio buffers
         before it stops reading the socket; `rcvbuf` sets SO_RCVBUF (a small value with a peer that
         never reads makes the node's writes back up at once); `source` binds the local address
-        (any 127.x.y.z on Linux: attackers and honest peers on loopback from different addresses)."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf is not None:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        if source is not None:
-            sock.bind((source, 0))
-        sock.setblocking(False)
-        loop = asyncio.get_running_loop()
-        await asyncio.wait_for(loop.sock_connect(sock, (self.host, self.port)), timeout)
+        (any 127.x.y.z on Linux: attackers and honest peers on loopback from different addresses);
+        `sock`: a connected socket to run the handshake on instead (a relay tunnel's joined end)."""
+        if sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if rcvbuf is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            if source is not None:
+                sock.bind((source, 0))
+            sock.setblocking(False)
+            loop = asyncio.get_running_loop()
+            await asyncio.wait_for(loop.sock_connect(sock, (self.host, self.port)), timeout)
+        else:
+            sock.setblocking(False)
         self.reader, self.writer = await asyncio.open_connection(sock=sock, limit=read_limit)
         crypto = SHSClientCrypto(self.key, self.node_key, PrivateKey.generate(), application_key=NETWORK_KEY)
         self.writer.write(crypto.generate_challenge())

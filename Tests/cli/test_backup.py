@@ -182,10 +182,28 @@ def test_a_vault_change_is_pushed_by_itself_within_the_delay(make_node, tmp_path
     waited = pushed["time_ms"] - imported["time_ms"]
     # Not before the delay (less the 1 s the look-around may lag), and within the delay plus one small push.
     assert 1_000 <= waited <= 2_000 + 30_000, (imported, pushed)
+    # An album rename emits no event: the vault's `vaultChanged` signal alone wakes the scheduler
+    # (there is no 15 s poll any more; its backstop looks once an hour, far past this test).
+    vault(a, "album", "rename", "Confidential Album", "Renamed Album")
+    renamed = wait_event(a, "backup.pushed", f"to={b.id}", since=pushed["seq"], timeout="60s")
+    assert renamed["automatic"] is True and renamed["generation"] == pushed["generation"] + 1, (pushed, renamed)
     status = backup_json(a, "status")
     h = status["holders"][0]
-    assert h["generation"] == pushed["generation"] and h["age_ms"] < 120_000 and h["behind_since"] is None, h
+    assert h["generation"] == renamed["generation"] and h["age_ms"] < 120_000 and h["behind_since"] is None, h
     assert "copy from" in backup(a, "status").stdout
+    # Names where people read (issue 36): a nickname, or the display name, instead of a truncated
+    # ID; --json keeps the canonical ID.
+    cli(a, "friend", "nick", b.id, "Bobby")
+    cli(a, "name", "Alice")
+    assert h["id"] == b.id
+    status_text = backup(a, "status").stdout
+    assert status_text.startswith("Bobby  quota") and b.id[4:14] not in status_text, status_text
+    offers = backup(a, "offers").stdout
+    assert "  Bobby  up to" in offers, offers
+    wait_event(b, "contact.updated", f"id={a.id}", timeout="30s")
+    held = backup(b, "offers").stdout
+    assert "  Alice  " in held and a.id[4:14] not in held, held
+    assert backup_json(b, "offers")["given"][0]["to"] == a.id
 
 
 def test_schedule_bad_input_is_one_clear_line(make_node, tmp_path):

@@ -16,6 +16,11 @@ package enum NodeSignal: Sendable, Equatable {
     case focusChanged
     /// The main key ended a challenge's lock early: that challenge is quit with `reason`.
     case focusQuitChallenge(id: String, reason: String)
+    /// The vault may have committed a change (an import, a removal, a favourite, a move, an album
+    /// created, renamed or deleted, a PIN): what a backup carries may differ. Posted by the vault
+    /// after each operation on an open vault; the backup scheduler (which the vault does not know)
+    /// looks at once whether a holder's copy is behind (backup.md 4.1).
+    case vaultChanged
     /// The outbox wrote these frames of `type` to `recipient` on a link (not yet acknowledged):
     /// the flow that sent them may record them as sent.
     case framesWritten(type: UInt16, recipient: [UInt8], ids: [[UInt8]])

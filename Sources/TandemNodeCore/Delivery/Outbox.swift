@@ -297,15 +297,27 @@ package final class Outbox: Sendable {
 
     /// A payload that broke its message's rules: logged, answered with MALFORMED on its link, and
     /// acknowledged when durable so the sender's outbox stops resending it. Nothing is stored.
+    ///
+    /// For a non-friend each signed reply is one token of the stranger budget (README 12.4, 5.9.2):
+    /// the ACK first (it is what stops an honest sender's outbox), then the ERROR; with one token
+    /// left only the ACK goes, with none nothing. So a burst of malformed frames from one stranger
+    /// key draws at most 20 signed replies a minute, not 20 pairs.
     package func refuseMalformed(_ envelope: Envelope, _ e: PayloadError, on link: PeerLink?, _ step: StoreStep) {
         logger.info("malformed payload", metadata: ["type": "\(envelope.type)", "from": "\(NodeID(publicKey: envelope.author).short)",
                                                     "detail": "\(e.detail)"])
-        guard let link, mayReply(to: envelope.author, on: link, in: step) else { return }
+        guard let link else { return }
+        let durable = Self.isDurable(envelope.type)
+        let ack = durable && mayReply(to: envelope.author, on: link, in: step)
+        guard ack || !durable, mayReply(to: envelope.author, on: link, in: step) else {
+            if ack { acknowledge(envelope, on: link, step) }
+            return
+        }
+        // Both paid for: the ERROR goes first, then the ACK (as a sender reads them).
         let rejection = FrameRejection(.malformed, e.detail, messageID: envelope.messageID, author: envelope.author, type: envelope.type)
         if let reply = FrameVerifier.errorReply(to: rejection, from: identity, linkPeer: envelope.author, now: UInt64(clamping: now())) {
             step.afterCommit { link.send(reply) }
         }
-        if Self.isDurable(envelope.type) { acknowledge(envelope, on: link, step) }
+        if ack { acknowledge(envelope, on: link, step) }
     }
 
     /// A durable frame that cannot change anything here (from a stranger or a blocked key, about a
@@ -316,8 +328,9 @@ package final class Outbox: Sendable {
         acknowledge(envelope, on: link, step)
     }
 
-    /// Whether a reply to this author may be signed now: always for friends; for anyone else,
-    /// within a per-sender and per-address budget (a signature costs CPU).
+    /// Whether one reply to this author may be signed now: always for friends; for anyone else,
+    /// one token of a per-sender and per-address budget (a signature costs CPU). Call it once per
+    /// signed reply (an ACK and an ERROR for the same frame are two).
     func mayReply(to author: [UInt8], on link: PeerLink, in r: StoreReading) -> Bool {
         if isFriend(author, in: r) { return true }
         let origin = Self.origin(of: link)
