@@ -1,0 +1,60 @@
+"""A received file straight into the vault (Protocol/messages.md 7.3, `--to-vault`), between two
+real nodes through the CLI: refused clearly while there is no vault or it is locked; accepted with
+the vault open, the file goes through the vault's import and no clear copy stays in the downloads
+folder; a file already received moves in with `message save ID --to-vault`."""
+import os
+
+from tandem_testkit import befriend, cli, cli_json, one_line_error, poll, wait_event
+from test_vault import CHEAP, vault, vault_json
+
+
+def test_accept_and_save_to_the_vault(make_node, tmp_path):
+    alice = make_node("alice").start()
+    bob = make_node("bob").start(env=CHEAP)
+    befriend(alice, bob)
+    cli(bob, "message", "file-settings", "--auto-accept", "0")
+    secret = os.urandom(300_000)
+    (tmp_path / "passport.bin").write_bytes(secret)
+    sent = cli_json(alice, "message", "send", bob.id, "--file", str(tmp_path / "passport.bin"))
+    wait_event(bob, "message.file_offered", f"file_id={sent['file_id']}")
+
+    # No vault yet, then a locked one: one line on stderr, non-zero, nothing fetched.
+    none = cli(bob, "message", "accept", sent["id"][:10], "--to-vault", check=False)
+    assert none.returncode != 0 and "vault" in one_line_error(none), none.stderr
+    vault(bob, "init", pin="2580")
+    vault(bob, "lock")
+    locked = cli(bob, "message", "accept", sent["id"][:10], "--to-vault", check=False)
+    assert locked.returncode != 0 and "locked" in one_line_error(locked), locked.stderr
+    assert cli_json(bob, "message", "list", alice.id)["messages"][-1]["file"]["state"] == "offered"
+
+    # Open: fetched, imported, and the downloaded copy removed.
+    vault(bob, "unlock", pin="2580")
+    answer = cli_json(bob, "message", "accept", sent["id"][:10], "--to-vault")
+    assert answer["vault"] == "when complete", answer
+    done = wait_event(bob, "message.file_vaulted", f"file_id={sent['file_id']}", timeout="60s")
+    downloads = os.path.join(bob.data_dir, "files")
+    assert "passport.bin" not in os.listdir(downloads)
+    assert not [f for f in os.listdir(os.path.join(downloads, ".partial")) if not f.startswith(".")]
+    info = cli_json(bob, "message", "list", alice.id)["messages"][-1]["file"]
+    assert info["state"] == "received" and info["vault_item"] == done["item"] and "path" not in info, info
+    items = {i["name"]: i for i in vault_json(bob, "list")["items"]}
+    assert items["passport.bin"]["id"] == done["item"] and items["passport.bin"]["size"] == len(secret)
+    out = tmp_path / "out"
+    out.mkdir()
+    vault(bob, "export", done["item"], str(out))
+    assert (out / "passport.bin").read_bytes() == secret
+
+    # Received into the downloads folder first, then moved into the vault.
+    cli(bob, "message", "file-settings", "--auto-accept", "1MiB")
+    (tmp_path / "ticket.txt").write_text("seat 14C\n" * 100)
+    sent2 = cli_json(alice, "message", "send", bob.id, "--file", str(tmp_path / "ticket.txt"))
+    got = wait_event(bob, "message.file_received", f"file_id={sent2['file_id']}", timeout="60s")
+    assert os.path.exists(got["path"])
+    moved = cli_json(bob, "message", "save", sent2["id"][:10], "--to-vault")
+    assert moved["vault_item"] and "path" not in moved, moved
+    assert not os.path.exists(got["path"])
+    again = cli(bob, "message", "save", sent2["id"][:10], "--to-vault", check=False)
+    assert again.returncode != 0 and "already" in one_line_error(again)
+    both = cli(bob, "message", "save", sent2["id"][:10], str(tmp_path / "x"), "--to-vault", check=False)
+    assert both.returncode == 2 and one_line_error(both)
+    assert {"passport.bin", "ticket.txt"} <= {i["name"] for i in vault_json(bob, "list")["items"]}
