@@ -356,7 +356,7 @@ final class RelayWireTests: XCTestCase {
 
     func testTypesThatAreNotMailableAreRefused() throws {
         for t in [MessageType.ping, .pong, .error, .presence, .ack, .clockProbe, .clockReply, .relayRegister, .mailboxPut,
-                  .relayGoodbye, .gapRequest, .fileRequest, .fileChunk,
+                  .relayGoodbye, .gapRequest, .fileRequest,
                   MessageType(rawValue: 0x0106), MessageType(rawValue: 0x0207), MessageType(rawValue: 0x0100),
                   MessageType(rawValue: 0x0200), MessageType(rawValue: 0xFFFF)] {
             XCTAssertFalse(MailboxSeal.isMailable(t), "\(t)")
