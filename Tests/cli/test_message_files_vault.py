@@ -58,3 +58,48 @@ def test_accept_and_save_to_the_vault(make_node, tmp_path):
     both = cli(bob, "message", "save", sent2["id"][:10], str(tmp_path / "x"), "--to-vault", check=False)
     assert both.returncode == 2 and one_line_error(both)
     assert {"passport.bin", "ticket.txt"} <= {i["name"] for i in vault_json(bob, "list")["items"]}
+
+
+def test_send_and_save_wait_with_a_progress_bar_on_a_terminal(make_node, tmp_path):
+    """`message send --file --wait sent` and `message save --wait` follow the transfer: a bar on a
+    terminal's stderr (here a pty), nothing but the answer when stderr is not a terminal."""
+    import pty
+    import subprocess
+    from tandem_testkit import TANDEM
+
+    alice = make_node("alice").start(env={"TANDEM_TEST_FILE_SERVE_DELAY_MS": "30"})
+    bob = make_node("bob").start()
+    befriend(alice, bob)
+    data = os.urandom(12 * 262_144 + 5)
+    (tmp_path / "big.bin").write_bytes(data)
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([TANDEM, "message", "send", bob.id, "--file", str(tmp_path / "big.bin"), "--wait", "sent",
+                               "--timeout", "90s", "--data-dir", alice.data_dir], stdout=subprocess.PIPE, stderr=slave,
+                              text=True, timeout=120)
+        os.close(slave)
+        slave = None
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if slave is not None:
+            os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0, proc
+    text = shown.decode(errors="replace")
+    assert "Sending" in text and "100%" in text, text
+    assert "\r" in text, "the bar is redrawn in place"
+    assert proc.stdout.startswith("Offered big.bin"), proc.stdout
+    # The friend's side: already received (sent means every chunk went out), save --wait copies it.
+    got = wait_event(bob, "message.file_received", timeout="60s")
+    out = cli(bob, "message", "save", got["file_id"], str(tmp_path / "copy.bin"), "--wait", "30s")
+    assert out.stderr == "" and (tmp_path / "copy.bin").read_bytes() == data
+    bad = cli(alice, "message", "send", bob.id, "--file", str(tmp_path / "big.bin"), "--wait", "delivered", check=False)
+    assert bad.returncode == 2 and "sent" in one_line_error(bad)
