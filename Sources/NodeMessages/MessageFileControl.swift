@@ -134,7 +134,7 @@ extension MessageFiles {
         } else if incoming, t.state == .complete, let path = t.path {
             out["path"] = .string(path)
         }
-        if vault != nil, vault?.itemId == nil { out["vault"] = "when complete" }
+        if vault != nil, vault?.itemId == nil { out["vault"] = t.state == .complete ? "not imported" : "when complete" }
         return .object(out)
     }
 }

@@ -103,3 +103,25 @@ def test_send_and_save_wait_with_a_progress_bar_on_a_terminal(make_node, tmp_pat
     assert out.stderr == "" and (tmp_path / "copy.bin").read_bytes() == data
     bad = cli(alice, "message", "send", bob.id, "--file", str(tmp_path / "big.bin"), "--wait", "delivered", check=False)
     assert bad.returncode == 2 and "sent" in one_line_error(bad)
+
+
+def test_a_vault_locked_before_the_file_completes_keeps_it_in_downloads_until_saved(make_node, tmp_path):
+    alice = make_node("alice").start(env={"TANDEM_TEST_FILE_SERVE_DELAY_MS": "60"})
+    bob = make_node("bob").start(env=CHEAP)
+    befriend(alice, bob)
+    cli(bob, "message", "file-settings", "--auto-accept", "0")
+    vault(bob, "init", pin="2580")
+    data = os.urandom(24 * 262_144)
+    (tmp_path / "slow.bin").write_bytes(data)
+    sent = cli_json(alice, "message", "send", bob.id, "--file", str(tmp_path / "slow.bin"))
+    wait_event(bob, "message.file_offered", f"file_id={sent['file_id']}")
+    cli_json(bob, "message", "accept", sent["id"][:10], "--to-vault")
+    vault(bob, "lock")
+    failed = wait_event(bob, "message.file_vault_failed", f"file_id={sent['file_id']}", timeout="60s")
+    assert "locked" in failed["reason"], failed
+    assert open(failed["path"], "rb").read() == data, "kept in the downloads folder, whole"
+    info = cli_json(bob, "message", "list", alice.id)["messages"][-1]["file"]
+    assert info["state"] == "received" and info["vault"] == "not imported" and info["path"] == failed["path"], info
+    vault(bob, "unlock", pin="2580")
+    moved = cli_json(bob, "message", "save", sent["id"][:10], "--to-vault")
+    assert moved["vault_item"] and not os.path.exists(failed["path"])
