@@ -1138,7 +1138,7 @@ RELAY = IDENTITIES["dave"]          # the relay's identity in these vectors
 RELAY_DEFAULT_PORT = 7820
 JOIN_MAGIC = b"TDMJOIN1"
 MAILBOX_MAX_AGE_MS = 8 * 24 * 60 * 60 * 1000
-MAILABLE_TYPES = set(range(0x0101, 0x0106)) | set(range(0x0201, 0x0207)) | set(range(0x0501, 0x0507)) | {0x0508, 0x050D}
+MAILABLE_TYPES = set(range(0x0101, 0x0106)) | set(range(0x0201, 0x0207)) | set(range(0x0501, 0x0507)) | {0x0508, 0x0509, 0x050C, 0x050D}
 
 
 def parse_relay_address(text):

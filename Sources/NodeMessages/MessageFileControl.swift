@@ -26,8 +26,9 @@ extension MessageFiles {
         }
         router.registerOnCore("message.file_info") { [self] params in
             let t = try transfer(params, store)
-            return Self.describe(t, bytesMoved: try store.fileBytesMoved(Array(t.fileId)))
+            return Self.describe(t, bytesMoved: try store.fileBytesMoved(Array(t.fileId)), vault: try store.fileVaultImport(Array(t.fileId)))
         }
+        router.register("message.file_to_vault") { [self] params in try await fileToVault(params) }
         router.registerOnCore(in: store, publishing: events, "message.file_settings") { [self] params, step in
             try fileSettings(params, step)
         }
@@ -108,7 +109,7 @@ extension MessageFiles {
 
     /// A transfer for `message list` and the file methods: name, size, state
     /// (offered/receiving/received/failed, or offered/sending/sent/failed), percent, bytes moved.
-    nonisolated static func describe(_ t: StoredFileTransfer, bytesMoved: Int64? = nil) -> JSONValue {
+    nonisolated static func describe(_ t: StoredFileTransfer, bytesMoved: Int64? = nil, vault: FileVaultImport? = nil) -> JSONValue {
         let chunks = t.size > 0 ? ChunkTree.chunkCount(size: UInt64(t.size)) : 1
         let have = t.bitmap.reduce(0) { $0 + $1.nonzeroBitCount }
         let incoming = t.direction == .incoming
@@ -128,7 +129,12 @@ extension MessageFiles {
             "failure": t.failure.map { .string($0) } ?? .null,
         ]
         if let bytesMoved { out[incoming ? "bytes_received" : "bytes_sent"] = .int(bytesMoved) }
-        if incoming, t.state == .complete, let path = t.path { out["path"] = .string(path) }
+        if let item = vault?.itemId {
+            out["vault_item"] = .string(item)  // in the vault; the downloaded copy is gone
+        } else if incoming, t.state == .complete, let path = t.path {
+            out["path"] = .string(path)
+        }
+        if vault != nil, vault?.itemId == nil { out["vault"] = t.state == .complete ? "not imported" : "when complete" }
         return .object(out)
     }
 }
@@ -137,6 +143,7 @@ extension MessageService {
     /// The file attached to message `m`, if any (for `message list`).
     func fileField(_ m: StoredMessage, _ r: StoreReading) -> JSONValue {
         guard let t = health.read("read a file transfer", or: nil, { try r.fileTransfer(messageId: Array(m.id)) }) else { return .null }
-        return MessageFiles.describe(t, bytesMoved: try? r.fileBytesMoved(Array(t.fileId)))  // read just above: nil only if the disk fails now
+        return MessageFiles.describe(t, bytesMoved: try? r.fileBytesMoved(Array(t.fileId)),  // read just above: nil only if the disk fails now
+                                     vault: try? r.fileVaultImport(Array(t.fileId)))  // read just above: nil only if the disk fails now
     }
 }

@@ -287,6 +287,12 @@ extension MessageFiles: FrameFlow {
                 f["path"] = .string(path)
                 f["bytes_received"] = .int(try step.fileBytesMoved(id.bytes))
                 events.emit("message.file_received", f, in: step)
+                if let wanted = try step.fileVaultImport(id.bytes), wanted.itemId == nil {
+                    let job = VaultJob(fileID: id, path: path, name: t.receiver.offer.name)
+                    step.afterCommit { [self] in
+                        if case .dropped = vaultInput.yield(job) { logger.warning("vault import backlog full", metadata: ["file": "\(id)"]) }
+                    }
+                }
             }
         }
     }
@@ -334,6 +340,9 @@ extension MessageFiles: FrameFlow {
                 await disk.runReads { job, outcome in await NodeCore.run { self.served(job, outcome) } }
             }
             group.addTask { [self] in
+                for await job in vaultJobs { _ = try? await importToVault(job) }  // a failure is an event (message.file_vault_failed)
+            }
+            group.addTask { [self] in
                 await disk.runWrites { report in
                     await NodeCore.run {
                         switch report {
@@ -349,6 +358,7 @@ extension MessageFiles: FrameFlow {
                 try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
             }
             disk.finish()
+            vaultInput.finish()
         }
     }
 }

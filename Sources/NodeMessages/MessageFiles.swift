@@ -53,6 +53,13 @@ public final class MessageFiles: Sendable {
     let clock: @Sendable () -> Int64
     let messages: MessageService
     let disk: FileDisk
+    /// The vault, for files received `--to-vault` (nil: a node without one, or tests).
+    let vault: (any ReceivedFileVault)?
+    /// Received files bound for the vault, imported one at a time by `run()`'s child task.
+    let vaultJobs: AsyncStream<VaultJob>
+    let vaultInput: AsyncStream<VaultJob>.Continuation
+    /// Files being imported into the vault now (a second request waits for the first).
+    var vaulting: Set<FileID> = []
     /// Where received files go (0700); partial files in its `.partial` folder.
     package let directory: URL
 
@@ -90,6 +97,7 @@ public final class MessageFiles: Sendable {
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus,
                              health: StoreHealth, messages: MessageService, directory: URL?, limits: Limits = Limits(),
+                             vault: (any ReceivedFileVault)? = nil,
                              logger: Logger, clock: @escaping @Sendable () -> Int64 = { Int64(wallClockMilliseconds()) }) {
         self.identity = identity
         self.store = store
@@ -101,6 +109,8 @@ public final class MessageFiles: Sendable {
         self.limits = limits
         self.logger = logger
         self.clock = clock
+        self.vault = vault
+        (vaultJobs, vaultInput) = AsyncStream.makeStream(of: VaultJob.self, bufferingPolicy: .bufferingOldest(64))
         // A node without a data directory (tests) keeps its files in a private temporary folder.
         let dir = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("tandem-files-\(hexString(Sodium.randomBytes(8)))")
         self.directory = dir

@@ -164,21 +164,22 @@ public final class NodeRuntime: Sendable {
                                           ?? dataDirectory.map { $0.url.appendingPathComponent("hooks").path },
                                       limits: configuration.messageLimits, logger: logger)
         self.messages = messages
-        let messageFiles = MessageFiles(identity: identity, store: store, peers: peers, outbox: outbox, events: events, health: health,
-                                        messages: messages, directory: dataDirectory.map { $0.url.appendingPathComponent("files") },
-                                        limits: configuration.fileLimits, logger: logger)
-        self.messageFiles = messageFiles
-        // The feature flows' routes: each owns its frame types; friends take the rest.
-        self.frameRouter = NodeFrameRouter(flows: [challenges, backup, messageFiles, messages], fallback: friends, presence: presence, outbox: outbox,
-                                           clock: clock, store: store, events: events, health: health)
         // Every node seals its break-in log under its identity (Protocol/vault.md, the PIN guard).
         var vaultConfiguration = configuration.vault
         if vaultConfiguration.breakInLogKey == nil { vaultConfiguration.breakInLogKey = VaultService.breakInLogKey(identity: identity) }
         // PIN slots mix in a secret held outside vault/ (Protocol/vault.md, keys file version 2).
         if vaultConfiguration.pinPepper == nil { vaultConfiguration.pinPepper = VaultService.pinPepper(identity: identity) }
-        self.vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store,
+        let vault = VaultService(directory: dataDirectory.map { $0.url.appendingPathComponent("vault") }, store: store,
                                   events: events, health: health, configuration: vaultConfiguration, group: group, logger: logger,
                                   signals: signals)
+        self.vault = vault
+        let messageFiles = MessageFiles(identity: identity, store: store, peers: peers, outbox: outbox, events: events, health: health,
+                                        messages: messages, directory: dataDirectory.map { $0.url.appendingPathComponent("files") },
+                                        limits: configuration.fileLimits, vault: vault, logger: logger)
+        self.messageFiles = messageFiles
+        // The feature flows' routes: each owns its frame types; friends take the rest.
+        self.frameRouter = NodeFrameRouter(flows: [challenges, backup, messageFiles, messages], fallback: friends, presence: presence, outbox: outbox,
+                                           clock: clock, store: store, events: events, health: health)
         let discoverable = DiscoverableSetting(store: store, signals: signals, health: health)
         self.discoverable = discoverable
         if let discoveryConfig = configuration.discovery {

@@ -176,11 +176,13 @@ public enum TunnelJoin {
 /// (`crypto_box_seal`) to the recipient's X25519 key, so the relay holds bytes it cannot read.
 public enum MailboxSeal {
     /// Message types a node may send through a mailbox: the durable flows, nothing else (friends,
-    /// challenges, and the acknowledged messages between friends: MESSAGE … RETRACT and
-    /// CONVERSATION_SETTINGS and DELIVERED; not the file types, which need a link).
+    /// challenges, and the acknowledged messages between friends: MESSAGE … RETRACT,
+    /// CONVERSATION_SETTINGS, DELIVERED, and a file's FILE_OFFER and FILE_CANCEL — the chunks and
+    /// their requests need a link and are never mail; Protocol/messages.md 7.4).
     public static func isMailable(_ type: MessageType) -> Bool {
         (0x0101...0x0105).contains(type.rawValue) || (0x0201...0x0206).contains(type.rawValue)
-            || (0x0501...0x0506).contains(type.rawValue) || type.rawValue == 0x0508 || type.rawValue == 0x050D
+            || (0x0501...0x0506).contains(type.rawValue) || type.rawValue == 0x0508 || type.rawValue == 0x0509
+            || type.rawValue == 0x050C || type.rawValue == 0x050D
     }
 
     /// Largest sealed item a relay keeps by default.

@@ -258,6 +258,8 @@ public struct NodeStore: Sendable {
         // Bedtime and the health pool (MigrationV9Bedtime.swift, Protocol/bedtime.md).
         m.registerMigration("v9-bedtime") { db in try MigrationV9Bedtime.bedtime(db) }
         m.registerMigration("v9-health") { db in try MigrationV9Bedtime.health(db) }
+        // A received file bound for the vault (`message accept --to-vault`; MessageFileVault.swift, Protocol/messages.md 7.3).
+        m.registerMigration("v9-message-file-vault") { db in try MigrationFileVault.fileVault(db) }
         return m
     }
 

@@ -83,19 +83,21 @@ struct MessageSend: AsyncParsableCommand {
     var text: String?
     @Option(help: ArgumentHelp("Reply to this message.", valueName: "id")) var replyTo: String?
     @Option(help: ArgumentHelp("Write to this challenge's thread (its full id).", valueName: "id")) var challenge: String?
-    @Option(help: ArgumentHelp("Wait until the message is `delivered` (stored on the friend's node).", valueName: "delivered"))
+    @Option(help: ArgumentHelp("Wait until the message is `delivered` (stored on the friend's node); with --file, until it is `sent` "
+                               + "(the friend fetched all of it; a progress bar on a terminal).", valueName: "delivered|sent"))
     var wait: String?
     @Option(help: ArgumentHelp("How long --wait waits (exit 6 past it).", valueName: "duration")) var timeout: String = "30s"
     @Option(help: ArgumentHelp("Offer this file (up to 4 GiB); the text, if any, is its caption.", valueName: "path")) var file: String?
 
     func validate() throws {
-        if let wait, wait != "delivered" { throw ValidationError("--wait takes `delivered`") }
         if file != nil {
             if challenge != nil { throw ValidationError("files go to a friend, not to a challenge's thread") }
             if friend == nil { throw ValidationError("give a friend and --file PATH") }
-            if wait != nil { throw ValidationError("--wait is for messages; follow a file with tandem events (message.file_*)") }
+            if let wait, wait != "sent" { throw ValidationError("with --file, --wait takes `sent` (the friend fetched all of it)") }
+            _ = try DurationText.parse(timeout)
             return
         }
+        if let wait, wait != "delivered" { throw ValidationError("--wait takes `delivered`") }
         if challenge != nil {
             if text == nil, friend != nil { return }  // `send --challenge ID TEXT`: the one argument is the text
             if text != nil { throw ValidationError("with --challenge, give only the text") }
@@ -110,6 +112,10 @@ struct MessageSend: AsyncParsableCommand {
             let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
             defer { client.close() }
             let r = try await sendFile(client, to: friend ?? "", path: file, caption: caption)
+            if wait != nil, let fileID = r["file_id"]?.stringValue {
+                _ = try await followFile(client, id: fileID, verb: "Sending", until: "sent", timeout: try DurationText.parse(timeout),
+                                         bar: !common.json)
+            }
             if common.json { return outputJSON(r.compactJSON) }
             return output("Offered \(ChatText.terminalSafe(r["name"]?.stringValue ?? "")) (\(byteText(r["size"]?.intValue ?? 0))) "
                           + "with message \(r["id"]?.stringValue ?? "?").")

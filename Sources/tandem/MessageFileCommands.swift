@@ -50,18 +50,87 @@ func fileSummary(_ f: JSONValue) -> String? {
     return "[file \(ChatText.terminalSafe(name)), \(byteText(f["size"]?.intValue ?? 0)), \(shown.terminalSafe)]"
 }
 
+/// Follows a transfer until it is in state `until` (`sent`, `received`): a progress bar on a
+/// terminal's stderr (`bar`), fed from `message.file_info` four times a second. A failed transfer
+/// or the time limit ends it with one line and a non-zero exit.
+func followFile(_ client: ControlClient, id: String, verb: String, until: String, timeout: Duration, bar: Bool) async throws -> JSONValue {
+    let progress = ProgressBar(verb: verb, enabled: bar && isatty(STDERR_FILENO) == 1)
+    defer { progress.finish() }
+    let deadline = ContinuousClock.now + timeout
+    var last: (at: ContinuousClock.Instant, done: Int64)?
+    var rate: Int64 = 0
+    while true {
+        let info = try await client.call(method: "message.file_info", params: ["id": .string(id)])
+        let state = info["state"]?.stringValue ?? "?"
+        let size = info["size"]?.intValue ?? 0
+        let done = state == until ? size : size / 100 * (info["percent"]?.intValue ?? 0)
+        let now = ContinuousClock.now
+        if let last, now - last.at >= .seconds(1) {
+            let seconds = Double((now - last.at).components.seconds) + Double((now - last.at).components.attoseconds) / 1e18
+            rate = Int64(Double(max(0, done - last.done)) / max(seconds, 0.001))
+        }
+        if last == nil || now - last!.at >= .seconds(1) { last = (now, done) }
+        progress.show(.object(["done": .int(done), "total": .int(size), "bytes_per_second": .int(rate)]))
+        if state == until { return info }
+        if state == "failed" {
+            throw TandemError("the file transfer failed: \((info["failure"]?.stringValue ?? "?").terminalSafe)")
+        }
+        guard now < deadline else {
+            throw TandemError("the file is \(state.terminalSafe) (\(info["percent"]?.intValue ?? 0) %), not \(until) within \(DurationText.format(timeout))",
+                              exitCode: TandemError.timeoutExitCode)
+        }
+        try await Task.sleep(for: .milliseconds(250))
+    }
+}
+
+/// What `--to-vault` did: imported now (the item), or the file goes there when complete.
+func printVaultAnswer(_ r: JSONValue, json: Bool) {
+    if json { return outputJSON(r.compactJSON) }
+    let name = ChatText.terminalSafe(r["name"]?.stringValue ?? "the file")
+    if let item = r["vault_item"]?.stringValue {
+        output("\(name) is in the vault (item \(item.terminalSafe)); the downloaded copy is removed.")
+    } else {
+        output("\(name) goes into the vault when it is complete (keep the vault open until then).")
+    }
+}
+
 struct MessageSave: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "save", abstract: "Copy a received file out (to a path, or into a folder under its name).")
+        commandName: "save",
+        abstract: "Copy a received file out (to a path, or into a folder under its name), or move it into the vault.",
+        discussion: """
+        --to-vault imports the file into your vault (it must be open: tandem vault unlock) the way \
+        `tandem vault import` does, then removes the downloaded copy; a file still coming goes there when complete.
+        """)
     @OptionGroup var common: CommonOptions
     @Argument(help: ArgumentHelp("The message (or file) id, or a unique prefix.", valueName: "id")) var id: String
-    @Argument(help: ArgumentHelp("Where to put the copy: a new file, or an existing folder.", valueName: "path")) var path: String
+    @Argument(help: ArgumentHelp("Where to put the copy: a new file, or an existing folder.", valueName: "path")) var path: String?
+    @Flag(help: "Into the vault (open) instead of a path; the downloaded copy is removed.") var toVault = false
+    @Option(help: ArgumentHelp("A file still coming: wait up to this long for it (a progress bar on a terminal), then copy it.",
+                               valueName: "duration")) var wait: String?
+
+    func validate() throws {
+        if toVault, path != nil { throw ValidationError("give a path or --to-vault, not both") }
+        if !toVault, path == nil { throw ValidationError("say where: a path, or --to-vault") }
+        if let wait { _ = try DurationText.parse(wait) }
+        if toVault, wait != nil { throw ValidationError("--to-vault does not wait: a file still coming goes into the vault when complete") }
+    }
 
     func run() async throws {
         let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
         defer { client.close() }
-        let info = try await client.call(method: "message.file_info", params: ["id": .string(id)])
+        if toVault {
+            let r = try await client.call(method: "message.file_to_vault", params: ["id": .string(id)])
+            printVaultAnswer(r, json: common.json)
+            return
+        }
+        guard let path else { return }  // validate() asked for one
+        var info = try await client.call(method: "message.file_info", params: ["id": .string(id)])
         guard info["direction"]?.stringValue == "in" else { throw fileUsage("that file is one you sent; it is where you sent it from") }
+        if let wait, info["state"]?.stringValue == "receiving" || info["state"]?.stringValue == "offered" {
+            // Still coming: followed (a bar on a terminal) until it is received, then copied.
+            info = try await followFile(client, id: id, verb: "Receiving", until: "received", timeout: try DurationText.parse(wait), bar: !common.json)
+        }
         guard info["state"]?.stringValue == "received", let source = info["path"]?.stringValue else {
             throw TandemError("that file is \(info["state"]?.stringValue ?? "?") and not received yet", exitCode: TandemError.nothingToActOnExitCode)
         }
@@ -89,10 +158,17 @@ struct MessageAcceptFile: AsyncParsableCommand {
         commandName: "accept", abstract: "Fetch a file a friend offered (one over your auto-accept limit).")
     @OptionGroup var common: CommonOptions
     @Argument(help: ArgumentHelp("The message (or file) id, or a unique prefix.", valueName: "id")) var id: String
+    @Flag(help: "Straight into the vault (it must be open): imported when complete, no copy kept in the downloads folder.")
+    var toVault = false
 
     func run() async throws {
         let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
         defer { client.close() }
+        if toVault {
+            let r = try await client.call(method: "message.file_to_vault", params: ["id": .string(id)])
+            printVaultAnswer(r, json: common.json)
+            return
+        }
         let r = try await client.call(method: "message.file_accept", params: ["id": .string(id)])
         if common.json { outputJSON(r.compactJSON) } else { output("Accepted \(fileSummary(r) ?? "the file").") }
     }

@@ -319,7 +319,7 @@ final class RelayWireTests: XCTestCase {
         let mailable: [MessageType] = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate,
                                        .challengeInvite, .challengeAnswer, .challengeStart, .challengeCancel, .challengeQuit,
                                        .challengeOutcome, .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract,
-                                       .conversationSettings, .deliveryReceipt]
+                                       .conversationSettings, .fileOffer, .fileCancel, .deliveryReceipt]
         for t in mailable {
             XCTAssertTrue(MailboxSeal.isMailable(t), "\(t)")
             XCTAssertEqual(try open(try MailboxSeal.seal(envelope(t))).type, t)
@@ -356,7 +356,7 @@ final class RelayWireTests: XCTestCase {
 
     func testTypesThatAreNotMailableAreRefused() throws {
         for t in [MessageType.ping, .pong, .error, .presence, .ack, .clockProbe, .clockReply, .relayRegister, .mailboxPut,
-                  .relayGoodbye, .gapRequest, .fileOffer, .fileRequest, .fileCancel,
+                  .relayGoodbye, .gapRequest, .fileRequest,
                   MessageType(rawValue: 0x0106), MessageType(rawValue: 0x0207), MessageType(rawValue: 0x0100),
                   MessageType(rawValue: 0x0200), MessageType(rawValue: 0xFFFF)] {
             XCTAssertFalse(MailboxSeal.isMailable(t), "\(t)")
