@@ -258,6 +258,8 @@ public struct NodeStore: Sendable {
         // Bedtime and the health pool (MigrationV9Bedtime.swift, Protocol/bedtime.md).
         m.registerMigration("v9-bedtime") { db in try MigrationV9Bedtime.bedtime(db) }
         m.registerMigration("v9-health") { db in try MigrationV9Bedtime.health(db) }
+        // Health shared with friends: the switch, and what friends share (HealthSharing.swift).
+        m.registerMigration("v9-health-share") { db in try MigrationHealthShare.create(db) }
         return m
     }
 
