@@ -128,7 +128,7 @@ def test_setup_on_a_terminal_then_again_then_ctrl_d(tmp_path):
     t.expect("several countries")
     t.expect("Valencia, ES")
     t.answer("Where you live, for sunrise", "São Paulo")
-    t.answer("Cooldown after a bypass, in minutes (10, 20, 30, 45 or 60) [20]:", "7")
+    t.answer("Cooldown after a bypass, in minutes (10, 20, 30, 45 or 60) [10]:", "7")
     t.expect("one of 10, 20, 30, 45 or 60")
     t.answer("Cooldown after a bypass", "30")
     t.answer("Share your health (0–100) and state with your friends? (y/N):", "y")
