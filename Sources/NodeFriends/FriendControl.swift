@@ -19,7 +19,7 @@ extension FriendService {
         }
         // What the friend shares of its health (Protocol/bedtime.md "Health in presence"): null
         // when it does not share, or is offline.
-        let shared = online ? health.read("read a friend's health", or: nil) { try r.friendHealth()[Data(key)] } : nil
+        let shared = online ? health.read("read a friend's health", or: nil) { try r.friendHealth(key) } : nil
         return .object([
             "health": shared.map { .int(Int64($0.health)) } ?? .null,
             "state": shared.map { .string(HealthPool.State(health: $0.health).rawValue) } ?? .null,

@@ -35,6 +35,17 @@ extension StoreReading {
         try read { db in try Bool.fetchOne(db, sql: "SELECT enabled FROM sharing WHERE what = 'health'") ?? false }
     }
 
+    /// What `key` last shared of its health, if anything.
+    public func friendHealth(_ key: [UInt8]) throws -> FriendHealthRow? {
+        try read { db in
+            guard let row = try Row.fetchOne(try db.cachedStatement(sql: "SELECT health, atMs FROM friendHealth WHERE publicKey = ?"),
+                                             arguments: [Data(key)]) else { return nil }
+            let h: Int64 = row["health"]
+            guard (0...100).contains(h) else { return nil }
+            return FriendHealthRow(health: Int(h), atMs: row["atMs"])
+        }
+    }
+
     /// Every friend's last shared health, by public key.
     public func friendHealth() throws -> [Data: FriendHealthRow] {
         try read { db in

@@ -150,7 +150,7 @@ package final class PresenceService: Sendable {
     package func receive(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?, _ step: StoreStep) {
         guard contact?.relationship == .friend else { return }
         let name = p.status.rawValue
-        let before = health.read("read a friend's health", or: nil, { try step.friendHealth()[Data(envelope.author)]?.health })
+        let before = health.read("read a friend's health", or: nil, { try step.friendHealth(envelope.author)?.health })
         health.attempt("store a presence") {
             try step.setPresence(envelope.author, presence: name, lastSeenMs: now())
             try step.setFriendHealth(envelope.author, health: p.health, atMs: now())
