@@ -168,7 +168,7 @@ struct SetupCommand: AsyncParsableCommand {
         try await rest(ask, node, modeName: modeName, dir: dir)
     }
 
-    /// Bedtime and place, the health cooldown, sharing, the hook, and the summary.
+    /// Bedtime and its place, then the rest (`finish`).
     func rest(_ ask: Prompter, _ node: SetupNode, modeName: String, dir: DataDirectory) async throws {
         // 6. Bedtime and its place.
         let bt = try await node.call("bedtime.show")
@@ -183,10 +183,19 @@ struct SetupCommand: AsyncParsableCommand {
             let wakeAnswer = try ask.text("Wake time (HH:MM)", default: bt["wake"]?.stringValue ?? "07:00", flag: wake) { t in
                 TimeOfDay(t) != nil ? nil : "a time is HH:MM (24 h)"
             }
-            let currentPlace = bt["place"]?["name"]?.stringValue ?? bt["place"]?.stringValue
+            // The stored place as an answer: `NAME, CC` (a name alone may be ambiguous), or its coordinates.
+            let currentPlace = bt["place"]?["name"]?.stringValue.map { name in
+                let cc = bt["place"]?["country"]?.stringValue ?? ""
+                return cc.isEmpty ? name : "\(name), \(cc)"
+            }
             let placeAnswer = try ask.text("Where you live, for sunrise (a city such as `Oslo` or `Valencia, ES`, or LAT,LON)",
                                            default: currentPlace ?? PlaceTable.representative(ofTimeZone: TimeZone.current.identifier)?.name,
                                            flag: place, check: SetupAnswers.placeRefusal)
+            // Unchanged answers leave the rule alone (setting it again would start tonight's state afresh).
+            guard !on || bedAnswer != bt["bed"]?.stringValue || wakeAnswer != bt["wake"]?.stringValue || placeAnswer != currentPlace
+                    || modeName != bt["mode"]?.stringValue else {
+                return try await finish(ask, node, modeName: modeName, dir: dir)
+            }
             var p: [String: JSONValue] = ["mode": .string(modeName), "bed": .string(bedAnswer), "wake": .string(wakeAnswer)]
             if let (lat, lon) = SunPlace.parseCoordinates(placeAnswer) {
                 p["latitude"] = .double(lat); p["longitude"] = .double(lon)
@@ -196,6 +205,11 @@ struct SetupCommand: AsyncParsableCommand {
             try await ask.attempt { _ = try await node.call("bedtime.set", .object(p)) }
             ask.say("  Bedtime \(bedAnswer)–\(wakeAnswer) at \(placeAnswer.terminalSafe).")
         }
+        try await finish(ask, node, modeName: modeName, dir: dir)
+    }
+
+    /// The health cooldown, sharing, the hook, and the summary.
+    func finish(_ ask: Prompter, _ node: SetupNode, modeName: String, dir: DataDirectory) async throws {
 
         // 7. The health cooldown.
         let health = try await node.call("health.show")

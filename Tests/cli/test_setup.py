@@ -12,7 +12,7 @@ import subprocess
 import time
 import zoneinfo
 
-from tandem_testkit import TANDEM, Node, befriend, cli, cli_json, friend, one_line_error, poll, run, wait_event
+from tandem_testkit import TANDEM, Node, befriend, cli, cli_json, events, friend, one_line_error, poll, run, wait_event
 
 
 class Terminal:
@@ -216,6 +216,13 @@ def test_setup_non_interactive_with_flags(tmp_path):
         assert cli_json(node, "share")["health"] is False
         assert cli_json(node, "name")["name"] == "Bob"
         assert sorted(cli_json(node, "mode", "show", "deep")["block_sites"]) == ["a.example", "b.example"]
+        # A bedtime in an ambiguous city named with its country; a run that names none leaves it alone.
+        bed, wake = quiet_window("Europe/Madrid")
+        run("setup", "--data-dir", str(home), "--non-interactive", "--bed", bed, "--wake", wake, "--place", "Valencia, ES")
+        shown = cli_json(node, "bedtime", "show")
+        assert shown["place"]["name"] == "Valencia" and shown["place"]["country"] == "ES" and shown["bed"] == bed
+        run("setup", "--data-dir", str(home), "--non-interactive")
+        assert len(events(node, "bedtime.set")) == 1
     finally:
         node.stop()
 
