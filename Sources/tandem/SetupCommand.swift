@@ -74,10 +74,10 @@ struct SetupCommand: AsyncParsableCommand {
 
         // 2. Display name.
         let currentName = try await node.call("name.get")["name"]?.stringValue ?? ""
-        let newName = try ask.text("Your display name (friends see it)", default: currentName.isEmpty ? nil : currentName, flag: name) { t in
+        let newName = nonInteractive && name == nil ? currentName : try ask.text("Your display name (friends see it)", default: currentName.isEmpty ? nil : currentName, flag: name) { t in
             t.trimmingCharacters(in: .whitespaces).isEmpty ? "a name is needed" : nil
         }
-        if newName != currentName {
+        if newName != currentName, !newName.isEmpty {
             try await ask.attempt { _ = try await node.call("name.set", ["name": .string(newName)]) }
             ask.say("  Name: \(newName.terminalSafe)")
         }
@@ -313,15 +313,18 @@ final class Prompter {
     let interactive: Bool
     init(interactive: Bool) { self.interactive = interactive }
 
-    func say(_ line: String) { output(line) }
+    func say(_ line: String) { write(line + "\n") }
 
-    /// Stops setup at end of input (Ctrl-D), keeping what was answered.
-    struct EndOfInput: Error {}
+    /// To the terminal; a closed stdout (the terminal went away, a pipe's reader ended) ends setup
+    /// quietly, never with a trap.
+    private func write(_ text: String) {
+        do { try FileHandle.standardOutput.write(contentsOf: Data(text.utf8)) } catch { Foundation.exit(1) }
+    }
 
     private func readAnswer(_ question: String, _ def: String?) throws -> String {
-        FileHandle.standardOutput.write(Data((question + (def.map { " [\($0.terminalSafe)]" } ?? "") + ": ").utf8))
+        write(question + (def.map { " [\($0.terminalSafe)]" } ?? "") + ": ")
         guard let line = readLine(strippingNewline: true) else {
-            output("")
+            say("")
             throw TandemError("setup stopped at the end of input (Ctrl-D); the answers before this question are saved — run tandem setup again to go on",
                               exitCode: 1)
         }
