@@ -839,6 +839,14 @@ def gen_frames():
               {"message": "tandem.v1.Ping", "nonce": "5", "sent_at_ms": str(created)})
     add_valid("ping from carol to bob", CAROL, BOB, "PING", 2, "ping-carol", created, enc_ping(9, created),
               {"message": "tandem.v1.Ping", "nonce": "9", "sent_at_ms": str(created)})
+    # PRESENCE (Protocol/README.md 12.7): without health (not shared: field 3 absent), and with a
+    # shared health, 0 included (dead: present and 0, never "absent").
+    for label, health in (("health not shared", None), ("shared health 35 (weak)", 35), ("shared health 0 (dead)", 0)):
+        body = pb_varint(1, 1) + pb_varint(2, 10) + ((varint(3 << 3) + varint(health)) if health is not None else b"")
+        fields = {"message": "tandem.v1.Presence", "status": "IDLE", "heartbeat_seconds": 10}
+        if health is not None:
+            fields["health"] = health
+        add_valid(f"PRESENCE, {label}", ALICE, BOB, "PRESENCE", 0x0106, f"presence-{health}", created, body, fields)
     gen_message_frames(add_valid, created)
 
     # Receiver checks: bob receives over a link whose authenticated peer is alice.

@@ -207,6 +207,11 @@ extension ChallengeService {
         if focus.holdsLock(challenge: c.idHex), let m = focus.mode(ofChallenge: c.idHex) {
             throw NodeError.refused("mode \(m) is locked for this challenge: present its main key (tandem unlock …) to quit early")
         }
+        // A quit costs health (NodeFocus charges it): at 0 it is refused here, not charged after.
+        if c.phase == .running || c.phase == .scheduled,
+           let refusal = focus.earlyQuitRefusal(nowMs: Int64(clamping: wallClockMilliseconds()), step) {
+            throw NodeError.refused(refusal)
+        }
         return try quit(c, reason: reason, step)
     }
 

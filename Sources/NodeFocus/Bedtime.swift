@@ -81,7 +81,7 @@ extension FocusService {
             return (SunPlace.coordinates(lat, lon, timeZoneID: zone), zone)
         }
         if let city = try params.optionalString("city") {
-            guard let p = PlaceTable.city(city) else { throw NodeError.invalidArgument("no city \(city) in the built-in table (give a location instead)") }
+            guard let p = PlaceTable.city(city) else { throw NodeError.invalidArgument(PlaceTable.refusal(city) ?? "no city \(city)") }
             return (p, p.timeZoneID)
         }
         let p = PlaceTable.representative(ofTimeZone: zone)
@@ -120,6 +120,7 @@ extension FocusService {
     nonisolated func registerBedtimeMethods(on router: ControlRouter) {
         registerHealthMethods(on: router)
         registerTimelineMethods(on: router)
+        registerSharingMethods(on: router)
         router.registerOnCore("bedtime.show") { [self] _ in bedtimeJSON(nowMs: Int64(clamping: wallClockMilliseconds())) }
         router.registerOnCore("bedtime.set") { [self] params in try setBedtime(params, nowMs: Int64(clamping: wallClockMilliseconds())) }
         router.registerOnCore("bedtime.off") { [self] _ in

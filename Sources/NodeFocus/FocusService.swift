@@ -71,6 +71,8 @@ public final class FocusService: Service, Sendable {
     nonisolated static let keyPrefix = "focus.key."
 
     let store: NodeStore
+    /// What our PRESENCE says; told our health while we share it (HealthSharing.swift).
+    let presence: PresenceState?
     let events: EventBus
     let health: StoreHealth
     let signals: NodeSignals
@@ -94,7 +96,9 @@ public final class FocusService: Service, Sendable {
     let verifiers = NIOLockedValueBox<[String: ([UInt8], ObjectVerifier)]>([:])
 
     package init(identity: SigningKeyPair, store: NodeStore, events: EventBus, health: StoreHealth, signals: NodeSignals,
-         configuration: Configuration, daylight: any DaylightChecking, dataDirectory: DataDirectory?, logger: Logger) throws {
+         configuration: Configuration, daylight: any DaylightChecking, dataDirectory: DataDirectory?, logger: Logger,
+         presence: PresenceState? = nil) throws {
+        self.presence = presence
         self.store = store
         self.events = events
         self.health = health
@@ -190,7 +194,10 @@ public final class FocusService: Service, Sendable {
     public func run() async throws {
         // The restart: the stored state brought up to now (expiries that passed while down apply),
         // the blocking established from it (it cannot know what survived), the deadline armed.
-        await NodeCore.run { self.resume() }
+        await NodeCore.run {
+            self.resume()
+            self.publishSharedHealth(nowMs: Int64(clamping: wallClockMilliseconds()))
+        }
         for note in loadNotes.withLockedValue({ $0 }) { logger.warning("focus state set aside", metadata: ["what": "\(note)"]) }
         for problem in enforcer.probe() { logger.notice("focus blocking limited", metadata: ["what": "\(problem)"]) }
         enforcer.start()

@@ -81,6 +81,7 @@ extension FocusService {
             }
         }
         events.published()
+        publishSharedHealth(nowMs: nowMs)
     }
 
     /// A child task of `run`: every `challenge.quit` (this node quit a challenge or a solo session

@@ -17,7 +17,12 @@ extension FriendService {
             let lan = health.read("read the LAN sightings", or: []) { try r.sightings(since: now() - 60_000) }.contains { $0.publicKey == c.publicKey && $0.host == host }
             via = .string(lan ? "lan" : "direct")
         }
+        // What the friend shares of its health (Protocol/bedtime.md "Health in presence"): null
+        // when it does not share, or is offline.
+        let shared = online ? health.read("read a friend's health", or: nil) { try r.friendHealth(key) } : nil
         return .object([
+            "health": shared.map { .int(Int64($0.health)) } ?? .null,
+            "state": shared.map { .string(HealthPool.State(health: $0.health).rawValue) } ?? .null,
             "id": .string(NodeID(publicKey: key).canonical),
             "name": .string(c.displayName),
             "nickname": health.read("read a nickname", or: nil) { try r.nickname(key) }.map(JSONValue.string) ?? .null,

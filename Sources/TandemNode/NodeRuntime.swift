@@ -148,7 +148,7 @@ public final class NodeRuntime: Sendable {
         self.clock = clock
         let focus = try FocusService(identity: identity, store: store, events: events, health: health, signals: signals,
                                      configuration: configuration.focus, daylight: configuration.focus.daylight ?? DaylightClassifier(),
-                                     dataDirectory: dataDirectory, logger: logger)
+                                     dataDirectory: dataDirectory, logger: logger, presence: presenceState)
         self.focus = focus
         let challenges = ChallengeService(identity: identity, store: store, peers: peers, events: events, outbox: outbox,
                                           presence: presence, clock: clock, focus: focus, health: health, signals: signals, logger: logger)

@@ -175,8 +175,20 @@ public struct PresenceMessage: Equatable, Sendable {
     public enum Status: String, Sendable { case idle, focusing, inChallenge = "in_challenge" }
     public let status: Status
     public let heartbeatSeconds: UInt32
+    /// The sender's health today (0 … 100) when it shares it; nil when it does not (or is an older
+    /// node). 0 is dead.
+    public let health: Int?
+    /// The health state the shared health falls in.
+    public var healthState: HealthPool.State? { health.map { HealthPool.State(health: $0) } }
+
     public init(payload: [UInt8]) throws {
         let m = try decode(Tandem_V1_Presence.self, .presence, payload)
+        if m.hasHealth {
+            guard m.health <= 100 else { throw PayloadError(.presence, "health of \(m.health) is out of range (0 … 100)") }
+            health = Int(m.health)
+        } else {
+            health = nil
+        }
         switch m.status {
         case .focusing: status = .focusing
         case .inChallenge: status = .inChallenge

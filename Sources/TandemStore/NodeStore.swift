@@ -260,6 +260,8 @@ public struct NodeStore: Sendable {
         m.registerMigration("v9-health") { db in try MigrationV9Bedtime.health(db) }
         // A received file bound for the vault (`message accept --to-vault`; MessageFileVault.swift, Protocol/messages.md 7.3).
         m.registerMigration("v9-message-file-vault") { db in try MigrationFileVault.fileVault(db) }
+        // Health shared with friends: the switch, and what friends share (HealthSharing.swift).
+        m.registerMigration("v9-health-share") { db in try MigrationHealthShare.create(db) }
         return m
     }
 

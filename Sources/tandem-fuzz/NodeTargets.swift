@@ -212,7 +212,10 @@ enum NodeTarget {
             var m = Tandem_V1_FriendFarewell(); m.reason = input.text(); message = m
         case .presence:
             var m = Tandem_V1_Presence(); m.status = Tandem_V1_PresenceStatus(rawValue: Int(input.u8() % 6)) ?? .idle
-            m.heartbeatSeconds = input.u32(); message = m
+            m.heartbeatSeconds = input.u32()
+            // Shared health (issue 35): absent, in range, or any u32 (out of range is malformed).
+            switch input.pick(3) { case 0: break; case 1: m.health = UInt32(input.u8() % 101); default: m.health = input.u32() }
+            message = m
         case .ack:
             var m = Tandem_V1_Ack(); m.messageID = Data(input.take(Int(input.u8() % 20))); message = m
         case .clockProbe:

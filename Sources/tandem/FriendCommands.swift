@@ -36,6 +36,7 @@ func friendLine(_ f: JSONValue) -> String {
     }
     if let status = f["status"]?.stringValue { line += "  \(status)" }
     if let via = f["via"]?.stringValue { line += " via \(via)" }
+    if let h = f["health"]?.intValue, let state = f["state"]?.stringValue { line += "  health \(h) (\(state))" }
     if f["online"]?.boolValue == false, let seen = f["last_seen"]?.stringValue { line += "  last seen \(PeopleText.when(seen))" }
     return line
 }

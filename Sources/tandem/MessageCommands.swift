@@ -300,14 +300,21 @@ struct FriendSet: AsyncParsableCommand {
 
 struct Cheer: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Cheer a friend's result in a ledger entry (tandem ledger shows the numbers).")
+        abstract: "Cheer a friend's result in a ledger entry, or a friend whose health is low.",
+        discussion: """
+        `tandem cheer ENTRY [TEXT]`: a cheer on a friend's result in ledger entry ENTRY (a number; tandem ledger \
+        shows them). `tandem cheer FRIEND [TEXT]`: a few words to a friend who shares a weak (or dead) health \
+        (tandem friend list shows it): sent as a message that starts with the cheer marker \(healthCheerMarker) \
+        (Protocol/bedtime.md "Cheers").
+        """)
     @OptionGroup var common: CommonOptions
-    @Argument(help: ArgumentHelp("The ledger entry's number.", valueName: "entry")) var entry: Int64
+    @Argument(help: ArgumentHelp("A ledger entry's number, or a friend (ID, nickname or name).", valueName: "entry|friend")) var target: String
     @Argument(help: "A few words (at most 280 bytes).") var text: String?
     @Option(help: ArgumentHelp("Whose result, when several friends took part.", valueName: "friend")) var friend: String?
     @Option(help: "The emoji (default 👏).") var emoji: String?
 
     func run() async throws {
+        guard let entry = Int64(target) else { return try await cheerHealth() }
         var params: [String: JSONValue] = ["entry": .int(entry)]
         if let text { params["text"] = .string(text) }
         if let friend { params["friend"] = .string(friend) }
@@ -316,4 +323,33 @@ struct Cheer: AsyncParsableCommand {
             output("Cheered entry #\(entry) \(ChatText.terminalSafe(r["emoji"]?.stringValue ?? "")).")
         }
     }
+
+    /// A cheer for a friend's low health: only to a friend who shares a weak or dead state.
+    func cheerHealth() async throws {
+        let who = try contactArgument(target)
+        let words = (text ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        guard words.utf8.count <= 280 else { throw usageError("a cheer is at most 280 bytes") }
+        let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
+        defer { client.close() }
+        let list = try await client.call(method: "friend.list", params: [:])
+        let folded = who.lowercased()
+        let matches = (list["friends"]?.arrayValue ?? []).filter { f in
+            [f["id"]?.stringValue, f["nickname"]?.stringValue, f["name"]?.stringValue].compactMap { $0?.lowercased() }.contains(folded)
+        }
+        guard let f = matches.first else { throw TandemError("no friend \(who.terminalSafe)", exitCode: TandemError.nothingToActOnExitCode) }
+        guard matches.count == 1 else { throw usageError("several friends are called \(who.terminalSafe): name one by Tandem ID") }
+        let name = PeopleText.who(f.terminalSafe)
+        guard let state = f["state"]?.stringValue, let h = f["health"]?.intValue else {
+            throw TandemError("\(name) does not share their health with you (or is offline): nothing to cheer", exitCode: TandemError.nothingToActOnExitCode)
+        }
+        guard state == HealthPool.State.weak.rawValue || state == HealthPool.State.dead.rawValue else {
+            throw TandemError("\(name) is \(state) (health \(h)): cheers are for a weak friend", exitCode: 1)
+        }
+        let body = "\(healthCheerMarker) " + (words.isEmpty ? "Cheering you on — you've got this!" : words)
+        let sent = try await client.call(method: "message.send", params: ["to": f["id"] ?? .null, "text": .string(body)])
+        if common.json { outputJSON(sent.compactJSON) } else { output("Cheered \(name) (health \(h), \(state)).") }
+    }
 }
+
+/// What a health cheer's text starts with (Protocol/bedtime.md "Cheers").
+let healthCheerMarker = "💪"

@@ -33,7 +33,7 @@ struct PlaceOptions: ParsableArguments {
         }
         if let city {
             guard let p = PlaceTable.city(city) else {
-                throw TandemError("no city \(city) in the built-in table (give --location LAT,LON instead)", exitCode: TandemError.usageExitCode)
+                throw TandemError(PlaceTable.refusal(city) ?? "no city \(city)", exitCode: TandemError.usageExitCode)
             }
             return p
         }

@@ -23,7 +23,7 @@ struct Tandem: AsyncParsableCommand {
         subcommands: [Init.self, ID.self, Node.self, Name.self, Friend.self, ChallengeCommand.self, Focus.self, ModeCommand.self, KeyCommand.self, LockCommand.self, UnlockCommand.self, TempUnlockCommand.self, LedgerCommand.self,
                       Stats.self, RelayCommand.self, VaultCommand.self, BackupCommand.self, RecoveryCommand.self, Restore.self, Peers.self, Discoverable.self, Events.self, Wait.self,
                       Status.self, Ping.self, Demo.self, Dev.self, MessageCommand.self, Chat.self, Cheer.self, Keeper.self, DaylightCommand.self, WebCommand.self,
-                      SunCommand.self, BedtimeCommand.self, HealthCommand.self, TimelineCommand.self]
+                      SunCommand.self, BedtimeCommand.self, HealthCommand.self, TimelineCommand.self, ShareCommand.self, SetupCommand.self]
     )
 
     /// Runs the command; every failure becomes one line on stderr and an exit code.

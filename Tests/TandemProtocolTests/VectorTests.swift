@@ -552,6 +552,20 @@ final class VectorTests: XCTestCase {
             fresh.supportedVersions = m.supportedVersions
             fresh.refType = m.refType
             XCTAssertEqual(try fresh.serializedBytes() as [UInt8], payload, "\(c.name): encoding")
+        case "tandem.v1.Presence":
+            // Health is present only while shared; 0 is dead, present and 0 (issue 35).
+            let m = try Tandem_V1_Presence(serializedBytes: payload)
+            XCTAssertEqual(m.status, .idle, c.name)
+            XCTAssertEqual(Int(m.heartbeatSeconds), f["heartbeat_seconds"]?.int, c.name)
+            XCTAssertEqual(m.hasHealth ? Int(m.health) : nil, f["health"]?.int, c.name)
+            let p = try PresenceMessage(payload: payload)
+            XCTAssertEqual(p.health, f["health"]?.int, c.name)
+            XCTAssertEqual(try m.serializedBytes() as [UInt8], payload, "\(c.name): re-encoding")
+            var fresh = Tandem_V1_Presence()
+            fresh.status = .idle
+            fresh.heartbeatSeconds = 10
+            if let h = f["health"]?.int { fresh.health = UInt32(h) }
+            XCTAssertEqual(try fresh.serializedBytes() as [UInt8], payload, "\(c.name): encoding")
         case let name? where name.hasPrefix("tandem.v1.") && MessageType(rawValue: UInt16(c.type)).isMessage:
             try checkMessagingPayload(c, name)
         default:

@@ -57,6 +57,10 @@ package protocol ChallengeModeLocks: Sendable {
     func holdsLock(challenge idHex: String) -> Bool
     @NodeCore func challengeStarted(_ idHex: String, _ step: StoreStep)
     @NodeCore func challengeEnded(_ idHex: String, _ step: StoreStep?)
+    /// Quitting a challenge or a solo session early is a bypass the health pool charges: the line
+    /// refusing it when the pool allows no bypass at `nowMs` (health 0, dead until local midnight),
+    /// read through `reader` (the quitting step); nil when quitting is allowed.
+    @NodeCore func earlyQuitRefusal(nowMs: Int64, _ reader: StoreReading) -> String?
 }
 
 /// The node's own signed contact record, which the friends feature keeps and announces; relays

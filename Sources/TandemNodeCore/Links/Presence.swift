@@ -6,10 +6,34 @@ import TandemNet
 import TandemProtocol
 import TandemStore
 
-/// The status friends see (idle, focusing) and the heartbeat interval a PRESENCE announces.
+/// Our health as friends see it while we share it (`tandem share health on`): today's health and
+/// the instant it becomes 100 again (the next local midnight), so a PRESENCE after midnight says
+/// 100 without anyone having to wake up for it.
+package struct SharedHealth: Sendable, Equatable {
+    package var health: Int
+    package var resetsAtMs: Int64
+    package init(health: Int, resetsAtMs: Int64) { (self.health, self.resetsAtMs) = (health, resetsAtMs) }
+
+    package func health(nowMs: Int64) -> Int { nowMs >= resetsAtMs ? 100 : max(0, min(100, health)) }
+}
+
+/// The status friends see (idle, focusing), our shared health, and the heartbeat interval a PRESENCE announces.
 package final class PresenceState: Sendable {
     private let status = NIOLockedValueBox(Tandem_V1_PresenceStatus.idle)
+    private let sharedHealth = NIOLockedValueBox<SharedHealth?>(nil)
     let heartbeatSeconds: UInt32
+
+    /// What our PRESENCE says of our health: nil stops sharing. Set by local focus (which owns the
+    /// pool) whenever the pool or the sharing switch changes; friends hear it at the next PRESENCE
+    /// (the heartbeat, at most 10 s later).
+    package func share(health: SharedHealth?) {
+        sharedHealth.withLockedValue { $0 = health }
+    }
+
+    /// The health our PRESENCE carries at `nowMs`, nil while not shared.
+    package func sharedHealth(nowMs: Int64) -> Int? {
+        sharedHealth.withLockedValue { $0 }?.health(nowMs: nowMs)
+    }
 
     package nonisolated init(heartbeatSeconds: UInt32) { self.heartbeatSeconds = heartbeatSeconds }
 
@@ -24,6 +48,7 @@ package final class PresenceState: Sendable {
         var p = Tandem_V1_Presence()
         p.status = current
         p.heartbeatSeconds = heartbeatSeconds
+        if let h = sharedHealth(nowMs: Int64(clamping: wallClockMilliseconds())) { p.health = UInt32(h) }
         return (try? p.serializedBytes()) ?? []  // a message of set fields always serializes
     }
 
@@ -94,7 +119,10 @@ package final class PresenceService: Sendable {
 
     func linkDown(_ key: [UInt8], _ step: StoreStep) {
         guard let contact = friend(key, step) else { return }
-        health.attempt("clear a presence") { try step.setPresence(key, presence: nil, lastSeenMs: now()) }
+        health.attempt("clear a presence") {
+            try step.setPresence(key, presence: nil, lastSeenMs: now())
+            try step.setFriendHealth(key, health: nil, atMs: now())
+        }
         events.emit("peer.offline", ["id": .string(NodeID(publicKey: key).canonical), "name": .string(contact.displayName)], in: step)
     }
 
@@ -122,9 +150,18 @@ package final class PresenceService: Sendable {
     package func receive(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?, _ step: StoreStep) {
         guard contact?.relationship == .friend else { return }
         let name = p.status.rawValue
-        health.attempt("store a presence") { try step.setPresence(envelope.author, presence: name, lastSeenMs: now()) }
-        if contact?.presence != name {
-            events.emit("presence.changed", ["id": .string(NodeID(publicKey: envelope.author).canonical), "status": .string(name)], in: step)
+        let before = health.read("read a friend's health", or: nil, { try step.friendHealth(envelope.author)?.health })
+        health.attempt("store a presence") {
+            try step.setPresence(envelope.author, presence: name, lastSeenMs: now())
+            try step.setFriendHealth(envelope.author, health: p.health, atMs: now())
+        }
+        if contact?.presence != name || before != p.health {
+            var fields: [String: JSONValue] = ["id": .string(NodeID(publicKey: envelope.author).canonical), "status": .string(name)]
+            if let h = p.health, let state = p.healthState {
+                fields["health"] = .int(Int64(h))
+                fields["state"] = .string(state.rawValue)
+            }
+            events.emit("presence.changed", fields, in: step)
         }
     }
 

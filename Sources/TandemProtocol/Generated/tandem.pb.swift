@@ -600,9 +600,23 @@ public nonisolated struct Tandem_V1_Presence: Sendable {
   /// The sender promises another Presence within this many seconds while the link is up.
   public var heartbeatSeconds: UInt32 = 0
 
+  /// The sender's health today (0 … 100), present only while it shares its health with friends
+  /// (`tandem share health on`); absent = not shared. 0 is dead, never "no value". Older nodes
+  /// skip this field. Protocol/bedtime.md "Health in presence".
+  public var health: UInt32 {
+    get {_health ?? 0}
+    set {_health = newValue}
+  }
+  /// Returns true if `health` has been explicitly set.
+  public var hasHealth: Bool {self._health != nil}
+  /// Clears the value of `health`. Subsequent reads from it will return its default value.
+  public mutating func clearHealth() {self._health = nil}
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
+
+  fileprivate var _health: UInt32? = nil
 }
 
 /// 0x0107: the frame with this message id was received and durably handled (outbox delivery).
@@ -2099,7 +2113,7 @@ nonisolated extension Tandem_V1_ContactUpdate: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Presence"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}status\0\u{3}heartbeat_seconds\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}status\0\u{3}heartbeat_seconds\0\u{1}health\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2109,24 +2123,33 @@ nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._
       switch fieldNumber {
       case 1: try { try decoder.decodeSingularEnumField(value: &self.status) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatSeconds) }()
+      case 3: try { try decoder.decodeSingularUInt32Field(value: &self._health) }()
       default: break
       }
     }
   }
 
   public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    // The use of inline closures is to circumvent an issue where the compiler
+    // allocates stack space for every if/case branch local when no optimizations
+    // are enabled. https://github.com/apple/swift-protobuf/issues/1034 and
+    // https://github.com/apple/swift-protobuf/issues/1182
     if self.status != .unspecified {
       try visitor.visitSingularEnumField(value: self.status, fieldNumber: 1)
     }
     if self.heartbeatSeconds != 0 {
       try visitor.visitSingularUInt32Field(value: self.heartbeatSeconds, fieldNumber: 2)
     }
+    try { if let v = self._health {
+      try visitor.visitSingularUInt32Field(value: v, fieldNumber: 3)
+    } }()
     try unknownFields.traverse(visitor: &visitor)
   }
 
   public static func ==(lhs: Tandem_V1_Presence, rhs: Tandem_V1_Presence) -> Bool {
     if lhs.status != rhs.status {return false}
     if lhs.heartbeatSeconds != rhs.heartbeatSeconds {return false}
+    if lhs._health != rhs._health {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
