@@ -136,7 +136,7 @@ enum WebViewsMore {
         var view: [String: Any] = [
             "enabled": enabled, "mode": mode, "locked": b["locked"]?.boolValue ?? false,
             "bed": b["bed"]?.stringValue ?? "", "wake": b["wake"]?.stringValue ?? "",
-            "opens": (b["opens"]?.stringValue ?? "").capitalizedFirst,
+            "opens": b["opens"]?.stringValue ?? "", "opensSentence": (b["opens"]?.stringValue ?? "").capitalizedFirst,
             "opensAt": (b["opens_at"]?.stringValue).map(WebViews.shortTime) ?? "",
             "nextBed": (b["next_bed_at"]?.stringValue).map(WebViews.shortTime) ?? "",
             "modeExists": b["mode_exists"]?.boolValue ?? true,

@@ -69,7 +69,7 @@ enum WebTemplatesMore {
     <section class="card" aria-labelledby="night-h">
       <h2 id="night-h">Tonight</h2>
       {{#enabled}}
-      {{#locked}}<p class="lock-state locked" id="bedtime-state"><strong>Locked for the night</strong>: mode {{mode}}. {{opens}}.</p>{{/locked}}
+      {{#locked}}<p class="lock-state locked" id="bedtime-state"><strong>Locked for the night</strong>: mode {{mode}}. {{opensSentence}}.</p>{{/locked}}
       {{^locked}}<p class="lock-state open" id="bedtime-state"><strong>Not locked.</strong> Next bed time {{nextBed}}; then {{opens}}.</p>{{/locked}}
       <ul class="stats">
         <li><span class="stat-label">Bed</span> <span class="stat-value">{{bed}}</span></li>
