@@ -65,7 +65,7 @@ struct Node: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds between heartbeats on each friend link; a friend silent for three heartbeats is offline.", valueName: "seconds"))
     var heartbeat: Int = 10
 
-    @Option(help: ArgumentHelp("The local web dashboard: a loopback host:port (port 0 picks a free one), or off. Default \(WebConfiguration.defaultAddress), or $TANDEM_WEB when set. Open it with `tandem web`.", valueName: "host:port|off"))
+    @Option(help: ArgumentHelp("The local web dashboard: a loopback host:port (port 0 picks a free one; another address only with --web-tls or --web-tls-cert), or off. Default \(WebConfiguration.defaultAddress), or $TANDEM_WEB when set. Open it with `tandem web`.", valueName: "host:port|off"))
     var web: String?
 
     @Flag(name: .customLong("web-tls"), help: "Serve the dashboard over HTTPS with a self-signed certificate made on first use (kept in DATA/web-tls; `tandem web` prints its fingerprint). Needed for a --web address off loopback, unless --web-tls-cert is given.")
