@@ -53,6 +53,8 @@ let package = Package(
         // The local web dashboard (NodeWeb): the HTTP server and its templates.
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", exact: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", exact: "2.1.1"),
+        // The dashboard's TLS (HummingbirdTLS); pinned here so its BoringSSL is one we chose.
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", exact: "2.37.6"),
     ],
     targets: [
         .systemLibrary(
@@ -163,8 +165,11 @@ let package = Package(
         // are compiled in (a lone installed binary has no resource bundle).
         .target(
             name: "NodeWeb",
-            dependencies: ["TandemNodeCore"] + nodeCoreDependencies + [
+            dependencies: ["TandemNodeCore", "TandemMedia"] + nodeCoreDependencies + [
                 .product(name: "Hummingbird", package: "hummingbird"),
+                // HTTPS when the dashboard is served off loopback (--web-tls): swift-nio-ssl, pinned below.
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Mustache", package: "swift-mustache"),
             ]
         ),

@@ -88,6 +88,7 @@ extension MessageService {
         router.registerOnCore(in: store, publishing: events, "message.retract") { [self] params, step in try retract(params, step) }
         router.registerOnCore(in: store, publishing: events, "message.cheer") { [self] params, step in try cheer(params, step) }
         router.registerOnCore(in: store, publishing: events, "message.settings") { [self] params, step in try settings(params, step) }
+        registerInbox(on: router)
         router.registerOnCore("message.search") { [self] params in
             guard let text = params["text"]?.stringValue, !text.trimmingCharacters(in: .whitespaces).isEmpty else {
                 throw Self.usage("missing parameter 'text'")

@@ -4,6 +4,7 @@ import TandemNodeCore
 /// The dashboard's pages.
 enum WebPage: String, CaseIterable, Sendable {
     case friends, challenges, ledger, focus
+    case messages, bedtime, health
 
     var path: String { self == .friends ? "/" : "/\(rawValue)" }
     var title: String {
@@ -12,6 +13,9 @@ enum WebPage: String, CaseIterable, Sendable {
         case .challenges: return "Challenges"
         case .ledger: return "Ledger"
         case .focus: return "Focus"
+        case .messages: return "Messages"
+        case .bedtime: return "Bedtime"
+        case .health: return "Health"
         }
     }
 }
@@ -22,6 +26,7 @@ enum WebAction: String, CaseIterable, Sendable {
     case challengeInvite, challengeAccept, challengeDecline, challengeQuit, challengeCancel
     case ledgerVerify
     case focusLock, focusUnlock
+    case messageSend, messageReact, bedtimeSet, bedtimeOff, bedtimeEmergency, healthCooldown, focusTempUnlock, focusTempKey
 
     var page: WebPage {
         switch self {
@@ -29,6 +34,10 @@ enum WebAction: String, CaseIterable, Sendable {
         case .challengeInvite, .challengeAccept, .challengeDecline, .challengeQuit, .challengeCancel: return .challenges
         case .ledgerVerify: return .ledger
         case .focusLock, .focusUnlock: return .focus
+        case .messageSend, .messageReact: return .messages
+        case .bedtimeSet, .bedtimeOff, .bedtimeEmergency: return .bedtime
+        case .healthCooldown: return .health
+        case .focusTempUnlock, .focusTempKey: return .focus
         }
     }
 
@@ -46,6 +55,14 @@ enum WebAction: String, CaseIterable, Sendable {
         case .ledgerVerify: return "/ledger/verify"
         case .focusLock: return "/focus/lock"
         case .focusUnlock: return "/focus/unlock"
+        case .messageSend: return "/messages/send"
+        case .messageReact: return "/messages/react"
+        case .bedtimeSet: return "/bedtime/set"
+        case .bedtimeOff: return "/bedtime/off"
+        case .bedtimeEmergency: return "/bedtime/emergency"
+        case .healthCooldown: return "/health/cooldown"
+        case .focusTempUnlock: return "/focus/temp-unlock"
+        case .focusTempKey: return "/focus/temp-key"
         }
     }
 
@@ -118,6 +135,8 @@ enum WebAction: String, CaseIterable, Sendable {
         case .focusUnlock:
             _ = try await router.call("lock.unlock", ["tag_b64": try tag()])
             return "Unlocked."
+        case .messageSend, .messageReact, .bedtimeSet, .bedtimeOff, .bedtimeEmergency, .healthCooldown, .focusTempUnlock, .focusTempKey:
+            return try await runMore(form, dashboard: dashboard)
         }
     }
 }

@@ -154,7 +154,7 @@ enum WebAssets {
       function refresh() {
         if (inflight) { again = true; return; }
         inflight = true;
-        fetch(location.pathname, { credentials: "same-origin", headers: { "X-Tandem-Live": "1" } })
+        fetch(location.pathname + location.search, { credentials: "same-origin", headers: { "X-Tandem-Live": "1" } })
           .then(function (r) { return r.ok ? r.text() : null; })
           .then(function (html) {
             if (!html) return;
@@ -164,6 +164,7 @@ enum WebAssets {
               current.replaceWith(document.importNode(fresh, true));
               renderedAt = Date.now();
               tick();
+              bottom();
               document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
             }
           })
@@ -188,8 +189,14 @@ enum WebAssets {
           schedule();
         });
       }
+      // A conversation opens at its newest message.
+      function bottom() {
+        var list = document.getElementById("message-list");
+        if (list && list.lastElementChild) list.lastElementChild.scrollIntoView({ block: "nearest" });
+      }
       setInterval(tick, 1000);
       tick();
+      bottom();
     })();
     """#
 }

@@ -16,23 +16,41 @@ public struct WebConfiguration: Sendable, Equatable {
     public var sessionLifetimeMs: Int64 = 12 * 60 * 60 * 1000
     /// Live-event streams served at once (each an open tab).
     public var maximumStreams = 64
+    /// HTTPS instead of HTTP (required off loopback): `WebTLS.swift`.
+    public var tls: TLS?
+
+    /// Where the certificate comes from: the person's files, or one made on first use and kept.
+    public struct TLS: Sendable, Equatable {
+        public var certificatePath: String?
+        public var keyPath: String?
+        /// Where a self-signed certificate is made on first use and kept (DATA/web-tls) when no files are given.
+        public var selfSignedDirectory: String
+
+        public init(certificatePath: String? = nil, keyPath: String? = nil, selfSignedDirectory: String) {
+            self.certificatePath = certificatePath
+            self.keyPath = keyPath
+            self.selfSignedDirectory = selfSignedDirectory
+        }
+    }
 
     public init(host: String = "127.0.0.1", port: Int = WebConfiguration.defaultPort) {
         self.host = host
         self.port = port
     }
 
-    /// Parses `--web`: "off" (nil), or host:port on a loopback address. A non-loopback address is
-    /// refused: serving the dashboard to a network needs TLS, which the node does not offer yet.
-    public static func parse(_ text: String) throws -> WebConfiguration? {
+    /// Parses `--web`: "off" (nil), or host:port. A non-loopback address is refused unless `tls`
+    /// is given: the dashboard reaches a network only over HTTPS.
+    public static func parse(_ text: String, tls: TLS? = nil) throws -> WebConfiguration? {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         if trimmed.lowercased() == "off" { return nil }
         let (host, port) = try HostPort.parse(trimmed, defaultHost: "127.0.0.1")
         guard (0...65535).contains(port) else { throw NodeError.invalidArgument("--web: the port must be between 0 and 65535") }
-        guard WebHostPolicy.isLoopbackAddress(host) else {
+        guard WebHostPolicy.isLoopbackAddress(host) || tls != nil else {
             throw NodeError.invalidArgument(
-                "--web: \(host) is not a loopback address; the dashboard serves only 127.0.0.1, ::1 or localhost (another interface would need TLS, which is not offered yet)")
+                "--web: \(host) is not a loopback address; the dashboard serves another interface only over TLS: add --web-tls (a self-signed certificate) or --web-tls-cert FILE --web-tls-key FILE")
         }
-        return WebConfiguration(host: host == "localhost" ? "127.0.0.1" : host, port: port)
+        var c = WebConfiguration(host: host == "localhost" ? "127.0.0.1" : host, port: port)
+        c.tls = tls
+        return c
     }
 }

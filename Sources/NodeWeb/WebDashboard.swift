@@ -1,5 +1,7 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -37,6 +39,8 @@ public final class WebDashboard: Service, Sendable {
     private let binding = NIOLockedValueBox(Binding.starting)
     private let ready: EventLoopPromise<Int>
     let openStreams = NIOLockedValueBox(0)
+    /// The TLS certificate's SHA-256 fingerprint, once loaded (nil over plain HTTP).
+    let fingerprint = NIOLockedValueBox<String?>(nil)
 
     public init(configuration: WebConfiguration, router: ControlRouter, events: EventBus, logger: Logger) {
         self.configuration = configuration
@@ -53,20 +57,32 @@ public final class WebDashboard: Service, Sendable {
         ready.fail(NodeError.failed("the dashboard was never started"))
     }
 
-    /// The host as it goes into a URL ("[::1]" for IPv6).
-    var urlHost: String { configuration.host.contains(":") ? "[\(configuration.host)]" : configuration.host }
+    /// The host as it goes into a URL ("[::1]" for IPv6; loopback for an any-address binding).
+    var urlHost: String {
+        switch configuration.host {
+        case "0.0.0.0": return "127.0.0.1"
+        case "::": return "[::1]"
+        case let h: return h.contains(":") ? "[\(h)]" : h
+        }
+    }
+
+    /// "https" over TLS, else "http".
+    var scheme: String { configuration.tls == nil ? "http" : "https" }
 
     /// The dashboard's address without a token, once it listens ("http://127.0.0.1:7812/").
     public var url: String? {
         guard case .listening(let port) = binding.withLockedValue({ $0 }) else { return nil }
-        return "http://\(urlHost):\(port)/"
+        return "\(scheme)://\(urlHost):\(port)/"
     }
 
     /// What `node.status` says about the dashboard.
     public var statusJSON: JSONValue {
         switch binding.withLockedValue({ $0 }) {
         case .starting: return ["state": "starting"]
-        case .listening(let port): return ["state": "listening", "url": .string("http://\(urlHost):\(port)/"), "port": .int(Int64(port))]
+        case .listening(let port):
+            var o: [String: JSONValue] = ["state": "listening", "url": .string("\(scheme)://\(urlHost):\(port)/"), "port": .int(Int64(port))]
+            if let f = fingerprint.withLockedValue({ $0 }) { o["tls_fingerprint"] = .string(f) }
+            return .object(o)
         case .failed(let reason): return ["state": "failed", "reason": .string(reason)]
         case .stopped: return ["state": "stopped"]
         }
@@ -75,7 +91,9 @@ public final class WebDashboard: Service, Sendable {
     /// The Host/Origin policy for the bound port (nil before the server listens).
     var hostPolicy: WebHostPolicy? {
         guard case .listening(let port) = binding.withLockedValue({ $0 }) else { return nil }
-        return WebHostPolicy(port: port)
+        let host = configuration.host.lowercased()
+        let named: Set<String> = WebHostPolicy.isAddressLiteral(host) || host.contains(":") ? [] : [host]
+        return WebHostPolicy(port: port, tls: configuration.tls != nil, names: named)
     }
 
     /// The session cookie's name: per port, since browsers share cookies between ports of a host.
@@ -95,9 +113,12 @@ public final class WebDashboard: Service, Sendable {
                                    exitCode: ControlError.unreachableExitCode)
             }
             let token = sessions.newLoginToken(nowMs: webNowMs())
-            return ["url": .string("http://\(urlHost):\(port)/login?token=\(token)"),
-                    "address": .string("\(urlHost):\(port)"),
-                    "expires_in_s": .int(configuration.loginTokenLifetimeMs / 1000)]
+            var answer: [String: JSONValue] = [
+                "url": .string("\(scheme)://\(urlHost):\(port)/login?token=\(token)"),
+                "address": .string("\(urlHost):\(port)"),
+                "expires_in_s": .int(configuration.loginTokenLifetimeMs / 1000)]
+            if let f = fingerprint.withLockedValue({ $0 }) { answer["tls_fingerprint"] = .string(f) }
+            return .object(answer)
         }
     }
 
@@ -117,16 +138,29 @@ public final class WebDashboard: Service, Sendable {
     }
 
     public func run() async throws {
+        let server: HTTPServerBuilder
+        do {
+            server = try serverBuilder()
+        } catch {
+            let reason = Self.describe(error)
+            ready.fail(NodeError.failed(reason))
+            binding.withLockedValue { $0 = .failed(reason) }
+            logger.warning("dashboard not started", metadata: ["reason": "\(reason)"])
+            await events.emit("web.failed", ["address": .string("\(urlHost):\(configuration.port)"), "reason": .string(reason)])
+            try? await gracefulShutdown()
+            return
+        }
         let app = Application(
             router: buildRouter(),
+            server: server,
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
             onServerRunning: { [self] channel in
                 let port = channel.localAddress?.port ?? configuration.port
                 binding.withLockedValue { $0 = .listening(port: port) }
                 ready.succeed(port)
                 let address = "\(urlHost):\(port)"
-                logger.info("dashboard listening", metadata: ["url": "http://\(address)/"])
-                await events.emit("web.listening", ["address": .string(address), "url": .string("http://\(address)/")])
+                logger.info("dashboard listening", metadata: ["url": "\(scheme)://\(address)/"])
+                await events.emit("web.listening", ["address": .string(address), "url": .string("\(scheme)://\(address)/")])
             },
             logger: logger)
         do {
@@ -150,5 +184,16 @@ public final class WebDashboard: Service, Sendable {
             // The node goes on without it; a service that returns would end the whole group.
             try? await gracefulShutdown()  // throws only when cancelled: the node is stopping anyway
         }
+    }
+}
+
+extension WebDashboard {
+    /// HTTP/1.1, over TLS when configured (the certificate loaded, or made on first use).
+    func serverBuilder() throws -> HTTPServerBuilder {
+        guard let tls = configuration.tls else { return .http1() }
+        let material = try WebTLSMaterial.load(tls, host: configuration.host)
+        fingerprint.withLockedValue { $0 = material.fingerprint }
+        logger.info("dashboard TLS", metadata: ["sha256": "\(material.fingerprint)"])
+        return try .tls(.http1(), tlsConfiguration: material.configuration)
     }
 }

@@ -11,7 +11,7 @@ struct WebPages: Sendable {
 
     init() {
         var library = MustacheLibrary()
-        for (name, text) in WebTemplates.all {
+        for (name, text) in WebTemplates.all + WebTemplatesMore.all {
             do {
                 try library.register(text, named: name)
             } catch {
@@ -21,7 +21,7 @@ struct WebPages: Sendable {
         self.library = library
     }
 
-    func render(_ page: WebPage, dashboard: WebDashboard, csrf: String, flash: String?) async -> String {
+    func render(_ page: WebPage, dashboard: WebDashboard, csrf: String, flash: String?, query: [String: String] = [:]) async -> String {
         let router = dashboard.router
         var errors: [String] = []
         /// A control method's answer; a failure becomes a line on the page, never a broken page.
@@ -51,6 +51,9 @@ struct WebPages: Sendable {
                                    me: status["id"]?.stringValue ?? "", today: Date())
         case .focus:
             view = WebViews.focus(modes: await load("mode.list"), lock: await load("lock.status"))
+            view.merge(await renderMore(page, query: query, load: load)) { old, _ in old }
+        case .messages, .bedtime, .health:
+            view = await renderMore(page, query: query, load: load)
         }
         view["csrf"] = csrf
         if view["me"] == nil { view["me"] = me }

@@ -64,7 +64,7 @@ extension WebDashboard {
         r.add(middleware: WebGuard(dashboard: self))
         r.get("/login") { [self] request, _ in login(request) }
         r.post("/logout") { [self] request, _ in try await action(request) { _ in ("Signed out.", nil) } }
-        r.get("/static/dashboard.css") { _, _ in WebPages.asset(WebAssets.css, type: "text/css; charset=utf-8") }
+        r.get("/static/dashboard.css") { _, _ in WebPages.asset(WebAssets.css + WebTemplatesMore.css, type: "text/css; charset=utf-8") }
         r.get("/static/dashboard.js") { _, _ in WebPages.asset(WebAssets.js, type: "text/javascript; charset=utf-8") }
         r.get("/events") { [self] request, _ in eventStream(request) }
         for page in WebPage.allCases {
@@ -73,6 +73,7 @@ extension WebDashboard {
         for action in WebAction.allCases {
             r.post(RouterPath(action.path)) { [self] request, _ in try await perform(action, request) }
         }
+        registerUploads(on: r)
         return r
     }
 
@@ -86,7 +87,7 @@ extension WebDashboard {
                                   "This login link is not valid: it was used already or has expired. Run `tandem web` for a new one.")
         }
         var response = Response(status: .seeOther, headers: [.location: "/"])
-        response.setCookie(Cookie(name: cookieName, value: id, path: "/", httpOnly: true, sameSite: .strict))
+        response.setCookie(Cookie(name: cookieName, value: id, path: "/", secure: configuration.tls != nil, httpOnly: true, sameSite: .strict))
         return response
     }
 
@@ -96,7 +97,9 @@ extension WebDashboard {
         guard let session = sessions.session(id, nowMs: webNowMs()) else { return WebPages.signIn() }
         // A live refresh (the page's script) leaves the one-time notice for the page the person sees.
         let flash = request.headers[.tandemLive] == nil ? sessions.takeFlash(id) : nil
-        let html = await pages.render(page, dashboard: self, csrf: session.csrf, flash: flash)
+        var query: [String: String] = [:]
+        for (k, v) in request.uri.queryParameters where query[String(k)] == nil { query[String(k)] = String(v) }
+        let html = await pages.render(page, dashboard: self, csrf: session.csrf, flash: flash, query: query)
         return WebPages.html(html)
     }
 
@@ -104,9 +107,9 @@ extension WebDashboard {
     func perform(_ action: WebAction, _ request: Request) async throws -> Response {
         try await self.action(request) { form in
             do {
-                return (try await action.run(form, dashboard: self), action.page.path)
+                return (try await action.run(form, dashboard: self), action.next(form))
             } catch {
-                return (ControlError.from(error).message.capitalizedFirst, action.page.path)
+                return (ControlError.from(error).message.capitalizedFirst, action.next(form))
             }
         }
     }

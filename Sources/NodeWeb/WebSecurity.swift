@@ -10,8 +10,27 @@ import TandemProtocol
 public struct WebHostPolicy: Sendable, Equatable {
     /// The port the dashboard is bound to.
     public var port: Int
+    /// "https" when the dashboard is served over TLS (then it may face a network).
+    public var scheme: String
+    /// Over TLS: any IP address literal is a Host the dashboard answers (a browser that typed the
+    /// address; DNS rebinding needs a name), and so are `names` (the host named in --web).
+    public var names: Set<String>
 
-    public init(port: Int) { self.port = port }
+    public init(port: Int, tls: Bool = false, names: Set<String> = []) {
+        self.port = port
+        self.scheme = tls ? "https" : "http"
+        self.names = Set(names.map { $0.lowercased() })
+    }
+
+    /// An IPv4 literal, or an IPv6 one in brackets.
+    static func isAddressLiteral(_ name: String) -> Bool {
+        if name.hasPrefix("[") && name.hasSuffix("]") {
+            let inner = name.dropFirst().dropLast()
+            return !inner.isEmpty && inner.count <= 45 && inner.allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." }
+        }
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts.allSatisfy { !$0.isEmpty && $0.count <= 3 && $0.allSatisfy(\.isASCII) && UInt8($0) != nil }
+    }
 
     /// Names a browser on this machine may use for the dashboard.
     static let loopbackNames: Set<String> = ["127.0.0.1", "localhost", "[::1]"]
@@ -26,7 +45,8 @@ public struct WebHostPolicy: Sendable, Equatable {
         return parts[0] == "127"
     }
 
-    /// `Host: 127.0.0.1:7812`, `localhost:7812` or `[::1]:7812` (the port is required unless it is 80).
+    /// `Host: 127.0.0.1:7812`, `localhost:7812` or `[::1]:7812` (the port is required unless it is 80);
+    /// over TLS also an address literal or a name from --web.
     public func allowsHost(_ value: String?) -> Bool {
         guard let value, value.utf8.count <= 255 else { return false }
         let v = value.lowercased()
@@ -47,20 +67,23 @@ public struct WebHostPolicy: Sendable, Equatable {
             name = v[...]
             portText = nil
         }
-        guard Self.loopbackNames.contains(String(name)) || Self.isLoopbackAddress(String(name)) else { return false }
+        let isLoopback = Self.loopbackNames.contains(String(name)) || Self.isLoopbackAddress(String(name))
+        let overTLS = scheme == "https" && (Self.isAddressLiteral(String(name)) || names.contains(String(name)))
+        guard isLoopback || overTLS else { return false }
         if let portText {
             guard portText.count <= 5, portText.allSatisfy(\.isASCII), let p = Int(portText) else { return false }
             return p == port
         }
-        return port == 80
+        return port == (scheme == "https" ? 443 : 80)
     }
 
     /// `Origin: http://<an allowed host>`. A missing Origin is allowed only on safe requests (GET,
     /// HEAD): a state-changing request must say where it comes from. "null" is never allowed.
     public func allowsOrigin(_ value: String?, stateChanging: Bool) -> Bool {
         guard let value else { return !stateChanging }
-        guard value.hasPrefix("http://") else { return false }
-        let rest = value.dropFirst("http://".count)
+        let prefix = scheme + "://"
+        guard value.hasPrefix(prefix) else { return false }
+        let rest = value.dropFirst(prefix.count)
         guard !rest.contains("/") else { return false }
         return allowsHost(String(rest))
     }

@@ -280,5 +280,6 @@ enum WebTemplates {
       </form>
       {{/hasModes}}
     </section>
+    {{> focus_keys}}
     """#
 }

@@ -65,8 +65,25 @@ struct Node: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds between heartbeats on each friend link; a friend silent for three heartbeats is offline.", valueName: "seconds"))
     var heartbeat: Int = 10
 
-    @Option(help: ArgumentHelp("The local web dashboard: a loopback host:port (port 0 picks a free one), or off. Default \(WebConfiguration.defaultAddress), or $TANDEM_WEB when set. Open it with `tandem web`.", valueName: "host:port|off"))
+    @Option(help: ArgumentHelp("The local web dashboard: a loopback host:port (port 0 picks a free one; another address only with --web-tls or --web-tls-cert), or off. Default \(WebConfiguration.defaultAddress), or $TANDEM_WEB when set. Open it with `tandem web`.", valueName: "host:port|off"))
     var web: String?
+
+    @Flag(name: .customLong("web-tls"), help: "Serve the dashboard over HTTPS with a self-signed certificate made on first use (kept in DATA/web-tls; `tandem web` prints its fingerprint). Needed for a --web address off loopback, unless --web-tls-cert is given.")
+    var webTLS = false
+
+    @Option(name: .customLong("web-tls-cert"), help: ArgumentHelp("Serve the dashboard over HTTPS with this certificate chain (PEM); with --web-tls-key.", valueName: "file"))
+    var webTLSCert: String?
+
+    @Option(name: .customLong("web-tls-key"), help: ArgumentHelp("The private key (PEM) of --web-tls-cert.", valueName: "file"))
+    var webTLSKey: String?
+
+    /// The dashboard's TLS setup, when asked for.
+    func webTLSSetup(_ dir: URL) -> WebConfiguration.TLS? {
+        guard webTLS || webTLSCert != nil else { return nil }
+        func absolute(_ p: String?) -> String? { p.map { URL(fileURLWithPath: $0).standardizedFileURL.path } }
+        return WebConfiguration.TLS(certificatePath: absolute(webTLSCert), keyPath: absolute(webTLSKey),
+                                    selfSignedDirectory: dir.appendingPathComponent("web-tls").path)
+    }
 
     /// `--web`, else a non-empty $TANDEM_WEB (the test harness sets it to off), else the default.
     var webText: String {
@@ -75,7 +92,8 @@ struct Node: AsyncParsableCommand {
 
     func validate() throws {
         do {
-            _ = try WebConfiguration.parse(webText)
+            if (webTLSCert == nil) != (webTLSKey == nil) { throw ValidationError("--web-tls-cert and --web-tls-key go together") }
+            _ = try WebConfiguration.parse(webText, tls: webTLSSetup(URL(fileURLWithPath: "/")))
         } catch let error as NodeError {
             throw ValidationError(error.message)
         } catch let error as TandemError {
@@ -170,7 +188,7 @@ struct Node: AsyncParsableCommand {
         } else if !noLockKeeper, (ProcessInfo.processInfo.environment["TANDEM_NO_LOCK_KEEPER"] ?? "").isEmpty {
             logger.warning("no lock keeper: /proc/self/exe is not readable; stopping the node lifts a lock's app block")
         }
-        config.web = try WebConfiguration.parse(webText)
+        config.web = try WebConfiguration.parse(webText, tls: webTLSSetup(dir.url))
         let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: dir, logger: logger)
         try await node.run()
         logger.info("node stopped")

@@ -30,6 +30,9 @@ struct WebCommand: AsyncParsableCommand {
             return
         }
         output(url)
+        if let f = answer["tls_fingerprint"]?.stringValue {
+            output("TLS certificate SHA-256 fingerprint: \(f) (check that your browser shows the same)")
+        }
         if !noOpen, isatty(STDOUT_FILENO) == 1, Self.hasDisplay, Self.open(url) {
             FileHandle.standardError.write(Data("tandem: opened in your browser (the link works once)\n".utf8))
         }
