@@ -88,6 +88,9 @@ public struct ObjectVerifier: Sendable {
     static let symmetryDegrees: [Float] = [45, 90, 135, 180, 225, 270, 315]
     /// A frame is indecisive when a near-symmetric pose fits it within this of the accepted fit.
     static let ambiguousFitMargin = 0.04
+    /// …and that pose shows this much more deficit, or this much less coverage, than the accepted one.
+    static let ambiguousDeficitRise = 0.03
+    static let ambiguousCoverageDrop = 0.08
 
     static func nearSymmetries(_ tree: KDTree, _ normals: [SIMD3<Float>], tau: Float, cell: Float) -> [RigidTransform] {
         let model = tree.points
@@ -240,7 +243,10 @@ public struct ObjectVerifier: Sendable {
                 // …and the model, turned so, shows what the frame does not have.
                 let (coverage, deficit) = Registration.coverage(model: tree, normals: normals, view: cloud, t: t, tau: template.inlierDistance,
                                                                 cell: template.cell, viewTree: viewTree)
-                if coverage < Double(template.minimumCoverage) || deficit > Double(template.maximumDeficit) {
+                // (Against the accepted pose's own measures: a model's calibrated ceilings leave room
+                // for its enrolment patches, and a handle costs less than that room.)
+                if coverage < Double(template.minimumCoverage) || deficit > Double(template.maximumDeficit)
+                    || deficit - v.deficit >= Self.ambiguousDeficitRise || v.coverage - coverage >= Self.ambiguousCoverageDrop {
                     v.decisive = false
                     break
                 }
