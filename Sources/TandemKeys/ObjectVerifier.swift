@@ -76,39 +76,57 @@ public struct ObjectVerifier: Sendable {
     public func prepare() { _ = virtualViews; _ = nearSymmetries }
 
     private let symmetries = NearSymmetries()
-    /// The model's near-symmetries: spins of the model about its principal axes (through its
-    /// centroid, refined by ICP) under which most of the model, but not all of it, lands on itself
-    /// (self-fit in `nearSymmetryFits`): a mug turned about its axis (all but the handle), a teapot,
-    /// a book turned a quarter. A true symmetry (a can's spin, a box's half turn) is harmless and
-    /// left out. Made when first needed, shared by copies of this verifier.
-    var nearSymmetries: [RigidTransform] {
+    /// The model's near-symmetries, each as the model points it does not carry onto the model (its
+    /// *distinct part*): spins of the model about its principal axes and its normals' principal
+    /// directions (through its centroid, by 45°, 90°, … 315°, refined by ICP) under which 85–98 % of
+    /// the model's points land within 2τ of the model — a mug turned about its axis (all but the
+    /// handle), a teapot. A true symmetry (a can's spin, a box's half turn, ≥ 98 %) hides nothing and
+    /// is left out, and so is a turn that carries much of the model off itself (< 85 %: a frame
+    /// that fits both ways is then rare). Made when first needed, shared by copies of this verifier.
+    var nearSymmetries: [[Int32]] {
         symmetries.get { Self.nearSymmetries(tree, normals, tau: template.inlierDistance, cell: template.cell) }
     }
-    static let nearSymmetryFits = 0.70..<0.97
+    static let nearSymmetryShare = 0.85..<0.98
     static let symmetryDegrees: [Float] = [45, 90, 135, 180, 225, 270, 315]
-    /// A frame is indecisive when a near-symmetric pose fits it within this of the accepted fit.
-    static let ambiguousFitMargin = 0.04
-    /// …and that pose shows this much more deficit, or this much less coverage, than the accepted one.
-    static let ambiguousDeficitRise = 0.03
-    static let ambiguousCoverageDrop = 0.08
+    /// A frame is decisive when, for every near-symmetry, at least this share of its distinct part
+    /// (at least `decisivePoints` points) has a frame point within 2τ: the frame shows the part.
+    static let decisiveShare = 0.25
+    static let decisivePoints = 8
 
-    static func nearSymmetries(_ tree: KDTree, _ normals: [SIMD3<Float>], tau: Float, cell: Float) -> [RigidTransform] {
+    static func nearSymmetries(_ tree: KDTree, _ normals: [SIMD3<Float>], tau: Float, cell: Float) -> [[Int32]] {
         let model = tree.points
         guard model.count >= 32, normals.count == model.count else { return [] }
         let pa = model.withUnsafeBufferPointer { PrincipalAxes($0) }
         let sample = Registration.subsample(model, Registration.finePoints)
-        var found: [RigidTransform] = []
-        for axis in [pa.axes.column0, pa.axes.column1, pa.axes.column2] {
+        // Axes: the principal axes, and the eigenvectors of the normals' scatter Σ n nᵀ. A mug's body
+        // has nearly equal variance along its axis and across it, so its principal axes can lie
+        // anywhere in that plane; its walls' normals all lie across the axis, so the scatter's
+        // smallest eigenvector is the axis itself.
+        var scatter = [Double](repeating: 0, count: 9)
+        for n in normals { for i in 0..<3 { for j in 0..<3 { scatter[i * 3 + j] += Double(n[i] * n[j]) } } }
+        let normalAxes = symmetricEigen(scatter, n: 3).vectors.map { SIMD3<Float>(Float($0[0]), Float($0[1]), Float($0[2])) }
+        var axes: [SIMD3<Float>] = []
+        for a in [pa.axes.column0, pa.axes.column1, pa.axes.column2] + normalAxes.reversed() {
+            let u = normalized3(a)
+            if !axes.contains(where: { abs(dot3($0, u)) > 0.97 }) { axes.append(u) }
+        }
+        let far = 4 * tau * tau
+        var found: [[Int32]] = []
+        var seen: [RigidTransform] = []
+        for axis in axes {
             for degrees in symmetryDegrees {
-                let r = rodrigues(normalized3(axis) * (degrees * .pi / 180))
+                let r = rodrigues(axis * (degrees * .pi / 180))
                 let spin = RigidTransform(rotation: r, translation: pa.centroid - r.apply(pa.centroid))
                 let t = Registration.icpPlane(sample, tree, normals: normals, from: spin, tau: tau, iterations: Registration.fineIterations)
                 // ICP slid back to the model's own pose: no symmetry there.
                 guard t.rotation.rotationAngle > 0.35 else { continue }
-                let (fit, _) = Registration.evaluate(sample, tree, t, tau: tau, normals: normals, cell: cell)
-                guard nearSymmetryFits.contains(fit) else { continue }
-                if found.contains(where: { ($0.rotation.transposed * t.rotation).rotationAngle < 0.35 }) { continue }
-                found.append(t)
+                if seen.contains(where: { ($0.rotation.transposed * t.rotation).rotationAngle < 0.35 }) { continue }
+                seen.append(t)
+                var distinct: [Int32] = []
+                for (i, p) in model.enumerated() where tree.nearest(t.apply(p)).distanceSquared > far { distinct.append(Int32(i)) }
+                let share = 1 - Double(distinct.count) / Double(model.count)
+                guard nearSymmetryShare.contains(share) else { continue }
+                found.append(distinct)
             }
         }
         return found
@@ -227,26 +245,15 @@ public struct ObjectVerifier: Sendable {
             && v.deficit <= Double(template.maximumDeficit)
         v.passed = v.stage1Passed && v.stage2Passed
         if v.passed, askDecisive {
-            // Decisive unless a near-symmetric pose fits the frame about as well and the model refuses
-            // it there (it would show a part the frame lacks): then the frame cannot tell this object
-            // from one without that part.
-            let fine = Registration.subsample(cloud, Registration.finePoints)
-            for s in nearSymmetries {
-                let t = Registration.icpPlane(fine, tree, normals: normals, from: s.composed(after: alignment.transform), tau: template.inlierDistance,
-                                              iterations: Self.ambiguityIterations)
-                guard (alignment.transform.rotation.transposed * t.rotation).rotationAngle > 0.35 else { continue }
-                let (fit, rms) = Registration.evaluate(fine, tree, t, tau: template.inlierDistance, normals: normals, cell: template.cell, oriented: true)
-                guard fit >= alignment.fit - Self.ambiguousFitMargin, rms <= Double(template.maximumRMS) else { continue }
-                // The frame has nothing that pose leaves unexplained (its handle would be excess there)…
-                let excess = Registration.excess(cloud, t, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: viewTree)
-                guard excess <= Double(template.maximumExcess) else { continue }
-                // …and the model, turned so, shows what the frame does not have.
-                let (coverage, deficit) = Registration.coverage(model: tree, normals: normals, view: cloud, t: t, tau: template.inlierDistance,
-                                                                cell: template.cell, viewTree: viewTree)
-                // (Against the accepted pose's own measures: a model's calibrated ceilings leave room
-                // for its enrolment patches, and a handle costs less than that room.)
-                if coverage < Double(template.minimumCoverage) || deficit > Double(template.maximumDeficit)
-                    || deficit - v.deficit >= Self.ambiguousDeficitRise || v.coverage - coverage >= Self.ambiguousCoverageDrop {
+            // Decisive when, for every near-symmetry, the frame shows enough of the part it does not
+            // carry onto the model (the handle): a frame without it fits this object posed with the
+            // part out of sight as well as an object that has none.
+            let back = alignment.transform.inverse
+            let reach = 4 * template.inlierDistance * template.inlierDistance
+            for distinct in nearSymmetries {
+                var shown = 0
+                for i in distinct where viewTree.nearest(back.apply(tree.points[Int(i)])).distanceSquared <= reach { shown += 1 }
+                if shown < max(Self.decisivePoints, Int((Self.decisiveShare * Double(distinct.count)).rounded(.up))) {
                     v.decisive = false
                     break
                 }
@@ -261,16 +268,14 @@ public struct ObjectVerifier: Sendable {
     }
 
     private func rounded(_ x: Double) -> Double { (x * 100).rounded() / 100 }
-
-    static let ambiguityIterations = 12
 }
 
 /// `ObjectVerifier.nearSymmetries`, made once under a lock (verifiers are copied across threads).
 private final class NearSymmetries: @unchecked Sendable {
     private let lock = NSLock()
-    private var value: [RigidTransform]?
+    private var value: [[Int32]]?
 
-    func get(_ make: () -> [RigidTransform]) -> [RigidTransform] {
+    func get(_ make: () -> [[Int32]]) -> [[Int32]] {
         lock.lock()
         defer { lock.unlock() }
         if let value { return value }
