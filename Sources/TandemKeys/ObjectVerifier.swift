@@ -122,8 +122,17 @@ public struct ObjectVerifier: Sendable {
                 guard t.rotation.rotationAngle > 0.35 else { continue }
                 if seen.contains(where: { ($0.rotation.transposed * t.rotation).rotationAngle < 0.35 }) { continue }
                 seen.append(t)
+                var off = [Bool](repeating: false, count: model.count)
+                for (i, p) in model.enumerated() where tree.nearest(t.apply(p)).distanceSquared > far { off[i] = true }
+                // A part, not the model's scattered noise: a point counts when most (≥ 4) of its 6
+                // nearest model neighbours are off too.
                 var distinct: [Int32] = []
-                for (i, p) in model.enumerated() where tree.nearest(t.apply(p)).distanceSquared > far { distinct.append(Int32(i)) }
+                var near: [(index: Int, distanceSquared: Float)] = []
+                near.reserveCapacity(7)
+                for i in model.indices where off[i] {
+                    tree.nearestIndices(model[i], k: 7, into: &near)
+                    if near.filter({ $0.index != i && off[$0.index] }).count >= 4 { distinct.append(Int32(i)) }
+                }
                 let share = 1 - Double(distinct.count) / Double(model.count)
                 guard nearSymmetryShare.contains(share) else { continue }
                 found.append(distinct)
