@@ -117,7 +117,7 @@ extension TimeZone {
 /// The sun's position is computed in full twice per place-day, half a day either side of the local
 /// noon guess, and read in between by linear interpolation (over a day the declination's and the
 /// equation of time's curvature make that < 0.001° and < 1 s off; the full terms six times a
-/// place-day cost 2.5 times as much). Pure and allocation-free: `tandem-bench sun` runs a million
+/// place-day cost about twice as much). Pure and allocation-free: `tandem-bench sun` runs a million
 /// place-days through `utcEvents`.
 public enum SolarCalculator {
     /// Sunrise and sunset: the sun's upper limb on the horizon with standard refraction (0.833° below).
