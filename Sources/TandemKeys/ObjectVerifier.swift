@@ -20,12 +20,19 @@ public struct FrameVerdict: Sendable, Equatable, Codable {
     public var stage1Passed: Bool
     public var stage2Passed: Bool
     public var passed: Bool
+    /// Whether the frame tells the object from its look-alikes: false when the frame fits, as well,
+    /// a pose under a near-symmetry of the model (a spin about a mug's axis) that the model refuses
+    /// (the handle would show, and the frame has none). A key matches only after a decisive frame.
+    /// True for frames that were not asked (a key without near-symmetries, or once one was seen).
+    public var decisive: Bool = true
 }
 
 /// Verifies live frames against one template. A frame passes when it is good, its score is at
 /// least `minimumScore` (stage 1, the seeds' rule) and its alignment to the model fits within the
 /// template's calibrated thresholds (stage 2). The key matches after `requiredConsecutive`
-/// consecutive passing frames, and stays matched.
+/// consecutive passing frames of which at least one is decisive (`FrameVerdict.decisive`: a mug
+/// shown only from where its handle hides behind it is not told from a cup without one), and stays
+/// matched.
 public struct ObjectVerifier: Sendable {
     public static let requiredConsecutive = 3
     public static let minimumScore = 0.90
@@ -36,6 +43,8 @@ public struct ObjectVerifier: Sendable {
     private let normals: [SIMD3<Float>]
     public private(set) var consecutive = 0
     public private(set) var matched = false
+    /// Whether the current run of passing frames holds a decisive one.
+    public private(set) var decisiveInRun = false
 
     public init(template: ObjectTemplate, roi: RegionOfInterest? = nil) {
         self.init(template: template, roi: roi, virtualTargets: Self.virtualTargets)
@@ -63,8 +72,74 @@ public struct ObjectVerifier: Sendable {
     let virtualTargets: Int
     static let virtualTargets = 6
 
-    /// Makes the model views now (otherwise the first frame that needs the second search does).
-    public func prepare() { _ = virtualViews }
+    /// Makes the model views and near-symmetries now (otherwise the first frame that needs them does).
+    public func prepare() { _ = virtualViews; _ = nearSymmetries }
+
+    private let symmetries = NearSymmetries()
+    /// The model's near-symmetries, each as the model points it does not carry onto the model (its
+    /// *distinct part*): spins of the model about its principal axes and its normals' principal
+    /// directions (through its centroid, by 45°, 90°, … 315°, refined by ICP) under which 85–98 % of
+    /// the model's points land within 2τ of the model — a mug turned about its axis (all but the
+    /// handle), a teapot. A true symmetry (a can's spin, a box's half turn, ≥ 98 %) hides nothing and
+    /// is left out, and so is a turn that carries much of the model off itself (< 85 %: a frame
+    /// that fits both ways is then rare). Made when first needed, shared by copies of this verifier.
+    var nearSymmetries: [[Int32]] {
+        symmetries.get { Self.nearSymmetries(tree, normals, tau: template.inlierDistance, cell: template.cell) }
+    }
+    static let nearSymmetryShare = 0.85..<0.98
+    static let symmetryDegrees: [Float] = [45, 90, 135, 180, 225, 270, 315]
+    /// A frame is decisive when, for every near-symmetry, at least this share of its distinct part
+    /// (at least `decisivePoints` points) has a frame point within 2τ: the frame shows the part.
+    static let decisiveShare = 0.25
+    static let decisivePoints = 8
+
+    static func nearSymmetries(_ tree: KDTree, _ normals: [SIMD3<Float>], tau: Float, cell: Float) -> [[Int32]] {
+        let model = tree.points
+        guard model.count >= 32, normals.count == model.count else { return [] }
+        let pa = model.withUnsafeBufferPointer { PrincipalAxes($0) }
+        let sample = Registration.subsample(model, Registration.finePoints)
+        // Axes: the principal axes, and the eigenvectors of the normals' scatter Σ n nᵀ. A mug's body
+        // has nearly equal variance along its axis and across it, so its principal axes can lie
+        // anywhere in that plane; its walls' normals all lie across the axis, so the scatter's
+        // smallest eigenvector is the axis itself.
+        var scatter = [Double](repeating: 0, count: 9)
+        for n in normals { for i in 0..<3 { for j in 0..<3 { scatter[i * 3 + j] += Double(n[i] * n[j]) } } }
+        let normalAxes = symmetricEigen(scatter, n: 3).vectors.map { SIMD3<Float>(Float($0[0]), Float($0[1]), Float($0[2])) }
+        var axes: [SIMD3<Float>] = []
+        for a in [pa.axes.column0, pa.axes.column1, pa.axes.column2] + normalAxes.reversed() {
+            let u = normalized3(a)
+            if !axes.contains(where: { abs(dot3($0, u)) > 0.97 }) { axes.append(u) }
+        }
+        let far = 4 * tau * tau
+        var found: [[Int32]] = []
+        var seen: [RigidTransform] = []
+        for axis in axes {
+            for degrees in symmetryDegrees {
+                let r = rodrigues(axis * (degrees * .pi / 180))
+                let spin = RigidTransform(rotation: r, translation: pa.centroid - r.apply(pa.centroid))
+                let t = Registration.icpPlane(sample, tree, normals: normals, from: spin, tau: tau, iterations: Registration.fineIterations)
+                // ICP slid back to the model's own pose: no symmetry there.
+                guard t.rotation.rotationAngle > 0.35 else { continue }
+                if seen.contains(where: { ($0.rotation.transposed * t.rotation).rotationAngle < 0.35 }) { continue }
+                seen.append(t)
+                var off = [Bool](repeating: false, count: model.count)
+                for (i, p) in model.enumerated() where tree.nearest(t.apply(p)).distanceSquared > far { off[i] = true }
+                // A part, not the model's scattered noise: a point counts when most (≥ 4) of its 6
+                // nearest model neighbours are off too.
+                var distinct: [Int32] = []
+                var near: [(index: Int, distanceSquared: Float)] = []
+                near.reserveCapacity(7)
+                for i in model.indices where off[i] {
+                    tree.nearestIndices(model[i], k: 7, into: &near)
+                    if near.filter({ $0.index != i && off[$0.index] }).count >= 4 { distinct.append(Int32(i)) }
+                }
+                let share = 1 - Double(distinct.count) / Double(model.count)
+                guard nearSymmetryShare.contains(share) else { continue }
+                found.append(distinct)
+            }
+        }
+        return found
+    }
 
     static func virtualViews(_ model: [SIMD3<Float>], _ normals: [SIMD3<Float>], cell: Float) -> [(axes: PrincipalAxes, vector: [Float])] {
         guard model.count >= 16, normals.count == model.count, cell > 0 else { return [] }
@@ -91,9 +166,18 @@ public struct ObjectVerifier: Sendable {
     }
 
     public mutating func present(_ frame: PointFrame) -> FrameVerdict {
-        let v = evaluate(frame, ShapeAnalysis(frame, roi: roi))
-        consecutive = v.passed ? consecutive + 1 : 0
-        if consecutive >= Self.requiredConsecutive { matched = true }
+        var v = evaluate(frame, ShapeAnalysis(frame, roi: roi), askDecisive: !decisiveInRun)
+        if v.passed {
+            consecutive += 1
+            if v.decisive { decisiveInRun = true }
+        } else {
+            consecutive = 0
+            decisiveInRun = false
+        }
+        if consecutive >= Self.requiredConsecutive, decisiveInRun { matched = true }
+        if v.passed, !v.decisive, !decisiveInRun, !matched {
+            v.guidance = "recognised, but from here it could be a look-alike without a part this object has: turn it to show that part (a handle, a spout)"
+        }
         return v
     }
 
@@ -108,7 +192,7 @@ public struct ObjectVerifier: Sendable {
         template.views.map { cosine($0.vector, a.vector) }.max() ?? 0
     }
 
-    func evaluate(_ frame: PointFrame, _ a: ShapeAnalysis) -> FrameVerdict {
+    func evaluate(_ frame: PointFrame, _ a: ShapeAnalysis, askDecisive: Bool = false) -> FrameVerdict {
         let check = FrameCheck.assess(frame, a)
         var v = FrameVerdict(score: 0, fit: 0, rms: 0, coverage: 0, excess: 0, deficit: 0, quality: check.quality, guidance: check.guidance,
                              stage1Passed: false, stage2Passed: false, passed: false)
@@ -126,14 +210,18 @@ public struct ObjectVerifier: Sendable {
         let cloud = ShapeAnalysis.surface(a.cloud, tree: a.tree, extents: a.extents)
         let viewTree = KDTree(cloud)
         let accepted = AcceptedMeasures()
-        @Sendable func judge(_ c: Alignment) -> Bool {
-            guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return false }
+        @Sendable func measures(_ c: Alignment) -> (coverage: Double, excess: Double, deficit: Double)? {
+            guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return nil }
             let excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
-            guard excess <= Double(enrolled.maximumExcess) else { return false }
+            guard excess <= Double(enrolled.maximumExcess) else { return nil }
             let (coverage, deficit) = Registration.coverage(model: tree, normals: normals, view: cloud, t: c.transform,
                                                             tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
-            guard coverage >= Double(enrolled.minimumCoverage), deficit <= Double(enrolled.maximumDeficit) else { return false }
-            accepted.set(c.transform, coverage: coverage, excess: excess, deficit: deficit)
+            guard coverage >= Double(enrolled.minimumCoverage), deficit <= Double(enrolled.maximumDeficit) else { return nil }
+            return (coverage, excess, deficit)
+        }
+        @Sendable func judge(_ c: Alignment) -> Bool {
+            guard let m = measures(c) else { return false }
+            accepted.set(c.transform, coverage: m.coverage, excess: m.excess, deficit: m.deficit)
             return true
         }
         // Without the 45° turns of a square or round section: they double this search's coarse
@@ -165,6 +253,21 @@ public struct ObjectVerifier: Sendable {
             && v.coverage >= Double(template.minimumCoverage) && v.excess <= Double(template.maximumExcess)
             && v.deficit <= Double(template.maximumDeficit)
         v.passed = v.stage1Passed && v.stage2Passed
+        if v.passed, askDecisive {
+            // Decisive when, for every near-symmetry, the frame shows enough of the part it does not
+            // carry onto the model (the handle): a frame without it fits this object posed with the
+            // part out of sight as well as an object that has none.
+            let back = alignment.transform.inverse
+            let reach = 4 * template.inlierDistance * template.inlierDistance
+            for distinct in nearSymmetries {
+                var shown = 0
+                for i in distinct where viewTree.nearest(back.apply(tree.points[Int(i)])).distanceSquared <= reach { shown += 1 }
+                if shown < max(Self.decisivePoints, Int((Self.decisiveShare * Double(distinct.count)).rounded(.up))) {
+                    v.decisive = false
+                    break
+                }
+            }
+        }
         if !v.stage1Passed {
             v.guidance = "not the enrolled object (shape score \(rounded(v.score)), need \(Self.minimumScore))"
         } else if !v.stage2Passed {
@@ -174,6 +277,21 @@ public struct ObjectVerifier: Sendable {
     }
 
     private func rounded(_ x: Double) -> Double { (x * 100).rounded() / 100 }
+}
+
+/// `ObjectVerifier.nearSymmetries`, made once under a lock (verifiers are copied across threads).
+private final class NearSymmetries: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: [[Int32]]?
+
+    func get(_ make: () -> [[Int32]]) -> [[Int32]] {
+        lock.lock()
+        defer { lock.unlock() }
+        if let value { return value }
+        let made = make()
+        value = made
+        return made
+    }
 }
 
 /// `ObjectVerifier.virtualViews`, made once under a lock (verifiers are copied across threads).

@@ -193,7 +193,40 @@ public enum SyntheticShapes {
         return parts
     }
 
-    /// At least 20 objects; the hard pairs differ by a rounding, 3 cm of length, or a handle.
+    /// A teapot: a closed body, a handle at −x and, with `spout`, a spout leaning out at +x.
+    static func teapot(spout: Bool) -> [Part] {
+        let r: Float = 0.055, h: Float = 0.11
+        let toY = Mat3(r0: SIMD3(1, 0, 0), r1: SIMD3(0, 0, -1), r2: SIMD3(0, 1, 0))
+        // The handle: half a torus in the x–z plane turned to stick out at −x.
+        let back = Mat3(r0: SIMD3(-1, 0, 0), r1: SIMD3(0, 1, 0), r2: SIMD3(0, 0, -1)) * toY
+        var parts = cylinder(r, h) + [Part(kind: .torus(major: 0.032, minor: 0.006, arcFrom: -.pi / 2, arcTo: .pi / 2), rotation: back,
+                                           offset: SIMD3(-(r - 0.004), 0, 0))]
+        if spout {
+            // A tube 8 cm long, 9 mm in radius, leaning 50° from the vertical towards +x.
+            let a = Double(50) * .pi / 180
+            let lean = Mat3(r0: SIMD3(Float(_cos(a)), 0, Float(_sin(a))), r1: SIMD3(0, 1, 0), r2: SIMD3(Float(-_sin(a)), 0, Float(_cos(a))))
+            let axis = SIMD3<Float>(Float(_sin(a)), 0, Float(_cos(a)))
+            parts.append(Part(kind: .tube(radius: 0.009, height: 0.08), rotation: lean, offset: SIMD3(r - 0.012, 0, -0.02) + 0.04 * axis))
+        }
+        return parts
+    }
+
+    /// A jar, open (its inside seen from above) or closed by a lid 3 mm wider and 1.8 cm high.
+    static func jar(lid: Bool) -> [Part] {
+        let r: Float = 0.04, h: Float = 0.11, wall: Float = 0.004
+        var parts: [Part] = [Part(kind: .tube(radius: r, height: h)), Part(kind: .ring(inner: 0, outer: r), rotation: flip, offset: SIMD3(0, 0, -h / 2))]
+        if lid {
+            parts += cylinder(r + 0.003, 0.018, at: SIMD3(0, 0, h / 2 + 0.005))
+        } else {
+            parts += [Part(kind: .tube(radius: r - wall, height: h - wall), offset: SIMD3(0, 0, wall / 2), inward: true),
+                      Part(kind: .ring(inner: r - wall, outer: r), offset: SIMD3(0, 0, h / 2)),
+                      Part(kind: .ring(inner: 0, outer: r - wall), offset: SIMD3(0, 0, -h / 2 + wall))]
+        }
+        return parts
+    }
+
+    /// At least 20 objects; the hard pairs (`hardPairs`) differ by one part (a handle, a spout, a
+    /// lid), a rounding, an aspect ratio within 15 %, or are near-spheres.
     public static let catalogue: [SyntheticShape] = [
         SyntheticShape(name: "box-1-1-2", parts: [box(0.10, 0.10, 0.20)]),
         SyntheticShape(name: "box-1-1-2.3", parts: [box(0.10, 0.10, 0.23)]),
@@ -222,10 +255,21 @@ public enum SyntheticShapes {
                                                Part(kind: .ellipsoid(radii: SIMD3(repeating: 0.033)), offset: SIMD3(0, 0, 0.06))]),
         SyntheticShape(name: "stairs", parts: [box(0.15, 0.08, 0.04, at: SIMD3(0, 0, -0.02)), box(0.10, 0.08, 0.04, at: SIMD3(0.025, 0, 0.02)),
                                               box(0.05, 0.08, 0.04, at: SIMD3(0.05, 0, 0.06))]),
+        // The harder set (issue 35): one part more or less, aspect ratios within 15 %, near-spheres.
+        SyntheticShape(name: "teapot", parts: teapot(spout: true)),
+        SyntheticShape(name: "teapot-no-spout", parts: teapot(spout: false)),
+        SyntheticShape(name: "jar", parts: jar(lid: true)),
+        SyntheticShape(name: "jar-open", parts: jar(lid: false)),
+        SyntheticShape(name: "can-tall", parts: cylinder(0.033, 0.135)),
+        SyntheticShape(name: "box-2-3-4.5", parts: [box(0.08, 0.12, 0.18)]),
+        SyntheticShape(name: "plum", parts: [Part(kind: .ellipsoid(radii: SIMD3(0.033, 0.033, 0.037)))]),
     ]
 
     /// Pairs meant to be hard to tell apart (an impostor for each of them must still be refused).
-    public static let hardPairs: [(String, String)] = [("rounded-cube", "cube"), ("box-1-1-2.3", "box-1-1-2"), ("mug-no-handle", "mug")]
+    public static let hardPairs: [(String, String)] = [
+        ("rounded-cube", "cube"), ("box-1-1-2.3", "box-1-1-2"), ("mug-no-handle", "mug"), ("egg", "tennis-ball"),
+        ("teapot-no-spout", "teapot"), ("jar-open", "jar"), ("can-tall", "can"), ("box-2-3-4.5", "box-2-3-4"), ("plum", "tennis-ball"),
+    ]
 
     public static func named(_ name: String) -> SyntheticShape? { catalogue.first { $0.name == name } }
 
@@ -241,6 +285,12 @@ public enum SyntheticShapes {
                             noise: Float = 0.0015, outliers: Double = 0.03) -> PointFrame {
         var g = SplitMix64(seed: seed &* 0x9E37_79B9_7F4A_7C15 &+ 17)
         let surface = shape.sample(max(points * 3, 12_000), &g)
+        return view(surface: surface, pose: pose, points: points, noise: noise, outliers: outliers, &g)
+    }
+
+    /// A view of a sampled surface (points with outward normals, object coordinates); see above.
+    static func view(surface: [(SIMD3<Float>, SIMD3<Float>)], pose: SyntheticPose, points: Int, noise: Float, outliers: Double,
+                     _ g: inout SplitMix64) -> PointFrame {
         var candidates: [SIMD3<Float>] = []
         candidates.reserveCapacity(surface.count / 2)
         for (p, n) in surface {

@@ -189,14 +189,19 @@ final class VerificationTests: XCTestCase {
     func testNeedsThreeConsecutivePasses() {
         var v = ObjectVerifier(template: Templates.get("mug"))
         let frames = sweep("mug", seed: 903, frames: 4)
-        let passed = frames.map { v.present($0).passed }
+        let verdicts = frames.map { v.present($0) }
+        let passed = verdicts.map(\.passed)
         let bad = v.present(PointFrame(points: [SIMD3(0, 0, 1)]))
         XCTAssertFalse(bad.passed)
         XCTAssertNotNil(bad.guidance)
         XCTAssertEqual(v.consecutive, 0)
-        // Matched only if three in a row passed before the bad frame.
-        let run = passed.reduce((0, 0)) { acc, p in p ? (acc.0 + 1, max(acc.1, acc.0 + 1)) : (0, acc.1) }.1
-        XCTAssertEqual(v.matched, run >= 3)
+        // Matched only if three in a row passed before the bad frame, one of them decisive.
+        var run = 0, decisive = false, expected = false
+        for verdict in verdicts {
+            if verdict.passed { run += 1; decisive = decisive || verdict.decisive } else { run = 0; decisive = false }
+            if run >= 3, decisive { expected = true }
+        }
+        XCTAssertEqual(v.matched, expected)
         XCTAssertTrue(passed.contains(true))
     }
 }

@@ -1,0 +1,99 @@
+import Foundation
+import XCTest
+@testable import TandemKeys
+
+/// Issue 35: keys that tell close objects apart — one part more or less (a handle, a spout), and
+/// saying at enrolment when a key is too close to another or to a plain solid of its size.
+final class DiscriminationTests: XCTestCase {
+    /// Sweeps as `tandem-bench keys` makes them: 3 frames, the camera turning 40° between them.
+    func sweeps(_ name: String, seed: UInt64, count: Int, points: Int = 3_000) -> [[PointFrame]] {
+        (0..<UInt64(count)).map { s in
+            let pose = SyntheticPose.random(seed: seed + 17 * s)
+            return (0..<3).map { k in
+                SyntheticShapes.view(of: shape(name), pose: pose.turned(degrees: Float(k) * 40), seed: (seed + 17 * s) * 10 + UInt64(k), points: points)
+            }
+        }
+    }
+
+    func matched(_ template: ObjectTemplate, _ sweeps: [[PointFrame]]) -> Int {
+        sweeps.filter { sweep in
+            var v = ObjectVerifier(template: template)
+            return v.matches(sweep).matched
+        }.count
+    }
+
+    /// The catalogue holds the harder pairs, each differing by one part, an aspect within 15 % or
+    /// being near-spheres.
+    func testCatalogueHasTheHardPairs() {
+        let names = Set(SyntheticShapes.catalogue.map(\.name))
+        for (a, b) in SyntheticShapes.hardPairs {
+            XCTAssertTrue(names.contains(a) && names.contains(b), "\(a) / \(b)")
+        }
+        for pair in [("mug-no-handle", "mug"), ("teapot-no-spout", "teapot"), ("jar-open", "jar"), ("egg", "tennis-ball")] {
+            XCTAssertTrue(SyntheticShapes.hardPairs.contains { $0 == pair }, "\(pair)")
+        }
+    }
+
+    /// A mug's model turned about its axis lands on itself but for the handle: near-symmetries, each
+    /// with a distinct part of 2–15 % of the model. (A can's spin is a true symmetry; what its
+    /// enrolled model shows besides comes from the model's own patches.)
+    func testNearSymmetries() {
+        let mug = ObjectVerifier(template: Templates.get("mug"))
+        XCTAssertFalse(mug.nearSymmetries.isEmpty)
+        for part in mug.nearSymmetries {
+            let share = Double(part.count) / Double(mug.template.model.count)
+            XCTAssertTrue((0.02...0.15).contains(share), "\(share)")
+        }
+    }
+
+    /// The report: a mug without a handle opened the mug key on every frame. Its frames still fit
+    /// the mug turned so that the handle hides behind it, but none is decisive, so the key stays shut.
+    func testMugWithoutHandleDoesNotOpenTheMugKey() {
+        let mug = Templates.get("mug")
+        for sweep in sweeps("mug-no-handle", seed: 3_500, count: 4) {
+            var v = ObjectVerifier(template: mug)
+            let (matched, verdicts) = v.matches(sweep)
+            XCTAssertFalse(matched, "\(verdicts)")
+            XCTAssertFalse(verdicts.contains { $0.passed && $0.decisive }, "\(verdicts)")
+        }
+        // And the mug still opens it.
+        XCTAssertGreaterThanOrEqual(matched(mug, sweeps("mug", seed: 3_600, count: 4)), 3)
+    }
+
+    /// The other way round: the mug's handle is excess to a cup's key.
+    func testMugDoesNotOpenTheCupKey() {
+        XCTAssertEqual(matched(Templates.get("mug-no-handle"), sweeps("mug", seed: 3_700, count: 4)), 0)
+    }
+
+    /// Not met yet: a teapot keeps its handle without its spout, so no turn hides the spout, and the
+    /// teapot's calibrated deficit ceiling leaves room for the missing spout (Protocol/keys.md,
+    /// section 8). Run with TANDEM_KEYS_HARD_PAIRS=1.
+    func testTeapotWithoutSpoutDoesNotOpenTheTeapotKey() throws {
+        guard ProcessInfo.processInfo.environment["TANDEM_KEYS_HARD_PAIRS"] == "1" else {
+            throw XCTSkip("a teapot without its spout still opens the teapot key (see Protocol/keys.md, section 8)")
+        }
+        let teapot = Templates.get("teapot")
+        XCTAssertEqual(matched(teapot, sweeps("teapot-no-spout", seed: 3_800, count: 4)), 0)
+        XCTAssertGreaterThanOrEqual(matched(teapot, sweeps("teapot", seed: 3_900, count: 4)), 3)
+    }
+
+    /// Enrolment says when a key is close to another: the same ball enrolled twice is, a box and
+    /// a mug are not.
+    func testEnrolmentSaysWhenAKeyIsCloseToAnother() {
+        let ball = Templates.get("tennis-ball")
+        let again = enrolled("tennis-ball", seed: 700).1!
+        let close = KeyCloseness.closeKeys(again, others: [(name: "ball", template: ball), (name: "box", template: Templates.get("box-2-3-4"))])
+        XCTAssertEqual(close.map(\.other), ["ball"])
+        XCTAssertTrue(close[0].warning.hasPrefix("this key is close to KEY ball"), close[0].warning)
+        XCTAssertTrue(KeyCloseness.closeKeys(Templates.get("mug"), others: [(name: "box", template: Templates.get("box-2-3-4"))]).isEmpty)
+    }
+
+    /// … and when it is close to a plain solid of its size: an egg to an ellipsoid; a mug, whose
+    /// handle tells it from a cylinder, to none.
+    func testEnrolmentSaysWhenAKeyIsCloseToAPlainSolid() {
+        let egg = KeyCloseness.lookAlikes(Templates.get("egg"))
+        XCTAssertTrue(egg.contains { $0.other.hasPrefix("a plain ellipsoid") }, "\(egg)")
+        let mug = KeyCloseness.lookAlikes(Templates.get("mug"))
+        XCTAssertFalse(mug.contains { $0.other.hasPrefix("a plain cylinder") }, "\(mug)")
+    }
+}
