@@ -17,7 +17,7 @@ struct Keeper: ParsableCommand {
             // Its own log beside the node's data (stderr is /dev/null: it runs detached).
             let text = "\(ISO8601DateFormatter().string(from: Date())) \(line)\n"
             if let h = FileHandle(forWritingAtPath: directory + "/lock-keeper.log") ?? {
-                FileManager.default.createFile(atPath: directory + "/lock-keeper.log", contents: nil, attributes: [.posixPermissions: 0o600])
+                _ = FileManager.default.createFile(atPath: directory + "/lock-keeper.log", contents: nil, attributes: [.posixPermissions: 0o600])
                 return FileHandle(forWritingAtPath: directory + "/lock-keeper.log")
             }() {
                 h.seekToEndOfFile()

@@ -156,7 +156,6 @@ public enum SolarCalculator {
         let e = 0.016_708_634 - t * (0.000_042_037 + 0.000_000_126_7 * t)
         let sinM = sin(m), cosM = cos(m)
         let sin2M = 2 * sinM * cosM
-        let cos2M = cosM * cosM - sinM * sinM
         let sin3M = sinM * (3 - 4 * sinM * sinM)
         let c = sinM * (1.914_602 - t * (0.004_817 + 0.000_014 * t)) + sin2M * (0.019_993 - 0.000_101 * t) + sin3M * 0.000_289
         let omega = (125.04 - 1_934.136 * t) * rad
