@@ -25,9 +25,10 @@ struct PhotoPreparation {
         scratch?.release()
     }
 
-    static func prepare(_ url: URL, modifiedMs: Int64?, scratch directory: URL, logger: Logger) -> PhotoPreparation {
+    /// `name`: the name the item is stored under (its type is sniffed from it and the content).
+    static func prepare(_ url: URL, name: String, modifiedMs: Int64?, scratch directory: URL, logger: Logger) -> PhotoPreparation {
         let prefix = VaultService.prefix(of: url)
-        let type = VaultService.itemType(name: url.lastPathComponent, prefix: prefix)
+        let type = VaultService.itemType(name: name, prefix: prefix)
         var result = PhotoPreparation(readFrom: url, type: type, createdAtMs: modifiedMs, thumbnail: nil, scratch: nil)
         guard let format = PhotoProcessor.sniff(prefix) else { return result }
         result.type = .photo

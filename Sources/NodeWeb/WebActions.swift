@@ -4,6 +4,7 @@ import TandemNodeCore
 /// The dashboard's pages.
 enum WebPage: String, CaseIterable, Sendable {
     case friends, challenges, ledger, focus
+    case vault
 
     var path: String { self == .friends ? "/" : "/\(rawValue)" }
     var title: String {
@@ -12,6 +13,7 @@ enum WebPage: String, CaseIterable, Sendable {
         case .challenges: return "Challenges"
         case .ledger: return "Ledger"
         case .focus: return "Focus"
+        case .vault: return "Vault"
         }
     }
 }

@@ -26,6 +26,8 @@ public final class WebDashboard: Service, Sendable {
     let sessions: WebSessions
     let logger: Logger
     let pages: WebPages
+    /// The vault's bytes (thumbnails, downloads, uploads) for the vault page; nil: that page shows no grid.
+    let vault: (any VaultMedia)?
 
     enum Binding: Sendable, Equatable {
         case starting
@@ -38,8 +40,9 @@ public final class WebDashboard: Service, Sendable {
     private let ready: EventLoopPromise<Int>
     let openStreams = NIOLockedValueBox(0)
 
-    public init(configuration: WebConfiguration, router: ControlRouter, events: EventBus, logger: Logger) {
+    package init(configuration: WebConfiguration, router: ControlRouter, events: EventBus, vault: (any VaultMedia)? = nil, logger: Logger) {
         self.configuration = configuration
+        self.vault = vault
         self.router = router
         self.events = events
         self.logger = logger

@@ -21,7 +21,7 @@ struct WebPages: Sendable {
         self.library = library
     }
 
-    func render(_ page: WebPage, dashboard: WebDashboard, csrf: String, flash: String?) async -> String {
+    func render(_ page: WebPage, dashboard: WebDashboard, csrf: String, flash: String?, query: [String: String] = [:]) async -> String {
         let router = dashboard.router
         var errors: [String] = []
         /// A control method's answer; a failure becomes a line on the page, never a broken page.
@@ -51,6 +51,8 @@ struct WebPages: Sendable {
                                    me: status["id"]?.stringValue ?? "", today: Date())
         case .focus:
             view = WebViews.focus(modes: await load("mode.list"), lock: await load("lock.status"))
+        case .vault:
+            view = await WebVaultPage.view(load: load, query: query)
         }
         view["csrf"] = csrf
         if view["me"] == nil { view["me"] = me }

@@ -64,7 +64,7 @@ extension WebDashboard {
         r.add(middleware: WebGuard(dashboard: self))
         r.get("/login") { [self] request, _ in login(request) }
         r.post("/logout") { [self] request, _ in try await action(request) { _ in ("Signed out.", nil) } }
-        r.get("/static/dashboard.css") { _, _ in WebPages.asset(WebAssets.css, type: "text/css; charset=utf-8") }
+        r.get("/static/dashboard.css") { _, _ in WebPages.asset(WebAssets.css + WebVaultAssets.css, type: "text/css; charset=utf-8") }
         r.get("/static/dashboard.js") { _, _ in WebPages.asset(WebAssets.js, type: "text/javascript; charset=utf-8") }
         r.get("/events") { [self] request, _ in eventStream(request) }
         for page in WebPage.allCases {
@@ -73,6 +73,7 @@ extension WebDashboard {
         for action in WebAction.allCases {
             r.post(RouterPath(action.path)) { [self] request, _ in try await perform(action, request) }
         }
+        addVaultRoutes(to: r)
         return r
     }
 
@@ -96,7 +97,8 @@ extension WebDashboard {
         guard let session = sessions.session(id, nowMs: webNowMs()) else { return WebPages.signIn() }
         // A live refresh (the page's script) leaves the one-time notice for the page the person sees.
         let flash = request.headers[.tandemLive] == nil ? sessions.takeFlash(id) : nil
-        let html = await pages.render(page, dashboard: self, csrf: session.csrf, flash: flash)
+        let query = Dictionary(request.uri.queryParameters.map { (String($0.key), String($0.value)) }, uniquingKeysWith: { a, _ in a })
+        let html = await pages.render(page, dashboard: self, csrf: session.csrf, flash: flash, query: query)
         return WebPages.html(html)
     }
 
