@@ -114,7 +114,7 @@ extension WebDashboard {
         let bytes: ByteBuffer
         do {
             bytes = try await request.collectBody(upTo: Self.maximumUploadBytes)
-        } catch let error as HTTPError where error.status == .contentTooLarge {
+        } catch where error is NIOTooManyBytesError || (error as? HTTPError)?.status == .contentTooLarge {
             sessions.setFlash(id, "Refused: an upload from the page is at most \(Self.maximumUploadBytes >> 20) MiB (use tandem vault import for more).")
             return Response(status: .seeOther, headers: [.location: "/vault"])
         }
@@ -196,7 +196,8 @@ enum WebVaultPage {
             view["album"] = album ?? ""
             view["inAlbum"] = album != nil
             view["allCurrent"] = album == nil
-            view["totalText"] = "\(status["items"]?.intValue ?? 0) items, \(size(status["bytes"]?.intValue ?? 0))"
+            let total = status["items"]?.intValue ?? 0
+            view["totalText"] = "\(total) \(total == 1 ? "item" : "items"), \(size(status["bytes"]?.intValue ?? 0))"
             let autoLock = status["auto_lock_ms"]?.intValue ?? 0
             view["autoLock"] = autoLock > 0 ? "It locks itself after \(spoken(ms: autoLock)) unused." : ""
         }

@@ -1,6 +1,6 @@
 /// The vault page's template, styles and script (compiled in, like the rest: WebTemplates).
 ///
-/// The PIN pad and the upload form stay outside `#live` (a live refresh never eats what a person
+/// The PIN pad, the lock button and the upload form stay outside `#live` (a live refresh never eats what a person
 /// typed); the lockout notice, the grid and the backups are inside it. When the vault opens or
 /// locks, the script loads the page again (the PIN pad comes or goes).
 extension WebTemplates {
@@ -18,7 +18,7 @@ extension WebTemplates {
       <form method="post" action="/vault/unlock" class="pinpad" id="pinpad">
         <input type="hidden" name="csrf" value="{{csrf}}">
         <label for="pin">PIN or passphrase</label>
-        <input id="pin" name="pin" type="password" autocomplete="off" autocapitalize="off" spellcheck="false" required>
+        <input id="pin" name="pin" type="password" autocapitalize="off" spellcheck="false" required>
         <div class="keys" role="group" aria-label="PIN pad">
           {{#keys}}<button type="button" class="key" data-key="{{key}}">{{key}}</button>{{/keys}}
           <button type="button" class="key" data-key="clear" aria-label="Clear">C</button>
@@ -30,27 +30,17 @@ extension WebTemplates {
     </section>
     {{/locked}}
     {{#open}}
-    <section class="card vault-tools" aria-labelledby="add-h">
-      <h2 id="add-h">Add to the vault</h2>
-      <form method="post" action="/vault/upload" enctype="multipart/form-data" class="stack" id="upload-form">
-        <input type="hidden" name="csrf" value="{{csrf}}">
-        <label for="upload-file">Photos or files <span class="hint">(up to 64 MiB at a time; GPS and camera data are removed from photos)</span></label>
-        <input id="upload-file" name="file" type="file" multiple required>
-        <label for="upload-album">Album <span class="hint">(optional; a new name makes a new album)</span></label>
-        <input id="upload-album" name="album" type="text" value="{{album}}" maxlength="100" list="album-names">
-        <datalist id="album-names">{{#albums}}<option value="{{name}}"></option>{{/albums}}</datalist>
-        <button type="submit" class="primary" id="upload">Add</button>
-      </form>
+    <div class="vault-bar">
       <form method="post" action="/vault/lock" class="inline">
         <input type="hidden" name="csrf" value="{{csrf}}">
         <button type="submit" class="danger" id="lock">Lock the vault</button>
         <span class="meta">{{autoLock}}</span>
       </form>
-    </section>
+    </div>
     {{/open}}
     <div id="live">
     {{#locked}}
-    <section class="card" aria-labelledby="attempts-h" id="attempts">
+    <section class="attempts" aria-labelledby="attempts-h" id="attempts">
       <h2 id="attempts-h" class="visually-hidden">PIN attempts</h2>
       {{#lockedOut}}<p class="lockout" id="lockout" data-retry-ms="{{retryMs}}">Too many wrong PINs ({{failuresText}}): try again in <span class="wait">{{retryText}}</span>.</p>{{/lockedOut}}
       {{^lockedOut}}{{#hasFailures}}<p class="meta" id="failures">{{failuresText}}. After 3, each wrong one makes you wait longer.</p>{{/hasFailures}}{{/lockedOut}}
@@ -59,7 +49,7 @@ extension WebTemplates {
     {{/locked}}
     {{#open}}
     <section class="card" aria-labelledby="grid-h">
-      <h2 id="grid-h">{{#inAlbum}}{{album}}{{/inAlbum}}{{^inAlbum}}Everything{{/inAlbum}} <span class="count">{{itemCount}} · {{totalText}} in the vault</span></h2>
+      <h2 id="grid-h">{{#inAlbum}}{{album}}{{/inAlbum}}{{^inAlbum}}Everything{{/inAlbum}} <span class="count">{{#inAlbum}}{{itemCount}} here · {{totalText}} in the vault{{/inAlbum}}{{^inAlbum}}{{totalText}}{{/inAlbum}}</span></h2>
       <nav aria-label="Albums" class="albums">
         <ul>
           <li><a href="/vault"{{#allCurrent}} aria-current="page"{{/allCurrent}}>Everything</a></li>
@@ -107,6 +97,20 @@ extension WebTemplates {
       {{^hasHolders}}<p class="empty">No friend holds your backups yet. A friend offers space with <code>tandem backup offer YOUR-ID --quota 10GiB</code>.</p>{{/hasHolders}}
     </section>
     </div>
+    {{#open}}
+    <section class="card vault-tools" aria-labelledby="add-h">
+      <h2 id="add-h">Add to the vault <span class="hint">up to 64 MiB at a time; GPS and camera data are removed from photos</span></h2>
+      <form method="post" action="/vault/upload" enctype="multipart/form-data" class="inline upload" id="upload-form">
+        <input type="hidden" name="csrf" value="{{csrf}}">
+        <label for="upload-file">Photos or files</label>
+        <input id="upload-file" name="file" type="file" multiple required>
+        <label for="upload-album">Album</label>
+        <input id="upload-album" name="album" type="text" value="{{album}}" maxlength="100" list="album-names" placeholder="optional">
+        <datalist id="album-names">{{#albums}}<option value="{{name}}"></option>{{/albums}}</datalist>
+        <button type="submit" class="primary" id="upload">Add</button>
+      </form>
+    </section>
+    {{/open}}
     """#
 }
 
@@ -120,8 +124,11 @@ enum WebVaultAssets {
     .keys { display: grid; grid-template-columns: repeat(3, 1fr); gap: .45em; }
     .keys .key { font-size: 1.25em; padding: .55em 0; min-height: 2.8em; }
     .lockout { margin: 0; background: #fdecec; border: 1px solid #f1b0b0; border-radius: 8px; padding: .6em .9em; color: #8a1116; }
-    .vault-tools { display: grid; gap: .6em; }
-    .vault-tools form.stack { margin: 0; }
+    .vault-bar { display: flex; justify-content: flex-end; margin: -.4em 0 .8em; }
+    .attempts { margin: 0 0 1em; }
+    .attempts p { margin: 0; }
+    form.upload { gap: .5em .7em; }
+    form.upload input[type="file"] { max-width: 100%; }
     .albums ul { list-style: none; display: flex; flex-wrap: wrap; gap: .3em; margin: 0 0 .8em; padding: 0; }
     .albums a { display: block; padding: .25em .65em; border: 1px solid var(--line); border-radius: 999px; text-decoration: none; color: var(--ink); }
     .albums a[aria-current="page"] { background: var(--accent); border-color: var(--accent); color: var(--accent-ink); }
@@ -168,13 +175,15 @@ enum WebVaultAssets {
       setInterval(countdown, 500);
       countdown();
 
-      // Events from the page's one stream (dashboard.js): push progress in place; open/lock reloads.
-      var opened = document.getElementById("pinpad") === null;
+      // Events from the page's one stream (dashboard.js): push progress in place; open/lock reloads
+      // (unless this page is leaving through one of its own forms: that answer is the next page).
+      var opened = document.getElementById("pinpad") === null, leaving = false;
+      document.addEventListener("submit", function () { leaving = true; });
       document.addEventListener("tandem:event", function (e) {
         var ev;
         try { ev = JSON.parse(e.detail); } catch (err) { return; }
         var f = ev.fields || {};
-        if ((ev.type === "vault.locked" && opened) || (ev.type === "vault.unlocked" && !opened)) {
+        if (!leaving && ((ev.type === "vault.locked" && opened) || (ev.type === "vault.unlocked" && !opened))) {
           location.replace("/vault" + location.search);
           return;
         }
