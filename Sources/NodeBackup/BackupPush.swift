@@ -217,7 +217,10 @@ extension BackupService {
             r[holder] = t
             return (t, true)
         }
-        if isNew { pushRequestSink.yield(task) }
+        if isNew {
+            await events.emit("backup.push.started", ["to": .string(NodeID(publicKey: holder).canonical), "automatic": .bool(automatic)])
+            pushRequestSink.yield(task)
+        }
         return task
     }
 
@@ -370,6 +373,10 @@ extension BackupService {
         let planned = plan.bytesPlanned
         let blobsToSend = plan.blobsRemaining
         task.update(done: 0, total: planned)
+        // Progress for pages and `events --follow` (the dashboard's push bar): at most once a second.
+        let to = NodeID(publicKey: ex.peer).canonical
+        var toldAt = ContinuousClock.now
+        var told: Int64 = -1
         // 3. Pieces, at most 16 unanswered.
         var inFlight: [BackupRequestID: (piece: BackupPushPlan.Piece, sentAt: ContinuousClock.Instant)] = [:]
         var pausedUntil: ContinuousClock.Instant?
@@ -418,6 +425,10 @@ extension BackupService {
                 ex.abandon([id])
             }
             task.update(done: min(planned, confirmed), total: planned)
+            if confirmed != told, ContinuousClock.now - toldAt >= .seconds(1) {
+                (told, toldAt) = (confirmed, .now)
+                await events.emit("backup.push.progress", ["to": .string(to), "done": .int(min(planned, confirmed)), "total": .int(planned)])
+            }
         }
         // 4. The snapshot.
         let snapshotID = Sodium.randomBytes(16)

@@ -14,7 +14,7 @@ import TandemProtocol
 /// vault service starts and whenever the vault is unlocked.
 enum ImportScratch {
     /// A copy being staged: where to write and read it, and what to release afterwards.
-    struct Copy {
+    struct Copy: Sendable {
         let url: URL
         /// The memory file's descriptor (closed when the copy is done); nil for a file in tmp/.
         let descriptor: Int32?

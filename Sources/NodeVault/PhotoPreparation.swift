@@ -25,11 +25,13 @@ struct PhotoPreparation {
         scratch?.release()
     }
 
+    /// `name`: the name the item is stored under (its type is sniffed from it and the content).
     /// `keepMetadata` (`tandem vault import --keep-metadata`): the original bytes are stored, with
     /// their thumbnail and capture date, and no stripped copy is made.
-    static func prepare(_ url: URL, modifiedMs: Int64?, keepMetadata: Bool = false, scratch directory: URL, logger: Logger) -> PhotoPreparation {
+    static func prepare(_ url: URL, name: String, modifiedMs: Int64?, keepMetadata: Bool = false, scratch directory: URL,
+                        logger: Logger) -> PhotoPreparation {
         let prefix = VaultService.prefix(of: url)
-        let type = VaultService.itemType(name: url.lastPathComponent, prefix: prefix)
+        let type = VaultService.itemType(name: name, prefix: prefix)
         var result = PhotoPreparation(readFrom: url, type: type, createdAtMs: modifiedMs, thumbnail: nil, scratch: nil)
         guard let format = PhotoProcessor.sniff(prefix) else { return result }
         result.type = .photo

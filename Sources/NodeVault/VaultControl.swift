@@ -364,13 +364,29 @@ extension VaultService {
         let album = params["album"]?.stringValue
         if let album { try Self.checkName(album, what: "album name") }
         let removeOriginals = params["remove_originals"]?.boolValue ?? false
-        let keepMetadata = params["keep_metadata"]?.boolValue ?? false
-        let files = try Self.collect(paths)
-        guard !files.isEmpty else { throw ControlError(code: "not_found", message: "no files to import there", exitCode: ControlError.nothingToActOnExitCode) }
-        for f in files { try Self.checkName(f.url.lastPathComponent, what: "file name") }
+        let collected = try Self.collect(paths)
+        guard !collected.isEmpty else { throw ControlError(code: "not_found", message: "no files to import there", exitCode: ControlError.nothingToActOnExitCode) }
+        let files = collected.map { ImportFile(url: $0.url, name: $0.url.lastPathComponent, size: $0.size, modifiedMs: $0.modifiedMs) }
+        return try await importCollected(files, album: album, removeOriginals: removeOriginals,
+                                         keepMetadata: params["keep_metadata"]?.boolValue ?? false, pin: params["pin"]?.stringValue, writer: writer)
+    }
+
+    /// A file an import reads: where, under which name it is stored, its size and time.
+    struct ImportFile: Sendable {
+        var url: URL
+        var name: String
+        var size: Int64
+        var modifiedMs: Int64?
+    }
+
+    /// The import itself (the control method's, and the dashboard's upload): progress to `writer`
+    /// when there is one.
+    func importCollected(_ files: [ImportFile], album: String?, removeOriginals: Bool, keepMetadata: Bool = false, pin: String?,
+                         writer: ControlStreamWriter?) async throws -> JSONValue {
+        for f in files { try Self.checkName(f.name, what: "file name") }
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let progress = ProgressRelay(total: total, files: files.count)
-        let imported = try await withOpenVault(pin: params["pin"]?.stringValue) { vault -> [VaultItem] in
+        let imported = try await withOpenVault(pin: pin) { vault -> [VaultItem] in
             try await progress.relay(to: writer) {
                 try await self.onLane { () -> [VaultItem] in
                     let starts = files.reduce(into: [Int64]()) { acc, f in acc.append((acc.last ?? 0) + f.size) }
@@ -387,11 +403,11 @@ extension VaultService {
                             last += 1
                         }
                         let group = Array(files[first..<last])
-                        let prepared = group.map { PhotoPreparation.prepare($0.url, modifiedMs: $0.modifiedMs, keepMetadata: keepMetadata,
+                        let prepared = group.map { PhotoPreparation.prepare($0.url, name: $0.name, modifiedMs: $0.modifiedMs, keepMetadata: keepMetadata,
                                                                          scratch: vault.repository.directory, logger: self.logger) }
                         defer { for p in prepared { p.cleanUp() } }
                         let sources = zip(group, prepared).map { f, p in
-                            VaultRepository.ImportSource(url: p.readFrom, name: f.url.lastPathComponent, type: p.type,
+                            VaultRepository.ImportSource(url: p.readFrom, name: f.name, type: p.type,
                                                          album: album, createdAtMs: p.createdAtMs, thumbnail: p.thumbnail)
                         }
                         let base = first
@@ -515,7 +531,8 @@ final class ProgressRelay: Sendable {
     }
 
     /// Runs `work`, sending progress items while it runs and one last one when it ends.
-    func relay<T: Sendable>(to writer: ControlStreamWriter, _ work: @escaping @Sendable () async throws -> T) async throws -> T {
+    func relay<T: Sendable>(to writer: ControlStreamWriter?, _ work: @escaping @Sendable () async throws -> T) async throws -> T {
+        guard let writer else { return try await work() }
         let started = ContinuousClock.now
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {

@@ -5,6 +5,7 @@ import TandemNodeCore
 enum WebPage: String, CaseIterable, Sendable {
     case friends, challenges, ledger, focus
     case messages, bedtime, health
+    case vault
 
     var path: String { self == .friends ? "/" : "/\(rawValue)" }
     var title: String {
@@ -16,6 +17,7 @@ enum WebPage: String, CaseIterable, Sendable {
         case .messages: return "Messages"
         case .bedtime: return "Bedtime"
         case .health: return "Health"
+        case .vault: return "Vault"
         }
     }
 }

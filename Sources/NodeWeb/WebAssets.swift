@@ -185,7 +185,9 @@ enum WebAssets {
           var type = "";
           try { type = JSON.parse(e.data).type || ""; } catch (err) { return; }
           document.body.dataset.lastEvent = type;
-          if (type.indexOf("web.") === 0) return;
+          // A page's own script may follow an event too (the vault page's push progress).
+          document.dispatchEvent(new CustomEvent("tandem:event", { detail: e.data }));
+          if (type.indexOf("web.") === 0 || /\.progress$/.test(type)) return;
           schedule();
         });
       }

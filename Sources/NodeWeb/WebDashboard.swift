@@ -28,6 +28,8 @@ public final class WebDashboard: Service, Sendable {
     let sessions: WebSessions
     let logger: Logger
     let pages: WebPages
+    /// The vault's bytes (thumbnails, downloads, uploads) for the vault page; nil: that page shows no grid.
+    let vault: (any VaultMedia)?
 
     enum Binding: Sendable, Equatable {
         case starting
@@ -42,8 +44,9 @@ public final class WebDashboard: Service, Sendable {
     /// The TLS certificate's SHA-256 fingerprint, once loaded (nil over plain HTTP).
     let fingerprint = NIOLockedValueBox<String?>(nil)
 
-    public init(configuration: WebConfiguration, router: ControlRouter, events: EventBus, logger: Logger) {
+    package init(configuration: WebConfiguration, router: ControlRouter, events: EventBus, vault: (any VaultMedia)? = nil, logger: Logger) {
         self.configuration = configuration
+        self.vault = vault
         self.router = router
         self.events = events
         self.logger = logger

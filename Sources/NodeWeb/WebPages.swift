@@ -54,6 +54,8 @@ struct WebPages: Sendable {
             view.merge(await renderMore(page, query: query, load: load)) { old, _ in old }
         case .messages, .bedtime, .health:
             view = await renderMore(page, query: query, load: load)
+        case .vault:
+            view = await WebVaultPage.view(load: load, query: query)
         }
         view["csrf"] = csrf
         if view["me"] == nil { view["me"] = me }

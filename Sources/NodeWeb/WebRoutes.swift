@@ -64,7 +64,7 @@ extension WebDashboard {
         r.add(middleware: WebGuard(dashboard: self))
         r.get("/login") { [self] request, _ in login(request) }
         r.post("/logout") { [self] request, _ in try await action(request) { _ in ("Signed out.", nil) } }
-        r.get("/static/dashboard.css") { _, _ in WebPages.asset(WebAssets.css + WebTemplatesMore.css, type: "text/css; charset=utf-8") }
+        r.get("/static/dashboard.css") { _, _ in WebPages.asset(WebAssets.css + WebTemplatesMore.css + WebVaultAssets.css, type: "text/css; charset=utf-8") }
         r.get("/static/dashboard.js") { _, _ in WebPages.asset(WebAssets.js, type: "text/javascript; charset=utf-8") }
         r.get("/events") { [self] request, _ in eventStream(request) }
         for page in WebPage.allCases {
@@ -74,6 +74,7 @@ extension WebDashboard {
             r.post(RouterPath(action.path)) { [self] request, _ in try await perform(action, request) }
         }
         registerUploads(on: r)
+        addVaultRoutes(to: r)
         return r
     }
 

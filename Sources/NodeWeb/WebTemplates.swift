@@ -7,6 +7,7 @@
 enum WebTemplates {
     static let all: [(String, String)] = [
         ("layout", layout), ("friends", friends), ("challenges", challenges), ("ledger", ledger), ("focus", focus),
+        ("vault", vault),
     ]
 
     static let layout = #"""

@@ -19,7 +19,7 @@ extension WebDashboard {
         r.post("/bedtime/daylight") { [self] request, _ in try await upload(request, back: "/bedtime") { try await daylightUpload($0) } }
     }
 
-    func upload(_ request: Request, back: String, _ body: (WebMultipart) async throws -> String) async throws -> Response {
+    func upload(_ request: Request, back: String, _ body: (WebForm) async throws -> String) async throws -> Response {
         let id = sessionID(request)
         // No session, no upload: a stranger's body is never buffered or parsed.
         guard sessions.session(id, nowMs: webNowMs()) != nil else {
@@ -27,7 +27,7 @@ extension WebDashboard {
         }
         var request = request
         let bytes = try await request.collectBody(upTo: Self.maximumUploadBytes)
-        guard let form = WebMultipart.parse(Array(buffer: bytes), contentType: request.headers[.contentType]) else {
+        guard let form = WebForm.parse(Array(buffer: bytes), contentType: request.headers[.contentType]) else {
             return WebPages.plain(.badRequest, "This form must be sent as multipart/form-data.")
         }
         guard sessions.checkCSRF(id, form.field("csrf"), nowMs: webNowMs()) else {
@@ -55,11 +55,11 @@ extension WebDashboard {
     }
 
     /// The tag payload a QR photo or a key file carries.
-    func keyPayload(_ form: WebMultipart) async throws -> [UInt8] {
+    func keyPayload(_ form: WebForm) async throws -> [UInt8] {
         if let photo = form.file("qr") {
             let codes: [[UInt8]]
             do {
-                codes = try await withTemporaryFile(photo.data) { path in
+                codes = try await withTemporaryFile(photo.body) { path in
                     try await NIOThreadPool.singleton.runIfActive { try QRDecoder.payloads(inImageAt: path) }
                 }
             } catch let e as MediaError {
@@ -71,7 +71,7 @@ extension WebDashboard {
             return first
         }
         if let file = form.file("keyfile") {
-            var data = file.data
+            var data = file.body
             if data.last == 0x0A { data.removeLast() }
             if data.last == 0x0D { data.removeLast() }
             guard !data.isEmpty else { throw ControlError.invalid("the key file is empty") }
@@ -81,7 +81,7 @@ extension WebDashboard {
         throw ControlError.invalid("choose a photo of the key's QR code or a key file")
     }
 
-    func keyUpload(_ form: WebMultipart) async throws -> String {
+    func keyUpload(_ form: WebForm) async throws -> String {
         let payload = try await keyPayload(form)
         let tag = JSONValue.string(Data(payload).base64EncodedString())
         switch form.field("action") ?? "unlock" {
@@ -101,98 +101,9 @@ extension WebDashboard {
         }
     }
 
-    func daylightUpload(_ form: WebMultipart) async throws -> String {
+    func daylightUpload(_ form: WebForm) async throws -> String {
         guard let photo = form.file("photo") else { throw ControlError.invalid("choose a photo of the daylight sky") }
-        _ = try await withTemporaryFile(photo.data) { path in try await router.call("bedtime.daylight", ["photo": .string(path)]) }
+        _ = try await withTemporaryFile(photo.body) { path in try await router.call("bedtime.daylight", ["photo": .string(path)]) }
         return "Good morning: bedtime is over, the mode is unlocked."
-    }
-}
-
-/// A `multipart/form-data` body, bounded: at most 16 parts; names and headers short.
-struct WebMultipart: Sendable {
-    struct Part: Sendable {
-        var name: String
-        var filename: String?
-        var data: [UInt8]
-    }
-
-    static let maximumParts = 16
-    var parts: [Part]
-
-    /// A text field.
-    func field(_ name: String) -> String? {
-        parts.first { $0.name == name && $0.filename == nil }.map { String(decoding: $0.data, as: UTF8.self) }
-    }
-
-    /// A file that was chosen (a file input left empty sends a part with no bytes).
-    func file(_ name: String) -> Part? {
-        parts.first { $0.name == name && $0.filename != nil && !$0.data.isEmpty }
-    }
-
-    static func boundary(_ contentType: String?) -> [UInt8]? {
-        guard let contentType, contentType.lowercased().hasPrefix("multipart/form-data") else { return nil }
-        for param in contentType.split(separator: ";").dropFirst() {
-            let kv = param.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
-            guard kv.count == 2, kv[0].lowercased() == "boundary" else { continue }
-            var b = String(kv[1])
-            if b.hasPrefix("\""), b.hasSuffix("\""), b.count >= 2 { b = String(b.dropFirst().dropLast()) }
-            guard (1...70).contains(b.utf8.count) else { return nil }
-            return Array(b.utf8)
-        }
-        return nil
-    }
-
-    static func find(_ needle: [UInt8], in hay: [UInt8], from start: Int) -> Int? {
-        guard !needle.isEmpty, hay.count >= needle.count, start <= hay.count - needle.count else { return nil }
-        let first = needle[0]
-        var i = start
-        let last = hay.count - needle.count
-        while i <= last {
-            if hay[i] == first {
-                var j = 1
-                while j < needle.count && hay[i + j] == needle[j] { j += 1 }
-                if j == needle.count { return i }
-            }
-            i += 1
-        }
-        return nil
-    }
-
-    /// `name="…"` in a Content-Disposition line.
-    static func parameter(_ key: String, in line: String) -> String? {
-        guard let r = line.range(of: "\(key)=\"") else { return nil }
-        let rest = line[r.upperBound...]
-        guard let end = rest.firstIndex(of: "\"") else { return nil }
-        return String(rest[..<end])
-    }
-
-    static func parse(_ body: [UInt8], contentType: String?) -> WebMultipart? {
-        guard let b = boundary(contentType) else { return nil }
-        let delimiter = Array("--".utf8) + b
-        let next = Array("\r\n--".utf8) + b
-        let headerEnd = Array("\r\n\r\n".utf8)
-        guard var at = find(delimiter, in: body, from: 0) else { return nil }
-        at += delimiter.count
-        var parts: [Part] = []
-        while parts.count < maximumParts {
-            // "--" after a delimiter ends the body; otherwise a line break and the part's headers.
-            guard at + 2 <= body.count else { return nil }
-            if body[at] == UInt8(ascii: "-") && body[at + 1] == UInt8(ascii: "-") { break }
-            guard body[at] == 0x0D, body[at + 1] == 0x0A else { return nil }
-            at += 2
-            guard let headEnd = find(headerEnd, in: body, from: at), headEnd - at <= 4096 else { return nil }
-            let head = String(decoding: body[at..<headEnd], as: UTF8.self)
-            let start = headEnd + headerEnd.count
-            guard let end = find(next, in: body, from: start) else { return nil }
-            var name: String?
-            var filename: String?
-            for line in head.components(separatedBy: "\r\n") where line.lowercased().hasPrefix("content-disposition:") {
-                name = parameter("name", in: line.replacingOccurrences(of: "filename=", with: "filename_="))
-                filename = parameter("filename_", in: line.replacingOccurrences(of: "filename=", with: "filename_="))
-            }
-            if let name { parts.append(Part(name: name, filename: filename, data: Array(body[start..<end]))) }
-            at = end + next.count
-        }
-        return WebMultipart(parts: parts)
     }
 }

@@ -208,7 +208,7 @@ public final class NodeRuntime: Sendable {
         messages.registerControlMethods(on: router)
         messageFiles.registerControlMethods(on: router)
         if let webConfiguration = configuration.web {
-            let web = WebDashboard(configuration: webConfiguration, router: router, events: events, logger: logger)
+            let web = WebDashboard(configuration: webConfiguration, router: router, events: events, vault: vault, logger: logger)
             web.registerControlMethods(on: router)
             self.web = web
         } else {
