@@ -121,13 +121,13 @@ package enum WebMultipart {
 }
 
 /// A parsed form: its text fields and chosen files.
-struct WebForm: Sendable {
+struct WebUploadForm: Sendable {
     var parts: [WebMultipart.Part]
 
     /// The form in `body`, or nil when it is not `multipart/form-data` or is malformed.
-    static func parse(_ body: [UInt8], contentType: String?) -> WebForm? {
+    static func parse(_ body: [UInt8], contentType: String?) -> WebUploadForm? {
         guard let boundary = WebMultipart.boundary(contentType) else { return nil }
-        return (try? WebMultipart.parse(body, boundary: boundary)).map { WebForm(parts: $0) }  // malformed: refused as a whole
+        return (try? WebMultipart.parse(body, boundary: boundary)).map { WebUploadForm(parts: $0) }  // malformed: refused as a whole
     }
 
     /// A text field.

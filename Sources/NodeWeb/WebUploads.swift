@@ -19,7 +19,7 @@ extension WebDashboard {
         r.post("/bedtime/daylight") { [self] request, _ in try await upload(request, back: "/bedtime") { try await daylightUpload($0) } }
     }
 
-    func upload(_ request: Request, back: String, _ body: (WebForm) async throws -> String) async throws -> Response {
+    func upload(_ request: Request, back: String, _ body: (WebUploadForm) async throws -> String) async throws -> Response {
         let id = sessionID(request)
         // No session, no upload: a stranger's body is never buffered or parsed.
         guard sessions.session(id, nowMs: webNowMs()) != nil else {
@@ -27,7 +27,7 @@ extension WebDashboard {
         }
         var request = request
         let bytes = try await request.collectBody(upTo: Self.maximumUploadBytes)
-        guard let form = WebForm.parse(Array(buffer: bytes), contentType: request.headers[.contentType]) else {
+        guard let form = WebUploadForm.parse(Array(buffer: bytes), contentType: request.headers[.contentType]) else {
             return WebPages.plain(.badRequest, "This form must be sent as multipart/form-data.")
         }
         guard sessions.checkCSRF(id, form.field("csrf"), nowMs: webNowMs()) else {
@@ -55,7 +55,7 @@ extension WebDashboard {
     }
 
     /// The tag payload a QR photo or a key file carries.
-    func keyPayload(_ form: WebForm) async throws -> [UInt8] {
+    func keyPayload(_ form: WebUploadForm) async throws -> [UInt8] {
         if let photo = form.file("qr") {
             let codes: [[UInt8]]
             do {
@@ -81,7 +81,7 @@ extension WebDashboard {
         throw ControlError.invalid("choose a photo of the key's QR code or a key file")
     }
 
-    func keyUpload(_ form: WebForm) async throws -> String {
+    func keyUpload(_ form: WebUploadForm) async throws -> String {
         let payload = try await keyPayload(form)
         let tag = JSONValue.string(Data(payload).base64EncodedString())
         switch form.field("action") ?? "unlock" {
@@ -101,7 +101,7 @@ extension WebDashboard {
         }
     }
 
-    func daylightUpload(_ form: WebForm) async throws -> String {
+    func daylightUpload(_ form: WebUploadForm) async throws -> String {
         guard let photo = form.file("photo") else { throw ControlError.invalid("choose a photo of the daylight sky") }
         _ = try await withTemporaryFile(photo.body) { path in try await router.call("bedtime.daylight", ["photo": .string(path)]) }
         return "Good morning: bedtime is over, the mode is unlocked."

@@ -62,7 +62,7 @@ final class WebFormTests: XCTestCase {
     func testFieldsAndFiles() throws {
         let bin: [UInt8] = [0, 13, 10, 45, 45, 255, 13, 10]
         let b = body("XyZ", [("csrf", nil, Array("tok".utf8)), ("qr", "a.png", bin), ("keyfile", "", [])])
-        let form = try XCTUnwrap(WebForm.parse(b, contentType: "multipart/form-data; boundary=XyZ"))
+        let form = try XCTUnwrap(WebUploadForm.parse(b, contentType: "multipart/form-data; boundary=XyZ"))
         XCTAssertEqual(form.field("csrf"), "tok")
         XCTAssertEqual(form.file("qr")?.body, bin)
         XCTAssertNil(form.file("keyfile"))  // an empty file input
@@ -71,20 +71,20 @@ final class WebFormTests: XCTestCase {
 
     func testMalformedBodiesAreRefusedNotTrapped() {
         let good = body("b", [("a", nil, Array("1".utf8))])
-        XCTAssertNil(WebForm.parse(good, contentType: "application/x-www-form-urlencoded"))
-        XCTAssertNil(WebForm.parse(good, contentType: "multipart/form-data"))
-        XCTAssertNil(WebForm.parse(good, contentType: "multipart/form-data; boundary=\(String(repeating: "x", count: 71))"))
+        XCTAssertNil(WebUploadForm.parse(good, contentType: "application/x-www-form-urlencoded"))
+        XCTAssertNil(WebUploadForm.parse(good, contentType: "multipart/form-data"))
+        XCTAssertNil(WebUploadForm.parse(good, contentType: "multipart/form-data; boundary=\(String(repeating: "x", count: 71))"))
         for cut in 0..<good.count - 4 {
-            _ = WebForm.parse(Array(good.prefix(cut)), contentType: "multipart/form-data; boundary=b")
+            _ = WebUploadForm.parse(Array(good.prefix(cut)), contentType: "multipart/form-data; boundary=b")
         }
         var random = SystemRandomNumberGenerator()
         for _ in 0..<200 {
             let junk = (0..<Int.random(in: 0...64, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }
-            _ = WebForm.parse(Array("--b\r\n".utf8) + junk, contentType: "multipart/form-data; boundary=b")
+            _ = WebUploadForm.parse(Array("--b\r\n".utf8) + junk, contentType: "multipart/form-data; boundary=b")
         }
         let many = body("b", (0..<40).map { ("f\($0)", nil, [UInt8(ascii: "x")]) })
-        XCTAssertNil(WebForm.parse(many, contentType: "multipart/form-data; boundary=b"))  // over WebMultipart.maximumParts: refused
+        XCTAssertNil(WebUploadForm.parse(many, contentType: "multipart/form-data; boundary=b"))  // over WebMultipart.maximumParts: refused
         let enough = body("b", (0..<WebMultipart.maximumParts).map { ("f\($0)", nil, [UInt8(ascii: "x")]) })
-        XCTAssertEqual(WebForm.parse(enough, contentType: "multipart/form-data; boundary=b")?.parts.count, WebMultipart.maximumParts)
+        XCTAssertEqual(WebUploadForm.parse(enough, contentType: "multipart/form-data; boundary=b")?.parts.count, WebMultipart.maximumParts)
     }
 }
