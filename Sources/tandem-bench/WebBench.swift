@@ -57,23 +57,21 @@ struct WebBench: AsyncParsableCommand {
             guard let url = login["url"]?.stringValue, let address = login["address"]?.stringValue,
                   let port = Int(address.split(separator: ":").last ?? "") else { throw TandemError("no login URL") }
             let path = String(url.drop { $0 != "/" }.dropFirst(2).drop { $0 != "/" })
-            let first = try await BenchHTTP.connect(port: port)
-            let loginAnswer = try await first.get(path, cookie: nil)
+            let loginAnswer = try await BenchHTTP.with(port: port) { try await $0.get(path, cookie: nil) }
             guard let cookie = loginAnswer.setCookie?.split(separator: ";").first.map(String.init) else {
                 throw TandemError("the login did not set a cookie (status \(loginAnswer.status))")
             }
-            try await first.close()
 
             for round in 0..<(rounds + 5) {
                 let start = clock.now
-                let c = try await BenchHTTP.connect(port: port)
-                let page = try await c.get(self.page, cookie: cookie)
-                let htmlDone = clock.now
-                _ = try await c.get("/static/dashboard.css", cookie: cookie)
-                _ = try await c.get("/static/dashboard.js", cookie: cookie)
-                if self.page == "/vault" { _ = try await c.get("/static/vault.js", cookie: cookie) }
-                let done = clock.now
-                try await c.close()
+                let (page, htmlDone, done) = try await BenchHTTP.with(port: port) { c in
+                    let page = try await c.get(self.page, cookie: cookie)
+                    let htmlDone = clock.now
+                    _ = try await c.get("/static/dashboard.css", cookie: cookie)
+                    _ = try await c.get("/static/dashboard.js", cookie: cookie)
+                    if self.page == "/vault" { _ = try await c.get("/static/vault.js", cookie: cookie) }
+                    return (page, htmlDone, clock.now)
+                }
                 guard page.status == 200, page.body.contains("id=\"live\"") else { throw TandemError("the page did not load (\(page.status))") }
                 if round >= 5 {
                     paint.append((done - start).milliseconds)
@@ -82,7 +80,7 @@ struct WebBench: AsyncParsableCommand {
             }
 
             // One stream to the page (SSE) and one to the control socket, both open during the events.
-            let stream = try await BenchHTTP.connect(port: port)
+            try await BenchHTTP.with(port: port) { stream in
             try await stream.open("/events", cookie: cookie)
             let socket = try await ControlClient.connect(dataDirectory: directory)
             let subscription = BenchIterator(socket.stream(method: "events.subscribe", params: ["types": ["name.changed"]]).makeAsyncIterator())
@@ -110,18 +108,21 @@ struct WebBench: AsyncParsableCommand {
                 }
             }
             socket.close()
-            try await stream.close()
+            }
 
             rssBefore = residentMB(getpid())
-            var open: [BenchHTTP] = []
-            for _ in 0..<tabs {
-                let tab = try await BenchHTTP.connect(port: port)
-                try await tab.open("/events", cookie: cookie)
-                open.append(tab)
+            // `tabs` event streams open at once (each scoped inside the one before), measured inside.
+            func holdTabs(_ n: Int) async throws -> Double {
+                guard n > 0 else {
+                    try await Task.sleep(for: .milliseconds(300))
+                    return residentMB(getpid())
+                }
+                return try await BenchHTTP.with(port: port) { tab in
+                    try await tab.open("/events", cookie: cookie)
+                    return try await holdTabs(n - 1)
+                }
             }
-            try await Task.sleep(for: .milliseconds(300))
-            rssAfter = residentMB(getpid())
-            for tab in open { try await tab.close() }
+            rssAfter = try await holdTabs(tabs)
             tasks.cancelAll()
         }
         let p = Percentiles(paint), h = Percentiles(html), s = Percentiles(sse), c = Percentiles(control)
@@ -160,17 +161,18 @@ final class BenchHTTP: Sendable {
         var body: String
     }
 
-    let channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>
+    let outbound: NIOAsyncChannelOutboundWriter<HTTPClientRequestPart>
     let port: Int
     private let iterator: BenchIterator<NIOAsyncChannelInboundStream<HTTPClientResponsePart>.AsyncIterator>
 
-    init(channel: NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>, port: Int) {
-        self.channel = channel
+    init(inbound: NIOAsyncChannelInboundStream<HTTPClientResponsePart>, outbound: NIOAsyncChannelOutboundWriter<HTTPClientRequestPart>, port: Int) {
+        self.outbound = outbound
         self.port = port
-        self.iterator = BenchIterator(channel.inbound.makeAsyncIterator())
+        self.iterator = BenchIterator(inbound.makeAsyncIterator())
     }
 
-    static func connect(port: Int) async throws -> BenchHTTP {
+    /// A connection for the length of `body`, closed after it.
+    static func with<T: Sendable>(port: Int, _ body: (BenchHTTP) async throws -> T) async throws -> T {
         let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .connect(host: "127.0.0.1", port: port) { channel in
@@ -179,15 +181,17 @@ final class BenchHTTP: Sendable {
                     return try NIOAsyncChannel<HTTPClientResponsePart, HTTPClientRequestPart>(wrappingChannelSynchronously: channel)
                 }
             }
-        return BenchHTTP(channel: channel, port: port)
+        return try await channel.executeThenClose { inbound, outbound in
+            try await body(BenchHTTP(inbound: inbound, outbound: outbound, port: port))
+        }
     }
 
     private func send(_ path: String, cookie: String?) async throws {
         var head = HTTPRequestHead(version: .http1_1, method: .GET, uri: path)
         head.headers.add(name: "Host", value: "127.0.0.1:\(port)")
         if let cookie { head.headers.add(name: "Cookie", value: cookie) }
-        try await channel.outbound.write(.head(head))
-        try await channel.outbound.write(.end(nil))
+        try await outbound.write(.head(head))
+        try await outbound.write(.end(nil))
     }
 
     func get(_ path: String, cookie: String?) async throws -> Answer {
@@ -227,10 +231,6 @@ final class BenchHTTP: Sendable {
             if case .body(let chunk) = part, String(buffer: chunk).contains(text) { return ContinuousClock.now }
         }
         throw TandemError("the stream ended")
-    }
-
-    func close() async throws {
-        try? await channel.channel.close()
     }
 }
 
