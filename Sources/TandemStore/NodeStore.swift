@@ -258,6 +258,8 @@ public struct NodeStore: Sendable {
         // Bedtime and the health pool (MigrationV9Bedtime.swift, Protocol/bedtime.md).
         m.registerMigration("v9-bedtime") { db in try MigrationV9Bedtime.bedtime(db) }
         m.registerMigration("v9-health") { db in try MigrationV9Bedtime.health(db) }
+        // Search, list and outbox reads at a million messages (MigrationMessageSpeed.swift, Protocol/messages.md 8).
+        m.registerMigration("v9-message-speed") { db in try MigrationMessageSpeed.messageSpeed(db) }
         return m
     }
 
