@@ -239,11 +239,11 @@ public final class MessageFiles: Sendable {
 
     /// The reading lane sent these chunks (or lost the link on the way, or could not read the file).
     func served(_ job: FileDisk.ReadJob, _ outcome: FileDisk.Served) {
-        let sentBytes: Int64, failed: Bool, complete: Bool
+        let sentBytes: Int64, failed: Bool, taken: [Int]
         switch outcome {
-        case .sent(let n): (sentBytes, failed, complete) = (n, false, true)
-        case .linkGone(let n): (sentBytes, failed, complete) = (n, false, false)
-        case .failed: (sentBytes, failed, complete) = (0, true, false)
+        case .sent(let n): (sentBytes, failed, taken) = (n, false, job.indices)
+        case .linkGone(let n, let written): (sentBytes, failed, taken) = (n, false, written)
+        case .failed: (sentBytes, failed, taken) = (0, true, [])
         }
         queuedChunks[job.link.remotePublicKey ?? [], default: 0] -= job.indices.count
         if let key = job.link.remotePublicKey, queuedChunks[key, default: 0] <= 0 { queuedChunks[key] = nil }
@@ -265,7 +265,7 @@ public final class MessageFiles: Sendable {
             return
         }
         // Chunks count as sent once a link took them; bytes whenever they were handed to one.
-        for i in job.indices where complete && out.sent[i / 8] & (1 << UInt8(i % 8)) == 0 {
+        for i in taken where out.sent[i / 8] & (1 << UInt8(i % 8)) == 0 {
             out.sent[i / 8] |= 1 << UInt8(i % 8)
             out.sentCount += 1
         }
