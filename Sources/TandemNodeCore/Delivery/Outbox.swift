@@ -458,8 +458,11 @@ package final class Outbox: Sendable {
     func write(to key: [UInt8], on link: OutboxLink, items known: [OutboxItem]? = nil) {
         let items: [OutboxItem]
         do {
-            // The oldest frames: those in the window, then those waiting for room in it.
-            items = try known ?? store.outbox(for: key, limit: 2 * configuration.window)
+            // The oldest frames: those in the window, then those waiting for room in it. Frames just
+            // queued (`known`) go as they are only when none older wait for room: else the oldest go
+            // first, and the book sees them (a write of the new ones alone would pass the older).
+            let holding = book.withLockedValue { $0.isHolding(key) }
+            items = try (holding ? nil : known) ?? store.outbox(for: key, limit: 2 * configuration.window)
         } catch {
             health.failed("read the outbox", error)
             return
