@@ -132,8 +132,9 @@ final class FileDisk: Sendable {
     enum Served: Sendable {
         /// The link took every chunk.
         case sent(bytes: Int64)
-        /// The link went away: these bytes were handed to it, perhaps not all sent (the receiver asks again).
-        case linkGone(bytes: Int64)
+        /// The link went away: these bytes were handed to it, perhaps not all sent (the receiver asks
+        /// again); `taken`: the chunks the link did write before it failed (they count as sent).
+        case linkGone(bytes: Int64, taken: [Int])
         /// The file cannot be read as offered.
         case failed
     }
@@ -161,20 +162,26 @@ final class FileDisk: Sendable {
         var st = stat()
         guard fstat(fd, &st) == 0, UInt64(max(0, st.st_size)) == job.size else { throw HashError.io("\(job.path) changed size") }
         var buffer = [UInt8](repeating: 0, count: ChatLimits.chunkBytes)
-        var last: EventLoopFuture<Void>?
+        var writes: [(index: Int, done: EventLoopFuture<Void>)] = []
         var sent: Int64 = 0
         for (i, index) in job.indices.enumerated() {
             if job.delayMs > 0 { usleep(useconds_t(min(job.delayMs, 10_000)) * 1000) }
             let length = ChunkTree.chunkLength(index: index, size: job.size)
             try readFully(fd, &buffer, length: length, offset: Int64(index) * Int64(ChatLimits.chunkBytes), path: job.path)
             let chunk = FileChunkMessage(fileID: job.fileID, index: index, data: Array(buffer[0..<length]), proof: job.proofs[i])
-            last = job.link.send(type: .fileChunk, payload: chunk.payload)
+            writes.append((index, job.link.send(type: .fileChunk, payload: chunk.payload)))
             sent += Int64(length)
         }
-        do {
-            try last?.wait()
-        } catch {
-            return .linkGone(bytes: sent)
+        // In order: the chunks written before the link failed were sent (a receiver that stored
+        // them, synced, will not ask for them again: they must count, or the file is never `sent`).
+        var taken: [Int] = []
+        for w in writes {
+            do {
+                try w.done.wait()
+                taken.append(w.index)
+            } catch {
+                return .linkGone(bytes: sent, taken: taken)
+            }
         }
         return .sent(bytes: sent)
     }

@@ -425,10 +425,5 @@ extension MessageService {
 
 extension JSONValue {
     /// An instant (ms since the epoch) as ISO 8601 in the local time zone, with its offset.
-    static func isoLocal(_ ms: Int64) -> JSONValue {
-        let f = ISO8601DateFormatter()
-        f.timeZone = TimeZone.current
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return .string(f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))
-    }
+    static func isoLocal(_ ms: Int64) -> JSONValue { .string(ISOTime.local(ms)) }
 }

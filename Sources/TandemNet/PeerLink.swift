@@ -35,6 +35,7 @@ public final class PeerLink: Sendable {
     /// Set by whoever consumes the link's frames when its queue is full (backpressure): the link
     /// then hands on no further frame and reads nothing until `resumeReading()`.
     private let consumerPaused = Atomic<Bool>(false)
+    private let trusted = Atomic<Bool>(false)
     private static let serials = NIOLockedValueBox<UInt64>(0)
 
     init(channel: Channel, identity: SigningKeyPair, relay: [UInt8]? = nil) {
@@ -97,6 +98,12 @@ public final class PeerLink: Sendable {
 
     /// Read for every frame on the link's event loop: an atomic load, no lock.
     public var isReadingPaused: Bool { consumerPaused.load(ordering: .acquiring) }
+
+    /// Set by the node while the link's peer is its friend: the link then has a frame budget of
+    /// its own instead of its address's, which is sized for strangers, and a friend's REPLAYED
+    /// copies do not count towards closing it (`LinkLimits.trustedFramesPerSecond`, 5.12).
+    public func setTrusted(_ on: Bool) { trusted.store(on, ordering: .releasing) }
+    public var isTrusted: Bool { trusted.load(ordering: .acquiring) }
 }
 
 /// Sent down a link's pipeline when its consumer has room again.

@@ -21,6 +21,8 @@ final class PeerLinkHandler: ChannelInboundHandler {
     /// The address was over its frame budget at the last frame tried.
     private var overBudget = false
     private var budgetKey: String?
+    /// The link's own frame budget while it is a friend's (`LinkLimits.trustedFramesPerSecond`).
+    private var trustedBudget: TokenBucket?
     /// Frames checked in the current turn, and decoded frames waiting for a later turn (at most one
     /// read's worth: the link is not read while any wait).
     private var turnFrames = 0
@@ -35,6 +37,9 @@ final class PeerLinkHandler: ChannelInboundHandler {
         self.logger = logger
         self.guardian = LinkGuard(limits: gate.limits, now: gate.clock())
         self.readGate = readGate
+        if let rate = gate.limits.trustedFramesPerSecond, rate > 0 {
+            trustedBudget = TokenBucket(capacity: max(1, gate.limits.trustedFrameBurst), refillPerSecond: rate, now: gate.clock())
+        }
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -79,7 +84,8 @@ final class PeerLinkHandler: ChannelInboundHandler {
         guard !drainScheduled, !backlog.isEmpty else { return }
         drainScheduled = true
         var delay = TimeAmount.microseconds(gate.limits.turnGapMicroseconds)
-        if overBudget, let rate = gate.limits.framesPerAddressPerSecond, rate > 0 {
+        let trusted = link.isTrusted && trustedBudget != nil
+        if overBudget, let rate = trusted ? gate.limits.trustedFramesPerSecond : gate.limits.framesPerAddressPerSecond, rate > 0 {
             delay = .microseconds(max(gate.limits.turnGapMicroseconds, Int64((1_000_000 / rate).rounded(.up))))
         }
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
@@ -118,7 +124,14 @@ final class PeerLinkHandler: ChannelInboundHandler {
         guard !closing, let peer = link.remotePublicKey else { return true }
         // Every frame counts against its address's budget (tunnels: the relay and the peer key).
         if budgetKey == nil { budgetKey = link.directRemoteHost ?? "tunnel:\(hexString(link.relay ?? []))/\(hexString(peer))" }
-        guard gate.takeFrame(from: budgetKey!) else {
+        // A friend's link: its own budget, not its address's (which strangers share).
+        let allowed: Bool
+        if link.isTrusted, trustedBudget != nil {
+            allowed = trustedBudget!.tryTake(now: gate.clock())
+        } else {
+            allowed = gate.takeFrame(from: budgetKey!)
+        }
+        guard allowed else {
             if !overBudget { gate.metrics.readPaused() }
             overBudget = true
             return false
@@ -143,7 +156,7 @@ final class PeerLinkHandler: ChannelInboundHandler {
 
     /// Carries out the link guard's decision on a rejected frame.
     private func answer(_ rejection: FrameRejection, context: ChannelHandlerContext) {
-        switch guardian.rejected(now: gate.clock()) {
+        switch guardian.rejected(rejection.code, trusted: link.isTrusted, now: gate.clock()) {
         case .reply:
             guard let peer = link.remotePublicKey,
                   let reply = FrameVerifier.errorReply(to: rejection, from: link.identity, linkPeer: peer, now: gate.clock())

@@ -12,6 +12,11 @@
 /// - A PRESENCE owed to a peer (on link up, or on becoming friends) waits while frames for that
 ///   peer wait, and goes out on the link right after them: the peer hears FRIEND_ACCEPT before the
 ///   PRESENCE it makes meaningful.
+/// - At most `window` frames per recipient are written on a link and not yet acknowledged
+///   (`toWrite(_:to:link:nowMs:)`): a burst of thousands waits in the outbox and goes out as ACKs
+///   come back, instead of filling the link's buffers until the receiver stops reading and the
+///   link is closed as unwritable (README 12.5). Frames written on another link, or longer ago
+///   than `resendAfterMs`, no longer hold a place: they are written again anyway.
 public struct DeliveryBook: Sendable, Equatable {
     public struct Written: Sendable, Equatable {
         public let link: UInt64
@@ -27,19 +32,26 @@ public struct DeliveryBook: Sendable, Equatable {
     /// At most this many peers tracked per table (past it the oldest knowledge is dropped, which
     /// only makes the node write or dial sooner, never lose a frame).
     public let maximumTracked: Int
+    /// Frames per recipient written on its link and not yet acknowledged, at most.
+    public let window: Int
 
     private var written: [[UInt8]: Written] = [:]
+    /// Per recipient: the frames (their book keys) in its window, and whether frames were held
+    /// back for lack of room at the last write.
+    private var inFlight: [[UInt8]: [[UInt8]: Written]] = [:]
+    private var held: Set<[UInt8]> = []
     private var backoff: [[UInt8]: (failures: Int, nextMs: Int64)] = [:]
     private var owedPresence: Set<[UInt8]> = []
 
-    public init(resendAfterMs: Int64 = 30_000, maximumBackoffMs: Int64 = 60_000, maximumTracked: Int = 10_000) {
+    public init(resendAfterMs: Int64 = 30_000, maximumBackoffMs: Int64 = 60_000, maximumTracked: Int = 10_000, window: Int = 256) {
         self.resendAfterMs = resendAfterMs
         self.maximumBackoffMs = maximumBackoffMs
         self.maximumTracked = maximumTracked
+        self.window = max(1, window)
     }
 
     public static func == (a: DeliveryBook, b: DeliveryBook) -> Bool {
-        a.written == b.written && a.owedPresence == b.owedPresence
+        a.written == b.written && a.owedPresence == b.owedPresence && a.inFlight == b.inFlight && a.held == b.held
             && a.backoff.mapValues { [Int64($0.failures), $0.nextMs] } == b.backoff.mapValues { [Int64($0.failures), $0.nextMs] }
     }
 
@@ -58,8 +70,59 @@ public struct DeliveryBook: Sendable, Equatable {
         return out
     }
 
+    /// Of `keys` (the frames waiting for `recipient`, oldest first), those to write on `link` now,
+    /// within the recipient's window: frames already written on this link within `resendAfterMs`
+    /// keep their place and are skipped; the others fill the free places in order, and the rest
+    /// wait (`isHolding`) until acknowledgements make room. Those returned are recorded as written.
+    public mutating func toWrite(_ keys: [[UInt8]], to recipient: [UInt8], link: UInt64, nowMs: Int64) -> [[UInt8]] {
+        var places = inFlight[recipient] ?? [:]
+        // Written on another link, or so long ago that it is written again: no longer in flight.
+        places = places.filter { $0.value.link == link && nowMs.subtractingSaturated($0.value.atMs) < resendAfterMs }
+        var room = window - places.count
+        var out: [[UInt8]] = []
+        var holding = false
+        for key in keys {
+            if let w = written[key], w.link == link, nowMs.subtractingSaturated(w.atMs) < resendAfterMs { continue }
+            guard room > 0 else {
+                holding = true
+                break
+            }
+            out.append(key)
+            room -= 1
+        }
+        if written.count + out.count > maximumTracked { written.removeAll() }
+        let w = Written(link: link, atMs: nowMs)
+        for key in out {
+            written[key] = w
+            places[key] = w
+        }
+        if inFlight[recipient] == nil, inFlight.count >= maximumTracked { inFlight.removeAll() }
+        inFlight[recipient] = places.isEmpty ? nil : places
+        if holding {
+            if held.count >= maximumTracked { held.removeAll() }
+            held.insert(recipient)
+        } else {
+            held.remove(recipient)
+        }
+        return out
+    }
+
+    /// Frames for `recipient` waited at its last write for room in its window.
+    public func isHolding(_ recipient: [UInt8]) -> Bool { held.contains(recipient) }
+
+    /// Free places in `recipient`'s window (frames written on any link count until acknowledged or
+    /// written again).
+    public func room(_ recipient: [UInt8]) -> Int { window - (inFlight[recipient]?.count ?? 0) }
+
     /// The frame left the outbox (acknowledged, deposited, expired): forgotten.
     public mutating func done(_ messageID: [UInt8]) { written[messageID] = nil }
+
+    /// The frame `key` for `recipient` left the outbox: forgotten, and its place in the window freed.
+    public mutating func done(_ key: [UInt8], recipient: [UInt8]) {
+        written[key] = nil
+        guard var places = inFlight[recipient], places.removeValue(forKey: key) != nil else { return }
+        inFlight[recipient] = places.isEmpty ? nil : places
+    }
 
     public func wasWritten(_ messageID: [UInt8]) -> Written? { written[messageID] }
 

@@ -42,6 +42,18 @@ public struct LinkLimits: Sendable, Equatable {
     /// nil: no rate (benchmarks of the bare handshake).
     public var handshakesPerAddressPerSecond: Double? = nil
     public var handshakeBurstPerAddress: Double = 40
+    /// A friend's link (its key a friend of the node's: `PeerLink.setTrusted`) is not charged to
+    /// its address's frame budget, which is sized for strangers: it has a budget of its own, per
+    /// link, of `trustedFramesPerSecond` after a burst of `trustedFrameBurst` (nil: none). Past it
+    /// the link is read more slowly, like an address over its budget.
+    public var trustedFramesPerSecond: Double? = nil
+    public var trustedFrameBurst: Double = 20_000
+    /// REPLAYED rejections on a friend's link are copies its outbox wrote again after a reconnect
+    /// (their ACKs were lost with the old link): answered (the answer tells its outbox they
+    /// arrived) within a budget of their own, `trustedReplayBurst` then `trustedReplaysPerSecond`,
+    /// never counted towards closing the link. Any other rejection counts as for a stranger.
+    public var trustedReplayBurst: Double = 4_096
+    public var trustedReplaysPerSecond: Double = 1_000
 
     public init() {}
 
@@ -51,6 +63,7 @@ public struct LinkLimits: Sendable, Equatable {
         l.framesPerAddressPerSecond = 1_000
         l.framesPerTurn = 8
         l.handshakesPerAddressPerSecond = 10
+        l.trustedFramesPerSecond = 20_000
         return l
     }
 }
@@ -69,12 +82,26 @@ public struct LinkGuard: Sendable, Equatable {
 
     private var replies: TokenBucket
     private var rejections: TokenBucket
+    private var trustedReplays: TokenBucket
     public private(set) var rejectedCount = 0
     public private(set) var unanswered = 0
 
     public init(limits: LinkLimits, now: UInt64) {
         replies = TokenBucket(capacity: limits.errorReplyBurst, refillPerSecond: limits.errorRepliesPerSecond, now: now)
         rejections = TokenBucket(capacity: limits.rejectionBurst, refillPerSecond: limits.rejectionsPerSecond, now: now)
+        trustedReplays = TokenBucket(capacity: max(1, limits.trustedReplayBurst), refillPerSecond: max(0.001, limits.trustedReplaysPerSecond),
+                                     now: now)
+    }
+
+    /// A frame from the link was rejected at `now` for `reason`, the link being a friend's
+    /// (`trusted`) or not. A friend's REPLAYED copies have their own reply budget and never close
+    /// the link; everything else is `rejected(now:)`.
+    public mutating func rejected(_ reason: Tandem_V1_ErrorCode, trusted: Bool, now: UInt64) -> Decision {
+        guard trusted, reason == .replayed else { return rejected(now: now) }
+        rejectedCount += 1
+        if trustedReplays.tryTake(now: now) { return .reply }
+        unanswered += 1
+        return .silent
     }
 
     /// A frame from the link was rejected at `now`.

@@ -387,6 +387,15 @@ extension StoreReading {
         }
     }
 
+    /// The `limit` oldest waiting frames for a recipient (the outbox writes within a window: it
+    /// needs the frames in it and the next few, not a burst's thousands at every write).
+    public func outbox(for key: [UInt8], limit: Int) throws -> [OutboxItem] {
+        try read { db in
+            try OutboxItem.fetchAll(try db.cachedStatement(sql: "SELECT * FROM outbox WHERE recipient = ? ORDER BY createdAtMs LIMIT ?"),
+                                    arguments: [Data(key), max(0, limit)])
+        }
+    }
+
     /// Whether any frame waits for `key` (one indexed read).
     public func hasOutbox(for key: [UInt8]) throws -> Bool {
         try read { db in
@@ -411,8 +420,15 @@ extension StoreStep {
                             only messageIds: Set<[UInt8]>? = nil) throws {
         // When to try again is soft state: lost in a power cut, frames are simply due sooner.
         try write(durable: false) { db in
-            let rows = try Row.fetchAll(try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE recipient = ?"),
+            // Only some frames (those just written): looked up one by one, not the recipient's whole queue.
+            let rows: [Row]
+            if let messageIds, messageIds.count < 1024 {
+                let one = try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE messageId = ? AND recipient = ?")
+                rows = try messageIds.flatMap { try Row.fetchAll(one, arguments: [Data($0), Data(key)]) }
+            } else {
+                rows = try Row.fetchAll(try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE recipient = ?"),
                                         arguments: [Data(key)])
+            }
             let update = try db.cachedStatement(sql: """
                 UPDATE outbox SET attempts = ?, nextAttemptMs = ?, lastError = ? WHERE messageId = ? AND recipient = ?
                 """)

@@ -236,26 +236,41 @@ extension StoreReading {
         }
     }
 
-    /// Full-text search over message text (FTS5), newest first, optionally within the direct
+    /// Full-text search over message text (FTS5), newest stored first, optionally within the direct
     /// conversation with `friend`. `text` is taken as words, each matched as a prefix (no FTS
     /// syntax reaches SQLite). The snippet brackets matches with `[` `]` and cuts with `…`.
+    ///
+    /// The index is walked in rowid order from the newest end and stops at `limit` hits, and only
+    /// those get a snippet: the cost follows the hits shown, not every message that matches (a
+    /// sort by `sentAtMs` had to fetch, snippet and sort them all). A row's rowid grows with the
+    /// order messages were stored in, which for a conversation is the order they arrived.
     public func searchMessages(_ text: String, friend: [UInt8]? = nil, limit: Int = 50) throws -> [MessageSearchHit] {
         guard let pattern = FTS5Pattern(matchingAllPrefixesIn: text) else { return [] }
         return try read { db in
-            var sql = """
-                SELECT m.id, m.conversationId, m.author, m.sentAtMs, snippet(messageFts, 0, '[', ']', '…', 12) AS snippet
-                FROM messageFts JOIN message m ON m.rowid = messageFts.rowid
-                """
             var args: StatementArguments = [pattern]
+            let sql: String
             if let friend {
-                sql += " JOIN conversation c ON c.id = m.conversationId WHERE messageFts MATCH ? AND c.peer = ?"
-                args += [Data(friend)]
+                // Within one conversation: its rows, newest first, until `limit` of them match.
+                guard let cid = try Int64.fetchOne(db, sql: "SELECT id FROM conversation WHERE peer = ?", arguments: [Data(friend)]) else {
+                    return []
+                }
+                sql = """
+                    SELECT m.id, m.conversationId, m.author, m.sentAtMs, snippet(messageFts, 0, '[', ']', '…', 12) AS snippet
+                    FROM messageFts JOIN message m ON m.rowid = messageFts.rowid
+                    WHERE messageFts MATCH ? AND m.conversationId = ?
+                    ORDER BY messageFts.rowid DESC LIMIT ?
+                    """
+                args += [cid]
             } else {
-                sql += " WHERE messageFts MATCH ?"
+                sql = """
+                    SELECT m.id, m.conversationId, m.author, m.sentAtMs, f.snippet FROM (
+                        SELECT rowid AS r, snippet(messageFts, 0, '[', ']', '…', 12) AS snippet
+                        FROM messageFts WHERE messageFts MATCH ? ORDER BY rowid DESC LIMIT ?
+                    ) f JOIN message m ON m.rowid = f.r ORDER BY f.r DESC
+                    """
             }
-            sql += " ORDER BY m.sentAtMs DESC LIMIT ?"
             args += [max(0, limit)]
-            return try Row.fetchAll(db, sql: sql, arguments: args).map { r in
+            return try Row.fetchAll(try db.cachedStatement(sql: sql), arguments: args).map { r in
                 MessageSearchHit(messageId: Array(r["id"] as Data), conversationId: r["conversationId"],
                                  author: Array(r["author"] as Data), sentAtMs: r["sentAtMs"], snippet: r["snippet"])
             }

@@ -262,6 +262,8 @@ public struct NodeStore: Sendable {
         m.registerMigration("v9-message-file-vault") { db in try MigrationFileVault.fileVault(db) }
         // Health shared with friends: the switch, and what friends share (HealthSharing.swift).
         m.registerMigration("v9-health-share") { db in try MigrationHealthShare.create(db) }
+        // Search, list and outbox reads at a million messages (MigrationMessageSpeed.swift, Protocol/messages.md 8).
+        m.registerMigration("v9-message-speed") { db in try MigrationMessageSpeed.messageSpeed(db) }
         return m
     }
 

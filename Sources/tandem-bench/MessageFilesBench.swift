@@ -10,7 +10,7 @@ import TandemProtocol
 /// `tandem-bench message-files`: one file from one node to a friend's node on loopback (both in this
 /// process, stores and files on disk), through `message.send_file`: the sender's hashing pass (the
 /// offer), then the transfer (FILE_REQUEST → FILE_CHUNKs → each chunk checked against the hash tree,
-/// written, synced every 16 chunks → the whole file hashed again and moved into place) until
+/// written, synced every `syncEveryChunks` chunks, `window` chunks asked for at once (`MessageFiles.Limits`) → the whole file hashed again and moved into place) until
 /// `message.file_received`. Reported beside the same run's box-stream bulk figure (`tandem-bench
 /// bulk`), with the CPU both nodes used per byte moved (one process: the two sides are not split).
 struct MessageFilesBench: AsyncParsableCommand {
@@ -59,6 +59,7 @@ struct MessageFilesBench: AsyncParsableCommand {
         config.port = 0
         config.discovery = nil
         config.fileLimits.autoAcceptBytes = 1 << 33
+        let (window, syncEvery) = (config.fileLimits.window, config.fileLimits.syncEveryChunks)
         let aliceKey = SigningKeyPair.generate(), bobKey = SigningKeyPair.generate()
         let alice = try NodeRuntime(identity: aliceKey, configuration: config,
                                     dataDirectory: DataDirectory(url: root.appendingPathComponent("alice")), logger: logger)
@@ -127,6 +128,7 @@ struct MessageFilesBench: AsyncParsableCommand {
             "cpu_ns_per_byte_both_sides": nsPerByte,
             "cpu_note": "user+system CPU of this process (both nodes) during the transfer, per file byte; the sides are not split",
             "bytes_sent": bytesSent, "bytes_received": bytesReceived, "size_matches": identical,
+            "receiver_window_chunks": window, "receiver_sync_every_chunks": syncEvery,
         ]
         if !skipBulk {
             report["bulk_mb_per_s"] = bulkMBps

@@ -73,7 +73,7 @@ final class OutboxTests: XCTestCase {
         let outbox: Outbox
         let log: InMemoryEventLog
 
-        init(me: SigningKeyPair = .generate(), store: NodeStore? = nil, clock: ManualClock = ManualClock()) throws {
+        init(me: SigningKeyPair = .generate(), store: NodeStore? = nil, clock: ManualClock = ManualClock(), window: Int? = nil) throws {
             self.me = me
             self.store = try store ?? NodeStore.inMemory()
             transport = FakeTransport()
@@ -82,9 +82,11 @@ final class OutboxTests: XCTestCase {
             logger.logLevel = .critical
             log = InMemoryEventLog()
             events = EventBus(log: log, logger: logger)
+            var configuration = Outbox.Configuration()
+            if let window { configuration.window = window }
             outbox = Outbox(identity: me, store: self.store, transport: transport,
                             presence: PresenceState(heartbeatSeconds: 10), events: events, health: StoreHealth(logger: logger),
-                            signals: nil, logger: logger, clock: { [clock] in clock.now })
+                            signals: nil, configuration: configuration, logger: logger, clock: { [clock] in clock.now })
         }
 
         /// A friend request to `key`, stored with its frame as the friends flow does.
@@ -124,6 +126,42 @@ final class OutboxTests: XCTestCase {
         await rig.outbox.deliver(to: peer)
         XCTAssertEqual(second.types, [.friendRequest])
         XCTAssertTrue(rig.transport.dials.isEmpty, "a peer with a link is not dialled")
+    }
+
+    /// A burst to one recipient goes out `window` frames at a time, oldest first; acknowledgements
+    /// make room and the next frames follow right after their step's commit, each written once.
+    func testABurstGoesOutWithinTheWindowAndAcknowledgementsBringTheRest() async throws {
+        let rig = try Rig(window: 4)
+        let peer = SigningKeyPair.generate().publicKey
+        let link = FakeLink(serial: 1)
+        rig.transport.setLink(peer, link)
+        let ids: [[UInt8]] = try await NodeCore.perform {
+            try rig.store.batch { step in
+                var ids: [[UInt8]] = []
+                for _ in 0..<10 {
+                    rig.clock.advance(1)  // distinct creation instants: a defined order
+                    let item = rig.outbox.frame(.contactUpdate, to: peer, payload: [], in: step)
+                    try step.enqueue(item)
+                    ids.append(Array(item.messageId))
+                }
+                rig.outbox.send(to: [peer], in: step)
+                return ids
+            }
+        }
+        XCTAssertEqual(link.written.map(\.messageID.bytes), Array(ids[0..<4]), "the oldest four, nothing more")
+        // A round of the delivery loop meanwhile adds nothing: the window is full.
+        rig.clock.advance(1_000)
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(link.written.count, 4)
+        // Two acknowledged in one step: the next two follow its commit, in order.
+        await NodeCore.run { try? rig.store.batch { step in for id in ids[0..<2] { _ = rig.outbox.delivered(id, by: peer, step) } } }
+        XCTAssertEqual(link.written.map(\.messageID.bytes), Array(ids[0..<6]))
+        // The rest, as acknowledgements come: every frame written exactly once, in order.
+        for i in 2..<10 {
+            await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(ids[i], by: peer, step) } }
+        }
+        XCTAssertEqual(link.written.map(\.messageID.bytes), ids)
+        XCTAssertEqual(try rig.store.outbox(for: peer).count, 0)
     }
 
     /// A frame queued in a step while its recipient's link is up goes out right after the step's

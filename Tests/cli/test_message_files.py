@@ -11,7 +11,7 @@ from tandem_testkit import befriend, cli, cli_json, events, poll, wait_event
 
 CHUNK = 262_144
 CHUNKS = 32            # an 8 MiB file
-WINDOW = 16            # chunks a receiver asks for at once (messages.md 7.3)
+WINDOW = 32            # chunks a receiver asks for at once (messages.md 7.3)
 
 
 def test_send_a_file_kill_the_receiver_mid_transfer_and_resume(make_node, tmp_path):

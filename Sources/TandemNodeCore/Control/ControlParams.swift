@@ -20,8 +20,6 @@ extension JSONValue {
     /// An instant (ms since the epoch) as ISO 8601 UTC with milliseconds; null for nil.
     public static func iso(_ ms: Int64?) -> JSONValue {
         guard let ms else { return .null }
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return .string(f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)))
+        return .string(ISOTime.utc(ms))
     }
 }

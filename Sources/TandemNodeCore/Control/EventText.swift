@@ -34,9 +34,7 @@ extension NodeEvent {
     }
 
     public var isoTime: String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: Date(timeIntervalSince1970: Double(timeMs) / 1000))
+        ISOTime.utc(Int64(clamping: timeMs))
     }
 
     /// True when every `key=value` condition holds (field text compared as strings).

@@ -69,6 +69,8 @@ package final class Outbox: Sendable {
         /// How often due frames and offline friends are looked at.
         package var retryTick: Duration = .milliseconds(500)
         var resendAfterMs: Int64 = 30_000
+        /// Frames per recipient written on its link and not yet acknowledged (`DeliveryBook.window`).
+        package var window = 256
         package init() {}
     }
 
@@ -108,6 +110,10 @@ package final class Outbox: Sendable {
     /// one write and one flush per link.
     private var ackingIn: StoreStep?
     private var acks: [UInt64: (link: PeerLink, ids: [[UInt8]])] = [:]
+    /// Recipients whose window the step `refillingIn` opened (acknowledgements came while frames
+    /// waited for room): their next frames are written once it commits, one write each.
+    private var refillingIn: StoreStep?
+    private var refills: [[UInt8]] = []
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, transport: OutboxTransport, presence: PresenceState,
          events: EventBus, health: StoreHealth, signals: NodeSignals?, configuration: Configuration = Configuration(),
@@ -121,7 +127,7 @@ package final class Outbox: Sendable {
         self.configuration = configuration
         self.logger = logger
         self.clock = clock
-        self.book = NIOLockedValueBox(DeliveryBook(resendAfterMs: configuration.resendAfterMs))
+        self.book = NIOLockedValueBox(DeliveryBook(resendAfterMs: configuration.resendAfterMs, window: configuration.window))
         self.signals = signals?.subscribe { $0 == .reachable }
         self.poster = signals
     }
@@ -274,11 +280,34 @@ package final class Outbox: Sendable {
     package func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep) -> MessageType? {
         health.read("remove an acknowledged frame", or: nil) { () throws -> MessageType? in
             guard let raw = try step.acknowledgeReturningType(messageID, from: author) else { return nil }
-            book.withLockedValue { $0.done(Self.bookKey(messageID, author)) }
+            let refill = book.withLockedValue { book -> Bool in
+                book.done(Self.bookKey(messageID, author), recipient: author)
+                // Frames wait for room: written once a quarter of the window is free (fewer, larger writes).
+                return book.isHolding(author) && book.room(author) >= max(1, book.window / 4)
+            }
+            if refill { refillAfterCommit(author, step) }
             events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
                                              "message_id": .string(hexString(messageID))], in: step)
             return MessageType(rawValue: UInt16(clamping: raw))
         }
+    }
+
+    /// After `step` commits, the frames waiting for room in `key`'s window are written on its link.
+    private func refillAfterCommit(_ key: [UInt8], _ step: StoreStep) {
+        if refillingIn !== step {
+            refillingIn = step
+            refills = []
+            step.afterCommit { [self] in
+                let keys = refills
+                refillingIn = nil
+                refills = []
+                for key in keys {
+                    guard let link = transport.link(to: key) else { continue }  // the delivery loop's, when the link is back
+                    write(to: key, on: link)
+                }
+            }
+        }
+        if !refills.contains(key) { refills.append(key) }
     }
 
     /// A replay error about one of our frames means its first copy reached the peer (whose ACK
@@ -442,13 +471,17 @@ package final class Outbox: Sendable {
     func write(to key: [UInt8], on link: OutboxLink, items known: [OutboxItem]? = nil) {
         let items: [OutboxItem]
         do {
-            items = try known ?? store.outbox(for: key)
+            // The oldest frames: those in the window, then those waiting for room in it. Frames just
+            // queued (`known`) go as they are only when none older wait for room: else the oldest go
+            // first, and the book sees them (a write of the new ones alone would pass the older).
+            let holding = book.withLockedValue { $0.isHolding(key) }
+            items = try (holding ? nil : known) ?? store.outbox(for: key, limit: 2 * configuration.window)
         } catch {
             health.failed("read the outbox", error)
             return
         }
         let nowMs = now()
-        let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Self.bookKey($0) }, link: link.serial, nowMs: nowMs) })
+        let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Self.bookKey($0) }, to: key, link: link.serial, nowMs: nowMs) })
         var written: [Int: [[UInt8]]] = [:]
         defer {
             for (type, ids) in written {
@@ -509,7 +542,7 @@ package final class Outbox: Sendable {
                 try self.store.step(syncing: false) { step in
                     for id in deposited {
                         guard self.health.read("remove a deposited frame", or: false, { try step.acknowledge(id, from: key) }) else { continue }
-                        self.book.withLockedValue { $0.done(Self.bookKey(id, key)) }
+                        self.book.withLockedValue { $0.done(Self.bookKey(id, key), recipient: key) }
                         self.events.emit("outbox.deposited", ["to": .string(NodeID(publicKey: key).canonical),
                                                               "message_id": .string(hexString(id)), "relay": .string(relay.description)],
                                          in: step)

@@ -39,6 +39,7 @@ package struct NodeFrameRouter: InboundConsumer {
                 // First once the batch is durable: its events to subscribers (then the ACKs, frames
                 // and signals its steps left for after the commit).
                 step.afterCommit { [self] in self.events.published() }
+                trust(events, step)
                 for event in events { handle(event, step) }
                 for flow in flows { flow.batchEnded(step) }
             }
@@ -47,6 +48,23 @@ package struct NodeFrameRouter: InboundConsumer {
             health.failed("commit \(events.count) inbound events", error)
         }
         self.events.published()
+    }
+
+    /// A friend's link is trusted (its own frame budget, not its address's; its REPLAYED copies do
+    /// not close it: `LinkLimits.trustedFramesPerSecond`), anyone else's is not: looked at once per
+    /// link per batch, so a friendship made or ended with the link up takes effect within a batch.
+    private func trust(_ events: [InboundEvent], _ step: StoreStep) {
+        var seen = Set<UInt64>()
+        for event in events {
+            let link: PeerLink
+            switch event {
+            case .frame(_, let l, _), .linkUp(_, let l): link = l
+            case .mail, .linkDown, .peerError, .sighting: continue
+            }
+            guard seen.insert(link.serial).inserted, let key = link.remotePublicKey else { continue }
+            let friend = outbox.isFriend(key, in: step)
+            if friend != link.isTrusted { link.setTrusted(friend) }
+        }
     }
 
     private func handle(_ event: InboundEvent, _ step: StoreStep) {
