@@ -41,7 +41,7 @@ struct MessageFilesBench: AsyncParsableCommand {
         let size = Int64(mib) << 20
         let source = root.appendingPathComponent("payload.bin")
         say("message-files: writing \(mib) MiB of random data…")
-        FileManager.default.createFile(atPath: source.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: source.path, contents: nil)
         let handle = try FileHandle(forWritingTo: source)
         for _ in 0..<mib { try handle.write(contentsOf: Data(Sodium.randomBytes(1 << 20))) }
         try handle.close()
