@@ -228,7 +228,7 @@ def test_one_node_per_data_dir_and_stale_socket_after_a_crash(make_node):
 
 # The members of each result, exactly as Protocol/control.md documents them.
 FRIEND_MEMBERS = {"id", "name", "relationship", "online", "status", "via", "last_seen", "message", "requested_at",
-                  "friend_since", "relay", "nickname"}
+                  "friend_since", "relay", "nickname", "health", "state"}
 STATUS_MEMBERS = {"id", "display", "name", "listen", "data_dir", "friends", "pending_requests", "outbox", "links",
                   "discovery", "discoverable", "relays", "quarantined", "quarantine", "store_errors", "frames_dropped_queue_full",
                   "links_paused_queue_full", "frames_waiting", "focus", "web", "transport"}
