@@ -1,4 +1,9 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import Logging
 import TandemProtocol
 
@@ -73,6 +78,25 @@ public struct StructuredLogHandler: LogHandler {
 /// Writes a line to stdout at once (unbuffered), so scripts reading a pipe see it immediately.
 /// Writes what it is given: text from peers must already be escaped (`String.terminalSafe`), JSON
 /// must already be `jsonTerminalSafe`.
+///
+/// A reader that went away (`tandem … | head -1`) ends the command as it ends any Unix tool: by
+/// SIGPIPE, quietly, even when SwiftNIO has set SIGPIPE to be ignored (Foundation's
+/// `FileHandle.write` would trap on the EPIPE instead).
 public func output(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    let bytes = Array((line + "\n").utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes.withUnsafeBytes { write(1, $0.baseAddress! + offset, $0.count - offset) }
+        if n > 0 {
+            offset += n
+        } else if n < 0 && errno == EINTR {
+            continue
+        } else {
+            if errno == EPIPE {
+                signal(SIGPIPE, SIG_DFL)
+                raise(SIGPIPE)
+            }
+            exit(74)  // EX_IOERR: stdout cannot be written
+        }
+    }
 }

@@ -216,3 +216,18 @@ def test_demo_runs_and_cleans_up():
     else:
         assert "Skipped: libfaketime is not installed" in proc.stdout
     assert "Done." in proc.stdout
+
+
+def test_a_closed_stdout_ends_a_command_quietly_even_with_sigpipe_ignored():
+    # The reader is gone before the first line (`tandem … | head -0`), and SIGPIPE is ignored, as
+    # SwiftNIO sets it in a process that opened a socket: the command ends by SIGPIPE as any Unix
+    # tool does, with nothing on stderr (no trap, no backtrace).
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        proc = subprocess.run([TANDEM, "sun", "--city", "Oslo"], stdout=w, stderr=subprocess.PIPE,
+                              restore_signals=False, timeout=30)
+    finally:
+        os.close(w)
+    assert proc.returncode == -signal.SIGPIPE, (proc.returncode, proc.stderr)
+    assert proc.stderr == b""
