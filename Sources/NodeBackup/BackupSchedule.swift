@@ -187,6 +187,9 @@ extension BackupService {
 
     /// Marks the holders whose copy is behind (when the signs changed, or `force`).
     private func lookForChanges(force: Bool) async {
+        // A change is dated when the schedule woke for it, not after the reads below: a push is due
+        // `delay` after that (backup.md 5.1).
+        let nowMs = Int64(clamping: wallClockMilliseconds())
         let signs = await signsOfChange()
         let changed = schedule.withLockedValue { s -> Bool in
             defer { s.signs = signs }
@@ -214,7 +217,6 @@ extension BackupService {
         }
         guard changed || force else { return }
         guard let vaultDirectory, VaultKeyFile.exists(in: vaultDirectory) else { return }  // nothing to back up yet
-        let nowMs = Int64(clamping: wallClockMilliseconds())
         let behind: Set<[UInt8]>
         do {
             behind = try await holdersBehind(pushes)
