@@ -272,13 +272,18 @@ enum WebVaultPage {
     }
 
     /// "812 B", "1.4 MB", "2.0 GB" (decimal units).
+    /// As the CLI shows sizes: binary units for a whole number of KiB (a quota given as 1GiB reads
+    /// "1 GiB"), decimal ones otherwise.
     static func size(_ bytes: Int64) -> String {
         let b = max(0, bytes)
-        if b < 1000 { return "\(b) B" }
-        let units = ["kB", "MB", "GB", "TB"]
-        var v = Double(b) / 1000
+        let binary = b >= 1024 && b % 1024 == 0
+        let step: Double = binary ? 1024 : 1000
+        if Double(b) < step { return "\(b) B" }
+        let units = binary ? ["KiB", "MiB", "GiB", "TiB"] : ["kB", "MB", "GB", "TB"]
+        var v = Double(b) / step
         var i = 0
-        while v >= 1000, i < units.count - 1 { v /= 1000; i += 1 }
+        while v >= step, i < units.count - 1 { v /= step; i += 1 }
+        if v == v.rounded() { return String(format: "%.0f %@", v, units[i]) }
         return String(format: v < 10 ? "%.1f %@" : "%.0f %@", v, units[i])
     }
 

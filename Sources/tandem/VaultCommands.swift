@@ -154,15 +154,21 @@ final class ProgressBar {
     }
 }
 
+/// A size for people, in the unit it was most likely given in: binary units (KiB, MiB, GiB) for a
+/// whole number of KiB (`--quota 10GiB` reads back as "10 GiB"), decimal ones otherwise ("1.0 MB").
 func bytesText(_ n: Int64) -> String {
-    let units = ["B", "kB", "MB", "GB", "TB"]
+    let binary = n >= 1024 && n % 1024 == 0
+    let units = binary ? ["B", "KiB", "MiB", "GiB", "TiB"] : ["B", "kB", "MB", "GB", "TB"]
+    let step: Double = binary ? 1024 : 1000
     var v = Double(n)
     var i = 0
-    while v >= 1000, i < units.count - 1 {
-        v /= 1000
+    while v >= step, i < units.count - 1 {
+        v /= step
         i += 1
     }
-    return i == 0 ? "\(n) B" : String(format: v < 10 ? "%.1f %@" : "%.0f %@", v, units[i])
+    if i == 0 { return "\(n) B" }
+    if v == v.rounded() { return String(format: "%.0f %@", v, units[i]) }
+    return String(format: v < 10 ? "%.1f %@" : "%.0f %@", v, units[i])
 }
 
 func itemLine(_ item: JSONValue) -> String {

@@ -88,6 +88,8 @@ final class WebVaultPageTests: XCTestCase {
     func testWordsForPeople() {
         XCTAssertEqual(WebVaultPage.size(812), "812 B")
         XCTAssertEqual(WebVaultPage.size(1_400_000), "1.4 MB")
+        XCTAssertEqual(WebVaultPage.size(1 << 30), "1 GiB")  // a quota given in GiB reads back in GiB
+        XCTAssertEqual(WebVaultPage.size(3 << 19), "1.5 MiB")
         XCTAssertEqual(WebVaultPage.spoken(ms: 29_001), "30 s")
         XCTAssertEqual(WebVaultPage.spoken(ms: 120_000), "2 min")
         let now = Date()

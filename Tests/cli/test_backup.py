@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from tandem_testkit import TANDEM, befriend, cli, cli_json, one_line_error, wait_event
+from tandem_testkit import TANDEM, befriend, cli, cli_json, one_line_error, poll, wait_event
 
 from test_vault import CHEAP, grep_tree, vault, vault_json
 
@@ -120,6 +120,8 @@ def test_quota_and_refusals(make_node, tmp_path):
     # An offer smaller than the vault: the push stops before sending anything, naming the quota.
     backup(b, "offer", a.id, "--quota", "1MB")
     wait_event(a, "backup.offer.received", f"from={b.id}")
+    # Sizes read back in the unit they were given in.
+    assert "up to 1 MB" in backup(a, "offers").stdout
     proc = backup(a, "push", check=False)
     assert proc.returncode != 0 and "quota" in proc.stderr, proc.stderr
     assert not (held_dir(b, a) / "blobs").exists() or not any((held_dir(b, a) / "blobs").iterdir())
@@ -127,6 +129,9 @@ def test_quota_and_refusals(make_node, tmp_path):
     bad = backup(b, "offer", a.id, "--quota", "lots", check=False)
     assert bad.returncode != 0
     one_line_error(bad)
+    backup(b, "offer", a.id, "--quota", "10GiB")
+    poll(lambda: "up to 10 GiB" in backup(a, "offers").stdout, what="the 10 GiB offer, in GiB")
+    backup(b, "offer", a.id, "--quota", "1MB")
     stranger = make_node("c")
     bad = backup(b, "offer", stranger.id, "--quota", "1GiB", check=False)
     assert bad.returncode != 0
