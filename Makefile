@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TANDEM := .build/debug/tandem
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build demo test unit-test py-test deps test-deps proto fuzz fuzz-build fuzz-corpus fuzz-short bench clean help install dist deb test-package
+.PHONY: all build demo test unit-test xctest py-test py-pool py-timed deps test-deps proto fuzz fuzz-build fuzz-corpus fuzz-short bench clean help install dist deb test-package
 
 all: build
 
@@ -111,25 +111,39 @@ test-deps: deps
 	fi
 
 unit-test: deps
-	$(SWIFT) build
-	$(SWIFT) test --disable-swift-testing
+	$(SWIFT) build --build-tests
+	$(MAKE) --no-print-directory xctest
 
-# Two workers (pytest-xdist, a file per worker at a time) for the suites that wait on processes;
+# The XCTests of a build that already has them (unit-test or test built it).
+xctest: deps
+	$(SWIFT) test --skip-build --disable-swift-testing
+
+# Three workers (pytest-xdist, a file per worker at a time) for the suites that wait on processes;
 # then, alone, the ones whose assertions are about timing between nodes (challenges start and end
-# within the protocol's 25 ms skew; the LAN namespaces), so the other worker's load never decides
+# within the protocol's 25 ms skew; the LAN namespaces), so the other workers' load never decides
 # them. PY_TEST_WORKERS=0 runs everything in one process.
-PY_TEST_WORKERS ?= 2
+PY_TEST_WORKERS ?= 3
 PY_TEST_ENV := TANDEM_BIN=$(CURDIR)/$(TANDEM) TANDEM_RELAY_BIN=$(CURDIR)/.build/debug/tandem-relay
 PY_TEST_TIMED := Tests/cli/test_challenges.py Tests/lan
-py-test: test-deps
+py-test:
+	$(MAKE) --no-print-directory py-pool
+	$(MAKE) --no-print-directory py-timed
+
+py-pool: test-deps
 	$(PY_TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -n $(PY_TEST_WORKERS) --dist loadfile \
 	  Tests/interop Tests/cli Tests/relay Tests/adversarial Tests/web $(addprefix --ignore=,$(PY_TEST_TIMED))
+
+py-timed: test-deps
 	$(PY_TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider $(PY_TEST_TIMED)
 
+# One debug build with the tests; then, side by side (the suites mostly wait on processes, so one of
+# them alone leaves a core idle), the XCTests, the process suites and the short fuzz run, each one's
+# output printed whole when it ends; then, alone, the timing suites.
 test: test-deps
-	$(MAKE) --no-print-directory unit-test
-	$(MAKE) --no-print-directory py-test
-	$(MAKE) --no-print-directory fuzz-short
+	$(SWIFT) build --build-tests
+	@echo "make test: XCTests, pytest ($(PY_TEST_WORKERS) workers) and the short fuzz run side by side; each one's output follows when it ends…"
+	$(MAKE) --no-print-directory -j3 --output-sync=target xctest py-pool fuzz-short
+	$(MAKE) --no-print-directory py-timed
 
 # protoc from apt; protoc-gen-swift built from the swift-protobuf checkout SwiftPM already resolved.
 proto: deps
