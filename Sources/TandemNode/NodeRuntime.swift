@@ -313,6 +313,10 @@ public final class NodeRuntime: Sendable {
     /// How long a graceful shutdown may take before what is left is cancelled.
     public static let shutdownLimit: Duration = .seconds(5)
 
+    /// How long the services may take to end once cancelled (after `shutdownLimit`, or at once when
+    /// the task running them is cancelled) before ServiceLifecycle stops the process.
+    public static let cancellationLimit: Duration = .seconds(30)
+
     /// Runs until SIGINT/SIGTERM (when `signals`) or until the task is cancelled.
     public func run(signals: Bool = true) async throws {
         // One node per data directory: refuse before the listener binds anything.
@@ -322,7 +326,10 @@ public final class NodeRuntime: Sendable {
             gracefulShutdownSignals: signals ? [.sigterm, .sigint] : [],
             logger: logger)
         configuration.maximumGracefulShutdownDuration = Self.shutdownLimit
-        configuration.maximumCancellationDuration = .seconds(2)
+        // After cancellation a service that is still running is stuck; ServiceLifecycle then stops the
+        // process with a fatal error. 2 s was reached by a healthy node on a machine loaded 14 times over
+        // (an in-process test crashed); Self.cancellationLimit only catches a real hang.
+        configuration.maximumCancellationDuration = Self.cancellationLimit
         let serviceGroup = ServiceGroup(configuration: configuration)
         try await serviceGroup.run()
         self.signals.finish()

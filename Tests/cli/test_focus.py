@@ -339,6 +339,11 @@ def test_a_challenge_with_mode_locks_both_and_an_early_unlock_is_a_quit(make_foc
     cli(alice, "unlock", "--tag", "pen-secret", "--yes")
 
 
+# Matching point-cloud frames is CPU work (seconds per sweep in the debug build); on a machine busy with
+# other tests it can take several times that, so these calls get more than the default 30 s.
+KEY_WORK_S = 120
+
+
 def key_frames(node, shape, count, seed, out, *extra):
     run("dev", "key-frames", shape, "--count", str(count), "--seed", str(seed), "--out", str(out), "--points", "4000", *extra)
     return sorted(str(p) for p in pathlib.Path(out).iterdir())
@@ -348,21 +353,21 @@ def test_object_keys_enrol_check_lock_and_unlock_through_frames(make_focus, tmp_
     n = make_focus("hana")
     frames = key_frames(n, "mug", 10, 100, tmp_path / "enrol")
     # Enrolment in two sittings: 5 frames are kept (sealed) until more come; then it completes at 8+.
-    first = cli_json(n, "key", "enroll", "mug", "--object", *frames[:5])
+    first = cli_json(n, "key", "enroll", "mug", "--object", *frames[:5], timeout=KEY_WORK_S)
     assert first["complete"] is False and first["good_frames"] == 5 and first["needed_frames"] == 8
     assert cli_json(n, "key", "list")["keys"] == []
-    done = cli_json(n, "key", "enroll", "mug", "--object", *frames[5:])
+    done = cli_json(n, "key", "enroll", "mug", "--object", *frames[5:], timeout=KEY_WORK_S)
     assert done["complete"] is True and done["key"]["kind"] == "object" and done["good_frames"] >= 8
     enrolled = [e for e in events(n, "focus.key_enrolled") if e["key"] == "mug"]
     assert enrolled and enrolled[0]["kind"] == "object"
     # A fresh sweep of the same object matches; another object does not (exit 1, per-frame scores).
     # A live sweep goes on until 3 frames in a row pass (here at most 8 frames are offered).
     live = key_frames(n, "mug", 8, 500, tmp_path / "live")
-    ok = cli_json(n, "key", "check", "mug", "--object", *live)
+    ok = cli_json(n, "key", "check", "mug", "--object", *live, timeout=KEY_WORK_S)
     assert ok["match"] is True and 3 <= len(ok["frames"]) <= 8
     assert all({"score", "fit", "quality", "guidance"} <= set(f) for f in ok["frames"])
     other = key_frames(n, "box-2-3-4", 3, 900, tmp_path / "other")
-    proc = cli(n, "key", "check", "mug", "--object", *other, "--json", check=False)
+    proc = cli(n, "key", "check", "mug", "--object", *other, "--json", check=False, timeout=KEY_WORK_S)
     assert proc.returncode == 1, proc.stderr
     verdict = json.loads(proc.stdout)
     assert verdict["match"] is False and len(verdict["frames"]) == 3
@@ -376,17 +381,17 @@ def test_object_keys_enrol_check_lock_and_unlock_through_frames(make_focus, tmp_
     assert "video.example" in n.hosts.read_text()
     proc = subprocess.run(cli_args(n, "unlock", "--object", *other), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "not recognised" in proc.stderr, proc.stderr
-    cli(n, "unlock", "--object", *key_frames(n, "mug", 8, 800, tmp_path / "again"))
+    cli(n, "unlock", "--object", *key_frames(n, "mug", 8, 800, tmp_path / "again"), timeout=KEY_WORK_S)
     assert n.hosts.read_text() == ORIGINAL_HOSTS
     # An unfinished enrolment can be dropped; a forced finish needs some good frames.
-    assert cli_json(n, "key", "enroll", "cup", "--object", *frames[:2])["good_frames"] == 2
+    assert cli_json(n, "key", "enroll", "cup", "--object", *frames[:2], timeout=KEY_WORK_S)["good_frames"] == 2
     assert "dropped" in cli(n, "key", "enroll", "cup", "--restart").stdout
     assert "needs 3" in fail(n, "key", "enroll", "cup", "--finish")
     assert [k["id"] for k in cli_json(n, "key", "list")["keys"]] == ["mug"]
     # Bad frames: one clear line, nothing changes.
     bad = tmp_path / "bad.ply"
     bad.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 999999999\nproperty float x\nend_header\n")
-    proc = cli(n, "key", "check", "mug", "--object", str(bad), check=False)
+    proc = cli(n, "key", "check", "mug", "--object", str(bad), check=False, timeout=KEY_WORK_S)
     assert proc.returncode == 2
     one_line_error(proc)
 

@@ -1,4 +1,5 @@
 """Two real `tandem node` processes on loopback become friends through the CLI only."""
+import datetime
 import json
 import signal
 import time
@@ -173,7 +174,12 @@ def test_flood_of_requests_from_throwaway_identities_is_capped(make_node):
     # The event log got one throttling report, not thousands of lines.
     events = [json.loads(l) for l in cli(bob, "events", "--json").stdout.splitlines()]
     throttled = [e for e in events if e["type"] == "friend.request.throttled"]
-    assert 1 <= len(throttled) <= 3
+    # At most one report per 10 s (by the node's own event times): a flood that lasts longer on a busy
+    # machine gets more reports, never more often.
+    assert throttled
+    stamps = [datetime.datetime.fromisoformat(e["time"].replace("Z", "+00:00")) for e in throttled]
+    assert all((b - a).total_seconds() >= 9.999 for a, b in zip(stamps, stamps[1:])), stamps
+    assert sum(e["dropped"] for e in throttled) <= out["sent"]
     # A legitimate request from another address-limited peer still gets through later (the node is healthy).
     alice = make_node("alice").start()
     assert "seq=1" in run("ping", "--data-dir", alice.data_dir, bob.address, bob.id).stdout
