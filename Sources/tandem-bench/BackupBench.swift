@@ -50,16 +50,10 @@ struct BackupBench: AsyncParsableCommand {
         let bulkMBps = bulk.measured
 
         let logger = quietLogger("tandem-bench.backup")
-        var config = NodeConfiguration()
-        config.host = "127.0.0.1"
-        config.port = 0
-        config.discovery = nil
+        var config = LoopbackNodes.configuration()
         config.vault.keyParameters = .testing
-        let ownerKey = SigningKeyPair.generate(), holderKey = SigningKeyPair.generate()
-        let ownerDir = DataDirectory(url: root.appendingPathComponent("owner"))
-        let holderDir = DataDirectory(url: root.appendingPathComponent("holder"))
-        let owner = try NodeRuntime(identity: ownerKey, configuration: config, dataDirectory: ownerDir, logger: logger)
-        let holder = try NodeRuntime(identity: holderKey, configuration: config, dataDirectory: holderDir, logger: logger)
+        let (ownerKey, owner, ownerDir) = try LoopbackNodes.node("owner", in: root, configuration: config, logger: logger)
+        let (holderKey, holder, holderDir) = try LoopbackNodes.node("holder", in: root, configuration: config, logger: logger)
         var object: [String: Any] = [:]
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await owner.run(signals: false) }

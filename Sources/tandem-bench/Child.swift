@@ -12,7 +12,7 @@ final class ChildProcess {
     let process = Process()
     private let stdinPipe = Pipe()
     private let stdoutPipe = Pipe()
-    private var pending: [UInt8] = []
+    private var lines = PipeLines()
     private(set) var port = 0
     private(set) var publicKey: [UInt8] = []
 
@@ -58,28 +58,7 @@ final class ChildProcess {
 
     /// The next stdout line of the child, or nil on timeout or end of file.
     func readLine(timeoutSeconds: Double) -> String? {
-        let fd = stdoutPipe.fileHandleForReading.fileDescriptor
-        let deadline = monotonicNanos() + UInt64(timeoutSeconds * 1e9)
-        while true {
-            if let nl = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = String(decoding: pending[..<nl], as: UTF8.self)
-                pending.removeSubrange(...nl)
-                return line
-            }
-            let now = monotonicNanos()
-            guard now < deadline else { return nil }
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let remainingMs = Int32(min(1000, (deadline - now) / 1_000_000 + 1))
-            let r = poll(&pfd, 1, remainingMs)
-            if r < 0, errno == EINTR { continue }
-            guard r >= 0 else { return nil }
-            if r == 0 { continue }
-            var chunk = [UInt8](repeating: 0, count: 4096)
-            let n = read(fd, &chunk, chunk.count)
-            if n < 0, errno == EINTR { continue }
-            guard n > 0 else { return nil }
-            pending.append(contentsOf: chunk[..<n])
-        }
+        lines.next(from: stdoutPipe.fileHandleForReading.fileDescriptor, timeoutSeconds: timeoutSeconds)
     }
 
     /// The child's counters now (it answers a newline on its stdin with one JSON line).

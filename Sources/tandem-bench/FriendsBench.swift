@@ -34,16 +34,13 @@ struct FriendsBench: AsyncParsableCommand {
         config.friends.requestsPerSenderPerMinute = 1_000_000
         config.friends.requestsPerAddressPerMinute = 1_000_000
         config.friends.retryTick = .milliseconds(200)
-        let aliceKey = SigningKeyPair.generate(), bobKey = SigningKeyPair.generate()
         // Real stores on disk, as a node keeps them (WAL, synchronous = FULL): "durable before
         // acknowledged" is part of what is measured.
         let root = URL(fileURLWithPath: workDir ?? NSTemporaryDirectory()).appendingPathComponent("tandem-friends-bench-\(getpid())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
-        let alice = try NodeRuntime(identity: aliceKey, configuration: config,
-                                    dataDirectory: DataDirectory(url: root.appendingPathComponent("alice")), logger: logger)
-        let bob = try NodeRuntime(identity: bobKey, configuration: config,
-                                  dataDirectory: DataDirectory(url: root.appendingPathComponent("bob")), logger: logger)
+        let (aliceKey, alice, _) = try LoopbackNodes.node("alice", in: root, configuration: config, logger: logger)
+        let (bobKey, bob, _) = try LoopbackNodes.node("bob", in: root, configuration: config, logger: logger)
         let aliceEvents = alice.eventBus.subscribe(since: nil)
         let bobEvents = bob.eventBus.subscribe(since: nil)
         var friendTimes: [Double] = []

@@ -54,17 +54,11 @@ struct MessageFilesBench: AsyncParsableCommand {
 
         var logger = Logger(label: "bench")
         logger.logLevel = .critical
-        var config = NodeConfiguration()
-        config.host = "127.0.0.1"
-        config.port = 0
-        config.discovery = nil
+        var config = LoopbackNodes.configuration()
         config.fileLimits.autoAcceptBytes = 1 << 33
         let (window, syncEvery) = (config.fileLimits.window, config.fileLimits.syncEveryChunks)
-        let aliceKey = SigningKeyPair.generate(), bobKey = SigningKeyPair.generate()
-        let alice = try NodeRuntime(identity: aliceKey, configuration: config,
-                                    dataDirectory: DataDirectory(url: root.appendingPathComponent("alice")), logger: logger)
-        let bob = try NodeRuntime(identity: bobKey, configuration: config,
-                                  dataDirectory: DataDirectory(url: root.appendingPathComponent("bob")), logger: logger)
+        let (aliceKey, alice, _) = try LoopbackNodes.node("alice", in: root, configuration: config, logger: logger)
+        let (bobKey, bob, _) = try LoopbackNodes.node("bob", in: root, configuration: config, logger: logger)
         let bobID = NodeID(publicKey: bobKey.publicKey).canonical
         var offerSeconds = 0.0, transferSeconds = 0.0, cpuSeconds = 0.0, bytesSent: Int64 = 0, bytesReceived: Int64 = 0
         var identical = false

@@ -227,29 +227,10 @@ final class RelayProcess: @unchecked Sendable {
     var rss: Int { status("VmRSS") }
     var cpuSeconds: Double { BenchNode.cpuSeconds(pid) }
 
-    private var pending: [UInt8] = []
+    private var lines = PipeLines()
     private func readLine(timeoutSeconds: Double) -> String? {
-        let fd = stdoutPipe.fileHandleForReading.fileDescriptor
-        let deadline = monotonicNanos() + UInt64(timeoutSeconds * 1e9)
-        while true {
-            if let nl = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = String(decoding: pending[..<nl], as: UTF8.self)
-                pending.removeSubrange(...nl)
-                return line
-            }
-            let now = monotonicNanos()
-            guard now < deadline, process.isRunning else { return nil }
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let r = poll(&pfd, 1, Int32(min(1000, (deadline - now) / 1_000_000 + 1)))
-            if r < 0, errno == EINTR { continue }
-            guard r >= 0 else { return nil }
-            if r == 0 { continue }
-            var chunk = [UInt8](repeating: 0, count: 4096)
-            let n = read(fd, &chunk, chunk.count)
-            if n < 0, errno == EINTR { continue }
-            guard n > 0 else { return nil }
-            pending.append(contentsOf: chunk[..<n])
-        }
+        lines.next(from: stdoutPipe.fileHandleForReading.fileDescriptor, timeoutSeconds: timeoutSeconds,
+                   running: { process.isRunning })
     }
 
     /// SIGTERM (the relay says goodbye to its clients), SIGKILL after 10 s; removes the directory.

@@ -59,6 +59,12 @@ struct BenchOptions: ParsableArguments {
         let data = (try? JSONSerialization.data(withJSONObject: object, options: options)) ?? Data("{}".utf8)
         output(String(decoding: data, as: UTF8.self))
     }
+
+    /// One figure's summary on stderr, and the figure with this run's environment as the JSON.
+    func report(_ figure: Figure) {
+        say(figure.summary)
+        emit(figure.json.merging(["environment": environment()]) { a, _ in a })
+    }
 }
 
 func say(_ line: String) {
@@ -88,9 +94,7 @@ struct Handshakes: AsyncParsableCommand {
 
     func run() async throws {
         warnIfDebug()
-        let figure = try await HandshakeBenchmark.run(options.settings)
-        say(figure.summary)
-        options.emit(figure.json.merging(["environment": environment()]) { a, _ in a })
+        options.report(try await HandshakeBenchmark.run(options.settings))
     }
 }
 
@@ -101,9 +105,7 @@ struct Frames: AsyncParsableCommand {
 
     func run() async throws {
         warnIfDebug()
-        let figure = try await FramesBenchmark.run(options.settings)
-        say(figure.summary)
-        options.emit(figure.json.merging(["environment": environment()]) { a, _ in a })
+        options.report(try await FramesBenchmark.run(options.settings))
     }
 }
 
@@ -114,9 +116,7 @@ struct Bulk: AsyncParsableCommand {
 
     func run() async throws {
         warnIfDebug()
-        let figure = try await BulkBenchmark.run(options.settings)
-        say(figure.summary)
-        options.emit(figure.json.merging(["environment": environment()]) { a, _ in a })
+        options.report(try await BulkBenchmark.run(options.settings))
     }
 }
 

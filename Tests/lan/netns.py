@@ -25,14 +25,21 @@ def ip(*args, check=True):
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True, timeout=20)
 
 
-def make_lan():
-    """A context manager would hide the skip reasons; this generator is driven by the fixture."""
+def skip_unless_namespaces(binaries=(("tandem", TANDEM_BIN),)):
+    """Skips the test unless it can make namespaces (root, `ip`) and each (name, path) binary exists."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     if shutil.which("ip") is None:
         pytest.skip("iproute2 (`ip`) is not installed")
-    if not Path(TANDEM_BIN).exists():
-        pytest.skip(f"no tandem binary at {TANDEM_BIN} (run `swift build` or set TANDEM_BIN)")
+    for what, path in binaries:
+        if not Path(path).exists():
+            variable = "TANDEM_BIN" if what == "tandem" else "TANDEM_RELAY_BIN"
+            pytest.skip(f"no {what} binary at {path} (run `swift build` or set {variable})")
+
+
+def make_lan():
+    """A context manager would hide the skip reasons; this generator is driven by the fixture."""
+    skip_unless_namespaces()
     tag = secrets.token_hex(3)
     switch = f"tdsw{tag}"
     hosts = [f"tdh{tag}{i}" for i in (1, 2, 3)]
@@ -64,8 +71,6 @@ def make_lan():
             ip("netns", "del", ns, check=False)
 
 
-
-
 # ---------------------------------------------------------------- the CLI on the namespace LAN
 
 # LAN tests want discovery: drop the loopback suites' switch.
@@ -95,3 +100,12 @@ def answers(node):
     """Whether the LAN node's process runs and its control socket answers `tandem status`."""
     return node["proc"].poll() is None and tandem_testkit.cli(
         node, "status", check=False, environ=NODE_ENV).returncode == 0
+
+
+def start_node(ns, data_dir, *node_args, prefix=(), env=NODE_ENV):
+    """`tandem node` for `data_dir` in namespace `ns`: on 0.0.0.0:7810 with fast beacons (every
+    0.3 s), then `node_args`. `prefix` goes between `ip netns exec NS` and the binary (a scheduler,
+    or libfaketime through env(1)). Its stderr is a pipe, read when it does not come up."""
+    command = ["ip", "netns", "exec", ns, *prefix, TANDEM_BIN, "node", "--data-dir", str(data_dir),
+               "--listen", "0.0.0.0:7810", "--discovery-interval", "0.3", *node_args]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)

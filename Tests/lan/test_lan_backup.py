@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from netns import NODE_ENV, SUBNET, TANDEM_BIN, answers, cli, cli_json, init_node, until, wait_event
+from netns import NODE_ENV, TANDEM_BIN, cli, cli_json, until, wait_event
 
 CHEAP = {**NODE_ENV, "TANDEM_TEST_CHEAP_PIN_HASH": "1"}
 
@@ -20,29 +20,8 @@ def tandem(node, *args, stdin=None, ns=None, timeout=120):
 
 
 @pytest.fixture
-def pair(lan, tmp_path):
-    out, procs = [], []
-    try:
-        for i, (ns, name) in enumerate(zip(lan[:2], ["alice", "bob"]), 1):
-            d = tmp_path / name
-            info = init_node(d)
-            proc = subprocess.Popen(["ip", "netns", "exec", ns, TANDEM_BIN, "node", "--data-dir", str(d),
-                                     "--listen", "0.0.0.0:7810", "--discovery-interval", "0.3"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=CHEAP)
-            procs.append(proc)
-            out.append({"dir": str(d), "id": info["id"], "public_key": info["public_key"], "ip": f"{SUBNET}.{i}",
-                        "proc": proc, "ns": ns})
-        for node in out:
-            assert until(lambda: answers(node)), node["proc"].stderr.read()
-        yield out
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+def pair(lan_nodes):
+    return lan_nodes(["Alice", "Bob"], env=CHEAP)
 
 
 def test_lan_only_push_and_restore_on_a_third_host(pair, lan, tmp_path):

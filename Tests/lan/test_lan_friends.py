@@ -6,35 +6,13 @@ import time
 
 import pytest
 
-from netns import NODE_ENV, SUBNET, TANDEM_BIN, answers, cli, cli_json, init_node, until, wait_event
+from netns import cli, cli_json, until, wait_event
 
 
 @pytest.fixture
-def nodes(lan, tmp_path):
-    """A node in each of the three namespaces, listening on 7810 with fast beacons."""
-    out, procs = [], []
-    try:
-        for i, (ns, name) in enumerate(zip(lan, ["Alice", "Bob", "Carol"]), 1):
-            d = tmp_path / name.lower()
-            info = init_node(d)
-            proc = subprocess.Popen(["ip", "netns", "exec", ns, TANDEM_BIN, "node", "--data-dir", str(d),
-                                     "--listen", "0.0.0.0:7810", "--discovery-interval", "0.3", "--heartbeat", "2"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=NODE_ENV)
-            procs.append(proc)
-            node = {"dir": str(d), "id": info["id"], "ip": f"{SUBNET}.{i}", "name": name, "proc": proc}
-            out.append(node)
-        for node in out:
-            assert until(lambda: answers(node)), node["proc"].stderr.read()
-            cli(node, "name", node["name"])
-        yield out
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+def nodes(lan_nodes):
+    """A node in each of the three namespaces, named, listening on 7810 with fast beacons."""
+    return lan_nodes(["Alice", "Bob", "Carol"], "--heartbeat", "2", named=True)
 
 
 def peers(node):
@@ -93,7 +71,7 @@ def test_partition_and_heal(nodes):
     wait_event(alice, "friend.request.received", f"id={bob['id']}")
     cli(alice, "friend", "accept", bob["id"])
     wait_event(bob, "peer.online", f"id={alice['id']}")
-    ns_alice = nodes[0]["proc"].args[3]
+    ns_alice = alice["ns"]
     subprocess.run(["ip", "-n", ns_alice, "link", "set", "eth0", "down"], check=True)
     try:
         # Silence is noticed by the heartbeat (3 × 2 s here) or the broken connection, whichever is first.

@@ -7,32 +7,12 @@ import subprocess
 import pytest
 import tandem_testkit
 
-from netns import NODE_ENV, SUBNET, TANDEM_BIN, answers, cli, cli_json, init_node, until, wait_event
+from netns import NODE_ENV, cli, cli_json, until, wait_event
 
 
 @pytest.fixture
-def pair(lan, tmp_path):
-    out, procs = [], []
-    try:
-        for i, (ns, name) in enumerate(zip(lan[:2], ["Alice", "Bob"]), 1):
-            d = tmp_path / name.lower()
-            info = init_node(d)
-            proc = subprocess.Popen(["ip", "netns", "exec", ns, TANDEM_BIN, "node", "--data-dir", str(d),
-                                     "--listen", "0.0.0.0:7810", "--discovery-interval", "0.3", "--heartbeat", "2"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=NODE_ENV)
-            procs.append(proc)
-            out.append({"dir": str(d), "id": info["id"], "ip": f"{SUBNET}.{i}", "name": name, "proc": proc, "ns": ns})
-        for node in out:
-            assert until(lambda: answers(node)), node["proc"].stderr.read()
-        yield out
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+def pair(lan_nodes):
+    return lan_nodes(["Alice", "Bob"], "--heartbeat", "2")
 
 
 def test_messages_on_a_lan_across_a_partition(pair):

@@ -13,16 +13,14 @@ address that travels in share codes and contact records, so each can reach the o
 The flow is a user's: `tandem relay add`, `tandem id --share`, `tandem friend request <code>`,
 accept, `tandem challenge invite/accept/quit`, all through the CLI of real `tandem node` processes."""
 import json
-import os
 import secrets
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from netns import NODE_ENV, TANDEM_BIN, answers, cli, cli_json, init_node, ip, until, wait_event
+from netns import NODE_ENV, TANDEM_BIN, answers, cli, cli_json, init_node, ip, skip_unless_namespaces, until, wait_event
 from tandem_testkit import RELAY as TANDEM_RELAY_BIN, friend
 
 RELAY_IP = "10.77.0.1"  # on the relay namespace's loopback; routed to from both links
@@ -34,13 +32,7 @@ LINKS = {"a": ("10.77.1.1", "10.77.1.2"), "b": ("10.77.2.1", "10.77.2.2")}  # (r
 
 def make_split_network():
     """Yields {"a": ns, "b": ns, "relay": ns}; deletes the namespaces (and so their links) after."""
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 (`ip`) is not installed")
-    for what, path in (("tandem", TANDEM_BIN), ("tandem-relay", TANDEM_RELAY_BIN)):
-        if not Path(path).exists():
-            pytest.skip(f"no {what} binary at {path} (run `swift build` or set TANDEM_BIN / TANDEM_RELAY_BIN)")
+    skip_unless_namespaces((("tandem", TANDEM_BIN), ("tandem-relay", TANDEM_RELAY_BIN)))
     tag = secrets.token_hex(3)
     names = {"a": f"tdra{tag}", "b": f"tdrb{tag}", "relay": f"tdrr{tag}"}
     made = []
