@@ -126,6 +126,8 @@ public final class MessageFiles: Sendable {
     /// Requests for a relayed file that is not whole yet: the latest per participant, answered when it
     /// is (in memory: after a restart the requester asks again after its timeout).
     var deferred: [FileID: [[UInt8]: FileRequestMessage]] = [:]
+    /// Relayed files whole and checked, being hashed for their tree (their requests wait in `deferred`).
+    var relayPending: [FileID: ThreadID] = [:]
     let relayJobs: AsyncStream<RelayJob>
     let relayInput: AsyncStream<RelayJob>.Continuation
     /// Chunks queued for reading, per friend (the serving bound).
@@ -208,6 +210,7 @@ public final class MessageFiles: Sendable {
         outgoing = [:]
         relays = [:]
         deferred = [:]
+        relayPending = [:]
         queuedChunks = [:]
         loaded = false
     }

@@ -42,8 +42,8 @@ extension MessageFiles {
             let hasLeaves = health.read("read a file's chunk hashes", or: nil) { try r.fileLeaves(offer.fileID.bytes) } != nil
             if hasLeaves {
                 relays[offer.fileID] = Relay(offer: offer, thread: thread, path: path, tree: nil, deadlineMs: row.deadlineMs)
-            } else {
-                _ = relayInput.yield(RelayJob(offer: offer, thread: thread, path: path, deadlineMs: row.deadlineMs))
+            } else if case .enqueued = relayInput.yield(RelayJob(offer: offer, thread: thread, path: path, deadlineMs: row.deadlineMs)) {
+                relayPending[offer.fileID] = thread
             }
         }
     }
@@ -128,8 +128,9 @@ extension MessageFiles {
             queueRead(request, path: relay.path, size: relay.offer.size, tree: tree, for: requester, link: link)
             return
         }
-        // Not whole yet: a chunk we lack is not sent; the request is kept and answered once the file is whole.
-        guard let t = incoming[id], t.serves, let thread = t.thread, request.fits(chunkCount: t.receiver.offer.chunkCount),
+        // Not whole yet (or being hashed): a chunk we lack is not sent; the request is kept and answered once the file is served.
+        let waiting = incoming[id].flatMap { t in t.serves ? t.thread.map { (t.receiver.offer.chunkCount, $0) } : nil }
+        guard case let (chunks, thread)? = waiting ?? relayPending[id].map({ (Int.max, $0) }), request.fits(chunkCount: chunks),
               let ch = health.read("read a challenge", or: nil, { try step.challenge(thread) }),
               ThreadFileRoute.mayFetch(requester: requester, me: me, inviter: ch.inviter, participants: ch.participants.map(\.key), author: [])
         else { return }
@@ -142,7 +143,12 @@ extension MessageFiles {
         guard t.serves, let thread = t.thread else { return }
         let job = RelayJob(offer: t.receiver.offer, thread: thread, path: path, deadlineMs: deadlineMs)
         step.afterCommit { [self] in
-            if case .dropped = relayInput.yield(job) { logger.warning("relay backlog full: a thread's file is not served", metadata: ["file": "\(id)"]) }
+            if case .dropped = relayInput.yield(job) {
+                logger.warning("relay backlog full: a thread's file is not served", metadata: ["file": "\(id)"])
+                deferred[id] = nil
+            } else {
+                relayPending[id] = thread
+            }
         }
     }
 
@@ -150,6 +156,7 @@ extension MessageFiles {
     /// is served from now on, and the requests that waited are answered.
     func relayReady(_ job: RelayJob, _ hashed: FileDisk.Hashed?) {
         let id = job.offer.fileID
+        relayPending[id] = nil
         defer { events.published() }
         guard let hashed, hashed.size == job.offer.size, hashed.fileHash == job.offer.fileHash, hashed.tree.root == job.offer.chunkRoot else {
             logger.warning("a thread's file cannot be served: it is gone or changed", metadata: ["file": "\(id)"])
@@ -174,6 +181,7 @@ extension MessageFiles {
     func relayGone(_ id: FileID, _ step: StoreStep? = nil) {
         relays[id] = nil
         deferred[id] = nil
+        relayPending[id] = nil
         health.attempt("stop serving a thread's file") {
             if let step { return try step.endServedFile(id.bytes, nowMs: now()) }
             try store.step { step in try step.endServedFile(id.bytes, nowMs: now()) }

@@ -1130,10 +1130,13 @@ public nonisolated struct Tandem_V1_BackupSnapshotRecord: Sendable {
   /// The sum of the sizes of `blobs`.
   public var totalBytes: UInt64 = 0
 
+  /// The owner's generation counter: higher is newer (backup.md 5.1).
   public var generation: UInt64 = 0
 
+  /// The size of each of `index_blobs`, in the same order.
   public var indexSizes: [UInt64] = []
 
+  /// Ed25519 by the owner's identity key over the snapshot's signed header (backup.md 5.1).
   public var ownerSignature: Data = Data()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
@@ -1445,8 +1448,10 @@ public nonisolated struct Tandem_V1_RecoveryKitContents: Sendable {
   /// them. An entry naming someone not in friend_contacts is ignored.
   public var friendAddresses: [Tandem_V1_RecoveryKitAddress] = []
 
+  /// The owner's kit generation: higher is newer (backup.md 7).
   public var generation: UInt64 = 0
 
+  /// Zero bytes that bring the plaintext to its size class (backup.md 7); ignored.
   public var padding: Data = Data()
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
