@@ -1089,7 +1089,24 @@ def gen_message_frames(add_valid, created):
              + pb_varint(5, 262_144) + pb_bytes(6, root))
     add_valid("FILE_OFFER", ALICE, BOB, "FILE_OFFER", 0x0509, "chat/file-offer", created, offer,
               {"message": "tandem.v1.FileOffer", "file_id": h(file_id), "name": "desk.jpg", "size": "300000",
-               "file_hash": h(file_hash), "chunk_size": "262144", "chunk_root": h(root), "message_id": ""})
+               "file_hash": h(file_hash), "chunk_size": "262144", "chunk_root": h(root), "message_id": "",
+               "challenge_id": ""})
+    # A file in a challenge's thread (messages.md 7.7): carol offers it once, to the inviter alice (field 8 =
+    # the challenge), attached to her thread MESSAGE; alice forwards carol's envelope byte for byte to bob.
+    thread_file = label_bytes("chat/thread-file", 16)
+    caption = mid("chat/thread-file-message")
+    thread_offer = (pb_bytes(1, thread_file) + pb_bytes(2, "notes.pdf".encode()) + pb_varint(3, 600_000) + pb_bytes(4, file_hash)
+                    + pb_varint(5, 262_144) + pb_bytes(6, root) + pb_bytes(7, caption) + pb_bytes(8, thread))
+    add_valid("FILE_OFFER in a thread, from carol to the inviter alice", CAROL, ALICE, "FILE_OFFER", 0x0509, "chat/thread-file-offer",
+              created, thread_offer,
+              {"message": "tandem.v1.FileOffer", "file_id": h(thread_file), "name": "notes.pdf", "size": "600000",
+               "file_hash": h(file_hash), "chunk_size": "262144", "chunk_root": h(root), "message_id": h(caption),
+               "challenge_id": h(thread)})
+    inner_offer = envelope(CAROL, ALICE.pk, 0x0509, mid("chat/thread-file-offer"), created, thread_offer)
+    add_valid("FORWARD of carol's thread FILE_OFFER, from the inviter alice to bob", ALICE, BOB, "FORWARD", 0x0502,
+              "chat/forward-file", created, pb_bytes(1, thread) + pb_bytes(2, inner_offer),
+              {"message": "tandem.v1.ChatForward", "challenge_id": h(thread), "envelope": h(inner_offer), "inner_author": h(CAROL.pk),
+               "inner_file_id": h(thread_file), "inner_name": "notes.pdf"})
     add_valid("FILE_REQUEST", BOB, ALICE, "FILE_REQUEST", 0x050A, "chat/file-request", created,
               pb_bytes(1, file_id) + pb_msg(2, pb_varint(2, 2)),
               {"message": "tandem.v1.FileRequest", "file_id": h(file_id), "ranges": "0+2"})

@@ -64,7 +64,17 @@ extension MessageFiles {
         } else {
             text = nil
         }
-        let key = try await NodeCore.perform { try self.messages.friendKey(params, "to", self.store) }
+        let target: OfferTarget = try await NodeCore.perform {
+            guard let text = params["challenge"]?.stringValue else { return .friend(try self.messages.friendKey(params, "to", self.store)) }
+            guard let id = parseHex(text.lowercased()), id.count == 16 else {
+                throw MessageService.usage("'\(ChatText.terminalSafe(text))' is not a challenge id (32 hex digits)")
+            }
+            guard let ch = try self.store.challenge(id), ch.participant(self.me) != nil else { throw NodeError.nothingToActOn("no such challenge") }
+            guard ch.participants.contains(where: { $0.key != self.me }) else {
+                throw NodeError.nothingToActOn("nobody else takes part in that challenge")
+            }
+            return .thread(id)
+        }
         let name = FileName.sanitised((path as NSString).lastPathComponent)
         let hashed: FileDisk.Hashed
         do {
@@ -74,7 +84,7 @@ extension MessageFiles {
         }
         return try await NodeCore.perform {
             defer { self.events.published() }
-            return try self.store.step { step in try self.offer(to: key, path: path, name: name, hashed: hashed, text: text, step) }
+            return try self.store.step { step in try self.offer(target, path: path, name: name, hashed: hashed, text: text, step) }
         }
     }
 

@@ -5,10 +5,11 @@ import TandemStore
 import TandemNodeCore
 
 /// The file frames (0x0509–0x050C) reach this flow, which the router asks before the message
-/// service; a blocked author's are dropped before (messages.md 2).
+/// service; a blocked author's are dropped before (messages.md 2). So does every FORWARD: one around a
+/// FILE_OFFER (a thread's file, 7.7) is handled here, every other goes on to the message service.
 extension MessageFiles: FrameFlow {
     package nonisolated func owns(_ type: MessageType) -> Bool {
-        type == .fileOffer || type == .fileRequest || type == .fileChunk || type == .fileCancel
+        type == .fileOffer || type == .fileRequest || type == .fileChunk || type == .fileCancel || type == .chatForward
     }
     package nonisolated var dropsBlockedAuthors: Bool { true }
 
@@ -24,14 +25,22 @@ extension MessageFiles: FrameFlow {
             // Link-authenticated (the verifier accepted it only from its author's link); never mail.
             guard link != nil, let chunk = try? FileChunkMessage(payload: envelope.payload) else { return }  // malformed: dropped
             receive(chunk, from: envelope.author, step)
-        case .fileOffer, .fileCancel:
+        case .chatForward where ChatForwardMessage.innerType(payload: envelope.payload) != .fileOffer:
+            messages.handle(envelope, from: link, step)  // a thread's message, reaction or retract (or malformed: it says so)
+        case .fileOffer, .fileCancel, .chatForward:
             guard outbox.isFriend(envelope.author, in: step) else { return outbox.dropUnrelated(envelope, on: link, step) }
             do {
                 if try step.wasHandled(envelope.messageID.bytes) { return outbox.acknowledge(envelope, on: link, step) }
                 let handled = outbox.handledMark(envelope, fromFriend: true, in: step)
-                if envelope.type == .fileOffer {
-                    try receiveOffer(try FileOfferMessage(payload: envelope.payload), from: envelope.author, step)
-                } else {
+                switch envelope.type {
+                case .fileOffer:
+                    let offer = try FileOfferMessage(payload: envelope.payload)
+                    guard try receiveOffer(offer, author: envelope.author, sender: envelope.author, envelope: envelope, step) else {
+                        return outbox.dropUnrelated(envelope, on: link, step)
+                    }
+                case .chatForward:
+                    guard try receiveForwardedOffer(envelope, step) else { return outbox.dropUnrelated(envelope, on: link, step) }
+                default:
                     try receiveCancel(try FileCancelMessage(payload: envelope.payload), from: envelope.author, step)
                 }
                 _ = try step.markHandled(handled.messageId, createdAtMs: handled.createdAtMs, windowMs: handled.windowMs,
@@ -62,43 +71,72 @@ extension MessageFiles: FrameFlow {
     // MARK: - Receiving
 
     func fields(_ id: FileID, _ t: Incoming) -> [String: JSONValue] {
-        ["file_id": .string(id.description), "direction": "in", "from": idText(t.peer), "name": .string(t.receiver.offer.name),
-         "size": .int(Int64(t.receiver.offer.size)), "message_id": t.messageID.map { .string(hexString($0)) } ?? .null]
+        var f: [String: JSONValue] = [
+            "file_id": .string(id.description), "direction": "in", "from": idText(t.author), "name": .string(t.receiver.offer.name),
+            "size": .int(Int64(t.receiver.offer.size)), "message_id": t.messageID.map { .string(hexString($0)) } ?? .null,
+        ]
+        if let thread = t.thread {
+            f["conversation"] = .string("challenge:" + hexString(thread))
+            f["via"] = idText(t.peer)  // the node the chunks come from
+        }
+        return f
     }
 
-    /// A friend's FILE_OFFER: stored within the bounds (else answered FILE_CANCEL `TOO_LARGE` and
-    /// not stored), fetched at once when within the auto-accept limit.
-    func receiveOffer(_ offer: FileOfferMessage, from author: [UInt8], _ step: StoreStep) throws {
-        if try step.fileTransfer(offer.fileID.bytes) != nil { return }  // a second copy
-        let (fromPeer, all) = try step.pendingIncomingFileTotals(peer: author)
+    /// A FILE_OFFER `author` signed, that came from `sender` (the author, or a thread's inviter inside
+    /// FORWARD): in a direct conversation only from the author itself; in a thread as `ThreadFileRoute`
+    /// allows. Stored within the bounds (else answered FILE_CANCEL `TOO_LARGE` and not stored), fetched
+    /// from the node it came from at once when within the auto-accept limit — and always by a thread's
+    /// inviter, who forwards `envelope` to the other participants and serves them the file (7.7).
+    /// False: not ours to take (dropped).
+    func receiveOffer(_ offer: FileOfferMessage, author: [UInt8], sender: [UInt8], envelope: Envelope?, _ step: StoreStep) throws -> Bool {
+        var route: ThreadFileRoute?
+        if let thread = offer.challengeID {
+            guard let r = try threadRoute(thread, author: author, sender: sender, step) else { return false }
+            route = r
+        } else if sender != author {
+            return false
+        }
+        let source = route?.fetchFrom ?? author
+        if try step.fileTransfer(offer.fileID.bytes) != nil { return true }  // a second copy
+        let (fromPeer, all) = try step.pendingIncomingFileTotals(peer: source)
         let size = Int64(offer.size)
         guard fromPeer < limits.pendingPerFriend, all.count < limits.pendingTotal,
               all.bytes.addingSaturated(size) <= limits.pendingBytesTotal else {
             let cancel = FileCancelMessage(fileID: offer.fileID, reason: .tooLarge)
-            try step.enqueue(outbox.frame(.fileCancel, to: author, payload: cancel.payload, in: step))
-            outbox.send(to: [author], in: step)
+            try step.enqueue(outbox.frame(.fileCancel, to: source, payload: cancel.payload, in: step))
+            outbox.send(to: [source], in: step)
             events.emit("message.file_refused", ["file_id": .string(offer.fileID.description), "from": idText(author),
                                                  "name": .string(offer.name), "size": .int(size), "reason": "too many pending files"],
                         in: step)
-            return
+            return true
         }
-        let c = try step.directConversation(peer: author, nowMs: now())
+        let c = try offer.challengeID.map { try step.threadConversation(challengeId: $0, nowMs: now()) }
+            ?? step.directConversation(peer: author, nowMs: now())
         guard let cid = c.id else { throw MessageStoreError.noSuchConversation }
         let nowMs = now()
         let deadline = nowMs.addingSaturated(limits.offerLifetimeMs)
-        let row = StoredFileTransfer(offer: offer, conversationId: cid, direction: .incoming, peer: author,
+        let row = StoredFileTransfer(offer: offer, conversationId: cid, direction: .incoming, peer: source,
                                      path: partialPath(offer.fileID), nowMs: nowMs, deadlineMs: deadline)
-        guard try step.storeFileOffer(row) else { return }
+        guard try step.storeFileOffer(row) else { return true }
         let receiver = FileReceiver(offer: offer, nowMs: nowMs, deadlineMs: deadline, window: limits.window,
                                     requestTimeoutMs: limits.requestTimeoutMs)
-        let t = Incoming(receiver: receiver, peer: author, partial: partialPath(offer.fileID), messageID: offer.messageID,
-                         durable: Array(row.bitmap))
+        let t = Incoming(receiver: receiver, peer: source, author: author, thread: offer.challengeID, serves: route?.serves ?? false,
+                         partial: partialPath(offer.fileID), messageID: offer.messageID, durable: Array(row.bitmap))
         incoming[offer.fileID] = t
-        let auto = size <= autoAcceptBytes(author, step)
+        if let route, let thread = offer.challengeID, let envelope {
+            try forwardOffer(envelope, offer, thread: thread, to: route.forwardTo, step)
+        }
+        let auto = t.serves || size <= autoAcceptBytes(author, step)
         var f = fields(offer.fileID, t)
         f["auto_accept"] = .bool(auto)
         events.emit("message.file_offered", f, in: step)
         if auto { try accept(offer.fileID, step) }
+        return true
+    }
+
+    /// A FILE_OFFER straight from its author (a friend), with no envelope to forward.
+    func receiveOffer(_ offer: FileOfferMessage, from author: [UInt8], _ step: StoreStep) throws {
+        _ = try receiveOffer(offer, author: author, sender: author, envelope: nil, step)
     }
 
     /// The user (or the auto-accept setting) accepts: the first chunks are asked for.
@@ -123,8 +161,11 @@ extension MessageFiles: FrameFlow {
             outgoing[id] = nil
             try step.endOutgoingFile(id.bytes, state: .failed, failure: "cancelled", nowMs: now())
             let cancel = FileCancelMessage(fileID: id, reason: .byUser)
-            try step.enqueue(outbox.frame(.fileCancel, to: out.peer, payload: cancel.payload, in: step))
-            outbox.send(to: [out.peer], in: step)
+            // In a thread: everyone the offer went to (as the inviter, every participant).
+            let to = try out.thread.flatMap { try step.challenge($0) }
+                .map { ThreadFileRoute.offerRecipients(me: me, inviter: $0.inviter, participants: $0.participants.map(\.key)) } ?? [out.peer]
+            for key in to { try step.enqueue(outbox.frame(.fileCancel, to: key, payload: cancel.payload, in: step)) }
+            outbox.send(to: to, in: step)
             events.emit("message.file_failed", ["file_id": .string(id.description), "direction": "out", "reason": "cancelled",
                                                 "to": idText(out.peer)], in: step)
             return
@@ -135,7 +176,11 @@ extension MessageFiles: FrameFlow {
     /// FILE_CANCEL from the friend: our offer to it (it declined, or gave up) or its offer to us ends.
     func receiveCancel(_ m: FileCancelMessage, from author: [UInt8], _ step: StoreStep) throws {
         let reason = Self.reasonText(m.reason)
-        if let out = outgoing[m.fileID], out.peer == author {
+        if let thread = outgoing[m.fileID]?.thread, let ch = try step.challenge(thread), ch.inviter == me {
+            // Our offer to a whole thread: one participant declining ends nothing for the others.
+            events.emit("message.file_declined", ["file_id": .string(m.fileID.description), "by": idText(author), "reason": .string(reason)],
+                        in: step)
+        } else if let out = outgoing[m.fileID], out.peer == author {
             outgoing[m.fileID] = nil
             try step.endOutgoingFile(m.fileID.bytes, state: .failed, failure: reason, nowMs: now())
             events.emit("message.file_failed", ["file_id": .string(m.fileID.description), "direction": "out", "reason": .string(reason),
@@ -222,6 +267,7 @@ extension MessageFiles: FrameFlow {
     /// The transfer failed: its row says why, its partial file goes.
     func fail(_ id: FileID, _ t: Incoming, reason: String, _ step: StoreStep) {
         incoming[id] = nil
+        cancelRelayed(id, t, step)
         health.attempt("record a failed file transfer") {
             try step.setFileProgress(id.bytes, state: .failed, bitmap: t.durable, failure: reason, durable: true, nowMs: now())
         }
@@ -287,6 +333,7 @@ extension MessageFiles: FrameFlow {
                 f["path"] = .string(path)
                 f["bytes_received"] = .int(try step.fileBytesMoved(id.bytes))
                 events.emit("message.file_received", f, in: step)
+                relayWhenHashed(id, t, path: path, deadlineMs: t.receiver.deadlineMs, step)
                 if let wanted = try step.fileVaultImport(id.bytes), wanted.itemId == nil {
                     let job = VaultJob(fileID: id, path: path, name: t.receiver.offer.name)
                     step.afterCommit { [self] in
@@ -320,6 +367,7 @@ extension MessageFiles: FrameFlow {
                     try step.endOutgoingFile(id.bytes, state: out.state == .complete ? .complete : .failed,
                                              failure: out.state == .complete ? nil : "expired", nowMs: nowMs)
                 }
+                try expireRelays(nowMs: nowMs, step)
             }
         }
     }
@@ -342,6 +390,7 @@ extension MessageFiles: FrameFlow {
             group.addTask { [self] in
                 for await job in vaultJobs { _ = try? await importToVault(job) }  // a failure is an event (message.file_vault_failed)
             }
+            group.addTask { [self] in await runRelays() }
             group.addTask { [self] in
                 await disk.runWrites { report in
                     await NodeCore.run {
@@ -359,6 +408,7 @@ extension MessageFiles: FrameFlow {
             }
             disk.finish()
             vaultInput.finish()
+            relayInput.finish()
         }
     }
 }

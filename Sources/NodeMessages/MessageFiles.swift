@@ -69,7 +69,14 @@ public final class MessageFiles: Sendable {
 
     struct Incoming {
         var receiver: FileReceiver
+        /// The node the chunks come from: the author, or a thread's inviter that forwarded the offer.
         let peer: [UInt8]
+        /// Who offered the file (signed the offer).
+        let author: [UInt8]
+        /// The thread it was offered in (nil: a direct conversation).
+        let thread: ThreadID?
+        /// We are the thread's inviter and serve the file to the other participants once it is whole (7.7).
+        let serves: Bool
         let partial: String
         let messageID: [UInt8]?
         /// Bits of chunks synced to disk (what the stored bitmap says).
@@ -82,7 +89,10 @@ public final class MessageFiles: Sendable {
 
     struct Outgoing {
         let offer: FileOfferMessage
+        /// The friend offered to (in a thread: the inviter, or, when we are the inviter, the first participant).
         let peer: [UInt8]
+        /// The thread it was offered in (nil: a direct conversation); who may fetch is `ThreadFileRoute.mayFetch`.
+        let thread: ThreadID?
         let path: String
         var tree: ChunkTreeLevels?
         /// Chunks sent at least once.
@@ -93,8 +103,33 @@ public final class MessageFiles: Sendable {
         var reportedPercent = -1
     }
 
+    /// A thread's file we relay as its inviter (messages.md 7.7): whole, checked, served from `path`.
+    struct Relay {
+        let offer: FileOfferMessage
+        let thread: ThreadID
+        let path: String
+        var tree: ChunkTreeLevels?
+        let deadlineMs: Int64
+    }
+
+    /// A relayed file became whole: its leaf hashes are computed from it (off the core) before it is served.
+    struct RelayJob: Sendable {
+        let offer: FileOfferMessage
+        let thread: ThreadID
+        let path: String
+        let deadlineMs: Int64
+    }
+
     var incoming: [FileID: Incoming] = [:]
     var outgoing: [FileID: Outgoing] = [:]
+    var relays: [FileID: Relay] = [:]
+    /// Requests for a relayed file that is not whole yet: the latest per participant, answered when it
+    /// is (in memory: after a restart the requester asks again after its timeout).
+    var deferred: [FileID: [[UInt8]: FileRequestMessage]] = [:]
+    /// Relayed files whole and checked, being hashed for their tree (their requests wait in `deferred`).
+    var relayPending: [FileID: ThreadID] = [:]
+    let relayJobs: AsyncStream<RelayJob>
+    let relayInput: AsyncStream<RelayJob>.Continuation
     /// Chunks queued for reading, per friend (the serving bound).
     var queuedChunks: [[UInt8]: Int] = [:]
     private var loaded = false
@@ -115,6 +150,7 @@ public final class MessageFiles: Sendable {
         self.clock = clock
         self.vault = vault
         (vaultJobs, vaultInput) = AsyncStream.makeStream(of: VaultJob.self, bufferingPolicy: .bufferingOldest(64))
+        (relayJobs, relayInput) = AsyncStream.makeStream(of: RelayJob.self, bufferingPolicy: .bufferingOldest(256))
         // A node without a data directory (tests) keeps its files in a private temporary folder.
         let dir = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("tandem-files-\(hexString(Sodium.randomBytes(8)))")
         self.directory = dir
@@ -136,6 +172,7 @@ public final class MessageFiles: Sendable {
         let nowMs = now()
         for row in rows {
             guard let offer = row.offer else { continue }
+            let thread = threadOf(row, r)
             switch row.direction {
             case .incoming:
                 var receiver: FileReceiver
@@ -150,22 +187,30 @@ public final class MessageFiles: Sendable {
                     continue
                 }
                 _ = receiver.tick(nowMs: nowMs)  // nothing in flight yet: the first tick after a link asks
-                incoming[offer.fileID] = Incoming(receiver: receiver, peer: Array(row.peer), partial: partialPath(offer.fileID),
-                                                  messageID: offer.messageID, durable: Array(row.bitmap))
+                // The author: the attached message's (a thread's file may come through the inviter).
+                let author = offer.messageID.flatMap { id in health.read("read a file's message", or: nil) { try r.message(id) } }
+                    .map { Array($0.author) } ?? Array(row.peer)
+                let serves = thread.map { relaysThread($0, author: author, r) } ?? false
+                incoming[offer.fileID] = Incoming(receiver: receiver, peer: Array(row.peer), author: author, thread: thread, serves: serves,
+                                                  partial: partialPath(offer.fileID), messageID: offer.messageID, durable: Array(row.bitmap))
             case .outgoing:
                 guard let path = row.path else { continue }
                 let sent = Array(row.bitmap)
-                outgoing[offer.fileID] = Outgoing(offer: offer, peer: Array(row.peer), path: path, tree: nil, sent: sent,
+                outgoing[offer.fileID] = Outgoing(offer: offer, peer: Array(row.peer), thread: thread, path: path, tree: nil, sent: sent,
                                                   sentCount: sent.reduce(0) { $0 + $1.nonzeroBitCount }, state: row.state,
                                                   deadlineMs: row.deadlineMs)
             }
         }
+        loadRelays(r, nowMs: nowMs)
     }
 
     /// Forgets every transfer held in memory (the fuzz harness, whose store is emptied between inputs).
     package func forgetAll() {
         incoming = [:]
         outgoing = [:]
+        relays = [:]
+        deferred = [:]
+        relayPending = [:]
         queuedChunks = [:]
         loaded = false
     }
@@ -188,30 +233,51 @@ public final class MessageFiles: Sendable {
 
     // MARK: - Sending
 
-    /// Offers the file at `path` (already hashed: `hashed`) to `to`, with a MESSAGE carrying
-    /// `text` (or the file's name) that the offer is attached to; one step.
-    func offer(to key: [UInt8], path: String, name: String, hashed: FileDisk.Hashed, text: String?, _ step: StoreStep) throws -> JSONValue {
+    /// Where our offer goes: a friend, or a challenge's thread (messages.md 7.7).
+    enum OfferTarget: Sendable {
+        case friend([UInt8])
+        case thread(ThreadID)
+    }
+
+    /// Offers the file at `path` (already hashed: `hashed`) to `target`, with a MESSAGE carrying
+    /// `text` (or the file's name) that the offer is attached to; one step. In a thread the offer is
+    /// signed once, to the inviter, or, when we are the inviter, to each participant under one id.
+    func offer(_ target: OfferTarget, path: String, name: String, hashed: FileDisk.Hashed, text: String?, _ step: StoreStep) throws -> JSONValue {
         loadIfNeeded(step)
-        let params: [String: JSONValue] = ["to": .string(NodeID(publicKey: key).canonical), "text": .string(text ?? name)]
+        var params: [String: JSONValue] = ["text": .string(text ?? name)]
+        let recipients: [[UInt8]], thread: ThreadID?
+        switch target {
+        case .friend(let key):
+            params["to"] = .string(NodeID(publicKey: key).canonical)
+            (recipients, thread) = ([key], nil)
+        case .thread(let id):
+            guard let ch = try step.challenge(id), ch.participant(me) != nil else { throw NodeError.nothingToActOn("no such challenge") }
+            params["challenge"] = .string(hexString(id))
+            (recipients, thread) = (ThreadFileRoute.offerRecipients(me: me, inviter: ch.inviter, participants: ch.participants.map(\.key)), id)
+        }
+        guard let key = recipients.first else { throw NodeError.nothingToActOn("nobody else takes part in that challenge") }
         let sent = try messages.send(.object(params), step)
         guard let idText = sent["id"]?.stringValue, let messageID = parseHex(idText) else { throw NodeError.failed("the message was not sent") }
         let fileID = FileID.random()
         let offer = FileOfferMessage(fileID: fileID, name: name, size: hashed.size, fileHash: hashed.fileHash,
-                                     chunkRoot: hashed.tree.root, messageID: messageID)
-        let c = try step.directConversation(peer: key, nowMs: now())
+                                     chunkRoot: hashed.tree.root, messageID: messageID, challengeID: thread)
+        let c = try thread.map { try step.threadConversation(challengeId: $0, nowMs: now()) } ?? step.directConversation(peer: key, nowMs: now())
         guard let cid = c.id else { throw MessageStoreError.noSuchConversation }
         let nowMs = now()
         let deadline = nowMs.addingSaturated(limits.offerLifetimeMs)
         let row = StoredFileTransfer(offer: offer, conversationId: cid, direction: .outgoing, peer: key, path: path, nowMs: nowMs,
                                      deadlineMs: deadline)
-        let frame = outbox.frame(.fileOffer, to: key, payload: offer.payload, in: step)
-        try step.storeOutgoingFile(row, leaves: hashed.tree.packedLeaves, frame: frame)
-        outbox.send(to: [key], in: step)
-        let record = Outgoing(offer: offer, peer: key, path: path, tree: hashed.tree, sent: Array(row.bitmap), sentCount: 0, state: .offered,
-                              deadlineMs: deadline)
+        let frames = messages.frames(.fileOffer, to: recipients, payload: offer.payload, step)
+        try step.storeOutgoingFile(row, leaves: hashed.tree.packedLeaves, frame: frames[0])
+        for f in frames.dropFirst() { try step.enqueue(f) }
+        outbox.send(to: recipients, in: step)
+        let record = Outgoing(offer: offer, peer: key, thread: thread, path: path, tree: hashed.tree, sent: Array(row.bitmap), sentCount: 0,
+                              state: .offered, deadlineMs: deadline)
         step.afterCommit { [self] in outgoing[fileID] = record }
-        events.emit("message.file_offered", ["file_id": .string(fileID.description), "message_id": .string(idText), "direction": "out",
-                                             "to": self.idText(key), "name": .string(name), "size": .int(Int64(hashed.size))], in: step)
+        var f: [String: JSONValue] = ["file_id": .string(fileID.description), "message_id": .string(idText), "direction": "out",
+                                      "to": self.idText(key), "name": .string(name), "size": .int(Int64(hashed.size))]
+        if let thread { f["conversation"] = .string("challenge:" + hexString(thread)) }
+        events.emit("message.file_offered", f, in: step)
         return .object(["id": .string(idText), "file_id": .string(fileID.description), "name": .string(name),
                         "size": .int(Int64(hashed.size)), "seq": sent["seq"] ?? .null])
     }
@@ -219,7 +285,8 @@ public final class MessageFiles: Sendable {
     /// A FILE_REQUEST for one of our files: the chunks asked for (within the serving bounds) are
     /// read and sent on the link it came by.
     func serve(_ request: FileRequestMessage, from author: [UInt8], link: PeerLink, _ step: StoreStep) {
-        guard var out = outgoing[request.fileID], out.peer == author else { return }
+        guard outgoing[request.fileID] != nil else { return serveRelayed(request, from: author, link: link, step) }
+        guard var out = outgoing[request.fileID], mayFetch(author, out, step) else { return }
         switch out.state {
         case .offered, .receiving, .verifying, .complete: break
         case .failed: return
@@ -235,6 +302,11 @@ public final class MessageFiles: Sendable {
             outgoing[request.fileID] = out
         }
         guard let tree = out.tree else { return }
+        queueRead(request, path: out.path, size: out.offer.size, tree: tree, for: author, link: link)
+    }
+
+    /// The chunks of `request` (within the serving bounds) go to the reading lane, for `link`.
+    func queueRead(_ request: FileRequestMessage, path: String, size: UInt64, tree: ChunkTreeLevels, for author: [UInt8], link: PeerLink) {
         let room = min(limits.chunksPerRequest, limits.queuedChunksPerFriend - queuedChunks[author, default: 0])
         guard room > 0 else { return }
         var indices: [Int] = []
@@ -242,7 +314,7 @@ public final class MessageFiles: Sendable {
             for i in r.first..<r.end where indices.count < room { indices.append(i) }
         }
         guard !indices.isEmpty else { return }
-        let job = FileDisk.ReadJob(fileID: request.fileID, path: out.path, size: out.offer.size, indices: indices,
+        let job = FileDisk.ReadJob(fileID: request.fileID, path: path, size: size, indices: indices,
                                    proofs: indices.map { tree.proof(index: $0) }, link: link, delayMs: limits.serveDelayMs)
         if disk.read(job) { queuedChunks[author, default: 0] += indices.count }
     }
@@ -257,6 +329,10 @@ public final class MessageFiles: Sendable {
         }
         queuedChunks[job.link.remotePublicKey ?? [], default: 0] -= job.indices.count
         if let key = job.link.remotePublicKey, queuedChunks[key, default: 0] <= 0 { queuedChunks[key] = nil }
+        if outgoing[job.fileID] == nil, relays[job.fileID] != nil {
+            if case .failed = outcome { relayGone(job.fileID) }
+            return
+        }
         guard var out = outgoing[job.fileID] else { return }
         defer { events.published() }
         if failed {

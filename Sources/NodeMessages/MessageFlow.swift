@@ -416,6 +416,9 @@ extension MessageService {
         case .retract(let r):
             try receiveRetract(inner, r, c, handled: innerMark, step)
             outcome = .acknowledge
+        case .fileOffer:
+            // The file flow takes every FORWARD around a FILE_OFFER before this one (messages.md 7.7).
+            return .drop
         }
         // The FORWARD is handled only with what it carried: one withheld (over a bound) comes again.
         if outcome == .acknowledge { try mark(handled, step) }

@@ -11,10 +11,14 @@ import TandemStore
 // an in-memory store). Each input is a sequence of steps: FILE_OFFERs (from a friend or a stranger,
 // fields near their edges, through the router as relay mail), FILE_CANCELs, FILE_REQUESTs, and
 // FILE_CHUNKs handed to the receiving side as a link would (valid paths of a small tree the target
-// knows, forged ones, wrong indices, lengths and files), accepts, cancels and ticks.
+// knows, forged ones, wrong indices, lengths and files), accepts, cancels and ticks; and a thread's
+// files (messages.md 7.7): FILE_OFFERs with a challenge id, directly and inside FORWARD, from the
+// thread's inviter (our friend), a participant who is not our friend, or a stranger, signed by any of
+// them (or by another key than the author's), about the thread or another challenge.
 // Invariants: nothing traps; a stranger's offer leaves no row; every stored transfer validates; no
 // incoming transfer holds a chunk that did not verify (each held chunk is one the target sent with a
-// good path); pending offers stay within the bounds.
+// good path); pending offers stay within the bounds; a thread's file is fetched only from our friend
+// (the inviter) and stored only when a participant signed it.
 
 extension FuzzTarget {
     static let files = FuzzTarget(name: "files", summary: "file offers, requests, chunks and cancels into a node's file flow",
@@ -25,6 +29,9 @@ enum FileTarget {
     static let me = try! SigningKeyPair(seed: [UInt8](repeating: 41, count: 32))
     static let friend = try! SigningKeyPair(seed: [UInt8](repeating: 42, count: 32))
     static let stranger = try! SigningKeyPair(seed: [UInt8](repeating: 43, count: 32))
+    /// A participant of the thread who is not our friend (reaches us only through the inviter, `friend`).
+    static let member = try! SigningKeyPair(seed: [UInt8](repeating: 44, count: 32))
+    static let thread = [UInt8](repeating: 45, count: 16)
     static let harness: NodeHarness? = try? NodeHarness(identity: me)
 
     /// A small file the target can prove chunks of: 3 chunks of 64 bytes are not allowed (chunks are
@@ -96,12 +103,14 @@ enum FileTarget {
         } catch {
             return check(false, "cannot reset the harness: \(error)")
         }
+        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+        node.deliver(invite(nowMs: nowMs))
+        var threadFiles: [FileID: Set<[UInt8]>] = [:]  // file → who signed offers of it in a thread
         var knowns: [Known] = []
         /// Chunks sent with a good path and the right contents, per file.
         var good: [FileID: Set<Int>] = [:]
-        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
         for _ in 0..<16 where !input.isExhausted {
-            switch input.u8() % 8 {
+            switch input.u8() % 9 {
             case 0, 1:
                 let k = known(&input)
                 knowns.append(k)
@@ -149,6 +158,12 @@ enum FileTarget {
                 let payload = (try? m.serializedBytes()) ?? []
                 node.deliver(Envelope.sign(type: .fileRequest, author: friend, recipient: me.publicKey, createdAt: UInt64(nowMs - 1000),
                                            payload: payload))
+            case 8:
+                let k = known(&input)
+                knowns.append(k)
+                let (frame, author) = threadOffer(k, nowMs: nowMs, &input)
+                threadFiles[k.offer.fileID, default: []].insert(author)
+                node.deliver(frame)
             default:
                 NodeCore.blocking { files.tick() }
             }
@@ -163,8 +178,54 @@ enum FileTarget {
         }
         check(rows.allSatisfy { $0.offer != nil }, "a stored transfer does not validate")
         check(rows.allSatisfy { $0.peer != Data(stranger.publicKey) }, "a stranger's transfer is stored")
+        for row in rows {
+            let conversation = try? runtime.store.conversation(id: row.conversationId)  // fuzzing: a failed read skips the row
+            guard conversation?.challengeId != nil else { continue }
+            check(row.peer == Data(friend.publicKey), "a thread's file is fetched from someone who is not our friend")
+            let authors = FileID(bytes: Array(row.fileId)).flatMap { threadFiles[$0] } ?? []
+            check(authors.contains(friend.publicKey) || authors.contains(member.publicKey), "a thread's file offered by a non-participant is stored")
+        }
         let pending = rows.filter { $0.direction == .incoming && [.offered, .receiving, .verifying].contains($0.state) }
         check(pending.count <= ChatLimits.pendingFilesPerFriend, "\(pending.count) pending offers from one friend")
+    }
+
+    /// The challenge whose thread the files go to: invited by `friend`, with `me` and `member`.
+    static func invite(nowMs: Int64) -> Envelope {
+        var m = Tandem_V1_ChallengeInvite()
+        m.challengeID = Data(thread)
+        m.participants = [Data(friend.publicKey), Data(me.publicKey), Data(member.publicKey)]
+        m.durationMs = 60_000
+        m.startAtUs = UInt64(nowMs) * 1000 + 300_000_000
+        m.expiresAtUs = UInt64(nowMs) * 1000 + 600_000_000
+        return Envelope.sign(type: .challengeInvite, author: friend, recipient: me.publicKey, createdAt: UInt64(nowMs - 1000),
+                             payload: (try? m.serializedBytes()) ?? [])
+    }
+
+    /// A FILE_OFFER in the thread (or another challenge's): directly from its author, or inside a
+    /// FORWARD; the author, the forwarder and the signer drawn from the inviter, the member, a stranger
+    /// and us. Returns the frame and the key that signed the offer (the envelope's author field when
+    /// a forged signature makes them differ).
+    static func threadOffer(_ k: Known, nowMs: Int64, _ input: inout FuzzInput) -> (Envelope, [UInt8]) {
+        let keys = [friend, member, stranger, me]
+        var m = Tandem_V1_FileOffer()
+        if let base = try? Tandem_V1_FileOffer(serializedBytes: offerPayload(k, &input)) { m = base }  // drawn just above: always parses
+        m.challengeID = Data(input.pick(6) == 0 ? input.take(Int(input.u8() % 20)) : thread)
+        let payload = (try? m.serializedBytes()) ?? []
+        let author = keys[input.pick(3)]
+        let created = UInt64(nowMs - 1000)
+        guard input.bool() else {
+            // Directly (only the inviter may send it so).
+            return (Envelope.sign(type: .fileOffer, author: author, recipient: me.publicKey, createdAt: created, payload: payload), author.publicKey)
+        }
+        let forwarder = keys[input.pick(4) == 0 ? 1 + input.pick(2) : 0]
+        var inner = Envelope.sign(type: .fileOffer, author: author, recipient: input.pick(8) == 0 ? me.publicKey : forwarder.publicKey,
+                                  createdAt: created, payload: payload).bytes
+        if input.pick(6) == 0, !inner.isEmpty { inner[input.pick(inner.count)] ^= 1 << (input.u8() % 8) }  // forged: signature breaks
+        var f = Tandem_V1_ChatForward()
+        f.challengeID = Data(input.pick(8) == 0 ? input.exactly(16) : thread)
+        f.envelope = Data(inner)
+        return (Envelope.sign(type: .chatForward, author: forwarder, recipient: me.publicKey, createdAt: created,
+                              payload: (try? f.serializedBytes()) ?? []), author.publicKey)
     }
 
     static func check(_ condition: Bool, _ message: @autoclosure () -> String) {

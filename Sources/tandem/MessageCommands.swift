@@ -87,12 +87,17 @@ struct MessageSend: AsyncParsableCommand {
                                + "(the friend fetched all of it; a progress bar on a terminal).", valueName: "delivered|sent"))
     var wait: String?
     @Option(help: ArgumentHelp("How long --wait waits (exit 6 past it).", valueName: "duration")) var timeout: String = "30s"
-    @Option(help: ArgumentHelp("Offer this file (up to 4 GiB); the text, if any, is its caption.", valueName: "path")) var file: String?
+    @Option(help: ArgumentHelp("Offer this file (up to 4 GiB) to the friend or, with --challenge, in the thread; the text, if any, is its caption.",
+                               valueName: "path")) var file: String?
 
     func validate() throws {
         if file != nil {
-            if challenge != nil { throw ValidationError("files go to a friend, not to a challenge's thread") }
-            if friend == nil { throw ValidationError("give a friend and --file PATH") }
+            if challenge != nil {
+                // `send --challenge ID --file PATH [CAPTION]`: the one argument, if any, is the caption.
+                if text != nil { throw ValidationError("with --challenge, give only --file PATH and, if you like, a caption") }
+            } else if friend == nil {
+                throw ValidationError("give a friend and --file PATH")
+            }
             if let wait, wait != "sent" { throw ValidationError("with --file, --wait takes `sent` (the friend fetched all of it)") }
             _ = try DurationText.parse(timeout)
             return
@@ -108,10 +113,10 @@ struct MessageSend: AsyncParsableCommand {
 
     func run() async throws {
         if let file {
-            let caption = try text.map(messageText)
+            let caption = try (challenge != nil ? friend : text).map(messageText)
             let client = try await ControlClient.connect(dataDirectory: common.dataDirectory)
             defer { client.close() }
-            let r = try await sendFile(client, to: friend ?? "", path: file, caption: caption)
+            let r = try await sendFile(client, to: challenge != nil ? nil : friend, challenge: challenge, path: file, caption: caption)
             if wait != nil, let fileID = r["file_id"]?.stringValue {
                 _ = try await followFile(client, id: fileID, verb: "Sending", until: "sent", timeout: try DurationText.parse(timeout),
                                          bar: !common.json)

@@ -21,9 +21,10 @@ func absoluteFilePath(_ path: String) throws -> String {
     return abs
 }
 
-/// Offers a file to a friend; returns the node's answer (`id`, `file_id`, `name`, `size`).
-func sendFile(_ client: ControlClient, to friend: String, path: String, caption: String?) async throws -> JSONValue {
-    var params: [String: JSONValue] = ["to": .string(friend), "path": .string(try absoluteFilePath(path))]
+/// Offers a file to a friend (or in a challenge's thread); returns the node's answer (`id`, `file_id`, `name`, `size`).
+func sendFile(_ client: ControlClient, to friend: String?, challenge: String? = nil, path: String, caption: String?) async throws -> JSONValue {
+    var params: [String: JSONValue] = ["path": .string(try absoluteFilePath(path))]
+    if let challenge { params["challenge"] = .string(challenge) } else { params["to"] = .string(friend ?? "") }
     if let caption { params["text"] = .string(caption) }
     return try await client.call(method: "message.send_file", params: .object(params))
 }

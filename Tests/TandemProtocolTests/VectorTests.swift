@@ -598,8 +598,16 @@ final class VectorTests: XCTestCase {
             XCTAssertEqual(hexString(m.challengeID), s("challenge_id"), c.name)
             XCTAssertEqual(hexString(m.inner.bytes), s("envelope"), c.name)
             XCTAssertEqual(hexString(m.inner.author), s("inner_author"), c.name)
-            guard case .message(let inner) = m.content else { return XCTFail("\(c.name): not a MESSAGE inside") }
-            XCTAssertEqual(inner.text, s("inner_text"), c.name)
+            switch m.content {
+            case .message(let inner): XCTAssertEqual(inner.text, s("inner_text"), c.name)
+            case .fileOffer(let inner):
+                // A thread's file (messages.md 7.7): the author's FILE_OFFER, addressed to the inviter.
+                XCTAssertEqual(hexString(inner.fileID.bytes), s("inner_file_id"), c.name)
+                XCTAssertEqual(inner.name, s("inner_name"), c.name)
+                XCTAssertEqual(inner.challengeID, m.challengeID, c.name)
+                XCTAssertEqual(ChatForwardMessage.innerType(payload: payload), .fileOffer, c.name)
+            case .reaction, .retract: return XCTFail("\(c.name): not a MESSAGE or FILE_OFFER inside")
+            }
             encoded = m.payload
         case "tandem.v1.ChatReaction":
             let m = try ChatReactionMessage(payload: payload)
@@ -644,6 +652,7 @@ final class VectorTests: XCTestCase {
             XCTAssertEqual(UInt64(m.chunkBytes), u64("chunk_size"), c.name)
             XCTAssertEqual(hexString(m.chunkRoot), s("chunk_root"), c.name)
             XCTAssertEqual(hex(m.messageID), s("message_id"), c.name)
+            XCTAssertEqual(hex(m.challengeID), s("challenge_id"), c.name)
             encoded = m.payload
         case "tandem.v1.FileRequest":
             let m = try FileRequestMessage(payload: payload)

@@ -1687,6 +1687,10 @@ public nonisolated struct Tandem_V1_FileOffer: Sendable {
   /// Empty, or the 16-byte id of a MESSAGE this file belongs to (a caption).
   public var messageID: Data = Data()
 
+  /// Empty (a direct conversation), or the 16-byte id of the challenge whose thread the file is
+  /// offered in (messages.md 7.7): then signed once, to the inviter, who forwards it inside FORWARD.
+  public var challengeID: Data = Data()
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -4396,7 +4400,7 @@ nonisolated extension Tandem_V1_ConversationSettings: SwiftProtobuf.Message, Swi
 
 nonisolated extension Tandem_V1_FileOffer: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".FileOffer"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}file_id\0\u{1}name\0\u{1}size\0\u{3}file_hash\0\u{3}chunk_size\0\u{3}chunk_root\0\u{3}message_id\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}file_id\0\u{1}name\0\u{1}size\0\u{3}file_hash\0\u{3}chunk_size\0\u{3}chunk_root\0\u{3}message_id\0\u{3}challenge_id\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -4411,6 +4415,7 @@ nonisolated extension Tandem_V1_FileOffer: SwiftProtobuf.Message, SwiftProtobuf.
       case 5: try { try decoder.decodeSingularUInt32Field(value: &self.chunkSize) }()
       case 6: try { try decoder.decodeSingularBytesField(value: &self.chunkRoot) }()
       case 7: try { try decoder.decodeSingularBytesField(value: &self.messageID) }()
+      case 8: try { try decoder.decodeSingularBytesField(value: &self.challengeID) }()
       default: break
       }
     }
@@ -4438,6 +4443,9 @@ nonisolated extension Tandem_V1_FileOffer: SwiftProtobuf.Message, SwiftProtobuf.
     if !self.messageID.isEmpty {
       try visitor.visitSingularBytesField(value: self.messageID, fieldNumber: 7)
     }
+    if !self.challengeID.isEmpty {
+      try visitor.visitSingularBytesField(value: self.challengeID, fieldNumber: 8)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -4449,6 +4457,7 @@ nonisolated extension Tandem_V1_FileOffer: SwiftProtobuf.Message, SwiftProtobuf.
     if lhs.chunkSize != rhs.chunkSize {return false}
     if lhs.chunkRoot != rhs.chunkRoot {return false}
     if lhs.messageID != rhs.messageID {return false}
+    if lhs.challengeID != rhs.challengeID {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }

@@ -445,7 +445,7 @@ extension UInt64 {
 // MARK: - FORWARD
 
 /// FORWARD (0x0502): a frame of a challenge's thread, signed by its author, forwarded by the inviter.
-/// Checked here: the inner envelope parses, is a MESSAGE, REACTION or RETRACT of the same thread,
+/// Checked here: the inner envelope parses, is a MESSAGE, REACTION, RETRACT or FILE_OFFER of the same thread,
 /// its signature verifies, it is addressed to the forwarder (the outer author), and its payload
 /// passes its own validating initialiser. Left to the flow (it needs the challenge): the forwarder
 /// is the challenge's inviter and the inner author one of its participants.
@@ -454,6 +454,8 @@ public struct ChatForwardMessage: Equatable, Sendable {
         case message(ChatMessageBody)
         case reaction(ChatReactionMessage)
         case retract(RetractMessage)
+        /// A file offered in the thread (messages.md 7.7): fetched from the forwarder.
+        case fileOffer(FileOfferMessage)
     }
 
     public let challengeID: [UInt8]
@@ -498,13 +500,26 @@ public struct ChatForwardMessage: Equatable, Sendable {
             let r = try RetractMessage(payload: e.payload)
             thread = r.challengeID
             content = .retract(r)
+        case .fileOffer:
+            let o = try FileOfferMessage(payload: e.payload)
+            thread = o.challengeID
+            content = .fileOffer(o)
         default:
-            throw PayloadError(t, "forwarded envelope is of type \(e.type), not MESSAGE, REACTION or RETRACT")
+            throw PayloadError(t, "forwarded envelope is of type \(e.type), not MESSAGE, REACTION, RETRACT or FILE_OFFER")
         }
         guard thread == challengeID else { throw PayloadError(t, "forwarded frame belongs to another conversation") }
         // Last: the costly check, once everything cheap has passed.
         guard e.hasValidSignature else { throw PayloadError(t, "forwarded envelope's signature does not verify") }
         inner = e
+    }
+
+    /// The inner envelope's type, read without checking anything else (nil: no envelope to read).
+    /// Only for routing: the FORWARD is decoded and checked by `init(payload:forwarder:)` after.
+    public static func innerType(payload: [UInt8]) -> MessageType? {
+        guard payload.count <= ChatLimits.maximumForwardPayloadBytes,
+              let m = try? Tandem_V1_ChatForward(serializedBytes: payload),  // malformed: the decoder says why later
+              let e = try? Envelope.parse(Array(m.envelope)) else { return nil }  // as above
+        return e.type
     }
 
     public var payload: [UInt8] {

@@ -129,7 +129,8 @@ public enum FileName {
     }
 }
 
-/// FILE_OFFER (0x0509).
+/// FILE_OFFER (0x0509). `challengeID` set: the file is offered in that challenge's thread (messages.md
+/// 7.7), signed once by its author to the inviter, who forwards the envelope inside FORWARD.
 public struct FileOfferMessage: Equatable, Sendable {
     public let fileID: FileID
     public let name: String
@@ -138,10 +139,14 @@ public struct FileOfferMessage: Equatable, Sendable {
     public let chunkBytes: Int
     public let chunkRoot: [UInt8]
     public let messageID: [UInt8]?
+    /// nil: a direct conversation; else the 16-byte id of the challenge whose thread it is offered in.
+    public let challengeID: ThreadID?
 
-    public init(fileID: FileID, name: String, size: UInt64, fileHash: [UInt8], chunkRoot: [UInt8], messageID: [UInt8]? = nil) {
+    public init(fileID: FileID, name: String, size: UInt64, fileHash: [UInt8], chunkRoot: [UInt8], messageID: [UInt8]? = nil,
+                challengeID: ThreadID? = nil) {
         precondition(FileName.isSafe(name) && (1...ChatLimits.maximumFileBytes).contains(size))
         precondition(fileHash.count == 32 && chunkRoot.count == 32 && (messageID.map { $0.count == 16 } ?? true))
+        precondition(challengeID.map { $0.count == 16 } ?? true)
         self.fileID = fileID
         self.name = name
         self.size = size
@@ -149,6 +154,7 @@ public struct FileOfferMessage: Equatable, Sendable {
         self.chunkBytes = ChatLimits.chunkBytes
         self.chunkRoot = chunkRoot
         self.messageID = messageID
+        self.challengeID = challengeID
     }
 
     public init(payload: [UInt8]) throws {
@@ -171,6 +177,12 @@ public struct FileOfferMessage: Equatable, Sendable {
             guard m.messageID.count == 16 else { throw PayloadError(t, "message id is \(m.messageID.count) bytes, not 16") }
             messageID = Array(m.messageID)
         }
+        if m.challengeID.isEmpty {
+            challengeID = nil
+        } else {
+            guard m.challengeID.count == 16 else { throw PayloadError(t, "challenge id is \(m.challengeID.count) bytes, not 16") }
+            challengeID = Array(m.challengeID)
+        }
     }
 
     public var chunkCount: Int { ChunkTree.chunkCount(size: size, chunkBytes: chunkBytes) }
@@ -184,6 +196,7 @@ public struct FileOfferMessage: Equatable, Sendable {
         m.chunkSize = UInt32(chunkBytes)
         m.chunkRoot = Data(chunkRoot)
         m.messageID = Data(messageID ?? [])
+        m.challengeID = Data(challengeID ?? [])
         return serialize(m)
     }
 }
