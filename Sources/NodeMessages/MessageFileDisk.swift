@@ -11,11 +11,13 @@ import TandemProtocol
 import Glibc
 #endif
 
-/// The disk work of file transfers, off the node core and the event loops: two lanes of a NIO
+/// The disk work of file transfers, off the node core and the event loops: three lanes of a NIO
 /// thread pool of its own, one reading (hashing a file to offer, serving chunks), one writing
-/// (received chunks, syncs, the final hash and the move into place). Jobs reach each lane through a
-/// stream and run one at a time, in order; a file is never read or held whole in memory (256 KiB
-/// at a time; a served batch at most `MessageFiles.Limits.chunksPerRequest` chunks).
+/// (received chunks, each hashed into the whole-file hash as it is written, the rest of that hash,
+/// the written-chunks sidecar) and one syncing (syncs, durable reports, the move into place), so
+/// a slow disk's syncs never hold up the writes. Jobs reach each lane through a stream and run one
+/// at a time, in order; a file is never read or held whole in memory (256 KiB at a time; a served
+/// batch at most `MessageFiles.Limits.chunksPerRequest` chunks).
 final class FileDisk: Sendable {
     let directory: URL
     let logger: Logger
@@ -24,23 +26,33 @@ final class FileDisk: Sendable {
     private let readInput: AsyncStream<ReadJob>.Continuation
     private let writes: AsyncStream<WriteJob>
     private let writeInput: AsyncStream<WriteJob>.Continuation
+    private let syncs: AsyncStream<SyncJob>
+    private let syncInput: AsyncStream<SyncJob>.Continuation
     /// Open partial files and the chunks written to each since its last sync (writing lane only).
     private let writer = Mutex(WriterState())
 
     struct WriterState {
         var open: [FileID: Int32] = [:]
         var unsynced: [FileID: (indices: [Int], bytes: Int64)] = [:]
+        /// The whole-file hash of each partial file, carried along as its chunks are written.
+        var hashes: [FileID: RunningFileHash] = [:]
+        /// The chunks written to each partial file (its `WrittenChunks` sidecar).
+        var written: [FileID: WrittenChunks] = [:]
+        /// Files with a sync waiting in the syncing lane (what is written meanwhile joins it).
+        var syncWaiting: Set<FileID> = []
     }
 
     init(directory: URL, logger: Logger) {
         self.directory = directory
         self.logger = logger
-        pool = NIOThreadPool(numberOfThreads: 3)
+        ProcessMemory.keepLargeBuffers()
+        pool = NIOThreadPool(numberOfThreads: 4)
         pool.start()
         // Bounded: a receiver has at most `window` chunks of each pending file in flight, a sender
         // `queuedChunksPerFriend` per friend; these bounds are far above both.
         (reads, readInput) = AsyncStream.makeStream(of: ReadJob.self, bufferingPolicy: .bufferingOldest(Self.queuedJobs))
         (writes, writeInput) = AsyncStream.makeStream(of: WriteJob.self, bufferingPolicy: .bufferingOldest(Self.queuedJobs))
+        (syncs, syncInput) = AsyncStream.makeStream(of: SyncJob.self, bufferingPolicy: .bufferingOldest(Self.queuedJobs))
     }
 
     deinit {
@@ -90,8 +102,11 @@ final class FileDisk: Sendable {
         for i in 0..<n {
             let length = ChunkTree.chunkLength(index: i, size: size)
             try readFully(fd, &buffer, length: length, offset: Int64(i) * Int64(ChatLimits.chunkBytes), path: path)
-            buffer.withUnsafeBytes { whole.update(UnsafeRawBufferPointer(rebasing: $0[0..<length])) }
-            leaves.append(ChunkTree.leafHash(buffer[0..<length]))
+            buffer.withUnsafeBytes { all in
+                let chunk = UnsafeRawBufferPointer(rebasing: all[0..<length])
+                whole.update(chunk)
+                leaves.append(ChunkTree.leafHash(chunk))
+            }
         }
         return Hashed(size: size, fileHash: whole.finalize(), tree: ChunkTreeLevels(leaves: leaves))
     }
@@ -132,8 +147,8 @@ final class FileDisk: Sendable {
     enum Served: Sendable {
         /// The link took every chunk.
         case sent(bytes: Int64)
-        /// The link went away: these bytes were handed to it, perhaps not all sent (the receiver asks
-        /// again); `taken`: the chunks the link did write before it failed (they count as sent).
+        /// The link went away: `taken`, the chunks the link did write before it failed, count as sent
+        /// (`bytes`: theirs); the others did not leave (the receiver asks again).
         case linkGone(bytes: Int64, taken: [Int])
         /// The file cannot be read as offered.
         case failed
@@ -161,24 +176,25 @@ final class FileDisk: Sendable {
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0, UInt64(max(0, st.st_size)) == job.size else { throw HashError.io("\(job.path) changed size") }
-        var buffer = [UInt8](repeating: 0, count: ChatLimits.chunkBytes)
-        var writes: [(index: Int, done: EventLoopFuture<Void>)] = []
-        var sent: Int64 = 0
+        var writes: [(index: Int, length: Int, done: EventLoopFuture<Void>)] = []
         for (i, index) in job.indices.enumerated() {
             if job.delayMs > 0 { usleep(useconds_t(min(job.delayMs, 10_000)) * 1000) }
             let length = ChunkTree.chunkLength(index: index, size: job.size)
-            try readFully(fd, &buffer, length: length, offset: Int64(index) * Int64(ChatLimits.chunkBytes), path: job.path)
-            let chunk = FileChunkMessage(fileID: job.fileID, index: index, data: Array(buffer[0..<length]), proof: job.proofs[i])
-            writes.append((index, job.link.send(type: .fileChunk, payload: chunk.payload)))
-            sent += Int64(length)
+            var data = [UInt8](repeating: 0, count: length)
+            try readFully(fd, &data, length: length, offset: Int64(index) * Int64(ChatLimits.chunkBytes), path: job.path)
+            let chunk = FileChunkMessage(fileID: job.fileID, index: index, data: data, proof: job.proofs[i])
+            writes.append((index, length, job.link.send(type: .fileChunk, payload: chunk.payload)))
         }
         // In order: the chunks written before the link failed were sent (a receiver that stored
         // them, synced, will not ask for them again: they must count, or the file is never `sent`).
+        // Only those count as bytes sent: a chunk the link did not take never left.
         var taken: [Int] = []
+        var sent: Int64 = 0
         for w in writes {
             do {
                 try w.done.wait()
                 taken.append(w.index)
+                sent += Int64(w.length)
             } catch {
                 return .linkGone(bytes: sent, taken: taken)
             }
@@ -186,11 +202,14 @@ final class FileDisk: Sendable {
         return .sent(bytes: sent)
     }
 
-    // MARK: the writing lane
+    // MARK: the writing lane and the syncing lane
 
     struct WriteJob: Sendable {
         enum Kind: Sendable {
             case write(index: Int, offset: UInt64, data: [UInt8], syncAfter: Bool)
+            /// Chunks a killed process wrote (its `WrittenChunks`, this boot) that are not yet known
+            /// to be synced: the next sync covers them.
+            case adopt(indices: [Int], bytes: Int64)
             case flush
             case verify(hash: [UInt8], name: String)
             case remove
@@ -202,11 +221,27 @@ final class FileDisk: Sendable {
         init(fileID: FileID, path: String, index: Int, offset: UInt64, data: [UInt8], syncAfter: Bool) {
             (self.fileID, self.path, kind) = (fileID, path, .write(index: index, offset: offset, data: data, syncAfter: syncAfter))
         }
+        init(fileID: FileID, path: String, adopt indices: [Int], bytes: Int64) {
+            (self.fileID, self.path, kind) = (fileID, path, .adopt(indices: indices, bytes: bytes))
+        }
         init(fileID: FileID, path: String, flush: Bool) { (self.fileID, self.path, kind) = (fileID, path, .flush) }
         init(fileID: FileID, path: String, verify hash: [UInt8], name: String) {
             (self.fileID, self.path, kind) = (fileID, path, .verify(hash: hash, name: name))
         }
         init(fileID: FileID, path: String, remove: Bool) { (self.fileID, self.path, kind) = (fileID, path, .remove) }
+    }
+
+    /// A sync the writing lane asks of the syncing lane: `fd` (a duplicate, closed there) is synced,
+    /// and the chunks written before the sync began are reported durable; with `finish`, the file
+    /// is then moved into place (its hash matched) or reported bad. At most one sync without
+    /// `finish` waits per file: what is written meanwhile joins it.
+    struct SyncJob: Sendable {
+        struct Finish: Sendable {
+            let path: String, name: String, expected: [UInt8], hash: [UInt8]
+        }
+        let fileID: FileID
+        let fd: Int32
+        var finish: Finish?
     }
 
     enum WriteReport: Sendable {
@@ -232,24 +267,43 @@ final class FileDisk: Sendable {
         writeInput.finish()
     }
 
+    /// The writing lane (writes, the running hash, `WrittenChunks`) and the syncing lane (syncs,
+    /// durable reports, moving a verified file into place), until `finish`. A sync never holds up
+    /// a write: the writing lane hands each to the syncing lane with a duplicate descriptor.
     func runWrites(_ report: @escaping @Sendable (WriteReport) async -> Void) async {
-        for await job in writes {
-            let out: [WriteReport]
-            do {
-                out = try await pool.runIfActive { try self.writer.withLock { try self.handle(job, &$0) } }
-            } catch {
-                writer.withLock { s in
-                    if let fd = s.open.removeValue(forKey: job.fileID) { close(fd) }
-                    s.unsynced[job.fileID] = nil
+        await withDiscardingTaskGroup { group in
+            group.addTask { [self] in
+                for await job in syncs {
+                    let out: [WriteReport]
+                    do {
+                        out = try await pool.runIfActive { try self.sync(job) }
+                    } catch {
+                        out = [.failed(job.fileID, "\(error)")]
+                    }
+                    for r in out { await report(r) }
                 }
-                out = [.failed(job.fileID, "\(error)")]
             }
-            for r in out { await report(r) }
+            for await job in writes {
+                do {
+                    try await pool.runIfActive { try self.writer.withLock { try self.handle(job, &$0) } }
+                } catch {
+                    writer.withLock { s in self.forget(job.fileID, &s) }
+                    await report(.failed(job.fileID, "\(error)"))
+                }
+            }
+            writer.withLock { s in
+                for id in Array(s.open.keys) + Array(s.written.keys) { forget(id, &s) }
+            }
+            syncInput.finish()
         }
-        writer.withLock { s in
-            for fd in s.open.values { close(fd) }
-            s.open = [:]
-        }
+    }
+
+    private func forget(_ id: FileID, _ s: inout WriterState) {
+        if let fd = s.open.removeValue(forKey: id) { close(fd) }
+        s.written.removeValue(forKey: id)?.close()
+        s.unsynced[id] = nil
+        s.hashes[id] = nil
+        s.syncWaiting.remove(id)
     }
 
     private func fd(for job: WriteJob, _ s: inout WriterState) throws -> Int32 {
@@ -260,16 +314,31 @@ final class FileDisk: Sendable {
         let fd = open(job.path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw HashError.io("cannot open \(job.path): \(String(cString: strerror(errno)))") }
         s.open[job.fileID] = fd
+        do {
+            s.written[job.fileID] = try WrittenChunks(partial: job.path)
+        } catch {
+            s.open[job.fileID] = nil
+            close(fd)
+            throw error
+        }
         return fd
     }
 
-    private func sync(_ id: FileID, _ fd: Int32, _ s: inout WriterState) throws -> WriteReport? {
-        guard fdatasync(fd) == 0 else { throw HashError.io("cannot sync a received file: \(String(cString: strerror(errno)))") }
-        guard let pending = s.unsynced.removeValue(forKey: id), !pending.indices.isEmpty else { return nil }
-        return .durable(id, pending.indices, pending.bytes)
+    /// Asks the syncing lane for a sync of what was written (unless one is waiting already).
+    private func requestSync(_ id: FileID, _ fd: Int32, _ s: inout WriterState, finish: SyncJob.Finish? = nil) throws {
+        if finish == nil {
+            guard s.unsynced[id] != nil, !s.syncWaiting.contains(id) else { return }
+            s.syncWaiting.insert(id)
+        }
+        let copy = fd >= 0 ? dup(fd) : -1
+        guard fd < 0 || copy >= 0 else { throw HashError.io("cannot sync a received file: \(String(cString: strerror(errno)))") }
+        if case .dropped = syncInput.yield(SyncJob(fileID: id, fd: copy, finish: finish)) {
+            if copy >= 0 { close(copy) }
+            throw HashError.io("the file syncing lane is full")
+        }
     }
 
-    private func handle(_ job: WriteJob, _ s: inout WriterState) throws -> [WriteReport] {
+    private func handle(_ job: WriteJob, _ s: inout WriterState) throws {
         switch job.kind {
         case .write(let index, let offset, let data, let syncAfter):
             let fd = try fd(for: job, &s)
@@ -280,44 +349,57 @@ final class FileDisk: Sendable {
                 guard n > 0 else { throw HashError.io("cannot write a received file: \(String(cString: strerror(errno)))") }
                 done += n
             }
+            try s.written[job.fileID]?.written(index)
             s.unsynced[job.fileID, default: ([], 0)].indices.append(index)
             s.unsynced[job.fileID, default: ([], 0)].bytes += Int64(data.count)
-            return syncAfter ? try sync(job.fileID, fd, &s).map { [$0] } ?? [] : []
+            let running = s.hashes[job.fileID] ?? RunningFileHash()
+            s.hashes[job.fileID] = running
+            try running.written(index: index, data, fd: fd)
+            if syncAfter { try requestSync(job.fileID, fd, &s) }
+        case .adopt(let indices, let bytes):
+            _ = try fd(for: job, &s)
+            s.unsynced[job.fileID, default: ([], 0)].indices += indices
+            s.unsynced[job.fileID, default: ([], 0)].bytes += bytes
         case .flush:
-            guard let fd = s.open[job.fileID] else { return [] }
-            return try sync(job.fileID, fd, &s).map { [$0] } ?? []
+            guard let fd = s.open[job.fileID] else { return }
+            try requestSync(job.fileID, fd, &s)
         case .verify(let expected, let name):
-            // The last chunks' bits first: the core stores them before it hears of the hash.
-            var out: [WriteReport] = []
-            if let fd = s.open.removeValue(forKey: job.fileID) {
-                defer { close(fd) }
-                if let report = try sync(job.fileID, fd, &s) { out.append(report) }
-            }
-            let hash = try Self.hashWhole(job.path)
-            guard hash == expected else { return out + [.verified(job.fileID, hash, nil)] }
-            return out + [.verified(job.fileID, hash, try place(job.path, name: name))]
+            // What the running hash holds (the chunks written in order in this process), then the
+            // rest read back from the partial file (all of it after a restart). The syncing lane
+            // reports the last chunks durable first (the core stores their bits before it hears
+            // of the hash), then moves the file into place.
+            let running = s.hashes.removeValue(forKey: job.fileID) ?? RunningFileHash()
+            let fd = s.open.removeValue(forKey: job.fileID) ?? open(job.path, O_RDONLY | O_CLOEXEC)
+            defer { if fd >= 0 { close(fd) } }
+            s.written.removeValue(forKey: job.fileID)?.close()
+            let hash = try running.finish(path: job.path)
+            try requestSync(job.fileID, fd, &s, finish: .init(path: job.path, name: name, expected: expected, hash: hash))
         case .remove:
-            if let fd = s.open.removeValue(forKey: job.fileID) { close(fd) }
-            s.unsynced[job.fileID] = nil
+            forget(job.fileID, &s)
             unlink(job.path)
-            return []
+            WrittenChunks.remove(partial: job.path)
         }
     }
 
-    static func hashWhole(_ path: String) throws -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw HashError.io("cannot open \(path)") }
-        defer { close(fd) }
-        var h = Blake2b(outputLength: 32)
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
-            if n < 0, errno == EINTR { continue }
-            guard n >= 0 else { throw HashError.io("cannot read \(path)") }
-            if n == 0 { break }
-            buffer.withUnsafeBytes { h.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+    /// The syncing lane: one sync, then what it made durable (the chunks written before it
+    /// began), then (the last) the file in place.
+    private func sync(_ job: SyncJob) throws -> [WriteReport] {
+        let pending = writer.withLock { s in
+            if job.finish == nil { s.syncWaiting.remove(job.fileID) }
+            return s.unsynced.removeValue(forKey: job.fileID) ?? ([], 0)
         }
-        return h.finalize()
+        if job.fd >= 0 {
+            defer { close(job.fd) }
+            guard fdatasync(job.fd) == 0 else { throw HashError.io("cannot sync a received file: \(String(cString: strerror(errno)))") }
+        }
+        var out: [WriteReport] = pending.indices.isEmpty ? [] : [.durable(job.fileID, pending.indices, pending.bytes)]
+        if let f = job.finish {
+            guard f.hash == f.expected else { return out + [.verified(job.fileID, f.hash, nil)] }
+            let dest = try place(f.path, name: f.name)
+            WrittenChunks.remove(partial: f.path)
+            out.append(.verified(job.fileID, f.hash, dest))
+        }
+        return out
     }
 
     /// Moves the verified partial file into the downloads folder under its name, or "name (2)",

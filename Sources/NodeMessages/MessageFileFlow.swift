@@ -277,7 +277,7 @@ extension MessageFiles: FrameFlow {
         disk.write(.init(fileID: id, path: t.partial, remove: true))
     }
 
-    /// The writing lane synced these chunks: their bits are stored (and progress told).
+    /// The syncing lane synced these chunks: their bits are stored (and progress told).
     func chunksDurable(_ id: FileID, indices: [Int], bytes: Int64) {
         guard var t = incoming[id] else { return }
         for i in indices { t.durable[i / 8] |= 1 << UInt8(i % 8) }
@@ -302,7 +302,7 @@ extension MessageFiles: FrameFlow {
         }
     }
 
-    /// The writing lane could not write (disk full, say): the transfer fails.
+    /// The writing or syncing lane could not write or sync (disk full, say): the transfer fails.
     func writeFailed(_ id: FileID, _ error: String) {
         guard let t = incoming[id] else { return }
         logger.error("cannot write a received file", metadata: ["file": "\(id)", "error": "\(error)"])
@@ -315,7 +315,7 @@ extension MessageFiles: FrameFlow {
         }
     }
 
-    /// The writing lane hashed the whole file (and moved it into place when it matched).
+    /// The whole file was hashed and synced (and moved into place when it matched).
     func verified(_ id: FileID, hash: [UInt8], placedAt path: String?) {
         guard var t = incoming[id] else { return }
         let actions = t.receiver.wholeFileHashed(hash)

@@ -12,9 +12,10 @@ import TandemNodeCore
 /// The sender offers a file it hashed once (leaf hashes kept in `fileLeaves`) and serves the
 /// chunks a friend asks for, read from the file in bounded batches on `disk`'s reading lane. The
 /// receiver keeps a `FileReceiver` per transfer; each verified chunk is written on the writing
-/// lane, and its bit is persisted only once the chunk is synced (`syncEveryChunks`), so a kill -9
-/// of either side resumes from the stored bitmap. Everything here runs on the node core; the disk
-/// work never does.
+/// lane (and recorded in the partial file's `WrittenChunks`), and its bit is stored only once the
+/// chunk is synced (`syncEveryChunks`), so a kill -9 of either side resumes from the stored bitmap
+/// and the chunks written in the same boot. Everything here runs on the node core; the disk work
+/// never does.
 @NodeCore
 public final class MessageFiles: Sendable {
     /// The receiver's bounds and the sender's serving bounds (messages.md 7.5).
@@ -29,13 +30,15 @@ public final class MessageFiles: Sendable {
         /// How long an offer lives (both sides): past it, an unfinished transfer fails `EXPIRED`.
         package var offerLifetimeMs: Int64 = 8 * 86_400_000
         /// Chunks requested at once by a receiver (8 MiB): a FILE_REQUEST goes out whenever half
-        /// of them arrived, so the sender always has 16 to 32 chunks asked for. With
-        /// `syncEveryChunks` it bounds what a kill -9 of the receiver makes the sender send again:
-        /// window + syncEveryChunks − 1 = 39 chunks (9.75 MiB, under 1 % of 1 GiB; messages.md 7.3).
+        /// of them arrived, so the sender always has 16 to 32 chunks asked for. It bounds what a
+        /// kill -9 of the receiver makes the sender send again: the chunks in flight, and those
+        /// received but not yet written (a written chunk is in `WrittenChunks`; messages.md 7.3).
         package var window = 32
         package var requestTimeoutMs: Int64 = 30_000
-        /// A receiver persists its bitmap after syncing this many written chunks (2 MiB; and at the
-        /// end). The sync runs on the writing lane: it delays no request.
+        /// A receiver asks for a sync of its partial file after this many written chunks (2 MiB;
+        /// and at the end), and stores their bits once it is done. The sync runs on the syncing
+        /// lane: it holds up neither a write nor a request, and what is written while one runs
+        /// joins the next.
         package var syncEveryChunks = 8
         /// A sender serves at most this many chunks of one FILE_REQUEST, and keeps at most this
         /// many queued for reading per friend; what is past it is not served (the receiver asks again).
@@ -181,7 +184,21 @@ public final class MessageFiles: Sendable {
                     receiver = FileReceiver(offer: offer, nowMs: nowMs, deadlineMs: row.deadlineMs, window: limits.window,
                                             requestTimeoutMs: limits.requestTimeoutMs)
                 case .receiving, .verifying:
-                    receiver = FileReceiver(resuming: offer, bitmap: Array(row.bitmap), nowMs: nowMs, deadlineMs: row.deadlineMs,
+                    // What the store holds is synced; what the sidecar adds was written by a process
+                    // of this boot (a kill -9 loses none of it) and is synced by the next sync.
+                    let durable = Array(row.bitmap)
+                    var held = durable
+                    let partial = partialPath(offer.fileID)
+                    if durable.count == (offer.chunkCount + 7) / 8, let written = WrittenChunks.load(partial: partial, bytes: durable.count) {
+                        var adopted: [Int] = [], bytes: Int64 = 0
+                        for i in 0..<offer.chunkCount where written[i / 8] & (1 << UInt8(i % 8)) != 0 && durable[i / 8] & (1 << UInt8(i % 8)) == 0 {
+                            held[i / 8] |= 1 << UInt8(i % 8)
+                            adopted.append(i)
+                            bytes += Int64(ChunkTree.chunkLength(index: i, size: offer.size, chunkBytes: offer.chunkBytes))
+                        }
+                        if !adopted.isEmpty { disk.write(.init(fileID: offer.fileID, path: partial, adopt: adopted, bytes: bytes)) }
+                    }
+                    receiver = FileReceiver(resuming: offer, bitmap: held, nowMs: nowMs, deadlineMs: row.deadlineMs,
                                             window: limits.window, requestTimeoutMs: limits.requestTimeoutMs)
                 case .complete, .failed:
                     continue

@@ -7,25 +7,39 @@ import TandemNode
 import TandemNodeCore
 import TandemProtocol
 
-/// `tandem-bench message-files`: one file from one node to a friend's node on loopback (both in this
-/// process, stores and files on disk), through `message.send_file`: the sender's hashing pass (the
-/// offer), then the transfer (FILE_REQUEST → FILE_CHUNKs → each chunk checked against the hash tree,
-/// written, synced every `syncEveryChunks` chunks, `window` chunks asked for at once (`MessageFiles.Limits`) → the whole file hashed again and moved into place) until
-/// `message.file_received`. Reported beside the same run's box-stream bulk figure (`tandem-bench
-/// bulk`), with the CPU both nodes used per byte moved (one process: the two sides are not split).
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tandem-bench message-files`: one file from one node to a friend's node on loopback, through
+/// `message.send_file`: the sender's hashing pass (the offer), then the transfer (FILE_REQUEST →
+/// FILE_CHUNKs → each chunk checked against the hash tree, written and hashed into the whole-file
+/// hash, synced every `syncEveryChunks` chunks, `window` chunks asked for at once
+/// (`MessageFiles.Limits`) → the rest of the file hashed, compared with `file_hash` and moved into
+/// place) until `message.file_received`. The sender is a node in this process, the receiver a node in
+/// a child process (`message-files-child`), so each side's CPU is its own process's. Reported beside
+/// the same run's box-stream bulk figure (`tandem-bench bulk`).
+///
+/// `--kill-at P`: the receiver is killed (SIGKILL) once P % of the file is durable on it, started
+/// again on the same data directory and port, and the transfer resumes; the figure is then the bytes
+/// the sender sent beyond the file's size (messages.md 7.3: goal under 1 %).
 struct MessageFilesBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "message-files",
-        abstract: "A file between two nodes on loopback (MiB/s, CPU ns/byte) vs the box-stream bulk figure (goal ≥ 0.5×).")
+        abstract: "A file between two nodes on loopback (MiB/s, CPU ns/byte per side) vs the box-stream bulk figure (goal ≥ 0.5×); --kill-at: re-sent bytes after a kill -9 of the receiver (goal < 1 %).")
 
     @Option(help: "File size in MiB.") var mib: Int = 256
     @Option(help: "Where the nodes keep their stores and files (default: a temporary directory).") var workDir: String?
     @Flag(help: "Do not measure the box-stream bulk figure.") var skipBulk = false
+    @Option(help: "Kill the receiver (SIGKILL) once this percentage of the file is durable on it, start it again, and report the bytes re-sent.")
+    var killAt: Int?
 
     static let shareGoal = 0.5
+    static let resendGoal = 0.01
 
     func validate() throws {
         guard (1...4096).contains(mib) else { throw ValidationError("--mib must be between 1 and 4096") }
+        if let killAt, !(1...99).contains(killAt) { throw ValidationError("--kill-at must be between 1 and 99") }
     }
 
     func call(_ node: NodeRuntime, _ method: String, _ params: [String: JSONValue]) async throws -> JSONValue {
@@ -33,7 +47,19 @@ struct MessageFilesBench: AsyncParsableCommand {
         return try await handler(.object(params))
     }
 
+    /// One line of the receiver, or nil (none yet): polls briefly, so no thread of this process
+    /// (the sender's) is held.
+    func nextLine(_ child: ChildProcess) async throws -> [String: Any]? {
+        guard let line = child.readLine(timeoutSeconds: 0.001) else {
+            guard child.process.isRunning else { throw BenchError("the receiving node exited") }
+            try await Task.sleep(for: .milliseconds(5))
+            return nil
+        }
+        return try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+    }
+
     func run() async throws {
+        warnIfDebug()
         let started = environment()
         let root = URL(fileURLWithPath: workDir ?? NSTemporaryDirectory()).appendingPathComponent("tandem-files-bench-\(getpid())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
@@ -52,78 +78,112 @@ struct MessageFilesBench: AsyncParsableCommand {
             bulkMBps = try await BulkBenchmark.run(BenchSettings()).measured
         }
 
-        var logger = Logger(label: "bench")
-        logger.logLevel = .critical
-        var config = LoopbackNodes.configuration()
-        config.fileLimits.autoAcceptBytes = 1 << 33
+        let config = LoopbackNodes.configuration()
         let (window, syncEvery) = (config.fileLimits.window, config.fileLimits.syncEveryChunks)
-        let (aliceKey, alice, _) = try LoopbackNodes.node("alice", in: root, configuration: config, logger: logger)
-        let (bobKey, bob, _) = try LoopbackNodes.node("bob", in: root, configuration: config, logger: logger)
+        let (aliceKey, alice, _) = try LoopbackNodes.node("alice", in: root, configuration: config, logger: quietLogger("bench.alice"))
+        let bobSeed = Sodium.randomBytes(32)
+        let bobKey = try SigningKeyPair(seed: bobSeed)
         let bobID = NodeID(publicKey: bobKey.publicKey).canonical
-        var offerSeconds = 0.0, transferSeconds = 0.0, cpuSeconds = 0.0, bytesSent: Int64 = 0, bytesReceived: Int64 = 0
-        var identical = false
+        let timeout = 600 + mib
+        func receiver(port: Int) throws -> ChildProcess {
+            try ChildProcess(arguments: ["message-files-child", "--data-dir", root.appendingPathComponent("bob").path,
+                                         "--seed", hexString(bobSeed), "--accept", hexString(aliceKey.publicKey),
+                                         "--port", String(port), "--timeout", String(timeout)],
+                             timeoutSeconds: timeout)
+        }
+        var bob = try receiver(port: 0)
+        defer { bob.stop() }
+        let bobPort = bob.port
+
+        var offerSeconds = 0.0, transferSeconds = 0.0, senderCPU = 0.0, receiverCPU = 0.0
+        var bytesSent: Int64 = 0, bytesReceived: Int64 = 0, durableAtKill: Int64 = 0, downSeconds = 0.0
+        var identical = false, killed = false
 
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await alice.run(signals: false) }
-            tasks.addTask { try await bob.run(signals: false) }
-            let bobPort = try await bob.listener.boundAddress.port!
-            let bobEvents = bob.eventBus.subscribe(since: nil)
             let aliceEvents = alice.eventBus.subscribe(since: nil)
             _ = try await alice.friends.request(bobKey.publicKey, message: "", address: ("127.0.0.1", bobPort))
-            var bobIterator = bobEvents.makeAsyncIterator()
-            while let e = await bobIterator.next(), e.type != "friend.request.received" {}
-            _ = try await bob.friends.accept(aliceKey.publicKey)
             var aliceIterator = aliceEvents.makeAsyncIterator()
             while let e = await aliceIterator.next(), e.type != "friend.accepted" {}
 
-            say("message-files: sending \(mib) MiB…")
-            let clock = ContinuousClock()
-            let t0 = clock.now
+            say("message-files: sending \(mib) MiB to a node in another process…")
+            let t0 = monotonicNanos()
             let sent = try await call(alice, "message.send_file", ["to": .string(bobID), "path": .string(source.path)])
-            let fileID = sent["file_id"]?.stringValue
-            let t1 = clock.now
-            let cpu1 = processCPUSeconds()
-            var received: NodeEvent?
-            while let e = await bobIterator.next() {
-                if e.type == "message.file_received", e.fields["file_id"]?.stringValue == fileID {
-                    received = e
-                    break
+            let fileID = sent["file_id"]?.stringValue ?? ""
+            let t1 = monotonicNanos()
+            let senderCPU1 = processCPUSeconds()
+            var receiverCPU0: Double?, receiverCPUBeforeKill = 0.0
+            var received: [String: Any]?
+            var killedAt: UInt64 = 0
+            while received == nil {
+                guard let line = try await nextLine(bob) else { continue }
+                switch line["event"] as? String {
+                case "offered":
+                    receiverCPU0 = receiverCPU0 ?? (line["cpu_seconds"] as? Double)
+                case "progress":
+                    guard let killAt, !killed, let percent = line["percent"] as? Int, percent >= killAt else { continue }
+                    killed = true
+                    durableAtKill = (line["bytes_received"] as? Int).map(Int64.init) ?? 0
+                    receiverCPUBeforeKill = (line["cpu_seconds"] as? Double ?? 0) - (receiverCPU0 ?? 0)
+                    say("message-files: \(percent) % durable on the receiver: kill -9, then start it again")
+                    kill(bob.process.processIdentifier, SIGKILL)
+                    bob.process.waitUntilExit()
+                    killedAt = monotonicNanos()
+                    bob.stop()
+                    bob = try receiver(port: bobPort)
+                    receiverCPU0 = 0
+                case "received":
+                    received = line
+                    if killed, let resumed = line["resumed_mono_ns"] as? Int { downSeconds = Double(UInt64(resumed) &- killedAt) / 1e9 }
+                case "failed":
+                    throw BenchError("the transfer failed on the receiver: \(line["reason"] as? String ?? "?")")
+                default:
+                    continue
                 }
-                if e.type == "message.file_failed", e.fields["file_id"]?.stringValue == fileID { break }
             }
-            let t2 = clock.now
-            let cpu2 = processCPUSeconds()
-            guard let received, let path = received.fields["path"]?.stringValue else {
+            guard let received, let path = received["path"] as? String, let doneNs = received["mono_ns"] as? Int else {
                 throw BenchError("the file did not arrive")
             }
-            offerSeconds = (t1 - t0).milliseconds / 1000
-            transferSeconds = (t2 - t1).milliseconds / 1000
-            cpuSeconds = cpu2 - cpu1
-            bytesReceived = received.fields["bytes_received"]?.intValue ?? 0
+            offerSeconds = Double(t1 - t0) / 1e9
+            transferSeconds = Double(UInt64(doneNs) &- t1) / 1e9
+            senderCPU = processCPUSeconds() - senderCPU1
+            receiverCPU = receiverCPUBeforeKill + (received["cpu_seconds"] as? Double ?? 0) - (receiverCPU0 ?? 0)
+            bytesReceived = (received["bytes_received"] as? Int).map(Int64.init) ?? 0
             // The sender's count settles once its last batch is recorded.
-            for _ in 0..<50 {
-                let info = try await call(alice, "message.file_info", ["id": .string(fileID ?? "")])
+            var last: Int64 = -1
+            for _ in 0..<100 {
+                let info = try await call(alice, "message.file_info", ["id": .string(fileID)])
                 bytesSent = info["bytes_sent"]?.intValue ?? 0
-                if bytesSent >= size { break }
-                try await Task.sleep(for: .milliseconds(100))
+                if bytesSent >= size, bytesSent == last { break }
+                last = bytesSent
+                try await Task.sleep(for: .milliseconds(200))
             }
             let attributes = try FileManager.default.attributesOfItem(atPath: path)
             identical = (attributes[.size] as? Int64 ?? (attributes[.size] as? Int).map(Int64.init) ?? -1) == size
             tasks.cancelAll()
         }
-        let mibps = Double(size) / 1_048_576 / max(transferSeconds, 1e-9)
         let mbps = Double(size) / 1e6 / max(transferSeconds, 1e-9)
         let share = bulkMBps > 0 ? mbps / bulkMBps : 0
-        let nsPerByte = cpuSeconds * 1e9 / Double(size)
+        let senderNs = senderCPU * 1e9 / Double(size), receiverNs = receiverCPU * 1e9 / Double(size)
+        let resent = Double(bytesSent - size) / Double(size)
         var report: [String: Any] = [
             "benchmark": "message-files", "environment": started, "file_bytes": size,
             "offer_seconds": offerSeconds, "offer_note": "message.send_file: the sender reads and hashes the file once (BLAKE2b-256 and the chunk tree)",
-            "transfer_seconds": transferSeconds, "transfer_mib_per_s": mibps, "transfer_mb_per_s": mbps,
-            "cpu_ns_per_byte_both_sides": nsPerByte,
-            "cpu_note": "user+system CPU of this process (both nodes) during the transfer, per file byte; the sides are not split",
+            "transfer_seconds": transferSeconds, "transfer_mib_per_s": Double(size) / 1_048_576 / max(transferSeconds, 1e-9),
+            "transfer_mb_per_s": mbps,
+            "cpu_ns_per_byte_sender": senderNs, "cpu_ns_per_byte_receiver": receiverNs,
+            "cpu_note": "user+system CPU of each node's process from the offer to message.file_received, per file byte (sender: this process; receiver: the child)",
             "bytes_sent": bytesSent, "bytes_received": bytesReceived, "size_matches": identical,
             "receiver_window_chunks": window, "receiver_sync_every_chunks": syncEvery,
         ]
+        if killAt != nil {
+            report["killed_at_bytes_durable"] = durableAtKill
+            report["receiver_down_seconds"] = downSeconds
+            report["resent_share_of_file"] = resent
+            report["resent_goal"] = Self.resendGoal
+            report["resent_goal_met"] = killed && resent < Self.resendGoal
+            report["throughput_note"] = "includes the kill, the restart and the reconnection: not a throughput figure"
+        }
         if !skipBulk {
             report["bulk_mb_per_s"] = bulkMBps
             report["share_of_bulk"] = share
@@ -132,8 +192,70 @@ struct MessageFilesBench: AsyncParsableCommand {
         }
         let data = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys, .prettyPrinted])
         print(String(decoding: data, as: UTF8.self))
-        say(String(format: "message-files: %d MiB offered in %.2f s, transferred in %.2f s = %.0f MiB/s (%.0f MB/s)%@; CPU %.2f ns/byte (both sides)",
-                   mib, offerSeconds, transferSeconds, mibps, mbps,
-                   skipBulk ? "" : String(format: " = %.0f %% of bulk %.0f MB/s (goal ≥ 50 %%)", 100 * share, bulkMBps), nsPerByte))
+        say(String(format: "message-files: %d MiB offered in %.2f s, transferred in %.2f s = %.0f MB/s%@; CPU %.2f ns/byte sender, %.2f ns/byte receiver%@",
+                   mib, offerSeconds, transferSeconds, mbps,
+                   skipBulk ? "" : String(format: " = %.0f %% of bulk %.0f MB/s (goal ≥ 50 %%)", 100 * share, bulkMBps), senderNs, receiverNs,
+                   killAt == nil ? "" : String(format: "; re-sent %.2f %% of the file after the kill (goal < 1 %%)", 100 * resent)))
+    }
+}
+
+/// The receiving node of `tandem-bench message-files` (started by it): a full NodeRuntime on its own
+/// data directory that accepts the friend request of `--accept` and fetches every file offered
+/// (auto-accept up to 8 GiB). One JSON line per event the parent needs (`offered`, `progress`,
+/// `received`, `failed`), each with this process's CPU seconds and CLOCK_MONOTONIC (shared with
+/// the parent). Started again on the same directory, seed and port, it resumes the transfer.
+struct MessageFilesChild: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "message-files-child", abstract: "The receiving node of `tandem-bench message-files` (started by it).",
+        shouldDisplay: false)
+
+    @Option var dataDir: String
+    @Option(help: "The node's identity seed (hex, 32 bytes): the same node when started again.") var seed: String
+    @Option(help: "The key (hex) whose friend request is accepted.") var accept: String
+    @Option var port: Int = 0
+    @Option var timeout: Int = 600
+
+    func run() async throws {
+        guard let seedBytes = parseHex(seed), seedBytes.count == 32 else { throw ValidationError("--seed: 32 bytes in hex") }
+        guard let friend = parseHex(accept), friend.count == 32 else { throw ValidationError("--accept: a key of 32 bytes in hex") }
+        let identity = try SigningKeyPair(seed: seedBytes)
+        var config = LoopbackNodes.configuration()
+        config.port = port
+        config.fileLimits.autoAcceptBytes = 1 << 33
+        let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: DataDirectory(url: URL(fileURLWithPath: dataDir)),
+                                   logger: quietLogger("tandem-bench.message-files.receiver"))
+        Watchdog.start(timeoutSeconds: timeout) { ["cpu_seconds": processCPUSeconds()] }
+        let events = node.eventBus.subscribe(since: nil)
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await node.run(signals: false) }
+            tasks.addTask {
+                var resumed: UInt64?
+                for await e in events {
+                    let now = ["cpu_seconds": processCPUSeconds(), "mono_ns": Int(monotonicNanos())] as [String: Any]
+                    switch e.type {
+                    case "friend.request.received":
+                        guard let id = e.fields["id"]?.stringValue, NodeID(id)?.publicKey == friend else { continue }
+                        _ = try? await node.friends.accept(friend)
+                    case "message.file_offered":
+                        printJSONLine(now.merging(["event": "offered"]) { a, _ in a })
+                    case "message.file_progress":
+                        resumed = resumed ?? monotonicNanos()
+                        printJSONLine(now.merging(["event": "progress", "percent": Int(e.fields["percent"]?.intValue ?? 0),
+                                                   "bytes_received": Int(e.fields["bytes_received"]?.intValue ?? 0)]) { a, _ in a })
+                    case "message.file_received":
+                        printJSONLine(now.merging(["event": "received", "path": e.fields["path"]?.stringValue ?? "",
+                                                   "bytes_received": Int(e.fields["bytes_received"]?.intValue ?? 0),
+                                                   "resumed_mono_ns": Int(resumed ?? 0)]) { a, _ in a })
+                    case "message.file_failed":
+                        printJSONLine(["event": "failed", "reason": e.fields["reason"]?.stringValue ?? ""])
+                    default:
+                        continue
+                    }
+                }
+            }
+            let address = try await node.listener.boundAddress
+            printJSONLine(["port": address.port ?? 0, "public_key": hexString(identity.publicKey), "mode": "message-files-receiver"])
+            try await tasks.next()
+        }
     }
 }

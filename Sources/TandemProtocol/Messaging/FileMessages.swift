@@ -11,9 +11,15 @@ import SwiftProtobuf
 /// mistaken for an inner node (no second preimage by moving a level).
 public enum ChunkTree {
     public static func leafHash(_ chunk: some Collection<UInt8>) -> [UInt8] {
+        // Hashed where it lies (a chunk is 256 KiB: no copy of it for the hash).
+        if let leaf = chunk.withContiguousStorageIfAvailable({ leafHash(UnsafeRawBufferPointer($0)) }) { return leaf }
+        return Array(chunk).withUnsafeBytes { leafHash($0) }
+    }
+
+    public static func leafHash(_ chunk: UnsafeRawBufferPointer) -> [UInt8] {
         var h = Blake2b(outputLength: 32)
         h.update([0x00])
-        h.update(Array(chunk))
+        h.update(chunk)
         return h.finalize()
     }
 
@@ -293,13 +299,33 @@ public struct FileChunkMessage: Equatable, Sendable {
         proof = m.proof.map { Array($0) }
     }
 
+    /// The `FileChunk` message's bytes, written straight into one array (a chunk is 256 KiB: no
+    /// intermediate `Data`). The same bytes SwiftProtobuf writes for it: fields in number order,
+    /// `index` left out when 0 (proto3), every path hash written (tests compare the two).
     public var payload: [UInt8] {
-        var m = Tandem_V1_FileChunk()
-        m.fileID = Data(fileID.bytes)
-        m.index = UInt32(index)
-        m.data = Data(data)
-        m.proof = proof.map { Data($0) }
-        return serialize(m)
+        var out: [UInt8] = []
+        out.reserveCapacity(data.count + proof.count * 34 + fileID.bytes.count + 16)
+        func varint(_ v: UInt64) {
+            var v = v
+            while v >= 0x80 {
+                out.append(UInt8(truncatingIfNeeded: v) | 0x80)
+                v >>= 7
+            }
+            out.append(UInt8(v))
+        }
+        func bytes(_ field: UInt64, _ b: [UInt8]) {
+            varint(field << 3 | 2)
+            varint(UInt64(b.count))
+            out.append(contentsOf: b)
+        }
+        if !fileID.bytes.isEmpty { bytes(1, fileID.bytes) }
+        if index != 0 {
+            varint(2 << 3)
+            varint(UInt64(index))
+        }
+        if !data.isEmpty { bytes(3, data) }
+        for hash in proof { bytes(4, hash) }
+        return out
     }
 }
 
