@@ -133,10 +133,17 @@ extension MessageService {
                         "disappear_after_ms": .int(c.disappearAfterMs)])
     }
 
+    /// A message sent in `step` (a file offer's): its row and frames, handed to the outbox.
+    func send(_ params: JSONValue, _ step: StoreStep) throws -> JSONValue {
+        let (answer, to) = try queueSend(params, step)
+        outbox.send(to: to, in: step)
+        return answer
+    }
+
     /// One `message.send` inside the lane's step (`drainSends`): the message row and its frames.
     /// Returns the answer and the recipients, whose frames the lane hands to the outbox once for
-    /// the whole batch.
-    func send(_ params: JSONValue, _ step: StoreStep) throws -> (answer: JSONValue, to: [[UInt8]]) {
+    /// the whole batch (messages.md 11.4).
+    func queueSend(_ params: JSONValue, _ step: StoreStep) throws -> (answer: JSONValue, to: [[UInt8]]) {
         let text = try text(params)
         let c: ConversationRow
         if let thread = params["challenge"]?.stringValue {

@@ -78,7 +78,7 @@ extension MessageService {
                     // A savepoint per send: one that throws leaves nothing behind, the rest go on.
                     results.append(Result {
                         try step.write { _ in
-                            let (answer, to) = try send(pending.params, step)
+                            let (answer, to) = try queueSend(pending.params, step)
                             recipients.append(contentsOf: to)
                             return answer
                         }
