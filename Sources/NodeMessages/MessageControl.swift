@@ -133,7 +133,17 @@ extension MessageService {
                         "disappear_after_ms": .int(c.disappearAfterMs)])
     }
 
+    /// A message sent in `step` (a file offer's): its row and frames, handed to the outbox.
     func send(_ params: JSONValue, _ step: StoreStep) throws -> JSONValue {
+        let (answer, to) = try queueSend(params, step)
+        outbox.send(to: to, in: step)
+        return answer
+    }
+
+    /// One `message.send` inside the lane's step (`drainSends`): the message row and its frames.
+    /// Returns the answer and the recipients, whose frames the lane hands to the outbox once for
+    /// the whole batch (messages.md 11.5).
+    func queueSend(_ params: JSONValue, _ step: StoreStep) throws -> (answer: JSONValue, to: [[UInt8]]) {
         let text = try text(params)
         let c: ConversationRow
         if let thread = params["challenge"]?.stringValue {
@@ -170,10 +180,9 @@ extension MessageService {
                                 expiresAtMs: timer > 0 ? sentAt.addingSaturated(timer) : nil)
         try step.sendMessage(row, frame: first)
         for f in frames.dropFirst() { try step.enqueue(f) }
-        outbox.send(to: to, in: step)
         events.emit("message.sent", ["id": .string(hexString(id)), "to": .array(to.map(idText)), "conversation": conversationText(c),
                                      "seq": .int(Int64(seq))], in: step)
-        return .object(["id": .string(hexString(id)), "seq": .int(Int64(seq)), "sent_at": JSONValue.isoLocal(sentAt)])
+        return (.object(["id": .string(hexString(id)), "seq": .int(Int64(seq)), "sent_at": JSONValue.isoLocal(sentAt)]), to)
     }
 
     /// The conversation's newest messages (or those before `before`), newest last; the friend's

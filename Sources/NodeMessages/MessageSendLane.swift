@@ -73,10 +73,21 @@ extension MessageService {
         results.reserveCapacity(batch.count)
         do {
             try store.step { step in
+                var recipients: [[UInt8]] = []
                 for pending in batch {
                     // A savepoint per send: one that throws leaves nothing behind, the rest go on.
-                    results.append(Result { try step.write { _ in try send(pending.params, step) } })
+                    results.append(Result {
+                        try step.write { _ in
+                            let (answer, to) = try queueSend(pending.params, step)
+                            recipients.append(contentsOf: to)
+                            return answer
+                        }
+                    })
                 }
+                // Once for the batch, not per send: the frames every send queued are scheduled as
+                // written in one statement per recipient, and go on its link together after the commit.
+                var seen = Set<[UInt8]>()
+                outbox.send(to: recipients.filter { seen.insert($0).inserted }, in: step)
             }
         } catch {
             results = batch.map { _ in .failure(error) }

@@ -264,6 +264,8 @@ public struct NodeStore: Sendable {
         m.registerMigration("v9-health-share") { db in try MigrationHealthShare.create(db) }
         // Search, list and outbox reads at a million messages (MigrationMessageSpeed.swift, Protocol/messages.md 8).
         m.registerMigration("v9-message-speed") { db in try MigrationMessageSpeed.messageSpeed(db) }
+        // A send's frames scheduled without reading the friend's whole queue (MigrationMessageSend.swift, Protocol/messages.md 11.5).
+        m.registerMigration("v9-message-send-speed") { db in try MigrationMessageSend.sendSpeed(db) }
         return m
     }
 

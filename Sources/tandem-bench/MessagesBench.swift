@@ -30,6 +30,8 @@ struct MessagesBench: AsyncParsableCommand {
     @Flag(help: "Measure history instead: message search and list over --search-rows stored messages.") var search = false
     @Option(help: "Messages stored for --search.") var searchRows: Int = 1_000_000
     @Option(help: "Searches and lists measured with --search (each).") var queries: Int = 200
+    @Option(help: "Mailbox rounds (the friend's node stopped, then started) through the relay.") var mailRounds: Int = 5
+    @Flag(help: "Skip the figures through a relay (tunnel and mailbox).") var noRelay = false
 
     func validate() throws {
         guard (5...10_000).contains(rounds) else { throw ValidationError("--rounds must be between 5 and 10000") }
@@ -37,6 +39,7 @@ struct MessagesBench: AsyncParsableCommand {
         guard (1...1024).contains(inFlight) else { throw ValidationError("--in-flight must be between 1 and 1024") }
         guard (1_000...10_000_000).contains(searchRows) else { throw ValidationError("--search-rows must be between 1000 and 10000000") }
         guard (10...100_000).contains(queries) else { throw ValidationError("--queries must be between 10 and 100000") }
+        guard (1...100).contains(mailRounds) else { throw ValidationError("--mail-rounds must be between 1 and 100") }
     }
 
     func call(_ node: NodeRuntime, _ method: String, _ params: [String: JSONValue]) async throws -> JSONValue {
@@ -80,7 +83,10 @@ struct MessagesBench: AsyncParsableCommand {
                                   dataDirectory: DataDirectory(url: root.appendingPathComponent("bob")), logger: logger)
         let bobID = NodeID(publicKey: bobKey.publicKey).canonical
         var latencies: [Double] = [], pings: [Double] = []
-        var burstSeconds = 0.0, sendSeconds = 0.0, peakRSS = 0.0
+        // Where a round's time goes: the send answered (the sender's synced commit), the message
+        // stored on the friend's node (its `message.received`, after its synced commit), delivered.
+        var answered: [Double] = [], stored: [Double] = []
+        var burstSeconds = 0.0, sendSeconds = 0.0, peakRSS = 0.0, burstCPU = 0.0
         var inOrder = false
 
         try await withThrowingTaskGroup(of: Void.self) { tasks in
@@ -100,12 +106,35 @@ struct MessagesBench: AsyncParsableCommand {
                 var delivered = aliceEvents.makeAsyncIterator()
                 while let e = await delivered.next(), e.type != "friend.accepted" {}
 
+                // Bob's `message.received` of each round, watched beside the sends (a subscriber of its
+                // own, as a client would be): when each round's message was stored on his node.
+                let bobWatch = bob.eventBus.subscribe(since: nil)
+                let last = "round \(rounds + 2)"
+                async let storedAt: [String: ContinuousClock.Instant] = {
+                    var at: [String: ContinuousClock.Instant] = [:]
+                    for await e in bobWatch where e.type == "message.received" {
+                        guard let text = e.fields["text"]?.stringValue else { continue }
+                        at[text] = clock.now
+                        if text == last { break }
+                    }
+                    return at
+                }()
+                var starts: [ContinuousClock.Instant] = []
                 for round in 0..<(rounds + 3) {
                     let start = clock.now
+                    starts.append(start)
                     let id = try await call(alice, "message.send", ["to": .string(bobID), "text": .string("round \(round)")])["id"]?.stringValue
+                    let answeredAt = clock.now
                     if let id { roundIDs.insert(id) }
                     while let e = await delivered.next(), !(e.type == "message.delivered" && e.fields["id"]?.stringValue == id) {}
-                    if round >= 3 { latencies.append((clock.now - start).milliseconds) }
+                    if round >= 3 {
+                        latencies.append((clock.now - start).milliseconds)
+                        answered.append((answeredAt - start).milliseconds)
+                    }
+                }
+                let storedTimes = await storedAt
+                for round in 3..<(rounds + 3) {
+                    if let at = storedTimes["round \(round)"] { stored.append((at - starts[round]).milliseconds) }
                 }
             }
 
@@ -113,6 +142,7 @@ struct MessagesBench: AsyncParsableCommand {
             var ids: [String] = []
             let deliveries = alice.eventBus.subscribe(since: nil)
             let burstStart = clock.now
+            let cpuStart = BenchNode.cpuSeconds(getpid())
             async let lastDelivered = { [roundIDs] () async -> ContinuousClock.Instant in
                 var seen = Set<String>()
                 for await e in deliveries where e.type == "message.delivered" {
@@ -139,6 +169,7 @@ struct MessagesBench: AsyncParsableCommand {
             }
             sendSeconds = (clock.now - burstStart).milliseconds / 1000
             burstSeconds = (await lastDelivered - burstStart).milliseconds / 1000
+            burstCPU = BenchNode.cpuSeconds(getpid()) - cpuStart
             peakRSS = max(peakRSS, residentMB(getpid()))
             // Exactly once and in order: the receiver's messages from alice, oldest first, are the
             // sender's, in its seq order, each once; and they are the burst's (after the rounds).
@@ -156,10 +187,32 @@ struct MessagesBench: AsyncParsableCommand {
             link.close()
             tasks.cancelAll()
         }
+        var relayReport: [String: Any]?
+        if !noRelay {
+            let relayed = try await MessagesRelayRun(root: root, configuration: config, logger: logger, rounds: rounds,
+                                                     mailRounds: mailRounds).run()
+            let t = Percentiles(relayed.tunnel), tp = Percentiles(relayed.tunnelPing)
+            func mailMedian(_ key: String) -> Double {
+                let v = relayed.mailbox.compactMap { $0[key] }.sorted()
+                return v.isEmpty ? 0 : v[v.count / 2]
+            }
+            relayReport = [
+                "relay": relayed.relay,
+                "tunnel_send_to_delivered_ms": t.json,
+                "tunnel_floor_signed_ping_pong_ms": tp.json,
+                "tunnel_goal_p50_ms": 3 * tp.p50,
+                "mailbox_rounds": relayed.mailbox,
+                "mailbox_median_start_to_delivered_ms": mailMedian("start_to_delivered_ms"),
+                "mailbox_note": "per round: the friend's node stopped; send → the frame sealed into its relay mailbox (outbox.deposited); "
+                    + "then its node started on the same data directory: listening, registered at the relay, the mail stored "
+                    + "(message.received), its DELIVERED receipt back at the sender through a fresh tunnel (message.delivered)",
+            ]
+        }
         let syncs = Percentiles(try CountdownBench.syncedWrites(in: root, count: 50))
         let l = Percentiles(latencies), p = Percentiles(pings)
         let goal = 3 * p.p50 + 2 * syncs.p50
-        let report: [String: Any] = [
+        let a = Percentiles(answered), s = Percentiles(stored)
+        var report: [String: Any] = [
             "benchmark": "messages",
             "rounds": rounds,
             "send_to_delivered_ms": l.json,
@@ -167,16 +220,34 @@ struct MessagesBench: AsyncParsableCommand {
             "synced_write_ms": syncs.json,
             "goal_p50_ms": goal,
             "goal_met": l.p50 <= goal,
+            "ratio_p50_to_goal": l.p50 / max(goal, 1e-9),
+            "breakdown_p50_ms": ["send_answered": a.p50, "stored_on_friend_event": s.p50, "delivered_event": l.p50] as [String: Any],
             "burst": ["messages": burst, "send_seconds": sendSeconds, "until_last_delivered_seconds": burstSeconds,
                       "messages_per_second": Double(burst) / max(burstSeconds, 1e-9), "in_flight": inFlight, "all_once_in_seq_order": inOrder,
+                      // CPU of the whole process (both nodes) from the first send to the last delivery:
+                      // what a burst costs, whatever else the machine runs.
+                      "cpu_seconds_both_nodes": burstCPU, "messages_per_cpu_second": Double(burst) / max(burstCPU, 1e-9),
                       "peak_rss_mb_both_nodes": peakRSS] as [String: Any],
             "store": "on disk (WAL, synchronous = FULL)",
             "note": "latency path: the sender's synced commit, the link, the receiver's synced commit, the ACK; burst: one message.send call per message, --in-flight at a time, the sends that wait together share a commit",
         ]
+        if let relayReport {
+            report["relay"] = relayReport
+            // Both with the synced-write floor of this run (two synced commits, as on the LAN).
+            if let tp = relayReport["tunnel_floor_signed_ping_pong_ms"] as? [String: Double], let p50 = tp["p50"] {
+                report["relay"] = relayReport.merging(["tunnel_goal_p50_ms": 3 * p50 + 2 * syncs.p50]) { $1 }
+            }
+        }
         let data = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys, .prettyPrinted])
         print(String(decoding: data, as: UTF8.self))
         FileHandle.standardError.write(Data(String(format: "messages: send→delivered p50 %.2f ms, p99 %.2f ms (goal p50 ≤ %.2f = 3×ping %.3f + 2×sync %.3f); burst %d in %.2f s (%.0f/s), in order: %@\n",
                                                    l.p50, l.p99, goal, p.p50, syncs.p50, burst, burstSeconds,
                                                    Double(burst) / max(burstSeconds, 1e-9), inOrder ? "yes" : "NO").utf8))
+        if let r = report["relay"] as? [String: Any], let t = r["tunnel_send_to_delivered_ms"] as? [String: Double],
+           let tp = r["tunnel_floor_signed_ping_pong_ms"] as? [String: Double] {
+            FileHandle.standardError.write(Data(String(format: "messages: through a relay tunnel p50 %.2f ms, p99 %.2f ms (tunnel ping p50 %.3f); mailbox start→delivered median %.0f ms\n",
+                                                       t["p50"] ?? 0, t["p99"] ?? 0, tp["p50"] ?? 0,
+                                                       r["mailbox_median_start_to_delivered_ms"] as? Double ?? 0).utf8))
+        }
     }
 }

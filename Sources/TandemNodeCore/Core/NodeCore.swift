@@ -63,7 +63,12 @@ public actor NodeCore {
 /// flood of frames that each cost store work saturates the machine, the flows slow down, not the
 /// loops that answer friends' pings.
 final class CoreExecutor: SerialExecutor, @unchecked Sendable {  // state only under `lock`
-    static let shared = CoreExecutor(niceIncrement: 10)
+    /// `TANDEM_CORE_NICE` (an integer from 0 to 19) sets the increment instead: for benches that
+    /// measure what the priority costs a message's latency on a busy machine.
+    static let shared = CoreExecutor(niceIncrement: {
+        guard let text = getenv("TANDEM_CORE_NICE").map({ String(cString: $0) }), let n = Int32(text), (0...19).contains(n) else { return 10 }
+        return n
+    }())
 
     private enum Work {
         case job(UnownedJob)
