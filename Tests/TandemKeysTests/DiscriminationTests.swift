@@ -46,6 +46,27 @@ final class DiscriminationTests: XCTestCase {
         }
     }
 
+    /// A plain solid's enrolled model has no distinct part: its gaps (a face no enrolment frame saw)
+    /// and a box's turn that ICP leaves at 45° are no part, so its frames never wait for one (they
+    /// did: "turn it to show the part" on a cube, a can, a box).
+    func testPlainSolidsHaveNoDistinctParts() {
+        for name in ["can", "cube", "box-2-3-4"] {
+            let v = ObjectVerifier(template: Templates.get(name))
+            XCTAssertEqual(v.distinctPartSizes, [], name)
+        }
+        XCTAssertEqual(ObjectVerifier(template: Templates.get("mug")).distinctPartSizes.count, 1, "the handle")
+    }
+
+    /// A can 12.5 % taller fits the can's model within 2τ at each end wherever ICP slides it; its
+    /// outline does not: the taller can's silhouette overhangs the can's, the can's falls short of
+    /// the taller one's.
+    func testTallerCanIsToldFromTheCan() {
+        let can = Templates.get("can"), tall = Templates.get("can-tall")
+        XCTAssertEqual(matched(can, sweeps("can-tall", seed: 4_100, count: 3)), 0)
+        XCTAssertEqual(matched(tall, sweeps("can", seed: 4_200, count: 3)), 0)
+        XCTAssertGreaterThanOrEqual(matched(can, sweeps("can", seed: 4_300, count: 3)), 2)
+    }
+
     /// The report: a mug without a handle opened the mug key on every frame. Its frames still fit
     /// the mug turned so that the handle hides behind it, but none is decisive, so the key stays shut.
     func testMugWithoutHandleDoesNotOpenTheMugKey() {
