@@ -46,25 +46,23 @@ final class DiscriminationTests: XCTestCase {
         }
     }
 
-    /// A plain solid's enrolled model has no distinct part: its gaps (a face no enrolment frame saw)
-    /// and a box's turn that ICP leaves at 45° are no part, so its frames never wait for one (they
-    /// did: "turn it to show the part" on a cube, a can, a box).
-    func testPlainSolidsHaveNoDistinctParts() {
-        for name in ["can", "cube", "box-2-3-4"] {
-            let v = ObjectVerifier(template: Templates.get(name))
-            XCTAssertEqual(v.distinctPartSizes, [], name)
-        }
-        XCTAssertEqual(ObjectVerifier(template: Templates.get("mug")).distinctPartSizes.count, 1, "the handle")
-    }
-
-    /// A can 12.5 % taller fits the can's model within 2τ at each end wherever ICP slides it; its
-    /// outline does not: the taller can's silhouette overhangs the can's, the can's falls short of
-    /// the taller one's.
-    func testTallerCanIsToldFromTheCan() {
-        let can = Templates.get("can"), tall = Templates.get("can-tall")
-        XCTAssertEqual(matched(can, sweeps("can-tall", seed: 4_100, count: 3)), 0)
-        XCTAssertEqual(matched(tall, sweeps("can", seed: 4_200, count: 3)), 0)
-        XCTAssertGreaterThanOrEqual(matched(can, sweeps("can", seed: 4_300, count: 3)), 2)
+    /// The outline tells a can 12.5 % taller from the can where the distance measures cannot: the
+    /// taller can's silhouette overhangs the can's model, the can's falls short of the taller one's
+    /// (measured and calibrated; not judged yet, Protocol/keys.md section 6).
+    func testOutlineSeesATallerCan() {
+        let can = Templates.get("can")
+        let tall = ObjectVerifier(template: Templates.get("can-tall"))
+        var over = 0, short = 0, own = 0
+        let verifier = ObjectVerifier(template: can)
+        for sweep in sweeps("can-tall", seed: 4_100, count: 2) { for f in sweep where verifier.evaluate(f, ShapeAnalysis(f, roi: nil)).overhang > Double(can.maximumOverhang) { over += 1 } }
+        for sweep in sweeps("can", seed: 4_200, count: 2) { for f in sweep where tall.evaluate(f, ShapeAnalysis(f, roi: nil)).shortfall > Double(tall.template.maximumShortfall) { short += 1 } }
+        for sweep in sweeps("can", seed: 4_300, count: 2) { for f in sweep {
+            let v = verifier.evaluate(f, ShapeAnalysis(f, roi: nil))
+            if v.overhang <= Double(can.maximumOverhang), v.shortfall <= Double(can.maximumShortfall) { own += 1 }
+        } }
+        XCTAssertGreaterThanOrEqual(over, 3, "taller can frames overhanging the can key, of 6")
+        XCTAssertGreaterThanOrEqual(short, 3, "can frames short of the taller can key, of 6")
+        XCTAssertGreaterThanOrEqual(own, 5, "the can's own frames within its outline, of 6")
     }
 
     /// The report: a mug without a handle opened the mug key on every frame. Its frames still fit
