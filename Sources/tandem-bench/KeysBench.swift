@@ -196,7 +196,7 @@ struct KeysBench: ParsableCommand {
         // impostor figures are then meaningless).
         let genuineOnly = ProcessInfo.processInfo.environment["KEYS_GENUINE_ONLY"] != nil
         let names = shapes.map(\.name)
-        func hardPair(_ a: Int, _ b: Int) -> Bool {
+        @Sendable func hardPair(_ a: Int, _ b: Int) -> Bool {
             SyntheticShapes.hardPairs.contains { ($0.0 == names[a] && $0.1 == names[b]) || ($0.1 == names[a] && $0.0 == names[b]) }
         }
         let hardOnly = impostors == "hard"
