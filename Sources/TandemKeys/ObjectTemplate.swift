@@ -31,6 +31,10 @@ public struct ObjectTemplate: Sendable, Equatable {
     public internal(set) var maximumExcess: Float
     /// At most this deficit (`Registration.coverage`); 1 in templates from version 2, which had none.
     public internal(set) var maximumDeficit: Float
+    /// At most this overhang and shortfall of the outline (metres, `Registration.measure`); 1 (no
+    /// test) in templates from versions 2 and 3, which had none.
+    public internal(set) var maximumOverhang: Float = 1
+    public internal(set) var maximumShortfall: Float = 1
     public internal(set) var goodFrames: Int
     public internal(set) var viewpoints: Int
     public internal(set) var flags: Flags
@@ -50,7 +54,7 @@ public struct ObjectTemplate: Sendable, Equatable {
     public static let maximumViews = 32
     public static let maximumModelPoints = 4_000
     static let magic: [UInt8] = Array("TKT".utf8)
-    static let version: UInt8 = 3
+    static let version: UInt8 = 4
 
     // MARK: serialization
 
@@ -59,7 +63,7 @@ public struct ObjectTemplate: Sendable, Equatable {
         func u16(_ v: Int) { let x = UInt16(clamping: v); out.append(UInt8(x & 0xFF)); out.append(UInt8(x >> 8)) }
         func f(_ v: Float) { let b = v.bitPattern; for s in stride(from: 0, to: 32, by: 8) { out.append(UInt8((b >> UInt32(s)) & 0xFF)) } }
         u16(goodFrames); u16(viewpoints)
-        for v in [inlierDistance, cell, minimumFit, maximumRMS, minimumCoverage, maximumExcess, maximumDeficit] { f(v) }
+        for v in [inlierDistance, cell, minimumFit, maximumRMS, minimumCoverage, maximumExcess, maximumDeficit, maximumOverhang, maximumShortfall] { f(v) }
         u16(ShapeAnalysis.dimension); u16(views.count)
         for v in views {
             out.append(v.registered ? 1 : 0)
@@ -77,14 +81,17 @@ public struct ObjectTemplate: Sendable, Equatable {
         var r = ByteReader(bytes)
         guard try r.bytes(3) == Self.magic else { throw KeyInputError(.badTemplate("not an object template")) }
         let version = try r.u8()
-        // Version 2 lacks the deficit threshold: its templates verify as they did (no deficit test).
-        guard version == Self.version || version == 2 else { throw KeyInputError(.badTemplate("version \(version) (this build reads 2 and \(Self.version))")) }
+        // Version 2 lacks the deficit threshold, version 3 the outline's: their templates verify as
+        // they did (no such test).
+        guard (2...Self.version).contains(version) else { throw KeyInputError(.badTemplate("version \(version) (this build reads 2 to \(Self.version))")) }
         flags = Flags(rawValue: try r.u8())
         goodFrames = try r.u16(); viewpoints = try r.u16()
         inlierDistance = try r.f32(); cell = try r.f32(); minimumFit = try r.f32(); maximumRMS = try r.f32(); minimumCoverage = try r.f32()
         maximumExcess = try r.f32()
         maximumDeficit = version == 2 ? 1 : try r.f32()
-        guard (0...1).contains(maximumExcess), (0...1).contains(maximumDeficit), (0.0005...0.05).contains(inlierDistance), (0.0005...0.1).contains(cell), (0...1).contains(minimumFit),
+        maximumOverhang = version < 4 ? 1 : try r.f32()
+        maximumShortfall = version < 4 ? 1 : try r.f32()
+        guard (0...1).contains(maximumExcess), (0...1).contains(maximumDeficit), (0...1).contains(maximumOverhang), (0...1).contains(maximumShortfall), (0.0005...0.05).contains(inlierDistance), (0.0005...0.1).contains(cell), (0...1).contains(minimumFit),
               (0.0001...0.1).contains(maximumRMS), (0...1).contains(minimumCoverage) else {
             throw KeyInputError(.badTemplate("thresholds out of range"))
         }
@@ -121,8 +128,10 @@ public struct ObjectTemplate: Sendable, Equatable {
     }
 
     init(views: [View], model: [SIMD3<Float>], normals: [SIMD3<Float>], inlierDistance: Float, cell: Float, minimumFit: Float, maximumRMS: Float,
-         minimumCoverage: Float, maximumExcess: Float, maximumDeficit: Float, goodFrames: Int, viewpoints: Int, flags: Flags) {
+         minimumCoverage: Float, maximumExcess: Float, maximumDeficit: Float, maximumOverhang: Float = 1, maximumShortfall: Float = 1,
+         goodFrames: Int, viewpoints: Int, flags: Flags) {
         self.maximumExcess = maximumExcess; self.maximumDeficit = maximumDeficit
+        self.maximumOverhang = maximumOverhang; self.maximumShortfall = maximumShortfall
         self.views = views; self.model = model; self.normals = normals; self.inlierDistance = inlierDistance; self.cell = cell
         self.minimumFit = minimumFit; self.maximumRMS = maximumRMS; self.minimumCoverage = minimumCoverage
         self.goodFrames = goodFrames; self.viewpoints = viewpoints; self.flags = flags
@@ -184,6 +193,10 @@ extension ObjectTemplate {
     /// Added to 1.5 × the enrolment frames' deficit: a well-built model (every face seen twice) shows
     /// 0–0.01 on genuine frames; a handle missing from a mug's view, 0.02–0.07.
     static let deficitMargin = 0.04
+    /// The outline's ceilings (metres): the enrolment frames' 2nd highest + this, at least the floor.
+    /// Chosen on calibration seeds (`tandem-bench keys`, `tuned_on_seeds`).
+    static let outlineMargin = 0.004
+    static let outlineFloor = 0.007
     /// Leave-one-out models are thinned to this many points (calibration cost; the margin absorbs it).
     static let looModelPoints = 4_000
 
@@ -261,6 +274,7 @@ extension ObjectTemplate {
         let (model, modelNormals) = orientedModel(views, poses, cell: cell)
         let fits = loo.map(\.fit), rmss = loo.map(\.rms), coverages = loo.map(\.coverage), excesses = loo.map(\.excess), deficits = loo.map(\.deficit)
         var minimumFit: Float = 0.6, maximumRMS = tau, minimumCoverage: Float = 0.5, maximumExcess: Float = 0.05, maximumDeficit: Float = 0.2
+        var maximumOverhang: Float = 1, maximumShortfall: Float = 1
         if fits.count >= 3 {
             let robustLow = { (v: [Double]) in v.sorted()[v.count >= 6 ? 1 : 0] }
             let robustHigh = { (v: [Double]) in v.sorted(by: >)[v.count >= 6 ? 1 : 0] }
@@ -275,19 +289,23 @@ extension ObjectTemplate {
             // A live frame from a new viewpoint shows up to ~1.5 times the deficit the enrolment's own
             // frames show against the others' model (where the model has a patch some frames lack).
             maximumDeficit = Float(min(robustHigh(deficits) * 1.5 + deficitMargin, 0.5))
+            // The outline: what the object's own frames show against the others' model, with a
+            // margin, never below the floor (the sensor's noise on a silhouette's ends).
+            maximumOverhang = Float(min(max(robustHigh(loo.map(\.overhang)) + outlineMargin, outlineFloor), 0.2))
+            maximumShortfall = Float(min(max(robustHigh(loo.map(\.shortfall)) + outlineMargin, outlineFloor), 0.2))
         }
         let templateViews = views.indices.map { i in
             View(vector: views[i].vector, axes: poses[i].map { views[i].axes.transformed($0) } ?? views[i].axes, registered: poses[i] != nil)
         }
         return ObjectTemplate(views: templateViews, model: model, normals: modelNormals, inlierDistance: tau, cell: cell, minimumFit: minimumFit,
                               maximumRMS: maximumRMS, minimumCoverage: minimumCoverage, maximumExcess: maximumExcess, maximumDeficit: maximumDeficit,
-                              goodFrames: goodFrames, viewpoints: viewpoints, flags: flags)
+                              maximumOverhang: maximumOverhang, maximumShortfall: maximumShortfall, goodFrames: goodFrames, viewpoints: viewpoints, flags: flags)
     }
 
     /// Leave-one-out: each registered view against the model of the others, from the pose
     /// registration found, measured as verification measures a live frame. Empty below 3 views.
     static func leaveOneOut(_ views: [EnrolledView], _ poses: [RigidTransform?], tau: Float, cell: Float)
-        -> [(view: Int, fit: Double, rms: Double, coverage: Double, excess: Double, deficit: Double)] {
+        -> [(view: Int, fit: Double, rms: Double, coverage: Double, excess: Double, deficit: Double, overhang: Double, shortfall: Double)] {
         let registered = views.indices.filter { poses[$0] != nil }
         guard registered.count >= 3 else { return [] }
         return registered.map { i in
@@ -300,8 +318,8 @@ extension ObjectTemplate {
             let pose = Registration.icp(fine, tree, from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
             let (fit, rms) = Registration.evaluate(fine, tree, pose, tau: tau, normals: normals, cell: cell, oriented: true)
             let excess = Registration.excess(views[i].cloud, pose, tree, normals, cell: cell, tau: tau)
-            let (coverage, deficit) = Registration.coverage(model: tree, normals: normals, view: views[i].cloud, t: pose, tau: tau, cell: cell)
-            return (i, fit, rms, coverage, excess, deficit)
+            let seen = Registration.measure(model: tree, normals: normals, view: views[i].cloud, t: pose, tau: tau, cell: cell)
+            return (i, fit, rms, seen.coverage, excess, seen.deficit, seen.overhang, seen.shortfall)
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The verdict on one live frame.
 public struct FrameVerdict: Sendable, Equatable, Codable {
@@ -15,6 +16,10 @@ public struct FrameVerdict: Sendable, Equatable, Codable {
     /// Stage 2: fraction of the visible model points farther than 2τ from the frame together with most
     /// of their neighbours (a part the frame lacks: a handle, 3 cm of box).
     public var deficit: Double
+    /// Stage 2: metres by which the frame's silhouette is longer than the model's along some
+    /// direction in the image (a can 1.5 cm taller), and the other way round (1.5 cm shorter).
+    public var overhang: Double = 0
+    public var shortfall: Double = 0
     public var quality: Double
     public var guidance: String?
     public var stage1Passed: Bool
@@ -64,7 +69,7 @@ public struct ObjectVerifier: Sendable {
     /// object from where no enrolment frame looked straight (a box's end face alone): the most similar
     /// of these give the pose search targets the enrolment views cannot. Made when first needed
     /// (~22 ms; most genuine frames never need them), shared by copies of this verifier.
-    private let virtual = VirtualViews()
+    private let virtual = Made<[(axes: PrincipalAxes, vector: [Float])]>()
     var virtualViews: [(axes: PrincipalAxes, vector: [Float])] {
         virtual.get { Self.virtualViews(tree.points, normals, cell: template.cell) }
     }
@@ -75,18 +80,27 @@ public struct ObjectVerifier: Sendable {
     /// Makes the model views and near-symmetries now (otherwise the first frame that needs them does).
     public func prepare() { _ = virtualViews; _ = nearSymmetries }
 
-    private let symmetries = NearSymmetries()
+    private let symmetries = Made<[[Int32]]>()
     /// The model's near-symmetries, each as the model points it does not carry onto the model (its
     /// *distinct part*): spins of the model about its principal axes and its normals' principal
     /// directions (through its centroid, by 45°, 90°, … 315°, refined by ICP) under which 85–98 % of
     /// the model's points land within 2τ of the model — a mug turned about its axis (all but the
-    /// handle), a teapot. A true symmetry (a can's spin, a box's half turn, ≥ 98 %) hides nothing and
+    /// handle), a teapot. A point counts as carried off only when it lands outside the model's hull
+    /// too (by 2τ): a part sticking out where the model has none. A point the turn carries into a
+    /// gap of the model's own surface (a face no enrolment frame saw) or into a concavity is not
+    /// off: the gaps of an enrolled cone, can or box are no part. A true symmetry (a can's spin, a box's half turn, ≥ 98 %) hides nothing and
     /// is left out, and so is a turn that carries much of the model off itself (< 85 %: a frame
     /// that fits both ways is then rare). Made when first needed, shared by copies of this verifier.
     var nearSymmetries: [[Int32]] {
         symmetries.get { Self.nearSymmetries(tree, normals, tau: template.inlierDistance, cell: template.cell) }
     }
     static let nearSymmetryShare = 0.85..<0.98
+    /// 64 directions spread over the sphere (a Fibonacci lattice): the model's hull is taken as the
+    /// intersection of its supporting half-spaces along them.
+    static let hullDirections: [SIMD3<Float>] = (0..<64).map { i in
+        let z = 1 - (Double(i) + 0.5) * 2 / 64, r = (1 - z * z).squareRoot(), phi = Double(i) * 2.399_963_229_728_653
+        return SIMD3(Float(r * _cos(phi)), Float(r * _sin(phi)), Float(z))
+    }
     static let symmetryDegrees: [Float] = [45, 90, 135, 180, 225, 270, 315]
     /// A frame is decisive when, for every near-symmetry, at least this share of its distinct part
     /// (at least `decisivePoints` points) has a frame point within 2τ: the frame shows the part.
@@ -113,6 +127,8 @@ public struct ObjectVerifier: Sendable {
         let far = 4 * tau * tau
         var found: [[Int32]] = []
         var seen: [RigidTransform] = []
+        // The model's hull, outside: its support along `hullDirections`.
+        let hull = hullDirections.map { d in model.reduce(-Float.infinity) { max($0, dot3(d, $1)) } }
         for axis in axes {
             for degrees in symmetryDegrees {
                 let r = rodrigues(axis * (degrees * .pi / 180))
@@ -123,7 +139,13 @@ public struct ObjectVerifier: Sendable {
                 if seen.contains(where: { ($0.rotation.transposed * t.rotation).rotationAngle < 0.35 }) { continue }
                 seen.append(t)
                 var off = [Bool](repeating: false, count: model.count)
-                for (i, p) in model.enumerated() where tree.nearest(t.apply(p)).distanceSquared > far { off[i] = true }
+                for (i, p) in model.enumerated() {
+                    let q = t.apply(p)
+                    // Off the model, and outside its hull: a part sticking out where the model has
+                    // none, not a gap in the model's own surface (a face no enrolment frame saw).
+                    guard tree.nearest(q).distanceSquared > far else { continue }
+                    if hull.indices.contains(where: { dot3(hullDirections[$0], q) > hull[$0] + 2 * tau }) { off[i] = true }
+                }
                 // A part, not the model's scattered noise: a point counts when most (≥ 4) of its 6
                 // nearest model neighbours are off too.
                 var distinct: [Int32] = []
@@ -210,18 +232,18 @@ public struct ObjectVerifier: Sendable {
         let cloud = ShapeAnalysis.surface(a.cloud, tree: a.tree, extents: a.extents)
         let viewTree = KDTree(cloud)
         let accepted = AcceptedMeasures()
-        @Sendable func measures(_ c: Alignment) -> (coverage: Double, excess: Double, deficit: Double)? {
+        @Sendable func measures(_ c: Alignment) -> (StageTwoMeasures, excess: Double)? {
             guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return nil }
             let excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
             guard excess <= Double(enrolled.maximumExcess) else { return nil }
-            let (coverage, deficit) = Registration.coverage(model: tree, normals: normals, view: cloud, t: c.transform,
-                                                            tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
-            guard coverage >= Double(enrolled.minimumCoverage), deficit <= Double(enrolled.maximumDeficit) else { return nil }
-            return (coverage, excess, deficit)
+            let m = Registration.measure(model: tree, normals: normals, view: cloud, t: c.transform,
+                                         tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
+            guard enrolled.admits(m) else { return nil }
+            return (m, excess)
         }
         @Sendable func judge(_ c: Alignment) -> Bool {
             guard let m = measures(c) else { return false }
-            accepted.set(c.transform, coverage: m.coverage, excess: m.excess, deficit: m.deficit)
+            accepted.set(c.transform, m.0, excess: m.excess)
             return true
         }
         // Without the 45° turns of a square or round section: they double this search's coarse
@@ -242,16 +264,18 @@ public struct ObjectVerifier: Sendable {
         }
         v.fit = alignment.fit
         v.rms = alignment.rms
-        if let m = accepted.measures(for: alignment.transform) {
-            (v.coverage, v.excess, v.deficit) = m
+        let m: StageTwoMeasures
+        if let got = accepted.measures(for: alignment.transform) {
+            m = got.0
+            v.excess = got.excess
         } else {
-            (v.coverage, v.deficit) = Registration.coverage(model: tree, normals: normals, view: cloud,
-                                                            t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: viewTree)
+            m = Registration.measure(model: tree, normals: normals, view: cloud,
+                                     t: alignment.transform, tau: template.inlierDistance, cell: template.cell, viewTree: viewTree)
             v.excess = Registration.excess(cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: viewTree)
         }
+        (v.coverage, v.deficit, v.overhang, v.shortfall) = (m.coverage, m.deficit, m.overhang, m.shortfall)
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
-            && v.coverage >= Double(template.minimumCoverage) && v.excess <= Double(template.maximumExcess)
-            && v.deficit <= Double(template.maximumDeficit)
+            && v.excess <= Double(template.maximumExcess) && template.admits(m)
         v.passed = v.stage1Passed && v.stage2Passed
         if v.passed, askDecisive {
             // Decisive when, for every near-symmetry, the frame shows enough of the part it does not
@@ -279,46 +303,50 @@ public struct ObjectVerifier: Sendable {
     private func rounded(_ x: Double) -> Double { (x * 100).rounded() / 100 }
 }
 
-/// `ObjectVerifier.nearSymmetries`, made once under a lock (verifiers are copied across threads).
-private final class NearSymmetries: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: [[Int32]]?
+/// A value made once, when first needed, and shared by copies of the verifier (which are copied
+/// across threads): the model views, the near-symmetries, the distinct parts.
+private final class Made<Value: Sendable>: Sendable {
+    private let value = Mutex<Value?>(nil)
 
-    func get(_ make: () -> [[Int32]]) -> [[Int32]] {
-        lock.lock()
-        defer { lock.unlock() }
-        if let value { return value }
-        let made = make()
-        value = made
-        return made
+    func get(_ make: () -> Value) -> Value {
+        value.withLock { stored in
+            if let stored { return stored }
+            let made = make()
+            stored = made
+            return made
+        }
     }
 }
 
-/// `ObjectVerifier.virtualViews`, made once under a lock (verifiers are copied across threads).
-private final class VirtualViews: @unchecked Sendable {
-    private let lock = NSLock()
-    private var views: [(axes: PrincipalAxes, vector: [Float])]?
-
-    func get(_ make: () -> [(axes: PrincipalAxes, vector: [Float])]) -> [(axes: PrincipalAxes, vector: [Float])] {
-        lock.lock()
-        defer { lock.unlock() }
-        if let views { return views }
-        let made = make()
-        views = made
-        return made
-    }
-}
-
-/// The coverage and excess of the pose the stage-2 judge accepted, so the verdict does not measure
-/// them twice. `Registration.align` calls its judge on the calling thread, one alignment at a time.
+/// The measures of the pose the stage-2 judge accepted, so the verdict does not measure them twice.
+/// `Registration.align` calls its judge on the calling thread, one alignment at a time.
 private final class AcceptedMeasures: @unchecked Sendable {
     private var pose: RigidTransform?
-    private var values: (coverage: Double, excess: Double, deficit: Double) = (0, 0, 0)
+    private var values = (StageTwoMeasures.empty, excess: 0.0)
 
-    func set(_ t: RigidTransform, coverage: Double, excess: Double, deficit: Double) {
+    func set(_ t: RigidTransform, _ m: StageTwoMeasures, excess: Double) {
         pose = t
-        values = (coverage, excess, deficit)
+        values = (m, excess)
     }
 
-    func measures(for t: RigidTransform) -> (Double, Double, Double)? { pose == t ? values : nil }
+    func measures(for t: RigidTransform) -> (StageTwoMeasures, excess: Double)? { pose == t ? values : nil }
+}
+
+extension ObjectTemplate {
+    /// The stage-2 floors and ceilings these measures must meet (coverage, deficit). The outline
+    /// is measured and calibrated but not judged yet: it refused the true pose of a box's end face
+    /// that no enrolment frame saw (`PoseSearchTests`); see Protocol/keys.md, section 6.
+    func admits(_ m: StageTwoMeasures) -> Bool {
+        m.coverage >= Double(minimumCoverage) && m.deficit <= Double(maximumDeficit)
+    }
+
+    /// Whether the outline is within the template's ceilings (reported, not judged yet).
+    func outlineFits(_ m: StageTwoMeasures) -> Bool {
+        m.overhang <= Double(maximumOverhang) && m.shortfall <= Double(maximumShortfall)
+    }
+}
+
+extension ObjectVerifier {
+    /// The points of each distinct part (`distinctParts`): what the bench reports per key.
+    public var distinctPartSizes: [Int] { nearSymmetries.map(\.count) }
 }

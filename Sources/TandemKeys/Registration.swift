@@ -291,8 +291,23 @@ enum Registration {
     /// (the model's and the frame's noise); a missing handle or 3 cm of box is a patch far from both.
     static func coverage(model tree: KDTree, normals: [SIMD3<Float>], view: [SIMD3<Float>], t: RigidTransform, tau: Float, cell: Float,
                          viewTree given: KDTree? = nil) -> (coverage: Double, deficit: Double) {
+        let m = measure(model: tree, normals: normals, view: view, t: t, tau: tau, cell: cell, viewTree: given)
+        return (m.coverage, m.deficit)
+    }
+
+    /// What `coverage` measures, and the outline: the spans of the frame's silhouette and of the
+    /// model's seen from the camera with the pose `t`, along four directions in the image (the
+    /// frame's two principal directions there and their diagonals), each the 1st–99th percentile
+    /// of the points' projections, in metres at the object's depth. `overhang` is the most by which
+    /// the frame's span exceeds the model's, `shortfall` the most by which the model's exceeds the
+    /// frame's: a can 1.5 cm taller than the model, or 1.5 cm shorter, whatever ICP slid where. The
+    /// distance measures cannot see that (each end is off by half of it, within 2τ); a silhouette's
+    /// span does not depend on a slide along it. The model's side: the model points facing the
+    /// camera (cosine ≥ 0; grazing faces are thin slivers in the image) and not hidden.
+    static func measure(model tree: KDTree, normals: [SIMD3<Float>], view: [SIMD3<Float>], t: RigidTransform, tau: Float, cell: Float,
+                        viewTree given: KDTree? = nil) -> StageTwoMeasures {
         let model = tree.points
-        guard !model.isEmpty, !view.isEmpty else { return (0, 1) }
+        guard !model.isEmpty, !view.isEmpty else { return .empty }
         let inverse = t.inverse
         let camera = model.map { inverse.apply($0) }
         var lo = SIMD2<Float>(repeating: .infinity), hi = SIMD2<Float>(repeating: -.infinity)
@@ -308,7 +323,7 @@ enum Registration {
             lo = pointwiseMin(lo, q); hi = pointwiseMax(hi, q)
         }
         let w = min(Int(hi.x - lo.x) + 1, 400), h = min(Int(hi.y - lo.y) + 1, 400)
-        guard w > 0, h > 0 else { return (0, 1) }
+        guard w > 0, h > 0 else { return .empty }
         var zbuffer = [Float](repeating: .infinity, count: w * h)
         func index(_ q: SIMD2<Float>) -> Int {
             let x = min(max(Int(q.x - lo.x), 0), w - 1), y = min(max(Int(q.y - lo.y), 0), h - 1)
@@ -326,17 +341,25 @@ enum Registration {
         // Facing the camera (oriented normals; the camera is at t's translation in model coordinates) and not hidden.
         let eye = t.translation
         let oriented = normals.count == model.count
+        // The outline's points: not hidden, and facing the camera (cosine ≥ 0: a grazing face is a
+        // thin sliver in the image, but the frame has it).
+        var outline: [SIMD2<Float>] = []
+        outline.reserveCapacity(camera.count / 2)
         for i in camera.indices where camera[i].z <= zbuffer[index(projected[i])] + tolerance {
             if oriented {
                 let toEye = eye - model[i]
-                if dot3(normals[i], toEye) < 0.2 * length3(toEye) { continue }
+                let facing = dot3(normals[i], toEye)
+                if facing >= 0 { outline.append(projected[i]) }
+                if facing < 0.2 * length3(toEye) { continue }
+            } else {
+                outline.append(projected[i])
             }
             visible += 1
             let d2 = viewTree.nearestDistanceSquared(camera[i])
             if d2 <= limit { matched += 1 }
             far[i] = d2 > 4 * limit
         }
-        guard visible > 0 else { return (0, 1) }
+        guard visible > 0 else { return .empty }
         var neighbours: [(index: Int, distanceSquared: Float)] = []
         var patch = 0
         for i in model.indices where far[i] {
@@ -345,8 +368,72 @@ enum Registration {
             for m in neighbours where m.index != i && far[m.index] { n += 1 }
             if n >= 4 { patch += 1 }
         }
-        return (Double(matched) / Double(visible), Double(patch) / Double(visible))
+        var frame: [SIMD2<Float>] = []
+        frame.reserveCapacity(view.count)
+        for p in view {
+            let z = max(p.z, 0.01)
+            frame.append(SIMD2(p.x / z, p.y / z) / angular)
+        }
+        let (overhang, shortfall) = outlineMismatch(frame: frame, model: outline)
+        // The projections' unit is one model cell at the object's depth.
+        return StageTwoMeasures(coverage: Double(matched) / Double(visible), deficit: Double(patch) / Double(visible),
+                                overhang: Double(overhang * cell), shortfall: Double(shortfall * cell))
     }
+
+    /// Points of each outline taken for the spans (an even subsample of more).
+    static let outlinePoints = 1_500
+
+    /// The most by which the frame's span exceeds the model's, and the model's the frame's, along the
+    /// frame's principal directions and their diagonals (1st–99th percentiles), in the points' unit.
+    static func outlineMismatch(frame: [SIMD2<Float>], model: [SIMD2<Float>]) -> (overhang: Float, shortfall: Float) {
+        guard frame.count >= 16, model.count >= 16 else { return (0, 0) }
+        let f = thinned(frame, outlinePoints), m = thinned(model, outlinePoints)
+        var c = SIMD2<Float>.zero
+        for p in f { c += p }
+        c /= Float(f.count)
+        var xx: Float = 0, xy: Float = 0, yy: Float = 0
+        for p in f { let d = p - c; xx += d.x * d.x; xy += d.x * d.y; yy += d.y * d.y }
+        let angle = 0.5 * Float(atan2(Double(2 * xy), Double(xx - yy)))
+        var overhang: Float = 0, shortfall: Float = 0
+        var a: [Float] = [], b: [Float] = []
+        a.reserveCapacity(f.count); b.reserveCapacity(m.count)
+        for k in 0..<4 {
+            let phi = Double(angle) + Double(k) * .pi / 4
+            let u = SIMD2(Float(_cos(phi)), Float(_sin(phi)))
+            a.removeAll(keepingCapacity: true); b.removeAll(keepingCapacity: true)
+            for p in f { a.append((p * u).sum()) }
+            for p in m { b.append((p * u).sum()) }
+            let spanF = span(&a), spanM = span(&b)
+            overhang = max(overhang, spanF - spanM)
+            shortfall = max(shortfall, spanM - spanF)
+        }
+        return (overhang, shortfall)
+    }
+
+    private static func thinned<T>(_ v: [T], _ count: Int) -> [T] {
+        guard v.count > count else { return v }
+        let step = Double(v.count) / Double(count)
+        return (0..<count).map { v[Int(Double($0) * step)] }
+    }
+
+    /// 1st–99th percentile span (sorts `v`).
+    private static func span(_ v: inout [Float]) -> Float {
+        v.sort()
+        let lo = Int(Double(v.count - 1) * 0.01), hi = Int(Double(v.count - 1) * 0.99)
+        return v[hi] - v[lo]
+    }
+}
+
+/// Stage 2's measures of a pose that need the model seen from the camera (`Registration.measure`).
+struct StageTwoMeasures: Sendable, Equatable {
+    var coverage: Double
+    var deficit: Double
+    /// Metres by which the frame's silhouette is longer than the model's along some direction.
+    var overhang: Double
+    /// Metres by which the model's silhouette is longer than the frame's along some direction.
+    var shortfall: Double
+
+    static let empty = StageTwoMeasures(coverage: 0, deficit: 1, overhang: 1, shortfall: 1)
 }
 
 /// A pointer handed to threads that each write their own elements (`Registration.parallelMap`).

@@ -46,6 +46,25 @@ final class DiscriminationTests: XCTestCase {
         }
     }
 
+    /// The outline tells a can 12.5 % taller from the can where the distance measures cannot: the
+    /// taller can's silhouette overhangs the can's model, the can's falls short of the taller one's
+    /// (measured and calibrated; not judged yet, Protocol/keys.md section 6).
+    func testOutlineSeesATallerCan() {
+        let can = Templates.get("can")
+        let tall = ObjectVerifier(template: Templates.get("can-tall"))
+        var over = 0, short = 0, own = 0
+        let verifier = ObjectVerifier(template: can)
+        for sweep in sweeps("can-tall", seed: 4_100, count: 2) { for f in sweep where verifier.evaluate(f, ShapeAnalysis(f, roi: nil)).overhang > Double(can.maximumOverhang) { over += 1 } }
+        for sweep in sweeps("can", seed: 4_200, count: 2) { for f in sweep where tall.evaluate(f, ShapeAnalysis(f, roi: nil)).shortfall > Double(tall.template.maximumShortfall) { short += 1 } }
+        for sweep in sweeps("can", seed: 4_300, count: 2) { for f in sweep {
+            let v = verifier.evaluate(f, ShapeAnalysis(f, roi: nil))
+            if v.overhang <= Double(can.maximumOverhang), v.shortfall <= Double(can.maximumShortfall) { own += 1 }
+        } }
+        XCTAssertGreaterThanOrEqual(over, 3, "taller can frames overhanging the can key, of 6")
+        XCTAssertGreaterThanOrEqual(short, 3, "can frames short of the taller can key, of 6")
+        XCTAssertGreaterThanOrEqual(own, 5, "the can's own frames within its outline, of 6")
+    }
+
     /// The report: a mug without a handle opened the mug key on every frame. Its frames still fit
     /// the mug turned so that the handle hides behind it, but none is decisive, so the key stays shut.
     func testMugWithoutHandleDoesNotOpenTheMugKey() {

@@ -112,23 +112,36 @@ final class TemplateTests: XCTestCase {
         XCTAssertThrowsError(try ObjectTemplate(serialized: wrongVersion))
     }
 
-    /// Keys enrolled before the deficit threshold (version 2: the same bytes without it) still load,
-    /// and verify without a deficit test.
-    func testVersion2TemplatesStillLoad() throws {
+    /// Keys enrolled before the deficit threshold (version 2: the bytes of version 3 without it)
+    /// and before the outline's (version 3: without those two) still load, and verify without them.
+    func testOlderTemplatesStillLoad() throws {
         let t = Templates.get("mug")
         XCTAssertLessThan(t.maximumDeficit, 0.5)
-        var old = t.serialized()
-        XCTAssertEqual(old[3], 3)
-        old[3] = 2
-        // magic 3, version 1, flags 1, frames 2, viewpoints 2, then τ, cell, fit, rms, coverage, excess; the deficit follows.
-        old.removeSubrange(33..<37)
-        let back = try ObjectTemplate(serialized: old)
-        XCTAssertEqual(back.maximumDeficit, 1)
-        XCTAssertEqual(back.maximumExcess, t.maximumExcess)
-        XCTAssertEqual(back.model, t.model)
-        var cut = t.serialized()
-        cut.removeSubrange(33..<37)
-        XCTAssertThrowsError(try ObjectTemplate(serialized: cut), "a version 3 template without its deficit")
+        XCTAssertLessThan(t.maximumOverhang, 0.1)
+        XCTAssertLessThan(t.maximumShortfall, 0.1)
+        let bytes = t.serialized()
+        XCTAssertEqual(bytes[3], 4)
+        // magic 3, version 1, flags 1, frames 2, viewpoints 2, then τ, cell, fit, rms, coverage,
+        // excess, deficit (33…36), overhang (37…40), shortfall (41…44).
+        var v3 = bytes
+        v3[3] = 3
+        v3.removeSubrange(37..<45)
+        let back3 = try ObjectTemplate(serialized: v3)
+        XCTAssertEqual(back3.maximumOverhang, 1)
+        XCTAssertEqual(back3.maximumShortfall, 1)
+        XCTAssertEqual(back3.maximumDeficit, t.maximumDeficit)
+        XCTAssertEqual(back3.model, t.model)
+        var v2 = v3
+        v2[3] = 2
+        v2.removeSubrange(33..<37)
+        let back2 = try ObjectTemplate(serialized: v2)
+        XCTAssertEqual(back2.maximumDeficit, 1)
+        XCTAssertEqual(back2.maximumOverhang, 1)
+        XCTAssertEqual(back2.maximumExcess, t.maximumExcess)
+        XCTAssertEqual(back2.model, t.model)
+        var cut = bytes
+        cut.removeSubrange(37..<45)
+        XCTAssertThrowsError(try ObjectTemplate(serialized: cut), "a version 4 template without its outline ceilings")
     }
 }
 
