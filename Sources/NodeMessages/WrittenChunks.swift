@@ -24,6 +24,7 @@ struct WrittenChunks {
 
     /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), nil where there is none.
     static let bootID: [UInt8]? = {
+        // try?: no boot id (not Linux, no /proc) means no sidecar is trusted, which is only slower.
         guard let text = try? String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8) else { return nil }
         let id = Array(text.trimmingCharacters(in: .whitespacesAndNewlines).utf8)
         return id.count == 36 ? id : nil
