@@ -136,10 +136,9 @@ py-pool: test-deps
 py-timed: test-deps
 	$(PY_TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider $(PY_TEST_TIMED)
 
-# make test's build is a cold one (a fresh clone) that nobody browses: no index store. Building
-# TandemProtocol and its dependencies cold took 102 CPU-seconds so against 113 with the index store.
-# (-Xswiftc -wmo would save more, but SwiftPM's link step on Linux then misses the per-file objects.)
-TEST_BUILD_FLAGS ?= --disable-index-store
+# make test's build: the default flags. (Tried and dropped: --disable-index-store — XCTest discovery
+# on Linux reads the index store; -Xswiftc -wmo — SwiftPM's link step then misses per-file objects.)
+TEST_BUILD_FLAGS ?=
 
 # One debug build with the tests; then, side by side (the suites mostly wait on processes, so one of
 # them alone leaves a core idle), the XCTests, the process suites and the short fuzz run, each one's
