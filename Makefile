@@ -120,18 +120,18 @@ xctest: deps
 
 # Three workers (pytest-xdist, a file per worker at a time) for the suites that wait on processes;
 # then, alone, the ones whose assertions are about timing between nodes (challenges start and end
-# within the protocol's 25 ms skew, on loopback, on the namespace LAN and through a relay there), so
-# the other workers' load never decides them. PY_TEST_WORKERS=0 runs everything in one process.
+# within the protocol's 25 ms skew; the LAN namespaces), so the other workers' load never decides
+# them. (Tests/lan stays out of the pool: its conftest would shadow the one Tests/web imports from.) PY_TEST_WORKERS=0 runs everything in one process.
 PY_TEST_WORKERS ?= 3
 PY_TEST_ENV := TANDEM_BIN=$(CURDIR)/$(TANDEM) TANDEM_RELAY_BIN=$(CURDIR)/.build/debug/tandem-relay
-PY_TEST_TIMED := Tests/cli/test_challenges.py Tests/lan/test_lan_challenges.py Tests/lan/test_lan_relay.py
+PY_TEST_TIMED := Tests/cli/test_challenges.py Tests/lan
 py-test:
 	$(MAKE) --no-print-directory py-pool
 	$(MAKE) --no-print-directory py-timed
 
 py-pool: test-deps
 	$(PY_TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -n $(PY_TEST_WORKERS) --dist loadfile \
-	  Tests/interop Tests/cli Tests/relay Tests/adversarial Tests/web Tests/lan $(addprefix --ignore=,$(PY_TEST_TIMED))
+	  Tests/interop Tests/cli Tests/relay Tests/adversarial Tests/web $(addprefix --ignore=,$(PY_TEST_TIMED))
 
 py-timed: test-deps
 	$(PY_TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider $(PY_TEST_TIMED)
