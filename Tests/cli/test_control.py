@@ -191,6 +191,9 @@ def test_garbage_and_huge_lines_do_not_hurt_the_node(make_node):
     try:
         for _ in range(20):
             idle.append(alice.control())
+        # The control socket answers before the core (at a lower priority) has written node.started
+        # on a busy machine: wait for the event, then read the log.
+        wait_event(alice, "node.started")
         lines = run("events", "--json", "--data-dir", alice.data_dir).stdout.splitlines()
         assert json.loads(lines[0])["type"] == "node.started"
     finally:
