@@ -63,11 +63,15 @@ extension MessageService {
         return recipients.map { outbox.frame(type, to: $0, payload: payload, messageID: id, in: step) }
     }
 
-    func describe(_ m: StoredMessage, _ r: StoreReading) throws -> JSONValue {
+    func describe(_ m: StoredMessage, _ r: StoreReading, names: inout [[UInt8]: String]) throws -> JSONValue {
         let reactions = try r.reactions(messageId: Array(m.id))
+        let author = Array(m.author)
+        let authorName = names[author] ?? name(author, r)
+        names[author] = authorName
         return .object([
             "id": .string(hexString(Array(m.id))),
-            "author": idText(Array(m.author)),
+            "author": idText(author),
+            "author_name": .string(authorName),
             "me": .bool(Array(m.author) == me),
             "text": .string(m.text),
             "sent_at": JSONValue.isoLocal(m.sentAtMs),
@@ -96,9 +100,11 @@ extension MessageService {
             let friend = try params["friend"]?.stringValue.map { _ in try friendKey(params, "friend", store) }
             let limit = Int(clamping: params["limit"]?.intValue ?? 50)
             let hits = try store.searchMessages(text, friend: friend, limit: max(1, min(limit, 500)))
+            var names: [[UInt8]: String] = [:]
+            for author in Set(hits.map(\.author)) { names[author] = name(author, store) }
             return .object(["hits": .array(hits.map { h in
-                .object(["id": .string(hexString(h.messageId)), "author": idText(h.author), "sent_at": JSONValue.isoLocal(h.sentAtMs),
-                         "snippet": .string(h.snippet)])
+                .object(["id": .string(hexString(h.messageId)), "author": idText(h.author), "author_name": .string(names[h.author] ?? ""),
+                         "sent_at": JSONValue.isoLocal(h.sentAtMs), "snippet": .string(h.snippet)])
             })])
         }
     }
@@ -210,7 +216,9 @@ extension MessageService {
             before = Array(anchor.id)
         }
         let rows = try step.messages(conversationId: cid, before: before, limit: limit).filter { $0.state != .held }
-        let answer = JSONValue.object(["conversation": conversationText(c), "messages": .array(try rows.map { try describe($0, step) })])
+        var names: [[UInt8]: String] = [:]
+        let answer = JSONValue.object(["conversation": conversationText(c),
+                                       "messages": .array(try rows.map { try describe($0, step, names: &names) })])
         if let peer {
             let shown = rows.filter { Array($0.author) == peer }.map(\.seq).max() ?? 0
             if shown > 0 {

@@ -46,9 +46,16 @@ func localTime(_ iso: String?) -> String {
     return f.string(from: date)
 }
 
+/// Who wrote a message, as the person knows them: their nickname or display name (terminal-safe),
+/// else the short form of their ID.
+func authorLabel(_ m: JSONValue) -> String {
+    if let name = m["author_name"]?.stringValue, !name.isEmpty { return name.terminalSafe }
+    return NodeID(m["author"]?.stringValue ?? "").map { "tdm1-" + $0.short + "…" } ?? "?"
+}
+
 func messageLine(_ m: JSONValue) -> String {
     let id = String((m["id"]?.stringValue ?? "?").prefix(8))
-    let who = m["me"]?.boolValue == true ? "you" : (NodeID(m["author"]?.stringValue ?? "").map { "tdm1-" + $0.short + "…" } ?? "?")
+    let who = m["me"]?.boolValue == true ? "you" : authorLabel(m)
     let state = (m["state"]?.stringValue ?? "?").terminalSafe
     var line = "\(localTime(m["sent_at"]?.stringValue))  \(id)  \(who) [\(state)]"
     if let r = m["reply_to"]?.stringValue { line += " ↪ \(r.prefix(8))" }
@@ -231,7 +238,7 @@ struct MessageSearch: AsyncParsableCommand {
             let hits = r["hits"]?.arrayValue ?? []
             if hits.isEmpty { output("No messages match.") }
             for h in hits {
-                let who = NodeID(h["author"]?.stringValue ?? "").map { "tdm1-" + $0.short + "…" } ?? "?"
+                let who = authorLabel(h)
                 output("\(localTime(h["sent_at"]?.stringValue))  \(String((h["id"]?.stringValue ?? "?").prefix(8)))  \(who): "
                        + ChatText.terminalSafe(h["snippet"]?.stringValue ?? ""))
             }

@@ -35,6 +35,10 @@ def test_send_list_and_wait_delivered(make_node):
     # Text output: the escape sequence is shown, not obeyed.
     text = cli(bob, "message", "list", "Alice").stdout
     assert "\x1b" not in text and "ready? \\x1b[2J" in text
+    # A person reads who wrote it by name (a nickname, once given, wins), not by a raw ID.
+    assert m["author_name"] == "Alice" and "  Alice [" in text and "tdm1-" not in text
+    cli(bob, "friend", "nick", "Alice", "Ali")
+    assert "  Ali [" in cli(bob, "message", "list", "Ali").stdout
     # A reply, from standard input, in order after what it answers, on both sides.
     reply = send_stdin(bob, "Alice", "yes, ready\n".encode(), "--reply-to", sent["id"][:8], "--json")
     assert reply.returncode == 0, reply.stderr
@@ -52,6 +56,7 @@ def test_send_list_and_wait_delivered(make_node):
     # Search finds it with a snippet; --limit and --before page back.
     hits = cli_json(bob, "message", "search", "ready", "--friend", "Alice")["hits"]
     assert {h["id"] for h in hits} == {sent["id"], reply_id} and all("[ready]" in h["snippet"] for h in hits)
+    assert {h["author_name"] for h in hits} == {"Ali", "Bob"}
     assert [x["id"] for x in cli_json(bob, "message", "list", "Alice", "--limit", "1")["messages"]] == [reply_id]
     assert [x["id"] for x in cli_json(bob, "message", "list", "Alice", "--before", reply_id)["messages"]] == [sent["id"]]
     # A reaction and a retract reach the other side.
