@@ -416,10 +416,7 @@ final class RelayPaths: @unchecked Sendable {
         config.listenPort = 0
         config.metricsHost = nil
         config.clientBytesPerSecond = 0
-        let mailbox = try RelayMailbox(path: nil, quotas: .init(
-            itemsPerRecipient: config.mailboxItemsPerRecipient, bytesPerRecipient: config.mailboxBytesPerRecipient,
-            itemsPerSender: config.mailboxItemsPerSender, totalItems: config.mailboxTotalItems,
-            totalBytes: config.mailboxTotalBytes, itemBytes: config.mailboxItemBytes, ttlMs: config.mailboxTTLSeconds * 1000))
+        let mailbox = try RelayMailbox(path: nil, quotas: config.mailboxQuotas)
         let relayGroup = MultiThreadedEventLoopGroup(numberOfThreads: relayThreads)
         let server = RelayServer(identity: SigningKeyPair.generate(), configuration: config, mailbox: mailbox,
                                  group: relayGroup, logger: quietLogger("tandem-bench.relay.server"))

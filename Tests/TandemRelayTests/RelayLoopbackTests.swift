@@ -31,10 +31,7 @@ final class RelayLoopbackTests: XCTestCase {
         c.listenHost = "127.0.0.1"
         c.listenPort = 0
         c.metricsHost = nil
-        let mailbox = try RelayMailbox(path: nil, quotas: .init(
-            itemsPerRecipient: c.mailboxItemsPerRecipient, bytesPerRecipient: c.mailboxBytesPerRecipient,
-            itemsPerSender: c.mailboxItemsPerSender, totalItems: c.mailboxTotalItems, totalBytes: c.mailboxTotalBytes,
-            itemBytes: c.mailboxItemBytes, ttlMs: c.mailboxTTLSeconds * 1000))
+        let mailbox = try RelayMailbox(path: nil, quotas: c.mailboxQuotas)
         let server = RelayServer(identity: .generate(), configuration: c, mailbox: mailbox, logger: logger,
                                  maximumConnections: 256)
         let task = Task { try await server.run() }
