@@ -179,7 +179,9 @@ extension MessageService {
             let rest = released.dropFirst()
             if !rest.isEmpty { try step.releaseHeld(rest.map { ($0.messageID, Int64(clamping: $0.displayKey.lamport)) }) }
             stage(o, conversation: cid, step)
-            for r in released {
+            // The first one is the row just stored (no read back); the rest were held and released.
+            announce(first, c, step)
+            for r in rest {
                 guard let m = try step.message(r.messageID) else { continue }
                 announce(m, c, step)
             }

@@ -420,24 +420,19 @@ extension StoreStep {
                             only messageIds: Set<[UInt8]>? = nil) throws {
         // When to try again is soft state: lost in a power cut, frames are simply due sooner.
         try write(durable: false) { db in
-            // Only some frames (those just written): looked up one by one, not the recipient's whole queue.
-            let rows: [Row]
-            if let messageIds, messageIds.count < 1024 {
-                let one = try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE messageId = ? AND recipient = ?")
-                rows = try messageIds.flatMap { try Row.fetchAll(one, arguments: [Data($0), Data(key)]) }
+            // One statement per frame, computed in place (no read and decode of each row first): the
+            // outbox defers a window's frames at every write of a burst. The delay is the one the
+            // attempt being counted earns: 1 s << (attempts before it), at most `maximumDelayMs`.
+            // `attempts` is this node's own count (at most one per write): it cannot near overflow.
+            let backoff = "nextAttemptMs = ?1 + MIN(?2, 1000 << MIN(MAX(attempts, 0), 20)), attempts = attempts + 1, lastError = ?3"
+            let delayCap = max(0, maximumDelayMs)
+            if let messageIds {
+                // Only some frames (those just written): one by one, not the recipient's whole queue.
+                let one = try db.cachedStatement(sql: "UPDATE outbox SET \(backoff) WHERE messageId = ?4 AND recipient = ?5")
+                for id in messageIds { try one.execute(arguments: [nowMs, delayCap, error, Data(id), Data(key)]) }
             } else {
-                rows = try Row.fetchAll(try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE recipient = ?"),
-                                        arguments: [Data(key)])
-            }
-            let update = try db.cachedStatement(sql: """
-                UPDATE outbox SET attempts = ?, nextAttemptMs = ?, lastError = ? WHERE messageId = ? AND recipient = ?
-                """)
-            for row in rows {
-                let id: Data = try row.decode(Data.self, atIndex: 0)
-                guard messageIds?.contains(Array(id)) ?? true else { continue }
-                let attempts = (try row.decode(Int.self, atIndex: 1)).addingReportingOverflow(1).partialValue
-                let delay = min(maximumDelayMs, 1000 << min(max(attempts - 1, 0), 20))
-                try update.execute(arguments: [attempts, nowMs.addingSaturated(Int64(delay)), error, id, Data(key)])
+                try db.cachedStatement(sql: "UPDATE outbox SET \(backoff) WHERE recipient = ?4")
+                    .execute(arguments: [nowMs, delayCap, error, Data(key)])
             }
         }
     }
