@@ -56,9 +56,10 @@ extension MessageService {
 
     /// Who may put `type` on this node: a friend for the direct conversation; for a thread, a
     /// participant of a challenge we take part in, writing to us as its inviter or being its inviter.
-    func conversation(for author: [UInt8], thread: ThreadID?, _ step: StoreStep) throws -> ConversationRow? {
+    /// `friend`: whether `author` is a friend, when the caller read it already in this step.
+    func conversation(for author: [UInt8], thread: ThreadID?, friend: Bool? = nil, _ step: StoreStep) throws -> ConversationRow? {
         guard let thread else {
-            guard outbox.isFriend(author, in: step) else { return nil }
+            guard friend ?? outbox.isFriend(author, in: step) else { return nil }
             return try step.directConversation(peer: author, nowMs: now())
         }
         guard let c = try step.challenge(thread), c.participant(me) != nil, c.participant(author) != nil,
@@ -84,7 +85,7 @@ extension MessageService {
         switch envelope.type {
         case .chatMessage:
             let body = try ChatMessageBody(payload: envelope.payload, createdAtMs: envelope.createdAt)
-            guard let c = try conversation(for: author, thread: body.challengeID, step) else { return .drop }
+            guard let c = try conversation(for: author, thread: body.challengeID, friend: friend, step) else { return .drop }
             let outcome = try receiveMessage(envelope, body, c, handled: handled, step)
             if outcome == .acknowledge, c.challengeId != nil { try forward(envelope, .message(body), body.challengeID, step) }
             if outcome == .acknowledge, viaMail { oweReceipt(for: envelope.messageID.bytes, to: author, step) }

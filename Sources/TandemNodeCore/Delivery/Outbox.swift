@@ -509,10 +509,15 @@ package final class Outbox: Sendable {
             link.write(presence.envelope(from: identity, to: key, nowMs: nowMs))
             link.flush()
         }
-        // Written now or before on this link: resent only if no ACK comes in time. Frames that are
-        // all scheduled later already (queued with this write in view, `send(to:)`) need no commit.
-        let read = Set(items.map { Array($0.messageId) })
-        guard !read.isEmpty, items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
+        // Written now, or due and not written (waiting for room in the window, or written on this
+        // link before and not yet acknowledged): resent only if no ACK comes in time. Frames that
+        // are scheduled later already (written earlier, or queued with this write in view,
+        // `send(to:)`) keep their schedule: the delivery book, not this schedule, decides what is
+        // written again, and a refill in a burst would otherwise touch every frame of the window.
+        // When nothing is due, nothing needs a commit.
+        guard items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
+        let writtenNow = Set(written.values.joined())
+        let read = Set(items.filter { $0.nextAttemptMs <= nowMs || writtenNow.contains(Array($0.messageId)) }.map { Array($0.messageId) })
         health.attempt("schedule the resend") {
             try store.step(syncing: false) { step in
                 try step.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: nowMs,
