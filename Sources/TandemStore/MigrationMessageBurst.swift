@@ -13,6 +13,9 @@ import GRDB
 /// the index alone for it (the delete trigger drops the note; the update's new text is what the
 /// step then indexes). Every committed step leaves the table empty: the index is complete for
 /// every committed message, as before.
+///
+/// The same migration replaces the outbox's index on `recipient` by one on `(recipient,
+/// nextAttemptMs)` (`StoreReading.dueRecipients`).
 enum MigrationMessageBurst {
     static let insertTrigger = """
         CREATE TRIGGER "__messageFts_ai" AFTER INSERT ON message BEGIN
@@ -21,7 +24,11 @@ enum MigrationMessageBurst {
         """
 
     static func messageBurst(_ db: Database) throws {
+        // `outbox_recipient_due` serves what `outbox_recipient` did (its first column) and lets
+        // `dueRecipients` seek each recipient's earliest due frame instead of walking every due one.
         try db.execute(sql: """
+            DROP INDEX outbox_recipient;
+            CREATE INDEX outbox_recipient_due ON outbox(recipient, nextAttemptMs);
             CREATE TABLE messageFtsPending (rid INTEGER PRIMARY KEY);
             DROP TRIGGER "__messageFts_ai";
             DROP TRIGGER "__messageFts_ad";
