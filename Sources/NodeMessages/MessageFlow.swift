@@ -366,12 +366,16 @@ extension MessageService {
     package nonisolated func run() async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
-                for await case .framesWritten(_, _, let ids) in written { await NodeCore.run { self.markSent(ids) } }
+                // Noted here, marked by the next step (`markSent(in:)`): no turn of the core of its own.
+                for await case .framesWritten(_, _, let ids) in written { writtenIDs.withLockedValue { $0.append(contentsOf: ids) } }
             }
             group.addTask { [self] in await runHooks() }
             var second = 0
             while !Task.isCancelled {
-                await NodeCore.run { self.expire(nowMs: self.now()) }
+                await NodeCore.run {
+                    self.expire(nowMs: self.now())
+                    self.markSent()
+                }
                 second += 1
                 if second % 5 == 0 { await NodeCore.run { self.askAboutGaps() } }
                 try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
