@@ -219,15 +219,15 @@ extension StoreReading {
         try read { db in
             var rows: [StoredMessage]
             if let before {
-                guard let anchor = try StoredMessage.fetchOne(db, key: Data(before)), anchor.conversationId == conversationId else { return [] }
-                rows = try StoredMessage.fetchAll(db, sql: """
+                guard let anchor = try StoredMessage.byID(db, before), anchor.conversationId == conversationId else { return [] }
+                rows = try StoredMessage.fetchAll(try db.cachedStatement(sql: """
                     SELECT * FROM message WHERE conversationId = ? AND (lamport, author, seq) < (?, ?, ?)
                     ORDER BY lamport DESC, author DESC, seq DESC LIMIT ?
-                    """, arguments: [conversationId, anchor.lamport, anchor.author, anchor.seq, max(0, limit)])
+                    """), arguments: [conversationId, anchor.lamport, anchor.author, anchor.seq, max(0, limit)])
             } else {
-                rows = try StoredMessage.fetchAll(db, sql: """
+                rows = try StoredMessage.fetchAll(try db.cachedStatement(sql: """
                     SELECT * FROM message WHERE conversationId = ? ORDER BY lamport DESC, author DESC, seq DESC LIMIT ?
-                    """, arguments: [conversationId, max(0, limit)])
+                    """), arguments: [conversationId, max(0, limit)])
             }
             rows.reverse()
             return rows
@@ -317,7 +317,9 @@ extension StoreReading {
 
     public func reactions(messageId: [UInt8]) throws -> [StoredReaction] {
         try read { db in
-            try StoredReaction.fetchAll(db, sql: "SELECT * FROM reaction WHERE messageId = ? ORDER BY atMs, author", arguments: [Data(messageId)])
+            // Prepared once: `message list` asks it for every message it shows.
+            try StoredReaction.fetchAll(try db.cachedStatement(sql: "SELECT * FROM reaction WHERE messageId = ? ORDER BY atMs, author"),
+                                        arguments: [Data(messageId)])
         }
     }
 
