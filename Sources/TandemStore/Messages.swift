@@ -386,7 +386,9 @@ extension NodeStore {
 extension StoreStep {
     /// The direct conversation with `peer`, created if needed.
     public func directConversation(peer: [UInt8], nowMs: Int64) throws -> ConversationRow {
-        try write { db in
+        // Found (nearly always): a read, without the savepoint a write opens.
+        if let c = try read({ db in try ConversationRow.byPeer(db, peer) }) { return c }
+        return try write { db in
             if let c = try ConversationRow.byPeer(db, peer) { return c }
             var c = ConversationRow(id: nil, peer: Data(peer), challengeId: nil, disappearAfterMs: 0, settingsVersion: 0, settingsAuthor: nil,
                                     muted: false, readReceipts: false, ownSeq: 0, maxLamport: 0, readSentUpToSeq: 0,
@@ -398,7 +400,8 @@ extension StoreStep {
 
     /// The thread of challenge `challengeId`, created if needed.
     public func threadConversation(challengeId: [UInt8], nowMs: Int64) throws -> ConversationRow {
-        try write { db in
+        if let c = try read({ db in try ConversationRow.byChallenge(db, challengeId) }) { return c }
+        return try write { db in
             if let c = try ConversationRow.byChallenge(db, challengeId) { return c }
             var c = ConversationRow(id: nil, peer: nil, challengeId: Data(challengeId), disappearAfterMs: 0, settingsVersion: 0,
                                     settingsAuthor: nil, muted: false, readReceipts: false, ownSeq: 0, maxLamport: 0,
