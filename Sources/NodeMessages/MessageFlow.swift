@@ -56,9 +56,10 @@ extension MessageService {
 
     /// Who may put `type` on this node: a friend for the direct conversation; for a thread, a
     /// participant of a challenge we take part in, writing to us as its inviter or being its inviter.
-    func conversation(for author: [UInt8], thread: ThreadID?, _ step: StoreStep) throws -> ConversationRow? {
+    /// `friend`: whether `author` is a friend, when the caller read it already in this step.
+    func conversation(for author: [UInt8], thread: ThreadID?, friend: Bool? = nil, _ step: StoreStep) throws -> ConversationRow? {
         guard let thread else {
-            guard outbox.isFriend(author, in: step) else { return nil }
+            guard friend ?? outbox.isFriend(author, in: step) else { return nil }
             return try step.directConversation(peer: author, nowMs: now())
         }
         guard let c = try step.challenge(thread), c.participant(me) != nil, c.participant(author) != nil,
@@ -84,7 +85,7 @@ extension MessageService {
         switch envelope.type {
         case .chatMessage:
             let body = try ChatMessageBody(payload: envelope.payload, createdAtMs: envelope.createdAt)
-            guard let c = try conversation(for: author, thread: body.challengeID, step) else { return .drop }
+            guard let c = try conversation(for: author, thread: body.challengeID, friend: friend, step) else { return .drop }
             let outcome = try receiveMessage(envelope, body, c, handled: handled, step)
             if outcome == .acknowledge, c.challengeId != nil { try forward(envelope, .message(body), body.challengeID, step) }
             if outcome == .acknowledge, viaMail { oweReceipt(for: envelope.messageID.bytes, to: author, step) }
@@ -179,7 +180,9 @@ extension MessageService {
             let rest = released.dropFirst()
             if !rest.isEmpty { try step.releaseHeld(rest.map { ($0.messageID, Int64(clamping: $0.displayKey.lamport)) }) }
             stage(o, conversation: cid, step)
-            for r in released {
+            // The first one is the row just stored (no read back); the rest were held and released.
+            announce(first, c, step)
+            for r in rest {
                 guard let m = try step.message(r.messageID) else { continue }
                 announce(m, c, step)
             }
@@ -363,12 +366,16 @@ extension MessageService {
     package nonisolated func run() async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [self] in
-                for await case .framesWritten(_, _, let ids) in written { await NodeCore.run { self.markSent(ids) } }
+                // Noted here, marked by the next step (`markSent(in:)`): no turn of the core of its own.
+                for await case .framesWritten(_, _, let ids) in written { writtenIDs.withLockedValue { $0.append(contentsOf: ids) } }
             }
             group.addTask { [self] in await runHooks() }
             var second = 0
             while !Task.isCancelled {
-                await NodeCore.run { self.expire(nowMs: self.now()) }
+                await NodeCore.run {
+                    self.expire(nowMs: self.now())
+                    self.markSent()
+                }
                 second += 1
                 if second % 5 == 0 { await NodeCore.run { self.askAboutGaps() } }
                 try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends

@@ -21,6 +21,7 @@ extension MessageService {
     /// The inbound batch is handled: its receipts join its step (durable with the messages they
     /// name, or gone with them).
     package func batchEnded(_ step: StoreStep) {
+        markSent(in: step)
         guard receiptsIn === step else { return }
         let owed = owedReceipts
         receiptsIn = nil

@@ -88,6 +88,7 @@ extension MessageService {
                 // written in one statement per recipient, and go on its link together after the commit.
                 var seen = Set<[UInt8]>()
                 outbox.send(to: recipients.filter { seen.insert($0).inserted }, in: step)
+                markSent(in: step)
             }
         } catch {
             results = batch.map { _ in .failure(error) }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
 import NIOPosix
 import Sodium
 import TandemBlocking
@@ -58,6 +59,13 @@ public final class MessageService: Sendable {
     var receiptsIn: StoreStep?
     /// Our MESSAGE frames the outbox wrote on a link: queued → sent.
     let written: AsyncStream<NodeSignal>
+    /// Ids of those frames not yet marked `sent`: marked by the next step the service takes part
+    /// in (a send batch, an inbound batch — the ACKs come in one — or the once-a-second round),
+    /// not by a step and a turn of the core of their own, which sat between a send and its
+    /// delivery. Soft state: lost in a crash, the message shows `queued` until it is delivered.
+    nonisolated let writtenIDs = NIOLockedValueBox<[[UInt8]]>([])
+    /// The step that marked `writtenIDs` (once per step).
+    var sentIn: StoreStep?
     /// `on-message` hooks (`<hooks>/on-message`, `<hooks>/on-message.d/*`), run for each message
     /// received in a conversation that is not muted, one at a time, on the blocking pool.
     let hooks: HookRunner?
@@ -106,9 +114,26 @@ public final class MessageService: Sendable {
         }
     }
 
-    /// The outbox wrote these MESSAGE frames on a link: sent (until the friend's ACK says delivered).
-    func markSent(_ ids: [[UInt8]]) {
-        health.attempt("mark messages sent") { try store.step(syncing: false) { step in try step.markMessagesSent(ids) } }
+    /// Marks the MESSAGE frames written on a link so far `sent` (until the friend's ACK says
+    /// delivered) in `step`; they leave `writtenIDs` once it commits (a step that fails leaves them
+    /// for the next).
+    func markSent(in step: StoreStep) {
+        guard sentIn !== step else { return }
+        let ids = writtenIDs.withLockedValue { $0 }
+        guard !ids.isEmpty else { return }
+        sentIn = step
+        health.attempt("mark messages sent") { try step.markMessagesSent(ids) }
+        step.afterCommit { [self] in
+            sentIn = nil
+            // Steps run one at a time on the core: what was appended meanwhile stays, behind.
+            writtenIDs.withLockedValue { $0.removeFirst(min(ids.count, $0.count)) }
+        }
+    }
+
+    /// Marks what was written `sent` in a step of its own (the once-a-second round), if anything waits.
+    func markSent() {
+        guard writtenIDs.withLockedValue({ !$0.isEmpty }) else { return }
+        health.attempt("mark messages sent") { try store.step(syncing: false) { step in markSent(in: step) } }
     }
 
     var me: [UInt8] { identity.publicKey }

@@ -372,10 +372,22 @@ extension StoreStep {
 
 extension StoreReading {
     /// Recipients with frames due now.
+    ///
+    /// One seek per recipient with frames waiting (through `outbox_recipient_due`, migration
+    /// v9-message-burst), not a walk over every due frame: in a burst thousands of frames wait for
+    /// room in a friend's window, and the delivery loop asks this several times a second.
     public func dueRecipients(nowMs: Int64, limit: Int = 100) throws -> [[UInt8]] {
         try read { db in
-            try Data.fetchAll(try db.cachedStatement(sql: "SELECT DISTINCT recipient FROM outbox WHERE nextAttemptMs <= ? LIMIT ?"),
-                              arguments: [nowMs, limit]).map { Array($0) }
+            try Data.fetchAll(try db.cachedStatement(sql: """
+                WITH RECURSIVE waiting(key) AS (
+                    SELECT (SELECT MIN(recipient) FROM outbox)
+                    UNION ALL
+                    SELECT (SELECT MIN(recipient) FROM outbox WHERE recipient > waiting.key) FROM waiting WHERE waiting.key IS NOT NULL
+                )
+                SELECT key FROM waiting
+                WHERE key IS NOT NULL AND EXISTS (SELECT 1 FROM outbox WHERE recipient = waiting.key AND nextAttemptMs <= ?)
+                LIMIT ?
+                """), arguments: [nowMs, max(0, limit)]).map { Array($0) }
         }
     }
 
@@ -393,6 +405,28 @@ extension StoreReading {
         try read { db in
             try OutboxItem.fetchAll(try db.cachedStatement(sql: "SELECT * FROM outbox WHERE recipient = ? ORDER BY createdAtMs LIMIT ?"),
                                     arguments: [Data(key), max(0, limit)])
+        }
+    }
+
+    /// The `limit` oldest waiting frames for a recipient without their bytes: what the outbox needs
+    /// to choose the frames to write (it reads the bytes of those only, `outboxFrame`). A burst's
+    /// write reads the window and the frames behind it, of which a quarter or less is written.
+    public func outboxHeads(for key: [UInt8], limit: Int) throws -> [OutboxHead] {
+        try read { db in
+            try Row.fetchAll(try db.cachedStatement(sql: """
+                SELECT messageId, type, nextAttemptMs FROM outbox WHERE recipient = ? ORDER BY createdAtMs LIMIT ?
+                """), arguments: [Data(key), max(0, limit)]).map { row in
+                OutboxHead(messageId: Array(try row.decode(Data.self, atIndex: 0)), type: try row.decode(Int.self, atIndex: 1),
+                           nextAttemptMs: try row.decode(Int64.self, atIndex: 2))
+            }
+        }
+    }
+
+    /// The signed frame `messageId` waiting for `key`, if it still waits.
+    public func outboxFrame(_ messageId: [UInt8], to key: [UInt8]) throws -> [UInt8]? {
+        try read { db in
+            try Data.fetchOne(try db.cachedStatement(sql: "SELECT frame FROM outbox WHERE messageId = ? AND recipient = ?"),
+                              arguments: [Data(messageId), Data(key)]).map { Array($0) }
         }
     }
 
@@ -420,24 +454,19 @@ extension StoreStep {
                             only messageIds: Set<[UInt8]>? = nil) throws {
         // When to try again is soft state: lost in a power cut, frames are simply due sooner.
         try write(durable: false) { db in
-            // Only some frames (those just written): looked up one by one, not the recipient's whole queue.
-            let rows: [Row]
-            if let messageIds, messageIds.count < 1024 {
-                let one = try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE messageId = ? AND recipient = ?")
-                rows = try messageIds.flatMap { try Row.fetchAll(one, arguments: [Data($0), Data(key)]) }
+            // One statement per frame, computed in place (no read and decode of each row first): the
+            // outbox defers a window's frames at every write of a burst. The delay is the one the
+            // attempt being counted earns: 1 s << (attempts before it), at most `maximumDelayMs`.
+            // `attempts` is this node's own count (at most one per write): it cannot near overflow.
+            let backoff = "nextAttemptMs = ?1 + MIN(?2, 1000 << MIN(MAX(attempts, 0), 20)), attempts = attempts + 1, lastError = ?3"
+            let delayCap = max(0, maximumDelayMs)
+            if let messageIds {
+                // Only some frames (those just written): one by one, not the recipient's whole queue.
+                let one = try db.cachedStatement(sql: "UPDATE outbox SET \(backoff) WHERE messageId = ?4 AND recipient = ?5")
+                for id in messageIds { try one.execute(arguments: [nowMs, delayCap, error, Data(id), Data(key)]) }
             } else {
-                rows = try Row.fetchAll(try db.cachedStatement(sql: "SELECT messageId, attempts FROM outbox WHERE recipient = ?"),
-                                        arguments: [Data(key)])
-            }
-            let update = try db.cachedStatement(sql: """
-                UPDATE outbox SET attempts = ?, nextAttemptMs = ?, lastError = ? WHERE messageId = ? AND recipient = ?
-                """)
-            for row in rows {
-                let id: Data = try row.decode(Data.self, atIndex: 0)
-                guard messageIds?.contains(Array(id)) ?? true else { continue }
-                let attempts = (try row.decode(Int.self, atIndex: 1)).addingReportingOverflow(1).partialValue
-                let delay = min(maximumDelayMs, 1000 << min(max(attempts - 1, 0), 20))
-                try update.execute(arguments: [attempts, nowMs.addingSaturated(Int64(delay)), error, id, Data(key)])
+                try db.cachedStatement(sql: "UPDATE outbox SET \(backoff) WHERE recipient = ?4")
+                    .execute(arguments: [nowMs, delayCap, error, Data(key)])
             }
         }
     }

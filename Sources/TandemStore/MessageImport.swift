@@ -27,7 +27,7 @@ extension StoreStep {
             for (cid, lamport) in maxLamport {
                 try db.execute(sql: "UPDATE conversation SET maxLamport = MAX(maxLamport, ?) WHERE id = ?", arguments: [lamport, cid])
             }
-            try db.execute(sql: MigrationMessageSpeed.insertTrigger)
+            try db.execute(sql: MigrationMessageBurst.insertTrigger)
             try db.execute(sql: "INSERT INTO messageFts(messageFts) VALUES ('rebuild')")
         }
     }

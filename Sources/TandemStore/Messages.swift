@@ -198,21 +198,19 @@ public enum InboundMessageResult: Equatable, Sendable {
 
 extension StoreReading {
     public func conversation(peer: [UInt8]) throws -> ConversationRow? {
-        try read { db in try ConversationRow.fetchOne(db, sql: "SELECT * FROM conversation WHERE peer = ?", arguments: [Data(peer)]) }
+        try read { db in try ConversationRow.byPeer(db, peer) }
     }
 
     public func conversation(challengeId: [UInt8]) throws -> ConversationRow? {
-        try read { db in
-            try ConversationRow.fetchOne(db, sql: "SELECT * FROM conversation WHERE challengeId = ?", arguments: [Data(challengeId)])
-        }
+        try read { db in try ConversationRow.byChallenge(db, challengeId) }
     }
 
     public func conversation(id: Int64) throws -> ConversationRow? {
-        try read { db in try ConversationRow.fetchOne(db, key: id) }
+        try read { db in try ConversationRow.byID(db, id) }
     }
 
     public func message(_ id: [UInt8]) throws -> StoredMessage? {
-        try read { db in try StoredMessage.fetchOne(db, key: Data(id)) }
+        try read { db in try StoredMessage.byID(db, id) }
     }
 
     /// A conversation's messages in display order, newest last: the `limit` newest, or the `limit`
@@ -221,15 +219,15 @@ extension StoreReading {
         try read { db in
             var rows: [StoredMessage]
             if let before {
-                guard let anchor = try StoredMessage.fetchOne(db, key: Data(before)), anchor.conversationId == conversationId else { return [] }
-                rows = try StoredMessage.fetchAll(db, sql: """
+                guard let anchor = try StoredMessage.byID(db, before), anchor.conversationId == conversationId else { return [] }
+                rows = try StoredMessage.fetchAll(try db.cachedStatement(sql: """
                     SELECT * FROM message WHERE conversationId = ? AND (lamport, author, seq) < (?, ?, ?)
                     ORDER BY lamport DESC, author DESC, seq DESC LIMIT ?
-                    """, arguments: [conversationId, anchor.lamport, anchor.author, anchor.seq, max(0, limit)])
+                    """), arguments: [conversationId, anchor.lamport, anchor.author, anchor.seq, max(0, limit)])
             } else {
-                rows = try StoredMessage.fetchAll(db, sql: """
+                rows = try StoredMessage.fetchAll(try db.cachedStatement(sql: """
                     SELECT * FROM message WHERE conversationId = ? ORDER BY lamport DESC, author DESC, seq DESC LIMIT ?
-                    """, arguments: [conversationId, max(0, limit)])
+                    """), arguments: [conversationId, max(0, limit)])
             }
             rows.reverse()
             return rows
@@ -319,7 +317,9 @@ extension StoreReading {
 
     public func reactions(messageId: [UInt8]) throws -> [StoredReaction] {
         try read { db in
-            try StoredReaction.fetchAll(db, sql: "SELECT * FROM reaction WHERE messageId = ? ORDER BY atMs, author", arguments: [Data(messageId)])
+            // Prepared once: `message list` asks it for every message it shows.
+            try StoredReaction.fetchAll(try db.cachedStatement(sql: "SELECT * FROM reaction WHERE messageId = ? ORDER BY atMs, author"),
+                                        arguments: [Data(messageId)])
         }
     }
 
@@ -386,8 +386,10 @@ extension NodeStore {
 extension StoreStep {
     /// The direct conversation with `peer`, created if needed.
     public func directConversation(peer: [UInt8], nowMs: Int64) throws -> ConversationRow {
-        try write { db in
-            if let c = try ConversationRow.fetchOne(db, sql: "SELECT * FROM conversation WHERE peer = ?", arguments: [Data(peer)]) { return c }
+        // Found (nearly always): a read, without the savepoint a write opens.
+        if let c = try read({ db in try ConversationRow.byPeer(db, peer) }) { return c }
+        return try write { db in
+            if let c = try ConversationRow.byPeer(db, peer) { return c }
             var c = ConversationRow(id: nil, peer: Data(peer), challengeId: nil, disappearAfterMs: 0, settingsVersion: 0, settingsAuthor: nil,
                                     muted: false, readReceipts: false, ownSeq: 0, maxLamport: 0, readSentUpToSeq: 0,
                                     peerReadUpToSeq: 0, createdAtMs: nowMs)
@@ -398,10 +400,9 @@ extension StoreStep {
 
     /// The thread of challenge `challengeId`, created if needed.
     public func threadConversation(challengeId: [UInt8], nowMs: Int64) throws -> ConversationRow {
-        try write { db in
-            if let c = try ConversationRow.fetchOne(db, sql: "SELECT * FROM conversation WHERE challengeId = ?", arguments: [Data(challengeId)]) {
-                return c
-            }
+        if let c = try read({ db in try ConversationRow.byChallenge(db, challengeId) }) { return c }
+        return try write { db in
+            if let c = try ConversationRow.byChallenge(db, challengeId) { return c }
             var c = ConversationRow(id: nil, peer: nil, challengeId: Data(challengeId), disappearAfterMs: 0, settingsVersion: 0,
                                     settingsAuthor: nil, muted: false, readReceipts: false, ownSeq: 0, maxLamport: 0,
                                     readSentUpToSeq: 0, peerReadUpToSeq: 0, createdAtMs: nowMs)
@@ -415,13 +416,12 @@ extension StoreStep {
     /// the conversation's own seq and lamport advance with it.
     public func sendMessage(_ message: StoredMessage, frame: OutboxItem) throws {
         try write { db in
-            guard var c = try ConversationRow.fetchOne(db, key: message.conversationId) else { throw MessageStoreError.noSuchConversation }
+            guard let c = try ConversationRow.byID(db, message.conversationId) else { throw MessageStoreError.noSuchConversation }
             guard message.seq == c.ownSeq + 1 else { throw MessageStoreError.seqOutOfOrder(expected: c.ownSeq + 1, got: message.seq) }
-            c.ownSeq = message.seq
-            c.maxLamport = max(c.maxLamport, message.lamport)
-            try c.update(db)
-            try message.insert(db)
-            try frame.insert(db)
+            try db.cachedStatement(sql: "UPDATE conversation SET ownSeq = ?, maxLamport = ? WHERE id = ?")
+                .execute(arguments: [message.seq, max(c.maxLamport, message.lamport), message.conversationId])
+            try message.store(in: db)
+            try frame.store(in: db)
         }
     }
 
@@ -431,8 +431,10 @@ extension StoreStep {
     public func receiveMessage(_ message: StoredMessage, handled: HandledMark? = nil,
                                maximumBytesPerAuthor: Int64 = ChatLimits.storedBytesPerFriend) throws -> InboundMessageResult {
         try write { db in
-            if try StoredMessage.exists(db, key: message.id) { return .duplicate }
-            if try Bool.fetchOne(db, sql: "SELECT 1 FROM message WHERE conversationId = ? AND author = ? AND seq = ?",
+            if try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM message WHERE id = ?"), arguments: [message.id]) != nil {
+                return .duplicate
+            }
+            if try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM message WHERE conversationId = ? AND author = ? AND seq = ?"),
                                  arguments: [message.conversationId, message.author, message.seq]) != nil {
                 return .duplicate
             }
@@ -442,10 +444,10 @@ extension StoreStep {
                 guard used.addingSaturated(message.storedBytes) <= maximumBytesPerAuthor else { return .overBound }
             }
             if let handled { _ = try mark(db, handled) }
-            try message.insert(db)
+            try message.store(in: db)
             if message.state != .held {
-                try db.execute(sql: "UPDATE conversation SET maxLamport = MAX(maxLamport, ?) WHERE id = ?",
-                               arguments: [message.lamport, message.conversationId])
+                try db.cachedStatement(sql: "UPDATE conversation SET maxLamport = MAX(maxLamport, ?) WHERE id = ?")
+                    .execute(arguments: [message.lamport, message.conversationId])
             }
             return .stored
         }
@@ -455,12 +457,13 @@ extension StoreStep {
     /// display lamport.
     public func releaseHeld(_ released: [(id: [UInt8], displayLamport: Int64)]) throws {
         try write { db in
+            let release = try db.cachedStatement(sql: "UPDATE message SET state = 'received', lamport = ? WHERE id = ? AND state = 'held'")
+            let lamport = try db.cachedStatement(sql: """
+                UPDATE conversation SET maxLamport = MAX(maxLamport, ?) WHERE id = (SELECT conversationId FROM message WHERE id = ?)
+                """)
             for r in released {
-                try db.execute(sql: "UPDATE message SET state = 'received', lamport = ? WHERE id = ? AND state = 'held'",
-                               arguments: [r.displayLamport, Data(r.id)])
-                try db.execute(sql: """
-                    UPDATE conversation SET maxLamport = MAX(maxLamport, ?) WHERE id = (SELECT conversationId FROM message WHERE id = ?)
-                    """, arguments: [r.displayLamport, Data(r.id)])
+                try release.execute(arguments: [r.displayLamport, Data(r.id)])
+                try lamport.execute(arguments: [r.displayLamport, Data(r.id)])
             }
         }
     }
@@ -468,7 +471,8 @@ extension StoreStep {
     /// The frames were written to a link (queued → sent).
     public func markMessagesSent(_ ids: [[UInt8]]) throws {
         try write(durable: false) { db in
-            for id in ids { try db.execute(sql: "UPDATE message SET state = 'sent' WHERE id = ? AND state = 'queued'", arguments: [Data(id)]) }
+            let sent = try db.cachedStatement(sql: "UPDATE message SET state = 'sent' WHERE id = ? AND state = 'queued'")
+            for id in ids { try sent.execute(arguments: [Data(id)]) }
         }
     }
 
@@ -482,7 +486,8 @@ extension StoreStep {
     @discardableResult
     public func markMessageDelivered(_ id: [UInt8]) throws -> Bool {
         try write(durable: false) { db in
-            try db.execute(sql: "UPDATE message SET state = 'delivered' WHERE id = ? AND state IN ('queued', 'sent')", arguments: [Data(id)])
+            try db.cachedStatement(sql: "UPDATE message SET state = 'delivered' WHERE id = ? AND state IN ('queued', 'sent')")
+                .execute(arguments: [Data(id)])
             return db.changesCount > 0
         }
     }

@@ -74,6 +74,9 @@ public struct NodeStore: Sendable {
         try pool.writeWithoutTransaction { db in
             try db.execute(sql: "PRAGMA synchronous = FULL")
             try db.execute(sql: "PRAGMA secure_delete = ON")
+            // The copies of pages a savepoint keeps (each store write is one) stay in memory instead
+            // of spilling to a temporary file (`tandem-bench messages`: a burst's steps hold many).
+            try db.execute(sql: "PRAGMA temp_store = MEMORY")
         }
         let upgradesBreakIns = try pool.read { db in
             try db.tableExists("vaultBreakIn") && !(try Self.migrator.appliedIdentifiers(db).contains("v8-vault-break-ins"))
@@ -266,6 +269,8 @@ public struct NodeStore: Sendable {
         m.registerMigration("v9-message-speed") { db in try MigrationMessageSpeed.messageSpeed(db) }
         // A send's frames scheduled without reading the friend's whole queue (MigrationMessageSend.swift, Protocol/messages.md 11.5).
         m.registerMigration("v9-message-send-speed") { db in try MigrationMessageSend.sendSpeed(db) }
+        // New messages indexed for search once per step (MigrationMessageBurst.swift, Protocol/messages.md 11.5).
+        m.registerMigration("v9-message-burst") { db in try MigrationMessageBurst.messageBurst(db) }
         return m
     }
 
@@ -326,6 +331,8 @@ public struct NodeStore: Sendable {
                 }
                 defer { step.isOpen = false }
                 result = try body(step)
+                // Messages the step inserted join the search index together (one FTS5 segment).
+                try step.indexPendingMessages(db)
                 if !step.events.isEmpty {
                     // On the writer's queue right after the commit, before any later transaction: the
                     // tail grows in commit order. Nothing reaches it from a transaction rolled back.

@@ -134,6 +134,19 @@ public struct OutboxItem: Codable, Sendable, Equatable, FetchableRecord, Persist
     }
 }
 
+/// A waiting frame's place in the outbox, without its bytes (`StoreReading.outboxHeads`).
+public struct OutboxHead: Sendable, Equatable {
+    public var messageId: [UInt8]
+    public var type: Int
+    public var nextAttemptMs: Int64
+
+    public init(messageId: [UInt8], type: Int, nextAttemptMs: Int64) {
+        self.messageId = messageId
+        self.type = type
+        self.nextAttemptMs = nextAttemptMs
+    }
+}
+
 public struct StoredEvent: Codable, Sendable, Equatable, FetchableRecord, MutablePersistableRecord {
     public static let databaseTableName = "event"
     public var seq: Int64?

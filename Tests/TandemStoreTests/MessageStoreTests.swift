@@ -136,6 +136,38 @@ final class MessageStoreTests: XCTestCase {
         XCTAssertEqual(try store.reactions(messageId: mid(1)), [])
     }
 
+    /// v9-message-burst: a step's new messages join the search index once, right before its
+    /// commit; a message retracted or deleted in the step that stored it never leaves a stale
+    /// entry (FTS5's integrity check would fail), and nothing stays noted after a commit.
+    func testMessagesJoinTheSearchIndexOncePerStepAndChangesInTheSameStepKeepItWhole() throws {
+        let store = try NodeStore.inMemory()
+        let c = try store.batch { try $0.directConversation(peer: bob, nowMs: 1) }
+        try store.batch { step in
+            for n in 1...20 {
+                _ = try step.receiveMessage(inbound(c, UInt8(n), from: bob, seq: UInt64(n), lamport: UInt64(n), text: "burst number \(n)"))
+            }
+            // Retracted and expired before the step commits: never indexed, and no stale entry.
+            XCTAssertTrue(try step.retractMessage(mid(3), author: bob))
+            _ = try step.receiveMessage(inbound(c, 40, from: bob, seq: 21, lamport: 21, text: "gone soon", expiresAtMs: 10))
+            XCTAssertEqual(try step.expireMessages(nowMs: 10), [mid(40)])
+        }
+        XCTAssertEqual(try store.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM messageFtsPending") }, 0)
+        XCTAssertEqual(try store.searchMessages("burst", limit: 100).count, 19)
+        XCTAssertEqual(try store.searchMessages("gone").count, 0)
+        XCTAssertEqual(Set(try store.searchMessages("number 7").map(\.messageId)), [mid(7)])
+        // Indexed rows change as before: a retract after the commit leaves the index too.
+        XCTAssertTrue(try store.batch { try $0.retractMessage(mid(7), author: bob) })
+        XCTAssertEqual(try store.searchMessages("burst", limit: 100).count, 18)
+        try store.batch { step in try step.read { db in try db.execute(sql: "INSERT INTO messageFts(messageFts) VALUES ('integrity-check')") } }
+        // A failed step notes nothing and indexes nothing.
+        XCTAssertThrowsError(try store.batch { step -> Void in
+            _ = try step.receiveMessage(inbound(c, 50, from: bob, seq: 22, lamport: 22, text: "rolled back"))
+            throw MessageStoreError.noSuchConversation
+        })
+        XCTAssertEqual(try store.searchMessages("rolled").count, 0)
+        XCTAssertEqual(try store.read { try Int.fetchOne($0, sql: "SELECT COUNT(*) FROM messageFtsPending") }, 0)
+    }
+
     func testReactionsCheersSettingsAndExpiry() throws {
         let store = try NodeStore.inMemory()
         let c = try store.batch { try $0.directConversation(peer: bob, nowMs: 1) }

@@ -469,19 +469,28 @@ package final class Outbox: Sendable {
     /// PRESENCE owed to it (after the frames that make it meaningful, Protocol 12.7).
     /// `items`: what waits for `key`, when the caller read it already (else read here).
     func write(to key: [UInt8], on link: OutboxLink, items known: [OutboxItem]? = nil) {
-        let items: [OutboxItem]
+        let items: [OutboxHead]
+        var frames: [[UInt8]: [UInt8]] = [:]
         do {
             // The oldest frames: those in the window, then those waiting for room in it. Frames just
             // queued (`known`) go as they are only when none older wait for room: else the oldest go
             // first, and the book sees them (a write of the new ones alone would pass the older).
+            // Read without their bytes: only those written now are read whole, below.
             let holding = book.withLockedValue { $0.isHolding(key) }
-            items = try (holding ? nil : known) ?? store.outbox(for: key, limit: 2 * configuration.window)
+            if !holding, let known {
+                items = known.map { OutboxHead(messageId: Array($0.messageId), type: $0.type, nextAttemptMs: $0.nextAttemptMs) }
+                for item in known { frames[Array(item.messageId)] = Array(item.frame) }
+            } else {
+                items = try store.outboxHeads(for: key, limit: 2 * configuration.window)
+            }
         } catch {
             health.failed("read the outbox", error)
             return
         }
         let nowMs = now()
-        let fresh = Set(book.withLockedValue { $0.toWrite(items.map { Self.bookKey($0) }, to: key, link: link.serial, nowMs: nowMs) })
+        let fresh = Set(book.withLockedValue {
+            $0.toWrite(items.map { Self.bookKey($0.messageId, key) }, to: key, link: link.serial, nowMs: nowMs)
+        })
         var written: [Int: [[UInt8]]] = [:]
         defer {
             for (type, ids) in written {
@@ -489,17 +498,29 @@ package final class Outbox: Sendable {
             }
         }
         var envelopes: [Envelope] = []
-        for item in items where fresh.contains(Self.bookKey(item)) {
-            guard let env = try? Envelope.parse(Array(item.frame)) else {  // logged, counted and dropped below
+        for item in items where fresh.contains(Self.bookKey(item.messageId, key)) {
+            let bytes: [UInt8]?
+            if let known = frames[item.messageId] {
+                bytes = known
+            } else {
+                do {
+                    bytes = try store.outboxFrame(item.messageId, to: key)
+                } catch {
+                    health.failed("read the outbox", error)
+                    continue
+                }
+            }
+            guard let bytes else { continue }  // acknowledged since it was listed: nothing to write
+            guard let env = try? Envelope.parse(bytes) else {  // logged, counted and dropped below
                 // Written by this node, so only a damaged store gets here: drop the row, say so.
                 logger.error("unreadable outbox frame dropped", metadata: ["message_id": "\(hexString(item.messageId))"])
                 health.attempt("drop an unreadable outbox frame") {
-                    try store.step(syncing: false) { step in _ = try step.acknowledge(Array(item.messageId)) }
+                    try store.step(syncing: false) { step in _ = try step.acknowledge(item.messageId) }
                 }
                 continue
             }
             envelopes.append(env)
-            written[item.type, default: []].append(Array(item.messageId))
+            written[item.type, default: []].append(item.messageId)
         }
         // All of them in one write and one flush.
         link.writeAndFlush(envelopes)
@@ -509,10 +530,15 @@ package final class Outbox: Sendable {
             link.write(presence.envelope(from: identity, to: key, nowMs: nowMs))
             link.flush()
         }
-        // Written now or before on this link: resent only if no ACK comes in time. Frames that are
-        // all scheduled later already (queued with this write in view, `send(to:)`) need no commit.
-        let read = Set(items.map { Array($0.messageId) })
-        guard !read.isEmpty, items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
+        // Written now, or due and not written (waiting for room in the window, or written on this
+        // link before and not yet acknowledged): resent only if no ACK comes in time. Frames that
+        // are scheduled later already (written earlier, or queued with this write in view,
+        // `send(to:)`) keep their schedule: the delivery book, not this schedule, decides what is
+        // written again, and a refill in a burst would otherwise touch every frame of the window.
+        // When nothing is due, nothing needs a commit.
+        guard items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
+        let writtenNow = Set(written.values.joined())
+        let read = Set(items.filter { $0.nextAttemptMs <= nowMs || writtenNow.contains($0.messageId) }.map(\.messageId))
         health.attempt("schedule the resend") {
             try store.step(syncing: false) { step in
                 try step.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: nowMs,

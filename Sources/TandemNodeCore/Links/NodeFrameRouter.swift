@@ -40,7 +40,8 @@ package struct NodeFrameRouter: InboundConsumer {
                 // and signals its steps left for after the commit).
                 step.afterCommit { [self] in self.events.published() }
                 trust(events, step)
-                for event in events { handle(event, step) }
+                let blocked = BlockedAuthors()
+                for event in events { handle(event, blocked, step) }
                 for flow in flows { flow.batchEnded(step) }
             }
         } catch {
@@ -67,16 +68,16 @@ package struct NodeFrameRouter: InboundConsumer {
         }
     }
 
-    private func handle(_ event: InboundEvent, _ step: StoreStep) {
+    private func handle(_ event: InboundEvent, _ blocked: BlockedAuthors, _ step: StoreStep) {
         switch event {
         case .frame(let envelope, let link, let receivedAtUs):
-            frame(envelope, from: link, receivedAtUs: receivedAtUs, step)
+            frame(envelope, from: link, receivedAtUs: receivedAtUs, blocked, step)
         case .mail(let envelope, let relay, let done):
             events.emit("mailbox.received", ["from": .string(NodeID(publicKey: envelope.author).canonical),
                                              "message_type": .string(envelope.type.description), "relay": .string(relay.description)],
                         in: step)
             // Mail does not count as hearing from its author (it may be hours old).
-            route(envelope, from: nil, step)
+            route(envelope, from: nil, blocked, step)
             // Acknowledged to the relay once what it changed is durable.
             step.afterCommit(done)
         case .linkUp(let key, _):
@@ -93,7 +94,7 @@ package struct NodeFrameRouter: InboundConsumer {
         }
     }
 
-    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64, _ step: StoreStep) {
+    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64, _ blocked: BlockedAuthors, _ step: StoreStep) {
         for flow in flows { flow.heard(envelope.author) }
         if envelope.type == .clockProbe || envelope.type == .clockReply {
             // Timestamped on arrival. A blocked peer has no link (blocking closes it), and answering
@@ -101,15 +102,14 @@ package struct NodeFrameRouter: InboundConsumer {
             clock.handle(envelope, from: link, receivedAt: receivedAtUs)
             return
         }
-        route(envelope, from: link, step)
+        route(envelope, from: link, blocked, step)
     }
 
-    private func route(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
-        if envelope.type == .ack { return acknowledged(envelope, from: link, step) }
+    private func route(_ envelope: Envelope, from link: PeerLink?, _ blocked: BlockedAuthors, _ step: StoreStep) {
+        if envelope.type == .ack { return acknowledged(envelope, from: link, blocked, step) }
         for flow in flows where flow.owns(envelope.type) {
             if flow.dropsBlockedAuthors {
-                let blocked = health.read("read a contact", or: nil) { try step.contact(envelope.author) }?.relationship == .blocked
-                if blocked { break }  // to the friends flow, which drops it (and counts it)
+                if blocked.isBlocked(envelope.author, step, health) { break }  // to the friends flow, which drops it (and counts it)
             }
             return flow.handle(envelope, from: link, step)
         }
@@ -121,9 +121,8 @@ extension NodeFrameRouter {
     /// An ACK: the outbox drops the frame it names (only its recipient can acknowledge it), and
     /// the flow that owns the frame's type is told in the same step. A blocked contact's ACK is
     /// dropped, a malformed one answered MALFORMED.
-    private func acknowledged(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
-        let blocked = health.read("read a contact", or: nil) { try step.contact(envelope.author) }?.relationship == .blocked
-        guard !blocked else { return }
+    private func acknowledged(_ envelope: Envelope, from link: PeerLink?, _ blocked: BlockedAuthors, _ step: StoreStep) {
+        guard !blocked.isBlocked(envelope.author, step, health) else { return }
         let ack: AckMessage
         do {
             ack = try AckMessage(payload: envelope.payload)
@@ -140,6 +139,21 @@ extension NodeFrameRouter {
     private func tellDelivered(_ id: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep) {
         for flow in flows where flow.owns(type) { return flow.delivered(id, type: type, to: recipient, step) }
         fallback.delivered(id, type: type, to: recipient, step)
+    }
+}
+
+/// Whether an author is blocked, read once per author and inbound batch (every frame of a burst,
+/// ACKs included, asked it of the store). Only a local intent blocks, in a step of its own, so the
+/// answer cannot change within a batch.
+@NodeCore
+final class BlockedAuthors {
+    private var known: [[UInt8]: Bool] = [:]
+
+    func isBlocked(_ author: [UInt8], _ step: StoreStep, _ health: StoreHealth) -> Bool {
+        if let b = known[author] { return b }
+        let b = health.read("read a contact", or: nil) { try step.contact(author) }?.relationship == .blocked
+        known[author] = b
+        return b
     }
 }
 
