@@ -13,6 +13,21 @@ extension MessageFiles: FrameFlow {
     }
     package nonisolated var dropsBlockedAuthors: Bool { true }
 
+    /// FILE_CHUNK decoded and hashed on the event loop that received it (a friend's link): the core
+    /// gets the chunk with its leaf hash and checks only the path to `chunk_root` (messages.md 11.4).
+    package nonisolated static let chunkPreparation = FramePreparation(types: [.fileChunk]) { envelope in
+        try? HashedFileChunk(payload: envelope.payload)  // malformed: nil, and the core drops it as before
+    }
+
+    package func handle(_ envelope: Envelope, prepared: (any Sendable)?, from link: PeerLink?, _ step: StoreStep) {
+        if envelope.type == .fileChunk, let hashed = prepared as? HashedFileChunk, link != nil {
+            // Link-authenticated (the verifier accepted it only from its author's link); never mail.
+            loadIfNeeded(step)
+            return receive(hashed, from: envelope.author, step)
+        }
+        handle(envelope, from: link, step)
+    }
+
     package func handle(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
         loadIfNeeded(step)
         switch envelope.type {
@@ -205,8 +220,18 @@ extension MessageFiles: FrameFlow {
 
     /// A FILE_CHUNK: checked by the receiver machine; a good one goes to the writing lane.
     package func receive(_ chunk: FileChunkMessage, from author: [UInt8], _ step: StoreStep) {
+        receive(chunk, leaf: nil, from: author, step)
+    }
+
+    /// A FILE_CHUNK with its leaf hash computed off the core: checked the same way, from that leaf.
+    package func receive(_ hashed: HashedFileChunk, from author: [UInt8], _ step: StoreStep) {
+        receive(hashed.chunk, leaf: hashed, from: author, step)
+    }
+
+    private func receive(_ chunk: FileChunkMessage, leaf hashed: HashedFileChunk?, from author: [UInt8], _ step: StoreStep) {
         guard var t = incoming[chunk.fileID], t.peer == author else { return }  // not ours to take: dropped
-        switch t.receiver.receive(chunk, nowMs: now()) {
+        let result = hashed.map { t.receiver.receive($0, nowMs: now()) } ?? t.receiver.receive(chunk, nowMs: now())
+        switch result {
         case .success(let actions):
             t.lastChunkMs = now()
             incoming[chunk.fileID] = t

@@ -58,7 +58,7 @@ package struct NodeFrameRouter: InboundConsumer {
         for event in events {
             let link: PeerLink
             switch event {
-            case .frame(_, let l, _), .linkUp(_, let l): link = l
+            case .frame(_, let l, _, _), .linkUp(_, let l): link = l
             case .mail, .linkDown, .peerError, .sighting: continue
             }
             guard seen.insert(link.serial).inserted, let key = link.remotePublicKey else { continue }
@@ -69,8 +69,8 @@ package struct NodeFrameRouter: InboundConsumer {
 
     private func handle(_ event: InboundEvent, _ step: StoreStep) {
         switch event {
-        case .frame(let envelope, let link, let receivedAtUs):
-            frame(envelope, from: link, receivedAtUs: receivedAtUs, step)
+        case .frame(let envelope, let link, let receivedAtUs, let prepared):
+            frame(envelope, from: link, receivedAtUs: receivedAtUs, prepared: prepared, step)
         case .mail(let envelope, let relay, let done):
             events.emit("mailbox.received", ["from": .string(NodeID(publicKey: envelope.author).canonical),
                                              "message_type": .string(envelope.type.description), "relay": .string(relay.description)],
@@ -93,7 +93,7 @@ package struct NodeFrameRouter: InboundConsumer {
         }
     }
 
-    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64, _ step: StoreStep) {
+    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64, prepared: (any Sendable)?, _ step: StoreStep) {
         for flow in flows { flow.heard(envelope.author) }
         if envelope.type == .clockProbe || envelope.type == .clockReply {
             // Timestamped on arrival. A blocked peer has no link (blocking closes it), and answering
@@ -101,19 +101,19 @@ package struct NodeFrameRouter: InboundConsumer {
             clock.handle(envelope, from: link, receivedAt: receivedAtUs)
             return
         }
-        route(envelope, from: link, step)
+        route(envelope, prepared: prepared, from: link, step)
     }
 
-    private func route(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
+    private func route(_ envelope: Envelope, prepared: (any Sendable)? = nil, from link: PeerLink?, _ step: StoreStep) {
         if envelope.type == .ack { return acknowledged(envelope, from: link, step) }
         for flow in flows where flow.owns(envelope.type) {
             if flow.dropsBlockedAuthors {
                 let blocked = health.read("read a contact", or: nil) { try step.contact(envelope.author) }?.relationship == .blocked
                 if blocked { break }  // to the friends flow, which drops it (and counts it)
             }
-            return flow.handle(envelope, from: link, step)
+            return flow.handle(envelope, prepared: prepared, from: link, step)
         }
-        fallback.handle(envelope, from: link, step)
+        fallback.handle(envelope, prepared: prepared, from: link, step)
     }
 }
 
@@ -148,7 +148,7 @@ extension InboundEvent {
     /// durable write made anyway is still synced before anything waits on it.
     var mayChangeDurableState: Bool {
         switch self {
-        case .frame(let envelope, _, _):
+        case .frame(let envelope, _, _, _):
             switch envelope.type {
             case .ack, .presence, .ping, .pong, .clockProbe, .clockReply: return false
             default: return true

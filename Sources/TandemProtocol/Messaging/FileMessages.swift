@@ -329,6 +329,26 @@ public struct FileChunkMessage: Equatable, Sendable {
     }
 }
 
+/// A FILE_CHUNK decoded together with its leaf hash (`ChunkTree.leafHash` of its data), so the two
+/// cannot disagree: the only way to make one is from the chunk itself. The node decodes and hashes
+/// a friend's FILE_CHUNK on the event loop that received it (Protocol/messages.md 11.4) and hands the
+/// core this value; the core then checks only the path from the leaf to `chunk_root`
+/// (`FileReceiver.receive(_:nowMs:)`), a few hashes of 65 bytes, instead of 256 KiB.
+public struct HashedFileChunk: Equatable, Sendable {
+    public let chunk: FileChunkMessage
+    public let leaf: [UInt8]
+
+    public init(_ chunk: FileChunkMessage) {
+        self.chunk = chunk
+        leaf = ChunkTree.leafHash(chunk.data)
+    }
+
+    /// Decodes a FILE_CHUNK payload (as `FileChunkMessage(payload:)`, same errors) and hashes it.
+    public init(payload: [UInt8]) throws {
+        self.init(try FileChunkMessage(payload: payload))
+    }
+}
+
 /// FILE_CANCEL (0x050C).
 public struct FileCancelMessage: Equatable, Sendable {
     public enum Reason: Int, Sendable, CaseIterable {

@@ -139,6 +139,17 @@ public struct FileReceiver: Sendable, Equatable {
     /// A FILE_CHUNK arrived. Either `.success` with the actions (write it, ask for more, hash the
     /// file), or the refusal (the chunk is dropped; a bad hash counts towards giving up).
     public mutating func receive(_ chunk: FileChunkMessage, nowMs: Int64) -> Result<[Action], ChunkRefusalError> {
+        receive(chunk, leaf: nil, nowMs: nowMs)
+    }
+
+    /// The same, for a chunk whose leaf hash was computed where it was decoded (off the node core):
+    /// the path from that leaf is checked against `chunk_root` as for any other chunk.
+    public mutating func receive(_ hashed: HashedFileChunk, nowMs: Int64) -> Result<[Action], ChunkRefusalError> {
+        receive(hashed.chunk, leaf: hashed.leaf, nowMs: nowMs)
+    }
+
+    /// `leaf`: the chunk's leaf hash when already known; computed here (after the cheap checks) when nil.
+    private mutating func receive(_ chunk: FileChunkMessage, leaf known: [UInt8]?, nowMs: Int64) -> Result<[Action], ChunkRefusalError> {
         guard phase == .receiving else { return .failure(ChunkRefusalError(.notReceiving)) }
         guard chunk.fileID == offer.fileID else { return .failure(ChunkRefusalError(.wrongFile)) }
         guard chunk.index >= 0, chunk.index < offer.chunkCount else { return .failure(ChunkRefusalError(.outOfRange)) }
@@ -147,7 +158,7 @@ public struct FileReceiver: Sendable, Equatable {
         guard chunk.data.count == ChunkTree.chunkLength(index: chunk.index, size: offer.size, chunkBytes: offer.chunkBytes) else {
             return .failure(ChunkRefusalError(.wrongLength))
         }
-        let leaf = ChunkTree.leafHash(chunk.data)
+        let leaf = known ?? ChunkTree.leafHash(chunk.data)
         guard ChunkTree.verify(leaf: leaf, index: chunk.index, count: offer.chunkCount, proof: chunk.proof, root: offer.chunkRoot) else {
             badChunks += 1
             inFlight[chunk.index] = nil
