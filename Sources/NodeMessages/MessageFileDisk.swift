@@ -206,7 +206,8 @@ final class FileDisk: Sendable {
 
     struct WriteJob: Sendable {
         enum Kind: Sendable {
-            case write(index: Int, offset: UInt64, data: [UInt8], syncAfter: Bool)
+            /// With `check`: written only if the chunk matches its file's tree (else `badChunk`).
+            case write(index: Int, offset: UInt64, data: [UInt8], syncAfter: Bool, check: ChunkCheck?)
             /// Chunks a killed process wrote (its `WrittenChunks`, this boot) that are not yet known
             /// to be synced: the next sync covers them.
             case adopt(indices: [Int], bytes: Int64)
@@ -218,8 +219,9 @@ final class FileDisk: Sendable {
         let path: String
         let kind: Kind
 
-        init(fileID: FileID, path: String, index: Int, offset: UInt64, data: [UInt8], syncAfter: Bool) {
-            (self.fileID, self.path, kind) = (fileID, path, .write(index: index, offset: offset, data: data, syncAfter: syncAfter))
+        init(fileID: FileID, path: String, index: Int, offset: UInt64, data: [UInt8], syncAfter: Bool, check: ChunkCheck? = nil) {
+            (self.fileID, self.path, kind) = (fileID, path, .write(index: index, offset: offset, data: data, syncAfter: syncAfter,
+                                                                   check: check))
         }
         init(fileID: FileID, path: String, adopt indices: [Int], bytes: Int64) {
             (self.fileID, self.path, kind) = (fileID, path, .adopt(indices: indices, bytes: bytes))
@@ -250,6 +252,8 @@ final class FileDisk: Sendable {
         case failed(FileID, String)
         /// The whole file's hash, and where it was moved when it matched.
         case verified(FileID, [UInt8], String?)
+        /// This chunk did not match its file's tree: it was not written.
+        case badChunk(FileID, Int)
     }
 
     /// False when the lane's queue is full (cannot happen within the receiver's bounds; logged).
@@ -285,7 +289,13 @@ final class FileDisk: Sendable {
             }
             for await job in writes {
                 do {
-                    try await pool.runIfActive { try self.writer.withLock { try self.handle(job, &$0) } }
+                    let matched = try await pool.runIfActive { () throws -> Bool in
+                        // The check (a hash of the chunk) runs outside the lock the syncing lane also takes.
+                        if case .write(_, _, let data, _, let check?) = job.kind, !check.matches(data) { return false }
+                        try self.writer.withLock { try self.handle(job, &$0) }
+                        return true
+                    }
+                    if !matched, case .write(let index, _, _, _, _) = job.kind { await report(.badChunk(job.fileID, index)) }
                 } catch {
                     writer.withLock { s in self.forget(job.fileID, &s) }
                     await report(.failed(job.fileID, "\(error)"))
@@ -340,7 +350,7 @@ final class FileDisk: Sendable {
 
     private func handle(_ job: WriteJob, _ s: inout WriterState) throws {
         switch job.kind {
-        case .write(let index, let offset, let data, let syncAfter):
+        case .write(let index, let offset, let data, let syncAfter, _):
             let fd = try fd(for: job, &s)
             var done = 0
             while done < data.count {
