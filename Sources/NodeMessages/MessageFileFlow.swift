@@ -433,7 +433,9 @@ extension MessageFiles: FrameFlow {
         await NodeCore.run { self.resumeVerifying() }
         await withDiscardingTaskGroup { group in
             group.addTask { [self] in
-                await disk.runReads { job, outcome in await NodeCore.run { self.served(job, outcome) } }
+                // Told to the core without waiting for it: the next batch is read and sent meanwhile
+                // (the core, niced, may take a while to get a turn on a busy machine).
+                await disk.runReads { job, outcome in NodeCore.submit { self.served(job, outcome) } }
             }
             group.addTask { [self] in
                 for await job in vaultJobs { _ = try? await importToVault(job) }  // a failure is an event (message.file_vault_failed)
