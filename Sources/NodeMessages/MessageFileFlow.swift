@@ -13,6 +13,22 @@ extension MessageFiles: FrameFlow {
     }
     package nonisolated var dropsBlockedAuthors: Bool { true }
 
+    /// FILE_CHUNK decoded on the event loop that received it (a friend's link); the core then checks
+    /// only what is cheap and hands the chunk to the writing lane, which checks it against the tree
+    /// before it writes it (messages.md 11.4).
+    package nonisolated static let chunkPreparation = FramePreparation(types: [.fileChunk]) { envelope in
+        try? FileChunkMessage(payload: envelope.payload)  // malformed: nil, and the core drops it as before
+    }
+
+    package func handle(_ envelope: Envelope, prepared: (any Sendable)?, from link: PeerLink?, _ step: StoreStep) {
+        if envelope.type == .fileChunk, let chunk = prepared as? FileChunkMessage, link != nil {
+            // Link-authenticated (the verifier accepted it only from its author's link); never mail.
+            loadIfNeeded(step)
+            return receive(chunk, from: envelope.author, checkedOffCore: true, step)
+        }
+        handle(envelope, from: link, step)
+    }
+
     package func handle(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep) {
         loadIfNeeded(step)
         switch envelope.type {
@@ -203,10 +219,13 @@ extension MessageFiles: FrameFlow {
         }
     }
 
-    /// A FILE_CHUNK: checked by the receiver machine; a good one goes to the writing lane.
-    package func receive(_ chunk: FileChunkMessage, from author: [UInt8], _ step: StoreStep) {
+    /// A FILE_CHUNK: checked by the receiver machine; a good one goes to the writing lane. With
+    /// `checkedOffCore`, its hash is checked there, before it is written (`chunksChecked`,
+    /// `chunkFailedCheck` report back); else here, on the core.
+    package func receive(_ chunk: FileChunkMessage, from author: [UInt8], checkedOffCore: Bool = false, _ step: StoreStep) {
         guard var t = incoming[chunk.fileID], t.peer == author else { return }  // not ours to take: dropped
-        switch t.receiver.receive(chunk, nowMs: now()) {
+        let result = checkedOffCore ? t.receiver.receiveUnchecked(chunk, nowMs: now()) : t.receiver.receive(chunk, nowMs: now())
+        switch result {
         case .success(let actions):
             t.lastChunkMs = now()
             incoming[chunk.fileID] = t
@@ -214,17 +233,36 @@ extension MessageFiles: FrameFlow {
         case .failure(let refusal):
             incoming[chunk.fileID] = t
             guard refusal.reason == .badHash else { return }
-            logger.info("file chunk refused: its path does not verify",
-                        metadata: ["file": "\(chunk.fileID)", "index": "\(chunk.index)"])
-            events.emit("message.file_bad_chunk", ["file_id": .string(chunk.fileID.description), "from": idText(author),
-                                                   "index": .int(Int64(chunk.index)), "bad_chunks": .int(Int64(t.receiver.badChunks))],
-                        in: step)
-            if refusal.giveUp {
-                perform([.cancel(.badData)], chunk.fileID, step)
-            } else {
-                // Asked again at once (the window has room now).
-                perform(t.receiver.phase == .receiving ? tickActions(chunk.fileID) : [], chunk.fileID, step)
-            }
+            badChunk(chunk.fileID, index: chunk.index, from: author, giveUp: refusal.giveUp, step)
+        }
+    }
+
+    /// A chunk failed its path (refused, counted): the transfer ends at the 16th, else it is asked again.
+    private func badChunk(_ id: FileID, index: Int, from author: [UInt8], giveUp: Bool, _ step: StoreStep) {
+        guard let t = incoming[id] else { return }
+        logger.info("file chunk refused: its path does not verify", metadata: ["file": "\(id)", "index": "\(index)"])
+        events.emit("message.file_bad_chunk", ["file_id": .string(id.description), "from": idText(author),
+                                               "index": .int(Int64(index)), "bad_chunks": .int(Int64(t.receiver.badChunks))],
+                    in: step)
+        if giveUp {
+            perform([.cancel(.badData)], id, step)
+        } else {
+            // Asked again at once (the window has room now).
+            perform(t.receiver.phase == .receiving ? tickActions(id) : [], id, step)
+        }
+    }
+
+    /// The writing lane found that a chunk received with `checkedOffCore` does not match the tree:
+    /// it was not written; refused and counted as on the core.
+    func chunkFailedCheck(_ id: FileID, index: Int) {
+        guard var t = incoming[id] else { return }
+        let result = t.receiver.chunkFailedCheck(index)
+        t.unsynced = max(0, t.unsynced - 1)
+        incoming[id] = t
+        guard case .failure(let refusal) = result else { return }
+        defer { events.published() }
+        health.attempt("refuse a file chunk") {
+            try store.step(syncing: false) { step in badChunk(id, index: index, from: t.peer, giveUp: refusal.giveUp, step) }
         }
     }
 
@@ -246,8 +284,15 @@ extension MessageFiles: FrameFlow {
                 step.afterCommit { _ = link.send(type: .fileRequest, payload: payload) }
             case .write(let index, let offset, let data):
                 incoming[id]?.unsynced += 1
-                let sync = (t.unsynced + 1) >= limits.syncEveryChunks || t.receiver.phase == .verifying
+                let sync = (t.unsynced + 1) >= limits.syncEveryChunks || t.receiver.everyChunkReceived
                 disk.write(.init(fileID: id, path: t.partial, index: index, offset: offset, data: data, syncAfter: sync))
+            case .checkAndWrite(let index, let offset, let data, let check):
+                incoming[id]?.unsynced += 1
+                let sync = (t.unsynced + 1) >= limits.syncEveryChunks || t.receiver.everyChunkReceived
+                if !disk.write(.init(fileID: id, path: t.partial, index: index, offset: offset, data: data, syncAfter: sync, check: check)) {
+                    incoming[id]?.receiver.chunkLost(index)  // asked again at the next tick
+                    incoming[id]?.unsynced -= 1
+                }
             case .hashWholeFile:
                 disk.write(.init(fileID: id, path: t.partial, verify: t.receiver.offer.fileHash, name: t.receiver.offer.name))
             case .finish:
@@ -280,6 +325,8 @@ extension MessageFiles: FrameFlow {
     /// The syncing lane synced these chunks: their bits are stored (and progress told).
     func chunksDurable(_ id: FileID, indices: [Int], bytes: Int64) {
         guard var t = incoming[id] else { return }
+        // Those checked by the writing lane matched the tree (only such are written): now held.
+        let actions = t.receiver.chunksChecked(indices, nowMs: now())
         for i in indices { t.durable[i / 8] |= 1 << UInt8(i % 8) }
         t.unsynced = max(0, t.unsynced - indices.count)
         let count = t.durable.reduce(0) { $0 + $1.nonzeroBitCount }
@@ -293,6 +340,7 @@ extension MessageFiles: FrameFlow {
                 let state: StoredFileTransfer.State = t.receiver.phase == .verifying ? .verifying : .receiving
                 try step.setFileProgress(id.bytes, state: state, bitmap: t.durable, durable: false, nowMs: now())
                 try step.addFileBytesMoved(id.bytes, bytes)
+                perform(actions, id, step)  // the last chunk checked: the whole file is hashed
                 guard report else { return }
                 var f = fields(id, t)
                 f["percent"] = .int(Int64(percent))
@@ -385,7 +433,9 @@ extension MessageFiles: FrameFlow {
         await NodeCore.run { self.resumeVerifying() }
         await withDiscardingTaskGroup { group in
             group.addTask { [self] in
-                await disk.runReads { job, outcome in await NodeCore.run { self.served(job, outcome) } }
+                // Told to the core without waiting for it: the next batch is read and sent meanwhile
+                // (the core, niced, may take a while to get a turn on a busy machine).
+                await disk.runReads { job, outcome in NodeCore.submit { self.served(job, outcome) } }
             }
             group.addTask { [self] in
                 for await job in vaultJobs { _ = try? await importToVault(job) }  // a failure is an event (message.file_vault_failed)
@@ -398,6 +448,7 @@ extension MessageFiles: FrameFlow {
                         case .durable(let id, let indices, let bytes): self.chunksDurable(id, indices: indices, bytes: bytes)
                         case .failed(let id, let error): self.writeFailed(id, error)
                         case .verified(let id, let hash, let path): self.verified(id, hash: hash, placedAt: path)
+                        case .badChunk(let id, let index): self.chunkFailedCheck(id, index: index)
                         }
                     }
                 }

@@ -114,7 +114,7 @@ public final class NodeRuntime: Sendable {
         // Built in dependency order, each with what it needs; nothing is wired in afterwards.
         let health = StoreHealth(logger: logger)
         let signals = NodeSignals()
-        let inbound = InboundLane()
+        let inbound = InboundLane(preparing: [MessageFiles.chunkPreparation])
         (self.health, self.signals, self.inbound) = (health, signals, inbound)
         let peers = PeerManager(identity: identity, gate: gate, options: configuration.link, group: group, logger: logger,
                                 handler: inbound)

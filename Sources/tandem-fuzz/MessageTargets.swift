@@ -32,7 +32,11 @@ enum MessageFuzzing {
         case 7: if let m = try? ConversationSettingsMessage(payload: p) { check(try? ConversationSettingsMessage(payload: m.payload) == m) }
         case 8: if let m = try? FileOfferMessage(payload: p) { check(try? FileOfferMessage(payload: m.payload) == m) }
         case 9: if let m = try? FileRequestMessage(payload: p) { check(try? FileRequestMessage(payload: m.payload) == m) }
-        case 10: if let m = try? FileChunkMessage(payload: p) { check(try? FileChunkMessage(payload: m.payload) == m) }
+        case 10:
+            // Read in place or through SwiftProtobuf: the same answer for every input.
+            let m = try? FileChunkMessage(payload: p)
+            check(m == (try? FileChunkMessage.decodedBySwiftProtobuf(p)))
+            if let m { check(try? FileChunkMessage(payload: m.payload) == m) }
         case 11: if let m = try? DeliveryReceiptMessage(payload: p) { check(try? DeliveryReceiptMessage(payload: m.payload) == m) }
         default: _ = try? FileCancelMessage(payload: p)
         }
@@ -69,7 +73,7 @@ enum MessageFuzzing {
         let offer = FileOfferMessage(fileID: id, name: "f", size: size, fileHash: [UInt8](repeating: 0, count: 32), chunkRoot: ChunkTree.root(leaves))
         var r = FileReceiver(offer: offer, nowMs: 0, deadlineMs: 1_000_000, window: Int(input.u8() % 4) + 1)
         while input.remaining > 0 {
-            switch input.pick(5) {
+            switch input.pick(8) {
             case 0: _ = r.accept(nowMs: input.int64())
             case 1: _ = r.tick(nowMs: input.int64())
             case 2:
@@ -80,6 +84,27 @@ enum MessageFuzzing {
                     let before = r.verifiedChunks
                     if case .success = r.receive(c, nowMs: 1) { check(c.data == chunks[c.index] && r.verifiedChunks == before + 1) }
                 }
+            case 4:
+                // Checked off the core (messages.md 11.4): held only once the check says it matches.
+                if let c = try? FileChunkMessage(payload: input.take(input.u16() % 2_048)),
+                   case .success(let actions) = r.receiveUnchecked(c, nowMs: 1),
+                   case .checkAndWrite(let i, _, let data, let chunkCheck)? = actions.first {
+                    check(i == c.index && r.checking.contains(i) && !r.has(i))
+                    if chunkCheck.matches(data) {
+                        check(data == chunks[i])
+                        _ = r.chunksChecked([i], nowMs: 1)
+                        check(r.has(i) && !r.checking.contains(i))
+                    } else {
+                        _ = r.chunkFailedCheck(i)
+                        check(!r.has(i) && !r.checking.contains(i))
+                    }
+                }
+            case 5:
+                let i = input.pick(n)
+                _ = r.receiveUnchecked(FileChunkMessage(fileID: id, index: i, data: chunks[i], proof: ChunkTree.proof(index: i, leaves)), nowMs: 1)
+            case 6:
+                let i = input.pick(n)
+                if input.pick(2) == 0 { _ = r.chunksChecked([i], nowMs: 1) } else { r.chunkLost(i) }
             default: r.linkLost()
             }
         }

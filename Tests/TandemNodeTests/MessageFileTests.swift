@@ -73,6 +73,65 @@ final class MessageFileTests: XCTestCase {
         XCTAssertEqual((got.fields["path"]?.stringValue.map { ($0 as NSString).lastPathComponent }), "note (2).txt")
     }
 
+    /// A chunk decoded on the event loop and checked by the writing lane (messages.md 11.4) that does
+    /// not match its path is refused as on the core: not written, counted, told as
+    /// `message.file_bad_chunk`, asked again; the 16th ends the transfer. A good one is held once synced.
+    func testAChunkCheckedOffTheCoreThatDoesNotMatchIsRefusedAndCounted() async throws {
+        let a = try await RunningNode.start(), b = try await RunningNode.start()
+        defer { a.task.cancel(); b.task.cancel() }
+        try await befriend(a, b)
+        let data = (0..<(2 * ChatLimits.chunkBytes + 100)).map { UInt8(truncatingIfNeeded: $0 &* 11) }
+        let chunks = stride(from: 0, to: data.count, by: ChatLimits.chunkBytes).map { Array(data[$0..<min(data.count, $0 + ChatLimits.chunkBytes)]) }
+        let tree = ChunkTreeLevels(leaves: chunks.map { ChunkTree.leafHash($0) })
+        let id = FileID.random()
+        let offer = FileOfferMessage(fileID: id, name: "y.bin", size: UInt64(data.count), fileHash: Hash.blake2b(data), chunkRoot: tree.root)
+        let files = b.node.messageFiles, aKey = a.node.identity.publicKey
+        try await NodeCore.perform {
+            try b.node.store.step { step in
+                files.loadIfNeeded(step)
+                try files.receiveOffer(offer, from: aKey, step)
+            }
+        }
+        let bad = FileChunkMessage(fileID: id, index: 1, data: chunks[1].map { $0 ^ 1 }, proof: tree.proof(index: 1))
+        let good = FileChunkMessage(fileID: id, index: 0, data: chunks[0], proof: tree.proof(index: 0))
+        func offCore(_ chunk: FileChunkMessage) async throws {
+            try await NodeCore.perform {
+                try b.node.store.step { step in files.receive(chunk, from: aKey, checkedOffCore: true, step) }
+                b.node.eventBus.published()
+            }
+        }
+        try await offCore(bad)
+        let refused = try await TestSupport.event(b.node, "message.file_bad_chunk", seconds: 30)
+        XCTAssertEqual(refused.fields["index"]?.intValue, 1)
+        XCTAssertEqual(refused.fields["bad_chunks"]?.intValue, 1)
+        let afterBad = await NodeCore.run { files.incoming[id].map { ($0.receiver.verifiedChunks, $0.receiver.checking) } }
+        XCTAssertEqual(afterBad?.0, 0)
+        XCTAssertEqual(afterBad?.1, [], "reported back: no longer being checked")
+        // Nothing was written for it (the partial file holds no byte at its offset).
+        let partial = await NodeCore.run { files.incoming[id]?.partial } ?? ""
+        let size = (try? FileManager.default.attributesOfItem(atPath: partial)[.size] as? Int) ?? 0
+        XCTAssertLessThanOrEqual(size, ChatLimits.chunkBytes)
+        // A good one is held once it is written and synced (the timer syncs a stalled transfer).
+        try await offCore(good)
+        var held = 0
+        for _ in 0..<100 where held == 0 {
+            held = await NodeCore.run { files.incoming[id]?.receiver.verifiedChunks } ?? -1
+            if held == 0 { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        XCTAssertEqual(held, 1)
+        // Fifteen more bad chunks (each asked again after its refusal) end the transfer.
+        for n in 2...16 {
+            try await offCore(bad)
+            if n < 16 {
+                _ = try await TestSupport.event(b.node, "message.file_bad_chunk", seconds: 30,
+                                                where: { $0.fields["bad_chunks"]?.intValue == Int64(n) })
+            }
+        }
+        _ = try await TestSupport.event(b.node, "message.file_failed", seconds: 30, where: { $0.fields["reason"]?.stringValue == "bad data" })
+        let row = try XCTUnwrap(try b.node.store.fileTransfer(id.bytes))
+        XCTAssertEqual(row.state, .failed)
+    }
+
     func testAChunkThatDoesNotMatchItsHashIsRefusedAndAGoodOneIsKept() async throws {
         let a = try await RunningNode.start(), b = try await RunningNode.start()
         defer { a.task.cancel(); b.task.cancel() }

@@ -413,7 +413,7 @@ final class MessagingTests: XCTestCase {
                     let whole = (0..<chunks.count).flatMap { written[$0]! }
                     XCTAssertEqual(whole, bytes)
                     XCTAssertEqual(r.wholeFileHashed(Hash.blake2b(whole)), [.finish])
-                case .finish, .cancel:
+                case .finish, .cancel, .checkAndWrite:
                     XCTFail("unexpected \(a)")
                 }
             }
@@ -447,6 +447,69 @@ final class MessagingTests: XCTestCase {
         _ = try s.receive(chunks[1], nowMs: 1).get()
         XCTAssertEqual(try s.receive(chunks[2], nowMs: 1).get().last, .hashWholeFile)
         XCTAssertEqual(s.wholeFileHashed([UInt8](repeating: 0, count: 32)), [.cancel(.badData)])
+    }
+
+    /// Chunks received unchecked (messages.md 11.4: their hash is checked where they are written):
+    /// the same refusals as on the core; held only once reported checked; a bad one is counted as
+    /// on the core and asked again, the 16th ends the transfer; one whose job was lost is asked again.
+    func testChunksCheckedOffTheCoreAreHeldOnlyOnceTheyMatch() throws {
+        let (offer, chunks, _) = file(3 * ChatLimits.chunkBytes + 5)
+        var r = FileReceiver(offer: offer, nowMs: 0, window: 4, maximumBadChunks: 3)
+        XCTAssertEqual(r.receiveUnchecked(chunks[0], nowMs: 0), .failure(ChunkRefusalError(.notReceiving)))
+        XCTAssertEqual(r.accept(nowMs: 0), [.request([ChunkRange(first: 0, count: 4)])])
+        // Taken unchecked: to be checked where it is written, with what the check needs.
+        let actions = try r.receiveUnchecked(chunks[1], nowMs: 1).get()
+        guard case .checkAndWrite(let index, let offset, let data, let check)? = actions.first else { return XCTFail("\(actions)") }
+        XCTAssertEqual(index, 1)
+        XCTAssertEqual(offset, UInt64(ChatLimits.chunkBytes))
+        XCTAssertEqual(data, chunks[1].data)
+        XCTAssertTrue(check.matches(data))
+        XCTAssertFalse(check.matches(data.map { $0 ^ 1 }))
+        XCTAssertFalse(ChunkCheck(index: 2, count: check.count, proof: check.proof, root: check.root).matches(data), "another index")
+        XCTAssertFalse(r.has(1), "not held before it is checked")
+        XCTAssertEqual(r.checking, [1])
+        XCTAssertEqual(r.receiveUnchecked(chunks[1], nowMs: 1), .failure(ChunkRefusalError(.duplicate)), "a second copy while checking")
+        XCTAssertEqual(r.receive(chunks[1], nowMs: 1), .failure(ChunkRefusalError(.duplicate)))
+        XCTAssertEqual(r.receiveUnchecked(FileChunkMessage(fileID: offer.fileID, index: 2, data: [1], proof: []), nowMs: 1),
+                       .failure(ChunkRefusalError(.wrongLength)))
+        XCTAssertEqual(r.receiveUnchecked(FileChunkMessage(fileID: offer.fileID, index: 9, data: [1], proof: []), nowMs: 1),
+                       .failure(ChunkRefusalError(.outOfRange)))
+        // Checked: held. A report for a chunk not being checked changes nothing.
+        XCTAssertEqual(r.chunksChecked([1, 3], nowMs: 2), [])
+        XCTAssertTrue(r.has(1))
+        XCTAssertFalse(r.has(3))
+        XCTAssertEqual(r.verifiedChunks, 1)
+        XCTAssertEqual(r.chunkFailedCheck(1), .success([]), "already held")
+        // A chunk that did not match: refused, counted, missing again and asked for again.
+        _ = try r.receiveUnchecked(chunks[2], nowMs: 2).get()
+        XCTAssertEqual(r.chunkFailedCheck(2), .failure(ChunkRefusalError(.badHash)))
+        XCTAssertEqual(r.badChunks, 1)
+        XCTAssertFalse(r.has(2))
+        XCTAssertTrue(r.checking.isEmpty)
+        XCTAssertEqual(r.tick(nowMs: 3), [.request([ChunkRange(first: 2, count: 1)])])
+        // A chunk whose job was lost: asked for again at the next tick, not counted.
+        _ = try r.receiveUnchecked(chunks[2], nowMs: 3).get()
+        r.chunkLost(2)
+        XCTAssertEqual(r.badChunks, 1)
+        XCTAssertEqual(r.tick(nowMs: 4), [.request([ChunkRange(first: 2, count: 1)])])
+        // Every chunk received (some still being checked): the file is hashed once the last is checked.
+        for i in [0, 2, 3] { _ = try r.receiveUnchecked(chunks[i], nowMs: 5).get() }
+        XCTAssertTrue(r.everyChunkReceived)
+        XCTAssertEqual(r.phase, .receiving)
+        XCTAssertEqual(r.tick(nowMs: 6), [], "nothing asked again while being checked")
+        XCTAssertEqual(r.chunksChecked([0, 3], nowMs: 7), [])
+        XCTAssertEqual(r.chunksChecked([2], nowMs: 7), [.hashWholeFile])
+        XCTAssertEqual(r.phase, .verifying)
+
+        // Bad chunks checked off the core end the transfer as on the core.
+        var s = FileReceiver(offer: offer, nowMs: 0, window: 4, maximumBadChunks: 2)
+        _ = s.accept(nowMs: 0)
+        _ = try s.receiveUnchecked(chunks[0], nowMs: 1).get()
+        _ = try s.receiveUnchecked(chunks[1], nowMs: 1).get()
+        XCTAssertEqual(s.chunkFailedCheck(0), .failure(ChunkRefusalError(.badHash)))
+        XCTAssertEqual(s.chunkFailedCheck(1), .failure(ChunkRefusalError(.badHash, giveUp: true)))
+        XCTAssertEqual(s.phase, .failed(.badData))
+        XCTAssertTrue(s.checking.isEmpty)
     }
 
     func testATransferResumesFromItsBitmapAndAnOfferThatNeverEndsExpires() throws {

@@ -156,8 +156,9 @@ final class CoreExecutor: SerialExecutor, @unchecked Sendable {  // state only u
 /// Something that happened on a link, a relay mailbox or the LAN, for the node core to act on.
 package enum InboundEvent: Sendable {
     /// A frame that passed the link rules. `receivedAtUs`: our wall clock on arrival, taken on the
-    /// event loop before it waited here (clock sync needs it).
-    case frame(Envelope, PeerLink, receivedAtUs: Int64)
+    /// event loop before it waited here (clock sync needs it). `prepared`: what a `FramePreparation`
+    /// made of it on that event loop (nil: nothing), for the flow that owns its type.
+    case frame(Envelope, PeerLink, receivedAtUs: Int64, prepared: (any Sendable)? = nil)
     /// A frame opened from a relay mailbox at `relay`; `done` runs on the core after it was handled
     /// (it acknowledges the item to the relay, or leaves it there).
     case mail(Envelope, relay: RelayAddress, done: @Sendable () -> Void)
@@ -181,6 +182,21 @@ extension PeerLink: PausableLink {}
 /// events that waited together (at most `InboundLane.maximumBatch`), to handle in one commit.
 package protocol InboundConsumer: Sendable {
     @NodeCore func handle(_ events: [InboundEvent])
+}
+
+/// Work done on the event loop that received a frame, before the frame waits for the core
+/// (DESIGN.md: handlers decode and verify; the core keeps the state): for a frame of one of `types`
+/// on a trusted link (a friend's, `PeerLink.isTrusted`), `prepare` makes a value that reaches the
+/// owning flow with the frame (`FrameFlow.handle(_:prepared:from:_:)`); nil, or any other link,
+/// and the flow does that work on the core as before. A stranger's frames therefore cost the event
+/// loop nothing more. `prepare` must be pure: it reads no node state and may run on any loop.
+package struct FramePreparation: Sendable {
+    package let types: Set<MessageType>
+    package let prepare: @Sendable (Envelope) -> (any Sendable)?
+
+    package init(types: Set<MessageType>, prepare: @escaping @Sendable (Envelope) -> (any Sendable)?) {
+        (self.types, self.prepare) = (types, prepare)
+    }
 }
 
 /// One node's inbound events on their way to the core, bounded: at most `maximumPending` frames
@@ -214,9 +230,13 @@ package final class InboundLane: FrameHandler, Sendable {
     }
     private let state = NIOLockedValueBox(State())
 
-    package init(maximumPending: Int = 4_096, maximumPendingPerAuthor: Int = 64) {
+    /// Done on the event loops, before a frame is queued.
+    let preparations: [FramePreparation]
+
+    package init(maximumPending: Int = 4_096, maximumPendingPerAuthor: Int = 64, preparing preparations: [FramePreparation] = []) {
         self.maximumPending = maximumPending
         self.maximumPendingPerAuthor = maximumPendingPerAuthor
+        self.preparations = preparations
     }
 
     /// Frames refused (LAN sightings while full), and links paused for a full queue, so far.
@@ -318,7 +338,12 @@ package final class InboundLane: FrameHandler, Sendable {
     // MARK: FrameHandler (called on the event loops)
 
     package func handle(_ envelope: Envelope, from link: PeerLink) {
-        enqueue(.frame(envelope, link, receivedAtUs: wallClockMicros()), author: envelope.author, pausing: link)
+        let receivedAtUs = wallClockMicros()
+        var prepared: (any Sendable)?
+        if !preparations.isEmpty, link.isTrusted, let p = preparations.first(where: { $0.types.contains(envelope.type) }) {
+            prepared = p.prepare(envelope)
+        }
+        enqueue(.frame(envelope, link, receivedAtUs: receivedAtUs, prepared: prepared), author: envelope.author, pausing: link)
     }
 
     package func peerConnected(_ key: [UInt8], link: PeerLink) { enqueue(.linkUp(key, link), author: nil, pausing: nil) }

@@ -17,6 +17,9 @@ package protocol FrameFlow: AnyObject, Sendable {
     nonisolated var dropsBlockedAuthors: Bool { get }
     /// A frame that passed the link rules (or came as relay mail: `link` is nil).
     func handle(_ envelope: Envelope, from link: PeerLink?, _ step: StoreStep)
+    /// The same, with what the inbound lane's `FramePreparation` made of the frame on its event loop
+    /// (nil: nothing). By default the prepared value is not used.
+    func handle(_ envelope: Envelope, prepared: (any Sendable)?, from link: PeerLink?, _ step: StoreStep)
     /// A frame from `key` arrived over a link (before it is routed; mail does not count).
     func heard(_ key: [UInt8])
     /// An authenticated link to `key` came up.
@@ -34,6 +37,9 @@ package protocol FrameFlow: AnyObject, Sendable {
 
 extension FrameFlow {
     package nonisolated var dropsBlockedAuthors: Bool { false }
+    package func handle(_ envelope: Envelope, prepared: (any Sendable)?, from link: PeerLink?, _ step: StoreStep) {
+        handle(envelope, from: link, step)
+    }
     package func heard(_ key: [UInt8]) {}
     package func linkUp(_ key: [UInt8], _ step: StoreStep) {}
     package func sighted(_ sighting: PeerSighting, _ step: StoreStep) {}

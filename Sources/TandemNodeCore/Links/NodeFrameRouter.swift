@@ -59,7 +59,7 @@ package struct NodeFrameRouter: InboundConsumer {
         for event in events {
             let link: PeerLink
             switch event {
-            case .frame(_, let l, _), .linkUp(_, let l): link = l
+            case .frame(_, let l, _, _), .linkUp(_, let l): link = l
             case .mail, .linkDown, .peerError, .sighting: continue
             }
             guard seen.insert(link.serial).inserted, let key = link.remotePublicKey else { continue }
@@ -70,8 +70,8 @@ package struct NodeFrameRouter: InboundConsumer {
 
     private func handle(_ event: InboundEvent, _ blocked: BlockedAuthors, _ step: StoreStep) {
         switch event {
-        case .frame(let envelope, let link, let receivedAtUs):
-            frame(envelope, from: link, receivedAtUs: receivedAtUs, blocked, step)
+        case .frame(let envelope, let link, let receivedAtUs, let prepared):
+            frame(envelope, from: link, receivedAtUs: receivedAtUs, prepared: prepared, blocked, step)
         case .mail(let envelope, let relay, let done):
             events.emit("mailbox.received", ["from": .string(NodeID(publicKey: envelope.author).canonical),
                                              "message_type": .string(envelope.type.description), "relay": .string(relay.description)],
@@ -94,7 +94,8 @@ package struct NodeFrameRouter: InboundConsumer {
         }
     }
 
-    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64, _ blocked: BlockedAuthors, _ step: StoreStep) {
+    private func frame(_ envelope: Envelope, from link: PeerLink, receivedAtUs: Int64, prepared: (any Sendable)?,
+                       _ blocked: BlockedAuthors, _ step: StoreStep) {
         for flow in flows { flow.heard(envelope.author) }
         if envelope.type == .clockProbe || envelope.type == .clockReply {
             // Timestamped on arrival. A blocked peer has no link (blocking closes it), and answering
@@ -102,18 +103,19 @@ package struct NodeFrameRouter: InboundConsumer {
             clock.handle(envelope, from: link, receivedAt: receivedAtUs)
             return
         }
-        route(envelope, from: link, blocked, step)
+        route(envelope, prepared: prepared, from: link, blocked, step)
     }
 
-    private func route(_ envelope: Envelope, from link: PeerLink?, _ blocked: BlockedAuthors, _ step: StoreStep) {
+    private func route(_ envelope: Envelope, prepared: (any Sendable)? = nil, from link: PeerLink?, _ blocked: BlockedAuthors,
+                       _ step: StoreStep) {
         if envelope.type == .ack { return acknowledged(envelope, from: link, blocked, step) }
         for flow in flows where flow.owns(envelope.type) {
             if flow.dropsBlockedAuthors {
                 if blocked.isBlocked(envelope.author, step, health) { break }  // to the friends flow, which drops it (and counts it)
             }
-            return flow.handle(envelope, from: link, step)
+            return flow.handle(envelope, prepared: prepared, from: link, step)
         }
-        fallback.handle(envelope, from: link, step)
+        fallback.handle(envelope, prepared: prepared, from: link, step)
     }
 }
 
@@ -162,7 +164,7 @@ extension InboundEvent {
     /// durable write made anyway is still synced before anything waits on it.
     var mayChangeDurableState: Bool {
         switch self {
-        case .frame(let envelope, _, _):
+        case .frame(let envelope, _, _, _):
             switch envelope.type {
             case .ack, .presence, .ping, .pong, .clockProbe, .clockReply: return false
             default: return true

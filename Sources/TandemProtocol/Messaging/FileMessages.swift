@@ -285,18 +285,82 @@ public struct FileChunkMessage: Equatable, Sendable {
         self.proof = proof
     }
 
+    /// Decodes and validates a FILE_CHUNK payload. The usual layout — the fields in number order,
+    /// each of 1–3 at most once, as `payload` writes them — is read in place (the chunk is copied
+    /// once, out of the payload; SwiftProtobuf would copy it twice, through `Data`); anything else
+    /// (unknown fields, another order, a repeated field, another wire type) goes to SwiftProtobuf,
+    /// so both read every input alike (tests and the fuzz target compare them).
     public init(payload: [UInt8]) throws {
         let t = MessageType.fileChunk
-        let m = try decodeFile(Tandem_V1_FileChunk.self, t, payload, max: ChatLimits.maximumChunkPayloadBytes)
-        fileID = try TandemProtocol.fileID(m.fileID, t)
-        guard Int(m.index) < ChatLimits.maximumChunks else { throw PayloadError(t, "chunk index \(m.index) out of range") }
-        index = Int(m.index)
-        guard !m.data.isEmpty, m.data.count <= ChatLimits.chunkBytes else { throw PayloadError(t, "chunk of \(m.data.count) bytes") }
-        data = Array(m.data)
-        guard m.proof.count <= ChatLimits.maximumProofHashes, m.proof.allSatisfy({ $0.count == 32 }) else {
-            throw PayloadError(t, "path of \(m.proof.count) hashes, or a hash not 32 bytes")
+        guard payload.count <= ChatLimits.maximumChunkPayloadBytes else {
+            throw PayloadError(t, "payload of \(payload.count) bytes exceeds \(ChatLimits.maximumChunkPayloadBytes)")
         }
-        proof = m.proof.map { Array($0) }
+        if let f = Self.inOrderFields(payload) {
+            try self.init(checking: payload[f.fileID], index: f.index, data: payload[f.data], proof: f.proof.map { payload[$0] })
+        } else {
+            let m = try decodeFile(Tandem_V1_FileChunk.self, t, payload, max: ChatLimits.maximumChunkPayloadBytes)
+            try self.init(checking: m.fileID, index: m.index, data: m.data, proof: m.proof)
+        }
+    }
+
+    /// The same decoder, always through SwiftProtobuf: what the in-place reading is compared with
+    /// (tests, the fuzz target).
+    public static func decodedBySwiftProtobuf(_ payload: [UInt8]) throws -> FileChunkMessage {
+        let m = try decodeFile(Tandem_V1_FileChunk.self, .fileChunk, payload, max: ChatLimits.maximumChunkPayloadBytes)
+        return try FileChunkMessage(checking: m.fileID, index: m.index, data: m.data, proof: m.proof)
+    }
+
+    private init<B: Collection<UInt8>>(checking id: B, index: UInt32, data: B, proof: [B]) throws {
+        let t = MessageType.fileChunk
+        guard let fileID = FileID(bytes: Array(id)) else { throw PayloadError(t, "file id is \(id.count) bytes, not 16") }
+        self.fileID = fileID
+        guard Int(index) < ChatLimits.maximumChunks else { throw PayloadError(t, "chunk index \(index) out of range") }
+        self.index = Int(index)
+        guard !data.isEmpty, data.count <= ChatLimits.chunkBytes else { throw PayloadError(t, "chunk of \(data.count) bytes") }
+        self.data = Array(data)
+        guard proof.count <= ChatLimits.maximumProofHashes, proof.allSatisfy({ $0.count == 32 }) else {
+            throw PayloadError(t, "path of \(proof.count) hashes, or a hash not 32 bytes")
+        }
+        self.proof = proof.map { Array($0) }
+    }
+
+    /// Where the fields of a FileChunk written in number order lie: field 1 (bytes), 2 (varint), 3
+    /// (bytes) at most once each, then any number of field 4 (bytes); every varint at most 5 bytes
+    /// and 32 bits. Nil for any other layout (SwiftProtobuf reads it).
+    static func inOrderFields(_ p: [UInt8]) -> (fileID: Range<Int>, index: UInt32, data: Range<Int>, proof: [Range<Int>])? {
+        var i = 0
+        func varint() -> UInt32? {
+            var v: UInt64 = 0
+            for shift in stride(from: UInt64(0), to: 35, by: 7) {
+                guard i < p.count else { return nil }
+                let b = p[i]
+                i += 1
+                v |= UInt64(b & 0x7f) << shift
+                if b < 0x80 { return v <= UInt64(UInt32.max) ? UInt32(v) : nil }
+            }
+            return nil
+        }
+        var fileID = 0..<0, data = 0..<0, index: UInt32 = 0, proof: [Range<Int>] = [], last: UInt32 = 0
+        while i < p.count {
+            guard let key = varint() else { return nil }
+            let field = key >> 3, wire = key & 7
+            guard (1...4).contains(field), field > last || field == 4 else { return nil }
+            last = field
+            if field == 2 {
+                guard wire == 0, let v = varint() else { return nil }
+                index = v
+                continue
+            }
+            guard wire == 2, let n = varint(), Int(n) <= p.count - i else { return nil }
+            let range = i..<(i + Int(n))
+            i += Int(n)
+            switch field {
+            case 1: fileID = range
+            case 3: data = range
+            default: proof.append(range)
+            }
+        }
+        return (fileID, index, data, proof)
     }
 
     /// The `FileChunk` message's bytes, written straight into one array (a chunk is 256 KiB: no
@@ -326,6 +390,26 @@ public struct FileChunkMessage: Equatable, Sendable {
         if !data.isEmpty { bytes(3, data) }
         for hash in proof { bytes(4, hash) }
         return out
+    }
+}
+
+/// What checking one chunk against its file's hash tree needs (messages.md 7.2: the leaf hash of
+/// its data, its path, up to `chunk_root`), so the check can run where the chunk is about to be
+/// written rather than on the node core (messages.md 11.4). Made by `FileReceiver` from the offer
+/// it holds and the chunk's path; the chunk's bytes are checked with `matches`.
+public struct ChunkCheck: Sendable, Equatable {
+    public let index: Int
+    public let count: Int
+    public let proof: [[UInt8]]
+    public let root: [UInt8]
+
+    public init(index: Int, count: Int, proof: [[UInt8]], root: [UInt8]) {
+        (self.index, self.count, self.proof, self.root) = (index, count, proof, root)
+    }
+
+    /// True when `data` is chunk `index` of the file the root names.
+    public func matches(_ data: some Collection<UInt8>) -> Bool {
+        ChunkTree.verify(leaf: ChunkTree.leafHash(data), index: index, count: count, proof: proof, root: root)
     }
 }
 

@@ -22,6 +22,10 @@ public struct FileReceiver: Sendable, Equatable {
         case request([ChunkRange])
         /// Write `data` at `offset` of the partial file; persist the bitmap once it is written.
         case write(index: Int, offset: UInt64, data: [UInt8])
+        /// A chunk received with `receiveUnchecked`: check it (`check.matches(data)`) off the node
+        /// core; only if it matches, write it as `write` does, and report it with `chunksChecked`
+        /// (the reference node: once it is synced); if not, report `chunkFailedCheck`.
+        case checkAndWrite(index: Int, offset: UInt64, data: [UInt8], check: ChunkCheck)
         /// Every chunk is in: hash the whole partial file and call `wholeFileHashed`.
         case hashWholeFile
         /// The file is complete and checked: move it into place.
@@ -55,6 +59,10 @@ public struct FileReceiver: Sendable, Equatable {
     public private(set) var badChunks: Int = 0
     /// Chunk index → when it was requested.
     private var inFlight: [Int: Int64] = [:]
+    /// Chunks received with `receiveUnchecked` and handed on to be checked and written, not yet
+    /// reported (`chunksChecked`, `chunkFailedCheck`, `chunkLost`). Not asked for again meanwhile;
+    /// a second copy is a duplicate.
+    public private(set) var checking: Set<Int> = []
     /// When the offer is given up, whatever happens.
     public let deadlineMs: Int64
     private var lastProgressMs: Int64
@@ -119,6 +127,7 @@ public struct FileReceiver: Sendable, Equatable {
         case .offered, .receiving, .verifying:
             phase = .failed(.byUser)
             inFlight = [:]
+            checking = []
             return [.cancel(.byUser)]
         case .complete, .failed:
             return []
@@ -131,6 +140,7 @@ public struct FileReceiver: Sendable, Equatable {
         case .offered, .receiving, .verifying:
             phase = .failed(reason)
             inFlight = [:]
+            checking = []
         case .complete, .failed:
             break
         }
@@ -139,37 +149,96 @@ public struct FileReceiver: Sendable, Equatable {
     /// A FILE_CHUNK arrived. Either `.success` with the actions (write it, ask for more, hash the
     /// file), or the refusal (the chunk is dropped; a bad hash counts towards giving up).
     public mutating func receive(_ chunk: FileChunkMessage, nowMs: Int64) -> Result<[Action], ChunkRefusalError> {
-        guard phase == .receiving else { return .failure(ChunkRefusalError(.notReceiving)) }
-        guard chunk.fileID == offer.fileID else { return .failure(ChunkRefusalError(.wrongFile)) }
-        guard chunk.index >= 0, chunk.index < offer.chunkCount else { return .failure(ChunkRefusalError(.outOfRange)) }
-        if has(chunk.index) { return .failure(ChunkRefusalError(.duplicate)) }
-        guard inFlight[chunk.index] != nil else { return .failure(ChunkRefusalError(.notRequested)) }
-        guard chunk.data.count == ChunkTree.chunkLength(index: chunk.index, size: offer.size, chunkBytes: offer.chunkBytes) else {
-            return .failure(ChunkRefusalError(.wrongLength))
-        }
+        if let refusal = refusal(chunk) { return .failure(ChunkRefusalError(refusal)) }
         let leaf = ChunkTree.leafHash(chunk.data)
         guard ChunkTree.verify(leaf: leaf, index: chunk.index, count: offer.chunkCount, proof: chunk.proof, root: offer.chunkRoot) else {
-            badChunks += 1
             inFlight[chunk.index] = nil
-            if badChunks >= maximumBadChunks {
-                phase = .failed(.badData)
-                inFlight = [:]
-                return .failure(ChunkRefusalError(.badHash, giveUp: true))
-            }
-            return .failure(ChunkRefusalError(.badHash))
+            return .failure(failedCheck())
         }
         inFlight[chunk.index] = nil
-        bitmap[chunk.index / 8] |= 1 << UInt8(chunk.index % 8)
-        verifiedChunks += 1
         lastProgressMs = nowMs
-        var actions: [Action] = [.write(index: chunk.index, offset: UInt64(chunk.index) * UInt64(offer.chunkBytes), data: chunk.data)]
+        let actions: [Action] = [.write(index: chunk.index, offset: UInt64(chunk.index) * UInt64(offer.chunkBytes), data: chunk.data)]
+        return .success(actions + verified(chunk.index, nowMs: nowMs))
+    }
+
+    /// A FILE_CHUNK arrived, to be checked against the tree where it is written rather than here
+    /// (messages.md 11.4): the same refusals as `receive` except the hash, which the
+    /// `checkAndWrite` action carries out; until it is reported the chunk is `checking` — not asked
+    /// for again, a second copy refused as a duplicate, not yet counted as held.
+    public mutating func receiveUnchecked(_ chunk: FileChunkMessage, nowMs: Int64) -> Result<[Action], ChunkRefusalError> {
+        if let refusal = refusal(chunk) { return .failure(ChunkRefusalError(refusal)) }
+        inFlight[chunk.index] = nil
+        checking.insert(chunk.index)
+        lastProgressMs = nowMs
+        let check = ChunkCheck(index: chunk.index, count: offer.chunkCount, proof: chunk.proof, root: offer.chunkRoot)
+        var actions: [Action] = [.checkAndWrite(index: chunk.index, offset: UInt64(chunk.index) * UInt64(offer.chunkBytes),
+                                                data: chunk.data, check: check)]
+        if inFlight.count <= window / 2 { actions.append(contentsOf: requestMore(nowMs: nowMs)) }
+        return .success(actions)
+    }
+
+    /// These chunks, received with `receiveUnchecked`, matched the tree (and were written): they
+    /// are held. Indices not being checked are ignored. When that completes the file: `hashWholeFile`.
+    public mutating func chunksChecked(_ indices: [Int], nowMs: Int64) -> [Action] {
+        var actions: [Action] = []
+        for i in indices where checking.remove(i) != nil && phase == .receiving && !has(i) {
+            actions.append(contentsOf: verified(i, nowMs: nowMs, requesting: false))
+        }
+        return actions
+    }
+
+    /// Chunk `index`, received with `receiveUnchecked`, did not match the tree (it was not written):
+    /// refused as `receive` refuses a bad hash, and counted (the 16th ends the transfer). `.success([])`
+    /// for an index not being checked.
+    public mutating func chunkFailedCheck(_ index: Int) -> Result<[Action], ChunkRefusalError> {
+        guard checking.remove(index) != nil, phase == .receiving else { return .success([]) }
+        return .failure(failedCheck())
+    }
+
+    /// Chunk `index`, received with `receiveUnchecked`, was neither checked nor written (its job was
+    /// not queued): it is missing again, and asked for at the next `tick`.
+    public mutating func chunkLost(_ index: Int) {
+        checking.remove(index)
+    }
+
+    /// Every chunk is held or being checked: nothing more will arrive (the caller syncs what it wrote).
+    public var everyChunkReceived: Bool { verifiedChunks + checking.count >= offer.chunkCount }
+
+    /// Why `chunk` is refused before its hash is looked at (nil: it may be taken).
+    private func refusal(_ chunk: FileChunkMessage) -> ChunkRefusal? {
+        guard phase == .receiving else { return .notReceiving }
+        guard chunk.fileID == offer.fileID else { return .wrongFile }
+        guard chunk.index >= 0, chunk.index < offer.chunkCount else { return .outOfRange }
+        if has(chunk.index) || checking.contains(chunk.index) { return .duplicate }
+        guard inFlight[chunk.index] != nil else { return .notRequested }
+        guard chunk.data.count == ChunkTree.chunkLength(index: chunk.index, size: offer.size, chunkBytes: offer.chunkBytes) else {
+            return .wrongLength
+        }
+        return nil
+    }
+
+    /// A chunk failed its path: counted; the `maximumBadChunks`th ends the transfer.
+    private mutating func failedCheck() -> ChunkRefusalError {
+        badChunks += 1
+        if badChunks >= maximumBadChunks {
+            phase = .failed(.badData)
+            inFlight = [:]
+            checking = []
+            return ChunkRefusalError(.badHash, giveUp: true)
+        }
+        return ChunkRefusalError(.badHash)
+    }
+
+    /// Chunk `index` is held: its bit is set; the file is complete (`hashWholeFile`), or more is
+    /// asked for when half the window has arrived (`requesting`).
+    private mutating func verified(_ index: Int, nowMs: Int64, requesting: Bool = true) -> [Action] {
+        bitmap[index / 8] |= 1 << UInt8(index % 8)
+        verifiedChunks += 1
         if verifiedChunks == offer.chunkCount {
             phase = .verifying
-            actions.append(.hashWholeFile)
-        } else if inFlight.count <= window / 2 {
-            actions.append(contentsOf: requestMore(nowMs: nowMs))
+            return [.hashWholeFile]
         }
-        return .success(actions)
+        return requesting && inFlight.count <= window / 2 ? requestMore(nowMs: nowMs) : []
     }
 
     /// The caller hashed the whole partial file (BLAKE2b-256). Equal to the offer's: finish. Else the
@@ -193,6 +262,7 @@ public struct FileReceiver: Sendable, Equatable {
             if nowMs >= deadlineMs {
                 phase = .failed(.expired)
                 inFlight = [:]
+                checking = []
                 return [.cancel(.expired)]
             }
         case .complete, .failed:
@@ -213,12 +283,12 @@ public struct FileReceiver: Sendable, Equatable {
         let n = offer.chunkCount
         var budget = window - inFlight.count
         while i < n, budget > 0, ranges.count < ChatLimits.fileRequestRanges {
-            if has(i) || inFlight[i] != nil {
+            if has(i) || inFlight[i] != nil || checking.contains(i) {
                 i += 1
                 continue
             }
             let start = i
-            while i < n, budget > 0, !has(i), inFlight[i] == nil {
+            while i < n, budget > 0, !has(i), inFlight[i] == nil, !checking.contains(i) {
                 inFlight[i] = nowMs
                 budget -= 1
                 i += 1
