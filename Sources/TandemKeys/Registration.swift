@@ -374,7 +374,12 @@ enum Registration {
             let z = max(p.z, 0.01)
             frame.append(SIMD2(p.x / z, p.y / z) / angular)
         }
-        let (overhang, shortfall) = outlineMismatch(frame: frame, model: outline)
+        // Overhang against the whole model's projection (every point, seen or hidden): the object's
+        // visible surface cannot project outside the object's own projection, and a gap in the
+        // model (a face no enrolment frame saw) does not shrink it — the faces around the gap reach
+        // its edge. Shortfall against the model's visible outline (what the camera should see).
+        let overhang = outlineMismatch(frame: frame, model: projected).overhang
+        let shortfall = outlineMismatch(frame: frame, model: outline).shortfall
         // The projections' unit is one model cell at the object's depth.
         return StageTwoMeasures(coverage: Double(matched) / Double(visible), deficit: Double(patch) / Double(visible),
                                 overhang: Double(overhang * cell), shortfall: Double(shortfall * cell))
