@@ -204,8 +204,8 @@ extension ObjectTemplate {
     static let deficitMargin = 0.04
     /// The outline's ceilings (metres): the enrolment frames' 2nd highest + this, at least the floor.
     /// Chosen on calibration seeds (`tandem-bench keys`, `tuned_on_seeds`).
-    static let outlineMargin = 0.004
-    static let outlineFloor = 0.004
+    static let outlineMargin = 0.003
+    static let outlineFloor = 0.003
     static let shortfallMargin = 0.004
     static let shortfallFloor = 0.005
     /// Leave-one-out models are thinned to this many points (calibration cost; the margin absorbs it).

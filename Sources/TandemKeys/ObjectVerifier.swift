@@ -354,15 +354,17 @@ private final class AcceptedMeasures: @unchecked Sendable {
 }
 
 extension ObjectTemplate {
-    /// The stage-2 floors and ceilings these measures must meet: coverage, deficit and the outline
-    /// (overhang against the model's whole projection, shortfall against its visible outline;
-    /// Protocol/keys.md, section 6). Judged inside the pose search, so a pose whose outline does
-    /// not match is passed over for the next.
+    /// The stage-2 floors and ceilings these measures must meet: coverage, deficit and the
+    /// overhang (against the model's whole projection; Protocol/keys.md, section 6). Judged inside
+    /// the pose search, so a pose whose outline does not fit is passed over for the next. The
+    /// shortfall is measured and reported, not judged: its percentile spans compare the points'
+    /// spread, not the silhouettes (a uniform end face against a model seen mostly at its edges
+    /// falls ~1 cm short along the diagonal; `PoseSearchTests`).
     func admits(_ m: StageTwoMeasures) -> Bool {
-        m.coverage >= Double(minimumCoverage) && m.deficit <= Double(maximumDeficit) && outlineFits(m)
+        m.coverage >= Double(minimumCoverage) && m.deficit <= Double(maximumDeficit) && m.overhang <= Double(maximumOverhang)
     }
 
-    /// Whether the outline is within the template's ceilings.
+    /// Whether the outline is within the template's ceilings (the shortfall's is not judged).
     func outlineFits(_ m: StageTwoMeasures) -> Bool {
         m.overhang <= Double(maximumOverhang) && m.shortfall <= Double(maximumShortfall)
     }
