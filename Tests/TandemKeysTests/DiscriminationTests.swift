@@ -128,6 +128,13 @@ final class DiscriminationTests: XCTestCase {
         XCTAssertTrue(KeyCloseness.closeKeys(Templates.get("mug"), others: [(name: "box", template: Templates.get("box-2-3-4"))]).isEmpty)
     }
 
+    /// A plum (4 mm longer along one axis) and a tennis ball cannot be told apart (Protocol/keys.md,
+    /// section 8): enrolment says so.
+    func testEnrolmentSaysAPlumKeyIsCloseToATennisBallKey() {
+        let close = KeyCloseness.closeKeys(Templates.get("plum"), others: [(name: "ball", template: Templates.get("tennis-ball"))])
+        XCTAssertEqual(close.map(\.other), ["ball"])
+    }
+
     /// … and when it is close to a plain solid of its size: an egg to an ellipsoid; a mug, whose
     /// handle tells it from a cylinder, to none.
     func testEnrolmentSaysWhenAKeyIsCloseToAPlainSolid() {
