@@ -11,6 +11,10 @@ public struct ObjectTemplate: Sendable, Equatable {
         var axes: PrincipalAxes
         /// Whether the frame could be registered into the model.
         public internal(set) var registered: Bool
+        /// Where the frame's camera was, in model coordinates (registered frames, from version 5):
+        /// what it looked through is free space, what lay behind the surface it saw is unknown
+        /// (`FreeSpace`). Nil in templates before version 5.
+        var camera: SIMD3<Float>? = nil
     }
 
     public internal(set) var views: [View]
@@ -54,7 +58,7 @@ public struct ObjectTemplate: Sendable, Equatable {
     public static let maximumViews = 32
     public static let maximumModelPoints = 4_000
     static let magic: [UInt8] = Array("TKT".utf8)
-    static let version: UInt8 = 4
+    static let version: UInt8 = 5
 
     // MARK: serialization
 
@@ -66,9 +70,10 @@ public struct ObjectTemplate: Sendable, Equatable {
         for v in [inlierDistance, cell, minimumFit, maximumRMS, minimumCoverage, maximumExcess, maximumDeficit, maximumOverhang, maximumShortfall] { f(v) }
         u16(ShapeAnalysis.dimension); u16(views.count)
         for v in views {
-            out.append(v.registered ? 1 : 0)
+            out.append((v.registered ? 1 : 0) | (v.camera != nil ? 2 : 0))
             v.vector.forEach(f)
             v.axes.floats.forEach(f)
+            if let c = v.camera { f(c.x); f(c.y); f(c.z) }
         }
         u16(model.count)
         for p in model { f(p.x); f(p.y); f(p.z) }
@@ -82,7 +87,9 @@ public struct ObjectTemplate: Sendable, Equatable {
         guard try r.bytes(3) == Self.magic else { throw KeyInputError(.badTemplate("not an object template")) }
         let version = try r.u8()
         // Version 2 lacks the deficit threshold, version 3 the outline's: their templates verify as
-        // they did (no such test).
+        // they did (no such test). Version 4 lacks the cameras (near-symmetries then fall back to
+        // the model's hull) and its outline ceilings were calibrated against the visible outline
+        // (tighter than the whole projection judged now: they stay valid ceilings).
         guard (2...Self.version).contains(version) else { throw KeyInputError(.badTemplate("version \(version) (this build reads 2 to \(Self.version))")) }
         flags = Flags(rawValue: try r.u8())
         goodFrames = try r.u16(); viewpoints = try r.u16()
@@ -102,12 +109,14 @@ public struct ObjectTemplate: Sendable, Equatable {
         views = []
         for _ in 0..<count {
             let flag = try r.u8()
-            guard flag <= 1 else { throw KeyInputError(.badTemplate("bad view flag")) }
+            guard flag <= (version >= 5 ? 3 : 1) else { throw KeyInputError(.badTemplate("bad view flag")) }
             var vector: [Float] = []
             for _ in 0..<dimension { vector.append(try r.f32(limit: 10)) }
             var a: [Float] = []
             for _ in 0..<15 { a.append(try r.f32(limit: 100)) }
-            views.append(View(vector: vector, axes: PrincipalAxes(floats: a), registered: flag == 1))
+            var camera: SIMD3<Float>?
+            if flag & 2 != 0 { camera = SIMD3(try r.f32(limit: 100), try r.f32(limit: 100), try r.f32(limit: 100)) }
+            views.append(View(vector: vector, axes: PrincipalAxes(floats: a), registered: flag & 1 == 1, camera: camera))
         }
         guard views.contains(where: \.registered) else { throw KeyInputError(.badTemplate("no registered view")) }
         let points = try r.u16()
@@ -195,8 +204,10 @@ extension ObjectTemplate {
     static let deficitMargin = 0.04
     /// The outline's ceilings (metres): the enrolment frames' 2nd highest + this, at least the floor.
     /// Chosen on calibration seeds (`tandem-bench keys`, `tuned_on_seeds`).
-    static let outlineMargin = 0.004
-    static let outlineFloor = 0.007
+    static let outlineMargin = 0.003
+    static let outlineFloor = 0.003
+    static let shortfallMargin = 0.004
+    static let shortfallFloor = 0.005
     /// Leave-one-out models are thinned to this many points (calibration cost; the margin absorbs it).
     static let looModelPoints = 4_000
 
@@ -292,10 +303,12 @@ extension ObjectTemplate {
             // The outline: what the object's own frames show against the others' model, with a
             // margin, never below the floor (the sensor's noise on a silhouette's ends).
             maximumOverhang = Float(min(max(robustHigh(loo.map(\.overhang)) + outlineMargin, outlineFloor), 0.2))
-            maximumShortfall = Float(min(max(robustHigh(loo.map(\.shortfall)) + outlineMargin, outlineFloor), 0.2))
+            maximumShortfall = Float(min(max(robustHigh(loo.map(\.shortfall)) + shortfallMargin, shortfallFloor), 0.2))
         }
         let templateViews = views.indices.map { i in
-            View(vector: views[i].vector, axes: poses[i].map { views[i].axes.transformed($0) } ?? views[i].axes, registered: poses[i] != nil)
+            // The camera sat at the view's origin: its pose's translation in model coordinates.
+            View(vector: views[i].vector, axes: poses[i].map { views[i].axes.transformed($0) } ?? views[i].axes, registered: poses[i] != nil,
+                 camera: poses[i]?.translation)
         }
         return ObjectTemplate(views: templateViews, model: model, normals: modelNormals, inlierDistance: tau, cell: cell, minimumFit: minimumFit,
                               maximumRMS: maximumRMS, minimumCoverage: minimumCoverage, maximumExcess: maximumExcess, maximumDeficit: maximumDeficit,

@@ -92,9 +92,15 @@ public struct ObjectVerifier: Sendable {
     /// is left out, and so is a turn that carries much of the model off itself (< 85 %: a frame
     /// that fits both ways is then rare). Made when first needed, shared by copies of this verifier.
     var nearSymmetries: [[Int32]] {
-        symmetries.get { Self.nearSymmetries(tree, normals, tau: template.inlierDistance, cell: template.cell) }
+        symmetries.get {
+            Self.nearSymmetries(tree, normals, tau: template.inlierDistance, cell: template.cell,
+                                cameras: template.views.compactMap { $0.registered ? $0.camera : nil })
+        }
     }
     static let nearSymmetryShare = 0.85..<0.98
+    /// At most this share of the model may land far from it deep inside its hull (2τ from the
+    /// hull's skin) for a turn to be a near-symmetry.
+    static let nearSymmetryMisfits = 0.04
     /// 64 directions spread over the sphere (a Fibonacci lattice): the model's hull is taken as the
     /// intersection of its supporting half-spaces along them.
     static let hullDirections: [SIMD3<Float>] = (0..<64).map { i in
@@ -107,9 +113,12 @@ public struct ObjectVerifier: Sendable {
     static let decisiveShare = 0.25
     static let decisivePoints = 8
 
-    static func nearSymmetries(_ tree: KDTree, _ normals: [SIMD3<Float>], tau: Float, cell: Float) -> [[Int32]] {
+    static func nearSymmetries(_ tree: KDTree, _ normals: [SIMD3<Float>], tau: Float, cell: Float, cameras: [SIMD3<Float>] = []) -> [[Int32]] {
         let model = tree.points
         guard model.count >= 32, normals.count == model.count else { return [] }
+        // With the enrolment cameras (templates from version 5), off means in space a camera saw
+        // empty; without them, outside the model's hull.
+        let free = FreeSpace(model: model, normals: normals, cameras: cameras, cell: cell, margin: 2 * tau)
         let pa = model.withUnsafeBufferPointer { PrincipalAxes($0) }
         let sample = Registration.subsample(model, Registration.finePoints)
         // Axes: the principal axes, and the eigenvectors of the normals' scatter Σ n nᵀ. A mug's body
@@ -139,13 +148,25 @@ public struct ObjectVerifier: Sendable {
                 if seen.contains(where: { ($0.rotation.transposed * t.rotation).rotationAngle < 0.35 }) { continue }
                 seen.append(t)
                 var off = [Bool](repeating: false, count: model.count)
+                var misfits = 0
                 for (i, p) in model.enumerated() {
                     let q = t.apply(p)
                     // Off the model, and outside its hull: a part sticking out where the model has
                     // none, not a gap in the model's own surface (a face no enrolment frame saw).
                     guard tree.nearest(q).distanceSquared > far else { continue }
-                    if hull.indices.contains(where: { dot3(hullDirections[$0], q) > hull[$0] + 2 * tau }) { off[i] = true }
+                    if !free.isEmpty, free.isFree(q) { off[i] = true; continue }
+                    var deep = true
+                    for k in hull.indices {
+                        let out = dot3(hullDirections[k], q) - hull[k]
+                        if out > 2 * tau { off[i] = free.isEmpty; deep = false; break }
+                        if out > -2 * tau { deep = false }
+                    }
+                    // Far from the model and deep inside its hull: neither surface nor a gap at the
+                    // hull's skin — the turn does not carry the model onto itself there (a cube's
+                    // face turned by 45°, a cone tipped over).
+                    if deep, !off[i] { misfits += 1 }
                 }
+                guard Double(misfits) <= nearSymmetryMisfits * Double(model.count) else { continue }
                 // A part, not the model's scattered noise: a point counts when most (≥ 4) of its 6
                 // nearest model neighbours are off too.
                 var distinct: [Int32] = []
@@ -333,14 +354,17 @@ private final class AcceptedMeasures: @unchecked Sendable {
 }
 
 extension ObjectTemplate {
-    /// The stage-2 floors and ceilings these measures must meet (coverage, deficit). The outline
-    /// is measured and calibrated but not judged yet: it refused the true pose of a box's end face
-    /// that no enrolment frame saw (`PoseSearchTests`); see Protocol/keys.md, section 6.
+    /// The stage-2 floors and ceilings these measures must meet: coverage, deficit and the
+    /// overhang (against the model's whole projection; Protocol/keys.md, section 6). Judged inside
+    /// the pose search, so a pose whose outline does not fit is passed over for the next. The
+    /// shortfall is measured and reported, not judged: its percentile spans compare the points'
+    /// spread, not the silhouettes (a uniform end face against a model seen mostly at its edges
+    /// falls ~1 cm short along the diagonal; `PoseSearchTests`).
     func admits(_ m: StageTwoMeasures) -> Bool {
-        m.coverage >= Double(minimumCoverage) && m.deficit <= Double(maximumDeficit)
+        m.coverage >= Double(minimumCoverage) && m.deficit <= Double(maximumDeficit) && m.overhang <= Double(maximumOverhang)
     }
 
-    /// Whether the outline is within the template's ceilings (reported, not judged yet).
+    /// Whether the outline is within the template's ceilings (the shortfall's is not judged).
     func outlineFits(_ m: StageTwoMeasures) -> Bool {
         m.overhang <= Double(maximumOverhang) && m.shortfall <= Double(maximumShortfall)
     }

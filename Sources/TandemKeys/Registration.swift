@@ -374,7 +374,14 @@ enum Registration {
             let z = max(p.z, 0.01)
             frame.append(SIMD2(p.x / z, p.y / z) / angular)
         }
-        let (overhang, shortfall) = outlineMismatch(frame: frame, model: outline)
+        // Overhang against the whole model's projection (every point, seen or hidden): the object's
+        // visible surface cannot project outside the object's own projection, and a gap in the
+        // model (a face no enrolment frame saw) does not shrink it — the faces around the gap reach
+        // its edge. Shortfall against the model's visible outline (what the camera should see).
+        // Its full extent, not percentiles: seen end-on, a deep object's whole projection crowds
+        // inside its near face (perspective), so its percentiles fall short of the silhouette.
+        let overhang = outlineMismatch(frame: frame, model: projected, modelExtremes: true).overhang
+        let shortfall = outlineMismatch(frame: frame, model: outline).shortfall
         // The projections' unit is one model cell at the object's depth.
         return StageTwoMeasures(coverage: Double(matched) / Double(visible), deficit: Double(patch) / Double(visible),
                                 overhang: Double(overhang * cell), shortfall: Double(shortfall * cell))
@@ -385,9 +392,10 @@ enum Registration {
 
     /// The most by which the frame's span exceeds the model's, and the model's the frame's, along the
     /// frame's principal directions and their diagonals (1st–99th percentiles), in the points' unit.
-    static func outlineMismatch(frame: [SIMD2<Float>], model: [SIMD2<Float>]) -> (overhang: Float, shortfall: Float) {
+    /// With `modelExtremes`, the model's spans are its full extents (a model without outliers).
+    static func outlineMismatch(frame: [SIMD2<Float>], model: [SIMD2<Float>], modelExtremes: Bool = false) -> (overhang: Float, shortfall: Float) {
         guard frame.count >= 16, model.count >= 16 else { return (0, 0) }
-        let f = thinned(frame, outlinePoints), m = thinned(model, outlinePoints)
+        let f = thinned(frame, outlinePoints), m = modelExtremes ? model : thinned(model, outlinePoints)
         var c = SIMD2<Float>.zero
         for p in f { c += p }
         c /= Float(f.count)
@@ -403,7 +411,7 @@ enum Registration {
             a.removeAll(keepingCapacity: true); b.removeAll(keepingCapacity: true)
             for p in f { a.append((p * u).sum()) }
             for p in m { b.append((p * u).sum()) }
-            let spanF = span(&a), spanM = span(&b)
+            let spanF = span(&a), spanM = modelExtremes ? (b.max() ?? 0) - (b.min() ?? 0) : span(&b)
             overhang = max(overhang, spanF - spanM)
             shortfall = max(shortfall, spanM - spanF)
         }

@@ -112,18 +112,35 @@ final class TemplateTests: XCTestCase {
         XCTAssertThrowsError(try ObjectTemplate(serialized: wrongVersion))
     }
 
-    /// Keys enrolled before the deficit threshold (version 2: the bytes of version 3 without it)
-    /// and before the outline's (version 3: without those two) still load, and verify without them.
+    /// Keys enrolled before the cameras (version 4: no camera per view), before the deficit
+    /// threshold (version 2: the bytes of version 3 without it) and before the outline's (version 3:
+    /// without those two) still load; version 4 keeps its outline ceilings (judged), 2 and 3 verify
+    /// without an outline test.
     func testOlderTemplatesStillLoad() throws {
         let t = Templates.get("mug")
         XCTAssertLessThan(t.maximumDeficit, 0.5)
         XCTAssertLessThan(t.maximumOverhang, 0.1)
         XCTAssertLessThan(t.maximumShortfall, 0.1)
-        let bytes = t.serialized()
-        XCTAssertEqual(bytes[3], 4)
+        XCTAssertEqual(t.serialized()[3], 5)
+        // Version 5 keeps each registered view's camera; version 4 is the same bytes without them.
+        XCTAssertTrue(t.views.allSatisfy { $0.registered == ($0.camera != nil) })
+        XCTAssertEqual(try ObjectTemplate(serialized: t.serialized()), t)
+        var plain = t
+        plain.views = t.views.map { var v = $0; v.camera = nil; return v }
+        var v4 = plain.serialized()
+        v4[3] = 4
+        let back4 = try ObjectTemplate(serialized: v4)
+        XCTAssertEqual(back4.maximumOverhang, t.maximumOverhang)
+        XCTAssertEqual(back4.maximumShortfall, t.maximumShortfall)
+        XCTAssertTrue(back4.views.allSatisfy { $0.camera == nil })
+        XCTAssertEqual(back4.model, t.model)
+        // A version 4 stream cannot carry a camera.
+        var v4camera = t.serialized()
+        v4camera[3] = 4
+        XCTAssertThrowsError(try ObjectTemplate(serialized: v4camera))
         // magic 3, version 1, flags 1, frames 2, viewpoints 2, then τ, cell, fit, rms, coverage,
         // excess, deficit (33…36), overhang (37…40), shortfall (41…44).
-        var v3 = bytes
+        var v3 = v4
         v3[3] = 3
         v3.removeSubrange(37..<45)
         let back3 = try ObjectTemplate(serialized: v3)
@@ -139,9 +156,14 @@ final class TemplateTests: XCTestCase {
         XCTAssertEqual(back2.maximumOverhang, 1)
         XCTAssertEqual(back2.maximumExcess, t.maximumExcess)
         XCTAssertEqual(back2.model, t.model)
-        var cut = bytes
+        var cut = v4
         cut.removeSubrange(37..<45)
         XCTAssertThrowsError(try ObjectTemplate(serialized: cut), "a version 4 template without its outline ceilings")
+        // Older templates still verify (the mug's own sweep opens the version 4 copy).
+        var v = ObjectVerifier(template: back4)
+        let pose = SyntheticPose.random(seed: 911)
+        let frames = (0..<6).map { SyntheticShapes.view(of: shape("mug"), pose: pose.turned(degrees: Float($0) * 20), seed: 9_110 + UInt64($0), points: 1_500) }
+        XCTAssertTrue(v.matches(frames).matched)
     }
 }
 

@@ -47,7 +47,7 @@ final class PoseSearchTests: XCTestCase {
         // Stage 2 (stage 1 is the descriptors' business: no enrolment view looked like this).
         let verifier = ObjectVerifier(template: template)
         let verdicts = frames.map { verifier.evaluate($0, ShapeAnalysis($0, roi: nil)) }
-        XCTAssertTrue(verdicts.allSatisfy(\.stage2Passed), "\(verdicts.map { ($0.fit, $0.coverage, $0.deficit, $0.excess) })")
+        XCTAssertTrue(verdicts.allSatisfy(\.stage2Passed), "\(verdicts.map { ($0.fit, $0.coverage, $0.deficit, $0.excess, $0.overhang, $0.shortfall) }) outline ceilings \(template.maximumOverhang) \(template.maximumShortfall)")
         // The first search alone (the enrolment views' frames) puts the face on a long side.
         let first = ObjectVerifier(template: template, virtualTargets: 0)
         let firstVerdicts = frames.map { first.evaluate($0, ShapeAnalysis($0, roi: nil)) }
