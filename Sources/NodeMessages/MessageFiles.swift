@@ -42,7 +42,7 @@ public final class MessageFiles: Sendable {
         package var syncEveryChunks = 8
         /// A sender serves at most this many chunks of one FILE_REQUEST, and keeps at most this
         /// many queued for reading per friend; what is past it is not served (the receiver asks again).
-        package var chunksPerRequest = 32
+        package var chunksPerRequest = FileReceiver.chunksPerRequest
         package var queuedChunksPerFriend = 64
         /// Tests only: a pause before each chunk served (a transfer slow enough to interrupt).
         package var serveDelayMs = 0
