@@ -130,17 +130,41 @@ final class FileDisk: Sendable {
         let indices: [Int]
         let proofs: [[[UInt8]]]
         let link: PeerLink
+        /// The friend it is served to (its chunks count against that friend's serving bound).
+        let friend: [UInt8]
         /// Tests only: a pause before each chunk.
         var delayMs = 0
     }
 
     static let queuedJobs = 4096
 
+    /// Chunks queued for reading per friend (the sender's serving bound). The reading lane counts
+    /// a batch down as soon as the link took it, not when the node core hears of it: a request that
+    /// the receiver sends once half its window arrived must not find the batches it answered still
+    /// counted (it would be cut short and its rest wait for the receiver's request timeout).
+    private let queued = Mutex<[[UInt8]: Int]>([:])
+
+    /// Chunks queued for `friend` and not yet sent.
+    func queuedChunks(for friend: [UInt8]) -> Int {
+        queued.withLock { $0[friend, default: 0] }
+    }
+
     /// False when the lane's queue is full (the job is not done; the asker asks again).
     @discardableResult
     func read(_ job: ReadJob) -> Bool {
-        if case .dropped = readInput.yield(job) { return false }
+        queued.withLock { $0[job.friend, default: 0] += job.indices.count }
+        if case .dropped = readInput.yield(job) {
+            dequeued(job)
+            return false
+        }
         return true
+    }
+
+    private func dequeued(_ job: ReadJob) {
+        queued.withLock { q in
+            let left = q[job.friend, default: 0] - job.indices.count
+            q[job.friend] = left > 0 ? left : nil
+        }
     }
 
     /// What became of a read job.
@@ -164,6 +188,7 @@ final class FileDisk: Sendable {
                 logger.warning("cannot serve an offered file", metadata: ["file": "\(job.fileID)", "error": "\(error)"])
                 outcome = .failed
             }
+            dequeued(job)
             await done(job, outcome)
         }
     }

@@ -42,7 +42,7 @@ public final class MessageFiles: Sendable {
         package var syncEveryChunks = 8
         /// A sender serves at most this many chunks of one FILE_REQUEST, and keeps at most this
         /// many queued for reading per friend; what is past it is not served (the receiver asks again).
-        package var chunksPerRequest = 32
+        package var chunksPerRequest = FileReceiver.chunksPerRequest
         package var queuedChunksPerFriend = 64
         /// Tests only: a pause before each chunk served (a transfer slow enough to interrupt).
         package var serveDelayMs = 0
@@ -133,8 +133,6 @@ public final class MessageFiles: Sendable {
     var relayPending: [FileID: ThreadID] = [:]
     let relayJobs: AsyncStream<RelayJob>
     let relayInput: AsyncStream<RelayJob>.Continuation
-    /// Chunks queued for reading, per friend (the serving bound).
-    var queuedChunks: [[UInt8]: Int] = [:]
     private var loaded = false
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, peers: PeerManager, outbox: Outbox, events: EventBus,
@@ -228,7 +226,6 @@ public final class MessageFiles: Sendable {
         relays = [:]
         deferred = [:]
         relayPending = [:]
-        queuedChunks = [:]
         loaded = false
     }
 
@@ -324,7 +321,7 @@ public final class MessageFiles: Sendable {
 
     /// The chunks of `request` (within the serving bounds) go to the reading lane, for `link`.
     func queueRead(_ request: FileRequestMessage, path: String, size: UInt64, tree: ChunkTreeLevels, for author: [UInt8], link: PeerLink) {
-        let room = min(limits.chunksPerRequest, limits.queuedChunksPerFriend - queuedChunks[author, default: 0])
+        let room = min(limits.chunksPerRequest, limits.queuedChunksPerFriend - disk.queuedChunks(for: author))
         guard room > 0 else { return }
         var indices: [Int] = []
         for r in request.ranges {
@@ -332,8 +329,9 @@ public final class MessageFiles: Sendable {
         }
         guard !indices.isEmpty else { return }
         let job = FileDisk.ReadJob(fileID: request.fileID, path: path, size: size, indices: indices,
-                                   proofs: indices.map { tree.proof(index: $0) }, link: link, delayMs: limits.serveDelayMs)
-        if disk.read(job) { queuedChunks[author, default: 0] += indices.count }
+                                   proofs: indices.map { tree.proof(index: $0) }, link: link, friend: author,
+                                   delayMs: limits.serveDelayMs)
+        disk.read(job)
     }
 
     /// The reading lane sent these chunks (or lost the link on the way, or could not read the file).
@@ -344,8 +342,6 @@ public final class MessageFiles: Sendable {
         case .linkGone(let n, let written): (sentBytes, failed, taken) = (n, false, written)
         case .failed: (sentBytes, failed, taken) = (0, true, [])
         }
-        queuedChunks[job.link.remotePublicKey ?? [], default: 0] -= job.indices.count
-        if let key = job.link.remotePublicKey, queuedChunks[key, default: 0] <= 0 { queuedChunks[key] = nil }
         if outgoing[job.fileID] == nil, relays[job.fileID] != nil {
             if case .failed = outcome { relayGone(job.fileID) }
             return

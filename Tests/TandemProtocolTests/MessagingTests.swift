@@ -393,6 +393,22 @@ final class MessagingTests: XCTestCase {
         return (offer, msgs, bytes)
     }
 
+    func testAWindowLargerThanARequestIsAskedForInRequestsASenderServesWhole() throws {
+        let n = 3 * FileReceiver.chunksPerRequest - 7
+        let offer = FileOfferMessage(fileID: FileID(bytes: mid)!, name: "f.bin", size: UInt64(n * ChatLimits.chunkBytes),
+                                     fileHash: [UInt8](repeating: 1, count: 32), chunkRoot: [UInt8](repeating: 2, count: 32))
+        var r = FileReceiver(offer: offer, nowMs: 0, window: n + 5)
+        let per = FileReceiver.chunksPerRequest
+        XCTAssertEqual(r.accept(nowMs: 0), [.request([ChunkRange(first: 0, count: per)]),
+                                            .request([ChunkRange(first: per, count: per)]),
+                                            .request([ChunkRange(first: 2 * per, count: n - 2 * per)])])
+        // After a broken link everything is asked again, still in whole requests.
+        r.linkLost()
+        let again = r.tick(nowMs: 1)
+        XCTAssertEqual(again.count, 3)
+        for case .request(let ranges) in again { XCTAssertLessThanOrEqual(ranges.reduce(0) { $0 + $1.count }, per) }
+    }
+
     func testAFileIsFetchedInAWindowVerifiedAndCompleted() throws {
         let (offer, chunks, bytes) = file(5 * ChatLimits.chunkBytes + 17)
         var r = FileReceiver(offer: offer, nowMs: 0, window: 4)

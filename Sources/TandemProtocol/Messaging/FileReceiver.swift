@@ -295,7 +295,32 @@ public struct FileReceiver: Sendable, Equatable {
             }
             ranges.append(ChunkRange(first: start, count: i - start))
         }
-        return ranges.isEmpty ? [] : [.request(ranges)]
+        return Self.requests(ranges)
+    }
+
+    /// The most chunks a sender serves of one FILE_REQUEST (messages.md 7.4): a window larger than
+    /// this is asked for in several requests, so no part of one is cut short and left to the timeout.
+    public static let chunksPerRequest = 32
+
+    /// `ranges` as FILE_REQUESTs of at most `chunksPerRequest` chunks each, in order.
+    static func requests(_ ranges: [ChunkRange]) -> [Action] {
+        var actions: [Action] = []
+        var piece: [ChunkRange] = []
+        var room = chunksPerRequest
+        for r in ranges {
+            var first = r.first, left = r.count
+            while left > 0 {
+                let take = min(left, room)
+                piece.append(ChunkRange(first: first, count: take))
+                (first, left, room) = (first + take, left - take, room - take)
+                if room == 0 {
+                    actions.append(.request(piece))
+                    (piece, room) = ([], chunksPerRequest)
+                }
+            }
+        }
+        if !piece.isEmpty { actions.append(.request(piece)) }
+        return actions
     }
 }
 
