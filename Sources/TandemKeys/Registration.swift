@@ -295,15 +295,14 @@ enum Registration {
         return (m.coverage, m.deficit)
     }
 
-    /// What `coverage` measures, and the outline: the spans of the frame's silhouette and of the
-    /// model's seen from the camera with the pose `t`, along four directions in the image (the
-    /// frame's two principal directions there and their diagonals), each the 1st–99th percentile
-    /// of the points' projections, in metres at the object's depth. `overhang` is the most by which
-    /// the frame's span exceeds the model's, `shortfall` the most by which the model's exceeds the
-    /// frame's: a can 1.5 cm taller than the model, or 1.5 cm shorter, whatever ICP slid where. The
-    /// distance measures cannot see that (each end is off by half of it, within 2τ); a silhouette's
-    /// span does not depend on a slide along it. The model's side: the model points facing the
-    /// camera (cosine ≥ 0; grazing faces are thin slivers in the image) and not hidden.
+    /// What `coverage` measures, and the outline, in metres at the object's depth, seen from the
+    /// camera with the pose `t`. `overhang` is the most by which the frame's span (1st–99th
+    /// percentile of its points' projections along four image directions: the frame's two principal
+    /// directions there and their diagonals) exceeds the full extent of the whole model's
+    /// projection: a can 1.5 cm taller than the model, whatever ICP slid where. `shortfall` is how
+    /// far the model's well-seen outline (the points coverage counts) reaches past the frame's
+    /// silhouette (`silhouetteShortfall`): a can 1.5 cm shorter. The distance measures cannot see
+    /// either (each end is off by half of it, within 2τ).
     static func measure(model tree: KDTree, normals: [SIMD3<Float>], view: [SIMD3<Float>], t: RigidTransform, tau: Float, cell: Float,
                         viewTree given: KDTree? = nil) -> StageTwoMeasures {
         let model = tree.points
@@ -341,19 +340,18 @@ enum Registration {
         // Facing the camera (oriented normals; the camera is at t's translation in model coordinates) and not hidden.
         let eye = t.translation
         let oriented = normals.count == model.count
-        // The outline's points: not hidden, and facing the camera (cosine ≥ 0: a grazing face is a
-        // thin sliver in the image, but the frame has it).
-        var outline: [SIMD2<Float>] = []
-        outline.reserveCapacity(camera.count / 2)
+        // The shortfall's outline: the points coverage counts, facing the camera by more than a
+        // graze (cosine ≥ 0.2) and not hidden. A near-grazing side is a sliver whose width swings
+        // with a few degrees of pose error, most where the model has a gap the frame fills (an end
+        // face no enrolment frame saw; `PoseSearchTests`).
+        var seenOutline: [SIMD2<Float>] = []
+        seenOutline.reserveCapacity(camera.count / 2)
         for i in camera.indices where camera[i].z <= zbuffer[index(projected[i])] + tolerance {
             if oriented {
                 let toEye = eye - model[i]
-                let facing = dot3(normals[i], toEye)
-                if facing >= 0 { outline.append(projected[i]) }
-                if facing < 0.2 * length3(toEye) { continue }
-            } else {
-                outline.append(projected[i])
+                if dot3(normals[i], toEye) < 0.2 * length3(toEye) { continue }
             }
+            seenOutline.append(projected[i])
             visible += 1
             let d2 = viewTree.nearestDistanceSquared(camera[i])
             if d2 <= limit { matched += 1 }
@@ -377,11 +375,13 @@ enum Registration {
         // Overhang against the whole model's projection (every point, seen or hidden): the object's
         // visible surface cannot project outside the object's own projection, and a gap in the
         // model (a face no enrolment frame saw) does not shrink it — the faces around the gap reach
-        // its edge. Shortfall against the model's visible outline (what the camera should see).
+        // its edge.
         // Its full extent, not percentiles: seen end-on, a deep object's whole projection crowds
         // inside its near face (perspective), so its percentiles fall short of the silhouette.
         let overhang = outlineMismatch(frame: frame, model: projected, modelExtremes: true).overhang
-        let shortfall = outlineMismatch(frame: frame, model: outline).shortfall
+        // The shortfall is a silhouette's: how far the visible outline reaches past the frame's
+        // points, whatever the points' density (an end face seen alone is its own silhouette).
+        let shortfall = silhouetteShortfall(frame: frame, model: seenOutline)
         // The projections' unit is one model cell at the object's depth.
         return StageTwoMeasures(coverage: Double(matched) / Double(visible), deficit: Double(patch) / Double(visible),
                                 overhang: Double(overhang * cell), shortfall: Double(shortfall * cell))
@@ -416,6 +416,19 @@ enum Registration {
             shortfall = max(shortfall, spanM - spanF)
         }
         return (overhang, shortfall)
+    }
+
+    /// How far the model's visible outline reaches past the frame's silhouette, in the points'
+    /// unit: the 98th percentile of its points' distances to the nearest frame point (a model part
+    /// the frame lacks is far from every frame point; inside the silhouette a point is within the
+    /// frame's spacing). Unlike percentile spans it does not depend on where the points crowd: a
+    /// uniform end face against a model seen mostly at its rim is 0.
+    static func silhouetteShortfall(frame: [SIMD2<Float>], model: [SIMD2<Float>]) -> Float {
+        guard frame.count >= 16, model.count >= 16 else { return 0 }
+        let tree = KDTree(thinned(frame, 4 * outlinePoints).map { SIMD3($0.x, $0.y, 0) })
+        var d = thinned(model, outlinePoints).map { tree.nearestDistanceSquared(SIMD3($0.x, $0.y, 0)) }
+        d.sort()
+        return d[Int(Double(d.count - 1) * 0.98)].squareRoot()
     }
 
     private static func thinned<T>(_ v: [T], _ count: Int) -> [T] {
