@@ -13,48 +13,7 @@ import XCTest
 /// What a burst's speed rests on (Protocol/messages.md 11.5): soft marks that commit without a
 /// sync of their own (`delivered`) or in the next step (`sent`), and the outbox's due recipients
 /// found by one seek each.
-final class MessageBurstTests: XCTestCase {
-    func call(_ node: NodeRuntime, _ method: String, _ params: [String: JSONValue] = [:]) async throws -> JSONValue {
-        guard case .unary(let handler) = node.router.entry(method) else { throw TandemError("no method \(method)") }
-        return try await handler(.object(params))
-    }
-
-    func event(_ node: NodeRuntime, _ type: String, where match: @escaping @Sendable (NodeEvent) -> Bool = { _ in true }) async throws -> NodeEvent {
-        try await TestSupport.event(node, type, seconds: 15, where: match)
-    }
-
-    func events(_ node: NodeRuntime, _ type: String) async throws -> [NodeEvent] {
-        let page = try await call(node, "events.list", ["since": .int(0), "limit": 1000, "types": [.string(type)]])
-        return (page["events"]?.arrayValue ?? []).compactMap(NodeEvent.init(json:))
-    }
-
-    func outboxDrains(_ node: NodeRuntime, file: StaticString = #filePath, line: UInt = #line) async throws {
-        var waiting = -1
-        for _ in 0..<300 {
-            waiting = await NodeCore.run { (try? node.store.outboxCount()) ?? -1 }  // a failed read: reported below
-            if waiting == 0 { return }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        XCTFail("\(waiting) frames still unacknowledged", file: file, line: line)
-    }
-
-    func befriend(_ a: RunningNode, _ b: RunningNode) async throws {
-        let (aID, bID) = (a.node.id.canonical, b.node.id.canonical)
-        _ = try await a.node.friends.request(b.node.identity.publicKey, message: "", address: ("127.0.0.1", b.port))
-        _ = try await event(b.node, "friend.request.received", where: { $0.fields["id"]?.stringValue == aID })
-        _ = try await b.node.friends.accept(a.node.identity.publicKey)
-        _ = try await event(a.node, "friend.accepted", where: { $0.fields["id"]?.stringValue == bID })
-    }
-
-    func send(_ from: NodeRuntime, to: NodeRuntime, _ text: String) async throws -> String {
-        let sent = try await call(from, "message.send", ["to": .string(to.id.canonical), "text": .string(text)])
-        return try XCTUnwrap(sent["id"]?.stringValue)
-    }
-
-    func list(_ node: NodeRuntime, with friend: NodeRuntime) async throws -> [JSONValue] {
-        try await call(node, "message.list", ["friend": .string(friend.id.canonical), "limit": 1000])["messages"]?.arrayValue ?? []
-    }
-
+final class MessageBurstTests: XCTestCase, MessageNodeCalls {
     /// The sender's `delivered` mark commits without a sync (with the removal of the acknowledged
     /// frame). Should a power cut lose that commit, the message is `sent` again with its frame
     /// back in the outbox: the frame goes again (same id), the friend's node holds it once and

@@ -13,18 +13,24 @@ import XCTest
 /// Files between two in-process nodes on loopback (Protocol/messages.md 7): a small and a
 /// multi-chunk file arrive byte for byte; a chunk whose path does not verify is refused; a
 /// stranger's offer stores nothing; the pending-files bound answers FILE_CANCEL.
-final class MessageFileTests: XCTestCase {
-    func call(_ node: NodeRuntime, _ method: String, _ params: [String: JSONValue] = [:]) async throws -> JSONValue {
-        guard case .unary(let handler) = node.router.entry(method) else { throw TandemError("no method \(method)") }
-        return try await handler(.object(params))
-    }
-
-    func befriend(_ a: RunningNode, _ b: RunningNode) async throws {
-        let (aID, bID) = (a.node.id.canonical, b.node.id.canonical)
-        _ = try await a.node.friends.request(b.node.identity.publicKey, message: "", address: ("127.0.0.1", b.port))
-        _ = try await TestSupport.event(b.node, "friend.request.received", where: { $0.fields["id"]?.stringValue == aID })
-        _ = try await b.node.friends.accept(a.node.identity.publicKey)
-        _ = try await TestSupport.event(a.node, "friend.accepted", where: { $0.fields["id"]?.stringValue == bID })
+final class MessageFileTests: XCTestCase, MessageNodeCalls {
+    /// An offer of a three-chunk file (bytes from `salt`) from `a` put straight on `b`, which
+    /// accepts it and asks for the chunks; `a` never serves them: the test plays them.
+    func offer(from a: RunningNode, to b: RunningNode, name: String, salt: Int) async throws
+        -> (id: FileID, chunks: [[UInt8]], tree: ChunkTreeLevels) {
+        let data = (0..<(2 * ChatLimits.chunkBytes + 100)).map { UInt8(truncatingIfNeeded: $0 &* salt) }
+        let chunks = stride(from: 0, to: data.count, by: ChatLimits.chunkBytes).map { Array(data[$0..<min(data.count, $0 + ChatLimits.chunkBytes)]) }
+        let tree = ChunkTreeLevels(leaves: chunks.map { ChunkTree.leafHash($0) })
+        let id = FileID.random()
+        let offer = FileOfferMessage(fileID: id, name: name, size: UInt64(data.count), fileHash: Hash.blake2b(data), chunkRoot: tree.root)
+        let files = b.node.messageFiles, aKey = a.node.identity.publicKey
+        try await NodeCore.perform {
+            try b.node.store.step { step in
+                files.loadIfNeeded(step)
+                try files.receiveOffer(offer, from: aKey, step)
+            }
+        }
+        return (id, chunks, tree)
     }
 
     func tempFile(_ bytes: [UInt8], name: String) throws -> String {
@@ -80,18 +86,8 @@ final class MessageFileTests: XCTestCase {
         let a = try await RunningNode.start(), b = try await RunningNode.start()
         defer { a.task.cancel(); b.task.cancel() }
         try await befriend(a, b)
-        let data = (0..<(2 * ChatLimits.chunkBytes + 100)).map { UInt8(truncatingIfNeeded: $0 &* 11) }
-        let chunks = stride(from: 0, to: data.count, by: ChatLimits.chunkBytes).map { Array(data[$0..<min(data.count, $0 + ChatLimits.chunkBytes)]) }
-        let tree = ChunkTreeLevels(leaves: chunks.map { ChunkTree.leafHash($0) })
-        let id = FileID.random()
-        let offer = FileOfferMessage(fileID: id, name: "y.bin", size: UInt64(data.count), fileHash: Hash.blake2b(data), chunkRoot: tree.root)
+        let (id, chunks, tree) = try await offer(from: a, to: b, name: "y.bin", salt: 11)
         let files = b.node.messageFiles, aKey = a.node.identity.publicKey
-        try await NodeCore.perform {
-            try b.node.store.step { step in
-                files.loadIfNeeded(step)
-                try files.receiveOffer(offer, from: aKey, step)
-            }
-        }
         let bad = FileChunkMessage(fileID: id, index: 1, data: chunks[1].map { $0 ^ 1 }, proof: tree.proof(index: 1))
         let good = FileChunkMessage(fileID: id, index: 0, data: chunks[0], proof: tree.proof(index: 0))
         func offCore(_ chunk: FileChunkMessage) async throws {
@@ -137,18 +133,8 @@ final class MessageFileTests: XCTestCase {
         defer { a.task.cancel(); b.task.cancel() }
         try await befriend(a, b)
         // An offer from a (a friend of b) for a file a never serves: b asks, and we play the chunks.
-        let data = (0..<(2 * ChatLimits.chunkBytes + 100)).map { UInt8(truncatingIfNeeded: $0 &* 13) }
-        let chunks = stride(from: 0, to: data.count, by: ChatLimits.chunkBytes).map { Array(data[$0..<min(data.count, $0 + ChatLimits.chunkBytes)]) }
-        let tree = ChunkTreeLevels(leaves: chunks.map { ChunkTree.leafHash($0) })
-        let id = FileID.random()
-        let offer = FileOfferMessage(fileID: id, name: "x.bin", size: UInt64(data.count), fileHash: Hash.blake2b(data), chunkRoot: tree.root)
+        let (id, chunks, tree) = try await offer(from: a, to: b, name: "x.bin", salt: 13)
         let files = b.node.messageFiles, aKey = a.node.identity.publicKey
-        try await NodeCore.perform {
-            try b.node.store.step { step in
-                files.loadIfNeeded(step)
-                try files.receiveOffer(offer, from: aKey, step)
-            }
-        }
         let bad = FileChunkMessage(fileID: id, index: 1, data: chunks[1].map { $0 ^ 1 }, proof: tree.proof(index: 1))
         let good = FileChunkMessage(fileID: id, index: 0, data: chunks[0], proof: tree.proof(index: 0))
         let stranger = SigningKeyPair.generate().publicKey
