@@ -127,8 +127,8 @@ final class FileDisk: Sendable {
         let fileID: FileID
         let path: String
         let size: UInt64
-        let indices: [Int]
-        let proofs: [[[UInt8]]]
+        var indices: [Int]
+        var proofs: [[[UInt8]]]
         let link: PeerLink
         /// The friend it is served to (its chunks count against that friend's serving bound).
         let friend: [UInt8]

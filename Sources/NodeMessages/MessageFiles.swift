@@ -41,7 +41,8 @@ public final class MessageFiles: Sendable {
         /// joins the next.
         package var syncEveryChunks = 8
         /// A sender serves at most this many chunks of one FILE_REQUEST, and keeps at most this
-        /// many queued for reading per friend; what is past it is not served (the receiver asks again).
+        /// many queued for reading per friend; the rest of a request waits (`waitingReads`) and is
+        /// served as the friend's queue drains.
         package var chunksPerRequest = FileReceiver.chunksPerRequest
         package var queuedChunksPerFriend = 64
         /// Tests only: a pause before each chunk served (a transfer slow enough to interrupt).
@@ -126,6 +127,10 @@ public final class MessageFiles: Sendable {
     var incoming: [FileID: Incoming] = [:]
     var outgoing: [FileID: Outgoing] = [:]
     var relays: [FileID: Relay] = [:]
+    /// Per friend, the rest of requests that found the serving bound full, oldest first (at most
+    /// `pendingPerFriend` each, one per request): served as the friend's queue drains, so several
+    /// files fetched from us at once never leave one waiting for the receiver's request timeout.
+    var waitingReads: [[UInt8]: [FileDisk.ReadJob]] = [:]
     /// Requests for a relayed file that is not whole yet: the latest per participant, answered when it
     /// is (in memory: after a restart the requester asks again after its timeout).
     var deferred: [FileID: [[UInt8]: FileRequestMessage]] = [:]
@@ -321,21 +326,67 @@ public final class MessageFiles: Sendable {
 
     /// The chunks of `request` (within the serving bounds) go to the reading lane, for `link`.
     func queueRead(_ request: FileRequestMessage, path: String, size: UInt64, tree: ChunkTreeLevels, for author: [UInt8], link: PeerLink) {
-        let room = min(limits.chunksPerRequest, limits.queuedChunksPerFriend - disk.queuedChunks(for: author))
-        guard room > 0 else { return }
         var indices: [Int] = []
         for r in request.ranges {
-            for i in r.first..<r.end where indices.count < room { indices.append(i) }
+            for i in r.first..<r.end where indices.count < limits.chunksPerRequest { indices.append(i) }
         }
         guard !indices.isEmpty else { return }
         let job = FileDisk.ReadJob(fileID: request.fileID, path: path, size: size, indices: indices,
                                    proofs: indices.map { tree.proof(index: $0) }, link: link, friend: author,
                                    delayMs: limits.serveDelayMs)
-        disk.read(job)
+        if waitingReads[author]?.isEmpty == false {
+            keepWaiting(job)  // behind the friend's older requests
+        } else if let rest = submitRead(job) {
+            keepWaiting(rest)
+        }
+    }
+
+    /// Hands the reading lane as much of `job` as the friend's serving bound has room for; the
+    /// rest, if any, is returned.
+    func submitRead(_ job: FileDisk.ReadJob) -> FileDisk.ReadJob? {
+        let room = limits.queuedChunksPerFriend - disk.queuedChunks(for: job.friend)
+        guard room > 0 else { return job }
+        guard room < job.indices.count else {
+            disk.read(job)
+            return nil
+        }
+        var now = job, rest = job
+        (now.indices, now.proofs) = (Array(job.indices[..<room]), Array(job.proofs[..<room]))
+        (rest.indices, rest.proofs) = (Array(job.indices[room...]), Array(job.proofs[room...]))
+        disk.read(now)
+        return rest
+    }
+
+    /// Keeps the rest of a request until the friend's queue drains (past `pendingPerFriend`
+    /// waiting requests it is dropped: the receiver asks again after its timeout).
+    func keepWaiting(_ job: FileDisk.ReadJob) {
+        guard waitingReads[job.friend, default: []].count < limits.pendingPerFriend else { return }
+        waitingReads[job.friend, default: []].append(job)
+    }
+
+    /// After a batch for `friend` left: its waiting requests, oldest first, while there is room,
+    /// for files still offered or relayed.
+    func resumeWaitingReads(for friend: [UInt8]) {
+        guard var waiting = waitingReads[friend] else { return }
+        while let first = waiting.first {
+            let live = outgoing[first.fileID].map { $0.state != .failed && now() < $0.deadlineMs } ?? (relays[first.fileID] != nil)
+            guard live else {
+                waiting.removeFirst()
+                continue
+            }
+            guard let rest = submitRead(first) else {
+                waiting.removeFirst()
+                continue
+            }
+            waiting[0] = rest
+            break
+        }
+        waitingReads[friend] = waiting.isEmpty ? nil : waiting
     }
 
     /// The reading lane sent these chunks (or lost the link on the way, or could not read the file).
     func served(_ job: FileDisk.ReadJob, _ outcome: FileDisk.Served) {
+        defer { resumeWaitingReads(for: job.friend) }
         let sentBytes: Int64, failed: Bool, taken: [Int]
         switch outcome {
         case .sent(let n): (sentBytes, failed, taken) = (n, false, job.indices)

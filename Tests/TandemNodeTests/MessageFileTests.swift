@@ -79,6 +79,33 @@ final class MessageFileTests: XCTestCase, MessageNodeCalls {
         XCTAssertEqual((got.fields["path"]?.stringValue.map { ($0 as NSString).lastPathComponent }), "note (2).txt")
     }
 
+    /// Several files fetched from one friend at once: requests that find the sender's serving
+    /// bound full wait at the sender and are served as its queue drains (messages.md 7.4), never
+    /// left to the receiver's request timeout — here an hour, so a request cut short would never
+    /// be asked again and its file never arrive.
+    func testRequestsPastTheServingBoundAreServedAsTheQueueDrains() async throws {
+        let a = try await RunningNode.start(configure: { $0.fileLimits.queuedChunksPerFriend = 4 })
+        let b = try await RunningNode.start(configure: { $0.fileLimits.requestTimeoutMs = 3_600_000 })
+        defer { a.task.cancel(); b.task.cancel() }
+        try await befriend(a, b)
+        var expected: [String: [UInt8]] = [:]
+        for n in 0..<3 {
+            let bytes = (0..<(5 * ChatLimits.chunkBytes + 99)).map { UInt8(truncatingIfNeeded: ($0 &* (n + 3)) ^ ($0 >> 11)) }
+            let sent = try await call(a.node, "message.send_file", ["to": .string(b.node.id.canonical),
+                                                                    "path": .string(try tempFile(bytes, name: "part\(n).bin"))])
+            expected[try XCTUnwrap(sent["file_id"]?.stringValue)] = bytes
+        }
+        for (fileID, bytes) in expected {
+            let got = try await TestSupport.event(b.node, "message.file_received", seconds: 60,
+                                                  where: { $0.fields["file_id"]?.stringValue == fileID })
+            let stored = try XCTUnwrap(got.fields["path"]?.stringValue)
+            XCTAssertEqual(Array(try Data(contentsOf: URL(fileURLWithPath: stored))), bytes)
+            XCTAssertEqual(got.fields["bytes_received"]?.intValue, Int64(bytes.count), "no chunk twice")
+        }
+        let waiting = await NodeCore.run { a.node.messageFiles.waitingReads.count }
+        XCTAssertEqual(waiting, 0, "nothing left waiting once every file is served")
+    }
+
     /// A chunk decoded on the event loop and checked by the writing lane (messages.md 11.4) that does
     /// not match its path is refused as on the core: not written, counted, told as
     /// `message.file_bad_chunk`, asked again; the 16th ends the transfer. A good one is held once synced.
