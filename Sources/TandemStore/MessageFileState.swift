@@ -15,7 +15,8 @@ extension StoreReading {
     /// The transfer attached to message `messageId` (the offer's `message_id`), newest first.
     public func fileTransfer(messageId: [UInt8]) throws -> StoredFileTransfer? {
         try read { db in
-            try StoredFileTransfer.fetchOne(db, sql: "SELECT * FROM fileTransfer WHERE messageId = ? ORDER BY createdAtMs DESC LIMIT 1",
+            // Prepared once: `message list` asks it for every message it shows.
+            try StoredFileTransfer.fetchOne(try db.cachedStatement(sql: "SELECT * FROM fileTransfer WHERE messageId = ? ORDER BY createdAtMs DESC LIMIT 1"),
                                             arguments: [Data(messageId)])
         }
     }

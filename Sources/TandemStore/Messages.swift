@@ -512,8 +512,9 @@ extension StoreStep {
     /// READ, when the reciprocal rule allows one) is queued with it.
     public func markReadLocally(conversationId: Int64, peer: [UInt8], upToSeq: Int64, frame: OutboxItem?) throws {
         try write { db in
-            try db.execute(sql: "UPDATE message SET state = 'read' WHERE conversationId = ? AND author = ? AND seq <= ? AND state = 'received'",
-                           arguments: [conversationId, Data(peer), upToSeq])
+            // Prepared once: every `message list` of a conversation runs it.
+            try db.cachedStatement(sql: "UPDATE message SET state = 'read' WHERE conversationId = ? AND author = ? AND seq <= ? AND state = 'received'")
+                .execute(arguments: [conversationId, Data(peer), upToSeq])
             if let frame {
                 try frame.insert(db)
                 try db.execute(sql: "UPDATE conversation SET readSentUpToSeq = MAX(readSentUpToSeq, ?) WHERE id = ?",
