@@ -9,6 +9,8 @@ import TandemNodeCore
 extension MessageService: FrameFlow {
     package nonisolated func owns(_ type: MessageType) -> Bool { type.isMessage }
     package nonisolated var dropsBlockedAuthors: Bool { true }
+    /// An ACK of a MESSAGE is announced as `message.delivered` (`delivered(_:type:to:_:)`).
+    package nonisolated func announcesDelivery(of type: MessageType) -> Bool { type == .chatMessage }
 }
 
 extension MessageService {

@@ -15,6 +15,8 @@ final class ChildProcess {
     private var lines = PipeLines()
     private(set) var port = 0
     private(set) var publicKey: [UInt8] = []
+    /// The child's stdin, for benches that send it requests.
+    var stdinHandle: FileHandle { stdinPipe.fileHandleForWriting }
 
     convenience init(mode: ServeMode, timeoutSeconds: Int) throws {
         try self.init(arguments: ["serve", "--mode", mode.rawValue, "--timeout", String(timeoutSeconds)],

@@ -13,8 +13,10 @@ import TandemProtocol
 /// signed ping/pong round trip, a synced 4 KiB write). Burst: `--burst` messages sent as fast as the
 /// node's `message.send` takes them, `--in-flight` requests at a time (what several CLI clients, or
 /// one client pipelining on the control socket, do), then the time until every one is delivered;
-/// the receiver must hold each exactly once, in the sender's seq order. RSS is the whole bench
-/// process's (both nodes), sampled during the burst.
+/// the receiver must hold each exactly once, in the sender's seq order. The receiving node runs in a
+/// child process (`messages-child`), so each node has its own `@NodeCore` thread as in any real
+/// deployment; CPU, RSS and CPU per thread are reported per process. `--in-process` runs both nodes
+/// in this process instead (one core thread for both: the figures of earlier sessions).
 struct MessagesBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "messages",
@@ -32,6 +34,8 @@ struct MessagesBench: AsyncParsableCommand {
     @Option(help: "Searches and lists measured with --search (each).") var queries: Int = 200
     @Option(help: "Mailbox rounds (the friend's node stopped, then started) through the relay.") var mailRounds: Int = 5
     @Flag(help: "Skip the figures through a relay (tunnel and mailbox).") var noRelay = false
+    @Flag(help: "Run the receiving node in this process too (both nodes on one core thread), not in a child process.")
+    var inProcess = false
 
     func validate() throws {
         guard (5...10_000).contains(rounds) else { throw ValidationError("--rounds must be between 5 and 10000") }
@@ -42,13 +46,29 @@ struct MessagesBench: AsyncParsableCommand {
         guard (1...100).contains(mailRounds) else { throw ValidationError("--mail-rounds must be between 1 and 100") }
     }
 
-    func call(_ node: NodeRuntime, _ method: String, _ params: [String: JSONValue]) async throws -> JSONValue {
+    static func call(_ node: NodeRuntime, _ method: String, _ params: [String: JSONValue]) async throws -> JSONValue {
         guard case .unary(let handler) = node.router.entry(method) else { throw TandemError("no method \(method)") }
         return try await handler(.object(params))
     }
 
+    func call(_ node: NodeRuntime, _ method: String, _ params: [String: JSONValue]) async throws -> JSONValue {
+        try await Self.call(node, method, params)
+    }
+
+    /// Both nodes' configuration (the child's too).
+    static func nodeConfiguration() -> NodeConfiguration {
+        var config = NodeConfiguration()
+        config.host = "127.0.0.1"
+        config.port = 0
+        config.friends.retryTick = .milliseconds(200)
+        // The per-friend rate bound (600, then 300 a minute) would throttle the burst: raised here.
+        config.messageLimits.burst = 1_000_000
+        config.messageLimits.perMinute = 1_000_000
+        return config
+    }
+
     /// Every message id of a direct conversation, oldest first, through `message.list` pages.
-    func conversation(_ node: NodeRuntime, with friend: String) async throws -> [String] {
+    static func conversation(_ node: NodeRuntime, with friend: String) async throws -> [String] {
         var ids: [String] = []
         var before: String?
         while true {
@@ -65,64 +85,73 @@ struct MessagesBench: AsyncParsableCommand {
     func run() async throws {
         var logger = Logger(label: "bench")
         logger.logLevel = .critical
-        var config = NodeConfiguration()
-        config.host = "127.0.0.1"
-        config.port = 0
-        config.friends.retryTick = .milliseconds(200)
-        // The per-friend rate bound (600, then 300 a minute) would throttle the burst: raised here.
-        config.messageLimits.burst = 1_000_000
-        config.messageLimits.perMinute = 1_000_000
-        let aliceKey = SigningKeyPair.generate(), bobKey = SigningKeyPair.generate()
+        let config = Self.nodeConfiguration()
+        let bobSeed = Sodium.randomBytes(32)
+        let aliceKey = SigningKeyPair.generate(), bobKey = try SigningKeyPair(seed: bobSeed)
         let root = URL(fileURLWithPath: workDir ?? NSTemporaryDirectory()).appendingPathComponent("tandem-messages-bench-\(getpid())")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: root) }
         if search { return try await runSearch(root: root, logger: logger) }
         let alice = try NodeRuntime(identity: aliceKey, configuration: config,
                                     dataDirectory: DataDirectory(url: root.appendingPathComponent("alice")), logger: logger)
-        let bob = try NodeRuntime(identity: bobKey, configuration: config,
-                                  dataDirectory: DataDirectory(url: root.appendingPathComponent("bob")), logger: logger)
+        // The receiver: a node in this process (`--in-process`) or in a child process.
+        let bob = inProcess ? try NodeRuntime(identity: bobKey, configuration: config,
+                                              dataDirectory: DataDirectory(url: root.appendingPathComponent("bob")), logger: logger) : nil
+        let child = inProcess ? nil : try ChildProcess(
+            arguments: ["messages-child", "--data-dir", root.appendingPathComponent("bob").path, "--seed", hexString(bobSeed),
+                        "--accept", hexString(aliceKey.publicKey), "--timeout", "1800"],
+            timeoutSeconds: 1800)
+        defer { child?.stop() }
+        let bobPID = child?.process.processIdentifier ?? getpid()
+        let aliceID = NodeID(publicKey: aliceKey.publicKey).canonical
         let bobID = NodeID(publicKey: bobKey.publicKey).canonical
         var latencies: [Double] = [], pings: [Double] = []
         // Where a round's time goes: the send answered (the sender's synced commit), the message
         // stored on the friend's node (its `message.received`, after its synced commit), delivered.
         var answered: [Double] = [], stored: [Double] = []
-        var burstSeconds = 0.0, sendSeconds = 0.0, peakRSS = 0.0, burstCPU = 0.0
+        var burstSeconds = 0.0, sendSeconds = 0.0, peakRSS = 0.0, burstCPU = 0.0, peakRSSBob = 0.0, burstCPUBob = 0.0
+        var threadsAlice: [[String: Any]] = [], threadsBob: [[String: Any]] = []
         var inOrder = false
 
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await alice.run(signals: false) }
-            tasks.addTask { try await bob.run(signals: false) }
-            let bobPort = try await bob.listener.boundAddress.port!
+            if let bob { tasks.addTask { try await bob.run(signals: false) } }
+            let bobPort = try await bob?.listener.boundAddress.port ?? child!.port
             let clock = ContinuousClock()
             var roundIDs = Set<String>()
             do {
                 // Subscriptions that end with this scope: nothing buffers events for them during the burst.
-                let bobEvents = bob.eventBus.subscribe(since: nil)
+                let bobEvents = bob?.eventBus.subscribe(since: nil)
                 let aliceEvents = alice.eventBus.subscribe(since: nil)
                 _ = try await alice.friends.request(bobKey.publicKey, message: "", address: ("127.0.0.1", bobPort))
-                var bobIterator = bobEvents.makeAsyncIterator()
-                while let e = await bobIterator.next(), e.type != "friend.request.received" {}
-                _ = try await bob.friends.accept(aliceKey.publicKey)
+                if let bob, let bobEvents {
+                    var bobIterator = bobEvents.makeAsyncIterator()
+                    while let e = await bobIterator.next(), e.type != "friend.request.received" {}
+                    _ = try await bob.friends.accept(aliceKey.publicKey)
+                }
                 var delivered = aliceEvents.makeAsyncIterator()
                 while let e = await delivered.next(), e.type != "friend.accepted" {}
 
                 // Bob's `message.received` of each round, watched beside the sends (a subscriber of its
-                // own, as a client would be): when each round's message was stored on his node.
-                let bobWatch = bob.eventBus.subscribe(since: nil)
+                // own, as a client would be; the child prints a line for each): when each round's
+                // message was stored on his node, on CLOCK_MONOTONIC.
+                let bobWatch = bob?.eventBus.subscribe(since: nil)
                 let last = "round \(rounds + 2)"
-                async let storedAt: [String: ContinuousClock.Instant] = {
-                    var at: [String: ContinuousClock.Instant] = [:]
-                    for await e in bobWatch where e.type == "message.received" {
-                        guard let text = e.fields["text"]?.stringValue else { continue }
-                        at[text] = clock.now
-                        if text == last { break }
+                async let storedAt: [String: UInt64] = {
+                    var at: [String: UInt64] = [:]
+                    if let bobWatch {
+                        for await e in bobWatch where e.type == "message.received" {
+                            guard let text = e.fields["text"]?.stringValue else { continue }
+                            at[text] = monotonicNanos()
+                            if text == last { break }
+                        }
                     }
                     return at
                 }()
-                var starts: [ContinuousClock.Instant] = []
+                var starts: [UInt64] = []
                 for round in 0..<(rounds + 3) {
                     let start = clock.now
-                    starts.append(start)
+                    starts.append(monotonicNanos())
                     let id = try await call(alice, "message.send", ["to": .string(bobID), "text": .string("round \(round)")])["id"]?.stringValue
                     let answeredAt = clock.now
                     if let id { roundIDs.insert(id) }
@@ -132,9 +161,15 @@ struct MessagesBench: AsyncParsableCommand {
                         answered.append((answeredAt - start).milliseconds)
                     }
                 }
-                let storedTimes = await storedAt
+                var storedTimes = await storedAt
+                if let child {
+                    while storedTimes[last] == nil, let line = child.nextEvent("received", timeoutSeconds: 60),
+                          let text = line["text"] as? String, let at = line["mono_ns"] as? Int {
+                        storedTimes[text] = UInt64(at)
+                    }
+                }
                 for round in 3..<(rounds + 3) {
-                    if let at = storedTimes["round \(round)"] { stored.append((at - starts[round]).milliseconds) }
+                    if let at = storedTimes["round \(round)"] { stored.append(Double(Int64(at) - Int64(starts[round])) / 1e6) }
                 }
             }
 
@@ -142,7 +177,8 @@ struct MessagesBench: AsyncParsableCommand {
             var ids: [String] = []
             let deliveries = alice.eventBus.subscribe(since: nil)
             let burstStart = clock.now
-            let cpuStart = BenchNode.cpuSeconds(getpid())
+            let cpuStart = BenchNode.cpuSeconds(getpid()), cpuStartBob = BenchNode.cpuSeconds(bobPID)
+            let threadsStart = ThreadCPU(getpid()), threadsStartBob = ThreadCPU(bobPID)
             async let lastDelivered = { [roundIDs] () async -> ContinuousClock.Instant in
                 var seen = Set<String>()
                 for await e in deliveries where e.type == "message.delivered" {
@@ -164,17 +200,31 @@ struct MessagesBench: AsyncParsableCommand {
                 while let id = try await senders.next() {
                     if let id { ids.append(id) }
                     if next < burst { start() }
-                    if next % 500 == 0 { peakRSS = max(peakRSS, residentMB(getpid())) }
+                    if next % 500 == 0 {
+                        peakRSS = max(peakRSS, residentMB(getpid()))
+                        peakRSSBob = max(peakRSSBob, residentMB(bobPID))
+                    }
                 }
             }
             sendSeconds = (clock.now - burstStart).milliseconds / 1000
             burstSeconds = (await lastDelivered - burstStart).milliseconds / 1000
             burstCPU = BenchNode.cpuSeconds(getpid()) - cpuStart
+            burstCPUBob = BenchNode.cpuSeconds(bobPID) - cpuStartBob
+            threadsAlice = ThreadCPU(getpid()).since(threadsStart, messages: burst)
+            threadsBob = ThreadCPU(bobPID).since(threadsStartBob, messages: burst)
             peakRSS = max(peakRSS, residentMB(getpid()))
+            peakRSSBob = max(peakRSSBob, residentMB(bobPID))
+            if inProcess { (burstCPUBob, peakRSSBob, threadsBob) = (0, 0, []) }
             // Exactly once and in order: the receiver's messages from alice, oldest first, are the
             // sender's, in its seq order, each once; and they are the burst's (after the rounds).
-            let sent = try await conversation(alice, with: bobID)
-            let received = try await conversation(bob, with: NodeID(publicKey: aliceKey.publicKey).canonical)
+            let sent = try await Self.conversation(alice, with: bobID)
+            var received: [String] = []
+            if let bob {
+                received = try await Self.conversation(bob, with: aliceID)
+            } else if let child {
+                child.send("list \(aliceID)")
+                received = child.nextEvent("list", timeoutSeconds: 120)?["ids"] as? [String] ?? []
+            }
             let burstIDs = Set(ids)
             inOrder = burstIDs.count == burst && sent == received && Set(sent.suffix(burst)) == burstIDs
                 && Set(received).count == received.count
@@ -212,6 +262,28 @@ struct MessagesBench: AsyncParsableCommand {
         let l = Percentiles(latencies), p = Percentiles(pings)
         let goal = 3 * p.p50 + 2 * syncs.p50
         let a = Percentiles(answered), s = Percentiles(stored)
+        var burstReport: [String: Any] = [
+            "messages": burst, "send_seconds": sendSeconds, "until_last_delivered_seconds": burstSeconds,
+            "messages_per_second": Double(burst) / max(burstSeconds, 1e-9), "in_flight": inFlight, "all_once_in_seq_order": inOrder,
+            "receiver": inProcess ? "in this process (both nodes on one core thread)" : "a child process (each node its own core thread)",
+            "environment": environment(),
+        ]
+        // CPU from the first send to the last delivery: what a burst costs, whatever else the machine
+        // runs; per thread: which of a node's threads (its core `TP-#0`, event loops `NIO-ELT-…`) spent it.
+        if inProcess {
+            burstReport.merge(["cpu_seconds_both_nodes": burstCPU, "messages_per_cpu_second": Double(burst) / max(burstCPU, 1e-9),
+                               "cpu_ms_per_message_both_nodes": 1000 * burstCPU / Double(burst),
+                               "peak_rss_mb_both_nodes": peakRSS, "threads": threadsAlice]) { $1 }
+        } else {
+            burstReport.merge([
+                "sender": ["cpu_seconds": burstCPU, "cpu_ms_per_message": 1000 * burstCPU / Double(burst),
+                           "peak_rss_mb": peakRSS, "threads": threadsAlice] as [String: Any],
+                "receiver_process": ["cpu_seconds": burstCPUBob, "cpu_ms_per_message": 1000 * burstCPUBob / Double(burst),
+                                     "peak_rss_mb": peakRSSBob, "threads": threadsBob] as [String: Any],
+                "cpu_seconds_both_nodes": burstCPU + burstCPUBob,
+                "messages_per_cpu_second": Double(burst) / max(burstCPU + burstCPUBob, 1e-9),
+            ]) { $1 }
+        }
         var report: [String: Any] = [
             "benchmark": "messages",
             "rounds": rounds,
@@ -222,12 +294,7 @@ struct MessagesBench: AsyncParsableCommand {
             "goal_met": l.p50 <= goal,
             "ratio_p50_to_goal": l.p50 / max(goal, 1e-9),
             "breakdown_p50_ms": ["send_answered": a.p50, "stored_on_friend_event": s.p50, "delivered_event": l.p50] as [String: Any],
-            "burst": ["messages": burst, "send_seconds": sendSeconds, "until_last_delivered_seconds": burstSeconds,
-                      "messages_per_second": Double(burst) / max(burstSeconds, 1e-9), "in_flight": inFlight, "all_once_in_seq_order": inOrder,
-                      // CPU of the whole process (both nodes) from the first send to the last delivery:
-                      // what a burst costs, whatever else the machine runs.
-                      "cpu_seconds_both_nodes": burstCPU, "messages_per_cpu_second": Double(burst) / max(burstCPU, 1e-9),
-                      "peak_rss_mb_both_nodes": peakRSS] as [String: Any],
+            "burst": burstReport,
             "store": "on disk (WAL, synchronous = FULL)",
             "note": "latency path: the sender's synced commit, the link, the receiver's synced commit, the ACK; burst: one message.send call per message, --in-flight at a time, the sends that wait together share a commit",
         ]
@@ -240,9 +307,11 @@ struct MessagesBench: AsyncParsableCommand {
         }
         let data = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys, .prettyPrinted])
         print(String(decoding: data, as: UTF8.self))
-        FileHandle.standardError.write(Data(String(format: "messages: send→delivered p50 %.2f ms, p99 %.2f ms (goal p50 ≤ %.2f = 3×ping %.3f + 2×sync %.3f); burst %d in %.2f s (%.0f/s), in order: %@\n",
+        FileHandle.standardError.write(Data(String(format: "messages: send→delivered p50 %.2f ms, p99 %.2f ms (goal p50 ≤ %.2f = 3×ping %.3f + 2×sync %.3f); burst %d in %.2f s (%.0f/s), in order: %@; CPU ms/message sender %.3f, receiver %.3f%@; RSS MB %.0f, %.0f\n",
                                                    l.p50, l.p99, goal, p.p50, syncs.p50, burst, burstSeconds,
-                                                   Double(burst) / max(burstSeconds, 1e-9), inOrder ? "yes" : "NO").utf8))
+                                                   Double(burst) / max(burstSeconds, 1e-9), inOrder ? "yes" : "NO",
+                                                   1000 * burstCPU / Double(burst), 1000 * burstCPUBob / Double(burst),
+                                                   inProcess ? " (one process: both in the first)" : "", peakRSS, peakRSSBob).utf8))
         if let r = report["relay"] as? [String: Any], let t = r["tunnel_send_to_delivered_ms"] as? [String: Double],
            let tp = r["tunnel_floor_signed_ping_pong_ms"] as? [String: Double] {
             FileHandle.standardError.write(Data(String(format: "messages: through a relay tunnel p50 %.2f ms, p99 %.2f ms (tunnel ping p50 %.3f); mailbox start→delivered median %.0f ms\n",

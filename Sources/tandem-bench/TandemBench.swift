@@ -15,7 +15,7 @@ struct TandemBench: AsyncParsableCommand {
         speed on one core), the ratio to it, and the target ratio. The peer is a child process
         (this executable, hidden `serve` subcommand) on 127.0.0.1. Build with `-c release`.
         """,
-        subcommands: [All.self, Handshakes.self, Frames.self, Bulk.self, FriendsBench.self, MessagesBench.self, MessageFilesBench.self, DiscoveryBench.self, CountdownBench.self, RelayBench.self, AbuseBench.self, IsolationBench.self, VaultBench.self, BackupBench.self, KeysBench.self, DaylightBench.self, UnlockBench.self, SunBench.self, WebBench.self, Serve.self, VaultImportChild.self, AbuseChild.self, IsolationChild.self, MessageFilesChild.self],
+        subcommands: [All.self, Handshakes.self, Frames.self, Bulk.self, FriendsBench.self, MessagesBench.self, MessageFilesBench.self, DiscoveryBench.self, CountdownBench.self, RelayBench.self, AbuseBench.self, IsolationBench.self, VaultBench.self, BackupBench.self, KeysBench.self, DaylightBench.self, UnlockBench.self, SunBench.self, WebBench.self, Serve.self, VaultImportChild.self, AbuseChild.self, IsolationChild.self, MessageFilesChild.self, MessagesChild.self],
         defaultSubcommand: All.self
     )
 }

@@ -275,9 +275,11 @@ package final class Outbox: Sendable {
     /// An ACK (or a REPLAYED error) from the recipient of one of our frames: delivered. Only the
     /// recipient of a frame can acknowledge it. Returns the acknowledged frame's type (nil when no
     /// frame of ours to `author` had this id), so the router can tell the flow that owns the type
-    /// (`FrameFlow.delivered`) in the same step.
+    /// (`FrameFlow.delivered`) in the same step. `announce` says whether `outbox.delivered` is stored
+    /// for the frame's type (not when the flow that owns it announces the delivery itself).
     @discardableResult
-    package func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep) -> MessageType? {
+    package func delivered(_ messageID: [UInt8], by author: [UInt8], _ step: StoreStep,
+                           announce: (MessageType?) -> Bool = { _ in true }) -> MessageType? {
         health.read("remove an acknowledged frame", or: nil) { () throws -> MessageType? in
             guard let raw = try step.acknowledgeReturningType(messageID, from: author) else { return nil }
             let refill = book.withLockedValue { book -> Bool in
@@ -286,9 +288,11 @@ package final class Outbox: Sendable {
                 return book.isHolding(author) && book.room(author) >= max(1, book.window / 4)
             }
             if refill { refillAfterCommit(author, step) }
+            let type = MessageType(rawValue: UInt16(clamping: raw))
+            guard announce(type) else { return type }
             events.emit("outbox.delivered", ["to": .string(NodeID(publicKey: author).canonical),
                                              "message_id": .string(hexString(messageID))], in: step)
-            return MessageType(rawValue: UInt16(clamping: raw))
+            return type
         }
     }
 
@@ -498,19 +502,15 @@ package final class Outbox: Sendable {
             }
         }
         var envelopes: [Envelope] = []
+        // The bytes of the frames written now that were not handed in, in one read.
+        let toRead = items.filter { fresh.contains(Self.bookKey($0.messageId, key)) && frames[$0.messageId] == nil }.map(\.messageId)
+        do {
+            frames.merge(try store.outboxFrames(toRead, to: key)) { known, _ in known }
+        } catch {
+            health.failed("read the outbox", error)
+        }
         for item in items where fresh.contains(Self.bookKey(item.messageId, key)) {
-            let bytes: [UInt8]?
-            if let known = frames[item.messageId] {
-                bytes = known
-            } else {
-                do {
-                    bytes = try store.outboxFrame(item.messageId, to: key)
-                } catch {
-                    health.failed("read the outbox", error)
-                    continue
-                }
-            }
-            guard let bytes else { continue }  // acknowledged since it was listed: nothing to write
+            guard let bytes = frames[item.messageId] else { continue }  // acknowledged since it was listed (or unreadable): nothing to write
             guard let env = try? Envelope.parse(bytes) else {  // logged, counted and dropped below
                 // Written by this node, so only a damaged store gets here: drop the row, say so.
                 logger.error("unreadable outbox frame dropped", metadata: ["message_id": "\(hexString(item.messageId))"])

@@ -29,6 +29,10 @@ package protocol FrameFlow: AnyObject, Sendable {
     /// `recipient` acknowledged (ACK, or REPLAYED) our frame `messageID` of a type this flow owns:
     /// it is stored on the recipient's node. Told in the step that removed it from the outbox.
     func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep)
+    /// True when this flow announces an ACK of its frames of `type` with an event of its own (a
+    /// MESSAGE: `message.delivered`): the outbox then stores no `outbox.delivered` beside it (one
+    /// event row per delivery, messages.md 11.6).
+    nonisolated func announcesDelivery(of type: MessageType) -> Bool
     /// Every event of the inbound batch was handled, in `step`, which commits next: what a flow
     /// gathered over the batch (messages: one DELIVERED per author for the mail it stored) goes
     /// into the same commit.
@@ -37,6 +41,7 @@ package protocol FrameFlow: AnyObject, Sendable {
 
 extension FrameFlow {
     package nonisolated var dropsBlockedAuthors: Bool { false }
+    package nonisolated func announcesDelivery(of type: MessageType) -> Bool { false }
     package func handle(_ envelope: Envelope, prepared: (any Sendable)?, from link: PeerLink?, _ step: StoreStep) {
         handle(envelope, from: link, step)
     }

@@ -133,7 +133,9 @@ extension NodeFrameRouter {
         } catch {
             return  // AckMessage throws only PayloadError
         }
-        if let type = outbox.delivered(ack.messageID, by: envelope.author, step) {
+        let flows = self.flows
+        let announce = { (type: MessageType?) in !flows.contains { flow in type.map { flow.owns($0) && flow.announcesDelivery(of: $0) } ?? false } }
+        if let type = outbox.delivered(ack.messageID, by: envelope.author, step, announce: announce) {
             tellDelivered(ack.messageID, type: type, to: envelope.author, step)
         }
     }
