@@ -29,15 +29,15 @@ public final class MessageFiles: Sendable {
         package var pendingBytesTotal: Int64 = 16 << 30
         /// How long an offer lives (both sides): past it, an unfinished transfer fails `EXPIRED`.
         package var offerLifetimeMs: Int64 = 8 * 86_400_000
-        /// Chunks requested at once by a receiver (16 MiB): a FILE_REQUEST for `refillChunks` more
-        /// goes out whenever that many of them arrived, so the sender always has 48 to 64 chunks
-        /// asked for and the link never waits for the request loop (both nodes' cores; messages.md
+        /// Chunks requested at once by a receiver (8 MiB): a FILE_REQUEST for `refillChunks` more
+        /// goes out whenever that many of them arrived, so the sender always has 24 to 32 chunks
+        /// asked for and the link does not wait for the request loop (both nodes' cores; messages.md
         /// 11.4). It bounds what a kill -9 of the receiver makes the sender send again: the chunks
         /// in flight, and those received but not yet written (a written chunk is in
-        /// `WrittenChunks`; messages.md 7.3).
-        package var window = 64
-        /// The step the window is refilled in (4 MiB; at most `chunksPerRequest`, so one request).
-        package var refillChunks = 16
+        /// `WrittenChunks`; messages.md 7.3) — so it is not larger: 64 re-sent 1.2 % of 1 GiB.
+        package var window = 32
+        /// The step the window is refilled in (2 MiB; at most `chunksPerRequest`, so one request).
+        package var refillChunks = 8
         package var requestTimeoutMs: Int64 = 30_000
         /// A receiver asks for a sync of its partial file after this many written chunks (2 MiB;
         /// and at the end), and stores their bits once it is done. The sync runs on the syncing
