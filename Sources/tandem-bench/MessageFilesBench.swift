@@ -37,6 +37,8 @@ struct MessageFilesBench: AsyncParsableCommand {
     @Option(help: "The receiver's window in chunks (default: the node's, MessageFiles.Limits.window).") var window: Int?
     @Option(help: "The step the receiver refills its window in, in chunks (default: the node's).") var refill: Int?
     @Flag(help: "Do not measure the floors of the file path (messages.md 11.4).") var skipFloors = false
+    @Option(help: "Bytes each node reads from a link per turn of its event loop (LinkLimits.maximumReadBytes; default: the node's).")
+    var readBytes: Int?
 
     static let shareGoal = 0.5
     static let resendGoal = 0.01
@@ -45,6 +47,7 @@ struct MessageFilesBench: AsyncParsableCommand {
         guard (1...4096).contains(mib) else { throw ValidationError("--mib must be between 1 and 4096") }
         if let killAt, !(1...99).contains(killAt) { throw ValidationError("--kill-at must be between 1 and 99") }
         if let window, !(1...256).contains(window) { throw ValidationError("--window must be between 1 and 256") }
+        if let readBytes, !(1024...(1 << 20)).contains(readBytes) { throw ValidationError("--read-bytes must be between 1024 and 1048576") }
         if let refill, !(1...FileReceiver.chunksPerRequest).contains(refill) {
             throw ValidationError("--refill must be between 1 and \(FileReceiver.chunksPerRequest)")
         }
@@ -96,7 +99,8 @@ struct MessageFilesBench: AsyncParsableCommand {
             bulkReceiverNs = median(bulk.details["cpu_ns_per_byte_receiver"] as? [Double] ?? [])
         }
 
-        let config = LoopbackNodes.configuration()
+        var config = LoopbackNodes.configuration()
+        if let readBytes { config.linkLimits.maximumReadBytes = readBytes }
         let window = self.window ?? config.fileLimits.window
         let refill = min(window, self.refill ?? config.fileLimits.refillChunks)
         let syncEvery = config.fileLimits.syncEveryChunks
@@ -109,7 +113,8 @@ struct MessageFilesBench: AsyncParsableCommand {
             try ChildProcess(arguments: ["message-files-child", "--data-dir", root.appendingPathComponent("bob").path,
                                          "--seed", hexString(bobSeed), "--accept", hexString(aliceKey.publicKey),
                                          "--port", String(port), "--timeout", String(timeout),
-                                         "--window", String(window), "--refill", String(refill)],
+                                         "--window", String(window), "--refill", String(refill),
+                                         "--read-bytes", String(config.linkLimits.maximumReadBytes)],
                              timeoutSeconds: timeout)
         }
         var bob = try receiver(port: 0)
@@ -215,7 +220,7 @@ struct MessageFilesBench: AsyncParsableCommand {
             "cpu_ns_per_byte_sender": senderNs, "cpu_ns_per_byte_receiver": receiverNs,
             "cpu_note": "user+system CPU of each node's process from the offer to message.file_received, per file byte (sender: this process; receiver: the child)",
             "bytes_sent": bytesSent, "bytes_received": bytesReceived, "size_matches": identical,
-            "receiver_window_chunks": window, "receiver_refill_chunks": refill, "receiver_sync_every_chunks": syncEvery,
+            "receiver_window_chunks": window, "receiver_refill_chunks": refill, "link_read_bytes": config.linkLimits.maximumReadBytes, "receiver_sync_every_chunks": syncEvery,
         ]
         if !killed {
             report["threads"] = ["sender": senderThreads, "receiver": receiverThreads,
@@ -283,6 +288,7 @@ struct MessageFilesChild: AsyncParsableCommand {
     @Option var timeout: Int = 600
     @Option var window: Int?
     @Option var refill: Int?
+    @Option var readBytes: Int?
 
     func run() async throws {
         guard let seedBytes = parseHex(seed), seedBytes.count == 32 else { throw ValidationError("--seed: 32 bytes in hex") }
@@ -293,6 +299,7 @@ struct MessageFilesChild: AsyncParsableCommand {
         config.fileLimits.autoAcceptBytes = 1 << 33
         if let window { config.fileLimits.window = min(max(1, window), 256) }
         if let refill { config.fileLimits.refillChunks = min(max(1, refill), FileReceiver.chunksPerRequest) }
+        if let readBytes { config.linkLimits.maximumReadBytes = min(max(1024, readBytes), 1 << 20) }
         let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: DataDirectory(url: URL(fileURLWithPath: dataDir)),
                                    logger: quietLogger("tandem-bench.message-files.receiver"))
         Watchdog.start(timeoutSeconds: timeout) { ["cpu_seconds": processCPUSeconds()] }
