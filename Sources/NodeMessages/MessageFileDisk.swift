@@ -81,7 +81,7 @@ final class FileDisk: Sendable {
 
     /// Reads the file once, 256 KiB at a time: its size, BLAKE2b-256 and chunk tree.
     func hash(path: String) async throws -> Hashed {
-        try await pool.runIfActive { try Self.hashFile(path) }
+        try await pool.runIfActive { try FileLaneCPU.measure(.offering) { try Self.hashFile(path) } }
     }
 
     static func hashFile(_ path: String) throws -> Hashed {
@@ -183,7 +183,7 @@ final class FileDisk: Sendable {
         for await job in reads {
             let outcome: Served
             do {
-                outcome = try await pool.runIfActive { try Self.serve(job) }
+                outcome = try await pool.runIfActive { try FileLaneCPU.measure(.reading) { try Self.serve(job) } }
             } catch {
                 logger.warning("cannot serve an offered file", metadata: ["file": "\(job.fileID)", "error": "\(error)"])
                 outcome = .failed
@@ -305,7 +305,7 @@ final class FileDisk: Sendable {
                 for await job in syncs {
                     let out: [WriteReport]
                     do {
-                        out = try await pool.runIfActive { try self.sync(job) }
+                        out = try await pool.runIfActive { try FileLaneCPU.measure(.syncing) { try self.sync(job) } }
                     } catch {
                         out = [.failed(job.fileID, "\(error)")]
                     }
@@ -315,10 +315,12 @@ final class FileDisk: Sendable {
             for await job in writes {
                 do {
                     let matched = try await pool.runIfActive { () throws -> Bool in
-                        // The check (a hash of the chunk) runs outside the lock the syncing lane also takes.
-                        if case .write(_, _, let data, _, let check?) = job.kind, !check.matches(data) { return false }
-                        try self.writer.withLock { try self.handle(job, &$0) }
-                        return true
+                        try FileLaneCPU.measure(.writing) {
+                            // The check (a hash of the chunk) runs outside the lock the syncing lane also takes.
+                            if case .write(_, _, let data, _, let check?) = job.kind, !check.matches(data) { return false }
+                            try self.writer.withLock { try self.handle(job, &$0) }
+                            return true
+                        }
                     }
                     if !matched, case .write(let index, _, _, _, _) = job.kind { await report(.badChunk(job.fileID, index)) }
                 } catch {

@@ -134,7 +134,7 @@ extension MessageFiles: FrameFlow {
         let row = StoredFileTransfer(offer: offer, conversationId: cid, direction: .incoming, peer: source,
                                      path: partialPath(offer.fileID), nowMs: nowMs, deadlineMs: deadline)
         guard try step.storeFileOffer(row) else { return true }
-        let receiver = FileReceiver(offer: offer, nowMs: nowMs, deadlineMs: deadline, window: limits.window,
+        let receiver = FileReceiver(offer: offer, nowMs: nowMs, deadlineMs: deadline, window: limits.window, refill: limits.refillChunks,
                                     requestTimeoutMs: limits.requestTimeoutMs)
         let t = Incoming(receiver: receiver, peer: source, author: author, thread: offer.challengeID, serves: route?.serves ?? false,
                          partial: partialPath(offer.fileID), messageID: offer.messageID, durable: Array(row.bitmap))

@@ -29,11 +29,15 @@ public final class MessageFiles: Sendable {
         package var pendingBytesTotal: Int64 = 16 << 30
         /// How long an offer lives (both sides): past it, an unfinished transfer fails `EXPIRED`.
         package var offerLifetimeMs: Int64 = 8 * 86_400_000
-        /// Chunks requested at once by a receiver (8 MiB): a FILE_REQUEST goes out whenever half
-        /// of them arrived, so the sender always has 16 to 32 chunks asked for. It bounds what a
-        /// kill -9 of the receiver makes the sender send again: the chunks in flight, and those
-        /// received but not yet written (a written chunk is in `WrittenChunks`; messages.md 7.3).
+        /// Chunks requested at once by a receiver (8 MiB): a FILE_REQUEST for `refillChunks` more
+        /// goes out whenever that many of them arrived, so the sender always has 24 to 32 chunks
+        /// asked for and the link does not wait for the request loop (both nodes' cores; messages.md
+        /// 11.4). It bounds what a kill -9 of the receiver makes the sender send again: the chunks
+        /// in flight, and those received but not yet written (a written chunk is in
+        /// `WrittenChunks`; messages.md 7.3) — so it is not larger: 64 re-sent 1.2 % of 1 GiB.
         package var window = 32
+        /// The step the window is refilled in (2 MiB; at most `chunksPerRequest`, so one request).
+        package var refillChunks = 8
         package var requestTimeoutMs: Int64 = 30_000
         /// A receiver asks for a sync of its partial file after this many written chunks (2 MiB;
         /// and at the end), and stores their bits once it is done. The sync runs on the syncing
@@ -184,7 +188,7 @@ public final class MessageFiles: Sendable {
                 var receiver: FileReceiver
                 switch row.state {
                 case .offered:
-                    receiver = FileReceiver(offer: offer, nowMs: nowMs, deadlineMs: row.deadlineMs, window: limits.window,
+                    receiver = FileReceiver(offer: offer, nowMs: nowMs, deadlineMs: row.deadlineMs, window: limits.window, refill: limits.refillChunks,
                                             requestTimeoutMs: limits.requestTimeoutMs)
                 case .receiving, .verifying:
                     // What the store holds is synced; what the sidecar adds was written by a process
@@ -202,7 +206,7 @@ public final class MessageFiles: Sendable {
                         if !adopted.isEmpty { disk.write(.init(fileID: offer.fileID, path: partial, adopt: adopted, bytes: bytes)) }
                     }
                     receiver = FileReceiver(resuming: offer, bitmap: held, nowMs: nowMs, deadlineMs: row.deadlineMs,
-                                            window: limits.window, requestTimeoutMs: limits.requestTimeoutMs)
+                                            window: limits.window, refill: limits.refillChunks, requestTimeoutMs: limits.requestTimeoutMs)
                 case .complete, .failed:
                     continue
                 }

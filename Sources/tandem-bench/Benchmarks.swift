@@ -510,6 +510,7 @@ enum BulkBenchmark {
 
         var samples = Samples()
         var seal: [Double] = [], open: [Double] = []
+        var senderNs: [Double] = [], receiverNs: [Double] = []
         var bytes: UInt64 = 0
         let before = try child.stats()
         let sent0 = try await eventLoop.submit { source.sent }.get()
@@ -524,6 +525,8 @@ enum BulkBenchmark {
             let used = try meter.read()
             samples.link.append(Double(r.bytes) / r.seconds / 1e6)
             samples.linkCPU.append(Double(r.bytes) / max(used.parent, used.child) / 1e6)
+            senderNs.append(round3(used.parent * 1e9 / Double(max(1, r.bytes))))
+            receiverNs.append(round3(used.child * 1e9 / Double(max(1, r.bytes))))
             bytes += r.bytes
         }
         let sent = try await eventLoop.submit { source.sent }.get() - sent0
@@ -547,6 +550,7 @@ enum BulkBenchmark {
                 "bytes_measured": Int(bytes), "receiver_bytes": received,
                 "cpu_note": "cpu_link_slices: MB per CPU-second of the busier of the two processes",
                 "secretbox_seal_mb_s": seal.map(round3), "secretbox_open_mb_s": open.map(round3),
+                "cpu_ns_per_byte_sender": senderNs, "cpu_ns_per_byte_receiver": receiverNs,
             ])
     }
 }

@@ -71,7 +71,9 @@ enum MessageFuzzing {
         let id = FileID(bytes: [UInt8](repeating: 5, count: 16))!
         let size = UInt64((n - 1) * ChatLimits.chunkBytes + chunks[n - 1].count)
         let offer = FileOfferMessage(fileID: id, name: "f", size: size, fileHash: [UInt8](repeating: 0, count: 32), chunkRoot: ChunkTree.root(leaves))
-        var r = FileReceiver(offer: offer, nowMs: 0, deadlineMs: 1_000_000, window: Int(input.u8() % 4) + 1)
+        let window = Int(input.u8() % 4) + 1
+        // Any refill, in range or not (clamped to 1 … window): the window refilled in steps (messages.md 7.3).
+        var r = FileReceiver(offer: offer, nowMs: 0, deadlineMs: 1_000_000, window: window, refill: Int(Int8(bitPattern: input.u8())))
         while input.remaining > 0 {
             switch input.pick(8) {
             case 0: _ = r.accept(nowMs: input.int64())

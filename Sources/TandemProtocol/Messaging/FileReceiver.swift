@@ -47,6 +47,10 @@ public struct FileReceiver: Sendable, Equatable {
     public let offer: FileOfferMessage
     /// Chunks requested at once.
     public let window: Int
+    /// A FILE_REQUEST goes out once this many chunks of the window are free again (arrived, or
+    /// timed out): the window is refilled in steps, so the sender always has at least
+    /// `window - refill` chunks asked for and the link never waits for a request (messages.md 7.3).
+    public let refill: Int
     /// A request unanswered this long is asked again.
     public let requestTimeoutMs: Int64
     /// Chunks that fail their hash before the transfer is given up.
@@ -68,10 +72,12 @@ public struct FileReceiver: Sendable, Equatable {
     private var lastProgressMs: Int64
 
     /// `deadlineMs`: the offer's end (messages.md 7.4: 8 days after it was offered, by default).
-    public init(offer: FileOfferMessage, nowMs: Int64, deadlineMs: Int64? = nil, window: Int = 16,
+    /// `refill`: the step the window is refilled in (default: half the window, rounded up).
+    public init(offer: FileOfferMessage, nowMs: Int64, deadlineMs: Int64? = nil, window: Int = 16, refill: Int? = nil,
                 requestTimeoutMs: Int64 = 30_000, maximumBadChunks: Int = 16) {
         self.offer = offer
         self.window = max(1, window)
+        self.refill = min(self.window, max(1, refill ?? self.window - self.window / 2))
         self.requestTimeoutMs = requestTimeoutMs
         self.maximumBadChunks = maximumBadChunks
         self.phase = .offered
@@ -85,8 +91,8 @@ public struct FileReceiver: Sendable, Equatable {
     /// last chunk are cleared). Whether the chunks it names are really on disk is the caller's
     /// promise: it persists a bit only after the chunk's bytes are written.
     public init(resuming offer: FileOfferMessage, bitmap stored: [UInt8], nowMs: Int64, deadlineMs: Int64,
-                window: Int = 16, requestTimeoutMs: Int64 = 30_000, maximumBadChunks: Int = 16) {
-        self.init(offer: offer, nowMs: nowMs, deadlineMs: deadlineMs, window: window,
+                window: Int = 16, refill: Int? = nil, requestTimeoutMs: Int64 = 30_000, maximumBadChunks: Int = 16) {
+        self.init(offer: offer, nowMs: nowMs, deadlineMs: deadlineMs, window: window, refill: refill,
                   requestTimeoutMs: requestTimeoutMs, maximumBadChunks: maximumBadChunks)
         if stored.count == bitmap.count {
             bitmap = stored
@@ -173,7 +179,7 @@ public struct FileReceiver: Sendable, Equatable {
         let check = ChunkCheck(index: chunk.index, count: offer.chunkCount, proof: chunk.proof, root: offer.chunkRoot)
         var actions: [Action] = [.checkAndWrite(index: chunk.index, offset: UInt64(chunk.index) * UInt64(offer.chunkBytes),
                                                 data: chunk.data, check: check)]
-        if inFlight.count <= window / 2 { actions.append(contentsOf: requestMore(nowMs: nowMs)) }
+        if refillDue { actions.append(contentsOf: requestMore(nowMs: nowMs)) }
         return .success(actions)
     }
 
@@ -230,7 +236,7 @@ public struct FileReceiver: Sendable, Equatable {
     }
 
     /// Chunk `index` is held: its bit is set; the file is complete (`hashWholeFile`), or more is
-    /// asked for when half the window has arrived (`requesting`).
+    /// asked for when `refill` chunks of the window are free (`requesting`).
     private mutating func verified(_ index: Int, nowMs: Int64, requesting: Bool = true) -> [Action] {
         bitmap[index / 8] |= 1 << UInt8(index % 8)
         verifiedChunks += 1
@@ -238,7 +244,7 @@ public struct FileReceiver: Sendable, Equatable {
             phase = .verifying
             return [.hashWholeFile]
         }
-        return requesting && inFlight.count <= window / 2 ? requestMore(nowMs: nowMs) : []
+        return requesting && refillDue ? requestMore(nowMs: nowMs) : []
     }
 
     /// The caller hashed the whole partial file (BLAKE2b-256). Equal to the offer's: finish. Else the
@@ -270,11 +276,14 @@ public struct FileReceiver: Sendable, Equatable {
         }
         guard phase == .receiving else { return phase == .verifying ? [.hashWholeFile] : [] }
         inFlight = inFlight.filter { nowMs.subtractingSaturated($0.value) < requestTimeoutMs }
-        return inFlight.count <= window / 2 ? requestMore(nowMs: nowMs) : []
+        return refillDue ? requestMore(nowMs: nowMs) : []
     }
 
     /// The link to the sender broke: nothing requested is coming on it.
     public mutating func linkLost() { inFlight = [:] }
+
+    /// Whether `refill` chunks of the window are free: time for a request.
+    private var refillDue: Bool { window - inFlight.count >= refill }
 
     /// Asks for missing chunks not in flight, in index order, up to the window.
     private mutating func requestMore(nowMs: Int64) -> [Action] {
