@@ -38,10 +38,16 @@ public final class PeerLink: Sendable {
     private let trusted = Atomic<Bool>(false)
     private static let serials = NIOLockedValueBox<UInt64>(0)
 
-    init(channel: Channel, identity: SigningKeyPair, relay: [UInt8]? = nil) {
+    /// Bytes read from the link per turn of its event loop: `.plain` for anyone, `.trusted` once it
+    /// is a friend's (`LinkLimits.maximumReadBytes`, `trustedMaximumReadBytes`).
+    let readBytes: (plain: Int, trusted: Int)
+
+    init(channel: Channel, identity: SigningKeyPair, relay: [UInt8]? = nil,
+         readBytes: (plain: Int, trusted: Int) = (LinkLimits().maximumReadBytes, LinkLimits().trustedMaximumReadBytes)) {
         self.channel = channel
         self.identity = identity
         self.relay = relay
+        self.readBytes = readBytes
         self.serial = Self.serials.withLockedValue { $0 += 1; return $0 }
     }
 
@@ -102,7 +108,19 @@ public final class PeerLink: Sendable {
     /// Set by the node while the link's peer is its friend: the link then has a frame budget of
     /// its own instead of its address's, which is sized for strangers, and a friend's REPLAYED
     /// copies do not count towards closing it (`LinkLimits.trustedFramesPerSecond`, 5.12).
-    public func setTrusted(_ on: Bool) { trusted.store(on, ordering: .releasing) }
+    /// A friend's link is also read in larger pieces per turn (a 256 KiB file chunk in 4 turns, not 64):
+    /// its frames per turn stay bounded (`LinkLimits.framesPerTurn`), so the links sharing the loop
+    /// still get their turns.
+    public func setTrusted(_ on: Bool) {
+        guard trusted.exchange(on, ordering: .acquiringAndReleasing) != on else { return }
+        channel.setOption(ChannelOptions.recvAllocator, value: Self.reads(upTo: on ? readBytes.trusted : readBytes.plain))
+            .whenFailure { _ in }  // a closed channel reads nothing more anyway
+    }
+
+    /// What a link reads per turn of its loop, at most `maximum` bytes.
+    static func reads(upTo maximum: Int) -> AdaptiveRecvByteBufferAllocator {
+        AdaptiveRecvByteBufferAllocator(minimum: 64, initial: min(2048, maximum), maximum: maximum)
+    }
     public var isTrusted: Bool { trusted.load(ordering: .acquiring) }
 }
 

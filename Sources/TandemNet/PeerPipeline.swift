@@ -25,17 +25,17 @@ public enum PeerPipeline {
             secure = SecureChannelHandler(server: identity, networkKey: options.networkKey,
                                           handshakeTimeout: options.handshakeTimeout, metrics: gate.metrics, logger: logger)
         }
-        let link = PeerLink(channel: channel, identity: identity, relay: relay)
         let limits = gate.limits
+        let link = PeerLink(channel: channel, identity: identity, relay: relay,
+                            readBytes: (limits.maximumReadBytes, max(limits.maximumReadBytes, limits.trustedMaximumReadBytes)))
         // Past the high-water mark the channel turns unwritable: WritabilityGuard stops reading it.
         try? channel.syncOptions?.setOption(.writeBufferWaterMark,
                                             value: .init(low: limits.outboundLowWater, high: limits.outboundHighWater))
-        // One read of at most `maximumReadBytes` per turn of the event loop: a flooding link
-        // yields the loop to the links sharing it after a few hundred frames at most.
+        // One read of at most `maximumReadBytes` per turn of the event loop (more once the link is a
+        // friend's: `PeerLink.setTrusted`): a flooding link yields the loop to the links sharing it
+        // after a few hundred frames at most.
         try? channel.syncOptions?.setOption(.maxMessagesPerRead, value: 1)
-        try? channel.syncOptions?.setOption(.recvAllocator,
-                                            value: AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 2048,
-                                                                                   maximum: limits.maximumReadBytes))
+        try? channel.syncOptions?.setOption(.recvAllocator, value: PeerLink.reads(upTo: limits.maximumReadBytes))
         let sync = channel.pipeline.syncOperations
         let readGate = LinkReadGate(timeoutMs: limits.unwritableTimeoutMs, metrics: gate.metrics, logger: logger)
         try sync.addHandler(readGate)

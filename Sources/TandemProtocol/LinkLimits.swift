@@ -16,6 +16,10 @@ public struct LinkLimits: Sendable, Equatable {
     public var outboundLowWater = 64 * 1024
     /// Bytes read from a link per turn of its event loop (fairness between links on one loop).
     public var maximumReadBytes = 4 * 1024
+    /// The same for a friend's link (`PeerLink.setTrusted`): a file's 256 KiB chunks in 4 turns
+    /// rather than 64 (each turn costs the receiver's loop a wake-up, a read call and a box to open).
+    /// Its frames per turn stay bounded by `framesPerTurn`.
+    public var trustedMaximumReadBytes = 64 * 1024
     /// Frames checked from one link per turn of its event loop (a 4 KiB box can hold hundreds of
     /// small frames, each a signature check): the rest wait, the link unread, for a later turn at
     /// least `turnGapMicroseconds` on, so a ping on another link sharing the loop is answered

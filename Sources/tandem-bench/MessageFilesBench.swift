@@ -37,7 +37,7 @@ struct MessageFilesBench: AsyncParsableCommand {
     @Option(help: "The receiver's window in chunks (default: the node's, MessageFiles.Limits.window).") var window: Int?
     @Option(help: "The step the receiver refills its window in, in chunks (default: the node's).") var refill: Int?
     @Flag(help: "Do not measure the floors of the file path (messages.md 11.4).") var skipFloors = false
-    @Option(help: "Bytes each node reads from a link per turn of its event loop (LinkLimits.maximumReadBytes; default: the node's).")
+    @Option(help: "Bytes each node reads from a friend's link per turn of its event loop (LinkLimits.trustedMaximumReadBytes; default: the node's).")
     var readBytes: Int?
 
     static let shareGoal = 0.5
@@ -100,7 +100,7 @@ struct MessageFilesBench: AsyncParsableCommand {
         }
 
         var config = LoopbackNodes.configuration()
-        if let readBytes { config.linkLimits.maximumReadBytes = readBytes }
+        if let readBytes { config.linkLimits.trustedMaximumReadBytes = readBytes }
         let window = self.window ?? config.fileLimits.window
         let refill = min(window, self.refill ?? config.fileLimits.refillChunks)
         let syncEvery = config.fileLimits.syncEveryChunks
@@ -114,7 +114,7 @@ struct MessageFilesBench: AsyncParsableCommand {
                                          "--seed", hexString(bobSeed), "--accept", hexString(aliceKey.publicKey),
                                          "--port", String(port), "--timeout", String(timeout),
                                          "--window", String(window), "--refill", String(refill),
-                                         "--read-bytes", String(config.linkLimits.maximumReadBytes)],
+                                         "--read-bytes", String(config.linkLimits.trustedMaximumReadBytes)],
                              timeoutSeconds: timeout)
         }
         var bob = try receiver(port: 0)
@@ -220,7 +220,7 @@ struct MessageFilesBench: AsyncParsableCommand {
             "cpu_ns_per_byte_sender": senderNs, "cpu_ns_per_byte_receiver": receiverNs,
             "cpu_note": "user+system CPU of each node's process from the offer to message.file_received, per file byte (sender: this process; receiver: the child)",
             "bytes_sent": bytesSent, "bytes_received": bytesReceived, "size_matches": identical,
-            "receiver_window_chunks": window, "receiver_refill_chunks": refill, "link_read_bytes": config.linkLimits.maximumReadBytes, "receiver_sync_every_chunks": syncEvery,
+            "receiver_window_chunks": window, "receiver_refill_chunks": refill, "link_read_bytes": config.linkLimits.trustedMaximumReadBytes, "receiver_sync_every_chunks": syncEvery,
         ]
         if !killed {
             report["threads"] = ["sender": senderThreads, "receiver": receiverThreads,
@@ -299,7 +299,7 @@ struct MessageFilesChild: AsyncParsableCommand {
         config.fileLimits.autoAcceptBytes = 1 << 33
         if let window { config.fileLimits.window = min(max(1, window), 256) }
         if let refill { config.fileLimits.refillChunks = min(max(1, refill), FileReceiver.chunksPerRequest) }
-        if let readBytes { config.linkLimits.maximumReadBytes = min(max(1024, readBytes), 1 << 20) }
+        if let readBytes { config.linkLimits.trustedMaximumReadBytes = min(max(1024, readBytes), 1 << 20) }
         let node = try NodeRuntime(identity: identity, configuration: config, dataDirectory: DataDirectory(url: URL(fileURLWithPath: dataDir)),
                                    logger: quietLogger("tandem-bench.message-files.receiver"))
         Watchdog.start(timeoutSeconds: timeout) { ["cpu_seconds": processCPUSeconds()] }

@@ -178,7 +178,7 @@ struct MessagesBench: AsyncParsableCommand {
             let deliveries = alice.eventBus.subscribe(since: nil)
             let burstStart = clock.now
             let cpuStart = BenchNode.cpuSeconds(getpid()), cpuStartBob = BenchNode.cpuSeconds(bobPID)
-            let threadsStart = ThreadCPU(getpid()), threadsStartBob = ThreadCPU(bobPID)
+            let threadsStart = ThreadCPU.now(), threadsStartBob = ThreadCPU.now(bobPID)
             async let lastDelivered = { [roundIDs] () async -> ContinuousClock.Instant in
                 var seen = Set<String>()
                 for await e in deliveries where e.type == "message.delivered" {
@@ -210,8 +210,8 @@ struct MessagesBench: AsyncParsableCommand {
             burstSeconds = (await lastDelivered - burstStart).milliseconds / 1000
             burstCPU = BenchNode.cpuSeconds(getpid()) - cpuStart
             burstCPUBob = BenchNode.cpuSeconds(bobPID) - cpuStartBob
-            threadsAlice = ThreadCPU(getpid()).since(threadsStart, messages: burst)
-            threadsBob = ThreadCPU(bobPID).since(threadsStartBob, messages: burst)
+            threadsAlice = ThreadCPU.now().since(threadsStart, messages: burst)
+            threadsBob = ThreadCPU.now(bobPID).since(threadsStartBob, messages: burst)
             peakRSS = max(peakRSS, residentMB(getpid()))
             peakRSSBob = max(peakRSSBob, residentMB(bobPID))
             if inProcess { (burstCPUBob, peakRSSBob, threadsBob) = (0, 0, []) }

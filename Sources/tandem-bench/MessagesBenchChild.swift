@@ -97,36 +97,3 @@ extension ChildProcess {
         return nil
     }
 }
-
-/// CPU seconds of each thread of a process (`/proc/PID/task/*/stat`), by thread id, with the
-/// thread's name: which thread of a node (its core, an event loop, a pool) spent a burst's CPU.
-struct ThreadCPU {
-    struct Thread { let name: String; let seconds: Double }
-    let threads: [Int: Thread]
-
-    init(_ pid: Int32) {
-        var threads: [Int: Thread] = [:]
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-        let tick = Double(sysconf(Int32(_SC_CLK_TCK)))
-        for tid in tasks {
-            guard let id = Int(tid), let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/stat", encoding: .utf8),
-                  let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")") else { continue }
-            let name = String(stat[stat.index(after: open)..<close])
-            let fields = stat[stat.index(after: close)...].split(separator: " ")
-            guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { continue }
-            threads[id] = Thread(name: name, seconds: (user + system) / tick)
-        }
-        self.threads = threads
-    }
-
-    /// Each thread's CPU since `earlier` (threads that spent at least 10 ms), busiest first, as
-    /// `[{"thread": name, "tid": id, "cpu_seconds": s, "ms_per_message": …}]`.
-    func since(_ earlier: ThreadCPU, messages: Int) -> [[String: Any]] {
-        threads.compactMap { id, t -> (Int, String, Double)? in
-            let spent = t.seconds - (earlier.threads[id]?.seconds ?? 0)
-            return spent >= 0.01 ? (id, t.name, spent) : nil
-        }
-        .sorted { $0.2 > $1.2 }
-        .map { ["thread": $0.1, "tid": $0.0, "cpu_seconds": $0.2, "ms_per_message": 1000 * $0.2 / Double(max(messages, 1))] }
-    }
-}

@@ -1,8 +1,8 @@
 import Foundation
 
-/// The CPU time of each thread of this process (Linux: `/proc/self/task/*/schedstat`, nanoseconds
-/// on a CPU; name and nice value from `stat`), to split a process's CPU per byte between its
-/// threads (`tandem-bench message-files`, messages.md 11.4).
+/// The CPU time of each thread of a process (Linux: `/proc/PID/task/*/schedstat`, nanoseconds
+/// on a CPU; name and nice value from `stat`), to split a process's CPU per byte or per message
+/// between its threads (`tandem-bench message-files` and `messages`, messages.md 11.4, 11.6).
 struct ThreadCPU {
     struct Thread {
         var name: String
@@ -12,14 +12,16 @@ struct ThreadCPU {
 
     var threads: [Int: Thread]
 
-    static func now() -> ThreadCPU {
+    /// The threads of process `pid` (nil: this one) now.
+    static func now(_ pid: Int32? = nil) -> ThreadCPU {
         var threads: [Int: Thread] = [:]
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        let dir = "/proc/\(pid.map(String.init) ?? "self")/task"
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
         for entry in tasks {
             guard let tid = Int(entry),
-                  let stat = try? String(contentsOfFile: "/proc/self/task/\(entry)/stat", encoding: .utf8),
+                  let stat = try? String(contentsOfFile: "\(dir)/\(entry)/stat", encoding: .utf8),
                   let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")"),
-                  let sched = try? String(contentsOfFile: "/proc/self/task/\(entry)/schedstat", encoding: .utf8),
+                  let sched = try? String(contentsOfFile: "\(dir)/\(entry)/schedstat", encoding: .utf8),
                   let nanos = sched.split(separator: " ").first.flatMap({ UInt64($0) }) else { continue }
             let name = String(stat[stat.index(after: open)..<close])
             // After ") ": state is field 3, nice field 19.
@@ -59,6 +61,17 @@ struct ThreadCPU {
             "busiest_threads": each.prefix(8).map { ["thread": $0.0, "ns_per_byte": perByte($0.1),
                                                     "busy_share": round3(Double($0.1) / 1e9 / max(seconds, 1e-9))] as [String: Any] },
         ]
+    }
+
+    /// Each thread's CPU since `earlier` (threads that spent at least 10 ms), busiest first, as
+    /// `[{"thread": name, "tid": id, "cpu_seconds": s, "ms_per_message": …}]`.
+    func since(_ earlier: ThreadCPU, messages: Int) -> [[String: Any]] {
+        threads.compactMap { tid, t -> (Int, String, Double)? in
+            let spent = Double(t.nanos &- (earlier.threads[tid]?.nanos ?? 0)) / 1e9
+            return spent >= 0.01 && spent < 1e9 ? (tid, t.name, spent) : nil
+        }
+        .sorted { $0.2 > $1.2 }
+        .map { ["thread": $0.1, "tid": $0.0, "cpu_seconds": $0.2, "ms_per_message": 1000 * $0.2 / Double(max(messages, 1))] }
     }
 
     /// For a JSON line (the child reports its threads to the parent): tid → [name, nice, nanos].
