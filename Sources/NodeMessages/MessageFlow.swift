@@ -367,10 +367,6 @@ extension MessageService {
     /// written frames as sent, until cancelled (a child of the node's group).
     package nonisolated func run() async {
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { [self] in
-                // Noted here, marked by the next step (`markSent(in:)`): no turn of the core of its own.
-                for await case .framesWritten(_, _, let ids) in written { writtenIDs.withLockedValue { $0.append(contentsOf: ids) } }
-            }
             group.addTask { [self] in await runHooks() }
             var second = 0
             while !Task.isCancelled {

@@ -69,10 +69,12 @@ extension MessageService {
     func drainSends() {
         let batch = sendLane.take()
         guard !batch.isEmpty else { return }
+        PathTrace.stamp(.sendDrained)
         var results: [Result<JSONValue, Error>] = []
         results.reserveCapacity(batch.count)
         do {
             try store.step { step in
+                if PathTrace.isArmed { step.afterCommit { PathTrace.stamp(.sendCommitted) } }
                 var recipients: [[UInt8]] = []
                 for pending in batch {
                     // A savepoint per send: one that throws leaves nothing behind, the rest go on.
@@ -89,6 +91,7 @@ extension MessageService {
                 var seen = Set<[UInt8]>()
                 outbox.send(to: recipients.filter { seen.insert($0).inserted }, in: step)
                 markSent(in: step)
+                PathTrace.stamp(.sendCommitting)
             }
         } catch {
             results = batch.map { _ in .failure(error) }

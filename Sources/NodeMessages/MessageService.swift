@@ -57,9 +57,8 @@ public final class MessageService: Sendable {
     /// DELIVERED per author goes into the same step when the batch ends (`batchEnded`).
     var owedReceipts: [[UInt8]: [[UInt8]]] = [:]
     var receiptsIn: StoreStep?
-    /// Our MESSAGE frames the outbox wrote on a link: queued → sent.
-    let written: AsyncStream<NodeSignal>
-    /// Ids of those frames not yet marked `sent`: marked by the next step the service takes part
+    /// Ids of our MESSAGE frames the outbox wrote on a link (`framesWritten`, noted as it is posted:
+    /// no task wakes for it) not yet marked `sent`: marked by the next step the service takes part
     /// in (a send batch, an inbound batch — the ACKs come in one — or the once-a-second round),
     /// not by a step and a turn of the core of their own, which sat between a send and its
     /// delivery. Soft state: lost in a crash, the message shows `queued` until it is delivered.
@@ -91,8 +90,9 @@ public final class MessageService: Sendable {
         self.clock = clock
         self.hooks = hooksDirectory.map { HookRunner(directory: $0) }
         (hookJobs, hookInput) = AsyncStream.makeStream(of: [String: String].self, bufferingPolicy: .bufferingOldest(Self.hookBacklog))
-        self.written = signals.subscribe {
-            if case .framesWritten(let type, _, _) = $0 { type == MessageType.chatMessage.rawValue } else { false }
+        signals.observe { [writtenIDs] in
+            guard case .framesWritten(let type, _, let ids) = $0, type == MessageType.chatMessage.rawValue else { return }
+            writtenIDs.withLockedValue { $0.append(contentsOf: ids) }
         }
     }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import NIOCore
 import Sodium
 import TandemNet
 import TandemNode
@@ -109,6 +110,10 @@ struct MessagesBench: AsyncParsableCommand {
         // Where a round's time goes: the send answered (the sender's synced commit), the message
         // stored on the friend's node (its `message.received`, after its synced commit), delivered.
         var answered: [Double] = [], stored: [Double] = []
+        // Each round's stage stamps (`PathTrace`: one process's, so the receiver's only with
+        // --in-process), and the same run's thread wake-ups.
+        var traces: [[UInt64]] = []
+        var wakeups: [String: Double] = [:]
         var burstSeconds = 0.0, sendSeconds = 0.0, peakRSS = 0.0, burstCPU = 0.0, peakRSSBob = 0.0, burstCPUBob = 0.0
         var threadsAlice: [[String: Any]] = [], threadsBob: [[String: Any]] = []
         var inOrder = false
@@ -152,13 +157,18 @@ struct MessagesBench: AsyncParsableCommand {
                 for round in 0..<(rounds + 3) {
                     let start = clock.now
                     starts.append(monotonicNanos())
+                    PathTrace.arm()
+                    PathTrace.stamp(.sendCalled)
                     let id = try await call(alice, "message.send", ["to": .string(bobID), "text": .string("round \(round)")])["id"]?.stringValue
                     let answeredAt = clock.now
                     if let id { roundIDs.insert(id) }
                     while let e = await delivered.next(), !(e.type == "message.delivered" && e.fields["id"]?.stringValue == id) {}
+                    PathTrace.stamp(.deliveredSeen)
+                    let stamps = PathTrace.disarm()
                     if round >= 3 {
                         latencies.append((clock.now - start).milliseconds)
                         answered.append((answeredAt - start).milliseconds)
+                        traces.append(stamps)
                     }
                 }
                 var storedTimes = await storedAt
@@ -235,6 +245,7 @@ struct MessagesBench: AsyncParsableCommand {
                 if round >= 3 { pings.append(rtt.milliseconds) }
             }
             link.close()
+            wakeups = await Self.wakeups(eventLoop: alice.group.next(), rounds: rounds)
             tasks.cancelAll()
         }
         var relayReport: [String: Any]?
@@ -284,6 +295,7 @@ struct MessagesBench: AsyncParsableCommand {
                 "messages_per_cpu_second": Double(burst) / max(burstCPU + burstCPUBob, 1e-9),
             ]) { $1 }
         }
+        let stages = StageBreakdown(traces)
         var report: [String: Any] = [
             "benchmark": "messages",
             "rounds": rounds,
@@ -294,6 +306,21 @@ struct MessagesBench: AsyncParsableCommand {
             "goal_met": l.p50 <= goal,
             "ratio_p50_to_goal": l.p50 / max(goal, 1e-9),
             "breakdown_p50_ms": ["send_answered": a.p50, "stored_on_friend_event": s.p50, "delivered_event": l.p50] as [String: Any],
+            "stages_p50_ms": inProcess ? stages.json : "run with --in-process: the trace is one process's, and the receiver runs in another",
+            // Per round: each stamped stage's time since the send was called (ms), for the spread.
+            "stages_rounds_ms": traces.map { t -> [String: Double] in
+                var out: [String: Double] = [:]
+                for stage in PathTrace.Stage.allCases where t[stage.rawValue] != 0 && t[stage.rawValue] >= t[0] {
+                    out["\(stage)"] = Double(t[stage.rawValue] - t[0]) / 1e6
+                }
+                return out
+            },
+            "stages_note": "median of each stage of one message's way over the rounds (tandem PathTrace), each from the end of the one before: "
+                + "caller → sender core (send lane), its rows, its synced commit, → its event loop (the frame), → the receiver's loop "
+                + "(wire, open, verify), → receiver core (inbound lane), its rows, its synced commit, → its loop (ACK signed), → the sender's "
+                + "loop, → sender core, the ACK's step, the event published, → the subscriber; sum_of_medians beside the total's median",
+            "wakeups_p50_ms": wakeups,
+            "wakeups_note": "the same run, idle threads: a task's hop onto the node core and back (NodeCore.run), onto an event loop and back (submit)",
             "burst": burstReport,
             "store": "on disk (WAL, synchronous = FULL)",
             "note": "latency path: the sender's synced commit, the link, the receiver's synced commit, the ACK; burst: one message.send call per message, --in-flight at a time, the sends that wait together share a commit",
@@ -307,6 +334,10 @@ struct MessagesBench: AsyncParsableCommand {
         }
         let data = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys, .prettyPrinted])
         print(String(decoding: data, as: UTF8.self))
+        if inProcess {
+            FileHandle.standardError.write(Data(("messages: stages p50 (ms): " + stages.line + "; wake-ups p50 (ms): "
+            + wakeups.sorted { $0.key < $1.key }.map { "\($0.key) \(String(format: "%.3f", $0.value))" }.joined(separator: ", ") + "\n").utf8))
+        }
         FileHandle.standardError.write(Data(String(format: "messages: send→delivered p50 %.2f ms, p99 %.2f ms (goal p50 ≤ %.2f = 3×ping %.3f + 2×sync %.3f); burst %d in %.2f s (%.0f/s), in order: %@; CPU ms/message sender %.3f, receiver %.3f%@; RSS MB %.0f, %.0f\n",
                                                    l.p50, l.p99, goal, p.p50, syncs.p50, burst, burstSeconds,
                                                    Double(burst) / max(burstSeconds, 1e-9), inOrder ? "yes" : "NO",
@@ -318,5 +349,78 @@ struct MessagesBench: AsyncParsableCommand {
                                                        t["p50"] ?? 0, t["p99"] ?? 0, tp["p50"] ?? 0,
                                                        r["mailbox_median_start_to_delivered_ms"] as? Double ?? 0).utf8))
         }
+    }
+}
+
+/// The medians of each stage of one message's way (`PathTrace` stamps of the latency rounds).
+struct StageBreakdown {
+    /// Stage name → median ms (from the stage before it that was stamped).
+    var medians: [(String, Double)] = []
+    var total = 0.0
+
+    init(_ traces: [[UInt64]]) {
+        guard !traces.isEmpty else { return }
+        let stages = PathTrace.Stage.allCases
+        // A stamp earlier than a stage before it belongs to another round (a thread that recorded it
+        // after the bench had started the next one): dropped.
+        let traces = traces.map { t -> [UInt64] in
+            var t = t, latest: UInt64 = 0
+            for i in t.indices where t[i] != 0 {
+                if t[i] < latest { t[i] = 0 } else { latest = t[i] }
+            }
+            return t
+        }
+        for i in 1..<stages.count {
+            var deltas: [Double] = []
+            for t in traces {
+                guard t[i] != 0 else { continue }
+                // From the latest earlier stage that was stamped.
+                guard let j = (0..<i).last(where: { t[$0] != 0 }), t[i] >= t[j] else { continue }
+                deltas.append(Double(t[i] - t[j]) / 1e6)
+            }
+            guard !deltas.isEmpty else { continue }
+            deltas.sort()
+            medians.append(("\(stages[i])", deltas[deltas.count / 2]))
+        }
+        let last = stages.count - 1
+        let totals = traces.compactMap { t -> Double? in t[0] != 0 && t[last] >= t[0] ? Double(t[last] - t[0]) / 1e6 : nil }.sorted()
+        total = totals.isEmpty ? 0 : totals[totals.count / 2]
+    }
+
+    var json: [String: Any] {
+        var out: [String: Any] = [:]
+        for (name, ms) in medians { out[name] = ms }
+        out["sum_of_medians"] = medians.reduce(0) { $0 + $1.1 }
+        out["total"] = total
+        return out
+    }
+
+    var line: String {
+        medians.map { "\($0.0) \(String(format: "%.3f", $0.1))" }.joined(separator: ", ") + String(format: " (total %.3f)", total)
+    }
+}
+
+extension MessagesBench {
+    /// What a wake-up of an idle thread costs here, now: a task's hop onto the node core and back,
+    /// and onto an event loop and back (medians, ms), each after a pause that lets the threads sleep.
+    static func wakeups(eventLoop: EventLoop, rounds: Int) async -> [String: Double] {
+        var toCore: [Double] = [], fromCore: [Double] = [], toLoop: [Double] = [], fromLoop: [Double] = []
+        for _ in 0..<max(rounds, 20) {
+            try? await Task.sleep(for: .milliseconds(2))
+            let t0 = PathTrace.now()
+            let t1 = await NodeCore.run { PathTrace.now() }
+            let t2 = PathTrace.now()
+            toCore.append(Double(t1 &- t0) / 1e6)
+            fromCore.append(Double(t2 &- t1) / 1e6)
+            try? await Task.sleep(for: .milliseconds(2))
+            let u0 = PathTrace.now()
+            let u1 = (try? await eventLoop.submit { PathTrace.now() }.get()) ?? u0
+            let u2 = PathTrace.now()
+            toLoop.append(Double(u1 &- u0) / 1e6)
+            fromLoop.append(Double(u2 &- u1) / 1e6)
+        }
+        func median(_ v: [Double]) -> Double { v.sorted()[v.count / 2] }
+        return ["task_to_core": median(toCore), "core_to_task": median(fromCore),
+                "task_to_event_loop": median(toLoop), "event_loop_to_task": median(fromLoop)]
     }
 }

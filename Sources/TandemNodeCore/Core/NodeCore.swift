@@ -339,6 +339,9 @@ package final class InboundLane: FrameHandler, Sendable {
 
     package func handle(_ envelope: Envelope, from link: PeerLink) {
         let receivedAtUs = wallClockMicros()
+        if PathTrace.isArmed {
+            if envelope.type == .chatMessage { PathTrace.stamp(.frameRead) } else if envelope.type == .ack { PathTrace.stamp(.ackRead) }
+        }
         var prepared: (any Sendable)?
         if !preparations.isEmpty, link.isTrusted, let p = preparations.first(where: { $0.types.contains(envelope.type) }) {
             prepared = p.prepare(envelope)

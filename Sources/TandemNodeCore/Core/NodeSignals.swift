@@ -47,7 +47,18 @@ package final class NodeSignals: Sendable {
         return stream
     }
 
+    /// Observers called with each signal as it is posted (`observe`).
+    private let observers = NIOLockedValueBox<[@Sendable (NodeSignal) -> Void]>([])
+
+    /// Calls `observer` with every signal from now on, on the poster's thread, before `post`
+    /// returns: for bookkeeping of a lock and an append, which a stream would pay for with a task's
+    /// wake-up per signal (the outbox posts one per write of a message). Never for work.
+    package func observe(_ observer: @escaping @Sendable (NodeSignal) -> Void) {
+        observers.withLockedValue { $0.append(observer) }
+    }
+
     package func post(_ signal: NodeSignal) {
+        for o in observers.withLockedValue({ $0 }) { o(signal) }
         let targets = subscribers.withLockedValue { $0.filter { $0.filter(signal) }.map(\.continuation) }
         for c in targets { c.yield(signal) }
     }

@@ -32,6 +32,7 @@ extension PeerLink: OutboxLink {
         guard !envelopes.isEmpty else { return }
         let channel = self.channel
         channel.eventLoop.execute {
+            PathTrace.stamp(.frameOnLoop, if: .chatMessage, in: envelopes)
             for e in envelopes { channel.write(e, promise: nil) }
             channel.flush()
         }
@@ -259,6 +260,7 @@ package final class Outbox: Sendable {
         let identity = self.identity
         let channel = link.channel
         channel.eventLoop.execute {
+            PathTrace.stamp(.ackOnLoop)
             let nowMs = wallClockMilliseconds()  // as a link's own replies are stamped
             for id in ids {
                 var ack = Tandem_V1_Ack()

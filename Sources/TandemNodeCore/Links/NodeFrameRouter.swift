@@ -34,15 +34,23 @@ package struct NodeFrameRouter: InboundConsumer {
     /// of its own (what they change is soft state, `NodeStore.write(durable:)`); any other frame
     /// in it makes the commit synced.
     package func handle(_ events: [InboundEvent]) {
+        // Stages of a traced message (`PathTrace`, benches only): nil unless armed.
+        let traced = PathTrace.kind(of: events)
+        if let traced { PathTrace.stamp(traced == .ack ? .ackDrained : .inboundDrained) }
         do {
             try store.step(syncing: events.contains { $0.mayChangeDurableState }) { step in
-                // First once the batch is durable: its events to subscribers (then the ACKs, frames
-                // and signals its steps left for after the commit).
-                step.afterCommit { [self] in self.events.published() }
+                if let traced { step.afterCommit { PathTrace.stamp(traced == .ack ? .ackCommitted : .inboundCommitted) } }
                 trust(events, step)
                 let blocked = BlockedAuthors()
                 for event in events { handle(event, blocked, step) }
                 for flow in flows { flow.batchEnded(step) }
+                // Once the batch is durable, first what its frames left for after the commit — the
+                // ACKs its senders wait for (their latency, messages.md 11.5), frames, signals — then
+                // its events to subscribers (reading the store's event tail and waking each one).
+                // (Stamped before: a subscriber woken by `published()` may start the next round first.)
+                if traced == .ack { step.afterCommit { PathTrace.stamp(.deliveredPublished) } }
+                step.afterCommit { [self] in self.events.published() }
+                if traced == .chatMessage { PathTrace.stamp(.inboundCommitting) }
             }
         } catch {
             // Nothing of the batch was kept and nothing acknowledged: senders resend.
