@@ -73,6 +73,15 @@ final class DiscriminationTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(matched(can, sweeps("can", seed: 4_600, count: 4)), 3)
     }
 
+    /// Judged (template version 6): a smaller object does not open a larger key — an egg the
+    /// tennis ball's, whose outline reaches past the egg's at every pose near the one found — and
+    /// the tennis ball still opens it.
+    func testEggIsRefusedByTheTennisBallKey() {
+        let ball = Templates.get("tennis-ball")
+        XCTAssertEqual(matched(ball, sweeps("egg", seed: 4_800, count: 4)), 0)
+        XCTAssertGreaterThanOrEqual(matched(ball, sweeps("tennis-ball", seed: 4_900, count: 4)), 3)
+    }
+
     /// Near-symmetries from version 5 count as off only what lands where an enrolment camera saw
     /// empty space: a can's or a ball's gaps (faces no frame saw) are no part; a mug's handle turned
     /// about its axis lands beside the body, where cameras looked, and is one. (Not every plain
