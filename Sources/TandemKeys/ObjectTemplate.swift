@@ -58,7 +58,7 @@ public struct ObjectTemplate: Sendable, Equatable {
     public static let maximumViews = 32
     public static let maximumModelPoints = 4_000
     static let magic: [UInt8] = Array("TKT".utf8)
-    static let version: UInt8 = 5
+    static let version: UInt8 = 6
 
     // MARK: serialization
 
@@ -97,7 +97,11 @@ public struct ObjectTemplate: Sendable, Equatable {
         maximumExcess = try r.f32()
         maximumDeficit = version == 2 ? 1 : try r.f32()
         maximumOverhang = version < 4 ? 1 : try r.f32()
-        maximumShortfall = version < 4 ? 1 : try r.f32()
+        // Versions 4 and 5 stored a shortfall ceiling that was reported, not judged, and was
+        // calibrated at the registration's pose alone: they verify as they did (no shortfall test).
+        // From version 6 it is judged (against the least shortfall near the pose found).
+        let storedShortfall = version < 4 ? 1 : try r.f32()
+        maximumShortfall = version < 6 ? 1 : storedShortfall
         guard (0...1).contains(maximumExcess), (0...1).contains(maximumDeficit), (0...1).contains(maximumOverhang), (0...1).contains(maximumShortfall), (0.0005...0.05).contains(inlierDistance), (0.0005...0.1).contains(cell), (0...1).contains(minimumFit),
               (0.0001...0.1).contains(maximumRMS), (0...1).contains(minimumCoverage) else {
             throw KeyInputError(.badTemplate("thresholds out of range"))
@@ -332,7 +336,17 @@ extension ObjectTemplate {
             let (fit, rms) = Registration.evaluate(fine, tree, pose, tau: tau, normals: normals, cell: cell, oriented: true)
             let excess = Registration.excess(views[i].cloud, pose, tree, normals, cell: cell, tau: tau)
             let seen = Registration.measure(model: tree, normals: normals, view: views[i].cloud, t: pose, tau: tau, cell: cell)
-            return (i, fit, rms, seen.coverage, excess, seen.deficit, seen.overhang, seen.shortfall)
+            // The shortfall as verification judges it: the least near this pose under which the frame
+            // fits about as well (`Registration.leastShortfall`).
+            var shortfall = seen.shortfall
+            if shortfall > shortfallFloor {
+                shortfall = Registration.leastShortfall(view: views[i].cloud, fine: fine, viewTree: KDTree(views[i].cloud), model: tree, normals: normals,
+                                                        from: pose, measured: seen, tau: tau, cell: cell, enough: shortfallFloor) { f, r, m in
+                    f >= fit - 0.05 && r <= max(rms * 1.25, minimumRMSThreshold) && m.coverage >= seen.coverage - 0.05
+                        && m.deficit <= seen.deficit + 0.02 && m.overhang <= seen.overhang + 0.002
+                }.measures.shortfall
+            }
+            return (i, fit, rms, seen.coverage, excess, seen.deficit, seen.overhang, shortfall)
         }
     }
 

@@ -121,17 +121,25 @@ final class TemplateTests: XCTestCase {
         XCTAssertLessThan(t.maximumDeficit, 0.5)
         XCTAssertLessThan(t.maximumOverhang, 0.1)
         XCTAssertLessThan(t.maximumShortfall, 0.1)
-        XCTAssertEqual(t.serialized()[3], 5)
+        XCTAssertEqual(t.serialized()[3], 6)
         // Version 5 keeps each registered view's camera; version 4 is the same bytes without them.
         XCTAssertTrue(t.views.allSatisfy { $0.registered == ($0.camera != nil) })
         XCTAssertEqual(try ObjectTemplate(serialized: t.serialized()), t)
+        // Version 6 is version 5's bytes with the shortfall judged: a version 5 template keeps its
+        // cameras and verifies as before (its shortfall ceiling, reported only then, reads as 1).
+        var v5 = t.serialized()
+        v5[3] = 5
+        let back5 = try ObjectTemplate(serialized: v5)
+        XCTAssertEqual(back5.maximumShortfall, 1)
+        XCTAssertEqual(back5.maximumOverhang, t.maximumOverhang)
+        XCTAssertEqual(back5.views, t.views)
         var plain = t
         plain.views = t.views.map { var v = $0; v.camera = nil; return v }
         var v4 = plain.serialized()
         v4[3] = 4
         let back4 = try ObjectTemplate(serialized: v4)
         XCTAssertEqual(back4.maximumOverhang, t.maximumOverhang)
-        XCTAssertEqual(back4.maximumShortfall, t.maximumShortfall)
+        XCTAssertEqual(back4.maximumShortfall, 1)
         XCTAssertTrue(back4.views.allSatisfy { $0.camera == nil })
         XCTAssertEqual(back4.model, t.model)
         // A version 4 stream cannot carry a camera.
