@@ -115,6 +115,15 @@ package final class Outbox: Sendable {
     /// waited for room): their next frames are written once it commits, one write each.
     private var refillingIn: StoreStep?
     private var refills: [[UInt8]] = []
+    /// Acknowledgements this node signed: ids acknowledged one to an ACK, ids acknowledged in ACKS,
+    /// and the ACKS frames that carried them (README 12.5).
+    package struct Acknowledgements: Sendable, Equatable {
+        package var single = 0
+        package var batched = 0
+        package var acksFrames = 0
+    }
+    private nonisolated let signedAcknowledgements = NIOLockedValueBox(Acknowledgements())
+    package nonisolated var acknowledgements: Acknowledgements { signedAcknowledgements.withLockedValue { $0 } }
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, transport: OutboxTransport, presence: PresenceState,
          events: EventBus, health: StoreHealth, signals: NodeSignals?, configuration: Configuration = Configuration(),
@@ -254,20 +263,42 @@ package final class Outbox: Sendable {
         acks[link.serial, default: (link, [])].ids.append(envelope.messageID.bytes)
     }
 
-    /// Signs an ACK for each id and writes them on `link` in one go. The signing happens on the
-    /// link's event loop, not here: the core's one thread is what every flow waits for.
+    /// Signs the acknowledgements of `ids` (the frames of one committed step that came on `link`,
+    /// in their order) and writes them on `link` in one go: one ACKS for up to 256 of them when the
+    /// peer announced ACKS on this link (its PRESENCE, README 12.5), else an ACK each (an older
+    /// node, or its PRESENCE has not come yet); a single frame gets a single ACK either way. The
+    /// signing happens on the link's event loop, not here: the core's one thread is what every
+    /// flow waits for.
     private func writeAcks(_ ids: [[UInt8]], on link: PeerLink) {
         guard let recipient = link.remotePublicKey else { return }
         let identity = self.identity
         let channel = link.channel
+        // An id once per ACKS (a validating receiver refuses a list that names one twice).
+        var seen = Set<[UInt8]>(minimumCapacity: ids.count)
+        let ids = ids.filter { seen.insert($0).inserted }
+        let batched = ids.count > 1 && link.takesAcks
+        let payloads: [(MessageType, [UInt8])]
+        if batched {
+            payloads = stride(from: 0, to: ids.count, by: AcksMessage.maximumIDs).map { start in
+                var acks = Tandem_V1_Acks()
+                acks.messageIds = ids[start..<min(start + AcksMessage.maximumIDs, ids.count)].map { Data($0) }
+                return (.acks, (try? acks.serializedBytes()) ?? [])  // a message of set fields always serializes
+            }
+        } else {
+            payloads = ids.map { id in
+                var ack = Tandem_V1_Ack()
+                ack.messageID = Data(id)
+                return (.ack, (try? ack.serializedBytes()) ?? [])  // as above
+            }
+        }
+        signedAcknowledgements.withLockedValue {
+            if batched { $0.batched += ids.count; $0.acksFrames += payloads.count } else { $0.single += ids.count }
+        }
         channel.eventLoop.execute {
             PathTrace.stamp(.ackOnLoop)
             let nowMs = wallClockMilliseconds()  // as a link's own replies are stamped
-            for id in ids {
-                var ack = Tandem_V1_Ack()
-                ack.messageID = Data(id)
-                let payload = (try? ack.serializedBytes()) ?? []  // a message of set fields always serializes
-                let envelope = Envelope.sign(type: .ack, messageID: .random(), author: identity, recipient: recipient,
+            for (type, payload) in payloads {
+                let envelope = Envelope.sign(type: type, messageID: .random(), author: identity, recipient: recipient,
                                              createdAt: nowMs, payload: payload)
                 channel.write(envelope, promise: nil)
             }
