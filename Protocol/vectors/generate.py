@@ -847,6 +847,13 @@ def gen_frames():
         if health is not None:
             fields["health"] = health
         add_valid(f"PRESENCE, {label}", ALICE, BOB, "PRESENCE", 0x0106, f"presence-{health}", created, body, fields)
+    # A PRESENCE that announces ACKS (field 4, README 12.5), and an ACKS of two of alice's frames.
+    add_valid("PRESENCE, takes ACKS", ALICE, BOB, "PRESENCE", 0x0106, "presence-acks", created,
+              pb_varint(1, 1) + pb_varint(2, 10) + pb_varint(4, 1),
+              {"message": "tandem.v1.Presence", "status": "IDLE", "heartbeat_seconds": 10, "takes_acks": 1})
+    acked = [label_bytes("acks-1", 16), label_bytes("acks-2", 16)]
+    add_valid("ACKS of two frames", BOB, ALICE, "ACKS", 0x0108, "acks", created, pb_rep_bytes(1, acked),
+              {"message": "tandem.v1.Acks", "message_ids": ",".join(h(i) for i in acked)})
     gen_message_frames(add_valid, created)
 
     # Receiver checks: bob receives over a link whose authenticated peer is alice.

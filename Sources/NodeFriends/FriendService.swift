@@ -288,7 +288,7 @@ public final class FriendService: Sendable {
                 guard relationship == .friend else { return outbox.dropUnrelated(envelope, on: link, step) }
                 try receiveContactUpdate(envelope, m, from: link, step)
             case .presence:
-                presence.receive(envelope, try PresenceMessage(payload: envelope.payload), contact: contact, step)
+                presence.receive(envelope, try PresenceMessage(payload: envelope.payload), contact: contact, on: link, step)
             case .ack:
                 // Not routed here: the frame router hands acknowledgements to the outbox and to
                 // the flow that owns the acknowledged frame (`NodeFrameRouter.acknowledged`).

@@ -58,9 +58,14 @@ extension MessageService {
 
     /// One frame for each recipient, all signed under one message id (the first frame's): every
     /// copy of a thread message carries the same id and payload (messages.md 4 step 3).
-    func frames(_ type: MessageType, to recipients: [[UInt8]], payload: [UInt8], _ step: StoreStep) -> [OutboxItem] {
+    /// `memo`: what the send batch knows of its recipients (a contact read less per frame).
+    func frames(_ type: MessageType, to recipients: [[UInt8]], payload: [UInt8], _ step: StoreStep,
+                memo: SendBatchMemo? = nil) -> [OutboxItem] {
         let id = MessageID.random()
-        return recipients.map { outbox.frame(type, to: $0, payload: payload, messageID: id, in: step) }
+        return recipients.map { key in
+            let friend = memo?.isFriend(key) { outbox.isFriend($0, in: step) }
+            return outbox.frame(type, to: key, payload: payload, messageID: id, recipientIsFriend: friend, in: step)
+        }
     }
 
     func describe(_ m: StoredMessage, _ r: StoreReading, names: inout [[UInt8]: String]) throws -> JSONValue {
@@ -149,7 +154,8 @@ extension MessageService {
     /// One `message.send` inside the lane's step (`drainSends`): the message row and its frames.
     /// Returns the answer and the recipients, whose frames the lane hands to the outbox once for
     /// the whole batch (messages.md 11.5).
-    func queueSend(_ params: JSONValue, _ step: StoreStep) throws -> (answer: JSONValue, to: [[UInt8]]) {
+    /// `memo`: the batch's knowledge of its recipients, when the send is one of a batch.
+    func queueSend(_ params: JSONValue, _ step: StoreStep, memo: SendBatchMemo? = nil) throws -> (answer: JSONValue, to: [[UInt8]]) {
         let text = try text(params)
         let c: ConversationRow
         if let thread = params["challenge"]?.stringValue {
@@ -159,7 +165,13 @@ extension MessageService {
             guard let ch = try step.challenge(id), ch.participant(me) != nil else { throw NodeError.nothingToActOn("no such challenge") }
             c = try step.threadConversation(challengeId: id, nowMs: now())
         } else {
-            c = try step.directConversation(peer: try friendKey(params, "to", step), nowMs: now())
+            let key: [UInt8]
+            if let memo, let name = params["to"]?.stringValue {
+                key = try memo.friend(named: name) { try friendKey(params, "to", step) }
+            } else {
+                key = try friendKey(params, "to", step)
+            }
+            c = try step.directConversation(peer: key, nowMs: now())
         }
         let to = try recipients(c, step)
         guard let cid = c.id else { throw MessageStoreError.noSuchConversation }
@@ -178,7 +190,7 @@ extension MessageService {
         let body = ChatMessageBody(challengeID: c.challengeId.map { Array($0) }, seq: seq, lamport: lamport, text: text,
                                    replyTo: replyTo, sentAtMs: UInt64(max(1, sentAt)), expiresAfterMs: UInt64(timer))
         // Signed after `sentAt` was read: sent_at_ms is never later than the envelope's created_at.
-        let frames = frames(.chatMessage, to: to, payload: body.payload, step)
+        let frames = frames(.chatMessage, to: to, payload: body.payload, step, memo: memo)
         guard let first = frames.first else { throw MessageStoreError.noSuchConversation }
         let id = Array(first.messageId)
         let row = StoredMessage(id: id, conversationId: cid, author: me, seq: seq, lamport: lamport, sentLamport: lamport, text: text,

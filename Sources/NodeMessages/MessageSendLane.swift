@@ -76,11 +76,12 @@ extension MessageService {
             try store.step { step in
                 if PathTrace.isArmed { step.afterCommit { PathTrace.stamp(.sendCommitted) } }
                 var recipients: [[UInt8]] = []
+                let memo = SendBatchMemo()
                 for pending in batch {
                     // A savepoint per send: one that throws leaves nothing behind, the rest go on.
                     results.append(Result {
                         try step.write { _ in
-                            let (answer, to) = try queueSend(pending.params, step)
+                            let (answer, to) = try queueSend(pending.params, step, memo: memo)
                             recipients.append(contentsOf: to)
                             return answer
                         }

@@ -36,6 +36,7 @@ public final class PeerLink: Sendable {
     /// then hands on no further frame and reads nothing until `resumeReading()`.
     private let consumerPaused = Atomic<Bool>(false)
     private let trusted = Atomic<Bool>(false)
+    private let acksTaken = Atomic<Bool>(false)
     private static let serials = NIOLockedValueBox<UInt64>(0)
 
     /// Bytes read from the link per turn of its event loop: `.plain` for anyone, `.trusted` once it
@@ -116,6 +117,12 @@ public final class PeerLink: Sendable {
         channel.setOption(ChannelOptions.recvAllocator, value: Self.reads(upTo: on ? readBytes.trusted : readBytes.plain))
             .whenFailure { _ in }  // a closed channel reads nothing more anyway
     }
+
+    /// Whether the peer announced, in a PRESENCE on this link, that it takes ACKS (README 12.5):
+    /// the frames it sends here may then be acknowledged several to one signed frame. False until
+    /// then (an older node, or no PRESENCE yet): single ACKs.
+    public var takesAcks: Bool { acksTaken.load(ordering: .acquiring) }
+    public func setTakesAcks(_ on: Bool) { acksTaken.store(on, ordering: .releasing) }
 
     /// What a link reads per turn of its loop, at most `maximum` bytes.
     static func reads(upTo maximum: Int) -> AdaptiveRecvByteBufferAllocator {

@@ -110,6 +110,23 @@ public struct DeliveryBook: Sendable, Equatable {
     /// Frames for `recipient` waited at its last write for room in its window.
     public func isHolding(_ recipient: [UInt8]) -> Bool { held.contains(recipient) }
 
+    /// The places `toWrite(_:to:link:nowMs:)` would find free for `recipient` on `link` at `nowMs`
+    /// (frames written on another link, or longer ago than `resendAfterMs`, hold none). With none
+    /// free it writes nothing, so a caller need not read what waits (messages.md 11.6).
+    public func freePlaces(_ recipient: [UInt8], link: UInt64, nowMs: Int64) -> Int {
+        guard let places = inFlight[recipient] else { return window }
+        var used = 0
+        for w in places.values where w.link == link && nowMs.subtractingSaturated(w.atMs) < resendAfterMs { used += 1 }
+        return max(0, window - used)
+    }
+
+    /// A write found no free place for `recipient`: what waits is held until acknowledgements make
+    /// room (`isHolding`), as `toWrite(_:to:link:nowMs:)` would have recorded.
+    public mutating func hold(_ recipient: [UInt8]) {
+        if held.count >= maximumTracked, !held.contains(recipient) { held.removeAll() }
+        held.insert(recipient)
+    }
+
     /// Free places in `recipient`'s window (frames written on any link count until acknowledged or
     /// written again).
     public func room(_ recipient: [UInt8]) -> Int { window - (inFlight[recipient]?.count ?? 0) }

@@ -38,6 +38,8 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
     public static let contactUpdate = MessageType(rawValue: 0x0105)
     public static let presence = MessageType(rawValue: 0x0106)
     public static let ack = MessageType(rawValue: 0x0107)
+    /// Several frames acknowledged in one (README 12.5), to a peer that announced it takes them.
+    public static let acks = MessageType(rawValue: 0x0108)
     // Challenges (0x02xx).
     public static let challengeInvite = MessageType(rawValue: 0x0201)
     public static let challengeAnswer = MessageType(rawValue: 0x0202)
@@ -58,7 +60,7 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
 
     /// Types this implementation understands.
     public static let known: Set<MessageType> = Set<MessageType>([.error, .ping, .pong, .friendRequest, .friendAccept, .friendDecline,
-                                                 .friendRemove, .contactUpdate, .presence, .ack, .clockProbe, .clockReply,
+                                                 .friendRemove, .contactUpdate, .presence, .ack, .acks, .clockProbe, .clockReply,
                                                  .challengeInvite, .challengeAnswer, .challengeStart, .challengeCancel,
                                                  .challengeQuit, .challengeOutcome, .relayRegister, .relayRegistered,
                                                  .tunnelOpen, .relayReply, .tunnelIncoming, .mailboxPut, .mailboxItem,
@@ -76,6 +78,7 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
         case .contactUpdate: return "CONTACT_UPDATE"
         case .presence: return "PRESENCE"
         case .ack: return "ACK"
+        case .acks: return "ACKS"
         case .clockProbe: return "CLOCK_PROBE"
         case .clockReply: return "CLOCK_REPLY"
         case .challengeInvite: return "CHALLENGE_INVITE"

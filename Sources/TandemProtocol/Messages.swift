@@ -178,11 +178,14 @@ public struct PresenceMessage: Equatable, Sendable {
     /// The sender's health today (0 … 100) when it shares it; nil when it does not (or is an older
     /// node). 0 is dead.
     public let health: Int?
+    /// The sender takes ACKS on this link (README 12.5); false from an older node.
+    public let takesAcks: Bool
     /// The health state the shared health falls in.
     public var healthState: HealthPool.State? { health.map { HealthPool.State(health: $0) } }
 
     public init(payload: [UInt8]) throws {
         let m = try decode(Tandem_V1_Presence.self, .presence, payload)
+        takesAcks = m.takesAcks
         if m.hasHealth {
             guard m.health <= 100 else { throw PayloadError(.presence, "health of \(m.health) is out of range (0 … 100)") }
             health = Int(m.health)
@@ -207,6 +210,46 @@ public struct AckMessage: Equatable, Sendable {
     public init(payload: [UInt8]) throws {
         let m = try decode(Tandem_V1_Ack.self, .ack, payload)
         messageID = try id16(m.messageID, .ack, "message id")
+    }
+}
+
+/// ACKS (0x0108, README 12.5): the frames of one handling transaction acknowledged in one signed
+/// frame. 1 … 256 ids of 16 bytes, none twice; anything else is MALFORMED and counts for none of them.
+public struct AcksMessage: Equatable, Sendable {
+    /// Ids in one ACKS at most (more make more frames).
+    public static let maximumIDs = 256
+    /// In the order the sender listed them.
+    public let messageIDs: [[UInt8]]
+
+    public init(payload: [UInt8]) throws {
+        let m = try decode(Tandem_V1_Acks.self, .acks, payload)
+        guard !m.messageIds.isEmpty else { throw PayloadError(.acks, "no message ids") }
+        guard m.messageIds.count <= Self.maximumIDs else {
+            throw PayloadError(.acks, "\(m.messageIds.count) message ids, more than \(Self.maximumIDs)")
+        }
+        var ids: [[UInt8]] = []
+        ids.reserveCapacity(m.messageIds.count)
+        var seen = Set<[UInt8]>(minimumCapacity: m.messageIds.count)
+        for data in m.messageIds {
+            let id = try id16(data, .acks, "message id")
+            guard seen.insert(id).inserted else { throw PayloadError(.acks, "message id \(hexString(id)) named twice") }
+            ids.append(id)
+        }
+        messageIDs = ids
+    }
+
+    /// An ACKS naming `ids` (at most `maximumIDs` distinct ids of 16 bytes: checked, so what is
+    /// built always decodes).
+    public init(messageIDs ids: [[UInt8]]) throws {
+        var m = Tandem_V1_Acks()
+        m.messageIds = ids.map { Data($0) }
+        try self.init(payload: (try? m.serializedBytes()) ?? [])  // a message of set fields always serializes
+    }
+
+    public var payload: [UInt8] {
+        var m = Tandem_V1_Acks()
+        m.messageIds = messageIDs.map { Data($0) }
+        return (try? m.serializedBytes()) ?? []  // a message of set fields always serializes
     }
 }
 

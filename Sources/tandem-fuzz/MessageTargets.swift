@@ -19,7 +19,7 @@ enum MessageFuzzing {
     static let forwarder = [UInt8](repeating: 2, count: 32)
 
     static func decoders(_ input: inout FuzzInput) {
-        let which = input.pick(13)
+        let which = input.pick(14)
         let p = input.rest()
         switch which {
         case 0: if let m = try? ChatMessageBody(payload: p, createdAtMs: 1 << 52) { check(try? ChatMessageBody(payload: m.payload, createdAtMs: 1 << 52) == m) }
@@ -38,6 +38,13 @@ enum MessageFuzzing {
             check(m == (try? FileChunkMessage.decodedBySwiftProtobuf(p)))
             if let m { check(try? FileChunkMessage(payload: m.payload) == m) }
         case 11: if let m = try? DeliveryReceiptMessage(payload: p) { check(try? DeliveryReceiptMessage(payload: m.payload) == m) }
+        case 12:
+            // ACKS (README 12.5): what decodes holds 1 … 256 distinct 16-byte ids and re-encodes to itself.
+            if let m = try? AcksMessage(payload: p) {
+                check((1...AcksMessage.maximumIDs).contains(m.messageIDs.count) && Set(m.messageIDs).count == m.messageIDs.count
+                      && m.messageIDs.allSatisfy { $0.count == 16 })
+                check(try? AcksMessage(payload: m.payload) == m)
+            }
         default: _ = try? FileCancelMessage(payload: p)
         }
     }

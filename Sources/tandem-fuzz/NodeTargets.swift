@@ -25,7 +25,7 @@ enum NodeTarget {
     static let maximumSteps = 24
 
     static let types: [MessageType] = [.friendRequest, .friendAccept, .friendDecline, .friendRemove, .contactUpdate, .presence,
-                                       .ack, .clockProbe, .clockReply, .challengeInvite, .challengeAnswer, .challengeStart,
+                                       .ack, .acks, .clockProbe, .clockReply, .challengeInvite, .challengeAnswer, .challengeStart,
                                        .challengeCancel, .challengeQuit, .challengeOutcome, .ping, .pong, .error,
                                        .chatMessage, .chatForward, .chatReaction, .cheer, .readReceipt, .retract, .gapRequest,
                                        .deliveryReceipt]
@@ -215,9 +215,19 @@ enum NodeTarget {
             m.heartbeatSeconds = input.u32()
             // Shared health (issue 35): absent, in range, or any u32 (out of range is malformed).
             switch input.pick(3) { case 0: break; case 1: m.health = UInt32(input.u8() % 101); default: m.health = input.u32() }
+            m.takesAcks = input.bool()
             message = m
         case .ack:
             var m = Tandem_V1_Ack(); m.messageID = Data(input.take(Int(input.u8() % 20))); message = m
+        case .acks:
+            // 0 … 300 ids (the limit is 256), mostly of 16 bytes, sometimes one repeated.
+            var m = Tandem_V1_Acks()
+            let n = input.pick(8) == 0 ? Int(input.u16() % 301) : Int(input.u8() % 8)
+            for _ in 0..<n {
+                if input.pick(16) == 0, let last = m.messageIds.last { m.messageIds.append(last); continue }
+                m.messageIds.append(Data(input.take(input.pick(16) == 0 ? Int(input.u8() % 20) : 16)))
+            }
+            message = m
         case .clockProbe:
             var m = Tandem_V1_ClockProbe(); m.t1Us = instant(&input, nowUs: nowUs); message = m
         case .clockReply:

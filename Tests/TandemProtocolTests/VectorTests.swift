@@ -565,7 +565,14 @@ final class VectorTests: XCTestCase {
             fresh.status = .idle
             fresh.heartbeatSeconds = 10
             if let h = f["health"]?.int { fresh.health = UInt32(h) }
+            // ACKS announced (README 12.5): 1, else absent.
+            XCTAssertEqual(p.takesAcks, f["takes_acks"]?.int == 1, c.name)
+            fresh.takesAcks = f["takes_acks"]?.int == 1
             XCTAssertEqual(try fresh.serializedBytes() as [UInt8], payload, "\(c.name): encoding")
+        case "tandem.v1.Acks":
+            let m = try AcksMessage(payload: payload)
+            XCTAssertEqual(m.messageIDs.map(hexString).joined(separator: ","), f["message_ids"]?.string, c.name)
+            XCTAssertEqual(m.payload, payload, "\(c.name): encoding")
         case let name? where name.hasPrefix("tandem.v1.") && MessageType(rawValue: UInt16(c.type)).isMessage:
             try checkMessagingPayload(c, name)
         default:

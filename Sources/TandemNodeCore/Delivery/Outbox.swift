@@ -115,6 +115,15 @@ package final class Outbox: Sendable {
     /// waited for room): their next frames are written once it commits, one write each.
     private var refillingIn: StoreStep?
     private var refills: [[UInt8]] = []
+    /// Acknowledgements this node signed: ids acknowledged one to an ACK, ids acknowledged in ACKS,
+    /// and the ACKS frames that carried them (README 12.5).
+    package struct Acknowledgements: Sendable, Equatable {
+        package var single = 0
+        package var batched = 0
+        package var acksFrames = 0
+    }
+    private nonisolated let signedAcknowledgements = NIOLockedValueBox(Acknowledgements())
+    package nonisolated var acknowledgements: Acknowledgements { signedAcknowledgements.withLockedValue { $0 } }
 
     package nonisolated init(identity: SigningKeyPair, store: NodeStore, transport: OutboxTransport, presence: PresenceState,
          events: EventBus, health: StoreHealth, signals: NodeSignals?, configuration: Configuration = Configuration(),
@@ -144,14 +153,15 @@ package final class Outbox: Sendable {
 
     /// Signs a frame for `recipient` as an outbox row, for the flow to store with its change.
     /// `messageID`: the id to sign under (one message sent to several recipients keeps one id).
+    /// `recipientIsFriend`: when the caller already knows (one contact read less per frame).
     package func frame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8], messageID: MessageID = .random(),
-                       in r: StoreReading) -> OutboxItem {
+                       recipientIsFriend: Bool? = nil, in r: StoreReading) -> OutboxItem {
         let nowMs = now()
         let env = Envelope.sign(type: type, messageID: messageID, author: identity, recipient: recipient,
                                 createdAt: UInt64(clamping: nowMs), payload: payload)
         var item = OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: nowMs)
         let farewell = type == .friendDecline || type == .friendRemove
-        if farewell || !isFriend(recipient, in: r) {
+        if farewell || !(recipientIsFriend ?? isFriend(recipient, in: r)) {
             item.expiresAtMs = nowMs.addingSaturated(farewell ? Self.farewellToStrangerTtlMs : Self.frameToStrangerTtlMs)
         }
         return item
@@ -253,20 +263,42 @@ package final class Outbox: Sendable {
         acks[link.serial, default: (link, [])].ids.append(envelope.messageID.bytes)
     }
 
-    /// Signs an ACK for each id and writes them on `link` in one go. The signing happens on the
-    /// link's event loop, not here: the core's one thread is what every flow waits for.
+    /// Signs the acknowledgements of `ids` (the frames of one committed step that came on `link`,
+    /// in their order) and writes them on `link` in one go: one ACKS for up to 256 of them when the
+    /// peer announced ACKS on this link (its PRESENCE, README 12.5), else an ACK each (an older
+    /// node, or its PRESENCE has not come yet); a single frame gets a single ACK either way. The
+    /// signing happens on the link's event loop, not here: the core's one thread is what every
+    /// flow waits for.
     private func writeAcks(_ ids: [[UInt8]], on link: PeerLink) {
         guard let recipient = link.remotePublicKey else { return }
         let identity = self.identity
         let channel = link.channel
+        // An id once per ACKS (a validating receiver refuses a list that names one twice).
+        var seen = Set<[UInt8]>(minimumCapacity: ids.count)
+        let ids = ids.filter { seen.insert($0).inserted }
+        let batched = ids.count > 1 && link.takesAcks
+        let payloads: [(MessageType, [UInt8])]
+        if batched {
+            payloads = stride(from: 0, to: ids.count, by: AcksMessage.maximumIDs).map { start in
+                var acks = Tandem_V1_Acks()
+                acks.messageIds = ids[start..<min(start + AcksMessage.maximumIDs, ids.count)].map { Data($0) }
+                return (.acks, (try? acks.serializedBytes()) ?? [])  // a message of set fields always serializes
+            }
+        } else {
+            payloads = ids.map { id in
+                var ack = Tandem_V1_Ack()
+                ack.messageID = Data(id)
+                return (.ack, (try? ack.serializedBytes()) ?? [])  // as above
+            }
+        }
+        signedAcknowledgements.withLockedValue {
+            if batched { $0.batched += ids.count; $0.acksFrames += payloads.count } else { $0.single += ids.count }
+        }
         channel.eventLoop.execute {
             PathTrace.stamp(.ackOnLoop)
             let nowMs = wallClockMilliseconds()  // as a link's own replies are stamped
-            for id in ids {
-                var ack = Tandem_V1_Ack()
-                ack.messageID = Data(id)
-                let payload = (try? ack.serializedBytes()) ?? []  // a message of set fields always serializes
-                let envelope = Envelope.sign(type: .ack, messageID: .random(), author: identity, recipient: recipient,
+            for (type, payload) in payloads {
+                let envelope = Envelope.sign(type: type, messageID: .random(), author: identity, recipient: recipient,
                                              createdAt: nowMs, payload: payload)
                 channel.write(envelope, promise: nil)
             }
@@ -477,23 +509,34 @@ package final class Outbox: Sendable {
     func write(to key: [UInt8], on link: OutboxLink, items known: [OutboxItem]? = nil) {
         let items: [OutboxHead]
         var frames: [[UInt8]: [UInt8]] = [:]
+        let nowMs = now()
+        // No free place in the window (a burst runs ahead of the ACKs): nothing could be written, so
+        // nothing is read; what waits is held and goes out when ACKs make room (messages.md 11.6).
+        // Every send batch of a burst used to read the recipient's 512 oldest frames here for nothing.
+        let (holding, free) = book.withLockedValue { ($0.isHolding(key), $0.freePlaces(key, link: link.serial, nowMs: nowMs)) }
+        guard free > 0 else {
+            book.withLockedValue { $0.hold(key) }
+            writeOwedPresence(to: key, on: link, nowMs: nowMs)
+            return
+        }
         do {
             // The oldest frames: those in the window, then those waiting for room in it. Frames just
             // queued (`known`) go as they are only when none older wait for room: else the oldest go
             // first, and the book sees them (a write of the new ones alone would pass the older).
-            // Read without their bytes: only those written now are read whole, below.
-            let holding = book.withLockedValue { $0.isHolding(key) }
+            // Read without their bytes: only those written now are read whole, below. The frames
+            // in flight on this link hold `window - free` places and come first (written oldest
+            // first), so `window + free` rows hold every frame that can be written now (a refill
+            // after a quarter of the window: 320, not 512).
             if !holding, let known {
                 items = known.map { OutboxHead(messageId: Array($0.messageId), type: $0.type, nextAttemptMs: $0.nextAttemptMs) }
                 for item in known { frames[Array(item.messageId)] = Array(item.frame) }
             } else {
-                items = try store.outboxHeads(for: key, limit: 2 * configuration.window)
+                items = try store.outboxHeads(for: key, limit: configuration.window + free)
             }
         } catch {
             health.failed("read the outbox", error)
             return
         }
-        let nowMs = now()
         let fresh = Set(book.withLockedValue {
             $0.toWrite(items.map { Self.bookKey($0.messageId, key) }, to: key, link: link.serial, nowMs: nowMs)
         })
@@ -526,12 +569,7 @@ package final class Outbox: Sendable {
         }
         // All of them in one write and one flush.
         link.writeAndFlush(envelopes)
-        // The PRESENCE owed after those frames follows them on the link, flushed apart: its
-        // signature is not worth delaying the FRIEND_ACCEPT it follows.
-        if book.withLockedValue({ $0.takeOwedPresence(key) }), isFriend(key, in: store) {
-            link.write(presence.envelope(from: identity, to: key, nowMs: nowMs))
-            link.flush()
-        }
+        writeOwedPresence(to: key, on: link, nowMs: nowMs)
         // Written now, or due and not written (waiting for room in the window, or written on this
         // link before and not yet acknowledged): resent only if no ACK comes in time. Frames that
         // are scheduled later already (written earlier, or queued with this write in view,
@@ -546,6 +584,15 @@ package final class Outbox: Sendable {
                 try step.deferOutbox(for: key, error: "awaiting acknowledgement", nowMs: nowMs,
                                      maximumDelayMs: configuration.resendAfterMs, only: read)
             }
+        }
+    }
+
+    /// The PRESENCE owed after the frames just written follows them on the link, flushed apart: its
+    /// signature is not worth delaying the FRIEND_ACCEPT it follows.
+    private func writeOwedPresence(to key: [UInt8], on link: OutboxLink, nowMs: Int64) {
+        if book.withLockedValue({ $0.takeOwedPresence(key) }), isFriend(key, in: store) {
+            link.write(presence.envelope(from: identity, to: key, nowMs: nowMs))
+            link.flush()
         }
     }
 

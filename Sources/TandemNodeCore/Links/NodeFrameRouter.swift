@@ -116,7 +116,7 @@ package struct NodeFrameRouter: InboundConsumer {
 
     private func route(_ envelope: Envelope, prepared: (any Sendable)? = nil, from link: PeerLink?, _ blocked: BlockedAuthors,
                        _ step: StoreStep) {
-        if envelope.type == .ack { return acknowledged(envelope, from: link, blocked, step) }
+        if envelope.type == .ack || envelope.type == .acks { return acknowledged(envelope, from: link, blocked, step) }
         for flow in flows where flow.owns(envelope.type) {
             if flow.dropsBlockedAuthors {
                 if blocked.isBlocked(envelope.author, step, health) { break }  // to the friends flow, which drops it (and counts it)
@@ -128,23 +128,28 @@ package struct NodeFrameRouter: InboundConsumer {
 }
 
 extension NodeFrameRouter {
-    /// An ACK: the outbox drops the frame it names (only its recipient can acknowledge it), and
-    /// the flow that owns the frame's type is told in the same step. A blocked contact's ACK is
-    /// dropped, a malformed one answered MALFORMED.
+    /// An ACK, or an ACKS (README 12.5: each of its ids as an ACK of its own): the outbox drops the
+    /// frame each names (only its recipient can acknowledge it; an id that names no frame queued
+    /// for the author changes nothing), and the flow that owns the frame's type is told in the same
+    /// step. A blocked contact's acknowledgement is dropped, a malformed one answered MALFORMED and
+    /// counted for none of its ids.
     private func acknowledged(_ envelope: Envelope, from link: PeerLink?, _ blocked: BlockedAuthors, _ step: StoreStep) {
         guard !blocked.isBlocked(envelope.author, step, health) else { return }
-        let ack: AckMessage
+        let ids: [[UInt8]]
         do {
-            ack = try AckMessage(payload: envelope.payload)
+            ids = envelope.type == .acks ? try AcksMessage(payload: envelope.payload).messageIDs
+                                         : [try AckMessage(payload: envelope.payload).messageID]
         } catch let e as PayloadError {
             return outbox.refuseMalformed(envelope, e, on: link, step)
         } catch {
-            return  // AckMessage throws only PayloadError
+            return  // the decoders throw only PayloadError
         }
         let flows = self.flows
         let announce = { (type: MessageType?) in !flows.contains { flow in type.map { flow.owns($0) && flow.announcesDelivery(of: $0) } ?? false } }
-        if let type = outbox.delivered(ack.messageID, by: envelope.author, step, announce: announce) {
-            tellDelivered(ack.messageID, type: type, to: envelope.author, step)
+        for id in ids {
+            if let type = outbox.delivered(id, by: envelope.author, step, announce: announce) {
+                tellDelivered(id, type: type, to: envelope.author, step)
+            }
         }
     }
 
@@ -176,7 +181,7 @@ extension InboundEvent {
         switch self {
         case .frame(let envelope, _, _, _):
             switch envelope.type {
-            case .ack, .presence, .ping, .pong, .clockProbe, .clockReply: return false
+            case .ack, .acks, .presence, .ping, .pong, .clockProbe, .clockReply: return false
             default: return true
             }
         case .sighting: return false

@@ -49,6 +49,8 @@ package final class PresenceState: Sendable {
         p.status = current
         p.heartbeatSeconds = heartbeatSeconds
         if let h = sharedHealth(nowMs: Int64(clamping: wallClockMilliseconds())) { p.health = UInt32(h) }
+        // This node takes ACKS (README 12.5): a friend may acknowledge a batch of our frames at once.
+        p.takesAcks = true
         return (try? p.serializedBytes()) ?? []  // a message of set fields always serializes
     }
 
@@ -146,9 +148,11 @@ package final class PresenceService: Sendable {
         step.afterCommit { [self] in send(to: key) }
     }
 
-    /// A friend's PRESENCE (anyone else's is dropped).
-    package func receive(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?, _ step: StoreStep) {
+    /// A friend's PRESENCE (anyone else's is dropped). `link`: the link it came by, on which the
+    /// friend's frames are acknowledged with ACKS from now on when it announces them (README 12.5).
+    package func receive(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?, on link: PeerLink? = nil, _ step: StoreStep) {
         guard contact?.relationship == .friend else { return }
+        link?.setTakesAcks(p.takesAcks)
         let name = p.status.rawValue
         let before = health.read("read a friend's health", or: nil, { try step.friendHealth(envelope.author)?.health })
         health.attempt("store a presence") {

@@ -612,6 +612,10 @@ public nonisolated struct Tandem_V1_Presence: Sendable {
   /// Clears the value of `health`. Subsequent reads from it will return its default value.
   public mutating func clearHealth() {self._health = nil}
 
+  /// The sender takes ACKS (0x0108): frames it sends on this link may be acknowledged several to one
+  /// signed frame. Absent or false (an older node): only single ACKs. Protocol/README.md 12.5.
+  public var takesAcks: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -626,6 +630,21 @@ public nonisolated struct Tandem_V1_Ack: Sendable {
   // methods supported on all messages.
 
   public var messageID: Data = Data()
+
+  public var unknownFields = SwiftProtobuf.UnknownStorage()
+
+  public init() {}
+}
+
+/// 0x0108: the frames with these message ids were received and durably handled, in one transaction
+/// (outbox delivery): one signed acknowledgement for an inbound batch's frames from one link. 1 … 256
+/// ids of 16 bytes, no id twice. Sent only on a link whose peer announced `Presence.takes_acks`.
+public nonisolated struct Tandem_V1_Acks: Sendable {
+  // SwiftProtobuf.Message conformance is added in an extension below. See the
+  // `Message` and `Message+*Additions` files in the SwiftProtobuf library for
+  // methods supported on all messages.
+
+  public var messageIds: [Data] = []
 
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
@@ -2122,7 +2141,7 @@ nonisolated extension Tandem_V1_ContactUpdate: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Presence"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}status\0\u{3}heartbeat_seconds\0\u{1}health\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}status\0\u{3}heartbeat_seconds\0\u{1}health\0\u{3}takes_acks\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2133,6 +2152,7 @@ nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._
       case 1: try { try decoder.decodeSingularEnumField(value: &self.status) }()
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatSeconds) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self._health) }()
+      case 4: try { try decoder.decodeSingularBoolField(value: &self.takesAcks) }()
       default: break
       }
     }
@@ -2152,6 +2172,9 @@ nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._
     try { if let v = self._health {
       try visitor.visitSingularUInt32Field(value: v, fieldNumber: 3)
     } }()
+    if self.takesAcks != false {
+      try visitor.visitSingularBoolField(value: self.takesAcks, fieldNumber: 4)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2159,6 +2182,7 @@ nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.status != rhs.status {return false}
     if lhs.heartbeatSeconds != rhs.heartbeatSeconds {return false}
     if lhs._health != rhs._health {return false}
+    if lhs.takesAcks != rhs.takesAcks {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
@@ -2189,6 +2213,36 @@ nonisolated extension Tandem_V1_Ack: SwiftProtobuf.Message, SwiftProtobuf._Messa
 
   public static func ==(lhs: Tandem_V1_Ack, rhs: Tandem_V1_Ack) -> Bool {
     if lhs.messageID != rhs.messageID {return false}
+    if lhs.unknownFields != rhs.unknownFields {return false}
+    return true
+  }
+}
+
+nonisolated extension Tandem_V1_Acks: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
+  public static let protoMessageName: String = _protobuf_package + ".Acks"
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{3}message_ids\0")
+
+  public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
+    while let fieldNumber = try decoder.nextFieldNumber() {
+      // The use of inline closures is to circumvent an issue where the compiler
+      // allocates stack space for every case branch when no optimizations are
+      // enabled. https://github.com/apple/swift-protobuf/issues/1034
+      switch fieldNumber {
+      case 1: try { try decoder.decodeRepeatedBytesField(value: &self.messageIds) }()
+      default: break
+      }
+    }
+  }
+
+  public func traverse<V: SwiftProtobuf.Visitor>(visitor: inout V) throws {
+    if !self.messageIds.isEmpty {
+      try visitor.visitRepeatedBytesField(value: self.messageIds, fieldNumber: 1)
+    }
+    try unknownFields.traverse(visitor: &visitor)
+  }
+
+  public static func ==(lhs: Tandem_V1_Acks, rhs: Tandem_V1_Acks) -> Bool {
+    if lhs.messageIds != rhs.messageIds {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
