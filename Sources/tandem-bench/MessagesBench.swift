@@ -117,6 +117,11 @@ struct MessagesBench: AsyncParsableCommand {
         var burstSeconds = 0.0, sendSeconds = 0.0, peakRSS = 0.0, burstCPU = 0.0, peakRSSBob = 0.0, burstCPUBob = 0.0
         var threadsAlice: [[String: Any]] = [], threadsBob: [[String: Any]] = []
         var inOrder = false
+        // The write-ahead logs over the latency rounds (bytes appended; 0 or less: checkpointed and
+        // reused): frames each round adds to each store, all of its commits together.
+        let wals = ["sender": root.appendingPathComponent("alice/node.sqlite-wal").path,
+                    "receiver": root.appendingPathComponent("bob/node.sqlite-wal").path]
+        var walGrowth: [String: Double] = [:]
 
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await alice.run(signals: false) }
@@ -154,7 +159,9 @@ struct MessagesBench: AsyncParsableCommand {
                     return at
                 }()
                 var starts: [UInt64] = []
+                var walStart: [String: Int] = [:]
                 for round in 0..<(rounds + 3) {
+                    if round == 3 { walStart = wals.mapValues { CommitFloors.size($0) } }
                     let start = clock.now
                     starts.append(monotonicNanos())
                     PathTrace.arm()
@@ -170,6 +177,9 @@ struct MessagesBench: AsyncParsableCommand {
                         answered.append((answeredAt - start).milliseconds)
                         traces.append(stamps)
                     }
+                }
+                for (node, path) in wals {
+                    walGrowth[node] = Double(CommitFloors.size(path) - (walStart[node] ?? 0)) / Double(CommitFloors.frameBytes) / Double(rounds)
                 }
                 var storedTimes = await storedAt
                 if let child {
@@ -270,6 +280,7 @@ struct MessagesBench: AsyncParsableCommand {
             ]
         }
         let syncs = Percentiles(try CountdownBench.syncedWrites(in: root, count: 50))
+        let commitFloors = try CommitFloors.report(sizes: [4, 8, 16, 24], in: root)
         let l = Percentiles(latencies), p = Percentiles(pings)
         let goal = 3 * p.p50 + 2 * syncs.p50
         let a = Percentiles(answered), s = Percentiles(stored)
@@ -302,6 +313,9 @@ struct MessagesBench: AsyncParsableCommand {
             "send_to_delivered_ms": l.json,
             "floor_signed_ping_pong_ms": p.json,
             "synced_write_ms": syncs.json,
+            "commit_floors_ms": commitFloors,
+            "wal_frames_per_round": walGrowth,
+            "wal_note": "frames the latency rounds appended to each store's write-ahead log, per round (every commit of the round: the synced ones and the soft ones after them); negative or small when a checkpoint let the log start over",
             "goal_p50_ms": goal,
             "goal_met": l.p50 <= goal,
             "ratio_p50_to_goal": l.p50 / max(goal, 1e-9),
