@@ -99,6 +99,13 @@ public struct NodeStore: Sendable {
                 // expected only when another connection writes: the store is open and sound either way
             }
         }
+        // Commits overwrite the log rather than grow it (WriteAheadLogSize.swift).
+        do {
+            try Self.sizeWriteAheadLog(of: pool, walPath: path + "-wal")
+        } catch {
+            // another connection held the write lock past the busy timeout: the log grows with its
+            // commits, as it did before; the store is open and sound either way
+        }
         try PrivateDatabaseFile.restrict(path)
     }
 
