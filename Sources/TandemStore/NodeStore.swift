@@ -30,6 +30,8 @@ public struct NodeStore: Sendable {
     private let fullSync = SyncSetting()
     private let walSyncs = CommitCounter()
     private let indexPasses = CommitCounter()
+    /// The log's length after each commit, and its checkpoints (nil in memory).
+    private let walFrames: WriteAheadLogFrames?
     private let indexFailures = CommitCounter()
     /// The write-ahead log's path (nil in memory): a batch that was not to sync, but made a change
     /// that must be durable, syncs it itself.
@@ -44,6 +46,10 @@ public struct NodeStore: Sendable {
     public var deferredIndexPasses: Int { indexPasses.value }
     /// Of those, passes that failed (their notes stay for the next pass).
     public var deferredIndexFailures: Int { indexFailures.value }
+    /// Frames in the write-ahead log after the latest commit (0 in memory).
+    public var writeAheadLogFrames: Int { walFrames?.frames.load(ordering: .relaxed) ?? 0 }
+    /// Checkpoints of the write-ahead log made after steps (`WriteAheadLogFrames`).
+    public var checkpoints: Int { walFrames?.checkpoints.load(ordering: .relaxed) ?? 0 }
 
     /// Limits that keep a stranger from growing the store without bound.
     public struct Limits: Sendable {
@@ -85,10 +91,13 @@ public struct NodeStore: Sendable {
             // of spilling to a temporary file (`tandem-bench messages`: a burst's steps hold many).
             try db.execute(sql: "PRAGMA temp_store = MEMORY")
         }
+        // Checkpoints after steps, not inside their commits (WriteAheadLogSize.swift).
+        let walFrames = WriteAheadLogFrames()
+        try pool.writeWithoutTransaction { db in walFrames.install(on: db) }
         let upgradesBreakIns = try pool.read { db in
             try db.tableExists("vaultBreakIn") && !(try Self.migrator.appliedIdentifiers(db).contains("v8-vault-break-ins"))
         }
-        try self.init(writer: pool, limits: limits, walPath: path + "-wal")
+        try self.init(writer: pool, limits: limits, walPath: path + "-wal", walFrames: walFrames)
         if upgradesBreakIns {
             // The old break-in log's digits leave the write-ahead log too (its frames are otherwise
             // kept until they are overwritten). Best effort: another connection in a write only
@@ -122,10 +131,11 @@ public struct NodeStore: Sendable {
         try NodeStore(writer: DatabaseQueue(), limits: limits)
     }
 
-    init(writer: any DatabaseWriter, limits: Limits, walPath: String? = nil) throws {
+    init(writer: any DatabaseWriter, limits: Limits, walPath: String? = nil, walFrames: WriteAheadLogFrames? = nil) throws {
         self.writer = writer
         self.limits = limits
         self.walPath = walPath
+        self.walFrames = walFrames
         try Self.migrator.migrate(writer)
         // Messages a crash left between their synced step and the search index's pass after it.
         if try writer.read({ db in try StoreStep.hasNotedMessages(db) }) { indexNotedMessages() }
@@ -377,7 +387,22 @@ public struct NodeStore: Sendable {
         for action in step.afterCommitActions { action() }
         // After what waited on the commit (answers, ACKs, frames, events): the search index.
         if step.indexDeferred { indexNotedMessages() }
+        if let walFrames, walFrames.due { checkpoint(walFrames) }
         return result
+    }
+
+    /// Copies the write-ahead log into the database (PASSIVE: as far as readers allow, without
+    /// waiting for them); the next commit then starts the log over. Best effort: a log not
+    /// checkpointed now is at the next step's end.
+    private func checkpoint(_ walFrames: WriteAheadLogFrames) {
+        walFrames.frames.store(0, ordering: .relaxed)
+        do {
+            try writer.writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+            walFrames.checkpoints.add(1, ordering: .relaxed)
+        } catch {
+            // another connection's checkpoint or write held it: the next commit notes the log's
+            // length again, and the step after it checkpoints
+        }
     }
 
     /// Indexes every message noted for search and not indexed yet, in a transaction of its own that

@@ -1,5 +1,7 @@
 import Foundation
 import GRDB
+import GRDBSQLite
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -64,4 +66,37 @@ extension NodeStore {
             try db.execute(sql: "ROLLBACK")
         }
     }
+}
+
+/// When the write-ahead log is checkpointed (Protocol/messages.md 11.5): after a step, not inside
+/// its commit.
+///
+/// SQLite's own policy checkpoints the log in the commit that takes it past 1,000 pages, before
+/// that commit returns: the step whose commit it was (one message in about thirty, on a node
+/// that sends one at a time) waited for the copy of the log's pages into the database and the
+/// database's sync, several milliseconds. The store instead notes the log's length at each commit
+/// (`sqlite3_wal_hook`, which replaces SQLite's automatic checkpoint on the writer connection) and
+/// checkpoints (PASSIVE: it never waits for readers) once a step's after-commit actions have run
+/// (ACKs, answers, frames and events are on their way), when the log holds `threshold` frames.
+final class WriteAheadLogFrames: Sendable {
+    /// SQLite's own default.
+    static let threshold = 1_000
+    /// Frames in the log after the latest commit.
+    let frames = Atomic<Int>(0)
+    /// Checkpoints made, and the frames the log held at the latest.
+    let checkpoints = Atomic<Int>(0)
+
+    /// Installs the hook on `db` (the writer connection). The hook's context is this object,
+    /// retained for as long as the process runs (one small object per store opened).
+    func install(on db: Database) {
+        guard let connection = db.sqliteConnection else { return }
+        let context = Unmanaged.passRetained(self).toOpaque()
+        sqlite3_wal_hook(connection, { context, _, _, frames in
+            guard let context else { return SQLITE_OK }
+            Unmanaged<WriteAheadLogFrames>.fromOpaque(context).takeUnretainedValue().frames.store(Int(frames), ordering: .relaxed)
+            return SQLITE_OK
+        }, context)
+    }
+
+    var due: Bool { frames.load(ordering: .relaxed) >= Self.threshold }
 }

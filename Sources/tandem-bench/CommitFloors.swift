@@ -60,10 +60,4 @@ enum CommitFloors {
         out["note"] = "median ms of writing N WAL-sized frames (24-byte header + 4 KiB page, pwrite each) and of the fdatasync after, appended to a growing file or over frames already written and synced"
         return out
     }
-
-    /// The size of the file at `path` (0 if none).
-    static func size(_ path: String) -> Int {
-        var st = stat()
-        return stat(path, &st) == 0 ? Int(st.st_size) : 0
-    }
 }
