@@ -43,7 +43,7 @@ enum WriteAheadLogSize {
         guard fstat(fd, &st) == 0 else { return 0 }
         let size = Int(st.st_size), target = 32 + frames * (24 + pageSize)
         guard size < target else { return 0 }
-        let zeros = [UInt8](repeating: 0, count: 1 << 16)
+        let zeros = [UInt8](repeating: 0, count: 1 << 20)
         var at = size
         while at < target {
             let n = pwrite(fd, zeros, min(zeros.count, target - at), off_t(at))
