@@ -72,6 +72,7 @@ extension MessageService {
         PathTrace.stamp(.sendDrained)
         var results: [Result<JSONValue, Error>] = []
         results.reserveCapacity(batch.count)
+        var answered = false
         do {
             try store.step { step in
                 if PathTrace.isArmed { step.afterCommit { PathTrace.stamp(.sendCommitted) } }
@@ -92,13 +93,22 @@ extension MessageService {
                 var seen = Set<[UInt8]>()
                 outbox.send(to: recipients.filter { seen.insert($0).inserted }, in: step)
                 markSent(in: step)
+                // The callers are answered once the commit is durable, right after its frames went
+                // to the link: before the store's work after the step (the search index of these
+                // messages, messages.md 8) and before the events go out.
+                step.afterCommit {
+                    answered = true
+                    for (pending, result) in zip(batch, results) { pending.answer.resume(with: result) }
+                }
                 PathTrace.stamp(.sendCommitting)
             }
         } catch {
             results = batch.map { _ in .failure(error) }
         }
         events.published()
-        for (pending, result) in zip(batch, results) { pending.answer.resume(with: result) }
+        if !answered {
+            for (pending, result) in zip(batch, results) { pending.answer.resume(with: result) }
+        }
         NodeCore.submit { [self] in drainSends() }
     }
 }

@@ -49,10 +49,17 @@ enum MigrationMessageBurst {
 }
 
 extension StoreStep {
-    /// Indexes the messages this step inserted (noted by the insert trigger) for search, with one
-    /// statement, and clears the notes. Run by `NodeStore.batch` right before each commit.
-    func indexPendingMessages(_ db: Database) throws {
-        guard try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM messageFtsPending)")) ?? false else { return }
+    /// Whether messages are noted for search and not indexed yet.
+    static func hasNotedMessages(_ db: Database) throws -> Bool {
+        try Bool.fetchOne(try db.cachedStatement(sql: "SELECT EXISTS (SELECT 1 FROM messageFtsPending)")) ?? false
+    }
+
+    /// Indexes the noted messages (the insert trigger notes each new row) for search with one
+    /// statement, and clears the notes: one FTS5 segment for all of them. Run in an unsynced step
+    /// right before it commits, and after a synced step in a transaction of its own
+    /// (`NodeStore.indexNotedMessages`, Protocol/messages.md 8).
+    static func indexNotedMessages(_ db: Database) throws {
+        guard try hasNotedMessages(db) else { return }
         try db.cachedStatement(sql: """
             INSERT INTO messageFts(rowid, text) SELECT m.rowid, m.text FROM messageFtsPending p JOIN message m ON m.rowid = p.rid
             """).execute()

@@ -29,6 +29,10 @@ public struct NodeStore: Sendable {
     private let unsynced = CommitCounter()
     private let fullSync = SyncSetting()
     private let walSyncs = CommitCounter()
+    private let indexPasses = CommitCounter()
+    /// The log's length after each commit, and its checkpoints (nil in memory).
+    private let walFrames: WriteAheadLogFrames?
+    private let indexFailures = CommitCounter()
     /// The write-ahead log's path (nil in memory): a batch that was not to sync, but made a change
     /// that must be durable, syncs it itself.
     private let walPath: String?
@@ -37,6 +41,15 @@ public struct NodeStore: Sendable {
     public var commits: Int { committed.value }
     /// Of those, commits that were not synced to disk (batches of soft state only, `batch(syncing:)`).
     public var unsyncedCommits: Int { unsynced.value }
+    /// Transactions that indexed noted messages for search after a synced step (or at open); not
+    /// counted in `commits`.
+    public var deferredIndexPasses: Int { indexPasses.value }
+    /// Of those, passes that failed (their notes stay for the next pass).
+    public var deferredIndexFailures: Int { indexFailures.value }
+    /// Frames in the write-ahead log after the latest commit (0 in memory).
+    public var writeAheadLogFrames: Int { walFrames?.frames.load(ordering: .relaxed) ?? 0 }
+    /// Checkpoints of the write-ahead log made after steps (`WriteAheadLogFrames`).
+    public var checkpoints: Int { walFrames?.checkpoints.load(ordering: .relaxed) ?? 0 }
 
     /// Limits that keep a stranger from growing the store without bound.
     public struct Limits: Sendable {
@@ -78,10 +91,13 @@ public struct NodeStore: Sendable {
             // of spilling to a temporary file (`tandem-bench messages`: a burst's steps hold many).
             try db.execute(sql: "PRAGMA temp_store = MEMORY")
         }
+        // Checkpoints after steps, not inside their commits (WriteAheadLogSize.swift).
+        let walFrames = WriteAheadLogFrames()
+        try pool.writeWithoutTransaction { db in walFrames.install(on: db) }
         let upgradesBreakIns = try pool.read { db in
             try db.tableExists("vaultBreakIn") && !(try Self.migrator.appliedIdentifiers(db).contains("v8-vault-break-ins"))
         }
-        try self.init(writer: pool, limits: limits, walPath: path + "-wal")
+        try self.init(writer: pool, limits: limits, walPath: path + "-wal", walFrames: walFrames)
         if upgradesBreakIns {
             // The old break-in log's digits leave the write-ahead log too (its frames are otherwise
             // kept until they are overwritten). Best effort: another connection in a write only
@@ -91,6 +107,13 @@ public struct NodeStore: Sendable {
             } catch {
                 // expected only when another connection writes: the store is open and sound either way
             }
+        }
+        // Commits overwrite the log rather than grow it (WriteAheadLogSize.swift).
+        do {
+            try Self.sizeWriteAheadLog(of: pool, walPath: path + "-wal")
+        } catch {
+            // another connection held the write lock past the busy timeout: the log grows with its
+            // commits, as it did before; the store is open and sound either way
         }
         try PrivateDatabaseFile.restrict(path)
     }
@@ -108,11 +131,14 @@ public struct NodeStore: Sendable {
         try NodeStore(writer: DatabaseQueue(), limits: limits)
     }
 
-    init(writer: any DatabaseWriter, limits: Limits, walPath: String? = nil) throws {
+    init(writer: any DatabaseWriter, limits: Limits, walPath: String? = nil, walFrames: WriteAheadLogFrames? = nil) throws {
         self.writer = writer
         self.limits = limits
         self.walPath = walPath
+        self.walFrames = walFrames
         try Self.migrator.migrate(writer)
+        // Messages a crash left between their synced step and the search index's pass after it.
+        if try writer.read({ db in try StoreStep.hasNotedMessages(db) }) { indexNotedMessages() }
     }
 
     static var migrator: DatabaseMigrator {
@@ -331,8 +357,15 @@ public struct NodeStore: Sendable {
                 }
                 defer { step.isOpen = false }
                 result = try body(step)
-                // Messages the step inserted join the search index together (one FTS5 segment).
-                try step.indexPendingMessages(db)
+                // Messages the step inserted join the search index together (one FTS5 segment): a step
+                // that commits unsynced indexes them in its own transaction; one that syncs leaves its
+                // notes for a soft transaction right after (`indexNotedMessages`), so the index's pages
+                // and CPU are not on the way of its synced commit (Protocol/messages.md 8, 11.5).
+                if syncing || step.needsSync {
+                    step.indexDeferred = try StoreStep.hasNotedMessages(db)
+                } else {
+                    try StoreStep.indexNotedMessages(db)
+                }
                 if !step.events.isEmpty {
                     // On the writer's queue right after the commit, before any later transaction: the
                     // tail grows in commit order. Nothing reaches it from a transaction rolled back.
@@ -352,7 +385,55 @@ public struct NodeStore: Sendable {
             return (step, result!)
         }
         for action in step.afterCommitActions { action() }
+        // After what waited on the commit (answers, ACKs, frames, events): the search index.
+        if step.indexDeferred { indexNotedMessages() }
+        if let walFrames, walFrames.due { checkpoint(walFrames) }
         return result
+    }
+
+    /// Copies the write-ahead log into the database (PASSIVE: as far as readers allow, without
+    /// waiting for them); the next commit then starts the log over. Best effort: a log not
+    /// checkpointed now is at the next step's end.
+    private func checkpoint(_ walFrames: WriteAheadLogFrames) {
+        walFrames.frames.store(0, ordering: .relaxed)
+        do {
+            try writer.writeWithoutTransaction { db in _ = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(PASSIVE)") }
+            walFrames.checkpoints.add(1, ordering: .relaxed)
+        } catch {
+            // another connection's checkpoint or write held it: the next commit notes the log's
+            // length again, and the step after it checkpoints
+        }
+    }
+
+    /// Indexes every message noted for search and not indexed yet, in a transaction of its own that
+    /// commits without a sync (the notes it clears were synced with their messages: lost in a power
+    /// cut, this commit is made again from them at the next open). Run after each synced step that
+    /// stored messages, and when the store opens (what a crash left between the two). A failure is
+    /// counted (`deferredIndexFailures`) and leaves the notes for the next pass; searches miss those
+    /// messages until then.
+    func indexNotedMessages() {
+        let fullSync = self.fullSync
+        do {
+            try writer.writeWithoutTransaction { db in
+                if fullSync.lost.load(ordering: .relaxed) {
+                    try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
+                    fullSync.lost.store(false, ordering: .relaxed)
+                }
+                try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute()
+                defer {
+                    do { try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute() } catch {
+                        fullSync.lost.store(true, ordering: .relaxed)
+                    }
+                }
+                try db.inTransaction {
+                    try StoreStep.indexNotedMessages(db)
+                    return .commit
+                }
+            }
+            indexPasses.add()
+        } catch {
+            indexFailures.add()
+        }
     }
 
     /// Syncs the write-ahead log file (every transaction committed to it so far is then on disk, as
@@ -390,6 +471,9 @@ public final class StoreStep: StoreReading {
     var isOpen = true
     /// Event rows inserted so far, minus those of savepoints rolled back.
     var events: [RecentEvent] = []
+    /// The step committed messages noted for search: the store indexes them once it has run the
+    /// step's after-commit actions (`NodeStore.indexNotedMessages`).
+    var indexDeferred = false
 
     init(db: Database, limits: NodeStore.Limits) {
         self.db = db

@@ -117,6 +117,10 @@ struct MessagesBench: AsyncParsableCommand {
         var burstSeconds = 0.0, sendSeconds = 0.0, peakRSS = 0.0, burstCPU = 0.0, peakRSSBob = 0.0, burstCPUBob = 0.0
         var threadsAlice: [[String: Any]] = [], threadsBob: [[String: Any]] = []
         var inOrder = false
+        // Frames each latency round adds to each store's write-ahead log (all of the round's commits:
+        // the synced ones and the soft ones after them; the receiver's with --in-process only), the
+        // median over the rounds, and the checkpoints made during the rounds.
+        var walFrames: [String: Any] = [:]
 
         try await withThrowingTaskGroup(of: Void.self) { tasks in
             tasks.addTask { try await alice.run(signals: false) }
@@ -154,6 +158,9 @@ struct MessagesBench: AsyncParsableCommand {
                     return at
                 }()
                 var starts: [UInt64] = []
+                let stores = [("sender", alice.store)] + (bob.map { [("receiver", $0.store)] } ?? [])
+                var framesBefore = stores.map { $0.1.writeAheadLogFrames }, framesPerRound = stores.map { _ in [Int]() }
+                let checkpointsBefore = stores.map { $0.1.checkpoints }
                 for round in 0..<(rounds + 3) {
                     let start = clock.now
                     starts.append(monotonicNanos())
@@ -165,11 +172,22 @@ struct MessagesBench: AsyncParsableCommand {
                     while let e = await delivered.next(), !(e.type == "message.delivered" && e.fields["id"]?.stringValue == id) {}
                     PathTrace.stamp(.deliveredSeen)
                     let stamps = PathTrace.disarm()
+                    for (i, (_, store)) in stores.enumerated() {
+                        // The log starts over after a checkpoint: then what this round wrote since.
+                        let now = store.writeAheadLogFrames
+                        if round >= 3 { framesPerRound[i].append(now >= framesBefore[i] ? now - framesBefore[i] : now) }
+                        framesBefore[i] = now
+                    }
                     if round >= 3 {
                         latencies.append((clock.now - start).milliseconds)
                         answered.append((answeredAt - start).milliseconds)
                         traces.append(stamps)
                     }
+                }
+                for (i, (node, store)) in stores.enumerated() {
+                    let sorted = framesPerRound[i].sorted()
+                    walFrames[node] = ["frames_per_round_p50": sorted.isEmpty ? 0 : sorted[sorted.count / 2],
+                                       "checkpoints_during_rounds": store.checkpoints - checkpointsBefore[i]]
                 }
                 var storedTimes = await storedAt
                 if let child {
@@ -270,6 +288,7 @@ struct MessagesBench: AsyncParsableCommand {
             ]
         }
         let syncs = Percentiles(try CountdownBench.syncedWrites(in: root, count: 50))
+        let commitFloors = try CommitFloors.report(sizes: [4, 8, 16, 24], in: root)
         let l = Percentiles(latencies), p = Percentiles(pings)
         let goal = 3 * p.p50 + 2 * syncs.p50
         let a = Percentiles(answered), s = Percentiles(stored)
@@ -308,6 +327,9 @@ struct MessagesBench: AsyncParsableCommand {
             "send_to_delivered_ms": l.json,
             "floor_signed_ping_pong_ms": p.json,
             "synced_write_ms": syncs.json,
+            "commit_floors_ms": commitFloors,
+            "wal": walFrames,
+            "wal_note": "frames each latency round wrote to each store's write-ahead log (all its commits: the synced ones and the soft ones after them; the receiver's with --in-process only), and the checkpoints made after steps during the rounds",
             "goal_p50_ms": goal,
             "goal_met": l.p50 <= goal,
             "ratio_p50_to_goal": l.p50 / max(goal, 1e-9),
