@@ -137,6 +137,8 @@ let package = Package(
                 // DataDirectory's neighbour PrivateDatabaseFile (the relay's mailbox uses it too).
                 "TandemNet",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // sqlite3_wal_hook (WriteAheadLogSize.swift): the checkpoint after a step.
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ]
         ),
         // The node's core (Sources/TandemNode/README.md): the core actor and its executor, the store
