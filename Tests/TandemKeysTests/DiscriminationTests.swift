@@ -143,6 +143,25 @@ final class DiscriminationTests: XCTestCase {
 
     /// A plum (4 mm longer along one axis) and a tennis ball cannot be told apart (Protocol/keys.md,
     /// section 8): enrolment says so.
+    /// Keys of one shape stretched by 12–15 % along one axis are opened by the smaller object in some
+    /// sweeps (Protocol/keys.md, section 8), though the trial sweeps of their models do not show it:
+    /// the geometric test says so at enrolment. Not for a cube and a rounded cube (one size, told
+    /// apart by shape), nor a mug and a cup (the handle), nor boxes of other proportions.
+    func testEnrolmentSaysAStretchedTwinIsClose() {
+        for (a, b) in [("can", "can-tall"), ("box-2-3-4", "box-2-3-4.5")] {
+            let s = KeyCloseness.stretch(Templates.get(a), Templates.get(b))
+            XCTAssertNotNil(s, "\(a) / \(b)")
+            XCTAssertEqual(s.map { Double($0) } ?? 0, 0.12, accuracy: 0.04, "\(a) / \(b)")
+            XCTAssertEqual(KeyCloseness.stretch(Templates.get(b), Templates.get(a)), s)
+        }
+        for (a, b) in [("cube", "rounded-cube"), ("mug", "mug-no-handle"), ("box-1-1-2", "box-2-3-4"), ("can", "box-2-3-4")] {
+            XCTAssertNil(KeyCloseness.stretch(Templates.get(a), Templates.get(b)), "\(a) / \(b)")
+        }
+        let close = KeyCloseness.closeKeys(Templates.get("can"), others: [(name: "tall", template: Templates.get("can-tall"))])
+        XCTAssertEqual(close.map(\.other), ["tall"])
+        XCTAssertTrue(close[0].warning.hasPrefix("this key is close to KEY tall"), close[0].warning)
+    }
+
     func testEnrolmentSaysAPlumKeyIsCloseToATennisBallKey() {
         let close = KeyCloseness.closeKeys(Templates.get("plum"), others: [(name: "ball", template: Templates.get("tennis-ball"))])
         XCTAssertEqual(close.map(\.other), ["ball"])
