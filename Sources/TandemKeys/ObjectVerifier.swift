@@ -224,7 +224,7 @@ public struct ObjectVerifier: Sendable {
                 // The parts lie on different sides of the object (seed 5's mug: 13 near-symmetries,
                 // parts 7 cm apart), so no one frame shows them all; a run whose frames show each
                 // part once is decisive too. An object without the part (a cup) shows it in none.
-                shownInRun = shownInRun.count == shown.count ? zip(shownInRun, shown).map { $0 || $1 } : shown
+                shownInRun = Self.shown(run: shownInRun, frame: shown)
                 if shownInRun.allSatisfy({ $0 }) { decisiveInRun = true }
             }
         } else {
@@ -237,6 +237,12 @@ public struct ObjectVerifier: Sendable {
             v.guidance = "recognised, but from here it could be a look-alike without a part this object has: turn it to show that part (a handle, a spout)"
         }
         return v
+    }
+
+    /// The parts a run has shown once a passing frame that shows `frame` joins it (`run` empty: the
+    /// run starts).
+    static func shown(run: [Bool], frame: [Bool]) -> [Bool] {
+        run.count == frame.count ? zip(run, frame).map { $0 || $1 } : frame
     }
 
     /// Presents the frames in order; whether the key matched, and each frame's verdict.
