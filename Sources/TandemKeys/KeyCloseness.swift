@@ -9,6 +9,8 @@ import Foundation
 /// presented to this key's verifier.
 /// - Another key: its model (the merged enrolment frames) stands for its object, and the other way
 ///   round; the two are close when either opens the other in one of `keySweeps` sweeps.
+/// - Another key of the same shape stretched by 5–16 % along one axis (`stretch(_:_:)`, a
+///   geometric test): the sweeps of the models do not show what the objects' sweeps do.
 /// - Common look-alikes: plain solids of this key's size (its model's extents along its principal
 ///   axes): a box, an ellipsoid, and the cylinders whose axis is one extent and whose diameter is
 ///   another. A key one of them opens in one of `lookAlikeSweeps` sweeps is close to it: a plain box
@@ -22,9 +24,15 @@ public enum KeyCloseness {
         /// Sweeps of the other object that opened this key (and, for a key, the reverse), of `sweeps`.
         public var matched: Int
         public var sweeps: Int
+        /// When the keys are stretched twins (`stretch(_:_:)`): how much longer one is along one axis.
+        public var stretch: Float? = nil
 
         public var warning: String {
-            isKey ? "this key is close to KEY \(other): one object opened the other's key in \(matched) of \(sweeps) trial sweeps; use objects that differ more"
+            if let stretch, matched == 0 {
+                return String(format: "this key is close to KEY %@: the same shape, %.0f %% longer or shorter along one axis, which the checks do not reliably tell apart; use objects that differ more",
+                              other, Double(stretch) * 100)
+            }
+            return isKey ? "this key is close to KEY \(other): one object opened the other's key in \(matched) of \(sweeps) trial sweeps; use objects that differ more"
                 : "this key is close to \(other): such an object opened it in \(matched) of \(sweeps) trial sweeps"
         }
     }
@@ -46,7 +54,8 @@ public enum KeyCloseness {
                 if opens(mine, sweep(theirModel, seed: base)) { matched += 1 }
                 if opens(theirs, sweep(myModel, seed: base &+ 1)) { matched += 1 }
             }
-            return matched > 0 ? Finding(other: other.name, isKey: true, matched: matched, sweeps: 2 * keySweeps) : nil
+            let twins = stretch(template, other.template)
+            return matched > 0 || twins != nil ? Finding(other: other.name, isKey: true, matched: matched, sweeps: 2 * keySweeps, stretch: twins) : nil
         }
     }
 

@@ -50,8 +50,11 @@ public struct ObjectVerifier: Sendable {
     private let normals: [SIMD3<Float>]
     public private(set) var consecutive = 0
     public private(set) var matched = false
-    /// Whether the current run of passing frames holds a decisive one.
+    /// Whether the current run of passing frames is decisive: one of its frames showed every
+    /// near-symmetry's distinct part, or each part was shown by some frame of the run.
     public private(set) var decisiveInRun = false
+    /// Which distinct parts (`nearSymmetries`) the current run's frames have shown.
+    private var shownInRun: [Bool] = []
 
     public init(template: ObjectTemplate, roi: RegionOfInterest? = nil) {
         self.init(template: template, roi: roi, virtualTargets: Self.virtualTargets)
@@ -211,19 +214,35 @@ public struct ObjectVerifier: Sendable {
     }
 
     public mutating func present(_ frame: PointFrame) -> FrameVerdict {
-        var v = evaluate(frame, ShapeAnalysis(frame, roi: roi), askDecisive: !decisiveInRun)
+        var shown: [Bool] = []
+        var v = evaluate(frame, ShapeAnalysis(frame, roi: roi), askDecisive: !decisiveInRun, shownParts: &shown)
         if v.passed {
             consecutive += 1
-            if v.decisive { decisiveInRun = true }
+            if v.decisive {
+                decisiveInRun = true
+            } else if !decisiveInRun, !shown.isEmpty {
+                // The parts lie on different sides of the object (seed 5's mug: 13 near-symmetries,
+                // parts 7 cm apart), so no one frame shows them all; a run whose frames show each
+                // part once is decisive too. An object without the part (a cup) shows it in none.
+                shownInRun = Self.shown(run: shownInRun, frame: shown)
+                if shownInRun.allSatisfy({ $0 }) { decisiveInRun = true }
+            }
         } else {
             consecutive = 0
             decisiveInRun = false
+            shownInRun = []
         }
         if consecutive >= Self.requiredConsecutive, decisiveInRun { matched = true }
         if v.passed, !v.decisive, !decisiveInRun, !matched {
             v.guidance = "recognised, but from here it could be a look-alike without a part this object has: turn it to show that part (a handle, a spout)"
         }
         return v
+    }
+
+    /// The parts a run has shown once a passing frame that shows `frame` joins it (`run` empty: the
+    /// run starts).
+    static func shown(run: [Bool], frame: [Bool]) -> [Bool] {
+        run.count == frame.count ? zip(run, frame).map { $0 || $1 } : frame
     }
 
     /// Presents the frames in order; whether the key matched, and each frame's verdict.
@@ -238,6 +257,13 @@ public struct ObjectVerifier: Sendable {
     }
 
     func evaluate(_ frame: PointFrame, _ a: ShapeAnalysis, askDecisive: Bool = false) -> FrameVerdict {
+        var shown: [Bool] = []
+        return evaluate(frame, a, askDecisive: askDecisive, shownParts: &shown)
+    }
+
+    /// `shownParts`: when asked for decisiveness and the frame passed, whether it shows each
+    /// near-symmetry's distinct part.
+    func evaluate(_ frame: PointFrame, _ a: ShapeAnalysis, askDecisive: Bool, shownParts: inout [Bool]) -> FrameVerdict {
         let check = FrameCheck.assess(frame, a)
         var v = FrameVerdict(score: 0, fit: 0, rms: 0, coverage: 0, excess: 0, deficit: 0, quality: check.quality, guidance: check.guidance,
                              stage1Passed: false, stage2Passed: false, passed: false)
@@ -322,14 +348,12 @@ public struct ObjectVerifier: Sendable {
             // part out of sight as well as an object that has none.
             let back = alignment.transform.inverse
             let reach = 4 * template.inlierDistance * template.inlierDistance
-            for distinct in nearSymmetries {
+            shownParts = nearSymmetries.map { distinct in
                 var shown = 0
                 for i in distinct where viewTree.nearest(back.apply(tree.points[Int(i)])).distanceSquared <= reach { shown += 1 }
-                if shown < max(Self.decisivePoints, Int((Self.decisiveShare * Double(distinct.count)).rounded(.up))) {
-                    v.decisive = false
-                    break
-                }
+                return shown >= max(Self.decisivePoints, Int((Self.decisiveShare * Double(distinct.count)).rounded(.up)))
             }
+            v.decisive = shownParts.allSatisfy { $0 }
         }
         if !v.stage1Passed {
             v.guidance = "not the enrolled object (shape score \(rounded(v.score)), need \(Self.minimumScore))"

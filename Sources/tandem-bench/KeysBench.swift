@@ -283,6 +283,10 @@ struct KeysBench: ParsableCommand {
         }
         // Per hard pair: FRR of each object (its own sweeps against its own template) and FAR both ways.
         var pairs: [[String: Any]] = []
+        // The enrolment's "this key is close to …" (`KeyCloseness.closeKeys`, the second key
+        // enrolled against the first): FAR is also given over the pairs it does not warn about.
+        var unwarnedTrials = 0, unwarnedAccepted = 0
+        var warnedPairs: [String] = []
         for (a, b) in SyntheticShapes.hardPairs {
             guard let i = shapes.firstIndex(where: { $0.name == a }), let j = shapes.firstIndex(where: { $0.name == b }) else { continue }
             func rate(template t: Int, object o: Int, matched: Bool) -> [String: Any] {
@@ -296,9 +300,20 @@ struct KeysBench: ParsableCommand {
                 entry["far_\(a)_opens_\(b)"] = rate(template: j, object: i, matched: true)
                 entry["far_\(b)_opens_\(a)"] = rate(template: i, object: j, matched: true)
             }
+            let warnings = KeyCloseness.closeKeys(verifiers[j].template, others: [(name: a, template: verifiers[i].template)])
+            entry["close_warning"] = warnings.first?.warning ?? ""
+            if warnings.isEmpty {
+                unwarnedTrials += verdictsOf[j * sweepsOf.count + i].count + verdictsOf[i * sweepsOf.count + j].count
+                unwarnedAccepted += verdictsOf[j * sweepsOf.count + i].filter(\.0).count + verdictsOf[i * sweepsOf.count + j].filter(\.0).count
+            } else {
+                warnedPairs.append("\(a) / \(b)")
+            }
             pairs.append(entry)
             say("keys: pair \(a) / \(b): FRR \(a) \(perObject[a]?.rejected ?? 0)/\(sweeps), \(b) \(perObject[b]?.rejected ?? 0)/\(sweeps)"
                 + (genuineOnly ? "" : "; \(a) opens \(b) \(verdictsOf[j * sweepsOf.count + i].filter(\.0).count)/\(sweeps), \(b) opens \(a) \(verdictsOf[i * sweepsOf.count + j].filter(\.0).count)/\(sweeps)"))
+        }
+        if !genuineOnly {
+            say("keys: hard pairs the enrolment warns about (\(warnedPairs.joined(separator: ", "))); FAR over the others \(unwarnedAccepted)/\(unwarnedTrials)")
         }
         for shape in shapes {
             guard let e = perObject[shape.name] else { continue }
@@ -327,6 +342,7 @@ struct KeysBench: ParsableCommand {
                             "stage1_only_frr": frr1, "stage1_only_far": far1,
                             "accepted_impostors": accepted, "rejected_genuine": rejectedGenuine,
                             "nearest_misses": misses.sorted { $0.0 > $1.0 }.prefix(8).map(\.1), "hard_pairs": hardPairs, "pairs": pairs,
+                            "warned_pairs": warnedPairs, "unwarned_pair_trials": unwarnedTrials, "unwarned_pair_accepted": unwarnedAccepted,
                             "tuned_on_seeds": Self.tunedSeeds.map { Int($0) }, "seed_unseen_in_tuning": !Self.tunedSeeds.contains(seed),
                             "impostors": impostors, "guided_frames": guidedFrames,
                             "frr_3_frames": frr3, "far_3_frames": far3] as [String: Any],

@@ -113,6 +113,26 @@ final class DiscriminationTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(matched(mug, sweeps("mug", seed: 3_600, count: 4)), 3)
     }
 
+    /// A run is decisive when each part was shown by one of its frames (parts on opposite sides of
+    /// an enrolled model: seed 5's mug, seed 11's lamp); the union starts again with every run. A
+    /// cup shows the handle in no frame, so longer sweeps (6 frames, 200° around it, as a person
+    /// told to turn it goes on) still never open the mug key.
+    func testARunThatShowsEachPartOnceIsDecisive() {
+        XCTAssertEqual(ObjectVerifier.shown(run: [], frame: [true, false, false]), [true, false, false])
+        XCTAssertEqual(ObjectVerifier.shown(run: [true, false, false], frame: [false, false, true]), [true, false, true])
+        XCTAssertEqual(ObjectVerifier.shown(run: [true, false, true], frame: [false, true, false]), [true, true, true])
+        let mug = Templates.get("mug")
+        for s in 0..<UInt64(4) {
+            let pose = SyntheticPose.random(seed: 3_800 + 17 * s)
+            let sweep = (0..<6).map { k in
+                SyntheticShapes.view(of: shape("mug-no-handle"), pose: pose.turned(degrees: Float(k) * 40), seed: (3_800 + 17 * s) * 10 + UInt64(k), points: 3_000)
+            }
+            var v = ObjectVerifier(template: mug)
+            let (matched, verdicts) = v.matches(sweep)
+            XCTAssertFalse(matched, "\(verdicts)")
+        }
+    }
+
     /// The other way round: the mug's handle is excess to a cup's key.
     func testMugDoesNotOpenTheCupKey() {
         XCTAssertEqual(matched(Templates.get("mug-no-handle"), sweeps("mug", seed: 3_700, count: 4)), 0)
@@ -143,6 +163,26 @@ final class DiscriminationTests: XCTestCase {
 
     /// A plum (4 mm longer along one axis) and a tennis ball cannot be told apart (Protocol/keys.md,
     /// section 8): enrolment says so.
+    /// Keys of one shape stretched by 12–15 % along one axis are opened by the smaller object in some
+    /// sweeps (Protocol/keys.md, section 8), though the trial sweeps of their models do not show it:
+    /// the geometric test says so at enrolment. Not for a cube and a rounded cube (one size, told
+    /// apart by shape), nor a mug and a cup (the handle), nor boxes of other proportions. (Not the
+    /// 2:3:4 boxes: these models hold a frame registered off, 16 × 15 × 8 cm for a 16 × 12 × 8 box.)
+    func testEnrolmentSaysAStretchedTwinIsClose() {
+        for (a, b) in [("can", "can-tall"), ("box-1-1-2", "box-1-1-2.3")] {
+            let s = KeyCloseness.stretch(Templates.get(a), Templates.get(b))
+            XCTAssertNotNil(s, "\(a) / \(b)")
+            XCTAssertEqual(s.map { Double($0) } ?? 0, 0.12, accuracy: 0.04, "\(a) / \(b)")
+            XCTAssertEqual(KeyCloseness.stretch(Templates.get(b), Templates.get(a)), s)
+        }
+        for (a, b) in [("cube", "rounded-cube"), ("mug", "mug-no-handle"), ("box-1-1-2", "box-2-3-4"), ("can", "box-1-1-2")] {
+            XCTAssertNil(KeyCloseness.stretch(Templates.get(a), Templates.get(b)), "\(a) / \(b)")
+        }
+        let close = KeyCloseness.closeKeys(Templates.get("can"), others: [(name: "tall", template: Templates.get("can-tall"))])
+        XCTAssertEqual(close.map(\.other), ["tall"])
+        XCTAssertTrue(close[0].warning.hasPrefix("this key is close to KEY tall"), close[0].warning)
+    }
+
     func testEnrolmentSaysAPlumKeyIsCloseToATennisBallKey() {
         let close = KeyCloseness.closeKeys(Templates.get("plum"), others: [(name: "ball", template: Templates.get("tennis-ball"))])
         XCTAssertEqual(close.map(\.other), ["ball"])
