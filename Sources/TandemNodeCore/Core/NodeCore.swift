@@ -210,7 +210,7 @@ package final class InboundLane: FrameHandler, Sendable {
     let maximumPending: Int
     let maximumPendingPerAuthor: Int
     /// Inbound events handed over together at most (one commit for all: group commit).
-    static let maximumBatch = 32
+    static let maximumBatch = 128
 
     private struct Item {
         var event: InboundEvent
