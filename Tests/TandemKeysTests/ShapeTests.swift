@@ -99,6 +99,27 @@ final class FeatureTests: XCTestCase {
         }
     }
 
+    /// The k nearest are the brute force's k nearest, nearest first, on points clustered as a
+    /// surface is (many cells past the first split on the same axis: the bounds made of several).
+    func testKNearestAreTheBruteForcesKNearest() {
+        var g = SplitMix64(seed: 7)
+        let points = (0..<3_000).map { i -> SIMD3<Float> in
+            let u = Float(g.unit()), v = Float(g.unit())
+            return SIMD3(u, v, 0.05 * Float(i % 7) + 0.01 * Float(g.unit()))
+        }
+        let tree = KDTree(points)
+        var found: [(index: Int, distanceSquared: Float)] = []
+        for _ in 0..<300 {
+            let q = SIMD3<Float>(Float(g.unit()) * 1.4 - 0.2, Float(g.unit()) * 1.4 - 0.2, Float(g.unit()) * 0.6 - 0.1)
+            let brute = points.map { distanceSquared($0, q) }.sorted()
+            for k in [1, 5, 10] {
+                tree.nearestIndices(q, k: k, into: &found)
+                XCTAssertEqual(found.map(\.distanceSquared), Array(brute.prefix(k)))
+            }
+            XCTAssertEqual(tree.nearestIndex(q).distanceSquared, brute[0])
+        }
+    }
+
     func testCatalogue() {
         XCTAssertGreaterThanOrEqual(SyntheticShapes.catalogue.count, 20)
         XCTAssertEqual(Set(SyntheticShapes.catalogue.map(\.name)).count, SyntheticShapes.catalogue.count)
