@@ -143,8 +143,7 @@ public final class MessageService: Sendable {
     func name(_ key: [UInt8], _ r: StoreReading) -> String {
         if key == me { return health.read("read the display name", or: nil) { try r.setting("display_name") } ?? "" }
         // The nickname this node gave them, else their display name (what the person knows them as).
-        if let nick = health.read("read a nickname", or: nil, { try r.nickname(key) }) { return nick }
-        return health.read("read a contact", or: nil) { try r.contact(key) }?.displayName ?? ""
+        return health.read("read a contact's name", or: "") { try r.shownName(key) }
     }
 
     // MARK: - Ordering state

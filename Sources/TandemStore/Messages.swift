@@ -416,10 +416,14 @@ extension StoreStep {
     /// the conversation's own seq and lamport advance with it.
     public func sendMessage(_ message: StoredMessage, frame: OutboxItem) throws {
         try write { db in
-            guard let c = try ConversationRow.byID(db, message.conversationId) else { throw MessageStoreError.noSuchConversation }
-            guard message.seq == c.ownSeq + 1 else { throw MessageStoreError.seqOutOfOrder(expected: c.ownSeq + 1, got: message.seq) }
-            try db.cachedStatement(sql: "UPDATE conversation SET ownSeq = ?, maxLamport = ? WHERE id = ?")
-                .execute(arguments: [message.seq, max(c.maxLamport, message.lamport), message.conversationId])
+            // The seq is checked by the update itself (no read of the row first); the row is read
+            // only to say what went wrong.
+            try db.cachedStatement(sql: "UPDATE conversation SET ownSeq = ?, maxLamport = MAX(maxLamport, ?) WHERE id = ? AND ownSeq = ?")
+                .execute(arguments: [message.seq, message.lamport, message.conversationId, message.seq.subtractingSaturated(1)])
+            if db.changesCount == 0 {
+                guard let c = try ConversationRow.byID(db, message.conversationId) else { throw MessageStoreError.noSuchConversation }
+                throw MessageStoreError.seqOutOfOrder(expected: c.ownSeq + 1, got: message.seq)
+            }
             try message.store(in: db)
             try frame.store(in: db)
         }
@@ -485,7 +489,7 @@ extension StoreStep {
     /// an ACK batch commits without a sync of its own.
     @discardableResult
     public func markMessageDelivered(_ id: [UInt8]) throws -> Bool {
-        try write(durable: false) { db in
+        try writeOne(durable: false) { db in
             try db.cachedStatement(sql: "UPDATE message SET state = 'delivered' WHERE id = ? AND state IN ('queued', 'sent')")
                 .execute(arguments: [Data(id)])
             return db.changesCount > 0
