@@ -29,3 +29,15 @@ extension StoreReading {
         }
     }
 }
+
+extension StoreReading {
+    /// `key`'s relationship alone (nil: no contact, or a value no relationship has) — asked for
+    /// nearly every frame (is the author a friend, blocked): one column, not the whole contact row
+    /// with its signed record.
+    public func relationship(_ key: [UInt8]) throws -> Relationship? {
+        try read { db in
+            try String.fetchOne(try db.cachedStatement(sql: "SELECT relationship FROM contact WHERE publicKey = ?"),
+                                arguments: [Data(key)]).flatMap(Relationship.init(rawValue:))
+        }
+    }
+}
