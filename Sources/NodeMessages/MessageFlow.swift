@@ -87,7 +87,8 @@ extension MessageService {
         switch envelope.type {
         case .chatMessage:
             let body = try ChatMessageBody(payload: envelope.payload, createdAtMs: envelope.createdAt)
-            guard let c = try conversation(for: author, thread: body.challengeID, friend: friend, step) else { return .drop }
+            let direct = body.challengeID == nil ? try inboundConversation(peer: author, step) : nil
+            guard let c = try direct ?? conversation(for: author, thread: body.challengeID, friend: friend, step) else { return .drop }
             let outcome = try receiveMessage(envelope, body, c, handled: handled, step)
             if outcome == .acknowledge, c.challengeId != nil { try forward(envelope, .message(body), body.challengeID, step) }
             if outcome == .acknowledge, viaMail { oweReceipt(for: envelope.messageID.bytes, to: author, step) }

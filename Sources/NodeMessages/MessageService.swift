@@ -53,6 +53,10 @@ public final class MessageService: Sendable {
     /// step is held strongly, so no later step can be mistaken for it.
     private var staged: [Int64: ConversationOrder] = [:]
     private var stagedIn: StoreStep?
+    /// Direct conversations an inbound step read for its MESSAGEs, by peer (`inboundConversation`):
+    /// valid for the step `conversationsIn` only (weak: a later step is never mistaken for it).
+    private var conversations: [[UInt8]: ConversationRow] = [:]
+    private weak var conversationsIn: StoreStep?
     /// MESSAGEs the inbound batch `receiptsIn` stored from relay mail, by author, in order: a
     /// DELIVERED per author goes into the same step when the batch ends (`batchEnded`).
     var owedReceipts: [[UInt8]: [[UInt8]]] = [:]
@@ -179,6 +183,22 @@ public final class MessageService: Sendable {
             }
         }
         staged[id] = o
+    }
+
+    /// The direct conversation with `peer` for a MESSAGE of the step: read once per peer and step
+    /// (a burst's inbound batch read it for each of its frames). What a MESSAGE uses of it — its
+    /// id, peer, `muted`, and the seq and lamport the order is restored from on first use — no
+    /// frame of the step changes (`muted` only a local intent, a step of its own; the order is
+    /// kept apart, `order(_:_:)`).
+    func inboundConversation(peer: [UInt8], _ step: StoreStep) throws -> ConversationRow {
+        if conversationsIn !== step {
+            conversations = [:]
+            conversationsIn = step
+        }
+        if let c = conversations[peer] { return c }
+        let c = try step.directConversation(peer: peer, nowMs: now())
+        conversations[peer] = c
+        return c
     }
 
     // MARK: - Bounds
