@@ -72,8 +72,10 @@ public final class MessageService: Sendable {
     /// `on-message` hooks (`<hooks>/on-message`, `<hooks>/on-message.d/*`), run for each message
     /// received in a conversation that is not muted, one at a time, on the blocking pool.
     let hooks: HookRunner?
-    let hookJobs: AsyncStream<[String: String]>
-    let hookInput: AsyncStream<[String: String]>.Continuation
+    let hookQueue = MessageHookQueue(backlog: MessageService.hookBacklog)
+    /// Hook jobs of the step `hookJobsIn`, queued once it commits.
+    var hookJobs: [MessageHookQueue.Job] = []
+    weak var hookJobsIn: StoreStep?
     /// At most this many received messages wait for their hooks; more are dropped (logged).
     nonisolated static let hookBacklog = 256
     /// `message.send` requests waiting for the core, handled in batches (group commit).
@@ -93,22 +95,26 @@ public final class MessageService: Sendable {
         self.logger = logger
         self.clock = clock
         self.hooks = hooksDirectory.map { HookRunner(directory: $0) }
-        (hookJobs, hookInput) = AsyncStream.makeStream(of: [String: String].self, bufferingPolicy: .bufferingOldest(Self.hookBacklog))
         signals.observe { [writtenIDs] in
             guard case .framesWritten(let type, _, let ids) = $0, type == MessageType.chatMessage.rawValue else { return }
             writtenIDs.withLockedValue { $0.append(contentsOf: ids) }
         }
     }
 
-    /// Runs the `on-message` hooks of each received message, in order, until the stream ends.
+    /// Runs the `on-message` hooks of each received message, in order, until the queue finishes:
+    /// what waited together goes to the blocking pool at once, where the hooks are looked for once
+    /// (none installed: nothing more is done for those messages).
     nonisolated func runHooks() async {
         guard let hooks else {
-            for await _ in hookJobs {}
+            await hookQueue.run { _ in }
             return
         }
-        for await variables in hookJobs {
+        await hookQueue.run { jobs in
             do {
-                let results = try await NIOThreadPool.singleton.runIfActive { hooks.runEvent("on-message", variables: variables) }
+                let results = try await NIOThreadPool.singleton.runIfActive { () -> [HookResult] in
+                    guard !hooks.eventHooks("on-message").isEmpty else { return [] }
+                    return jobs.flatMap { hooks.runEvent("on-message", variables: $0.variables) }
+                }
                 for r in results where r.failed {
                     logger.warning(r.skipped ? "on-message hook not run" : "on-message hook failed", metadata: ["hook": "\(r)"])
                 }
