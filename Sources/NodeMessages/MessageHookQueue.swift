@@ -1,5 +1,6 @@
 import NIOConcurrencyHelpers
 import TandemBlocking
+import TandemProtocol
 
 /// Received messages waiting for their `on-message` hooks (messages.md 11.6, session 9): the core
 /// appends what a step announced, and the hook runner takes everything that waits at once, looks
