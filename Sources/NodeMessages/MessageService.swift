@@ -56,6 +56,8 @@ public final class MessageService: Sendable {
     /// Direct conversations an inbound step read for its MESSAGEs, by peer (`inboundConversation`):
     /// valid for the step `conversationsIn` only (weak: a later step is never mistaken for it).
     private var conversations: [[UInt8]: ConversationRow] = [:]
+    /// Canonical ID texts by key (`canonicalID`).
+    private var canonicalIDs: [[UInt8]: String] = [:]
     private weak var conversationsIn: StoreStep?
     /// MESSAGEs the inbound batch `receiptsIn` stored from relay mail, by author, in order: a
     /// DELIVERED per author goes into the same step when the batch ends (`batchEnded`).
@@ -148,7 +150,17 @@ public final class MessageService: Sendable {
 
     var me: [UInt8] { identity.publicKey }
     func now() -> Int64 { clock() }
-    func idText(_ key: [UInt8]) -> JSONValue { .string(NodeID(publicKey: key).canonical) }
+    func idText(_ key: [UInt8]) -> JSONValue { .string(canonicalID(key)) }
+
+    /// `key`'s canonical ID text, made once per key (its checksum and base32 were 2 % of the
+    /// sender's core thread in a burst: every `message.sent` and `message.delivered` names the friend).
+    func canonicalID(_ key: [UInt8]) -> String {
+        if let text = canonicalIDs[key] { return text }
+        let text = NodeID(publicKey: key).canonical
+        if canonicalIDs.count >= 1024 { canonicalIDs = [:] }  // bounded: friends are few, strangers' keys are not kept
+        canonicalIDs[key] = text
+        return text
+    }
 
     func name(_ key: [UInt8], _ r: StoreReading) -> String {
         if key == me { return health.read("read the display name", or: nil) { try r.setting("display_name") } ?? "" }
