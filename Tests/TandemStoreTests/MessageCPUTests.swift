@@ -6,7 +6,8 @@ import XCTest
 /// What session 9 took off a message's way through the store (Protocol/messages.md 11.6), and what
 /// must still hold: a received copy is refused by the keys and leaves nothing behind, a row that
 /// breaks a rule is still an error, the ACK's removal answers the frame's type once, events stand
-/// without a savepoint of their own, and migration v9-message-cpu keeps the queries on indexes.
+/// without a savepoint of their own, migration v9-message-cpu keeps the queries on indexes, and the
+/// outbox's expiry reads only frames that can expire.
 final class MessageCPUTests: XCTestCase {
     let me = [UInt8](repeating: 1, count: 32)
     let bob = [UInt8](repeating: 2, count: 32)
@@ -74,6 +75,31 @@ final class MessageCPUTests: XCTestCase {
         XCTAssertEqual(try store.lastEventSeq(), before + 1)
     }
 
+    /// Expiry reads the frames that can expire only (frames to friends have no expiry and are not
+    /// in `outbox_expiry`), and still gives up exactly those past their time.
+    func testExpiryFindsOnlyFramesThatExpireAndGivesUpThosePastTheirTime() throws {
+        let store = try NodeStore.inMemory()
+        try store.batch { step in
+            for n in 1...50 as ClosedRange<UInt8> {
+                try step.enqueue(OutboxItem(messageId: mid(n), recipient: bob, type: 0x0501, frame: [n], nowMs: 1000))
+            }
+            var soon = OutboxItem(messageId: mid(100), recipient: me, type: 0x0101, frame: [1], nowMs: 1000)
+            soon.expiresAtMs = 2000
+            var later = OutboxItem(messageId: mid(101), recipient: me, type: 0x0101, frame: [2], nowMs: 1000)
+            later.expiresAtMs = 9000
+            try step.enqueue(soon)
+            try step.enqueue(later)
+        }
+        let gone = try store.batch { try $0.expireOutbox(nowMs: 5000) }
+        XCTAssertEqual(gone.map(\.messageId), [mid(100)])
+        XCTAssertEqual(try store.outboxCount(), 51)
+        let plan = try store.read { db in
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN SELECT * FROM outbox WHERE expiresAtMs IS NOT NULL AND expiresAtMs <= 5")
+                .map { $0["detail"] as String? ?? "" }.joined(separator: "; ")
+        }
+        XCTAssertTrue(plan.contains("outbox_expiry"), plan)
+    }
+
     func testTheMigrationDropsTheUnreadIndexAndKeepsTheQueriesOnIndexes() throws {
         let store = try NodeStore.inMemory()
         let (indexes, strangerSQL, plans) = try store.read { db -> ([String], String?, [String]) in
@@ -88,6 +114,7 @@ final class MessageCPUTests: XCTestCase {
             return (indexes, sql, plans)
         }
         XCTAssertFalse(indexes.contains("outbox_due"), "\(indexes)")
+        XCTAssertTrue(indexes.contains("outbox_expiry"), "\(indexes)")
         XCTAssertTrue(indexes.contains("outbox_recipient_due"), "\(indexes)")
         XCTAssertTrue(strangerSQL?.contains("WHERE fromFriend = 0") == true, strangerSQL ?? "none")
         XCTAssertTrue(plans[0].contains("seenMessage_stranger"), plans[0])
