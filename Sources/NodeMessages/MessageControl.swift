@@ -168,10 +168,11 @@ extension MessageService {
             let key: [UInt8]
             if let memo, let name = params["to"]?.stringValue {
                 key = try memo.friend(named: name) { try friendKey(params, "to", step) }
+                c = try memo.directConversation(key) { try step.directConversation(peer: key, nowMs: now()) }
             } else {
                 key = try friendKey(params, "to", step)
+                c = try step.directConversation(peer: key, nowMs: now())
             }
-            c = try step.directConversation(peer: key, nowMs: now())
         }
         let to = try recipients(c, step)
         guard let cid = c.id else { throw MessageStoreError.noSuchConversation }
@@ -200,6 +201,7 @@ extension MessageService {
         for f in frames.dropFirst() { try step.enqueue(f) }
         events.emit("message.sent", ["id": .string(hexString(id)), "to": .array(to.map(idText)), "conversation": conversationText(c),
                                      "seq": .int(Int64(seq))], in: step)
+        if let memo, let peer = c.peer { memo.sent(to: Array(peer), seq: Int64(seq), lamport: Int64(lamport)) }
         return (.object(["id": .string(hexString(id)), "seq": .int(Int64(seq)), "sent_at": JSONValue.isoLocal(sentAt)]), to)
     }
 

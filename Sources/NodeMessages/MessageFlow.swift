@@ -87,7 +87,8 @@ extension MessageService {
         switch envelope.type {
         case .chatMessage:
             let body = try ChatMessageBody(payload: envelope.payload, createdAtMs: envelope.createdAt)
-            guard let c = try conversation(for: author, thread: body.challengeID, friend: friend, step) else { return .drop }
+            let direct = body.challengeID == nil ? try inboundConversation(peer: author, step) : nil
+            guard let c = try direct ?? conversation(for: author, thread: body.challengeID, friend: friend, step) else { return .drop }
             let outcome = try receiveMessage(envelope, body, c, handled: handled, step)
             if outcome == .acknowledge, c.challengeId != nil { try forward(envelope, .message(body), body.challengeID, step) }
             if outcome == .acknowledge, viaMail { oweReceipt(for: envelope.messageID.bytes, to: author, step) }
@@ -201,22 +202,30 @@ extension MessageService {
     /// it is printed).
     func announce(_ m: StoredMessage, _ c: ConversationRow, _ step: StoreStep) {
         let author = Array(m.author)
+        let id = hexString(Array(m.id)), from = canonicalID(author), fromName = name(author, step)
         events.emit("message.received", [
-            "id": .string(hexString(Array(m.id))), "from": idText(author), "from_name": .string(name(author, step)),
+            "id": .string(id), "from": .string(from), "from_name": .string(fromName),
             "conversation": conversationText(c), "seq": .int(m.seq), "text": .string(m.text),
             "reply_to": m.replyTo.map { .string(hexString(Array($0))) } ?? .null, "sent_at": JSONValue.isoLocal(m.sentAtMs),
             "muted": .bool(c.muted),
         ], in: step)
         guard hooks != nil, !c.muted else { return }
         // The hook sees the text as stored; a hook that prints it must make it safe itself
-        // (TANDEM_TEXT_SAFE is the terminal-safe form).
-        let variables = ["TANDEM_MESSAGE_ID": hexString(Array(m.id)), "TANDEM_FROM": NodeID(publicKey: author).canonical,
-                         "TANDEM_FROM_NAME": name(author, step), "TANDEM_CONVERSATION": conversationText(c).stringValue ?? "",
-                         "TANDEM_TEXT": m.text, "TANDEM_TEXT_SAFE": ChatText.terminalSafe(m.text),
-                         "TANDEM_SENT_AT_MS": String(m.sentAtMs)]
-        step.afterCommit { [hookInput, logger] in
-            if case .dropped = hookInput.yield(variables) { logger.warning("on-message hook backlog full: a message's hooks were skipped") }
+        // (TANDEM_TEXT_SAFE is the terminal-safe form, made by the hook runner: `MessageHookQueue.Job`).
+        let job = MessageHookQueue.Job(id: id, from: from, fromName: fromName,
+                                       conversation: conversationText(c).stringValue ?? "", text: m.text, sentAtMs: m.sentAtMs)
+        // A step's messages go to the hook runner together, once it has committed.
+        if hookJobsIn !== step {
+            hookJobs = []
+            hookJobsIn = step
+            step.afterCommit { [self] in
+                let jobs = hookJobs
+                hookJobs = []
+                hookJobsIn = nil
+                if !hookQueue.append(jobs) { logger.warning("on-message hook backlog full: a message's hooks were skipped") }
+            }
         }
+        hookJobs.append(job)
     }
 
     /// Asks for what is missing below a held message (at most once per 30 s per author): directly
@@ -378,7 +387,7 @@ extension MessageService {
                 if second % 5 == 0 { await NodeCore.run { self.askAboutGaps() } }
                 try? await Task.sleep(for: .seconds(1))  // cancelled: the loop ends
             }
-            hookInput.finish()  // the hook runner ends once what is queued has run
+            hookQueue.finish()  // the hook runner ends once it has taken what is queued
             group.cancelAll()
         }
     }

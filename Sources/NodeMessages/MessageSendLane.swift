@@ -80,13 +80,16 @@ extension MessageService {
                 let memo = SendBatchMemo()
                 for pending in batch {
                     // A savepoint per send: one that throws leaves nothing behind, the rest go on.
-                    results.append(Result {
+                    let result = Result {
                         try step.write { _ in
                             let (answer, to) = try queueSend(pending.params, step, memo: memo)
                             recipients.append(contentsOf: to)
                             return answer
                         }
-                    })
+                    }
+                    // Rolled back: the memo's conversation may be ahead of the store (read again).
+                    if case .failure = result { memo.forgetConversations() }
+                    results.append(result)
                 }
                 // Once for the batch, not per send: the frames every send queued are scheduled as
                 // written in one statement per recipient, and go on its link together after the commit.

@@ -53,6 +53,12 @@ public final class MessageService: Sendable {
     /// step is held strongly, so no later step can be mistaken for it.
     private var staged: [Int64: ConversationOrder] = [:]
     private var stagedIn: StoreStep?
+    /// Direct conversations an inbound step read for its MESSAGEs, by peer (`inboundConversation`):
+    /// valid for the step `conversationsIn` only (weak: a later step is never mistaken for it).
+    private var conversations: [[UInt8]: ConversationRow] = [:]
+    /// Canonical ID texts by key (`canonicalID`).
+    private var canonicalIDs: [[UInt8]: String] = [:]
+    private weak var conversationsIn: StoreStep?
     /// MESSAGEs the inbound batch `receiptsIn` stored from relay mail, by author, in order: a
     /// DELIVERED per author goes into the same step when the batch ends (`batchEnded`).
     var owedReceipts: [[UInt8]: [[UInt8]]] = [:]
@@ -68,8 +74,10 @@ public final class MessageService: Sendable {
     /// `on-message` hooks (`<hooks>/on-message`, `<hooks>/on-message.d/*`), run for each message
     /// received in a conversation that is not muted, one at a time, on the blocking pool.
     let hooks: HookRunner?
-    let hookJobs: AsyncStream<[String: String]>
-    let hookInput: AsyncStream<[String: String]>.Continuation
+    let hookQueue = MessageHookQueue(backlog: MessageService.hookBacklog)
+    /// Hook jobs of the step `hookJobsIn`, queued once it commits.
+    var hookJobs: [MessageHookQueue.Job] = []
+    weak var hookJobsIn: StoreStep?
     /// At most this many received messages wait for their hooks; more are dropped (logged).
     nonisolated static let hookBacklog = 256
     /// `message.send` requests waiting for the core, handled in batches (group commit).
@@ -89,22 +97,26 @@ public final class MessageService: Sendable {
         self.logger = logger
         self.clock = clock
         self.hooks = hooksDirectory.map { HookRunner(directory: $0) }
-        (hookJobs, hookInput) = AsyncStream.makeStream(of: [String: String].self, bufferingPolicy: .bufferingOldest(Self.hookBacklog))
         signals.observe { [writtenIDs] in
             guard case .framesWritten(let type, _, let ids) = $0, type == MessageType.chatMessage.rawValue else { return }
             writtenIDs.withLockedValue { $0.append(contentsOf: ids) }
         }
     }
 
-    /// Runs the `on-message` hooks of each received message, in order, until the stream ends.
+    /// Runs the `on-message` hooks of each received message, in order, until the queue finishes:
+    /// what waited together goes to the blocking pool at once, where the hooks are looked for once
+    /// (none installed: nothing more is done for those messages).
     nonisolated func runHooks() async {
         guard let hooks else {
-            for await _ in hookJobs {}
+            await hookQueue.run { _ in }
             return
         }
-        for await variables in hookJobs {
+        await hookQueue.run { jobs in
             do {
-                let results = try await NIOThreadPool.singleton.runIfActive { hooks.runEvent("on-message", variables: variables) }
+                let results = try await NIOThreadPool.singleton.runIfActive { () -> [HookResult] in
+                    guard !hooks.eventHooks("on-message").isEmpty else { return [] }
+                    return jobs.flatMap { hooks.runEvent("on-message", variables: $0.variables) }
+                }
                 for r in results where r.failed {
                     logger.warning(r.skipped ? "on-message hook not run" : "on-message hook failed", metadata: ["hook": "\(r)"])
                 }
@@ -138,13 +150,22 @@ public final class MessageService: Sendable {
 
     var me: [UInt8] { identity.publicKey }
     func now() -> Int64 { clock() }
-    func idText(_ key: [UInt8]) -> JSONValue { .string(NodeID(publicKey: key).canonical) }
+    func idText(_ key: [UInt8]) -> JSONValue { .string(canonicalID(key)) }
+
+    /// `key`'s canonical ID text, made once per key (its checksum and base32 were 2 % of the
+    /// sender's core thread in a burst: every `message.sent` and `message.delivered` names the friend).
+    func canonicalID(_ key: [UInt8]) -> String {
+        if let text = canonicalIDs[key] { return text }
+        let text = NodeID(publicKey: key).canonical
+        if canonicalIDs.count >= 1024 { canonicalIDs = [:] }  // bounded: friends are few, strangers' keys are not kept
+        canonicalIDs[key] = text
+        return text
+    }
 
     func name(_ key: [UInt8], _ r: StoreReading) -> String {
         if key == me { return health.read("read the display name", or: nil) { try r.setting("display_name") } ?? "" }
         // The nickname this node gave them, else their display name (what the person knows them as).
-        if let nick = health.read("read a nickname", or: nil, { try r.nickname(key) }) { return nick }
-        return health.read("read a contact", or: nil) { try r.contact(key) }?.displayName ?? ""
+        return health.read("read a contact's name", or: "") { try r.shownName(key) }
     }
 
     // MARK: - Ordering state
@@ -180,6 +201,22 @@ public final class MessageService: Sendable {
             }
         }
         staged[id] = o
+    }
+
+    /// The direct conversation with `peer` for a MESSAGE of the step: read once per peer and step
+    /// (a burst's inbound batch read it for each of its frames). What a MESSAGE uses of it — its
+    /// id, peer, `muted`, and the seq and lamport the order is restored from on first use — no
+    /// frame of the step changes (`muted` only a local intent, a step of its own; the order is
+    /// kept apart, `order(_:_:)`).
+    func inboundConversation(peer: [UInt8], _ step: StoreStep) throws -> ConversationRow {
+        if conversationsIn !== step {
+            conversations = [:]
+            conversationsIn = step
+        }
+        if let c = conversations[peer] { return c }
+        let c = try step.directConversation(peer: peer, nowMs: now())
+        conversations[peer] = c
+        return c
     }
 
     // MARK: - Bounds

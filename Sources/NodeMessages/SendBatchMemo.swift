@@ -6,12 +6,18 @@ import TandemStore
 /// A burst to one friend read the friend's contact three times per send (the name resolved, the
 /// friendship checked, the frame's expiry decided); now once per batch (messages.md 11.6).
 ///
+/// Since session 9 also the direct conversation, carried from send to send (its own seq and lamport
+/// moved on by each send that stored its message) instead of read per send.
+///
 /// Valid for one step only: no send changes a contact, and nothing else runs on the core between
-/// the sends of a batch, so what the first send read holds for the last.
+/// the sends of a batch, so what the first send read holds for the last. The store checks each
+/// send's seq against the conversation row all the same (`sendMessage`): a memo out of step fails
+/// a send, it cannot reuse a seq.
 @NodeCore
 final class SendBatchMemo {
     private var named: [String: [UInt8]] = [:]
     private var friends: [[UInt8]: Bool] = [:]
+    private var conversations: [[UInt8]: ConversationRow] = [:]
 
     /// The friend `text` names, resolved by `resolve` the first time it is asked in this batch.
     func friend(named text: String, _ resolve: () throws -> [UInt8]) rethrows -> [UInt8] {
@@ -21,6 +27,27 @@ final class SendBatchMemo {
         friends[key] = true
         return key
     }
+
+    /// The direct conversation with `key` as the batch's sends left it, read by `read` the first
+    /// time (`sent` moves its seq and lamport on; a send that failed forgets it, `forgetConversations`).
+    func directConversation(_ key: [UInt8], _ read: () throws -> ConversationRow) rethrows -> ConversationRow {
+        if let c = conversations[key] { return c }
+        let c = try read()
+        conversations[key] = c
+        return c
+    }
+
+    /// A send to `key` stored its message (seq and lamport, the conversation's new own seq and
+    /// largest lamport), once its savepoint was released.
+    func sent(to key: [UInt8], seq: Int64, lamport: Int64) {
+        guard var c = conversations[key] else { return }
+        c.ownSeq = seq
+        c.maxLamport = max(c.maxLamport, lamport)
+        conversations[key] = c
+    }
+
+    /// A send failed (its savepoint rolled back): what the batch holds of conversations is read again.
+    func forgetConversations() { conversations = [:] }
 
     /// Whether `key` is a friend, asked of `isFriend` the first time in this batch.
     func isFriend(_ key: [UInt8], _ isFriend: ([UInt8]) -> Bool) -> Bool {

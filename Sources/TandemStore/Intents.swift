@@ -533,19 +533,21 @@ extension StoreStep {
     /// frame's type (nil when no frame of ours to `from` had this id), so the flow that sent it can
     /// record the delivery in the same step.
     public func acknowledgeReturningType(_ messageId: [UInt8], from recipient: [UInt8]) throws -> Int? {
-        try write(durable: false) { db in
-            guard let type = try Int.fetchOne(try db.cachedStatement(sql: "SELECT type FROM outbox WHERE messageId = ? AND recipient = ?"),
-                                              arguments: [Data(messageId), Data(recipient)]) else { return nil }
-            try db.cachedStatement(sql: "DELETE FROM outbox WHERE messageId = ? AND recipient = ?")
-                .execute(arguments: [Data(messageId), Data(recipient)])
-            return type
+        // One statement (no savepoint), finding and removing the row in one seek.
+        try writeOne(durable: false) { db in
+            try Int.fetchOne(try db.cachedStatement(sql: "DELETE FROM outbox WHERE messageId = ? AND recipient = ? RETURNING type"),
+                             arguments: [Data(messageId), Data(recipient)])
         }
     }
 
     /// Gives up frames past their expiry. Returns (recipient, message id, type) of each one dropped.
     public func expireOutbox(nowMs: Int64) throws -> [(recipient: [UInt8], messageId: [UInt8], type: Int)] {
         try write { db in
-            let gone = try OutboxItem.filter(Column("expiresAtMs") != nil && Column("expiresAtMs") <= nowMs).fetchAll(db)
+            // Through the partial index `outbox_expiry` (v9-message-cpu): frames to friends never expire and
+            // are not in it, so a burst's thousands of waiting frames are not scanned once a second.
+            let gone = try OutboxItem.fetchAll(try db.cachedStatement(sql: """
+                SELECT * FROM outbox INDEXED BY outbox_expiry WHERE expiresAtMs IS NOT NULL AND expiresAtMs <= ?
+                """), arguments: [nowMs])
             for item in gone { try item.delete(db) }
             return gone.map { (Array($0.recipient), Array($0.messageId), $0.type) }
         }
@@ -585,11 +587,10 @@ extension StoreStep {
     /// Records a handled message id inside the caller's transaction; false when it was handled
     /// before (the caller then changes nothing).
     func mark(_ db: Database, _ m: HandledMark) throws -> Bool {
-        if try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM seenMessage WHERE messageId = ?"), arguments: [Data(m.messageId)]) != nil {
-            return false
-        }
-        try db.cachedStatement(sql: "INSERT INTO seenMessage(messageId, createdAtMs, fromFriend) VALUES (?, ?, ?)")
+        // One seek: a mark already there is left as it is (and nothing else changes).
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO seenMessage(messageId, createdAtMs, fromFriend) VALUES (?, ?, ?)")
             .execute(arguments: [Data(m.messageId), m.createdAtMs, m.fromFriend])
+        guard db.changesCount > 0 else { return false }
         try db.cachedStatement(sql: "DELETE FROM seenMessage WHERE createdAtMs < ?").execute(arguments: [m.nowMs.subtractingSaturated(m.windowMs)])
         if !m.fromFriend {
             let strangers = try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM seenMessage WHERE fromFriend = 0")) ?? 0
@@ -601,7 +602,7 @@ extension StoreStep {
             }
         }
         // The total is checked every 64 inserts (a count is a scan): it overshoots by at most 63.
-        let total = db.lastInsertedRowID % 64 == 0 ? (try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM seenMessage") ?? 0) : 0
+        let total = db.lastInsertedRowID % 64 == 0 ? (try Int.fetchOne(try db.cachedStatement(sql: "SELECT COUNT(*) FROM seenMessage")) ?? 0) : 0
         if total > limits.maximumSeenMessages {
             try db.execute(sql: "DELETE FROM seenMessage WHERE messageId IN (SELECT messageId FROM seenMessage ORDER BY createdAtMs ASC LIMIT ?)",
                            arguments: [total - limits.maximumSeenMessages])
@@ -665,13 +666,16 @@ extension StoreStep {
     }
 
     public func appendEvent(type: String, timeMs: Int64, fields: String, decoded: (any Sendable)? = nil) throws -> StoredEvent {
-        // An event reports a change, and is as durable as the batch that made it.
-        try write(durable: false) { db in
+        // An event reports a change, and is as durable as the batch that made it. One row, one
+        // statement: no savepoint around it (`writeOne`).
+        try writeOne(durable: false) { db in
             var e = StoredEvent(seq: nil, type: type, timeMs: timeMs, fields: fields)
             try e.store(in: db)
             inserted(e, decoded: decoded)
             if let seq = e.seq, seq % 1000 == 0 {
-                try db.cachedStatement(sql: "DELETE FROM event WHERE seq <= ?").execute(arguments: [seq - Int64(limits.maximumEvents)])
+                // Housekeeping after the row is in: a prune that fails (it undoes itself) leaves the
+                // old rows for the next thousandth event, and the event stands.
+                try? db.cachedStatement(sql: "DELETE FROM event WHERE seq <= ?").execute(arguments: [seq - Int64(limits.maximumEvents)])
             }
             return e
         }

@@ -416,10 +416,14 @@ extension StoreStep {
     /// the conversation's own seq and lamport advance with it.
     public func sendMessage(_ message: StoredMessage, frame: OutboxItem) throws {
         try write { db in
-            guard let c = try ConversationRow.byID(db, message.conversationId) else { throw MessageStoreError.noSuchConversation }
-            guard message.seq == c.ownSeq + 1 else { throw MessageStoreError.seqOutOfOrder(expected: c.ownSeq + 1, got: message.seq) }
-            try db.cachedStatement(sql: "UPDATE conversation SET ownSeq = ?, maxLamport = ? WHERE id = ?")
-                .execute(arguments: [message.seq, max(c.maxLamport, message.lamport), message.conversationId])
+            // The seq is checked by the update itself (no read of the row first); the row is read
+            // only to say what went wrong.
+            try db.cachedStatement(sql: "UPDATE conversation SET ownSeq = ?, maxLamport = MAX(maxLamport, ?) WHERE id = ? AND ownSeq = ?")
+                .execute(arguments: [message.seq, message.lamport, message.conversationId, message.seq.subtractingSaturated(1)])
+            if db.changesCount == 0 {
+                guard let c = try ConversationRow.byID(db, message.conversationId) else { throw MessageStoreError.noSuchConversation }
+                throw MessageStoreError.seqOutOfOrder(expected: c.ownSeq + 1, got: message.seq)
+            }
             try message.store(in: db)
             try frame.store(in: db)
         }
@@ -430,28 +434,40 @@ extension StoreStep {
     /// transaction (README 12.5).
     public func receiveMessage(_ message: StoredMessage, handled: HandledMark? = nil,
                                maximumBytesPerAuthor: Int64 = ChatLimits.storedBytesPerFriend) throws -> InboundMessageResult {
-        try write { db in
-            if try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM message WHERE id = ?"), arguments: [message.id]) != nil {
-                return .duplicate
+        // The row is inserted without first looking for a copy (two index seeks per message, and a
+        // copy is rare): the table's keys refuse one, the savepoint rolls everything back, and only
+        // then is the copy looked for (messages.md 11.6).
+        do {
+            return try write { db in
+                if let handled { _ = try mark(db, handled) }
+                try message.store(in: db)
+                // No bound (the caller knows the author is well below it): no sum over the author's rows.
+                // Summed with the new row in: the same test as the sum before it plus its cost.
+                if maximumBytesPerAuthor != .max,
+                   try NodeStore.storedBytes(db, author: Array(message.author)) > maximumBytesPerAuthor {
+                    throw OverBound()
+                }
+                if message.state != .held {
+                    try db.cachedStatement(sql: "UPDATE conversation SET maxLamport = MAX(maxLamport, ?) WHERE id = ?")
+                        .execute(arguments: [message.lamport, message.conversationId])
+                }
+                return .stored
             }
-            if try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM message WHERE conversationId = ? AND author = ? AND seq = ?"),
-                                 arguments: [message.conversationId, message.author, message.seq]) != nil {
-                return .duplicate
+        } catch is OverBound {
+            return .overBound
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+            let copy = try read { db in
+                try Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM message WHERE id = ?"), arguments: [message.id]) != nil
+                    || Bool.fetchOne(try db.cachedStatement(sql: "SELECT 1 FROM message WHERE conversationId = ? AND author = ? AND seq = ?"),
+                                     arguments: [message.conversationId, message.author, message.seq]) != nil
             }
-            // No bound (the caller knows the author is well below it): no sum over the author's rows.
-            if maximumBytesPerAuthor != .max {
-                let used = try NodeStore.storedBytes(db, author: Array(message.author))
-                guard used.addingSaturated(message.storedBytes) <= maximumBytesPerAuthor else { return .overBound }
-            }
-            if let handled { _ = try mark(db, handled) }
-            try message.store(in: db)
-            if message.state != .held {
-                try db.cachedStatement(sql: "UPDATE conversation SET maxLamport = MAX(maxLamport, ?) WHERE id = ?")
-                    .execute(arguments: [message.lamport, message.conversationId])
-            }
-            return .stored
+            if copy { return .duplicate }
+            throw error
         }
     }
+
+    /// A received row over its author's stored-bytes bound: rolls back the write that stored it.
+    private struct OverBound: Error {}
 
     /// Held messages the ordering machine released (a gap filled): shown from now on, with their
     /// display lamport.
@@ -485,7 +501,7 @@ extension StoreStep {
     /// an ACK batch commits without a sync of its own.
     @discardableResult
     public func markMessageDelivered(_ id: [UInt8]) throws -> Bool {
-        try write(durable: false) { db in
+        try writeOne(durable: false) { db in
             try db.cachedStatement(sql: "UPDATE message SET state = 'delivered' WHERE id = ? AND state IN ('queued', 'sent')")
                 .execute(arguments: [Data(id)])
             return db.changesCount > 0

@@ -297,6 +297,8 @@ public struct NodeStore: Sendable {
         m.registerMigration("v9-message-send-speed") { db in try MigrationMessageSend.sendSpeed(db) }
         // New messages indexed for search once per step (MigrationMessageBurst.swift, Protocol/messages.md 11.5).
         m.registerMigration("v9-message-burst") { db in try MigrationMessageBurst.messageBurst(db) }
+        // Fewer index entries per message: outbox_due dropped, strangers' marks indexed alone (MigrationMessageCPU.swift, Protocol/messages.md 11.6).
+        m.registerMigration("v9-message-cpu") { db in try MigrationMessageCPU.messageCPU(db) }
         return m
     }
 

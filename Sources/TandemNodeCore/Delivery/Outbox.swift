@@ -148,7 +148,7 @@ package final class Outbox: Sendable {
 
     /// `r`: the step being built when there is one (it sees what the step changed), else the store.
     package func isFriend(_ key: [UInt8], in r: StoreReading) -> Bool {
-        health.read("read a contact", or: nil) { try r.contact(key) }?.relationship == .friend
+        health.read("read a contact", or: nil) { try r.relationship(key) } == .friend
     }
 
     /// Signs a frame for `recipient` as an outbox row, for the flow to store with its change.

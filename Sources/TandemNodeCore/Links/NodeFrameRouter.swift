@@ -168,7 +168,7 @@ final class BlockedAuthors {
 
     func isBlocked(_ author: [UInt8], _ step: StoreStep, _ health: StoreHealth) -> Bool {
         if let b = known[author] { return b }
-        let b = health.read("read a contact", or: nil) { try step.contact(author) }?.relationship == .blocked
+        let b = health.read("read a contact", or: nil) { try step.relationship(author) } == .blocked
         known[author] = b
         return b
     }
