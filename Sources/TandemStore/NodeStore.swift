@@ -93,7 +93,7 @@ public struct NodeStore: Sendable {
         }
         // Checkpoints after steps, not inside their commits (WriteAheadLogSize.swift).
         let walFrames = WriteAheadLogFrames()
-        try pool.writeWithoutTransaction { db in walFrames.install(on: db) }
+        pool.writeWithoutTransaction { db in walFrames.install(on: db) }
         let upgradesBreakIns = try pool.read { db in
             try db.tableExists("vaultBreakIn") && !(try Self.migrator.appliedIdentifiers(db).contains("v8-vault-break-ins"))
         }
