@@ -281,19 +281,24 @@ public struct ObjectVerifier: Sendable {
         let cloud = ShapeAnalysis.surface(a.cloud, tree: a.tree, extents: a.extents)
         let viewTree = KDTree(cloud)
         let accepted = AcceptedMeasures()
-        @Sendable func measures(_ c: Alignment) -> (StageTwoMeasures, excess: Double)? {
+        @Sendable func measures(_ c: Alignment, searching: Bool) -> (StageTwoMeasures, excess: Double)? {
             guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return nil }
-            var excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
-            guard excess <= Double(enrolled.maximumExcess) else { return nil }
-            var m = Registration.measure(model: tree, normals: normals, view: cloud, t: c.transform,
-                                         tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
-            guard enrolled.admitsBesideTheShortfall(m) else { return nil }
+            // A pose judged clearly first and then again (`judgeClearly`, `judge`) is measured once.
+            let measured = accepted.measured(c.transform) {
+                let excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
+                guard excess <= Double(enrolled.maximumExcess) else { return nil }
+                let m = Registration.measure(model: tree, normals: normals, view: cloud, t: c.transform,
+                                             tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
+                guard enrolled.admitsBesideTheShortfall(m) else { return nil }
+                return (m, excess)
+            }
+            guard var (m, excess) = measured else { return nil }
             if m.shortfall > Double(enrolled.maximumShortfall) {
                 // The least shortfall near this pose (`Registration.leastShortfall`): a pose a few
                 // degrees off leaves a band of the outline past the frame that a smaller object
                 // leaves at any pose. At most `shortfallSearches` per frame (an impostor's every
                 // hypothesis would ask).
-                guard accepted.takeShortfallSearch() else { return nil }
+                guard searching, accepted.takeShortfallSearch() else { return nil }
                 let near = Registration.leastShortfall(view: cloud, fine: Registration.subsample(cloud, Registration.finePoints), viewTree: viewTree,
                                                        model: tree, normals: normals, from: c.transform, measured: m, tau: enrolled.inlierDistance,
                                                        cell: enrolled.cell, enough: Double(enrolled.maximumShortfall)) { fit, rms, m in
@@ -307,7 +312,16 @@ public struct ObjectVerifier: Sendable {
             return (m, excess)
         }
         @Sendable func judge(_ c: Alignment) -> Bool {
-            guard let m = measures(c) else { return false }
+            guard let m = measures(c, searching: true) else { return false }
+            accepted.set(c.transform, m.0, excess: m.excess)
+            return true
+        }
+        // A pose that passes clearly: every measure at the pose found, without the local search for
+        // less shortfall. The best two hypotheses, refined side by side, are judged by it first
+        // (`Registration.align`, `acceptClearly`): most frames of the enrolled object pass there,
+        // and the third refinement (a second round on two cores) is not waited for.
+        @Sendable func judgeClearly(_ c: Alignment) -> Bool {
+            guard let m = measures(c, searching: false) else { return false }
             accepted.set(c.transform, m.0, excess: m.excess)
             return true
         }
@@ -315,7 +329,7 @@ public struct ObjectVerifier: Sendable {
         // stage, the most of a frame's time, and the second search has them.
         var alignment = Registration.align(cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
                                            tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell,
-                                           turned45: false, accept: judge)
+                                           turned45: false, accept: judge, acceptClearly: judgeClearly)
         // None passed: the frame may show the object from where no enrolment frame looked (a box's
         // end face alone, a tile edge-on), so the enrolment views' frames put it on the wrong part,
         // or a square section sits turned between two of the 90° steps. Search again from the
@@ -393,6 +407,16 @@ private final class AcceptedMeasures: @unchecked Sendable {
     }
 
     func measures(for t: RigidTransform) -> (StageTwoMeasures, excess: Double)? { pose == t ? values : nil }
+
+    /// The measures at pose `t` before any local search (nil: they fail), made by `make` the first
+    /// time this pose is asked about.
+    private var known: [(RigidTransform, (StageTwoMeasures, excess: Double)?)] = []
+    func measured(_ t: RigidTransform, _ make: () -> (StageTwoMeasures, excess: Double)?) -> (StageTwoMeasures, excess: Double)? {
+        if let k = known.first(where: { $0.0 == t }) { return k.1 }
+        let made = make()
+        known.append((t, made))
+        return made
+    }
 
     /// Local searches for a pose with less shortfall (`ObjectVerifier.shortfallSearches` per frame).
     private var searches = 0
