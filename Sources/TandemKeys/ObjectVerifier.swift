@@ -20,6 +20,12 @@ public struct FrameVerdict: Sendable, Equatable, Codable {
     /// direction in the image (a can 1.5 cm taller), and the other way round (1.5 cm shorter).
     public var overhang: Double = 0
     public var shortfall: Double = 0
+    /// Stage 2: how much shorter (`spanShort`) or longer (`spanLong`) the frame is than the model
+    /// along the model's box axes, relative to the model's span (1st–99th percentile spans, in model
+    /// coordinates with the pose found); shorter counts only along axes across the line of sight
+    /// (at least `ObjectVerifier.spanAcross` off it), where a convex object's ends are both seen.
+    public var spanShort: Double = 0
+    public var spanLong: Double = 0
     public var quality: Double
     public var guidance: String?
     public var stage1Passed: Bool
@@ -82,8 +88,51 @@ public struct ObjectVerifier: Sendable {
     let virtualTargets: Int
     static let virtualTargets = 6
 
+    /// The model's extents along the axes of its smallest bounding box (`KeyCloseness.extents`).
+    private let boxSpans = Made<[(low: Float, high: Float, axis: SIMD3<Float>)]>()
+    var modelSpans: [(low: Float, high: Float, axis: SIMD3<Float>)] {
+        boxSpans.get {
+            guard template.model.count >= 16, template.normals.count == template.model.count else { return [] }
+            let e = KeyCloseness.extents(template.model, normals: template.normals)
+            return e.spans.map { s in
+                let (lo, hi) = Self.percentileSpan(template.model, s.axis)
+                return (lo, hi, s.axis)
+            }
+        }
+    }
+    /// An axis counts for `spanShort` when it makes at least this angle with the line of sight
+    /// (its cosine at most `spanAcross`).
+    static let spanAcross: Float = 0.7
+
+    /// The 1st and 99th percentiles of the points' projections on `axis`.
+    static func percentileSpan(_ points: [SIMD3<Float>], _ axis: SIMD3<Float>) -> (Float, Float) {
+        guard !points.isEmpty else { return (0, 0) }
+        let d = points.map { dot3($0, axis) }.sorted()
+        return (d[(d.count - 1) / 100], d[(d.count - 1) * 99 / 100])
+    }
+
+    /// `spanShort` and `spanLong` of the frame's cloud (camera coordinates) with pose `t`.
+    func spans(_ cloud: [SIMD3<Float>], _ t: RigidTransform) -> (short: Double, long: Double) {
+        let spans = modelSpans
+        guard !spans.isEmpty, cloud.count >= 16 else { return (0, 0) }
+        let moved = cloud.map { t.apply($0) }
+        var centroid = SIMD3<Float>.zero
+        for p in moved { centroid += p }
+        centroid /= Float(moved.count)
+        let sight = normalized3(centroid - t.translation)
+        var short = 0.0, long = 0.0
+        for s in spans {
+            let length = s.high - s.low
+            guard length > 0 else { continue }
+            let (lo, hi) = Self.percentileSpan(moved, s.axis)
+            long = max(long, Double((hi - lo - length) / length))
+            if abs(dot3(sight, s.axis)) <= Self.spanAcross { short = max(short, Double((length - (hi - lo)) / length)) }
+        }
+        return (short, long)
+    }
+
     /// Makes the model views and near-symmetries now (otherwise the first frame that needs them does).
-    public func prepare() { _ = virtualViews; _ = nearSymmetries }
+    public func prepare() { _ = virtualViews; _ = nearSymmetries; _ = modelSpans }
 
     private let symmetries = Made<[[Int32]]>()
     /// The model's near-symmetries, each as the model points it does not carry onto the model (its
@@ -320,8 +369,15 @@ public struct ObjectVerifier: Sendable {
         // less shortfall. The best two hypotheses, refined side by side, are judged by it first
         // (`Registration.align`, `acceptClearly`): most frames of the enrolled object pass there,
         // and the third refinement (a second round on two cores) is not waited for.
+        // While the run asks for a decisive frame, a pose passes clearly only when it also shows
+        // every near-symmetry's part: the full search's order may pick another passing pose (a
+        // better fit among more refined) that shows it where this one does not.
+        let symmetries = askDecisive ? nearSymmetries : []
         @Sendable func judgeClearly(_ c: Alignment) -> Bool {
             guard let m = measures(c, searching: false) else { return false }
+            if !symmetries.isEmpty {
+                guard Self.shownParts(symmetries, tree, viewTree, c.transform, tau: enrolled.inlierDistance).allSatisfy({ $0 }) else { return false }
+            }
             accepted.set(c.transform, m.0, excess: m.excess)
             return true
         }
@@ -353,6 +409,7 @@ public struct ObjectVerifier: Sendable {
             v.excess = Registration.excess(cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: viewTree)
         }
         (v.coverage, v.deficit, v.overhang, v.shortfall) = (m.coverage, m.deficit, m.overhang, m.shortfall)
+        (v.spanShort, v.spanLong) = spans(cloud, alignment.transform)
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
             && v.excess <= Double(template.maximumExcess) && template.admits(m)
         v.passed = v.stage1Passed && v.stage2Passed
@@ -360,13 +417,7 @@ public struct ObjectVerifier: Sendable {
             // Decisive when, for every near-symmetry, the frame shows enough of the part it does not
             // carry onto the model (the handle): a frame without it fits this object posed with the
             // part out of sight as well as an object that has none.
-            let back = alignment.transform.inverse
-            let reach = 4 * template.inlierDistance * template.inlierDistance
-            shownParts = nearSymmetries.map { distinct in
-                var shown = 0
-                for i in distinct where viewTree.nearest(back.apply(tree.points[Int(i)])).distanceSquared <= reach { shown += 1 }
-                return shown >= max(Self.decisivePoints, Int((Self.decisiveShare * Double(distinct.count)).rounded(.up)))
-            }
+            shownParts = Self.shownParts(nearSymmetries, tree, viewTree, alignment.transform, tau: template.inlierDistance)
             v.decisive = shownParts.allSatisfy { $0 }
         }
         if !v.stage1Passed {
@@ -378,6 +429,18 @@ public struct ObjectVerifier: Sendable {
     }
 
     private func rounded(_ x: Double) -> Double { (x * 100).rounded() / 100 }
+
+    /// Whether the frame (its tree) with pose `t` shows each near-symmetry's distinct part: at least
+    /// `decisiveShare` of its points (and `decisivePoints`) have a frame point within 2τ.
+    static func shownParts(_ symmetries: [[Int32]], _ tree: KDTree, _ viewTree: KDTree, _ t: RigidTransform, tau: Float) -> [Bool] {
+        let back = t.inverse
+        let reach = 4 * tau * tau
+        return symmetries.map { distinct in
+            var shown = 0
+            for i in distinct where viewTree.nearest(back.apply(tree.points[Int(i)])).distanceSquared <= reach { shown += 1 }
+            return shown >= max(decisivePoints, Int((decisiveShare * Double(distinct.count)).rounded(.up)))
+        }
+    }
 }
 
 /// A value made once, when first needed, and shared by copies of the verifier (which are copied

@@ -228,13 +228,15 @@ enum Registration {
         // and rejected 5 more of 144 genuine sweeps: not taken.)
         let candidates = Array(scored.prefix(max(refine, maximumRefined)))
         // With `acceptClearly` (a stricter judge: a pose that passes without help): the best
-        // `quickRefined` are refined first, in one batch, and judged by it, best fit first; the first
-        // it accepts is the answer. Otherwise the search goes on exactly as without it, their
-        // refinements kept (the same hypotheses, refined the same way).
+        // `quickRefined` are refined first, in one batch, and the better fit of them is judged by
+        // it; when it accepts, that is the answer. Otherwise the search goes on exactly as without
+        // it, their refinements kept (the same hypotheses, refined the same way). Only the better
+        // one: when it fails and a worse one passes, the frame is ambiguous (a mug's handle put on
+        // the wrong side), and the full search's order decides, as before.
         var early: [Alignment] = []
         if let acceptClearly, accept != nil {
             early = parallelMap(Array(candidates.prefix(quickRefined)), { refined($0.1) })
-            if let a = early.sorted(by: { better($0, than: $1) }).first(where: { acceptClearly($0) }) { return a }
+            if let a = early.min(by: { better($0, than: $1) }), acceptClearly(a) { return a }
         }
         var k = 0
         refining: while k < candidates.count {

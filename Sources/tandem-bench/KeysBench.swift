@@ -214,10 +214,10 @@ struct KeysBench: ParsableCommand {
         let strictOf = strictResults.withLockedValue { $0 }
         // KEYS_DUMP=FILE: every frame's measures as TSV (for studying the thresholds).
         if let path = ProcessInfo.processInfo.environment["KEYS_DUMP"] {
-            var tsv = "template\tobject\tsweep\tframe\tscore\tfit\trms\tcoverage\texcess\tquality\tdeficit\toverhang\tshortfall\tpassed\tdecisive\n"
+            var tsv = "template\tobject\tsweep\tframe\tscore\tfit\trms\tcoverage\texcess\tquality\tdeficit\toverhang\tshortfall\tpassed\tdecisive\tspan_short\tspan_long\n"
             for t in verifiers.indices { for o in sweepsOf.indices { for (s, r) in verdictsOf[t * sweepsOf.count + o].enumerated() {
                 for (f, v) in r.1.enumerated() {
-                    tsv += "\(shapes[t].name)\t\(shapes[o].name)\t\(s)\t\(f)\t\(v.score)\t\(v.fit)\t\(v.rms)\t\(v.coverage)\t\(v.excess)\t\(v.quality)\t\(v.deficit)\t\(v.overhang)\t\(v.shortfall)\t\(v.passed)\t\(v.decisive)\n"
+                    tsv += "\(shapes[t].name)\t\(shapes[o].name)\t\(s)\t\(f)\t\(v.score)\t\(v.fit)\t\(v.rms)\t\(v.coverage)\t\(v.excess)\t\(v.quality)\t\(v.deficit)\t\(v.overhang)\t\(v.shortfall)\t\(v.passed)\t\(v.decisive)\t\(v.spanShort)\t\(v.spanLong)\n"
                 }
             } } }
             try tsv.write(toFile: path, atomically: true, encoding: .utf8)

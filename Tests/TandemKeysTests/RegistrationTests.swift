@@ -144,17 +144,17 @@ final class RegistrationTests: XCTestCase {
                     XCTAssertEqual(a.transform, r.transform, "\(name) view \(k) judge rms ≤ \(limit)")
                     XCTAssertEqual(a.fit, r.fit)
                     // With a clear judge as well (stricter: rms at most each refined alignment's, less
-                    // 0.1 mm, and none): the best two judged by it first, best fit first; when it takes
-                    // neither, the answer of the judge alone.
+                    // 0.1 mm, and none): the better fit of the best two judged by it first; when it
+                    // does not take it, the answer of the judge alone.
                     for clearLimit in all.map({ $0.rms - 0.000_1 }) + [-1] {
                         let clearly: @Sendable (Alignment) -> Bool = { $0.rms <= clearLimit && $0.rms <= limit }
                         let first = all.prefix(Registration.quickRefined).sorted { $0.fit > $1.fit || ($0.fit == $1.fit && $0.rms < $1.rms) }
                         let q = Registration.align(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
                                                    normals: normals, oriented: true, cell: 0.003, accept: judge, acceptClearly: clearly)
-                        let e = first.first(where: clearly) ?? r
+                        let e = first.first.flatMap { clearly($0) ? $0 : nil } ?? r
                         XCTAssertEqual(q.transform, e.transform, "\(name) view \(k) judge rms ≤ \(limit), clearly ≤ \(clearLimit)")
                         XCTAssertEqual(q.fit, e.fit)
-                        if first.contains(where: clearly) { clearlyTaken += 1 } else { clearlyPassed += 1 }
+                        if first.first.map(clearly) == true { clearlyTaken += 1 } else { clearlyPassed += 1 }
                     }
                     judgedCompared += 1
                     if expected != nil { acceptedSome += 1 }
