@@ -238,7 +238,7 @@ struct KeysBench: ParsableCommand {
                     let stage1 = verdicts.allSatisfy(\.stage1Passed)
                     let summary: [String: Any] = ["template": shapes[t].name, "object": shapes[o].name, "sweep": s,
                                                   "frames": verdicts.map { ["score": $0.score, "fit": $0.fit, "rms_mm": $0.rms * 1000, "coverage": $0.coverage,
-                                                                            "excess": $0.excess, "deficit": $0.deficit, "overhang_mm": $0.overhang * 1000, "shortfall_mm": $0.shortfall * 1000, "passed": $0.passed, "decisive": $0.decisive,
+                                                                            "excess": $0.excess, "deficit": $0.deficit, "overhang_mm": $0.overhang * 1000, "shortfall_mm": $0.shortfall * 1000, "span_long": $0.spanLong, "passed": $0.passed, "decisive": $0.decisive,
                                                                             "failed": reasons($0, base.template)] as [String: Any] }]
                     if o == t {
                         var entry = perObject[shapes[t].name] ?? (0, 0, 0, [:])
