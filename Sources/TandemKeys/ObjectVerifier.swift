@@ -20,6 +20,12 @@ public struct FrameVerdict: Sendable, Equatable, Codable {
     /// direction in the image (a can 1.5 cm taller), and the other way round (1.5 cm shorter).
     public var overhang: Double = 0
     public var shortfall: Double = 0
+    /// Stage 2: how much shorter (`spanShort`) or longer (`spanLong`) the frame is than the model
+    /// along the model's box axes, relative to the model's span (1st–99th percentile spans, in model
+    /// coordinates with the pose found); shorter counts only along axes across the line of sight
+    /// (at least `ObjectVerifier.spanAcross` off it), where a convex object's ends are both seen.
+    public var spanShort: Double = 0
+    public var spanLong: Double = 0
     public var quality: Double
     public var guidance: String?
     public var stage1Passed: Bool
@@ -82,8 +88,51 @@ public struct ObjectVerifier: Sendable {
     let virtualTargets: Int
     static let virtualTargets = 6
 
+    /// The model's extents along the axes of its smallest bounding box (`KeyCloseness.extents`).
+    private let boxSpans = Made<[(low: Float, high: Float, axis: SIMD3<Float>)]>()
+    var modelSpans: [(low: Float, high: Float, axis: SIMD3<Float>)] {
+        boxSpans.get {
+            guard template.model.count >= 16, template.normals.count == template.model.count else { return [] }
+            let e = KeyCloseness.extents(template.model, normals: template.normals)
+            return e.spans.map { s in
+                let (lo, hi) = Self.percentileSpan(template.model, s.axis)
+                return (lo, hi, s.axis)
+            }
+        }
+    }
+    /// An axis counts for `spanShort` when it makes at least this angle with the line of sight
+    /// (its cosine at most `spanAcross`).
+    static let spanAcross: Float = 0.7
+
+    /// The 1st and 99th percentiles of the points' projections on `axis`.
+    static func percentileSpan(_ points: [SIMD3<Float>], _ axis: SIMD3<Float>) -> (Float, Float) {
+        guard !points.isEmpty else { return (0, 0) }
+        let d = points.map { dot3($0, axis) }.sorted()
+        return (d[(d.count - 1) / 100], d[(d.count - 1) * 99 / 100])
+    }
+
+    /// `spanShort` and `spanLong` of the frame's cloud (camera coordinates) with pose `t`.
+    func spans(_ cloud: [SIMD3<Float>], _ t: RigidTransform) -> (short: Double, long: Double) {
+        let spans = modelSpans
+        guard !spans.isEmpty, cloud.count >= 16 else { return (0, 0) }
+        let moved = cloud.map { t.apply($0) }
+        var centroid = SIMD3<Float>.zero
+        for p in moved { centroid += p }
+        centroid /= Float(moved.count)
+        let sight = normalized3(centroid - t.translation)
+        var short = 0.0, long = 0.0
+        for s in spans {
+            let length = s.high - s.low
+            guard length > 0 else { continue }
+            let (lo, hi) = Self.percentileSpan(moved, s.axis)
+            long = max(long, Double((hi - lo - length) / length))
+            if abs(dot3(sight, s.axis)) <= Self.spanAcross { short = max(short, Double((length - (hi - lo)) / length)) }
+        }
+        return (short, long)
+    }
+
     /// Makes the model views and near-symmetries now (otherwise the first frame that needs them does).
-    public func prepare() { _ = virtualViews; _ = nearSymmetries }
+    public func prepare() { _ = virtualViews; _ = nearSymmetries; _ = modelSpans }
 
     private let symmetries = Made<[[Int32]]>()
     /// The model's near-symmetries, each as the model points it does not carry onto the model (its
@@ -281,19 +330,24 @@ public struct ObjectVerifier: Sendable {
         let cloud = ShapeAnalysis.surface(a.cloud, tree: a.tree, extents: a.extents)
         let viewTree = KDTree(cloud)
         let accepted = AcceptedMeasures()
-        @Sendable func measures(_ c: Alignment) -> (StageTwoMeasures, excess: Double)? {
+        @Sendable func measures(_ c: Alignment, searching: Bool) -> (StageTwoMeasures, excess: Double)? {
             guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return nil }
-            var excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
-            guard excess <= Double(enrolled.maximumExcess) else { return nil }
-            var m = Registration.measure(model: tree, normals: normals, view: cloud, t: c.transform,
-                                         tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
-            guard enrolled.admitsBesideTheShortfall(m) else { return nil }
+            // A pose judged clearly first and then again (`judgeClearly`, `judge`) is measured once.
+            let measured = accepted.measured(c.transform) {
+                let excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
+                guard excess <= Double(enrolled.maximumExcess) else { return nil }
+                let m = Registration.measure(model: tree, normals: normals, view: cloud, t: c.transform,
+                                             tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
+                guard enrolled.admitsBesideTheShortfall(m) else { return nil }
+                return (m, excess)
+            }
+            guard var (m, excess) = measured else { return nil }
             if m.shortfall > Double(enrolled.maximumShortfall) {
                 // The least shortfall near this pose (`Registration.leastShortfall`): a pose a few
                 // degrees off leaves a band of the outline past the frame that a smaller object
                 // leaves at any pose. At most `shortfallSearches` per frame (an impostor's every
                 // hypothesis would ask).
-                guard accepted.takeShortfallSearch() else { return nil }
+                guard searching, accepted.takeShortfallSearch() else { return nil }
                 let near = Registration.leastShortfall(view: cloud, fine: Registration.subsample(cloud, Registration.finePoints), viewTree: viewTree,
                                                        model: tree, normals: normals, from: c.transform, measured: m, tau: enrolled.inlierDistance,
                                                        cell: enrolled.cell, enough: Double(enrolled.maximumShortfall)) { fit, rms, m in
@@ -307,7 +361,23 @@ public struct ObjectVerifier: Sendable {
             return (m, excess)
         }
         @Sendable func judge(_ c: Alignment) -> Bool {
-            guard let m = measures(c) else { return false }
+            guard let m = measures(c, searching: true) else { return false }
+            accepted.set(c.transform, m.0, excess: m.excess)
+            return true
+        }
+        // A pose that passes clearly: every measure at the pose found, without the local search for
+        // less shortfall. The best two hypotheses, refined side by side, are judged by it first
+        // (`Registration.align`, `acceptClearly`): most frames of the enrolled object pass there,
+        // and the third refinement (a second round on two cores) is not waited for.
+        // While the run asks for a decisive frame, a pose passes clearly only when it also shows
+        // every near-symmetry's part: the full search's order may pick another passing pose (a
+        // better fit among more refined) that shows it where this one does not.
+        let symmetries = askDecisive ? nearSymmetries : []
+        @Sendable func judgeClearly(_ c: Alignment) -> Bool {
+            guard let m = measures(c, searching: false) else { return false }
+            if !symmetries.isEmpty {
+                guard Self.shownParts(symmetries, tree, viewTree, c.transform, tau: enrolled.inlierDistance).allSatisfy({ $0 }) else { return false }
+            }
             accepted.set(c.transform, m.0, excess: m.excess)
             return true
         }
@@ -315,7 +385,7 @@ public struct ObjectVerifier: Sendable {
         // stage, the most of a frame's time, and the second search has them.
         var alignment = Registration.align(cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
                                            tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell,
-                                           turned45: false, accept: judge)
+                                           turned45: false, accept: judge, acceptClearly: judgeClearly)
         // None passed: the frame may show the object from where no enrolment frame looked (a box's
         // end face alone, a tile edge-on), so the enrolment views' frames put it on the wrong part,
         // or a square section sits turned between two of the 90° steps. Search again from the
@@ -339,6 +409,7 @@ public struct ObjectVerifier: Sendable {
             v.excess = Registration.excess(cloud, alignment.transform, tree, normals, cell: template.cell, tau: template.inlierDistance, viewTree: viewTree)
         }
         (v.coverage, v.deficit, v.overhang, v.shortfall) = (m.coverage, m.deficit, m.overhang, m.shortfall)
+        (v.spanShort, v.spanLong) = spans(cloud, alignment.transform)
         v.stage2Passed = v.fit >= Double(template.minimumFit) && v.rms <= Double(template.maximumRMS)
             && v.excess <= Double(template.maximumExcess) && template.admits(m)
         v.passed = v.stage1Passed && v.stage2Passed
@@ -346,13 +417,7 @@ public struct ObjectVerifier: Sendable {
             // Decisive when, for every near-symmetry, the frame shows enough of the part it does not
             // carry onto the model (the handle): a frame without it fits this object posed with the
             // part out of sight as well as an object that has none.
-            let back = alignment.transform.inverse
-            let reach = 4 * template.inlierDistance * template.inlierDistance
-            shownParts = nearSymmetries.map { distinct in
-                var shown = 0
-                for i in distinct where viewTree.nearest(back.apply(tree.points[Int(i)])).distanceSquared <= reach { shown += 1 }
-                return shown >= max(Self.decisivePoints, Int((Self.decisiveShare * Double(distinct.count)).rounded(.up)))
-            }
+            shownParts = Self.shownParts(nearSymmetries, tree, viewTree, alignment.transform, tau: template.inlierDistance)
             v.decisive = shownParts.allSatisfy { $0 }
         }
         if !v.stage1Passed {
@@ -364,6 +429,18 @@ public struct ObjectVerifier: Sendable {
     }
 
     private func rounded(_ x: Double) -> Double { (x * 100).rounded() / 100 }
+
+    /// Whether the frame (its tree) with pose `t` shows each near-symmetry's distinct part: at least
+    /// `decisiveShare` of its points (and `decisivePoints`) have a frame point within 2τ.
+    static func shownParts(_ symmetries: [[Int32]], _ tree: KDTree, _ viewTree: KDTree, _ t: RigidTransform, tau: Float) -> [Bool] {
+        let back = t.inverse
+        let reach = 4 * tau * tau
+        return symmetries.map { distinct in
+            var shown = 0
+            for i in distinct where viewTree.nearest(back.apply(tree.points[Int(i)])).distanceSquared <= reach { shown += 1 }
+            return shown >= max(decisivePoints, Int((decisiveShare * Double(distinct.count)).rounded(.up)))
+        }
+    }
 }
 
 /// A value made once, when first needed, and shared by copies of the verifier (which are copied
@@ -393,6 +470,16 @@ private final class AcceptedMeasures: @unchecked Sendable {
     }
 
     func measures(for t: RigidTransform) -> (StageTwoMeasures, excess: Double)? { pose == t ? values : nil }
+
+    /// The measures at pose `t` before any local search (nil: they fail), made by `make` the first
+    /// time this pose is asked about.
+    private var known: [(RigidTransform, (StageTwoMeasures, excess: Double)?)] = []
+    func measured(_ t: RigidTransform, _ make: () -> (StageTwoMeasures, excess: Double)?) -> (StageTwoMeasures, excess: Double)? {
+        if let k = known.first(where: { $0.0 == t }) { return k.1 }
+        let made = make()
+        known.append((t, made))
+        return made
+    }
 
     /// Local searches for a pose with less shortfall (`ObjectVerifier.shortfallSearches` per frame).
     private var searches = 0

@@ -78,7 +78,14 @@ enum Registration {
 
     /// Point-to-point ICP: each step the closed-form rigid transform of the kept pairs (Horn).
     static func icp(_ source: [SIMD3<Float>], _ tree: KDTree, from initial: RigidTransform, tau: Float, iterations: Int) -> RigidTransform {
-        iterate(source, tree, from: initial, tau: tau, iterations: iterations, minimumPairs: 6) { moved, model in
+        var nearest: [Int] = []
+        return icp(source, tree, from: initial, tau: tau, iterations: iterations, nearest: &nearest)
+    }
+
+    /// `nearest`: each source point's last correspondence (a hint for measuring the result).
+    static func icp(_ source: [SIMD3<Float>], _ tree: KDTree, from initial: RigidTransform, tau: Float, iterations: Int,
+                    nearest: inout [Int]) -> RigidTransform {
+        iterate(source, tree, from: initial, tau: tau, iterations: iterations, minimumPairs: 6, nearest: &nearest) { moved, model in
             let targets = model.map { tree.points[$0] }
             return moved.withUnsafeBufferPointer { pa in targets.withUnsafeBufferPointer { pb in horn(pa, pb) } }
         }
@@ -88,7 +95,8 @@ enum Registration {
     /// point-to-point ICP stalls on surfaces sliding over each other (faces of a box, steps).
     static func icpPlane(_ source: [SIMD3<Float>], _ tree: KDTree, normals: [SIMD3<Float>], from initial: RigidTransform, tau: Float,
                          iterations: Int) -> RigidTransform {
-        iterate(source, tree, from: initial, tau: tau, iterations: iterations, minimumPairs: 12) { moved, model in
+        var nearest: [Int] = []
+        return iterate(source, tree, from: initial, tau: tau, iterations: iterations, minimumPairs: 12, nearest: &nearest) { moved, model in
             let targets = model.map { tree.points[$0] }, n = model.map { normals[$0] }
             return moved.withUnsafeBufferPointer { pa in
                 targets.withUnsafeBufferPointer { pb in n.withUnsafeBufferPointer { pn in pointToPlaneStep(pa, pb, pn) } }
@@ -100,11 +108,11 @@ enum Registration {
     /// max(2τ, 2 × mean distance) dropped, `step` (moved source points, their model points' indices)
     /// composed on, until it barely moves or fewer than `minimumPairs` pairs are left.
     private static func iterate(_ source: [SIMD3<Float>], _ tree: KDTree, from initial: RigidTransform, tau: Float, iterations: Int,
-                                minimumPairs: Int, step: ([SIMD3<Float>], [Int]) -> RigidTransform) -> RigidTransform {
+                                minimumPairs: Int, nearest index: inout [Int], step: ([SIMD3<Float>], [Int]) -> RigidTransform) -> RigidTransform {
         var t = initial
         var a: [SIMD3<Float>] = [], k: [Int] = []
         var moved = [SIMD3<Float>](repeating: .zero, count: source.count)
-        var index = [Int](repeating: -1, count: source.count)
+        index = [Int](repeating: -1, count: source.count)
         var dist = [Float](repeating: 0, count: source.count)
         a.reserveCapacity(source.count); k.reserveCapacity(source.count)
         for _ in 0..<iterations {
@@ -136,8 +144,10 @@ enum Registration {
     /// `t.translation` in model coordinates); when all of them do, it is an outlier, however near:
     /// the camera cannot see a back face (a tile's front seen as its back, a shell inside out). A
     /// thin wall's other face, or a face enrolled from both sides, lies as near and is passed over.
+    /// `hints`: per source point, a model point likely near (the last ICP correspondences): the
+    /// same answer, found sooner.
     static func evaluate(_ source: [SIMD3<Float>], _ tree: KDTree, _ t: RigidTransform, tau: Float,
-                         normals: [SIMD3<Float>]? = nil, cell: Float = 0, oriented: Bool = false) -> (fit: Double, rms: Double) {
+                         normals: [SIMD3<Float>]? = nil, cell: Float = 0, oriented: Bool = false, hints: [Int] = []) -> (fit: Double, rms: Double) {
         guard !source.isEmpty else { return (0, .infinity) }
         var d = [Float](repeating: 0, count: source.count)
         var inliers = 0
@@ -160,7 +170,7 @@ enum Registration {
                     d[i] = .infinity
                 }
             } else {
-                let (k, d2) = tree.nearestIndex(q)
+                let (k, d2) = tree.nearestIndex(q, hint: normals == nil && hints.count == source.count ? hints[i] : -1)
                 d[i] = k >= 0 ? (normals.map { hybrid(q, k, d2, tree, $0, cell) } ?? d2) : .infinity
             }
             if d[i] <= tau * tau { inliers += 1 }
@@ -178,14 +188,16 @@ enum Registration {
     /// first from the `refine`-th refinement on); the first it accepts is the answer and ends the search.
     static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
                       normals: [SIMD3<Float>]? = nil, oriented: Bool = false, cell: Float = 0, refine: Int = refinedHypotheses,
-                      untilFit: Double = 0, maximumRefined: Int = 12, turned45: Bool = true, accept: (@Sendable (Alignment) -> Bool)? = nil) -> Alignment {
+                      untilFit: Double = 0, maximumRefined: Int = 12, turned45: Bool = true, accept: (@Sendable (Alignment) -> Bool)? = nil,
+                      acceptClearly: (@Sendable (Alignment) -> Bool)? = nil) -> Alignment {
         let coarse = subsample(source, coarsePoints)
         let fine = subsample(source, finePoints)
         // The hypotheses are independent: each core takes some (`parallelMap` keeps their order, so
         // the result is the one a single thread finds).
         var scored = parallelMap(hypotheses(source: axes, targets: targets, turned45: turned45)) { @Sendable h -> (Double, RigidTransform) in
-            let t = icp(coarse, tree, from: h, tau: 2 * tau, iterations: coarseIterations)
-            return (evaluate(coarse, tree, t, tau: 2 * tau).fit, t)
+            var nearest: [Int] = []
+            let t = icp(coarse, tree, from: h, tau: 2 * tau, iterations: coarseIterations, nearest: &nearest)
+            return (evaluate(coarse, tree, t, tau: 2 * tau, hints: nearest).fit, t)
         }
         scored.sort { $0.0 > $1.0 }
         @Sendable func refined(_ t0: RigidTransform) -> Alignment {
@@ -215,11 +227,23 @@ enum Registration {
         // (Fewer ICP steps per candidate on a thinner sample, then the winner in full, was 14 % faster
         // and rejected 5 more of 144 genuine sweeps: not taken.)
         let candidates = Array(scored.prefix(max(refine, maximumRefined)))
+        // With `acceptClearly` (a stricter judge: a pose that passes without help): the best
+        // `quickRefined` are refined first, in one batch, and the better fit of them is judged by
+        // it; when it accepts, that is the answer. Otherwise the search goes on exactly as without
+        // it, their refinements kept (the same hypotheses, refined the same way). Only the better
+        // one: when it fails and a worse one passes, the frame is ambiguous (a mug's handle put on
+        // the wrong side), and the full search's order decides, as before.
+        var early: [Alignment] = []
+        if let acceptClearly, accept != nil {
+            early = parallelMap(Array(candidates.prefix(quickRefined)), { refined($0.1) })
+            if let a = early.min(by: { better($0, than: $1) }), acceptClearly(a) { return a }
+        }
         var k = 0
         refining: while k < candidates.count {
             let width = k < refine ? refine - k : parallelWidth
             let batch = candidates[k..<min(k + max(width, 1), candidates.count)]
-            for a in parallelMap(Array(batch), { refined($0.1) }) {
+            let known = early.count > k ? Array(early[k..<min(early.count, k + batch.count)]) : []
+            for a in known + parallelMap(Array(batch.dropFirst(known.count)), { refined($0.1) }) {
                 if better(a, than: best) { best = a }
                 unjudged.append(a)
                 k += 1
@@ -232,6 +256,10 @@ enum Registration {
         // With `accept`: the alignment it accepted, else the best there is.
         return accepted ?? best
     }
+
+    /// Refined before the first judgement by `acceptClearly` (`align`): one batch on two cores.
+    /// Fixed, not the machine's cores: the answer must not depend on the machine.
+    static let quickRefined = 2
 
     /// Threads one alignment uses (the machine's cores, at most 4).
     static let parallelWidth = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
@@ -265,19 +293,24 @@ enum Registration {
                        viewTree given: KDTree? = nil) -> Double {
         guard !view.isEmpty else { return 1 }
         let limit = 4 * tau * tau
-        var off: [SIMD3<Float>] = []
-        for p in view where distance2(t.apply(p), tree, normals, cell) > limit { off.append(p) }
-        guard !off.isEmpty else { return 0 }
         let viewTree = given ?? KDTree(view)
-        var neighbours: [SIMD3<Float>] = []
-        var clustered = 0
-        for p in off {
-            viewTree.nearest(p, k: 7, into: &neighbours)
-            var n = 0
-            for q in neighbours.dropFirst() where distance2(t.apply(q), tree, normals, cell) > limit { n += 1 }
-            if n >= 4 { clustered += 1 }
+        // Each point's verdict depends on it and its neighbours alone: the view is cut in
+        // `parallelWidth` runs counted side by side (the sum is the same whatever the cut).
+        let runs = view.count >= 256 ? parallelWidth : 1
+        let counts = parallelMap(Array(0..<runs)) { @Sendable r -> Int in
+            var neighbours: [SIMD3<Float>] = []
+            var clustered = 0
+            for i in (view.count * r / runs)..<(view.count * (r + 1) / runs) {
+                let p = view[i]
+                guard distance2(t.apply(p), tree, normals, cell) > limit else { continue }
+                viewTree.nearest(p, k: 7, into: &neighbours)
+                var n = 0
+                for q in neighbours.dropFirst() where distance2(t.apply(q), tree, normals, cell) > limit { n += 1 }
+                if n >= 4 { clustered += 1 }
+            }
+            return clustered
         }
-        return Double(clustered) / Double(view.count)
+        return Double(counts.reduce(0, +)) / Double(view.count)
     }
 
     /// Of the model points the camera would see with the view aligned by `t` (view → model), the

@@ -214,10 +214,10 @@ struct KeysBench: ParsableCommand {
         let strictOf = strictResults.withLockedValue { $0 }
         // KEYS_DUMP=FILE: every frame's measures as TSV (for studying the thresholds).
         if let path = ProcessInfo.processInfo.environment["KEYS_DUMP"] {
-            var tsv = "template\tobject\tsweep\tframe\tscore\tfit\trms\tcoverage\texcess\tquality\tdeficit\toverhang\tshortfall\tpassed\tdecisive\n"
+            var tsv = "template\tobject\tsweep\tframe\tscore\tfit\trms\tcoverage\texcess\tquality\tdeficit\toverhang\tshortfall\tpassed\tdecisive\tspan_short\tspan_long\n"
             for t in verifiers.indices { for o in sweepsOf.indices { for (s, r) in verdictsOf[t * sweepsOf.count + o].enumerated() {
                 for (f, v) in r.1.enumerated() {
-                    tsv += "\(shapes[t].name)\t\(shapes[o].name)\t\(s)\t\(f)\t\(v.score)\t\(v.fit)\t\(v.rms)\t\(v.coverage)\t\(v.excess)\t\(v.quality)\t\(v.deficit)\t\(v.overhang)\t\(v.shortfall)\t\(v.passed)\t\(v.decisive)\n"
+                    tsv += "\(shapes[t].name)\t\(shapes[o].name)\t\(s)\t\(f)\t\(v.score)\t\(v.fit)\t\(v.rms)\t\(v.coverage)\t\(v.excess)\t\(v.quality)\t\(v.deficit)\t\(v.overhang)\t\(v.shortfall)\t\(v.passed)\t\(v.decisive)\t\(v.spanShort)\t\(v.spanLong)\n"
                 }
             } } }
             try tsv.write(toFile: path, atomically: true, encoding: .utf8)
@@ -238,7 +238,7 @@ struct KeysBench: ParsableCommand {
                     let stage1 = verdicts.allSatisfy(\.stage1Passed)
                     let summary: [String: Any] = ["template": shapes[t].name, "object": shapes[o].name, "sweep": s,
                                                   "frames": verdicts.map { ["score": $0.score, "fit": $0.fit, "rms_mm": $0.rms * 1000, "coverage": $0.coverage,
-                                                                            "excess": $0.excess, "deficit": $0.deficit, "overhang_mm": $0.overhang * 1000, "shortfall_mm": $0.shortfall * 1000, "passed": $0.passed, "decisive": $0.decisive,
+                                                                            "excess": $0.excess, "deficit": $0.deficit, "overhang_mm": $0.overhang * 1000, "shortfall_mm": $0.shortfall * 1000, "span_long": $0.spanLong, "passed": $0.passed, "decisive": $0.decisive,
                                                                             "failed": reasons($0, base.template)] as [String: Any] }]
                     if o == t {
                         var entry = perObject[shapes[t].name] ?? (0, 0, 0, [:])

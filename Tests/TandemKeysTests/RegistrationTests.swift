@@ -115,7 +115,7 @@ final class RegistrationTests: XCTestCase {
         XCTAssertGreaterThan(compared, 48)
         // With a judge: the refined alignments judged best first from the third on, one at a time,
         // until one is accepted; the first accepted is the answer (else the best fit).
-        var judgedCompared = 0, acceptedSome = 0
+        var judgedCompared = 0, acceptedSome = 0, clearlyTaken = 0, clearlyPassed = 0
         for (name, model, tree, normals, views) in scenes(["box-1-1-2", "mug"], modelSeed: 170, viewSeed: 1900, count: 3) {
             for (k, view) in views.enumerated() {
                 let all = reference(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
@@ -143,6 +143,19 @@ final class RegistrationTests: XCTestCase {
                     let r = expected ?? best
                     XCTAssertEqual(a.transform, r.transform, "\(name) view \(k) judge rms ≤ \(limit)")
                     XCTAssertEqual(a.fit, r.fit)
+                    // With a clear judge as well (stricter: rms at most each refined alignment's, less
+                    // 0.1 mm, and none): the better fit of the best two judged by it first; when it
+                    // does not take it, the answer of the judge alone.
+                    for clearLimit in all.map({ $0.rms - 0.000_1 }) + [-1] {
+                        let clearly: @Sendable (Alignment) -> Bool = { $0.rms <= clearLimit && $0.rms <= limit }
+                        let first = all.prefix(Registration.quickRefined).sorted { $0.fit > $1.fit || ($0.fit == $1.fit && $0.rms < $1.rms) }
+                        let q = Registration.align(view.cloud, axes: view.axes, to: tree, targets: [model.axes], tau: 0.006,
+                                                   normals: normals, oriented: true, cell: 0.003, accept: judge, acceptClearly: clearly)
+                        let e = first.first.flatMap { clearly($0) ? $0 : nil } ?? r
+                        XCTAssertEqual(q.transform, e.transform, "\(name) view \(k) judge rms ≤ \(limit), clearly ≤ \(clearLimit)")
+                        XCTAssertEqual(q.fit, e.fit)
+                        if first.first.map(clearly) == true { clearlyTaken += 1 } else { clearlyPassed += 1 }
+                    }
                     judgedCompared += 1
                     if expected != nil { acceptedSome += 1 }
                 }
@@ -150,6 +163,8 @@ final class RegistrationTests: XCTestCase {
         }
         XCTAssertGreaterThan(judgedCompared, 12)
         XCTAssertGreaterThan(acceptedSome, 6)
+        XCTAssertGreaterThan(clearlyTaken, 6)
+        XCTAssertGreaterThan(clearlyPassed, 6)
         let squares = Registration.parallelMap(Array(0..<1_000)) { $0 * $0 }
         XCTAssertEqual(squares, (0..<1_000).map { $0 * $0 })
     }
