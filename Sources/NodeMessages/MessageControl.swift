@@ -199,8 +199,10 @@ extension MessageService {
                                 expiresAtMs: timer > 0 ? sentAt.addingSaturated(timer) : nil)
         try step.sendMessage(row, frame: first)
         for f in frames.dropFirst() { try step.enqueue(f) }
-        events.emit("message.sent", ["id": .string(hexString(id)), "to": .array(to.map(idText)), "conversation": conversationText(c),
-                                     "seq": .int(Int64(seq))], in: step)
+        let sent: [String: JSONValue] = ["id": .string(hexString(id)), "to": .array(to.map(idText)), "conversation": conversationText(c),
+                                         "seq": .int(Int64(seq))]
+        // In a batch, stored with the batch's other `message.sent` rows in one INSERT (`drainSends`).
+        if let memo { memo.events.append(events.record("message.sent", sent)) } else { events.emit("message.sent", sent, in: step) }
         if let memo, let peer = c.peer { memo.sent(to: Array(peer), seq: Int64(seq), lamport: Int64(lamport)) }
         return (.object(["id": .string(hexString(id)), "seq": .int(Int64(seq)), "sent_at": JSONValue.isoLocal(sentAt)]), to)
     }

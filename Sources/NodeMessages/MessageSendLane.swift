@@ -80,6 +80,7 @@ extension MessageService {
                 let memo = SendBatchMemo()
                 for pending in batch {
                     // A savepoint per send: one that throws leaves nothing behind, the rest go on.
+                    let eventsBefore = memo.events.count
                     let result = Result {
                         try step.write { _ in
                             let (answer, to) = try queueSend(pending.params, step, memo: memo)
@@ -88,9 +89,16 @@ extension MessageService {
                         }
                     }
                     // Rolled back: the memo's conversation may be ahead of the store (read again).
-                    if case .failure = result { memo.forgetConversations() }
+                    if case .failure = result {
+                        memo.forgetConversations()
+                        memo.events.removeSubrange(min(eventsBefore, memo.events.count)...)
+                    }
                     results.append(result)
                 }
+                // The sends' `message.sent` events, in send order with consecutive seqs: one multi-row
+                // INSERT for the batch instead of a statement each (messages.md 11.6). Nothing else in
+                // this step stores an event, so their seqs are those they had one at a time.
+                events.emit(memo.events, in: step)
                 // Once for the batch, not per send: the frames every send queued are scheduled as
                 // written in one statement per recipient, and go on its link together after the commit.
                 var seen = Set<[UInt8]>()

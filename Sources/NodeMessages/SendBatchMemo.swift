@@ -18,6 +18,9 @@ final class SendBatchMemo {
     private var named: [String: [UInt8]] = [:]
     private var friends: [[UInt8]: Bool] = [:]
     private var conversations: [[UInt8]: ConversationRow] = [:]
+    /// The batch's `message.sent` events, in send order: stored together at the batch's end, in one
+    /// multi-row INSERT (a send that fails drops its own: `drainSends`).
+    var events: [PendingEvent] = []
 
     /// The friend `text` names, resolved by `resolve` the first time it is asked in this batch.
     func friend(named text: String, _ resolve: () throws -> [UInt8]) rethrows -> [UInt8] {

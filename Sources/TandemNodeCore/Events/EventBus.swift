@@ -110,6 +110,21 @@ public final class EventBus: Sendable {
         }
     }
 
+    /// Stores events made by `record` in `step`, in this order with consecutive seqs (a send batch's
+    /// `message.sent` events, one INSERT for many), delivered once it commits (`published()`).
+    /// Returns false (and logs) when the log cannot store them: then none is stored.
+    @discardableResult
+    @NodeCore public func emit(_ pending: [PendingEvent], in step: StoreStep) -> Bool {
+        guard !pending.isEmpty else { return true }
+        do {
+            try log.append(pending, in: step)
+            return true
+        } catch {
+            logger.error("cannot store events", metadata: ["type": "\(pending[0].type)", "count": "\(pending.count)", "error": "\(error)"])
+            return false
+        }
+    }
+
     /// Stores the event in a step of its own and delivers it. Returns nil (and logs) when the log
     /// cannot store it.
     @discardableResult

@@ -13,11 +13,21 @@ public protocol EventLog: Sendable {
     /// Stores an event in `step`'s transaction (committed with the change it reports). A log
     /// kept elsewhere (in memory) stores it at once.
     @NodeCore func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent
+    /// Stores `events` in `step`'s transaction, in this order, with consecutive seqs: all or none.
+    /// The default appends them one at a time (a log kept elsewhere: at once).
+    @NodeCore func append(_ events: [PendingEvent], in step: StoreStep) throws
 }
 
 extension EventLog {
     @NodeCore public func append(type: String, timeMs: UInt64, fields: [String: JSONValue], in step: StoreStep) throws -> NodeEvent {
         try append(type: type, timeMs: timeMs, fields: fields)
+    }
+
+    @NodeCore public func append(_ events: [PendingEvent], in step: StoreStep) throws {
+        for p in events {
+            let fields = p.decoded as? [String: JSONValue] ?? (try? JSONValue.parse(p.fields))?.objectValue ?? [:]
+            _ = try append(type: p.type, timeMs: UInt64(max(0, p.timeMs)), fields: fields, in: step)
+        }
     }
 
     public func lastSeq() throws -> Int64 {

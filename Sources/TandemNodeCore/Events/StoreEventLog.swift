@@ -17,6 +17,11 @@ public struct StoreEventLog: EventLog {
         return NodeEvent(seq: stored.seq ?? 0, type: type, timeMs: timeMs, fields: fields)
     }
 
+    /// One multi-row INSERT per power of two in the batch's size (`StoreStep.appendEvents`).
+    @NodeCore public func append(_ events: [PendingEvent], in step: StoreStep) throws {
+        _ = try step.appendEvents(events)
+    }
+
     public func events(since seq: Int64, limit: Int) throws -> [NodeEvent] {
         try store.recentEvents(since: seq, limit: limit).map { recent in
             let e = recent.stored
