@@ -116,8 +116,11 @@ enum WebAssets {
     """#
 
     /// Live updates: the node's events arrive over one EventSource; on each, the page's live part
-    /// (`#live`) is fetched again and swapped in (debounced). Countdown rings tick locally from the
-    /// remaining time the server rendered. Without the script the pages still read and post.
+    /// (`#live`) is fetched again and swapped in (debounced). When the stream opens (first or again
+    /// after a drop) the live part is fetched once before the page says "Live": an event that came
+    /// between the page's rendering and the stream's opening (a short backup push finishing) is
+    /// not missed. Countdown rings tick locally from the remaining time the server rendered.
+    /// Without the script the pages still read and post.
     static let js = #"""
     (function () {
       "use strict";
@@ -151,8 +154,10 @@ enum WebAssets {
         });
       }
 
-      function refresh() {
-        if (inflight) { again = true; return; }
+      // `caughtUp`: the catch-up fetch when the stream opens (not counted as a live refresh in
+      // `data-refreshed`), called once it is done either way.
+      function refresh(caughtUp) {
+        if (inflight) { again = true; if (caughtUp) caughtUp(); return; }
         inflight = true;
         fetch(location.pathname + location.search, { credentials: "same-origin", headers: { "X-Tandem-Live": "1" } })
           .then(function (r) { return r.ok ? r.text() : null; })
@@ -160,16 +165,22 @@ enum WebAssets {
             if (!html) return;
             var doc = new DOMParser().parseFromString(html, "text/html");
             var fresh = doc.getElementById("live"), current = document.getElementById("live");
-            if (fresh && current) {
+            // Nothing changed (a catch-up after a quiet moment): nothing swapped, so what a person
+            // (or a test) holds on the page stays as it is.
+            if (fresh && current && fresh.innerHTML !== current.innerHTML) {
               current.replaceWith(document.importNode(fresh, true));
               renderedAt = Date.now();
               tick();
               bottom();
-              document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
+              if (!caughtUp) document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
             }
           })
           .catch(function () {})
-          .then(function () { inflight = false; if (again) { again = false; schedule(); } });
+          .then(function () {
+            inflight = false;
+            if (caughtUp) caughtUp();
+            if (again) { again = false; schedule(); }
+          });
       }
 
       function schedule() {
@@ -177,10 +188,20 @@ enum WebAssets {
         timer = setTimeout(function () { timer = null; refresh(); }, 150);
       }
 
-      if (window.EventSource) {
+      // The browser reconnects a dropped stream by itself, but gives up on one it could not open
+      // at all (a refused request, an error status): then the page opens a new one, backing off
+      // from 2 s to a minute, so "Reconnecting…" is true.
+      var retryMs = 2000;
+      function connect() {
         var source = new EventSource("/events");
-        source.onopen = function () { setState(true); };
-        source.onerror = function () { setState(false); };
+        source.onopen = function () { retryMs = 2000; refresh(function () { setState(true); }); };
+        source.onerror = function () {
+          setState(false);
+          if (source.readyState === 2) {  // EventSource.CLOSED
+            setTimeout(connect, retryMs);
+            retryMs = Math.min(60000, retryMs * 2);
+          }
+        };
         source.addEventListener("node", function (e) {
           var type = "";
           try { type = JSON.parse(e.data).type || ""; } catch (err) { return; }
@@ -191,6 +212,7 @@ enum WebAssets {
           schedule();
         });
       }
+      if (window.EventSource) connect();
       // A conversation opens at its newest message.
       function bottom() {
         var list = document.getElementById("message-list");

@@ -164,3 +164,28 @@ def test_focus_keys_health_and_bedtime_pages(make_web_node, browser, tmp_path): 
     assert d.find_element(By.ID, "opens-at").text
     check_accessibility(d, "bedtime")
     photograph(d, "bedtime")
+
+
+def test_a_page_catches_up_with_what_changed_while_its_stream_was_not_open(make_web_node, browser):  # noqa: F811
+    """An event that comes between a page's rendering and its stream's opening (or while the stream
+    is down) is not lost: the stream's opening fetches the live part once before the page says Live."""
+    alice = make_web_node("alice").start()
+    cli(alice, "key", "enroll", "card", "--tag", "tandem-qr-card-52")
+    cli(alice, "mode", "create", "deep", "--block-site", "example.com", "--main-key", "card")
+    d = browser
+    d.get(alice.login_url())
+    base = f"http://127.0.0.1:{alice.web_port()}"
+    d.execute_cdp_cmd("Network.enable", {})
+    d.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/events"]})
+    try:
+        d.get(base + "/focus")
+        assert "Locked: mode deep" not in live_text(d)
+        wait(d, "the stream refused", lambda d: d.find_element(By.ID, "live-state").get_attribute("data-state") != "live")
+        # Locked while the page cannot hear it: the event goes by.
+        cli_json(alice, "lock", "--mode", "deep", "--tag", "tandem-qr-card-52")
+    finally:
+        d.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    # The stream opens again by itself; the page shows the lock without a reload or a new event.
+    wait(d, "the lock caught up", lambda d: "Locked: mode deep" in live_text(d), timeout=60)
+    assert int(d.find_element(By.TAG_NAME, "body").get_attribute("data-refreshed") or 0) == 0
+    live(d)
