@@ -48,6 +48,26 @@ def wait(driver, what, predicate, timeout=30):
                              f"{driver.find_element(By.TAG_NAME, 'body').text[:2000]}") from e
 
 
+def text_of(driver, by, selector):
+    """The element's text, read again when a live refresh swapped it away mid-read."""
+    for _ in range(50):
+        try:
+            return driver.find_element(by, selector).text
+        except StaleElementReferenceException:
+            continue
+    return driver.find_element(by, selector).text
+
+
+def click(driver, by, selector):
+    """Clicks the element, found again when a live refresh swapped it away before the click."""
+    for _ in range(50):
+        try:
+            return driver.find_element(by, selector).click()
+        except StaleElementReferenceException:
+            continue
+    return driver.find_element(by, selector).click()
+
+
 def live(driver):
     """Waits until the page's event stream is open."""
     wait(driver, "the live stream", lambda d: d.find_element(By.ID, "live-state").get_attribute("data-state") == "live")
@@ -152,7 +172,7 @@ def test_befriend_live_challenge_and_pages(make_web_node, browser):
     d.get(f"http://127.0.0.1:{alice.web_port()}/ledger")
     live(d)
     assert len(d.find_elements(By.CSS_SELECTOR, ".chart rect.bar")) == 14
-    assert "1 signature" in d.find_element(By.ID, "live").text
+    assert "1 signature" in text_of(d, By.ID, "live")
     check_accessibility(d, "ledger")
     photograph(d, "ledger")
 

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from tandem_testkit import befriend, cli, cli_json
-from test_dashboard import CHROMIUM, DRIVER, browser, check_accessibility, flash, live, photograph, wait  # noqa: F401
+from test_dashboard import CHROMIUM, DRIVER, browser, check_accessibility, click, flash, live, photograph, text_of, wait  # noqa: F401
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="chromium and 
 
 
 def live_text(d):
-    return d.find_element(By.ID, "live").text
+    return text_of(d, By.ID, "live")
 
 
 def test_messages_live_between_two_nodes(make_web_node, browser):  # noqa: F811
@@ -51,7 +51,7 @@ def test_messages_live_between_two_nodes(make_web_node, browser):  # noqa: F811
     d.find_element(By.ID, "message-text").send_keys("ready for deep work?")
     d.find_element(By.CSS_SELECTOR, "#send-message button[type=submit]").click()
     wait(d, "the send notice", lambda d: "Sent." in flash(d))
-    assert "ready for deep work?" in d.find_element(By.ID, "message-list").text
+    assert "ready for deep work?" in text_of(d, By.ID, "message-list")
     live(d)
 
     # Bob's inbox, never reloaded, counts it as unread; he opens the conversation.
@@ -107,7 +107,7 @@ def test_focus_keys_health_and_bedtime_pages(make_web_node, browser, tmp_path): 
     d.find_element(By.ID, "temp-key-tag").send_keys("guest-tag")
     d.find_element(By.CSS_SELECTOR, "#temp-key button[type=submit]").click()
     wait(d, "the temporary key notice", lambda d: "temporary key of deep now" in flash(d))
-    assert "temporary key of deep" in d.find_element(By.ID, "key-list").text
+    assert "temporary key of deep" in text_of(d, By.ID, "key-list")
 
     # Lock with the card's QR photo, uploaded.
     Select(d.find_element(By.ID, "upload-action")).select_by_value("lock")
@@ -139,8 +139,8 @@ def test_focus_keys_health_and_bedtime_pages(make_web_node, browser, tmp_path): 
     # Health: the bypass, the pool and the day's timeline.
     d.get(base + "/health")
     live(d)
-    assert d.find_element(By.ID, "health-value").text == "95"
-    assert "temp unlock" in d.find_element(By.ID, "bypasses").text
+    assert text_of(d, By.ID, "health-value") == "95"
+    assert "temp unlock" in text_of(d, By.ID, "bypasses")
     assert d.find_elements(By.CSS_SELECTOR, "#timeline li")
     check_accessibility(d, "health")
     photograph(d, "health")
@@ -159,9 +159,9 @@ def test_focus_keys_health_and_bedtime_pages(make_web_node, browser, tmp_path): 
     wait(d, "the bedtime notice", lambda d: "Bedtime saved: mode deep" in flash(d))
     shown = cli_json(alice, "bedtime", "show")
     assert shown["enabled"] is True and shown["locked"] is False
-    assert "Not locked." in d.find_element(By.ID, "bedtime-state").text
+    assert "Not locked." in text_of(d, By.ID, "bedtime-state")
     assert len(d.find_elements(By.CSS_SELECTOR, "#sun-times li")) == 3
-    assert d.find_element(By.ID, "opens-at").text
+    assert text_of(d, By.ID, "opens-at")
     check_accessibility(d, "bedtime")
     photograph(d, "bedtime")
 

@@ -150,7 +150,7 @@ def test_thumbnails_no_store_refused_after_lock_lockout_and_upload_rules(make_we
 
 selenium = pytest.importorskip("selenium")
 from selenium.webdriver.common.by import By  # noqa: E402
-from test_dashboard import browser, check_accessibility, flash, live, photograph, wait  # noqa: E402,F401
+from test_dashboard import browser, check_accessibility, click, flash, live, photograph, text_of, wait  # noqa: E402,F401
 
 
 def thumbnails_decoded(d, count):
@@ -196,8 +196,8 @@ def test_vault_page_pin_pad_grid_upload_lock_and_backups(make_web_node, browser,
     # Backups: Bob holds them; a push from the page, followed live to its end.
     holder = f'#backup-holders li[data-id="{bob.id}"]'
     wait(d, "Bob as a holder", lambda d: "Bob" in d.find_element(By.CSS_SELECTOR, holder).text)
-    assert "never pushed" in d.find_element(By.CSS_SELECTOR, holder).text
-    d.find_element(By.CSS_SELECTOR, f"{holder} form button").click()
+    assert "never pushed" in text_of(d, By.CSS_SELECTOR, holder)
+    click(d, By.CSS_SELECTOR, f"{holder} form button")
     wait(d, "the push notice", lambda d: "push started" in flash(d))
     live(d)
     wait(d, "the finished push on the page", lambda d: "last push today" in d.find_element(By.CSS_SELECTOR, holder).text,
