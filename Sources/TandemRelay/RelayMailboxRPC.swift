@@ -3,10 +3,10 @@ import TandemNet
 import TandemProtocol
 
 // The mailbox requests of a client link (registration, MAILBOX_PUT, MAILBOX_ACK): each runs on the
-// mailbox queue, off the event loops, within the book's per-client and total job limits.
+// mailbox lane, off the event loops, within the book's per-client and total job limits.
 
 extension RelayServer {
-    /// Runs `body` on the mailbox queue if the book admits one more job for `connection`.
+    /// Runs `body` on the mailbox lane if the book admits one more job for `connection`.
     func mailboxJob(_ connection: UInt64, _ body: @escaping @Sendable () -> Void) -> RelayBook.MailboxJob {
         let verdict = book.withLockedValue { $0.startMailboxJob(client: connection) }
         switch verdict {

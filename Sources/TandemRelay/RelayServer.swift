@@ -37,9 +37,13 @@ public final class RelayServer: Service, @unchecked Sendable {
     let sessions = NIOLockedValueBox<[UInt64: Session]>([:])
     /// Tunnel ends waiting for their partner, by connection id.
     let waiting = NIOLockedValueBox<[UInt64: Channel]>([:])
-    /// Runs one mailbox job (a store read or write) off the event loops: on a serial queue in
+    /// Runs one mailbox job (a store read or write) off the event loops: on the mailbox lane in
     /// production, inline or deferred in the harness (`RelayHarness`).
     let runMailboxJob: @Sendable (@escaping @Sendable () -> Void) -> Void
+    /// The mailbox lane (production only): one thread of its own, so jobs run one at a time in
+    /// the order they were admitted, as the node's vault and backup lanes do. Stopped when `run`
+    /// ends; a job still queued then is dropped (its client retries against the next relay run).
+    private let mailboxLane: NIOThreadPool?
     /// Wall-clock milliseconds (a manual clock in the harness).
     let clock: @Sendable () -> Int64
     let shuttingDown = NIOLockedValueBox(false)
@@ -49,17 +53,19 @@ public final class RelayServer: Service, @unchecked Sendable {
     public convenience init(identity: SigningKeyPair, configuration: RelayConfiguration, mailbox: RelayMailbox,
                             group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger,
                             maximumConnections: Int? = nil) {
-        let queue = DispatchQueue(label: "tandem-relay.mailbox")
+        let lane = NIOThreadPool(numberOfThreads: 1)
+        lane.start()
         self.init(identity: identity, configuration: configuration, mailbox: mailbox, group: group, logger: logger,
                   maximumConnections: maximumConnections, clock: { Int64(wallClockMilliseconds()) },
-                  runMailboxJob: { queue.async(execute: $0) })
+                  runMailboxJob: { job in lane.submit { state in if state == .active { job() } } }, mailboxLane: lane)
     }
 
     init(identity: SigningKeyPair, configuration: RelayConfiguration, mailbox: RelayMailbox, group: EventLoopGroup,
          logger: Logger, maximumConnections: Int?, clock: @escaping @Sendable () -> Int64,
-         runMailboxJob: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
+         runMailboxJob: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void, mailboxLane: NIOThreadPool? = nil) {
         self.clock = clock
         self.runMailboxJob = runMailboxJob
+        self.mailboxLane = mailboxLane
         self.identity = identity
         self.configuration = configuration
         self.mailbox = mailbox
@@ -84,6 +90,7 @@ public final class RelayServer: Service, @unchecked Sendable {
     // line on stderr, beside the one line a refused start prints).
     deinit {
         if !boundCompleted.withLockedValue({ $0 }) { bound.fail(TandemError("the relay was never started")) }
+        mailboxLane?.shutdownGracefully { _ in }
     }
 
     private func completeBound(_ result: Result<SocketAddress, Error>) {
@@ -149,6 +156,7 @@ public final class RelayServer: Service, @unchecked Sendable {
         }
         try await server.run { [self] in tellClientsGoodbye() }
         sweeper.cancel()
+        try? await mailboxLane?.shutdownGracefully()
         logger.info("relay stopped")
     }
 

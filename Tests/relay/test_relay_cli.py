@@ -5,7 +5,7 @@ import socket
 import stat
 import subprocess
 
-from tandem_testkit import RELAY, Relay, cli, cli_json, one_line_error
+from tandem_testkit import RELAY, Relay, cli, cli_json, free_wildcard_port, one_line_error
 
 
 def relay_run(*args, timeout=30, cwd=None):
@@ -173,6 +173,7 @@ def test_relay_id_and_the_running_relay_agree_on_a_wildcard_listen_address(tmp_p
     for name, wildcard in (("v4", "0.0.0.0"), ("v6", "[::]")):
         conf = tmp_path / f"{name}.conf"
         relay = Relay(tmp_path, name, config=conf)
+        relay.port = free_wildcard_port()
         conf.write_text(f"listen = {wildcard}:{relay.port}\n")
         # The config file's listen address, not the helper's --listen flag.
         relay.command = lambda r=relay, c=conf: [RELAY, "--data-dir", str(r.data_dir), "--config", str(c),

@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import pathlib
+import random
 import select
 import shutil
 import signal
@@ -184,6 +185,26 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_wildcard_port():
+    """A port a test can bind on the IPv4 and the IPv6 wildcard. It comes from below the kernel's
+    ephemeral range (32768-60999 here), so no outgoing connection of a parallel test holds it as
+    its local port: a wildcard bind collides with those, where a loopback bind of free_port()
+    would not (seen in CI: EADDRINUSE on 0.0.0.0 while tests ran -n 3)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        try:
+            # One after the other: an IPv6 wildcard socket is dual-stack and would collide with
+            # the IPv4 one held open beside it.
+            for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+                with socket.socket(family) as s:
+                    s.bind((host, port))
+            return port
+        except OSError:
+            continue
+    raise AssertionError("no free port below the ephemeral range for a wildcard listener")
 
 
 def _exited(proc):
