@@ -47,7 +47,7 @@ final class NearestGridTests: XCTestCase {
         }
         XCTAssertGreaterThan(inLists, total / 2)
         // Hostile input: not finite, or far away: the tree's answer (no trap, no wrong cell).
-        for q in [SIMD3<Float>(.nan, 0, 0), SIMD3(.infinity, 0, 0), SIMD3(0, -.infinity, 1), SIMD3(1e30, 1e30, 1e30), SIMD3(-3, 2, 9)] {
+        for q in [SIMD3<Float>(.nan, 0, 0), SIMD3<Float>(Float.infinity, 0, 0), SIMD3<Float>(0, -Float.infinity, 1), SIMD3(1e30, 1e30, 1e30), SIMD3(-3, 2, 9)] {
             XCTAssertNil(grid.cell(q))
             let a = plain.nearestIndex(q), b = tree.nearestIndex(q)
             XCTAssertEqual(a.index, b.index)
