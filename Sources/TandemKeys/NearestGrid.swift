@@ -22,6 +22,9 @@ final class NearestGrid: Sendable {
 
     /// At most this many cells: a larger box gets larger cells.
     static let maximumCells = 1_500_000
+    /// At most this many list entries (16 MB): a model whose lists would hold more (a damaged
+    /// template, points scattered far apart) gets no grid, and the tree answers.
+    static let maximumMembers = 8_000_000
 
     /// A grid over `tree`'s points (its order), cells of about `edge`, lists for the cells within
     /// `reach` of the points.
@@ -86,7 +89,7 @@ final class NearestGrid: Sendable {
                         members.append(contentsOf: found.map { UInt16(truncatingIfNeeded: $0) })
                     }
                     cell += 1
-                    guard members.count < Int(Int32.max) else { return nil }
+                    guard members.count <= Self.maximumMembers else { return nil }
                     starts[cell] = Int32(members.count)
                 }
             }
