@@ -84,6 +84,21 @@ public struct ObjectVerifier: Sendable {
     var virtualViews: [(axes: PrincipalAxes, vector: [Float])] {
         virtual.get { Self.virtualViews(tree.points, normals, cell: template.cell) }
     }
+    /// The model's tree with a `NearestGrid` (cells of `gridEdge` model cells, lists within
+    /// `gridReach` × τ of the model): the same nearest points as the tree, found in a cell's short
+    /// list, for the frames' ICP and measures. Made when the first frame is verified (a 4,000-point
+    /// mug model: ~115,000 cells, 1.3 million list entries, 3.5 MB, 0.1–0.3 s), shared by copies
+    /// of this verifier.
+    private let grid = Made<KDTree>()
+    var gridTree: KDTree {
+        grid.get { tree.withNearestGrid(edge: Self.gridEdge * template.cell, reach: Self.gridReach * template.inlierDistance) }
+    }
+    /// Reach 5τ answers 97 % of a mug sweep's queries from the lists (3τ: 88 %, and the rest cost
+    /// more than the lists saved); cells of 1.5 model cells: a third of the cells of 1, lists
+    /// twice as long (CPU per sweep 45 ms against 41 ms, the grid made in a third of the time).
+    static let gridEdge: Float = 1.5
+    static let gridReach: Float = 5
+
     /// How many of them the second search takes (0: no second search).
     let virtualTargets: Int
     static let virtualTargets = 6
@@ -132,7 +147,7 @@ public struct ObjectVerifier: Sendable {
     }
 
     /// Makes the model views and near-symmetries now (otherwise the first frame that needs them does).
-    public func prepare() { _ = virtualViews; _ = nearSymmetries; _ = modelSpans }
+    public func prepare() { _ = virtualViews; _ = nearSymmetries; _ = modelSpans; _ = gridTree }
 
     private let symmetries = Made<[[Int32]]>()
     /// The model's near-symmetries, each as the model points it does not carry onto the model (its
@@ -326,7 +341,7 @@ public struct ObjectVerifier: Sendable {
         // The pose taken is the best that passes every stage-2 measure, not only the best fit: on a
         // model with near-symmetries a frame can fit two poses equally well, of which only one also
         // shows what the model shows from there.
-        let (enrolled, tree, normals) = (self.template, self.tree, self.normals)
+        let (enrolled, tree, normals) = (self.template, self.gridTree, self.normals)
         let cloud = ShapeAnalysis.surface(a.cloud, tree: a.tree, extents: a.extents)
         let viewTree = KDTree(cloud)
         let accepted = AcceptedMeasures()
