@@ -7,9 +7,10 @@ import Foundation
 /// do not show it reliably; this geometric test does.
 ///
 /// Two models are *stretched twins* when their full extents along their smallest bounding box's axes (sorted)
-/// agree within `sameExtent` on two axes and differ by `stretchBand` on the third, and the smaller
-/// model, stretched along that axis to the larger's extent, fits the larger model (registered as
-/// enrolment registers a frame) with fit ≥ `twinFit`. The band is what `tandem-bench keys
+/// differ by `stretchBand` on one axis and on the other two by at most `otherShare` of that (at
+/// least `sameExtent`), and the smaller model, stretched to the larger's extents (along that axis and
+/// any other differing by more than `sameExtent`), fits the larger model (registered as enrolment
+/// registers a frame) with fit ≥ `twinFit`. The band is what `tandem-bench keys
 /// --impostors hard` measured (Protocol/keys.md, section 8): stretches of 12–15 % (can-tall / can,
 /// box-2-3-4.5 / box-2-3-4, box-1-1-2.3 / box-1-1-2, plum / tennis ball) are opened in some sweeps on
 /// some seed; a cube and a rounded cube (the same extents, told apart by shape) are not, nor is
@@ -79,31 +80,13 @@ extension KeyCloseness {
         return (pa.centroid, zip(robust, axes).map { (length: $0, axis: $1) }.sorted { $0.length > $1.length })
     }
 
-    /// The model's extents (metres, 1st–99th percentile along its smallest bounding box's axes),
-    /// largest first: what the stretched-twin test compares (reported by `tandem-bench keys`).
-    public static func extentLengths(_ t: ObjectTemplate) -> [Float] {
-        guard t.model.count >= 16, t.normals.count == t.model.count else { return [] }
-        return extents(t.model, normals: t.normals).spans.map(\.length)
-    }
-
-    /// The comparison behind `stretch(_:_:)`: the relative differences of the two models' sorted
-    /// extents, and the fit of the model that is smaller along the axis of the largest difference,
-    /// scaled to the other's extents along every axis differing by more than `sameExtent` and
-    /// registered to it. Nil for models too small to compare.
-    public static func twinComparison(_ a: ObjectTemplate, _ b: ObjectTemplate) -> (differences: [Float], fit: Double)? {
-        guard a.model.count >= 16, b.model.count >= 16, a.normals.count == a.model.count, b.normals.count == b.model.count else { return nil }
-        let ea = extents(a.model, normals: a.normals), eb = extents(b.model, normals: b.normals)
-        let d = differences(ea, eb)
-        return (d, scaledFit(a, ea, b, eb, d))
-    }
-
     typealias Extents = (centroid: SIMD3<Float>, spans: [(length: Float, axis: SIMD3<Float>)])
 
     static func differences(_ ea: Extents, _ eb: Extents) -> [Float] {
         (0..<3).map { k in abs(ea.spans[k].length - eb.spans[k].length) / max(ea.spans[k].length, eb.spans[k].length, 1e-6) }
     }
 
-    /// See `twinComparison`: the model smaller along the axis of the largest difference (`a` when
+    /// The fit of the model smaller along the axis of the largest difference (`a` when
     /// equal), scaled along each axis whose extents differ by more than `sameExtent` to the other's
     /// extent, and registered to the other's model as enrolment registers a frame.
     static func scaledFit(_ a: ObjectTemplate, _ ea: Extents, _ b: ObjectTemplate, _ eb: Extents, _ differences: [Float]) -> Double {
