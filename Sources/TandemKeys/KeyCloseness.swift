@@ -9,8 +9,8 @@ import Foundation
 /// presented to this key's verifier.
 /// - Another key: its model (the merged enrolment frames) stands for its object, and the other way
 ///   round; the two are close when either opens the other in one of `keySweeps` sweeps.
-/// - Another key of the same shape stretched by 5–16 % along one axis (`stretch(_:_:)`, a
-///   geometric test): the sweeps of the models do not show what the objects' sweeps do.
+/// - Another key of the same shape stretched by 5–16 % along one axis, the others within 4 % or half
+///   that stretch (`stretch(_:_:)`, a geometric test): the sweeps of the models do not show what the objects' sweeps do.
 /// - Common look-alikes: plain solids of this key's size (its model's extents along its principal
 ///   axes): a box, an ellipsoid, and the cylinders whose axis is one extent and whose diameter is
 ///   another. A key one of them opens in one of `lookAlikeSweeps` sweeps is close to it: a plain box
