@@ -22,6 +22,12 @@ struct ObjectSession: Sendable {
     var lastUsedMs: Int64
 }
 
+/// An object key to make ready (`FocusService.runWarmer`): its id and sealed template.
+struct WarmKey: Sendable {
+    let id: String
+    let sealed: [UInt8]
+}
+
 extension FocusService {
     nonisolated static let maximumSessions = 8
     nonisolated static let idleLimitMs: Int64 = 120_000
@@ -242,6 +248,40 @@ extension FocusService {
     /// (the name of the setting store v4 kept it in; `enrolment(name:replacing:)` is its row).
     func pendingKey(name: String, replacing: String?) -> String {
         Self.enrollPrefix + hexString(Array((replacing.map { "replace:" + $0 } ?? name).utf8))
+    }
+
+    /// On the core: the locked mode's object keys (its main key and temporary keys) handed to
+    /// `runWarmer`, so a person presenting one does not wait for its verifier to be made.
+    @NodeCore func warmLockedKeys() {
+        let s = state.withLockedValue { $0 }
+        guard let l = s.lock.locked, let m = s.modes.mode(l.mode) else { return }
+        let keys = ([m.mainKey].compactMap { $0 } + m.temporaryKeys).compactMap { id -> WarmKey? in
+            if case .object(let sealed, _)? = s.materials[id] { WarmKey(id: id, sealed: sealed) } else { nil }
+        }
+        if !keys.isEmpty { warmInput.yield(keys) }
+    }
+
+    /// A child task of `run`: each locked mode's object keys opened and their verifiers made ready
+    /// (the model's virtual views, near-symmetries, spans and nearest-point grid: 0.3–1 s of CPU per
+    /// key, which the first presentation after a start or a new key paid before), off the core, one
+    /// lock's keys at a time; then `focus.keys_ready` (`keys`, `ms`).
+    func runWarmer() async {
+        for await keys in warmJobs {
+            let clock = ContinuousClock()
+            let start = clock.now
+            var ready: [String] = []
+            for k in keys where !Task.isCancelled {
+                guard let v = verifier(k.id, k.sealed) else { continue }  // damaged: logged, the presentation says so
+                v.prepare()
+                ready.append(k.id)
+            }
+            guard !ready.isEmpty else { continue }
+            let took = clock.now - start
+            let ms = Int64(took.components.seconds) * 1000 + Int64(took.components.attoseconds / 1_000_000_000_000_000)
+            await NodeCore.run { [events] in
+                _ = events.emit("focus.keys_ready", ["keys": .array(ready.map(JSONValue.string)), "ms": .int(ms)])
+            }
+        }
     }
 
     /// A fresh verifier for object key `id` (its template opened, its model's k-d tree built): kept

@@ -94,11 +94,16 @@ public final class FocusService: Service, Sendable {
     let sessions = NIOLockedValueBox<[String: ObjectSession]>([:])
     /// Object keys' verifiers, ready to copy (`FocusObjects.swift`).
     let verifiers = NIOLockedValueBox<[String: ([UInt8], ObjectVerifier)]>([:])
+    /// A locked mode's object keys, to be made ready before they are presented (`runWarmer`); only
+    /// the newest lock's keys wait.
+    let warmJobs: AsyncStream<[WarmKey]>
+    let warmInput: AsyncStream<[WarmKey]>.Continuation
 
     package init(identity: SigningKeyPair, store: NodeStore, events: EventBus, health: StoreHealth, signals: NodeSignals,
          configuration: Configuration, daylight: any DaylightChecking, dataDirectory: DataDirectory?, logger: Logger,
          presence: PresenceState? = nil) throws {
         self.presence = presence
+        (warmJobs, warmInput) = AsyncStream.makeStream(of: [WarmKey].self, bufferingPolicy: .bufferingNewest(1))
         self.store = store
         self.events = events
         self.health = health
@@ -197,6 +202,7 @@ public final class FocusService: Service, Sendable {
         await NodeCore.run {
             self.resume()
             self.publishSharedHealth(nowMs: Int64(clamping: wallClockMilliseconds()))
+            self.warmLockedKeys()
         }
         for note in loadNotes.withLockedValue({ $0 }) { logger.warning("focus state set aside", metadata: ["what": "\(note)"]) }
         for problem in enforcer.probe() { logger.notice("focus blocking limited", metadata: ["what": "\(problem)"]) }
@@ -213,8 +219,10 @@ public final class FocusService: Service, Sendable {
             }
             // Quits of challenges and solo sessions cost health (Health.swift).
             group.addTask { await self.chargeQuits() }
+            group.addTask { await self.runWarmer() }
             await tick()
             enforcer.finish()
+            warmInput.finish()
         }
         enforcer.stop()
     }
@@ -316,7 +324,9 @@ public final class FocusService: Service, Sendable {
         enforcer.kick()
         for effect in step.effects {
             switch effect {
-            case .block(let m): enforcer.hook(mode: modes.mode(m), transition: .locked, lock: lock, reason: "")
+            case .block(let m):
+                enforcer.hook(mode: modes.mode(m), transition: .locked, lock: lock, reason: "")
+                warmLockedKeys()
             case .unblock(let m):
                 enforcer.hook(mode: modes.mode(m) ?? FocusMode(name: m, mainKey: nil), transition: .unlocked, lock: lock,
                               reason: step.events.compactMap { if case .unlocked(_, let r) = $0 { r.rawValue } else { nil } }.first ?? "")
