@@ -200,7 +200,11 @@ def test_demo_runs_and_cleans_up():
     assert re.search(r"\d+ entries, the same as Bob's\.", proc.stdout)
     # A message to a stopped node goes to its mailbox; Dave reads it once when his node starts, and
     # his DELIVERED receipt makes Carol's copy delivered.
-    assert "the relay holds 2 items it cannot read, and Carol's message shows `sent`" in proc.stdout
+    # At least the invite and the message (both deposits were acknowledged, and the relay counts an
+    # item before it acknowledges it); more when something else was still there or on its way to
+    # Dave when his node stopped (the exact "2" failed once under make test's load).
+    held = re.search(r"the relay holds (\d+) items it cannot read, and Carol's message shows `sent`", proc.stdout)
+    assert held and int(held.group(1)) >= 2, proc.stdout
     assert "once: 1 shown, 1 received event:" in proc.stdout
     assert "Carol: “if not tomorrow, Thursday?”" in proc.stdout
     assert "Carol's message is now `delivered`." in proc.stdout
