@@ -71,10 +71,20 @@ public final class EventBus: Sendable {
 
     /// Hands every event stored since the last delivery to subscribers, in seq order.
     public func published() {
-        state.withLockedValue { catchUp(&$0) }
+        let wakes = state.withLockedValue { state -> [EventSubscription.Wake] in
+            var wakes: [EventSubscription.Wake] = []
+            catchUp(&state, &wakes)
+            return wakes
+        }
+        EventSubscription.wake(wakes)
     }
 
-    private func catchUp(_ state: inout State) {
+    /// Under the bus lock. A waiting consumer is not resumed here but in `wakes`, after the lock is
+    /// released: resuming a task takes its status lock, and a task being cancelled holds that lock
+    /// while its stream's cancellation handler takes the bus lock (`unsubscribe`): resuming under
+    /// the bus lock deadlocked a node (seen once in `make test`, the core thread and a cancelled
+    /// subscriber each waiting for the other's lock).
+    private func catchUp(_ state: inout State, _ wakes: inout [EventSubscription.Wake]) {
         while true {
             let page: [NodeEvent]
             do {
@@ -84,15 +94,15 @@ public final class EventBus: Sendable {
                 return
             }
             guard let last = page.last else { return }
-            for event in page { deliver(event, &state) }
+            for event in page { deliver(event, &state, &wakes) }
             state.delivered = last.seq
             // A short page is the end of the log: no second read to find that out.
             if page.count < 1000 { return }
         }
     }
 
-    private func deliver(_ event: NodeEvent, _ state: inout State) {
-        for (id, subscriber) in state.subscribers where !subscriber.deliver(event) {
+    private func deliver(_ event: NodeEvent, _ state: inout State, _ wakes: inout [EventSubscription.Wake]) {
+        for (id, subscriber) in state.subscribers where !subscriber.deliver(event, wakes: &wakes) {
             state.subscribers[id] = nil
         }
     }
@@ -131,6 +141,8 @@ public final class EventBus: Sendable {
     @NodeCore public func emit(_ type: String, _ fields: [String: JSONValue] = [:]) -> NodeEvent? {
         // Appending and delivering under one lock keeps delivery in sequence order and lets a new
         // subscriber split cleanly between "already in the log" and "delivered live".
+        var wakes: [EventSubscription.Wake] = []
+        defer { EventSubscription.wake(wakes) }
         return state.withLockedValue { state -> NodeEvent? in
             let event: NodeEvent
             do {
@@ -142,10 +154,10 @@ public final class EventBus: Sendable {
             if event.seq == state.delivered + 1 {
                 // Nothing else was stored since the last delivery: this event is the next one, as
                 // appended (no read back from the log).
-                deliver(event, &state)
+                deliver(event, &state, &wakes)
                 state.delivered = event.seq
             } else {
-                catchUp(&state)
+                catchUp(&state, &wakes)
             }
             return event
         }
@@ -239,9 +251,19 @@ final class EventSubscription: Sendable {
         }
     }
 
-    /// Called by the bus (under its lock) for each new event. Returns false once this subscriber has ended.
-    func deliver(_ event: NodeEvent) -> Bool {
-        var resume: (CheckedContinuation<NodeEvent?, Never>, NodeEvent)?
+    /// A waiting consumer and the event it gets: resumed by the bus once its lock is released.
+    struct Wake: Sendable {
+        let waiter: CheckedContinuation<NodeEvent?, Never>
+        let event: NodeEvent
+    }
+
+    static func wake(_ wakes: [Wake]) {
+        for w in wakes { w.waiter.resume(returning: w.event) }
+    }
+
+    /// Called by the bus (under its lock) for each new event; a consumer waiting for it is added to
+    /// `wakes`, never resumed here. Returns false once this subscriber has ended.
+    func deliver(_ event: NodeEvent, wakes: inout [Wake]) -> Bool {
         let alive = phase.withLockedValue { phase -> Bool in
             switch phase {
             case .replaying(let cursor, let page, var live):
@@ -258,7 +280,7 @@ final class EventSubscription: Sendable {
                 if event.seq <= after { return true }  // already handed out by the replay
                 if let waiter {
                     phase = .live(pending: pending, waiter: nil, after: event.seq)
-                    resume = (waiter, event)
+                    wakes.append(Wake(waiter: waiter, event: event))
                     return true
                 }
                 if pending.count >= limit {
@@ -273,7 +295,6 @@ final class EventSubscription: Sendable {
                 return false
             }
         }
-        if let (continuation, event) = resume { continuation.resume(returning: event) }
         return alive
     }
 
