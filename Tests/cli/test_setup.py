@@ -228,8 +228,13 @@ def test_setup_non_interactive_with_flags(tmp_path):
 
 
 def test_health_shared_in_presence_and_a_cheer_for_a_weak_friend(make_node):
-    a = make_node("a").start()
-    b = make_node("b").start()
+    # Heartbeats 5 minutes apart: within the polls below only the PRESENCE a change of the shared
+    # health sends at once can carry it.
+    a, b = make_node("a"), make_node("b")
+    for n in (a, b):
+        n.command = lambda base=n.command: [*base(), "--heartbeat", "300"]
+    a.start()
+    b.start()
     befriend(a, b)
     # Off by default: a sees no health of b's.
     assert friend(a, b)["health"] is None
@@ -237,7 +242,7 @@ def test_health_shared_in_presence_and_a_cheer_for_a_weak_friend(make_node):
     assert ok.returncode == 8 and "does not share their health" in one_line_error(ok)
 
     assert cli_json(b, "share", "health", "on")["health"] is True
-    # The next PRESENCE (a heartbeat, every 10 s) carries it.
+    # A PRESENCE carries it at once (not at the next heartbeat).
     poll(lambda: friend(a, b)["health"] == 100, timeout=30, what="b's shared health at a")
     assert friend(a, b)["state"] == "healthy"
     assert "health 100 (healthy)" in cli(a, "friend", "list").stdout
@@ -256,6 +261,6 @@ def test_health_shared_in_presence_and_a_cheer_for_a_weak_friend(make_node):
     got = wait_event(b, "message.received", f"from={a.id}", timeout="30s")
     assert got["text"].startswith("💪 ") and "you've got this" in got["text"]
 
-    # Sharing off: a stops seeing it at the next PRESENCE.
+    # Sharing off: a stops seeing it at once.
     cli(b, "share", "health", "off")
     poll(lambda: friend(a, b)["health"] is None, timeout=30, what="b's health no longer shared")

@@ -22,12 +22,21 @@ package final class PresenceState: Sendable {
     private let status = NIOLockedValueBox(Tandem_V1_PresenceStatus.idle)
     private let sharedHealth = NIOLockedValueBox<SharedHealth?>(nil)
     let heartbeatSeconds: UInt32
+    /// A change friends should hear now, not at the next heartbeat (the newest one is kept: a
+    /// PRESENCE says the state at the moment it is made, so changes made while one waits need no
+    /// PRESENCE of their own). Read by `PresenceService.run` only.
+    let changes: AsyncStream<Void>
+    private let changed: AsyncStream<Void>.Continuation
 
     /// What our PRESENCE says of our health: nil stops sharing. Set by local focus (which owns the
-    /// pool) whenever the pool or the sharing switch changes; friends hear it at the next PRESENCE
-    /// (the heartbeat, at most 10 s later).
+    /// pool) whenever the pool or the sharing switch changes; when what friends see changes (the
+    /// number, or shared / not shared), every friend with a link gets a PRESENCE at once.
     package func share(health: SharedHealth?) {
-        sharedHealth.withLockedValue { $0 = health }
+        let differs = sharedHealth.withLockedValue { old in
+            defer { old = health }
+            return old?.health != health?.health
+        }
+        if differs { changed.yield() }
     }
 
     /// The health our PRESENCE carries at `nowMs`, nil while not shared.
@@ -35,7 +44,10 @@ package final class PresenceState: Sendable {
         sharedHealth.withLockedValue { $0 }?.health(nowMs: nowMs)
     }
 
-    package nonisolated init(heartbeatSeconds: UInt32) { self.heartbeatSeconds = heartbeatSeconds }
+    package nonisolated init(heartbeatSeconds: UInt32) {
+        self.heartbeatSeconds = heartbeatSeconds
+        (changes, changed) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
 
     var current: Tandem_V1_PresenceStatus { status.withLockedValue { $0 } }
 
@@ -183,12 +195,27 @@ package final class PresenceService: Sendable {
         }
     }
 
-    /// The heartbeat, until cancelled.
+    /// A change of what our PRESENCE says (shared health): every friend link gets a PRESENCE now.
+    func announce() {
+        for key in peers.connectedPeers where friend(key, store) != nil { send(to: key) }
+    }
+
+    /// The heartbeat, and a PRESENCE at each change `state` announces, until cancelled.
     package nonisolated func run() async {
-        while !Task.isCancelled {
-            try? await Task.sleep(for: heartbeat)  // cancelled: the loop ends
-            guard !Task.isCancelled else { return }
-            await NodeCore.run { self.beat() }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: heartbeat)  // cancelled: the loop ends
+                    guard !Task.isCancelled else { return }
+                    await NodeCore.run { self.beat() }
+                }
+            }
+            group.addTask { [self] in
+                for await _ in state.changes {  // ends when cancelled
+                    guard !Task.isCancelled else { return }
+                    await NodeCore.run { self.announce() }
+                }
+            }
         }
     }
 }
