@@ -12,7 +12,7 @@ struct Tandem: AsyncParsableCommand {
         commandName: "tandem",
         abstract: "Tandem: focus with friends, peer to peer.",
         discussion: """
-        A Tandem node holds your identity and talks to your friends' nodes over authenticated,
+        A Tandem node holds your identity and talks to your friends' nodes over authenticated, \
         encrypted links. Start with `tandem init`, then run `tandem node`.
 
         Exit codes: 0 ok, 1 error, 2 usage, 3 not initialised, 4 peer unreachable,
