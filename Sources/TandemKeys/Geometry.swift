@@ -222,14 +222,23 @@ func pointToPlaneStep(_ src: UnsafeBufferPointer<SIMD3<Float>>, _ dst: UnsafeBuf
     for i in 0..<n { c += src[i] }
     c /= Float(n)
     var ata = [Double](repeating: 0, count: 36), atb = [Double](repeating: 0, count: 6)
-    for i in 0..<n {
-        let p = src[i] - c, nn = normals[i]
-        let pn = cross3(p, nn)
-        let a = [Double(pn.x), Double(pn.y), Double(pn.z), Double(nn.x), Double(nn.y), Double(nn.z)]
-        let b = -Double(dot3(src[i] - dst[i], nn))
-        for r in 0..<6 {
-            atb[r] += a[r] * b
-            for k in r..<6 { ata[r * 6 + k] += a[r] * a[k] }
+    // Each point's row in a buffer of the stack (an array per point was most of this step's time);
+    // the sums in the same order as before.
+    ata.withUnsafeMutableBufferPointer { m in
+        atb.withUnsafeMutableBufferPointer { v in
+            withUnsafeTemporaryAllocation(of: Double.self, capacity: 6) { a in
+                for i in 0..<n {
+                    let p = src[i] - c, nn = normals[i]
+                    let pn = cross3(p, nn)
+                    a[0] = Double(pn.x); a[1] = Double(pn.y); a[2] = Double(pn.z)
+                    a[3] = Double(nn.x); a[4] = Double(nn.y); a[5] = Double(nn.z)
+                    let b = -Double(dot3(src[i] - dst[i], nn))
+                    for r in 0..<6 {
+                        v[r] += a[r] * b
+                        for k in r..<6 { m[r * 6 + k] += a[r] * a[k] }
+                    }
+                }
+            }
         }
     }
     for r in 0..<6 { for k in 0..<r { ata[r * 6 + k] = ata[k * 6 + r] } }
