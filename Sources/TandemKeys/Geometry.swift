@@ -289,3 +289,29 @@ func solve6(_ m: [Double], _ rhs: [Double]) -> [Double]? {
     }
     return x.allSatisfy(\.isFinite) ? x : nil
 }
+
+/// The `k`-th smallest of `v` (0-based), found by selection instead of a full sort: afterwards
+/// `v[k]` holds it, nothing before it is larger and nothing after it smaller. The value is the
+/// one a sort would put at `k`. For two order statistics, the larger first and then the smaller
+/// on `v[..<k]` (which then holds the k smallest).
+func orderStatistic(_ v: inout [Float], _ k: Int, below end: Int? = nil) -> Float {
+    let n = end ?? v.count
+    precondition(k >= 0 && k < n && n <= v.count)
+    return v.withUnsafeMutableBufferPointer { p in
+        var lo = 0, hi = n - 1
+        while hi > lo {
+            // Median of three as the pivot (a sorted or constant run does not make it quadratic).
+            let mid = lo + (hi - lo) / 2
+            let a = p[lo], b = p[mid], c = p[hi]
+            let pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b))
+            var i = lo, j = hi
+            while i <= j {
+                while p[i] < pivot { i += 1 }
+                while p[j] > pivot { j -= 1 }
+                if i <= j { p.swapAt(i, j); i += 1; j -= 1 }
+            }
+            if k <= j { hi = j } else if k >= i { lo = i } else { break }
+        }
+        return p[k]
+    }
+}

@@ -122,8 +122,11 @@ public struct ObjectVerifier: Sendable {
     /// The 1st and 99th percentiles of the points' projections on `axis`.
     static func percentileSpan(_ points: [SIMD3<Float>], _ axis: SIMD3<Float>) -> (Float, Float) {
         guard !points.isEmpty else { return (0, 0) }
-        let d = points.map { dot3($0, axis) }.sorted()
-        return (d[(d.count - 1) / 100], d[(d.count - 1) * 99 / 100])
+        var d = points.map { dot3($0, axis) }
+        // By selection: the values a sort puts there.
+        let k0 = (d.count - 1) / 100, k1 = (d.count - 1) * 99 / 100
+        let hi = orderStatistic(&d, k1)
+        return (k0 < k1 ? orderStatistic(&d, k0, below: k1) : hi, hi)
     }
 
     /// `spanShort` and `spanLong` of the frame's cloud (camera coordinates) with pose `t`.

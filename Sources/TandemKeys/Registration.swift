@@ -469,8 +469,7 @@ enum Registration {
         guard frame.count >= 16, model.count >= 16 else { return 0 }
         let tree = KDTree(thinned(frame, 4 * outlinePoints).map { SIMD3($0.x, $0.y, 0) })
         var d = thinned(model, outlinePoints).map { tree.nearestDistanceSquared(SIMD3($0.x, $0.y, 0)) }
-        d.sort()
-        return d[Int(Double(d.count - 1) * 0.98)].squareRoot()
+        return orderStatistic(&d, Int(Double(d.count - 1) * 0.98)).squareRoot()
     }
 
     private static func thinned<T>(_ v: [T], _ count: Int) -> [T] {
@@ -479,11 +478,12 @@ enum Registration {
         return (0..<count).map { v[Int(Double($0) * step)] }
     }
 
-    /// 1st–99th percentile span (sorts `v`).
+    /// 1st–99th percentile span (reorders `v`; the percentiles by selection, the values a sort
+    /// puts there).
     private static func span(_ v: inout [Float]) -> Float {
-        v.sort()
         let lo = Int(Double(v.count - 1) * 0.01), hi = Int(Double(v.count - 1) * 0.99)
-        return v[hi] - v[lo]
+        let top = orderStatistic(&v, hi)
+        return top - (lo < hi ? orderStatistic(&v, lo, below: hi) : top)
     }
 }
 

@@ -107,8 +107,9 @@ struct ShapeAnalysis: Sendable {
         var projected = [Float](repeating: 0, count: take)
         for axis in columns {
             for i in 0..<take { projected[i] = dot3(points[Int(Double(i) * step)] - pa.centroid, axis) }
-            projected.sort()
-            let lo = projected[Int(Float(take - 1) * 0.04)], hi = projected[Int(Float(take - 1) * 0.96)]
+            // The 4th and 96th percentiles by selection (the values a sort puts there).
+            let k0 = Int(Float(take - 1) * 0.04), k1 = Int(Float(take - 1) * 0.96)
+            let hi = orderStatistic(&projected, k1), lo = k0 < k1 ? orderStatistic(&projected, k0, below: k1) : hi
             spans.append(hi - lo)
         }
         spans.sort(by: >)
