@@ -8,7 +8,10 @@
 /// Why a cell's list is complete: with c the cell's centre, h its half-diagonal and d the distance
 /// from c to its nearest point, any q in the cell has a point within d + h (that one), so its
 /// nearest point p is within d + h of q and within d + 2h of c. The list holds every point within
-/// d + 2h of c (plus a slack for rounding), so it holds p.
+/// d + 2h of c (plus a slack for rounding), so it holds p. A list is sorted by its points'
+/// distance from c, so a scan stops where no later point can be nearer the query than the best
+/// found (|q − p| ≥ |p − c| − |q − c|); the minimum is the full scan's.
+/// A struct: the nearest-point query reads its arrays without retaining an object.
 struct NearestGrid: Sendable {
     private let origin: SIMD3<Float>
     private let inverseEdge: Float
