@@ -222,14 +222,23 @@ func pointToPlaneStep(_ src: UnsafeBufferPointer<SIMD3<Float>>, _ dst: UnsafeBuf
     for i in 0..<n { c += src[i] }
     c /= Float(n)
     var ata = [Double](repeating: 0, count: 36), atb = [Double](repeating: 0, count: 6)
-    for i in 0..<n {
-        let p = src[i] - c, nn = normals[i]
-        let pn = cross3(p, nn)
-        let a = [Double(pn.x), Double(pn.y), Double(pn.z), Double(nn.x), Double(nn.y), Double(nn.z)]
-        let b = -Double(dot3(src[i] - dst[i], nn))
-        for r in 0..<6 {
-            atb[r] += a[r] * b
-            for k in r..<6 { ata[r * 6 + k] += a[r] * a[k] }
+    // Each point's row in a buffer of the stack (an array per point was most of this step's time);
+    // the sums in the same order as before.
+    ata.withUnsafeMutableBufferPointer { m in
+        atb.withUnsafeMutableBufferPointer { v in
+            withUnsafeTemporaryAllocation(of: Double.self, capacity: 6) { a in
+                for i in 0..<n {
+                    let p = src[i] - c, nn = normals[i]
+                    let pn = cross3(p, nn)
+                    a[0] = Double(pn.x); a[1] = Double(pn.y); a[2] = Double(pn.z)
+                    a[3] = Double(nn.x); a[4] = Double(nn.y); a[5] = Double(nn.z)
+                    let b = -Double(dot3(src[i] - dst[i], nn))
+                    for r in 0..<6 {
+                        v[r] += a[r] * b
+                        for k in r..<6 { m[r * 6 + k] += a[r] * a[k] }
+                    }
+                }
+            }
         }
     }
     for r in 0..<6 { for k in 0..<r { ata[r * 6 + k] = ata[k * 6 + r] } }
@@ -279,4 +288,30 @@ func solve6(_ m: [Double], _ rhs: [Double]) -> [Double]? {
         x[r] = s / a[r * 6 + r]
     }
     return x.allSatisfy(\.isFinite) ? x : nil
+}
+
+/// The `k`-th smallest of `v` (0-based), found by selection instead of a full sort: afterwards
+/// `v[k]` holds it, nothing before it is larger and nothing after it smaller. The value is the
+/// one a sort would put at `k`. For two order statistics, the larger first and then the smaller
+/// on `v[..<k]` (which then holds the k smallest).
+func orderStatistic(_ v: inout [Float], _ k: Int, below end: Int? = nil) -> Float {
+    let n = end ?? v.count
+    precondition(k >= 0 && k < n && n <= v.count)
+    return v.withUnsafeMutableBufferPointer { p in
+        var lo = 0, hi = n - 1
+        while hi > lo {
+            // Median of three as the pivot (a sorted or constant run does not make it quadratic).
+            let mid = lo + (hi - lo) / 2
+            let a = p[lo], b = p[mid], c = p[hi]
+            let pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b))
+            var i = lo, j = hi
+            while i <= j {
+                while p[i] < pivot { i += 1 }
+                while p[j] > pivot { j -= 1 }
+                if i <= j { p.swapAt(i, j); i += 1; j -= 1 }
+            }
+            if k <= j { hi = j } else if k >= i { lo = i } else { break }
+        }
+        return p[k]
+    }
 }

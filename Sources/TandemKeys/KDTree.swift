@@ -63,7 +63,7 @@ struct KDTree: Sendable {
 
     /// This tree, answering `nearestIndex` from a `NearestGrid` (cells of about `edge`, lists for
     /// the cells within `reach` of the points) where it can: the same answers, sooner. Building it
-    /// costs 0.1–0.3 s for a template's model (4,000 points): for a tree that is kept and asked
+    /// costs 0.1–0.4 s for a template's model (4,000 points): for a tree that is kept and asked
     /// many times (a verifier's model).
     func withNearestGrid(edge: Float, reach: Float) -> KDTree {
         var t = self

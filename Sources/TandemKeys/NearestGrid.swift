@@ -8,21 +8,30 @@
 /// Why a cell's list is complete: with c the cell's centre, h its half-diagonal and d the distance
 /// from c to its nearest point, any q in the cell has a point within d + h (that one), so its
 /// nearest point p is within d + h of q and within d + 2h of c. The list holds every point within
-/// d + 2h of c (plus a slack for rounding), so it holds p.
-final class NearestGrid: Sendable {
+/// d + 2h of c (plus a slack for rounding), so it holds p. A list is sorted by its points'
+/// distance from c, so a scan stops where no later point can be nearer the query than the best
+/// found (|q − p| ≥ |p − c| − |q − c|); the minimum is the full scan's.
+/// A struct: the nearest-point query reads its arrays without retaining an object.
+struct NearestGrid: Sendable {
     private let origin: SIMD3<Float>
     private let inverseEdge: Float
     private let dims: SIMD3<Int32>
     /// Per cell, where its list starts in `members` (the list ends where the next cell's starts);
     /// an empty list means "ask the tree".
     private let starts: [Int32]
-    private let members: [UInt16]
+    /// Per list entry, its point's index (the low 16 bits) and its distance from the cell's centre
+    /// in units of `quantum`, rounded down (the high 16 bits): a lower bound. Each list is sorted
+    /// by it, nearest the centre first, so a scan stops at the first entry that cannot be nearer
+    /// the query than the best so far. (One array: two read side by side cost a retain per query.)
+    private let members: [UInt32]
+    private let quantum: Float
+    private let cellEdge: Float
     /// Per cell, the point nearest its centre (-1: none), a bound for the tree when it answers.
     private let nearestToCentre: [Int32]
 
     /// At most this many cells: a larger box gets larger cells.
     static let maximumCells = 1_500_000
-    /// At most this many list entries (16 MB): a model whose lists would hold more (a damaged
+    /// At most this many list entries (32 MB): a model whose lists would hold more (a damaged
     /// template, points scattered far apart) gets no grid, and the tree answers.
     static let maximumMembers = 8_000_000
 
@@ -49,9 +58,12 @@ final class NearestGrid: Sendable {
         let half = cellEdge * Float(3).squareRoot() / 2
         let slack = 0.01 * cellEdge
         var starts = [Int32](repeating: 0, count: count + 1)
-        var members: [UInt16] = []
+        var members: [UInt32] = []
         var nearest = [Int32](repeating: -1, count: count)
         var found: [Int32] = []
+        var sorted: [(radius: Float, index: Int32)] = []
+        // A list's farthest entry is within reach + 2h + slack of its centre: 65,535 quanta.
+        let quantum = (reach + 2 * half + 2 * slack) / 65_535
         // Cells that may lie within `reach` of a point: those within `reach` of one along every
         // axis (the others need no nearest-point search: they get no list).
         var near = [Bool](repeating: false, count: count)
@@ -86,7 +98,13 @@ final class NearestGrid: Sendable {
                     if k >= 0, d <= reach {
                         let r = d + 2 * half + slack
                         tree.indices(within: r * r, of: centre, into: &found)
-                        members.append(contentsOf: found.map { UInt16(truncatingIfNeeded: $0) })
+                        sorted.removeAll(keepingCapacity: true)
+                        for i in found { sorted.append((distanceSquared(points[Int(i)], centre).squareRoot(), i)) }
+                        sorted.sort { $0.radius < $1.radius || ($0.radius == $1.radius && $0.index < $1.index) }
+                        for e in sorted {
+                            let radius = UInt32(min((e.radius / quantum).rounded(.down), 65_535))
+                            members.append(UInt32(UInt16(truncatingIfNeeded: e.index)) | radius << 16)
+                        }
                     }
                     cell += 1
                     guard members.count <= Self.maximumMembers else { return nil }
@@ -99,34 +117,54 @@ final class NearestGrid: Sendable {
         dims = n
         self.starts = starts
         self.members = members
+        self.quantum = quantum
+        self.cellEdge = cellEdge
         nearestToCentre = nearest
     }
 
     /// The cell holding `q`, or nil outside the grid (or for a point that is not finite).
     @inline(__always) func cell(_ q: SIMD3<Float>) -> Int? {
+        cellAndCentre(q)?.cell
+    }
+
+    /// The cell holding `q` and its centre (as the lists were made around it).
+    @inline(__always) private func cellAndCentre(_ q: SIMD3<Float>) -> (cell: Int, centre: SIMD3<Float>)? {
         let f = (q - origin) * inverseEdge
         // Comparisons first: a NaN fails them, and only in-range values are converted.
         guard f.x >= 0, f.y >= 0, f.z >= 0, f.x < Float(dims.x), f.y < Float(dims.y), f.z < Float(dims.z) else { return nil }
         let x = min(Int(f.x), Int(dims.x) - 1), y = min(Int(f.y), Int(dims.y) - 1), z = min(Int(f.z), Int(dims.z) - 1)
-        return (z * Int(dims.y) + y) * Int(dims.x) + x
+        return ((z * Int(dims.y) + y) * Int(dims.x) + x, origin + (SIMD3(Float(x), Float(y), Float(z)) + 0.5) * cellEdge)
     }
 
     /// The nearest point's index and squared distance (the tree's answer): nil when the tree must
     /// answer; then `bound` is a point to start its search from (-1: none).
     @inline(__always) func nearest(_ q: SIMD3<Float>, in points: UnsafeBufferPointer<SIMD3<Float>>, hint: Int,
                                    bound: inout Int) -> (index: Int, distanceSquared: Float)? {
-        guard let c = cell(q) else { return nil }
+        guard let (c, centre) = cellAndCentre(q) else { return nil }
         let s = Int(starts[c]), e = Int(starts[c + 1])
         guard e > s else {
             bound = Int(nearestToCentre[c])
             return nil
         }
+        // Entries nearest the centre first: once an entry's distance from the centre (a lower
+        // bound, rounded down) exceeds the query's distance from the centre plus the best distance
+        // so far (and a margin for rounding), neither it nor any later entry can be nearer — the
+        // triangle inequality — and the scan stops. The minimum is the full scan's.
+        let fromCentre = distanceSquared(q, centre).squareRoot()
+        let margin = 1e-4 * cellEdge
         var best = Float.infinity, bestPoint = -1
+        var stop = Float.infinity
+        let quantum = self.quantum
         members.withUnsafeBufferPointer { m in
             for j in s..<e {
-                let i = Int(m[j])
+                let entry = m[j]
+                if Float(entry >> 16) * quantum > stop { break }
+                let i = Int(entry & 0xFFFF)
                 let d = distanceSquared(points[i], q)
-                if d < best { best = d; bestPoint = i }
+                if d < best {
+                    best = d; bestPoint = i
+                    stop = fromCentre + d.squareRoot() + margin
+                }
             }
         }
         // Of several at the same distance, the hint (as the tree answers).

@@ -146,8 +146,10 @@ enum Registration {
     /// thin wall's other face, or a face enrolled from both sides, lies as near and is passed over.
     /// `hints`: per source point, a model point likely near (the last ICP correspondences): the
     /// same answer, found sooner.
+    /// `fitOnly`: the RMS is not wanted (it comes back NaN), and the distances are not sorted for it.
     static func evaluate(_ source: [SIMD3<Float>], _ tree: KDTree, _ t: RigidTransform, tau: Float,
-                         normals: [SIMD3<Float>]? = nil, cell: Float = 0, oriented: Bool = false, hints: [Int] = []) -> (fit: Double, rms: Double) {
+                         normals: [SIMD3<Float>]? = nil, cell: Float = 0, oriented: Bool = false, hints: [Int] = [],
+                         fitOnly: Bool = false) -> (fit: Double, rms: Double) {
         guard !source.isEmpty else { return (0, .infinity) }
         var d = [Float](repeating: 0, count: source.count)
         var inliers = 0
@@ -175,6 +177,8 @@ enum Registration {
             }
             if d[i] <= tau * tau { inliers += 1 }
         }
+        // The coarse stage reads the fit alone: no sort for the RMS.
+        if fitOnly { return (Double(inliers) / Double(source.count), .nan) }
         d.sort()
         let keep = max(1, source.count * 9 / 10)
         var s: Double = 0
@@ -197,7 +201,7 @@ enum Registration {
         var scored = parallelMap(hypotheses(source: axes, targets: targets, turned45: turned45)) { @Sendable h -> (Double, RigidTransform) in
             var nearest: [Int] = []
             let t = icp(coarse, tree, from: h, tau: 2 * tau, iterations: coarseIterations, nearest: &nearest)
-            return (evaluate(coarse, tree, t, tau: 2 * tau, hints: nearest).fit, t)
+            return (evaluate(coarse, tree, t, tau: 2 * tau, hints: nearest, fitOnly: true).fit, t)
         }
         scored.sort { $0.0 > $1.0 }
         @Sendable func refined(_ t0: RigidTransform) -> Alignment {
@@ -294,18 +298,23 @@ enum Registration {
         guard !view.isEmpty else { return 1 }
         let limit = 4 * tau * tau
         let viewTree = given ?? KDTree(view)
-        // Each point's verdict depends on it and its neighbours alone: the view is cut in
-        // `parallelWidth` runs counted side by side (the sum is the same whatever the cut).
-        let runs = view.count >= 256 ? parallelWidth : 1
+        // The view's points in the tree's order (the same points as `view`'s): whether each is off
+        // the model is asked once, not again for each point it is a neighbour of. Each point's
+        // verdict depends on it and its neighbours alone: the points are cut in `parallelWidth`
+        // runs done side by side (the sum is the same whatever the cut).
+        let points = viewTree.points
+        let runs = points.count >= 256 ? parallelWidth : 1
+        let off = parallelMap(Array(0..<runs)) { @Sendable r -> [Bool] in
+            (points.count * r / runs..<points.count * (r + 1) / runs).map { distance2(t.apply(points[$0]), tree, normals, cell) > limit }
+        }.flatMap { $0 }
         let counts = parallelMap(Array(0..<runs)) { @Sendable r -> Int in
-            var neighbours: [SIMD3<Float>] = []
+            var neighbours: [(index: Int, distanceSquared: Float)] = []
+            neighbours.reserveCapacity(7)
             var clustered = 0
-            for i in (view.count * r / runs)..<(view.count * (r + 1) / runs) {
-                let p = view[i]
-                guard distance2(t.apply(p), tree, normals, cell) > limit else { continue }
-                viewTree.nearest(p, k: 7, into: &neighbours)
+            for i in (points.count * r / runs)..<(points.count * (r + 1) / runs) where off[i] {
+                viewTree.nearestIndices(points[i], k: 7, into: &neighbours)
                 var n = 0
-                for q in neighbours.dropFirst() where distance2(t.apply(q), tree, normals, cell) > limit { n += 1 }
+                for q in neighbours.dropFirst() where off[q.index] { n += 1 }
                 if n >= 4 { clustered += 1 }
             }
             return clustered
@@ -460,8 +469,7 @@ enum Registration {
         guard frame.count >= 16, model.count >= 16 else { return 0 }
         let tree = KDTree(thinned(frame, 4 * outlinePoints).map { SIMD3($0.x, $0.y, 0) })
         var d = thinned(model, outlinePoints).map { tree.nearestDistanceSquared(SIMD3($0.x, $0.y, 0)) }
-        d.sort()
-        return d[Int(Double(d.count - 1) * 0.98)].squareRoot()
+        return orderStatistic(&d, Int(Double(d.count - 1) * 0.98)).squareRoot()
     }
 
     private static func thinned<T>(_ v: [T], _ count: Int) -> [T] {
@@ -470,11 +478,12 @@ enum Registration {
         return (0..<count).map { v[Int(Double($0) * step)] }
     }
 
-    /// 1st–99th percentile span (sorts `v`).
+    /// 1st–99th percentile span (reorders `v`; the percentiles by selection, the values a sort
+    /// puts there).
     private static func span(_ v: inout [Float]) -> Float {
-        v.sort()
         let lo = Int(Double(v.count - 1) * 0.01), hi = Int(Double(v.count - 1) * 0.99)
-        return v[hi] - v[lo]
+        let top = orderStatistic(&v, hi)
+        return top - (lo < hi ? orderStatistic(&v, lo, below: hi) : top)
     }
 }
 

@@ -74,20 +74,25 @@ struct ShapeAnalysis: Sendable {
         let voxel = max(extents.x / voxelDivisions, minimumVoxel)
         let tree = tree ?? KDTree(cloud)
         let far = 9 * voxel * voxel, offPlane = max(voxel, 0.002)
-        var neighbours: [SIMD3<Float>] = []
-        neighbours.reserveCapacity(8)
-        let kept = cloud.filter { p in
-            tree.nearest(p, k: 8, into: &neighbours)
-            guard neighbours.count == 8, distanceSquared(neighbours[7], p) <= far else { return false }
-            // The neighbours without the point itself (the nearest, at distance 0).
-            return neighbours.withUnsafeBufferPointer { all in
-                let others = UnsafeBufferPointer(rebasing: all.dropFirst())
-                var c = SIMD3<Float>.zero
-                for q in others { c += q }
-                c /= Float(others.count)
-                return abs(dot3(p - c, normal(others))) <= offPlane
+        // Each point is kept or not by its own neighbours alone: the cloud is cut in runs filtered
+        // side by side and put back together in order (the same points, in the same order).
+        let runs = cloud.count >= 512 ? Registration.parallelWidth : 1
+        let kept = Registration.parallelMap(Array(0..<runs)) { @Sendable r -> [SIMD3<Float>] in
+            var neighbours: [SIMD3<Float>] = []
+            neighbours.reserveCapacity(8)
+            return cloud[cloud.count * r / runs..<cloud.count * (r + 1) / runs].filter { p in
+                tree.nearest(p, k: 8, into: &neighbours)
+                guard neighbours.count == 8, distanceSquared(neighbours[7], p) <= far else { return false }
+                // The neighbours without the point itself (the nearest, at distance 0).
+                return neighbours.withUnsafeBufferPointer { all in
+                    let others = UnsafeBufferPointer(rebasing: all.dropFirst())
+                    var c = SIMD3<Float>.zero
+                    for q in others { c += q }
+                    c /= Float(others.count)
+                    return abs(dot3(p - c, normal(others))) <= offPlane
+                }
             }
-        }
+        }.flatMap { $0 }
         return kept.count >= max(16, cloud.count / 2) ? kept : cloud
     }
 
@@ -102,8 +107,9 @@ struct ShapeAnalysis: Sendable {
         var projected = [Float](repeating: 0, count: take)
         for axis in columns {
             for i in 0..<take { projected[i] = dot3(points[Int(Double(i) * step)] - pa.centroid, axis) }
-            projected.sort()
-            let lo = projected[Int(Float(take - 1) * 0.04)], hi = projected[Int(Float(take - 1) * 0.96)]
+            // The 4th and 96th percentiles by selection (the values a sort puts there).
+            let k0 = Int(Float(take - 1) * 0.04), k1 = Int(Float(take - 1) * 0.96)
+            let hi = orderStatistic(&projected, k1), lo = k0 < k1 ? orderStatistic(&projected, k0, below: k1) : hi
             spans.append(hi - lo)
         }
         spans.sort(by: >)
@@ -246,8 +252,11 @@ struct ShapeAnalysis: Sendable {
         }
         let lambda = Float(surfaceVariation(p)) * (xx + yy + zz)
         let r0 = SIMD3(xx - lambda, xy, xz), r1 = SIMD3(xy, yy - lambda, yz), r2 = SIMD3(xz, yz, zz - lambda)
-        let candidates = [cross3(r0, r1), cross3(r0, r2), cross3(r1, r2)]
-        let best = candidates.max { dot3($0, $0) < dot3($1, $1) }!
+        // The longest of the three cross products (the first of equals), without an array per call.
+        var best = cross3(r0, r1)
+        let c1 = cross3(r0, r2), c2 = cross3(r1, r2)
+        if dot3(best, best) < dot3(c1, c1) { best = c1 }
+        if dot3(best, best) < dot3(c2, c2) { best = c2 }
         return dot3(best, best) > 0 ? normalized3(best) : SIMD3(0, 0, 1)
     }
 

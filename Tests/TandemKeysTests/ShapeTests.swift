@@ -44,6 +44,31 @@ final class FrameCheckTests: XCTestCase {
 }
 
 final class FeatureTests: XCTestCase {
+    /// The percentiles (robust extents, spans, the shortfall) are found by selection: the values a
+    /// sort puts there, on inputs with many equal values, already sorted, reversed and constant.
+    func testOrderStatisticsAreTheSortedValues() {
+        var g = SplitMix64(seed: 11)
+        for trial in 0..<200 {
+            let n = 1 + Int(g.next() % 300)
+            var v: [Float]
+            switch trial % 5 {
+            case 0: v = (0..<n).map { _ in Float(g.uniform(-1, 1)) }
+            case 1: v = (0..<n).map { _ in Float(g.next() % 4) }  // many equal values
+            case 2: v = (0..<n).map { Float($0) }  // sorted
+            case 3: v = (0..<n).map { Float(n - $0) }  // reversed
+            default: v = [Float](repeating: 0.5, count: n)
+            }
+            let sorted = v.sorted()
+            let lo = Int(g.next() % UInt64(n)), hi = lo + Int(g.next() % UInt64(n - lo))
+            var w = v
+            XCTAssertEqual(orderStatistic(&w, hi), sorted[hi], "trial \(trial)")
+            // Nothing before it larger, nothing after it smaller.
+            XCTAssertTrue(w[..<hi].allSatisfy { $0 <= w[hi] } && w[hi...].allSatisfy { $0 >= w[hi] }, "trial \(trial)")
+            if lo < hi { XCTAssertEqual(orderStatistic(&w, lo, below: hi), sorted[lo], "trial \(trial)") }
+            XCTAssertEqual(w.sorted(), sorted)
+        }
+    }
+
     func testInvariantToRotationTranslationAndDensity() {
         for name in ["mug", "box-2-3-4", "l-shape", "donut"] {
             let pose = SyntheticPose.random(seed: 42)
