@@ -31,9 +31,10 @@ public final class WorkerPool: Sendable {
     private let queue: Monitor<JobQueue>
     private let threads: Monitor<Threads>
 
-    /// Starts `threads` threads (0 is allowed: then `map` runs everything on the caller, and
-    /// `submit`ted jobs wait for `shutdown()`, which runs them). `name` is the threads' name as
-    /// `ps -L`, `top -H` and `/proc/<pid>/task/*/comm` show it (its first 15 bytes).
+    /// Starts `threads` threads and returns once all have started (0 is allowed: then `map` runs
+    /// everything on the caller, and `submit`ted jobs wait for `shutdown()`, which runs them).
+    /// `name` is the threads' name as `ps -L`, `top -H` and `/proc/<pid>/task/*/comm` show it
+    /// (its first 15 bytes).
     public init(name: String, threads count: Int) {
         precondition(count >= 0, "a pool cannot have \(count) threads")
         self.name = name
@@ -41,8 +42,9 @@ public final class WorkerPool: Sendable {
         let queue = Monitor(JobQueue())
         self.queue = queue
         var ids: [pthread_t] = []
+        let started = Monitor(0)
         for _ in 0..<count {
-            let context = Unmanaged.passRetained(ThreadContext(queue: queue, name: name)).toOpaque()
+            let context = Unmanaged.passRetained(ThreadContext(queue: queue, name: name, started: started)).toOpaque()
             var id = pthread_t()
             let rc = pthread_create(&id, nil, { raw in
                 let context = Unmanaged<ThreadContext>.fromOpaque(raw!).takeRetainedValue()
@@ -53,6 +55,8 @@ public final class WorkerPool: Sendable {
             ids.append(id)
         }
         threads = Monitor(Threads(ids: ids))
+        // Every thread has named itself (and set its priority) before `init` returns.
+        started.wait(until: { $0 == count }, then: { _ in })
     }
 
     deinit { shutdown() }
@@ -69,6 +73,12 @@ public final class WorkerPool: Sendable {
         if !accepted { pending.complete(.failure(ShutDown())) }
         return pending
     }
+
+    /// Runs `job` on one of the pool's threads, with no handle: for a stream of small jobs whose
+    /// end the owner learns from a later `submit` (a pool of one thread runs its jobs in order).
+    /// Returns false, and drops the job, once `shutdown()` has started.
+    @discardableResult
+    public func execute(_ job: @escaping @Sendable () -> Void) -> Bool { enqueue(job) }
 
     /// Enqueues a job with no handle (fork-join helpers). Returns false once the pool is closed.
     private func enqueue(_ job: @escaping @Sendable () -> Void) -> Bool {
@@ -181,16 +191,29 @@ private struct Threads: Sendable {
 private final class ThreadContext: Sendable {
     let queue: Monitor<JobQueue>
     let name: String
+    let started: Monitor<Int>
 
-    init(queue: Monitor<JobQueue>, name: String) {
+    init(queue: Monitor<JobQueue>, name: String, started: Monitor<Int>) {
         self.queue = queue
         self.name = name
+        self.started = started
     }
 
     func run() {
         // Foundation sets the kernel's name of the current thread (pthread_setname_np, which
         // Swift does not import from Glibc).
         Thread.current.name = String(decoding: name.utf8.prefix(15), as: UTF8.self)
+        #if canImport(Glibc)
+        // Linux keeps the nice value per thread and a new thread inherits its creator's: a pool
+        // first used from a niced thread (the node's core runs at +10) would serve every caller
+        // at that priority. The pool's threads take the process's (its main thread's) instead;
+        // raising priority may be refused (no CAP_SYS_NICE), then they keep what they have.
+        let which = __priority_which_t(PRIO_PROCESS.rawValue)
+        errno = 0
+        let processNice = getpriority(which, id_t(getpid()))
+        if errno == 0 { _ = setpriority(which, 0, processNice) }
+        #endif
+        started.update { $0 += 1 }
         while let job = queue.wait(until: { $0.closed || !$0.isEmpty }, then: { $0.pop() }) {
             job()
         }

@@ -74,8 +74,6 @@ final class PackWriter {
     private let hashing = WorkerPool(name: "tandem.packhash", threads: 1)
     /// The open pack's name so far, fed on `hashing` only.
     private var hasher = PackHasher()
-    /// The last blob handed to `hashing` (jobs run in order: once it ended, all before it did).
-    private var lastHash: Pending<Void>?
     /// Bytes of the open pack handed to `hashing` so far.
     private var hashed = 0
     /// The first pack write that failed since the last `waitForWrites()`.
@@ -117,7 +115,9 @@ final class PackWriter {
     private func hashAppended() {
         guard length > hashed else { return }
         let (buffer, hasher, range, generation) = (self.buffer, self.hasher, hashed..<length, self.generation)
-        lastHash = hashing.submit { buffer.read(range, generation: generation) { hasher.update($0) } }
+        // No handle per blob (an allocation fewer on the importing thread per blob): the jobs run
+        // in order on one thread, so the next `submit` (the digest, or `discard`'s) ends after them.
+        hashing.execute { buffer.read(range, generation: generation) { hasher.update($0) } }
         hashed = length
     }
 
@@ -146,9 +146,9 @@ final class PackWriter {
 
     /// Drops the open pack's blobs without writing them (an import that failed).
     func discard() {
-        // The hashing thread may still read the buffer: let it finish before the buffer is reused.
-        _ = try? lastHash?.wait()  // fails only for a pool shut down, which happens in deinit alone
-        lastHash = nil
+        // The hashing thread may still read the buffer: let it finish before the buffer is reused
+        // (a job after the blobs' jobs; it fails only for a pool shut down, in deinit alone).
+        if hashed > 0 { _ = try? hashing.submit {}.wait() }
         hasher = PackHasher()
         hashed = 0
         length = 0
@@ -181,7 +181,6 @@ final class PackWriter {
             return hasher.finalize()
         }.wait()
         self.hasher = PackHasher()
-        lastHash = nil
         hashed = 0
         guard let name = ChunkID(digest) else { fatalError("BLAKE2b-256 gave a digest that is not 32 bytes") }
         let size = Int64(length + tail.count)

@@ -91,8 +91,8 @@ final class WorkerPoolTests: XCTestCase {
         let before = try threads(named: name)
         XCTAssertEqual(before, 0)
         let pool = WorkerPool(name: name, threads: 3)
-        // A thread names itself before it takes its first job: once three jobs run at once, all
-        // three threads are there.
+        XCTAssertEqual(try threads(named: name), 3, "init returns once every thread has started")
+        // All three threads busy, so the next job waits in the queue when shutdown starts.
         let gate = Monitor(false)
         let running = Monitor(0)
         for _ in 0..<3 {
@@ -102,7 +102,6 @@ final class WorkerPoolTests: XCTestCase {
             }
         }
         running.wait(until: { $0 == 3 }, then: { _ in })
-        XCTAssertEqual(try threads(named: name), 3)
         let queued = pool.submit { 1 }
         gate.update { $0 = true }
         pool.shutdown()
