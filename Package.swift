@@ -70,7 +70,11 @@ let package = Package(
         ),
         // The vault's storage: chunking, blob encryption, packs, the encrypted index, the keys file.
         // Pure storage: no networking, no node, no GRDB.
-        .target(name: "TandemVault", dependencies: ["Sodium", "CZstd"]),
+        // Threads for the libraries below the node (no NIO there): `WorkerPool`, a fixed set of
+        // named threads with `@Sendable` jobs and `Sendable` results, fork-join (`map`) and
+        // background jobs (`submit`), shut down by its owner; `WorkerPool.shared` for fork-join.
+        .target(name: "TandemThreads"),
+        .target(name: "TandemVault", dependencies: ["Sodium", "CZstd", "TandemThreads"]),
         .systemLibrary(
             name: "CVips",
             pkgConfig: "vips",
@@ -103,7 +107,7 @@ let package = Package(
         // synthetic shapes tests and tandem-bench use. Pure Swift: bytes in, values out.
         // Optimised in debug builds too: enrolment and verification are arithmetic over thousands of
         // points, 20–50× slower unoptimised, and `make test` drives them through debug binaries.
-        .target(name: "TandemKeys", swiftSettings: [.unsafeFlags(["-O"], .when(configuration: .debug))]),
+        .target(name: "TandemKeys", dependencies: ["TandemThreads"], swiftSettings: [.unsafeFlags(["-O"], .when(configuration: .debug))]),
         // Blocking on the machine while a mode is locked (issue 14): the managed hosts-file block,
         // the app guard (stops blocked processes), and hooks. Linux; no node, no store.
         .target(name: "TandemBlocking"),
@@ -260,6 +264,7 @@ let package = Package(
                 "TandemMedia",
                 "TandemVault",
                 "TandemKeys",
+                "TandemThreads",
                 "TandemNet",
                 "CSodium",
                 "TandemRelay",
@@ -322,6 +327,10 @@ let package = Package(
         .testTarget(
             name: "TandemDaylightTests",
             dependencies: ["TandemDaylight", "TandemMedia"]
+        ),
+        .testTarget(
+            name: "TandemThreadsTests",
+            dependencies: ["TandemThreads"]
         ),
         .testTarget(
             name: "TandemKeysTests",

@@ -1,4 +1,5 @@
 import Foundation
+import TandemThreads
 
 /// Rigid registration of a partial view to a model: coarse global hypotheses from principal axes
 /// (the four sign choices of a right-handed frame, and the swap of two axes whose variances are
@@ -268,20 +269,11 @@ enum Registration {
     /// Threads one alignment uses (the machine's cores, at most 4).
     static let parallelWidth = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
 
-    /// `transform` of every element, on up to `parallelWidth` threads, in the elements' order.
-    static func parallelMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @Sendable (T) -> R) -> [R] {
+    /// `transform` of every element, on up to `parallelWidth` threads, in the elements' order: the
+    /// caller and threads of `WorkerPool.shared` (fork-join; see `WorkerPool.map`).
+    static func parallelMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @escaping @Sendable (T) -> R) -> [R] {
         guard items.count > 1, parallelWidth > 1 else { return items.map(transform) }
-        return [R](unsafeUninitializedCapacity: items.count) { buffer, initialized in
-            // Each index is written by exactly one iteration, and all are done when
-            // concurrentPerform returns.
-            let out = UnsafeSendable(buffer.baseAddress!)
-            withoutActuallyEscaping(transform) { f in
-                DispatchQueue.concurrentPerform(iterations: items.count) { i in
-                    (out.value + i).initialize(to: f(items[i]))
-                }
-            }
-            initialized = items.count
-        }
+        return WorkerPool.shared.map(items, width: parallelWidth, transform)
     }
 
     /// Squared hybrid distance of a point (model coordinates) to the model (see `evaluate`).
@@ -497,10 +489,4 @@ struct StageTwoMeasures: Sendable, Equatable {
     var shortfall: Double
 
     static let empty = StageTwoMeasures(coverage: 0, deficit: 1, overhang: 1, shortfall: 1)
-}
-
-/// A pointer handed to threads that each write their own elements (`Registration.parallelMap`).
-private struct UnsafeSendable<P>: @unchecked Sendable {
-    let value: P
-    init(_ value: P) { self.value = value }
 }

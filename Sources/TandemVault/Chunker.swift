@@ -122,6 +122,13 @@ public struct Chunker: ~Copyable {
         try bytes.withUnsafeBytes { try feed($0, onChunk: onChunk) }
     }
 
+    /// Starts a new stream with the same key and buffer (a batch import chunks file after file
+    /// in one chunker: one 8 MiB buffer for the batch, not one allocated and freed per file).
+    public mutating func reset() {
+        length = 0
+        hash = 0
+    }
+
     /// Ends the stream: the bytes still held (if any) are the last chunk.
     public mutating func finish(onChunk: (UnsafeRawBufferPointer) throws -> Void) rethrows {
         if length > 0 { try emit(onChunk) }

@@ -1,5 +1,7 @@
 import Foundation
 import Sodium
+import Synchronization
+import TandemThreads
 
 /// A pack file:
 ///
@@ -48,60 +50,74 @@ struct PackEntry: Equatable, Sendable {
 /// written.
 ///
 /// Naming runs beside sealing too: each blob, once sealed into the buffer, is fed to the pack's
-/// BLAKE2b on a hashing thread (the bytes before `length` never change until the pack is written),
+/// BLAKE2b on a hashing thread (the bytes below `length` never change until the pack is written),
 /// so `finish` waits only for the last blob's hashing. An import makes two BLAKE2b passes over its
 /// data (chunk ids, pack names); this takes one of them off the importing thread.
+///
+/// Threads: two `WorkerPool`s of the writer's own, `tandem.packs` (two threads: the writes) and
+/// `tandem.packhash` (one thread, so the blobs are hashed in order), started with the writer and
+/// joined when it is released. What crosses to them is `Sendable` (the jobs are `@Sendable`
+/// closures, a write's result comes back through its `Pending`); the buffer's bytes are shared
+/// under `PackBuffer`'s rule.
 final class PackWriter {
-    private let buffers: [UnsafeMutableRawBufferPointer]
-    /// Per buffer: signalled once its last write ended (the buffer may be filled again).
-    private let free: [DispatchSemaphore]
-    private var current = 0
     /// Pack buffers: one filling, up to `count - 1` being written.
     static let bufferCount = 3
+    private let buffers: [PackBuffer]
+    /// Per buffer: the write of the pack it holds, until the buffer is filled again.
+    private var writes: [Pending<Void>?]
+    private var current = 0
+    /// The current buffer's filling (`PackBuffer.reopen`).
+    private var generation: Int
     /// Writes run here, at most `bufferCount - 1` at once (a buffer is reused only once its write ended).
-    private let writer = DispatchQueue(label: "tandem.vault.packs", attributes: .concurrent)
-    private let writes = DispatchGroup()
-    /// Feeds the open pack's blobs to `hasher` in order (serial).
-    private let hashing = DispatchQueue(label: "tandem.vault.packs.hash")
-    /// The open pack's name so far. Its state is touched on `hashing` only; the importing thread
-    /// replaces the reference once a pack's digest is taken (or the pack is discarded).
+    private let writers = WorkerPool(name: "tandem.packs", threads: PackWriter.bufferCount - 1)
+    /// Feeds the open pack's blobs to `hasher` in order (one thread).
+    private let hashing = WorkerPool(name: "tandem.packhash", threads: 1)
+    /// The open pack's name so far, fed on `hashing` only.
     private var hasher = PackHasher()
     /// Bytes of the open pack handed to `hashing` so far.
     private var hashed = 0
-    private let failures = WriteFailures()
-    private var buffer: UnsafeMutableRawBufferPointer { buffers[current] }
+    /// The first pack write that failed since the last `waitForWrites()`.
+    private var firstFailure: (any Error)?
+    private var buffer: PackBuffer { buffers[current] }
     private(set) var length = 0
     private(set) var entries: [PackEntry] = []
     /// The most bytes the buffers held (reset by the owner per import): every buffer counts.
     var highWaterMark = 0
 
     init() {
-        buffers = (0..<Self.bufferCount).map { _ in .allocate(byteCount: PackFormat.targetSize + BlobCodec.maximumBlob, alignment: 64) }
-        // All start at 0 (libdispatch refuses to free a semaphore below its starting value); every
-        // buffer but the first, the one being filled, is free from the start.
-        free = (0..<Self.bufferCount).map { _ in DispatchSemaphore(value: 0) }
-        for f in free.dropFirst() { f.signal() }
+        buffers = (0..<Self.bufferCount).map { _ in PackBuffer(capacity: PackFormat.targetSize + BlobCodec.maximumBlob) }
+        writes = Array(repeating: nil, count: Self.bufferCount)
+        generation = buffers[0].reopen()
     }
 
     deinit {
-        hashing.sync {}
-        writes.wait()
-        for b in buffers { b.deallocate() }
+        // Both pools run what is queued, then join their threads.
+        hashing.shutdown()
+        writers.shutdown()
     }
 
     var isEmpty: Bool { entries.isEmpty }
     var isFull: Bool { length >= PackFormat.targetSize }
 
     private func noteHighWater() {
-        highWaterMark = Swift.max(highWaterMark, length + (Self.bufferCount - 1) * buffers[0].count)
+        highWaterMark = Swift.max(highWaterMark, length + (Self.bufferCount - 1) * buffers[0].capacity)
+    }
+
+    /// Marks `n` more bytes sealed and hands them to the hashing thread.
+    private func sealed(_ n: Int) {
+        length += n
+        buffer.seal(upTo: length)
+        noteHighWater()
+        hashAppended()
     }
 
     /// Hands the bytes sealed since the last call to the hashing thread.
     private func hashAppended() {
         guard length > hashed else { return }
-        let bytes = SendableBytes(UnsafeRawBufferPointer(start: buffer.baseAddress! + hashed, count: length - hashed))
-        let hasher = self.hasher
-        hashing.async { hasher.update(bytes.pointer) }
+        let (buffer, hasher, range, generation) = (self.buffer, self.hasher, hashed..<length, self.generation)
+        // No handle per blob (an allocation fewer on the importing thread per blob): the jobs run
+        // in order on one thread, so the next `submit` (the digest, or `discard`'s) ends after them.
+        hashing.execute { buffer.read(range, generation: generation) { hasher.update($0) } }
         hashed = length
     }
 
@@ -109,12 +125,10 @@ final class PackWriter {
     func append(_ plaintext: UnsafeRawBufferPointer, id: ChunkID, tryCompress: Bool, keys: VaultKeys, zstd: Zstd) -> (entry: PackEntry, compressed: Bool) {
         precondition(!isFull, "append to a full pack")
         let (n, compressed) = BlobCodec.seal(plaintext, id: id, tryCompress: tryCompress, key: keys.dataKey,
-                                             zstd: zstd, into: buffer.baseAddress! + length)
+                                             zstd: zstd, into: buffer.unsealed(from: length, count: BlobCodec.maximumBlob))
         let entry = PackEntry(id: id, offset: length, length: n)
         entries.append(entry)
-        length += n
-        noteHighWater()
-        hashAppended()
+        sealed(n)
         return (entry, compressed)
     }
 
@@ -122,23 +136,24 @@ final class PackWriter {
     /// data is the id, not the position, so a blob is valid in any pack).
     func appendSealed(_ blob: [UInt8], id: ChunkID) -> PackEntry {
         precondition(!isFull && blob.count <= BlobCodec.maximumBlob)
-        blob.withUnsafeBytes { (buffer.baseAddress! + length).copyMemory(from: $0.baseAddress!, byteCount: blob.count) }
+        let to = buffer.unsealed(from: length, count: blob.count)
+        blob.withUnsafeBytes { to.copyMemory(from: $0.baseAddress!, byteCount: blob.count) }
         let entry = PackEntry(id: id, offset: length, length: blob.count)
         entries.append(entry)
-        length += blob.count
-        noteHighWater()
-        hashAppended()
+        sealed(blob.count)
         return entry
     }
 
     /// Drops the open pack's blobs without writing them (an import that failed).
     func discard() {
-        // The hashing thread may still read the buffer: let it finish before the buffer is reused.
-        hashing.sync {}
+        // The hashing thread may still read the buffer: let it finish before the buffer is reused
+        // (a job after the blobs' jobs; it fails only for a pool shut down, in deinit alone).
+        if hashed > 0 { _ = try? hashing.submit {}.wait() }
         hasher = PackHasher()
         hashed = 0
         length = 0
         entries.removeAll(keepingCapacity: true)
+        generation = buffer.reopen()
     }
 
     /// Adds the encrypted header and trailer, names the pack, and hands it to the writer thread;
@@ -159,21 +174,29 @@ final class PackWriter {
         var trailer = BinaryWriter()
         trailer.u32(UInt32(box.count))
         let tail = box + trailer.bytes
-        let blobs = UnsafeRawBufferPointer(start: buffer.baseAddress, count: length)
         hashAppended()
-        let digest: [UInt8] = hashing.sync { [hasher] in
+        let hasher = self.hasher
+        let digest = try hashing.submit {
             tail.withUnsafeBytes { hasher.update($0) }
             return hasher.finalize()
-        }
-        hasher = PackHasher()
+        }.wait()
+        self.hasher = PackHasher()
         hashed = 0
         guard let name = ChunkID(digest) else { fatalError("BLAKE2b-256 gave a digest that is not 32 bytes") }
         let size = Int64(length + tail.count)
-        let job = PackWrite(blobs: blobs, tail: tail, name: name, store: store, done: free[current], failures: failures)
-        writer.async(group: writes) { job.run() }
+        let (buffer, generation, blobBytes) = (self.buffer, self.generation, length)
+        writes[current] = writers.submit {
+            try buffer.read(0..<blobBytes, generation: generation) { blobs in
+                try tail.withUnsafeBytes { t in try store.write(name: name, parts: [blobs, t]) }
+            }
+        }
         // Go on in the next buffer once its previous write (if any) has ended.
         current = (current + 1) % Self.bufferCount
-        free[current].wait()
+        if let previous = writes[current] {
+            note { try previous.wait() }
+            writes[current] = nil
+        }
+        self.generation = self.buffer.reopen()
         length = 0
         entries.removeAll(keepingCapacity: true)
         return (name, size)
@@ -182,67 +205,100 @@ final class PackWriter {
     /// Returns once every pack handed to the writer is on disk and synced; throws the first
     /// write that failed (then no index may name the packs of this import).
     func waitForWrites() throws {
-        writes.wait()
-        if let error = failures.take() { throw error }
+        for i in writes.indices {
+            guard let write = writes[i] else { continue }
+            note { try write.wait() }
+            writes[i] = nil
+        }
+        if let error = firstFailure {
+            firstFailure = nil
+            throw error
+        }
+    }
+
+    private func note(_ wait: () throws -> Void) {
+        do { try wait() } catch { if firstFailure == nil { firstFailure = error } }
     }
 }
 
-/// One pack handed to the writer thread: its buffer stays untouched by the import until `done`
-/// is signalled.
-private struct PackWrite: @unchecked Sendable {
-    let blobs: UnsafeRawBufferPointer
-    let tail: [UInt8]
-    let name: ChunkID
-    let store: PackStore
-    let done: DispatchSemaphore
-    let failures: WriteFailures
+/// One pack buffer: the importing thread seals blobs at its end while the hashing and writing
+/// threads read what is already sealed.
+///
+/// `@unchecked Sendable` because its bytes are raw memory, which the compiler cannot follow
+/// across threads; the invariant is kept under `bounds`' lock and checked at run time: bytes below
+/// `sealed` are never written until `reopen()`; the owner (`PackWriter`, on the importing thread)
+/// writes only from `sealed` on (`unsealed`), readers read only below it (`read`), `reopen()` traps
+/// while a reader is inside `read`, and a reader handed an older filling (`generation`) traps
+/// instead of reading the new one. The owner waits for every job that reads a filling (its hashes,
+/// its write) before it reopens the buffer.
+final class PackBuffer: @unchecked Sendable {
+    private struct Bounds {
+        var sealed = 0
+        var generation = 0
+        var readers = 0
+    }
 
-    func run() {
-        defer { done.signal() }
-        do {
-            try tail.withUnsafeBytes { t in try store.write(name: name, parts: [blobs, t]) }
-        } catch {
-            failures.note(error)
+    private let bytes: UnsafeMutableRawBufferPointer
+    private let bounds = Mutex(Bounds())
+    var capacity: Int { bytes.count }
+
+    init(capacity: Int) {
+        bytes = .allocate(byteCount: capacity, alignment: 64)
+    }
+
+    deinit { bytes.deallocate() }
+
+    /// Where the owner writes `count` bytes at `offset` (at or past everything sealed).
+    func unsealed(from offset: Int, count: Int) -> UnsafeMutableRawPointer {
+        bounds.withLock { b in
+            precondition(offset >= b.sealed && offset + count <= bytes.count, "write to sealed bytes or past the buffer")
+        }
+        return bytes.baseAddress! + offset
+    }
+
+    /// The bytes below `offset` are sealed: read-only until `reopen()`.
+    func seal(upTo offset: Int) {
+        bounds.withLock { b in
+            precondition(offset >= b.sealed && offset <= bytes.count)
+            b.sealed = offset
+        }
+    }
+
+    /// Reads sealed bytes of filling `generation`.
+    func read<R>(_ range: Range<Int>, generation: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        bounds.withLock { b in
+            precondition(b.generation == generation && range.upperBound <= b.sealed, "read of bytes not sealed in this filling")
+            b.readers += 1
+        }
+        defer { bounds.withLock { $0.readers -= 1 } }
+        return try body(UnsafeRawBufferPointer(rebasing: bytes[range]))
+    }
+
+    /// Makes the whole buffer writable again, for a new filling; returns its generation.
+    func reopen() -> Int {
+        bounds.withLock { b in
+            precondition(b.readers == 0, "a pack buffer reopened while it is read")
+            b.sealed = 0
+            b.generation += 1
+            return b.generation
         }
     }
 }
 
-/// One pack's unkeyed BLAKE2b-256, fed on the writer's hashing thread only.
+/// One pack's unkeyed BLAKE2b-256, fed in order on the writer's hashing thread.
+///
+/// `@unchecked Sendable`; its invariant is `lock`: `state` is touched only while it is held. The
+/// compiler cannot see that because the checked lock, `Synchronization.Mutex`, hands the value
+/// to its body as `inout sending`, and feeding it bytes through a raw pointer (which is not
+/// `Sendable`) is refused although BLAKE2b keeps no reference to them.
 private final class PackHasher: @unchecked Sendable {
+    private let lock = NSLock()
     private var state: Blake2b? = Blake2b()
 
-    func update(_ bytes: UnsafeRawBufferPointer) { state?.update(bytes) }
+    func update(_ bytes: UnsafeRawBufferPointer) { lock.withLock { state?.update(bytes) } }
 
     /// The digest; the hasher is spent after it (empty if it was already).
-    func finalize() -> [UInt8] { state.take()?.finalize() ?? [] }
-}
-
-/// A view of the pack buffer handed to the hashing thread (the bytes stay put until the pack is
-/// written, see `PackWriter`).
-private struct SendableBytes: @unchecked Sendable {
-    let pointer: UnsafeRawBufferPointer
-    init(_ pointer: UnsafeRawBufferPointer) { self.pointer = pointer }
-}
-
-/// The first pack write that failed since the last `take()`.
-private final class WriteFailures: @unchecked Sendable {
-    private let lock = NSLock()
-    private var first: Error?
-
-    func note(_ error: Error) {
-        lock.lock()
-        if first == nil { first = error }
-        lock.unlock()
-    }
-
-    func take() -> Error? {
-        lock.lock()
-        defer {
-            first = nil
-            lock.unlock()
-        }
-        return first
-    }
+    func finalize() -> [UInt8] { lock.withLock { state.take()?.finalize() ?? [] } }
 }
 
 /// The packs directory: `<vault dir>/packs/<first 2 hex>/<64 hex>`.

@@ -1,5 +1,6 @@
 import Foundation
 import Sodium
+import TandemThreads
 
 /// Argon2id cost of one PIN (or recovery code) guess, stored in the keys file.
 public struct VaultKeyParameters: Sendable, Equatable {
@@ -444,15 +445,13 @@ public final class VaultKeyFile: @unchecked Sendable {
         return SecretBytes(consuming: &out)
     }
 
-    /// Both keys, derived on two threads at once (same total work, half the wait).
+    /// Both keys, derived on two threads at once (same total work, half the wait): the caller
+    /// derives one, a thread of `WorkerPool.shared` the other (the caller both, if the pool is busy).
     func deriveBoth(_ secret: [UInt8], saltA: [UInt8], saltB: [UInt8]) throws -> (SecretBytes, SecretBytes) {
-        let results = DerivationResults()
-        let salts = [saltA, saltB]
-        DispatchQueue.concurrentPerform(iterations: 2) { i in
-            let result = Result { try self.derive(secret, salt: salts[i]) }
-            results.set(i, result)
+        let keys = try WorkerPool.shared.map([saltA, saltB], width: 2) { salt in
+            try self.derive(secret, salt: salt)
         }
-        return (try results.get(0), try results.get(1))
+        return (keys[0], keys[1])
     }
 
     static func linkKey(_ masterKey: SecretBytes) throws -> SecretBytes {
@@ -509,22 +508,5 @@ public final class VaultKeyFile: @unchecked Sendable {
             precondition(w.bytes.count == Self.fileSize)
         }
         try FileIO.writeAtomically(w.bytes, to: url)
-    }
-}
-
-/// The two results of `deriveBoth`, each written by one thread before `concurrentPerform` returns.
-private final class DerivationResults: @unchecked Sendable {
-    private let lock = NSLock()
-    private var results: [Result<SecretBytes, Error>?] = [nil, nil]
-
-    func set(_ i: Int, _ r: Result<SecretBytes, Error>) {
-        lock.lock(); defer { lock.unlock() }
-        results[i] = r
-    }
-
-    func get(_ i: Int) throws -> SecretBytes {
-        lock.lock(); defer { lock.unlock() }
-        guard let r = results[i] else { throw VaultError.io("Argon2id did not run") }
-        return try r.get()
     }
 }

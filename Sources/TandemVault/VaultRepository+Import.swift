@@ -79,8 +79,10 @@ extension VaultRepository {
         packWriter.highWaterMark = 0
         // A failed import leaves the index untouched; packs already written stay unreferenced.
         defer { packWriter.discard() }
+        var chunker = Chunker(key: keys.chunkerKey)
         let item = try stage(name: name, type: type, album: album, createdAtMs: createdAtMs, nowMs: nowMs,
-                             thumbnail: thumbnail, readBuffer: readBuffer, staging: &staging, reserved: [], produce: produce)
+                             thumbnail: thumbnail, readBuffer: readBuffer, chunker: &chunker, staging: &staging, reserved: [],
+                             produce: produce)
         try flushPack(&staging)
         try commit(items: [item], staging: staging, nowMs: nowMs)
         return item
@@ -89,9 +91,10 @@ extension VaultRepository {
     /// Streams one item's bytes into `staging` (and the open pack): the item to add, not yet in
     /// the index. `reserved`: ids of items staged before it in the same batch.
     private func stage(name: String, type: VaultItemType, album: String?, createdAtMs: Int64?, nowMs: Int64,
-                       thumbnail: [UInt8]?, readBuffer: Int, staging: inout ImportStaging, reserved: Set<String>,
+                       thumbnail: [UInt8]?, readBuffer: Int, chunker: inout Chunker, staging: inout ImportStaging,
+                       reserved: Set<String>,
                        produce: ((UnsafeRawBufferPointer) throws -> Void) throws -> Void) throws -> VaultItem {
-        var chunker = Chunker(key: keys.chunkerKey)
+        chunker.reset()
         var chunkIDs: [[UInt8]] = []
         var size: Int64 = 0
         var sniffed: Bool?
@@ -163,6 +166,9 @@ extension VaultRepository {
         defer { buffer.deallocate() }
         defer { packWriter.discard() }
         packWriter.highWaterMark = 0
+        // One chunker (one 8 MiB buffer) for the whole batch: one per file made the allocator keep
+        // freed 8 MiB blocks around, and the peak RSS of a 1 GiB import depended on where they fell.
+        var chunker = Chunker(key: keys.chunkerKey)
         var all: [VaultItem] = []
         var pending: [VaultItem] = []
         var staging = ImportStaging()
@@ -187,8 +193,8 @@ extension VaultRepository {
             }
             let reserved = Set(pending.map(\.id))
             let item = try stage(name: source.name, type: source.type, album: source.album, createdAtMs: source.createdAtMs,
-                                 nowMs: nowMs, thumbnail: source.thumbnail, readBuffer: buffer.count, staging: &staging,
-                                 reserved: reserved) { feed in
+                                 nowMs: nowMs, thumbnail: source.thumbnail, readBuffer: buffer.count, chunker: &chunker,
+                                 staging: &staging, reserved: reserved) { feed in
                 var total: Int64 = 0
                 while true {
                     let count = try file.readSome(into: buffer)

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import TandemKeys
 import TandemNet
-import NIOConcurrencyHelpers
+import TandemThreads
 
 /// `tandem-bench keys`: object keys (issue 14) on generated objects (TandemKeys.SyntheticShapes).
 ///
@@ -188,8 +188,6 @@ struct KeysBench: ParsableCommand {
         // Every template against every sweep, on every core (the verdicts do not depend on timing);
         // then the genuine sweeps once more, one at a time, for the verification time.
         let trials = verifiers.count * sweepsOf.count
-        let results = NIOLockedValueBox([[(Bool, [FrameVerdict])]](repeating: [], count: trials))
-        let strictResults = NIOLockedValueBox([[Bool]](repeating: [], count: trials))
         let (allSweeps, allVerifiers) = (sweepsOf, verifiers)
         // KEYS_GENUINE_ONLY: only each object's sweeps against its own template (a quick FRR; the
         // impostor figures are then meaningless).
@@ -199,19 +197,16 @@ struct KeysBench: ParsableCommand {
             SyntheticShapes.hardPairs.contains { ($0.0 == names[a] && $0.1 == names[b]) || ($0.1 == names[a] && $0.0 == names[b]) }
         }
         let hardOnly = impostors == "hard"
-        DispatchQueue.concurrentPerform(iterations: trials) { k in
+        let perTrial = WorkerPool.shared.map(Array(0..<trials), width: WorkerPool.onlineCores) { k -> ([(Bool, [FrameVerdict])], [Bool]) in
             let (t, o) = k.quotientAndRemainder(dividingBy: allSweeps.count)
             if genuineOnly || hardOnly, t != o, genuineOnly || !hardPair(t, o) {
-                results.withLockedValue { $0[k] = allSweeps[o].map { _ in (false, []) } }
-                strictResults.withLockedValue { $0[k] = allSweeps[o].map { _ in false } }
-                return
+                return (allSweeps[o].map { _ in (false, []) }, allSweeps[o].map { _ in false })
             }
             let out = allSweeps[o].map { present(allVerifiers[t], $0) }
-            results.withLockedValue { $0[k] = out.map { ($0.matched, $0.verdicts) } }
-            strictResults.withLockedValue { $0[k] = out.map(\.strict) }
+            return (out.map { ($0.matched, $0.verdicts) }, out.map(\.strict))
         }
-        let verdictsOf = results.withLockedValue { $0 }
-        let strictOf = strictResults.withLockedValue { $0 }
+        let verdictsOf = perTrial.map(\.0)
+        let strictOf = perTrial.map(\.1)
         // KEYS_DUMP=FILE: every frame's measures as TSV (for studying the thresholds).
         if let path = ProcessInfo.processInfo.environment["KEYS_DUMP"] {
             var tsv = "template\tobject\tsweep\tframe\tscore\tfit\trms\tcoverage\texcess\tquality\tdeficit\toverhang\tshortfall\tpassed\tdecisive\tspan_short\tspan_long\n"
