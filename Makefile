@@ -136,9 +136,13 @@ py-pool: test-deps
 py-timed: test-deps
 	$(PY_TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider $(PY_TEST_TIMED)
 
-# make test's build: the default flags. (Tried and dropped: --disable-index-store — XCTest discovery
-# on Linux reads the index store; -Xswiftc -wmo — SwiftPM's link step then misses per-file objects.)
-TEST_BUILD_FLAGS ?=
+# make test's build: a debug build without debug info (-gnone): the tests need no debugger, and
+# emitting and linking DWARF for every module was a fifth of the build (2,432 steps from a fresh
+# clone, quiet machine: 412 s -> 327 s of wall time, 730 -> 584 s of user CPU; the same 925 XCTests
+# discovered and passed). A plain `swift build` afterwards rebuilds with debug info.
+# (Tried and dropped: --disable-index-store — XCTest discovery on Linux reads the index store;
+# -Xswiftc -wmo — SwiftPM's link step then misses per-file objects.)
+TEST_BUILD_FLAGS ?= -Xswiftc -gnone
 
 # One debug build with the tests; then, side by side (the suites mostly wait on processes, so one of
 # them alone leaves a core idle), the XCTests, the process suites and the short fuzz run, each one's
