@@ -406,7 +406,7 @@ let package = Package(
                 "TandemStore",
                 "TandemNet",
                 "TandemNode",
-                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages",
+                "TandemNodeCore", "NodeFriends", "NodeChallenges", "NodeBackup", "NodeVault", "NodeFocus", "NodeMessages", "NodeWeb",
                 "TandemProtocol",
                 "Sodium",
                 .product(name: "Logging", package: "swift-log"),

@@ -107,7 +107,11 @@ public final class WebDashboard: Service, Sendable {
 
     /// `web.login`: a one-time login URL (the CLI's `tandem web`).
     public func registerControlMethods(on router: ControlRouter) {
-        router.register("web.login") { [self] _ in
+        // Weak: the dashboard holds the router, so a strong capture would keep both alive for ever.
+        router.register("web.login") { [weak self] _ in
+            guard let self else {
+                throw ControlError(code: "unavailable", message: "the dashboard has stopped", exitCode: ControlError.unreachableExitCode)
+            }
             let port: Int
             do {
                 port = try await ready.futureResult.get()

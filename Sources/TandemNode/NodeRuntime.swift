@@ -232,7 +232,9 @@ public final class NodeRuntime: Sendable {
     }
 
     private func registerStatus() {
-        router.register("node.status") { [self] _ in
+        // Weak: the router belongs to this runtime, so a strong capture would keep both alive for ever.
+        router.register("node.status") { [weak self] _ in
+            guard let self else { throw NodeError.failed("the node has stopped") }
             let address = try? await listener.boundAddress  // not bound (failed to): status says no address
             return try await NodeCore.perform { try self.status(address: address) }
         }
