@@ -55,7 +55,7 @@ extension RelayServer {
 /// The first handler of every accepted connection: reads just enough to tell a tunnel join from
 /// a Secret Handshake, then hands the connection on and removes itself. Drops connections that
 /// say nothing within the handshake timeout.
-final class FrontHandler: ChannelInboundHandler, RemovableChannelHandler, @unchecked Sendable {
+final class FrontHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
 

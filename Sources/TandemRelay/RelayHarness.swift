@@ -13,9 +13,9 @@ import TandemProtocol
 /// arrive on whatever channels the caller hands to `accept` (EmbeddedChannels in the fuzz
 /// target), through the same front handler, join and splice code as a TCP connection. What the
 /// structure-aware fuzz target (`tandem-fuzz -target=relay`) drives; `violations()` is what it asserts.
-public final class RelayHarness: @unchecked Sendable {
+public final class RelayHarness: Sendable {
     /// One authenticated client link that records what the relay sends it.
-    public final class Link: RelayClientLink, @unchecked Sendable {
+    public final class Link: RelayClientLink, Sendable {
         public let key: [UInt8]
         public let connection: UInt64
         public let address: String
@@ -56,9 +56,11 @@ public final class RelayHarness: @unchecked Sendable {
     private let clockMs: NIOLockedValueBox<Int64>
     /// Mailbox jobs waiting for `runMailboxJobs` (when jobs are deferred), oldest first.
     private let queuedJobs = NIOLockedValueBox<[@Sendable () -> Void]>([])
-    private var nextConnection: UInt64 = 1 << 32
+    /// The last connection id handed out, and the links the server knows as established, by
+    /// connection id.
+    private let connections = NIOLockedValueBox<(last: UInt64, links: [UInt64: Link])>((1 << 32, [:]))
     /// Links the server knows as established, by connection id.
-    public private(set) var links: [UInt64: Link] = [:]
+    public var links: [UInt64: Link] { connections.withLockedValue { $0.links } }
 
     /// `deferMailboxJobs`: mailbox jobs (registrations, deposits, acknowledgements) wait until
     /// `runMailboxJobs`, as on a busy relay, so the queue's limits and jobs that outlive their
@@ -100,9 +102,12 @@ public final class RelayHarness: @unchecked Sendable {
     /// comes back closed, with the relay's goodbye in it.
     public func connect(key: [UInt8], address: String) -> Link? {
         guard server.book.withLockedValue({ $0.admit(address: address) }) == .admitted else { return nil }
-        nextConnection += 1
-        let link = Link(key: key, connection: nextConnection, address: address)
-        links[link.connection] = link
+        let link = connections.withLockedValue { c -> Link in
+            c.last += 1
+            let link = Link(key: key, connection: c.last, address: address)
+            c.links[c.last] = link
+            return link
+        }
         server.established(link, connection: link.connection, address: address, rate: ByteRate(bytesPerSecond: 0))
         return link
     }
@@ -138,8 +143,12 @@ public final class RelayHarness: @unchecked Sendable {
     /// Links the relay (or the client) closed are reported closed to the server, as the
     /// pipeline would: their session and book entries go, their connection is counted out.
     public func settle() {
-        for (id, link) in links where link.isClosed {
-            links[id] = nil
+        let closed = connections.withLockedValue { c -> [(UInt64, Link)] in
+            let closed = c.links.filter { $0.value.isClosed }
+            for id in closed.keys { c.links[id] = nil }
+            return closed.map { ($0.key, $0.value) }
+        }
+        for (id, link) in closed {
             server.closed(link, connection: id, address: link.address, wasEstablished: true)
             server.book.withLockedValue { $0.connectionClosed() }
         }
@@ -160,6 +169,7 @@ public final class RelayHarness: @unchecked Sendable {
         // The book counts the clients' jobs; the queue also holds the sweep's expiry jobs.
         if jobs > queued { out.append("the book counts \(jobs) mailbox jobs, \(queued) are queued") }
         let sessions = server.sessionConnections()
+        let links = self.links
         for id in sessions where links[id] == nil { out.append("a session for closed link \(id)") }
         let clients = server.book.withLockedValue { b in sessions.filter { b.key(of: $0) == nil } }
         if !clients.isEmpty { out.append("sessions the book does not know: \(clients)") }

@@ -11,7 +11,7 @@ import TandemProtocol
 /// A tandem-relay: authenticated client links, spliced end-to-end tunnels, and sealed mail for
 /// offline clients (Protocol/README.md section 14). A `Service`: graceful shutdown tells every
 /// client goodbye.
-public final class RelayServer: Service, @unchecked Sendable {
+public final class RelayServer: Service, Sendable {
     public let identity: SigningKeyPair
     public let configuration: RelayConfiguration
     public let mailbox: RelayMailbox

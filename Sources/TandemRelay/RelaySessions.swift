@@ -104,8 +104,8 @@ extension RelayServer {
 }
 
 /// Relays the link events of one client connection to the server.
-final class ClientDelegate: PeerLinkDelegate, @unchecked Sendable {
-    weak var server: RelayServer?
+final class ClientDelegate: PeerLinkDelegate, Sendable {
+    weak let server: RelayServer?
     let connection: UInt64
     let address: String
     let rate: ByteRate

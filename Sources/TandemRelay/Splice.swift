@@ -33,7 +33,7 @@ public final class ByteRate: Sendable {
 /// handshake or the frame decoder sees it, and holds the next read while the client is in debt.
 /// It delays the outbound `read` rather than switching `autoRead`, so it composes with any other
 /// handler's back-pressure. All state is touched on the channel's event loop.
-final class InboundRateHandler: ChannelDuplexHandler, @unchecked Sendable {
+final class InboundRateHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -80,7 +80,7 @@ struct SpliceStart: Sendable {}
 /// It reads nothing until `SpliceStart`. All state is touched on this channel's event loop
 /// (write completions hop back to it). A read's bytes cross to the partner's loop in one
 /// write-and-flush.
-final class SpliceHandler: ChannelInboundHandler, @unchecked Sendable {
+final class SpliceHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
 
     private let partner: Channel
