@@ -110,7 +110,7 @@ let package = Package(
         .target(name: "TandemKeys", dependencies: ["TandemThreads"], swiftSettings: [.unsafeFlags(["-O"], .when(configuration: .debug))]),
         // Blocking on the machine while a mode is locked (issue 14): the managed hosts-file block,
         // the app guard (stops blocked processes), and hooks. Linux; no node, no store.
-        .target(name: "TandemBlocking"),
+        .target(name: "TandemBlocking", dependencies: ["TandemThreads"]),
         .target(
             name: "TandemProtocol",
             dependencies: [

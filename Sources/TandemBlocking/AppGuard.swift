@@ -2,6 +2,8 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
+import TandemThreads
 
 /// A process the guard stopped.
 public struct StoppedProcess: Sendable, Equatable, CustomStringConvertible {
@@ -47,14 +49,16 @@ public struct StoppedProcess: Sendable, Equatable, CustomStringConvertible {
 /// or whose uid cannot be read, and processes this user may not signal (`kill(pid, 0)` says
 /// EPERM, e.g. a set-uid program; reported once per process through `onError`).
 ///
-/// Thread safety: all state is under a lock; callbacks run on the guard's thread, never under
-/// the lock, so they may call `set` (and `stop`, which then does not wait for itself). The
+/// Thread safety, checked by the compiler: what `set`, `start` and `stop` share with the scanning
+/// thread is one value in a `Monitor` (the thread sleeps on its condition between scans), and the
+/// scan's own memory is one value in a `Mutex`. Callbacks run on the guard's thread, never under
+/// either lock, so they may call `set` (and `stop`, which then does not wait for itself). The
 /// thread keeps the guard alive: call `stop()` when done.
 ///
 /// Cost: each scan lists `/proc` and reads one small file per process (`comm` for processes
 /// already judged, `stat` for new ones); `exe` and `cmdline` only for new ones. A pid reused
 /// within one scan interval by a process with the same `comm` is not judged again.
-public final class AppGuard: @unchecked Sendable {
+public final class AppGuard: Sendable {
     /// At most this many items per list; longer lists are cut.
     public static let maxItems = 1000
     /// How long a process has after SIGTERM before SIGKILL.
@@ -65,23 +69,21 @@ public final class AppGuard: @unchecked Sendable {
     private let onStop: @Sendable (StoppedProcess) -> Void
     private let onError: @Sendable (String) -> Void
 
-    // Under `monitor`.
-    private let monitor = Monitor()
-    private var blocked: [Item] = []
-    private var allowed: [Item] = []
-    private var generation: UInt64 = 0
-    private var interval = 200
-    private var running = false
-    private var stopRequested = false
-    private var threadDone = true
-    private var scannerThread: pthread_t?
-
-    // The scan's own state, under `scanLock` (the scanner thread, or a test calling `scanOnce`).
-    private let scanLock = NSLock()
-    private var judged: [Int32: Judged] = [:]
-    private var pending: [Int32: Pending] = [:]
-    private var judgedGeneration: UInt64 = .max
-    private var lastError: String?
+    /// What the callers and the scanning thread share.
+    private struct Control {
+        var blocked: [Item] = []
+        var allowed: [Item] = []
+        /// Counts `set` calls: a scan judges every process again after one.
+        var generation: UInt64 = 0
+        var interval = 200
+        var running = false
+        var stopRequested = false
+        var threadDone = true
+        var scannerThread: pthread_t?
+    }
+    private let control = Monitor(Control())
+    /// The scan's own memory (the scanning thread, or a test calling `scanOnce`).
+    private let scanState = Mutex(ScanState())
 
     public init(user: uid_t = geteuid(), onStop: @escaping @Sendable (StoppedProcess) -> Void,
                 onError: @escaping @Sendable (String) -> Void) {
@@ -92,17 +94,12 @@ public final class AppGuard: @unchecked Sendable {
 
     /// Time between two scans in milliseconds, 20...5000.
     public var scanIntervalMs: Int {
-        get { monitor.withLock { interval } }
-        set {
-            monitor.withLock {
-                interval = min(5000, max(20, newValue))
-                monitor.broadcast()
-            }
-        }
+        get { control.withLock { $0.interval } }
+        set { control.update { $0.interval = min(5000, max(20, newValue)) } }
     }
 
     /// Whether the guard's thread is running.
-    public var isRunning: Bool { monitor.withLock { running } }
+    public var isRunning: Bool { control.withLock { $0.running } }
 
     /// The apps to stop (`blocked`) and the temporary items open now (`allowed`, never stopped).
     /// An empty `blocked` list makes the guard idle. Returns the items that were left out: empty,
@@ -112,22 +109,21 @@ public final class AppGuard: @unchecked Sendable {
         var rejected: [String] = []
         let b = AppGuard.items(blocked, rejected: &rejected)
         let a = AppGuard.items(allowed, rejected: &rejected)
-        monitor.withLock {
-            self.blocked = b
-            self.allowed = a
-            generation &+= 1
-            monitor.broadcast()
+        control.update {
+            $0.blocked = b
+            $0.allowed = a
+            $0.generation &+= 1
         }
         return rejected
     }
 
     /// Starts the scanning thread (no-op when it runs).
     public func start() {
-        let shouldStart = monitor.withLock { () -> Bool in
-            if running { return false }
-            running = true
-            stopRequested = false
-            threadDone = false
+        let shouldStart = control.withLock { c -> Bool in
+            if c.running { return false }
+            c.running = true
+            c.stopRequested = false
+            c.threadDone = false
             return true
         }
         guard shouldStart else { return }
@@ -139,52 +135,46 @@ public final class AppGuard: @unchecked Sendable {
     /// Stops the scanning thread and waits for it (unless called from a callback on it).
     /// Pending SIGKILL follow-ups are dropped.
     public func stop() {
-        let onScanner = monitor.withLock { () -> Bool in
-            stopRequested = true
-            monitor.broadcast()
-            if let t = scannerThread { return pthread_equal(t, pthread_self()) != 0 }
+        let me = pthread_self()
+        let onScanner = control.update { c -> Bool in
+            c.stopRequested = true
+            if let t = c.scannerThread { return pthread_equal(t, me) != 0 }
             return false
         }
         guard !onScanner else { return }
-        monitor.withLock {
-            while !threadDone { monitor.wait(ms: 100) }
-        }
+        control.wait(until: { $0.threadDone }, then: { _ in })
     }
 
     private func loop() {
-        monitor.withLock { scannerThread = pthread_self() }
+        let me = pthread_self()
+        control.withLock { $0.scannerThread = me }
         while true {
-            let stop = monitor.withLock { stopRequested }
+            let (stop, generation, interval) = control.withLock { ($0.stopRequested, $0.generation, $0.interval) }
             if stop { break }
             scanOnce()
             // Idle (nothing blocked, no SIGKILL due): sleep until `set` or `stop` wakes the thread,
             // instead of scanning every interval in every node that has no lock on.
-            let waiting = scanLock.withLock { !pending.isEmpty }
-            monitor.withLock {
-                if !stopRequested { monitor.wait(ms: blocked.isEmpty && !waiting ? 60_000 : interval) }
-            }
+            let waiting = scanState.withLock { !$0.pending.isEmpty }
+            let idle = control.withLock { $0.blocked.isEmpty } && !waiting
+            control.wait(atMostMs: idle ? 60_000 : interval,
+                         until: { $0.stopRequested || $0.generation != generation || $0.interval != interval })
         }
-        scanLock.withLock {
-            pending.removeAll()
-            judged.removeAll()
-            judgedGeneration = .max
-        }
-        monitor.withLock {
-            running = false
-            threadDone = true
-            scannerThread = nil
-            monitor.broadcast()
+        scanState.withLock { $0 = ScanState() }
+        control.update { c in
+            c.running = false
+            c.threadDone = true
+            c.scannerThread = nil
         }
     }
 
     // MARK: - One scan
 
-    private struct Judged {
+    fileprivate struct Judged {
         var startTime: UInt64
         var comm: String
     }
 
-    private struct Pending {
+    fileprivate struct Pending {
         var startTime: UInt64
         var identity: Identity
         var item: String
@@ -260,7 +250,7 @@ public final class AppGuard: @unchecked Sendable {
     }
 
     /// This process, its ancestors (up to 64) and pid 1.
-    private static func protectedPids() -> Set<Int32> {
+    fileprivate static func protectedPids() -> Set<Int32> {
         var out: Set<Int32> = [1, getpid()]
         var pid = getppid()
         var depth = 0
@@ -275,18 +265,29 @@ public final class AppGuard: @unchecked Sendable {
     /// One scan: follow-ups of earlier SIGTERMs, then new processes. Callbacks run after it,
     /// outside every lock.
     func scanOnce() {
-        let (blockedNow, allowedNow, gen) = monitor.withLock { (blocked, allowed, generation) }
+        let (blockedNow, allowedNow, gen) = control.withLock { ($0.blocked, $0.allowed, $0.generation) }
         var stopped: [StoppedProcess] = []
         var errors: [String] = []
-        scanLock.withLock {
-            scan(blockedNow, allowedNow, gen, &stopped, &errors)
-        }
+        scanState.withLock { $0.scan(blockedNow, allowedNow, gen, user: user, &stopped, &errors) }
         for s in stopped { onStop(s) }
         for e in errors { onError(e) }
     }
+}
 
-    private func scan(_ blockedNow: [Item], _ allowedNow: [Item], _ gen: UInt64,
-                      _ stopped: inout [StoppedProcess], _ errors: inout [String]) {
+/// What the scans remember between them: the processes judged (by pid, with their start time and
+/// `comm`), the SIGTERMs waiting for their SIGKILL follow-up, and the last error reported.
+struct ScanState {
+    fileprivate var judged: [Int32: AppGuard.Judged] = [:]
+    fileprivate var pending: [Int32: AppGuard.Pending] = [:]
+    fileprivate var judgedGeneration: UInt64 = .max
+    fileprivate var lastError: String?
+
+    fileprivate init() {}
+
+    fileprivate mutating func scan(_ blockedNow: [AppGuard.Item], _ allowedNow: [AppGuard.Item], _ gen: UInt64, user: uid_t,
+                                   _ stopped: inout [StoppedProcess], _ errors: inout [String]) {
+        typealias Identity = AppGuard.Identity
+        typealias Pending = AppGuard.Pending
         if gen != judgedGeneration {
             judged.removeAll()
             judgedGeneration = gen
@@ -295,7 +296,7 @@ public final class AppGuard: @unchecked Sendable {
         func stillBlocked(_ id: Identity) -> Bool {
             blockedNow.contains { $0.matches(id) } && !allowedNow.contains { $0.matches(id) }
         }
-        func report(_ pid: Int32, _ p: Pending, _ signal: Int32) {
+        func report(_ pid: Int32, _ p: AppGuard.Pending, _ signal: Int32) {
             stopped.append(StoppedProcess(pid: pid, name: p.identity.name, path: p.identity.exe, signal: signal, item: p.item))
         }
 
@@ -334,7 +335,7 @@ public final class AppGuard: @unchecked Sendable {
         for pid in pids where !protected.contains(pid) && pending[pid] == nil {
             if let j = judged[pid], let comm = Proc.comm(pid), comm == j.comm { continue }
             guard let st = Proc.stat(pid) else { continue }
-            judged[pid] = Judged(startTime: st.startTime, comm: st.comm)
+            judged[pid] = AppGuard.Judged(startTime: st.startTime, comm: st.comm)
             if st.isKernelThread || st.isGone { continue }
             let id = Identity(exe: Proc.exe(pid), comm: st.comm, argv0: Proc.argv0(pid))
             guard let item = blockedNow.first(where: { $0.matches(id) }),
@@ -350,7 +351,7 @@ public final class AppGuard: @unchecked Sendable {
             // The same process as judged (a pid reused in between would have another start time).
             guard let again = Proc.stat(pid), again.startTime == st.startTime, !again.isGone else { continue }
             if kill(pid, SIGTERM) == 0 {
-                pending[pid] = Pending(startTime: st.startTime, identity: id, item: item.text,
+                pending[pid] = AppGuard.Pending(startTime: st.startTime, identity: id, item: item.text,
                                        deadline: now + AppGuard.killAfterMs)
             } else if errno != ESRCH {
                 errors.append("app guard: cannot SIGTERM \(id.name) (pid \(pid)): \(BlockingError.errorText(errno))")

@@ -23,7 +23,12 @@ public final class Monitor<State: Sendable>: @unchecked Sendable {
         mutex = .allocate(capacity: 1)
         condition = .allocate(capacity: 1)
         precondition(pthread_mutex_init(mutex, nil) == 0, "pthread_mutex_init failed")
-        precondition(pthread_cond_init(condition, nil) == 0, "pthread_cond_init failed")
+        // Timed waits measure on the monotonic clock: a wall-clock jump neither cuts nor stretches one.
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        precondition(pthread_cond_init(condition, &attributes) == 0, "pthread_cond_init failed")
+        pthread_condattr_destroy(&attributes)
     }
 
     deinit {
@@ -49,6 +54,26 @@ public final class Monitor<State: Sendable>: @unchecked Sendable {
             pthread_mutex_unlock(mutex)
         }
         return try body(&state)
+    }
+
+    /// Sleeps until `ready` holds for the state (checked under the lock, again after every
+    /// `update`) or `milliseconds` have passed on the monotonic clock, whichever comes first.
+    /// Returns whether `ready` held.
+    @discardableResult
+    public func wait(atMostMs milliseconds: Int, until ready: (State) -> Bool) -> Bool {
+        let ms = Swift.max(0, milliseconds)
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        let nanoseconds = Int(now.tv_nsec) + ms % 1000 * 1_000_000
+        var deadline = timespec()
+        deadline.tv_sec = now.tv_sec + ms / 1000 + nanoseconds / 1_000_000_000
+        deadline.tv_nsec = nanoseconds % 1_000_000_000
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        while !ready(state) {
+            if pthread_cond_timedwait(condition, mutex, &deadline) == ETIMEDOUT { return ready(state) }
+        }
+        return true
     }
 
     /// Sleeps until `ready` holds for the state (checked under the lock, again after every
