@@ -18,6 +18,17 @@ struct KDTree: Sendable {
         var axis: Int32
         var split: Float
         var left: Int32, right: Int32
+        /// The smallest box holding the node's points.
+        var boxLo: SIMD3<Float>, boxHi: SIMD3<Float>
+
+        /// A lower bound of the squared distance from `q` to every point of the node, as
+        /// `distanceSquared` computes it (each axis's offset is at most the point's, and the sum is
+        /// taken the same way: rounding cannot make it larger than a point's distance).
+        @inline(__always) func boxDistanceSquared(_ q: SIMD3<Float>) -> Float {
+            let below = pointwiseMax(boxLo - q, .zero), above = pointwiseMax(q - boxHi, .zero)
+            let d = below + above
+            return (d * d).sum()
+        }
     }
 
     static let leafSize = 8
@@ -35,10 +46,10 @@ struct KDTree: Sendable {
                 // In place: each node partitions its range around the median (quickselect), no allocation.
                 func build(_ lo: Int, _ hi: Int) -> Int32 {
                     let index = Int32(nodes.count)
-                    nodes.append(Node(lo: Int32(lo), hi: Int32(hi), axis: -1, split: 0, left: -1, right: -1))
-                    if hi - lo <= KDTree.leafSize { return index }
                     var mn = p[lo], mx = p[lo]
                     for i in lo..<hi { mn = pointwiseMin(mn, p[i]); mx = pointwiseMax(mx, p[i]) }
+                    nodes.append(Node(lo: Int32(lo), hi: Int32(hi), axis: -1, split: 0, left: -1, right: -1, boxLo: mn, boxHi: mx))
+                    if hi - lo <= KDTree.leafSize { return index }
                     let spread = mx - mn
                     let axis = spread.x >= spread.y && spread.x >= spread.z ? 0 : (spread.y >= spread.z ? 1 : 2)
                     let mid = (lo + hi) / 2
@@ -135,6 +146,8 @@ struct KDTree: Sendable {
                         let (n, bound) = stack[top]
                         if bound >= best { continue }
                         var node = nodes[Int(n)]
+                        // The node's box: no nearer point inside it (the same answer, fewer nodes).
+                        if node.boxDistanceSquared(q) >= best { continue }
                         // Descend to the leaf, pushing the far sides.
                         while node.axis >= 0 {
                             let diff = q[Int(node.axis)] - node.split
@@ -153,6 +166,45 @@ struct KDTree: Sendable {
         return (bestPoint, best)
     }
 
+    /// Whether a point lies within squared distance `near` of `q` (0), else within `far` (1), else
+    /// none does (2) — what `nearestDistanceSquared(q) <= near` and `<= far` say, without finding
+    /// the nearest point: the search ends at the first point within `near`, and never looks past
+    /// `far` (issue 35: coverage asks this of every visible model point).
+    func proximity(_ q: SIMD3<Float>, near: Float, far: Float) -> Int {
+        guard !nodes.isEmpty else { return 2 }
+        var result = 2
+        // Points beyond this are of no interest: past `far` at first, past `near` once one within
+        // `far` is known.
+        var limit = max(near, far)
+        points.withUnsafeBufferPointer { pts in
+            nodes.withUnsafeBufferPointer { nodes in
+                withUnsafeTemporaryAllocation(of: (Int32, Float).self, capacity: 64) { stack in
+                    var top = 1
+                    stack[0] = (0, 0)
+                    search: while top > 0 {
+                        top -= 1
+                        let (n, bound) = stack[top]
+                        if bound > limit { continue }
+                        var node = nodes[Int(n)]
+                        if node.boxDistanceSquared(q) > limit { continue }
+                        while node.axis >= 0 {
+                            let diff = q[Int(node.axis)] - node.split
+                            let (nearSide, farSide) = diff < 0 ? (node.left, node.right) : (node.right, node.left)
+                            if top < 64 { stack[top] = (farSide, diff * diff); top += 1 }
+                            node = nodes[Int(nearSide)]
+                        }
+                        for i in Int(node.lo)..<Int(node.hi) {
+                            let d = distanceSquared(pts[i], q)
+                            if d <= near { result = 0; break search }
+                            if d <= far { result = 1; limit = near }
+                        }
+                    }
+                }
+            }
+        }
+        return result
+    }
+
     /// Every point within squared distance `radiusSquared` of `q` (indices in the tree's order, in
     /// no particular order).
     func indices(within radiusSquared: Float, of q: SIMD3<Float>, into result: inout [Int32]) {
@@ -168,6 +220,7 @@ struct KDTree: Sendable {
                         let (n, bound) = stack[top]
                         if bound > radiusSquared { continue }
                         var node = nodes[Int(n)]
+                        if node.boxDistanceSquared(q) > radiusSquared { continue }
                         while node.axis >= 0 {
                             let diff = q[Int(node.axis)] - node.split
                             let (near, far) = diff < 0 ? (node.left, node.right) : (node.right, node.left)
@@ -223,6 +276,7 @@ struct KDTree: Sendable {
                                 let (n, bound) = stack[top]
                                 if count == k, bound >= dists[k - 1] { continue }
                                 var node = nodes[Int(n)]
+                                if count == k, node.boxDistanceSquared(q) >= dists[k - 1] { continue }
                                 while node.axis >= 0 {
                                     let diff = q[Int(node.axis)] - node.split
                                     let (near, far) = diff < 0 ? (node.left, node.right) : (node.right, node.left)

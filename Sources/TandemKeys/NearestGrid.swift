@@ -154,6 +154,14 @@ struct NearestGrid: Sendable {
         let margin = 1e-4 * cellEdge
         var best = Float.infinity, bestPoint = -1
         var stop = Float.infinity
+        // The hint (ICP's last correspondence, usually the answer) bounds the scan from the start:
+        // an entry is taken only when strictly nearer, so on a tie the hint stays (as the tree
+        // answers) and otherwise the first of the nearest in list order (as a scan from nothing).
+        if hint >= 0, hint < points.count {
+            best = distanceSquared(points[hint], q)
+            bestPoint = hint
+            stop = fromCentre + best.squareRoot() + margin
+        }
         let quantum = self.quantum
         members.withUnsafeBufferPointer { m in
             for j in s..<e {
@@ -167,8 +175,6 @@ struct NearestGrid: Sendable {
                 }
             }
         }
-        // Of several at the same distance, the hint (as the tree answers).
-        if hint >= 0, hint < points.count, hint != bestPoint, distanceSquared(points[hint], q) == best { bestPoint = hint }
         return (bestPoint, best)
     }
 

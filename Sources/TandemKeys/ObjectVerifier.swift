@@ -403,7 +403,7 @@ public struct ObjectVerifier: Sendable {
         // stage, the most of a frame's time, and the second search has them.
         var alignment = Registration.align(cloud, axes: a.axes, to: tree, targets: candidates.map { template.views[$0].axes },
                                            tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell,
-                                           turned45: false, accept: judge, acceptClearly: judgeClearly)
+                                           turned45: false, firstPass: true, accept: judge, acceptClearly: judgeClearly)
         // None passed: the frame may show the object from where no enrolment frame looked (a box's
         // end face alone, a tile edge-on), so the enrolment views' frames put it on the wrong part,
         // or a square section sits turned between two of the 90° steps. Search again from the
@@ -412,7 +412,8 @@ public struct ObjectVerifier: Sendable {
             let virtualViews = self.virtualViews
             let similar = virtualViews.indices.map { (cosine(virtualViews[$0].vector, a.vector), $0) }.sorted { $0.0 > $1.0 }
             let second = Registration.align(cloud, axes: a.axes, to: tree, targets: similar.prefix(virtualTargets).map { virtualViews[$0.1].axes },
-                                            tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell, accept: judge)
+                                            tau: template.inlierDistance, normals: normals, oriented: true, cell: template.cell,
+                                            firstPass: true, accept: judge)
             if accepted.measures(for: second.transform) != nil || second.fit > alignment.fit { alignment = second }
         }
         v.fit = alignment.fit
@@ -455,7 +456,8 @@ public struct ObjectVerifier: Sendable {
         let reach = 4 * tau * tau
         return symmetries.map { distinct in
             var shown = 0
-            for i in distinct where viewTree.nearest(back.apply(tree.points[Int(i)])).distanceSquared <= reach { shown += 1 }
+            // Whether some frame point is within 2τ: no nearest point is needed (the same answers).
+            for i in distinct where viewTree.proximity(back.apply(tree.points[Int(i)]), near: reach, far: reach) == 0 { shown += 1 }
             return shown >= max(decisivePoints, Int((decisiveShare * Double(distinct.count)).rounded(.up)))
         }
     }

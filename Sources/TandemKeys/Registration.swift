@@ -22,6 +22,13 @@ enum Registration {
     static let coarseIterations = 4
     static let fineIterations = 20
     static let refinedHypotheses = 3
+    /// At verification (`align`'s `firstPass`), every hypothesis first gets `firstPassIterations`
+    /// ICP iterations on `firstPassPoints` points (every other one of the coarse sample), and only
+    /// the best `firstPassKept` by that fit go on to the coarse stage (issue 35: the coarse stage
+    /// was a third of a frame's time, and of its ~40 hypotheses at most 12 are ever refined).
+    static let firstPassPoints = 60
+    static let firstPassIterations = 2
+    static let firstPassKept = 12
     static let enrolmentRefinedHypotheses = 8
     /// A model point whose outward normal makes a cosine below this with the direction to the camera
     /// faces away (`evaluate`, `oriented`): a frame point whose `facingCandidates` nearest model
@@ -193,13 +200,27 @@ enum Registration {
     /// first from the `refine`-th refinement on); the first it accepts is the answer and ends the search.
     static func align(_ source: [SIMD3<Float>], axes: PrincipalAxes, to tree: KDTree, targets: [PrincipalAxes], tau: Float,
                       normals: [SIMD3<Float>]? = nil, oriented: Bool = false, cell: Float = 0, refine: Int = refinedHypotheses,
-                      untilFit: Double = 0, maximumRefined: Int = 12, turned45: Bool = true, accept: (@Sendable (Alignment) -> Bool)? = nil,
+                      untilFit: Double = 0, maximumRefined: Int = 12, turned45: Bool = true, firstPass: Bool = false,
+                      accept: (@Sendable (Alignment) -> Bool)? = nil,
                       acceptClearly: (@Sendable (Alignment) -> Bool)? = nil) -> Alignment {
         let coarse = subsample(source, coarsePoints)
         let fine = subsample(source, finePoints)
+        var starts = hypotheses(source: axes, targets: targets, turned45: turned45)
+        if firstPass, starts.count > firstPassKept {
+            // A cheaper first look at every hypothesis; the best `firstPassKept` go on, in their
+            // order, and get exactly the coarse stage they got before.
+            let first = subsample(source, firstPassPoints)
+            let quick = parallelMap(starts) { @Sendable h -> Double in
+                var nearest: [Int] = []
+                let t = icp(first, tree, from: h, tau: 2 * tau, iterations: firstPassIterations, nearest: &nearest)
+                return evaluate(first, tree, t, tau: 2 * tau, hints: nearest, fitOnly: true).fit
+            }
+            let ranked = starts.indices.sorted { quick[$0] > quick[$1] || (quick[$0] == quick[$1] && $0 < $1) }
+            starts = ranked.prefix(firstPassKept).sorted().map { starts[$0] }
+        }
         // The hypotheses are independent: each core takes some (`parallelMap` keeps their order, so
         // the result is the one a single thread finds).
-        var scored = parallelMap(hypotheses(source: axes, targets: targets, turned45: turned45)) { @Sendable h -> (Double, RigidTransform) in
+        var scored = parallelMap(starts) { @Sendable h -> (Double, RigidTransform) in
             var nearest: [Int] = []
             let t = icp(coarse, tree, from: h, tau: 2 * tau, iterations: coarseIterations, nearest: &nearest)
             return (evaluate(coarse, tree, t, tau: 2 * tau, hints: nearest, fitOnly: true).fit, t)
@@ -387,9 +408,10 @@ enum Registration {
             }
             seenOutline.append(projected[i])
             visible += 1
-            let d2 = viewTree.nearestDistanceSquared(camera[i])
-            if d2 <= limit { matched += 1 }
-            far[i] = d2 > 4 * limit
+            // Within τ, within 2τ or neither: no nearest point is needed (the same answers).
+            let proximity = viewTree.proximity(camera[i], near: limit, far: 4 * limit)
+            if proximity == 0 { matched += 1 }
+            far[i] = proximity == 2
         }
         guard visible > 0 else { return .empty }
         var neighbours: [(index: Int, distanceSquared: Float)] = []
@@ -460,7 +482,14 @@ enum Registration {
     static func silhouetteShortfall(frame: [SIMD2<Float>], model: [SIMD2<Float>]) -> Float {
         guard frame.count >= 16, model.count >= 16 else { return 0 }
         let tree = KDTree(thinned(frame, 4 * outlinePoints).map { SIMD3($0.x, $0.y, 0) })
-        var d = thinned(model, outlinePoints).map { tree.nearestDistanceSquared(SIMD3($0.x, $0.y, 0)) }
+        // The outline's points come in the model's (k-d tree) order, each near the one before: its
+        // answer bounds the next search from the start (the same distances).
+        var hint = -1
+        var d = thinned(model, outlinePoints).map { p -> Float in
+            let (k, d2) = tree.nearestIndex(SIMD3(p.x, p.y, 0), hint: hint)
+            hint = k
+            return d2
+        }
         return orderStatistic(&d, Int(Double(d.count - 1) * 0.98)).squareRoot()
     }
 

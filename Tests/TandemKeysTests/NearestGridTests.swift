@@ -56,6 +56,45 @@ final class NearestGridTests: XCTestCase {
         }
     }
 
+    /// The tree skips nodes by their boxes and `proximity` stops at the first point within reach:
+    /// every answer is still a full scan's (nearest distance, the k nearest distances in order, the
+    /// points within a radius, within τ / within 2τ / neither).
+    func testTheTreeAnswersAsAFullScanDoes() {
+        let frame = SyntheticShapes.view(of: shape("mug"), seed: 7, points: 3_000)
+        let tree = KDTree(frame.points)
+        let points = tree.points
+        var g = SplitMix64(seed: 12)
+        var lo = points[0], hi = points[0]
+        for p in points { lo = pointwiseMin(lo, p); hi = pointwiseMax(hi, p) }
+        let near: Float = 0.004 * 0.004, far: Float = 4 * near
+        var found: [(index: Int, distanceSquared: Float)] = []
+        var within: [Int32] = []
+        var kinds = [0, 0, 0]
+        for k in 0..<800 {
+            let q: SIMD3<Float>
+            if k % 2 == 0 {
+                let p = points[Int(g.next() % UInt64(points.count))]
+                q = p + SIMD3(Float(g.uniform(-0.012, 0.012)), Float(g.uniform(-0.012, 0.012)), Float(g.uniform(-0.012, 0.012)))
+            } else {
+                q = SIMD3(Float(g.uniform(Double(lo.x) - 0.03, Double(hi.x) + 0.03)), Float(g.uniform(Double(lo.y) - 0.03, Double(hi.y) + 0.03)),
+                          Float(g.uniform(Double(lo.z) - 0.03, Double(hi.z) + 0.03)))
+            }
+            let all = points.map { distanceSquared($0, q) }
+            let sorted = all.sorted()
+            XCTAssertEqual(tree.nearestIndex(q).distanceSquared, sorted[0], "query \(k)")
+            XCTAssertEqual(tree.nearestIndex(q, hint: Int(g.next() % UInt64(points.count))).distanceSquared, sorted[0], "query \(k) with a hint")
+            tree.nearestIndices(q, k: 7, into: &found)
+            XCTAssertEqual(found.map(\.distanceSquared), Array(sorted.prefix(7)), "query \(k)")
+            tree.indices(within: far, of: q, into: &within)
+            XCTAssertEqual(Set(within.map(Int.init)), Set(all.indices.filter { all[$0] <= far }), "query \(k)")
+            let expected = sorted[0] <= near ? 0 : (sorted[0] <= far ? 1 : 2)
+            XCTAssertEqual(tree.proximity(q, near: near, far: far), expected, "query \(k)")
+            kinds[expected] += 1
+        }
+        // Every answer of `proximity` was asked for.
+        XCTAssertTrue(kinds.allSatisfy { $0 > 40 }, "\(kinds)")
+    }
+
     func testAVerifierGivesTheSameVerdictsWithTheGrid() {
         // The plain tree and the grid's tree in the same alignment: the same pose, fit and RMS.
         let model = SyntheticShapes.view(of: shape("box-2-3-4"), seed: 11, points: 4_000).points
