@@ -17,6 +17,8 @@ enum UnlockLatency {
     struct Figures {
         var tagMs: [Double] = []
         var objectMs: [Double] = []
+        /// CPU time of this process (the node, its pools and the client; every thread) per object round.
+        var objectCPUms: [Double] = []
         /// Sweeps tried before one was recognised (the first recognised one is timed).
         var objectSweepsTried = 0
     }
@@ -91,9 +93,10 @@ enum UnlockLatency {
             // The object key locks and unlocks `desk`: each round presents the three frames twice.
             for _ in 0..<objectRounds {
                 _ = try await present(c, "lock.lock", live, extra: ["mode": "desk"])
-                let t0 = clock.now
+                let (t0, cpu0) = (clock.now, MessagesBench.processCPUms())
                 let r = try await present(c, "lock.unlock", live, extra: [:])
                 figures.objectMs.append(ms(clock.now - t0))
+                figures.objectCPUms.append(MessagesBench.processCPUms() - cpu0)
                 try check(r, hosts, original)
             }
         }
@@ -139,7 +142,7 @@ struct UnlockBench: AsyncParsableCommand {
     func run() async throws {
         warnIfDebug()
         let f = try await UnlockLatency.measure(rounds: rounds, objectRounds: objectRounds)
-        var object = UnlockLatency.summary(f.tagMs, f.objectMs)
+        var object = UnlockLatency.summary(f.tagMs, f.objectMs, objectCPU: f.objectCPUms)
         object["object_sweeps_tried"] = f.objectSweepsTried
         let data = try JSONSerialization.data(withJSONObject: object, options: pretty ? [.prettyPrinted, .sortedKeys] : [.sortedKeys])
         print(String(decoding: data, as: UTF8.self))
@@ -153,7 +156,7 @@ extension UnlockLatency {
         return s[min(s.count - 1, Int((Double(s.count - 1) * p).rounded()))]
     }
 
-    static func summary(_ tag: [Double], _ object: [Double]) -> [String: Any] {
+    static func summary(_ tag: [Double], _ object: [Double], objectCPU: [Double] = []) -> [String: Any] {
         func r(_ x: Double) -> Double { (x * 100).rounded() / 100 }
         let tagP99 = percentile(tag, 0.99), objP99 = percentile(object, 0.99)
         say("unlock: tag key p50 \(r(percentile(tag, 0.5))) ms p99 \(r(tagP99)) ms; object key (3 frames) p50 \(r(percentile(object, 0.5))) ms p99 \(r(objP99)) ms (goal p99 ≤ \(UnlockBench.goalMs) ms)")
@@ -164,7 +167,11 @@ extension UnlockLatency {
             "tag": ["rounds": tag.count, "p50_ms": r(percentile(tag, 0.5)), "p99_ms": r(tagP99), "max_ms": r(tag.max() ?? 0),
                     "meets_goal": tagP99 <= UnlockBench.goalMs],
             "object": ["rounds": object.count, "frames": 3, "p50_ms": r(percentile(object, 0.5)), "p99_ms": r(objP99),
-                       "max_ms": r(object.max() ?? 0), "meets_goal": objP99 <= UnlockBench.goalMs],
+                       "max_ms": r(object.max() ?? 0), "meets_goal": objP99 <= UnlockBench.goalMs,
+                       "rounds_over_goal": object.filter { $0 > UnlockBench.goalMs }.count,
+                       // Wall time well above CPU time in the slow rounds is the process waiting for a core.
+                       "cpu_p50_ms": r(percentile(objectCPU, 0.5)), "cpu_p99_ms": r(percentile(objectCPU, 0.99)),
+                       "cpu_max_ms": r(objectCPU.max() ?? 0)],
         ]
     }
 }
