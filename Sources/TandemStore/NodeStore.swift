@@ -349,13 +349,16 @@ public struct NodeStore: Sendable {
             }
             let step = StoreStep(db: db, limits: limits)
             var result: T?
+            // What follows the commit (the commit counter, the event tail) is done once
+            // `inTransaction` has returned, which it does only once the transaction committed —
+            // not through `db.afterNextTransaction`: that adds and removes a transaction observer,
+            // and GRDB empties its statement caches of every statement that can delete rows at
+            // both (the ACK's `DELETE … RETURNING`, the handled marks' prune, the search notes'
+            // clear: compiled again in every step; Protocol/messages.md 11.6, session 12).
             try db.inTransaction {
                 let changesBefore = db.totalChangesCount
                 defer {
-                    if db.totalChangesCount != changesBefore {
-                        step.changed = true
-                        db.afterNextTransaction(onCommit: { _ in counter.add() })
-                    }
+                    if db.totalChangesCount != changesBefore { step.changed = true }
                 }
                 defer { step.isOpen = false }
                 result = try body(step)
@@ -368,14 +371,13 @@ public struct NodeStore: Sendable {
                 } else {
                     try StoreStep.indexNotedMessages(db)
                 }
-                if !step.events.isEmpty {
-                    // On the writer's queue right after the commit, before any later transaction: the
-                    // tail grows in commit order. Nothing reaches it from a transaction rolled back.
-                    let events = step.events, tail = self.tail
-                    db.afterNextTransaction(onCommit: { _ in tail.committed(events) })
-                }
                 return .commit
             }
+            // Committed (`inTransaction` throws otherwise). Still on the writer's queue, before any
+            // later transaction: the tail grows in commit order, and nothing reaches it from a
+            // transaction rolled back.
+            if step.changed { counter.add() }
+            if !step.events.isEmpty { tail.committed(step.events) }
             if !syncing, step.changed {
                 if step.needsSync {
                     try syncWriteAheadLog()
