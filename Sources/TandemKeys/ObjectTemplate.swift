@@ -192,10 +192,6 @@ extension ObjectTemplate {
     static let candidateViews = 4
     static let registrationFit = 0.5
     static let clearFit = 0.75
-    /// A pose that puts more of a view's surface than this where registered views' cameras saw empty
-    /// space is a wrong one while another is found (genuine poses: 0–0.03 on seed 17's boxes; a box
-    /// frame turned a quarter: 0.19).
-    static let freeShare = 0.05
     /// A registered view whose leave-one-out fit is below this is dropped from the model (genuine
     /// views fit the others at 0.83–1.0; a view registered upside down at 0.05–0.6).
     static let contradictedFit = 0.7
@@ -246,15 +242,8 @@ extension ObjectTemplate {
         // fits the growing model best; a view that never fits well enough stays out of the model.
         let seed = views.indices.max { views[$0].quality < views[$1].quality || (views[$0].quality == views[$1].quality && views[$0].cloud.count < views[$1].cloud.count) } ?? 0
         poses[seed] = .identity
-        // Each view's surface (without the camera's outliers), thinned: what the free-space test places.
-        let samples = views.map { Registration.subsample(ShapeAnalysis.surface($0.cloud, extents: $0.extents), Registration.finePoints) }
-        // Pending views, most similar to a registered one first: a view that fits clearly (≥ 0.75) in
-        // a pose that puts little of it where the registered views' cameras saw empty space
-        // (`FreeSpace`, at most `freeShare`) is taken at once; otherwise, after a full pass, the best
-        // fitting one in such a pose, else (the model so far contradicts every view: it holds a wrong
-        // pose itself, which leave-one-out drops later) the best fitting one at all, if it fits.
-        // A box's frame turned a quarter about its long axis fits a model of two frames at 0.77 but
-        // puts a fifth of its points beside their silhouettes (issue 35, seed 17).
+        // Pending views, most similar to a registered one first: a view that fits clearly (≥ 0.75) is
+        // taken at once; otherwise, after a full pass, the best fitting one if it fits at all.
         while true {
             let pending = views.indices.filter { poses[$0] == nil }
             if pending.isEmpty { break }
@@ -262,33 +251,16 @@ extension ObjectTemplate {
             func similarity(_ i: Int) -> Double { registered.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0 }
             let tree = KDTree(assemble(views, poses, cell: cell))
             let normals = tree.normals()
-            let (model, modelNormals) = orientedModel(views, poses, cell: cell)
-            let free = FreeSpace(model: model, normals: modelNormals, cameras: registered.map { poses[$0]!.translation }, cell: cell, margin: 2 * tau)
-            var best: (Int, Alignment)?, bestFree: (Int, Alignment)?
+            var best: (Int, Alignment)?
             for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
                 let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
-                let sample = samples[i]
-                @Sendable func consistent(_ t: RigidTransform) -> Bool {
-                    guard !sample.isEmpty else { return true }
-                    var off = 0
-                    for p in sample where free.isFree(t.apply(p)) { off += 1 }
-                    return Double(off) <= freeShare * Double(sample.count)
-                }
                 let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree, targets: targets, tau: tau,
-                                           normals: normals, cell: cell, refine: Registration.enrolmentRefinedHypotheses,
-                                           accept: { consistent($0.transform) })
+                                           normals: normals, cell: cell, refine: Registration.enrolmentRefinedHypotheses)
                 if a.fit > (best?.1.fit ?? -1) { best = (i, a) }
-                guard consistent(a.transform) else { continue }
-                if a.fit > (bestFree?.1.fit ?? -1) { bestFree = (i, a) }
                 if a.fit >= clearFit { break }
             }
-            if let (i, a) = bestFree, a.fit >= registrationFit {
-                poses[i] = a.transform
-            } else if let (i, a) = best, a.fit >= registrationFit {
-                poses[i] = a.transform
-            } else {
-                break
-            }
+            guard let (i, a) = best, a.fit >= registrationFit else { break }
+            poses[i] = a.transform
         }
         // Global refinement: each registered view once more against the model of the others.
         let ordered = views.indices.filter { poses[$0] != nil && $0 != seed }
