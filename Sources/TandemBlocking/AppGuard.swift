@@ -287,7 +287,6 @@ struct ScanState {
     fileprivate mutating func scan(_ blockedNow: [AppGuard.Item], _ allowedNow: [AppGuard.Item], _ gen: UInt64, user: uid_t,
                                    _ stopped: inout [StoppedProcess], _ errors: inout [String]) {
         typealias Identity = AppGuard.Identity
-        typealias Pending = AppGuard.Pending
         if gen != judgedGeneration {
             judged.removeAll()
             judgedGeneration = gen

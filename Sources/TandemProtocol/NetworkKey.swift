@@ -26,16 +26,11 @@ public enum TandemConstants {
 
 /// Lowercase hex of bytes.
 public func hexString<S: Sequence>(_ bytes: S) -> String where S.Element == UInt8 {
-    // Contiguous bytes (arrays, Data, slices): written straight into the string's storage (the
-    // generic loop below cost 5,000 instructions for a 16-byte id; every event names one).
+    // Contiguous bytes (arrays, Data, slices): written straight into the string's storage (a
+    // byte-at-a-time loop cost 5,000 instructions for a 16-byte id; every event names one); any
+    // other sequence is gathered into an array first.
     if let text = bytes.withContiguousStorageIfAvailable({ hexString(contiguous: $0) }) { return text }
-    let digits = Array("0123456789abcdef".utf8)
-    var out: [UInt8] = []
-    for b in bytes {
-        out.append(digits[Int(b >> 4)])
-        out.append(digits[Int(b & 15)])
-    }
-    return String(decoding: out, as: UTF8.self)
+    return Array(bytes).withUnsafeBufferPointer { hexString(contiguous: $0) }
 }
 
 private func hexString(contiguous bytes: UnsafeBufferPointer<UInt8>) -> String {
