@@ -59,12 +59,15 @@ extension MessageService {
     /// One frame for each recipient, all signed under one message id (the first frame's): every
     /// copy of a thread message carries the same id and payload (messages.md 4 step 3).
     /// `memo`: what the send batch knows of its recipients (a contact read less per frame).
+    /// `linkAuthenticated`: held unsigned, signed at the egress where it must be (a direct MESSAGE,
+    /// README 5.4; `Outbox.frame`).
     func frames(_ type: MessageType, to recipients: [[UInt8]], payload: [UInt8], _ step: StoreStep,
-                memo: SendBatchMemo? = nil) -> [OutboxItem] {
+                memo: SendBatchMemo? = nil, linkAuthenticated: Bool = false) -> [OutboxItem] {
         let id = MessageID.random()
         return recipients.map { key in
             let friend = memo?.isFriend(key) { outbox.isFriend($0, in: step) }
-            return outbox.frame(type, to: key, payload: payload, messageID: id, recipientIsFriend: friend, in: step)
+            return outbox.frame(type, to: key, payload: payload, messageID: id, recipientIsFriend: friend,
+                                linkAuthenticated: linkAuthenticated, in: step)
         }
     }
 
@@ -190,8 +193,10 @@ extension MessageService {
         let timer = ChatLimits.disappearAfterMs.contains(UInt64(max(0, c.disappearAfterMs))) ? c.disappearAfterMs : 0
         let body = ChatMessageBody(challengeID: c.challengeId.map { Array($0) }, seq: seq, lamport: lamport, text: text,
                                    replyTo: replyTo, sentAtMs: UInt64(max(1, sentAt)), expiresAfterMs: UInt64(timer))
-        // Signed after `sentAt` was read: sent_at_ms is never later than the envelope's created_at.
-        let frames = frames(.chatMessage, to: to, payload: body.payload, step, memo: memo)
+        // Made after `sentAt` was read: sent_at_ms is never later than the envelope's created_at. A
+        // direct message is held unsigned and signed only where it must be (mail, an older friend's
+        // link); a thread's is forwarded by the inviter, so it is signed now (README 5.4).
+        let frames = frames(.chatMessage, to: to, payload: body.payload, step, memo: memo, linkAuthenticated: c.challengeId == nil)
         guard let first = frames.first else { throw MessageStoreError.noSuchConversation }
         let id = Array(first.messageId)
         let row = StoredMessage(id: id, conversationId: cid, author: me, seq: seq, lamport: lamport, sentLamport: lamport, text: text,
