@@ -87,6 +87,11 @@ extension MessageService {
         switch envelope.type {
         case .chatMessage:
             let body = try ChatMessageBody(payload: envelope.payload, createdAtMs: envelope.createdAt)
+            // A thread's MESSAGE is forwarded to participants who are not the author's friends, who
+            // verify the author's signature themselves: it must be signed (README 5.4).
+            if body.challengeID != nil, envelope.hasZeroSignature {
+                throw PayloadError(.chatMessage, "a thread's MESSAGE must be signed (it is forwarded)")
+            }
             let direct = body.challengeID == nil ? try inboundConversation(peer: author, step) : nil
             guard let c = try direct ?? conversation(for: author, thread: body.challengeID, friend: friend, step) else { return .drop }
             let outcome = try receiveMessage(envelope, body, c, handled: handled, step)
@@ -280,8 +285,13 @@ extension MessageService {
         }
         let body = ChatMessageBody(challengeID: thread, seq: UInt64(m.seq), lamport: UInt64(max(1, m.sentLamport)), text: m.text,
                                    replyTo: m.replyTo.map { Array($0) }, sentAtMs: UInt64(max(1, m.sentAtMs)))
-        let env = Envelope.sign(type: .chatMessage, messageID: MessageID(bytes: Array(m.id)), author: identity,
-                                recipient: to, createdAt: UInt64(clamping: max(now(), m.sentAtMs)), payload: body.payload)
+        // As when it was first sent: a direct message held unsigned (signed at the egress where it must be).
+        let createdAt = UInt64(clamping: max(now(), m.sentAtMs))
+        let env = thread == nil
+            ? Envelope.unsigned(type: .chatMessage, messageID: MessageID(bytes: Array(m.id)), author: identity.publicKey,
+                                recipient: to, createdAt: createdAt, payload: body.payload)
+            : Envelope.sign(type: .chatMessage, messageID: MessageID(bytes: Array(m.id)), author: identity,
+                            recipient: to, createdAt: createdAt, payload: body.payload)
         try step.enqueue(OutboxItem(messageId: env.messageID.bytes, recipient: to, type: MessageType.chatMessage.rawValue,
                                     frame: env.bytes, nowMs: now()))
         return true

@@ -47,7 +47,7 @@ public final class FrameGate: Sendable {
         case .success(let envelope): result = verifier.withLockedValue { $0.admit(envelope, now: now) }
         }
         switch result {
-        case .success: metrics.frameAccepted()
+        case .success(let envelope): metrics.frameAccepted(linkMessage: envelope.type == .chatMessage && envelope.needsSignatureOffLink)
         case .failure(let r): metrics.frameRejected(r.code)
         }
         return result

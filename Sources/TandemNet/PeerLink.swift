@@ -37,6 +37,7 @@ public final class PeerLink: Sendable {
     private let consumerPaused = Atomic<Bool>(false)
     private let trusted = Atomic<Bool>(false)
     private let acksTaken = Atomic<Bool>(false)
+    private let linkAuthenticatedTaken = Atomic<Bool>(false)
     private static let serials = NIOLockedValueBox<UInt64>(0)
 
     /// Bytes read from the link per turn of its event loop: `.plain` for anyone, `.trusted` once it
@@ -122,6 +123,9 @@ public final class PeerLink: Sendable {
     /// the frames it sends here may then be acknowledged several to one signed frame. False until
     /// then (an older node, or no PRESENCE yet): single ACKs.
     public var takesAcks: Bool { acksTaken.load(ordering: .acquiring) }
+    /// The peer announced that it takes MESSAGEs with the zero signature on this link (README 5.4).
+    public var takesLinkAuthenticated: Bool { linkAuthenticatedTaken.load(ordering: .acquiring) }
+    public func setTakesLinkAuthenticated(_ on: Bool) { linkAuthenticatedTaken.store(on, ordering: .releasing) }
     public func setTakesAcks(_ on: Bool) { acksTaken.store(on, ordering: .releasing) }
 
     /// What a link reads per turn of its loop, at most `maximum` bytes.

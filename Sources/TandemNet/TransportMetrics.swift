@@ -9,6 +9,8 @@ public final class TransportMetrics: Sendable {
         public var handshakesFailed = 0
         public var streamsFailed = 0
         public var framesAccepted = 0
+        /// Of those, MESSAGEs that came with the zero signature on their author's link (README 5.4).
+        public var linkMessagesAccepted = 0
         /// Rejected frames by error code name (e.g. "BAD_SIGNATURE").
         public var framesRejected: [String: Int] = [:]
         /// Rejections not answered because the link's ERROR budget was spent (5.12).
@@ -34,7 +36,12 @@ public final class TransportMetrics: Sendable {
     package func handshakeSucceeded() { box.withLockedValue { $0.handshakesSucceeded += 1 } }
     package func handshakeFailed() { box.withLockedValue { $0.handshakesFailed += 1 } }
     package func streamFailed() { box.withLockedValue { $0.streamsFailed += 1 } }
-    package func frameAccepted() { box.withLockedValue { $0.framesAccepted += 1 } }
+    package func frameAccepted(linkMessage: Bool = false) {
+        box.withLockedValue {
+            $0.framesAccepted += 1
+            if linkMessage { $0.linkMessagesAccepted += 1 }
+        }
+    }
     package func frameRejected(_ code: Tandem_V1_ErrorCode) {
         box.withLockedValue { $0.framesRejected[code.name, default: 0] += 1 }
     }

@@ -277,6 +277,7 @@ public final class NodeRuntime: Sendable {
         func counts(_ d: [String: Int]) -> JSONValue { .object(d.mapValues { .int(Int64($0)) }) }
         return .object([
             "frames_accepted": .int(Int64(m.framesAccepted)),
+            "link_messages_accepted": .int(Int64(m.linkMessagesAccepted)),
             "frames_rejected": counts(m.framesRejected),
             "error_replies_suppressed": .int(Int64(m.errorRepliesSuppressed)),
             "replies_dropped_unwritable": .int(Int64(m.repliesDroppedUnwritable)),

@@ -25,6 +25,18 @@ public struct MessageType: RawRepresentable, Hashable, Sendable, CustomStringCon
             || rawValue == 0x050B                  // FILE_CHUNK (Protocol/messages.md 7.3: its hash-tree path proves its content)
     }
 
+    /// Types that may go either way: signed as every other type, or — on a link whose Secret
+    /// Handshake proved the author, to a peer that announced in its PRESENCE that it takes them
+    /// (`takes_link_authenticated`) — with the zero signature of a link-authenticated type
+    /// (Protocol/README.md 5.4). MESSAGE (`0x0501`): a direct message to a friend is signed only
+    /// where it must be shown to a third party, which is when it leaves by relay mail (the sender
+    /// signs it then) or reaches an older node; a thread's MESSAGE is forwarded by the inviter and is
+    /// always signed. ACK and ACKS (`0x0107`, `0x0108`): they only ever travel on a link to the
+    /// author of what they acknowledge. Signing and verifying a MESSAGE were a third of a message's
+    /// CPU on both nodes together, an ACK's a tenth of one message's way (Protocol/messages.md 11.6,
+    /// session 13).
+    public var mayBeLinkAuthenticated: Bool { rawValue == 0x0501 || rawValue == 0x0107 || rawValue == 0x0108 }
+
     public static let error = MessageType(rawValue: 0x0001)
     public static let ping = MessageType(rawValue: 0x0002)
     public static let pong = MessageType(rawValue: 0x0003)
@@ -211,6 +223,62 @@ public struct Envelope: Sendable, Equatable {
         self.bytes = bytes
     }
 
+    /// Builds an envelope of a type that may go link-authenticated (`MessageType.mayBeLinkAuthenticated`)
+    /// with the zero signature, unsigned: before it leaves on a link whose peer does not take such
+    /// frames, or by relay mail, `signed(by:)` signs it (the outbox does, at the egress).
+    public static func unsigned(type: MessageType, messageID: MessageID = .random(), author: [UInt8],
+                                recipient: [UInt8], createdAt: UInt64, payload: [UInt8]) -> Envelope {
+        precondition(recipient.count == 32 && author.count == 32 && type.mayBeLinkAuthenticated)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(minimumLength + payload.count)
+        bytes.append(TandemConstants.protocolVersion)
+        appendBigEndian(&bytes, type.rawValue)
+        bytes.append(contentsOf: messageID.bytes)
+        bytes.append(contentsOf: author)
+        bytes.append(contentsOf: recipient)
+        appendBigEndian(&bytes, createdAt)
+        appendBigEndian(&bytes, UInt32(payload.count))
+        bytes.append(contentsOf: payload)
+        bytes.append(contentsOf: linkAuthenticatedSignature)
+        return Envelope(version: TandemConstants.protocolVersion, type: type, messageID: messageID,
+                        author: author, recipient: recipient, createdAt: createdAt,
+                        payload: payload, signature: linkAuthenticatedSignature, bytes: bytes)
+    }
+
+    /// Whether the signature field is the zero signature (a link-authenticated frame, or one of a
+    /// type that may be, not signed yet).
+    public var hasZeroSignature: Bool {
+        var any: UInt8 = 0
+        for b in signature { any |= b }
+        return signature.count == Self.signatureLength && any == 0
+    }
+
+    /// Whether the frame must be signed before it goes where its author's link does not vouch
+    /// for it: one of a type that may go link-authenticated, still with the zero signature.
+    public var needsSignatureOffLink: Bool { type.mayBeLinkAuthenticated && hasZeroSignature }
+
+    /// A new envelope, signed, or unsigned when `onLink` says the link it goes on vouches for it (a
+    /// type that may go either way, on a link whose peer announced `takes_link_authenticated`).
+    public static func make(type: MessageType, messageID: MessageID = .random(), author: SigningKeyPair,
+                            recipient: [UInt8], createdAt: UInt64, payload: [UInt8], unsignedOnLink: Bool) -> Envelope {
+        unsignedOnLink && type.mayBeLinkAuthenticated
+            ? unsigned(type: type, messageID: messageID, author: author.publicKey, recipient: recipient,
+                       createdAt: createdAt, payload: payload)
+            : sign(type: type, messageID: messageID, author: author, recipient: recipient, createdAt: createdAt, payload: payload)
+    }
+
+    /// This envelope signed by its author (`author` must hold the envelope's author key): the same
+    /// bytes before the signature, so the same frame (id, created_at, payload) for the receiver's
+    /// replay cache and handled marks. A frame already signed, or of a type that is never signed,
+    /// is returned as it is.
+    public func signed(by author: SigningKeyPair) -> Envelope {
+        guard needsSignatureOffLink, author.publicKey == self.author else { return self }
+        let head = Array(bytes[0..<(bytes.count - Self.signatureLength)])
+        let signature = author.sign(Self.signingDomain + head)
+        return Envelope(version: version, type: type, messageID: messageID, author: self.author, recipient: recipient,
+                        createdAt: createdAt, payload: payload, signature: signature, bytes: head + signature)
+    }
+
     /// Reads the layout of an envelope (no signature check). Throws `UNSUPPORTED_VERSION` when the
     /// version byte is not 1 (nothing else is interpreted then) and `MALFORMED` when the layout
     /// does not add up.
@@ -245,7 +313,7 @@ public struct Envelope: Sendable, Equatable {
     /// True when the author's signature covers the envelope exactly as carried. Always false for
     /// a link-authenticated type, which has no signature: see `isAuthentic(onLinkFrom:)`.
     public var hasValidSignature: Bool {
-        guard !type.isLinkAuthenticated else { return false }
+        guard !type.isLinkAuthenticated, !needsSignatureOffLink else { return false }
         return Ed25519.verify(signature: signature, message: signingInput, publicKey: author)
     }
 
@@ -253,7 +321,13 @@ public struct Envelope: Sendable, Equatable {
     /// the signature verifies. A link-authenticated type: it arrived on a link (`linkPeer`, the key
     /// that link's Secret Handshake proved; nil for a frame that came any other way, such as relay
     /// mail) from its author, with the zero signature.
+    /// A type that may go either way (`MessageType.mayBeLinkAuthenticated`): with the zero signature
+    /// as a link-authenticated type, else as a signed one.
     public func isAuthentic(onLinkFrom linkPeer: [UInt8]?) -> Bool {
+        if type.mayBeLinkAuthenticated, hasZeroSignature {
+            guard let linkPeer else { return false }
+            return author == linkPeer
+        }
         guard type.isLinkAuthenticated else { return hasValidSignature }
         guard let linkPeer else { return false }
         return author == linkPeer && signature == Self.linkAuthenticatedSignature

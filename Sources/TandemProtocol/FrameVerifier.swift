@@ -262,7 +262,10 @@ public struct FrameVerifier: Sendable {
         }
         guard envelope.isAuthentic(onLinkFrom: linkPeer) else {
             // The author is unproven: leave it out, so the reply goes to the link peer.
-            let detail = !envelope.type.isLinkAuthenticated ? "signature does not verify"
+            let detail = envelope.needsSignatureOffLink
+                ? (linkPeer == nil ? "an unsigned \(envelope.type) that did not come on a link"
+                   : "an unsigned \(envelope.type) whose author is not the link's peer")
+                : !envelope.type.isLinkAuthenticated ? "signature does not verify"
                 : linkPeer == nil ? "a link-authenticated frame that did not come on a link"
                 : envelope.author != linkPeer ? "a link-authenticated frame whose author is not the link's peer"
                 : "a link-authenticated frame with a non-zero signature field"

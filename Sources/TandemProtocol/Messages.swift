@@ -180,12 +180,16 @@ public struct PresenceMessage: Equatable, Sendable {
     public let health: Int?
     /// The sender takes ACKS on this link (README 12.5); false from an older node.
     public let takesAcks: Bool
+    /// The sender takes MESSAGEs with the zero signature on this link (README 5.4); false from an
+    /// older node.
+    public let takesLinkAuthenticated: Bool
     /// The health state the shared health falls in.
     public var healthState: HealthPool.State? { health.map { HealthPool.State(health: $0) } }
 
     public init(payload: [UInt8]) throws {
         let m = try decode(Tandem_V1_Presence.self, .presence, payload)
         takesAcks = m.takesAcks
+        takesLinkAuthenticated = m.takesLinkAuthenticated
         if m.hasHealth {
             guard m.health <= 100 else { throw PayloadError(.presence, "health of \(m.health) is out of range (0 … 100)") }
             health = Int(m.health)

@@ -221,7 +221,9 @@ extension StoreStep {
                 if item.recipient.count != 32 {
                     reason = "outbox: recipient is not a key"
                 } else if let env = try? Envelope.parse(Array(item.frame)) {
-                    if env.recipient != Array(item.recipient) || env.messageID.bytes != Array(item.messageId) || !env.hasValidSignature {
+                    // A direct MESSAGE is held unsigned (signed at the egress where it must be, README 5.4).
+                    if env.recipient != Array(item.recipient) || env.messageID.bytes != Array(item.messageId)
+                        || !(env.hasValidSignature || env.needsSignatureOffLink) {
                         reason = "outbox: frame does not match its row or its signature"
                     }
                 } else {

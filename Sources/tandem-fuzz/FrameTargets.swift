@@ -78,12 +78,19 @@ enum FrameTargets {
             let idByte = input.u8()
             let id = MessageID(bytes: [UInt8](repeating: idByte % 4, count: 16))
             let payload = input.take(Int(input.u8()))
-            let envelope = Envelope.sign(type: type, messageID: id, author: FuzzKeys.author,
-                                         recipient: recipient, createdAt: createdAt, payload: payload)
+            // A type that may go link-authenticated goes unsigned half the time (README 5.4).
+            let envelope = type.mayBeLinkAuthenticated && input.bool()
+                ? Envelope.unsigned(type: type, messageID: id, author: FuzzKeys.author.publicKey,
+                                    recipient: recipient, createdAt: createdAt, payload: payload)
+                : Envelope.sign(type: type, messageID: id, author: FuzzKeys.author,
+                                recipient: recipient, createdAt: createdAt, payload: payload)
             // Invariants of the codec itself.
+            let byLink = type.isLinkAuthenticated || envelope.needsSignatureOffLink
             guard let parsed = try? Envelope.parse(envelope.bytes), parsed == envelope,
                   parsed.isAuthentic(onLinkFrom: FuzzKeys.author.publicKey),
-                  !parsed.isAuthentic(onLinkFrom: FuzzKeys.local.publicKey) || !type.isLinkAuthenticated else {
+                  !parsed.isAuthentic(onLinkFrom: FuzzKeys.local.publicKey) || !byLink,
+                  !byLink || !parsed.isAuthentic(onLinkFrom: nil),
+                  parsed.signed(by: FuzzKeys.author).isAuthentic(onLinkFrom: nil) || type.isLinkAuthenticated else {
                 fatalError("a freshly signed envelope does not parse back to itself")
             }
             envelopes.append(envelope)
@@ -125,7 +132,8 @@ enum FrameTargets {
                 switch verifier.verify(bytes, linkPeer: FuzzKeys.author.publicKey, now: FuzzKeys.now) {
                 case .success(let accepted):
                     guard accepted.isAuthentic(onLinkFrom: FuzzKeys.author.publicKey), accepted.recipient == FuzzKeys.local.publicKey,
-                          !accepted.type.isLinkAuthenticated || accepted.author == FuzzKeys.author.publicKey else {
+                          !(accepted.type.isLinkAuthenticated || accepted.needsSignatureOffLink)
+                            || accepted.author == FuzzKeys.author.publicKey else {
                         fatalError("FrameVerifier accepted an envelope that breaks its rules")
                     }
                     switch accepted.type {

@@ -404,7 +404,8 @@ enum ReplayMachine {
             switch verifier.verify(bytes, linkPeer: linkPeer, now: clock.ms) {
             case .success(let e):
                 MachineTargets.check(e.isAuthentic(onLinkFrom: linkPeer) && e.recipient == local.publicKey
-                                     && (!e.type.isLinkAuthenticated || e.author == linkPeer), "FrameVerifier accepted a frame that breaks its rules")
+                                     && (!(e.type.isLinkAuthenticated || e.needsSignatureOffLink) || e.author == linkPeer),
+                                     "FrameVerifier accepted a frame that breaks its rules")
                 MachineTargets.check(e.createdAt <= clock.ms || e.createdAt - clock.ms <= verifier.maximumClockSkew,
                                      "FrameVerifier accepted a frame from too far in the future")
                 MachineTargets.check(verifier.verify(bytes, linkPeer: linkPeer, now: clock.ms).isFailure, "FrameVerifier accepted the same frame twice")

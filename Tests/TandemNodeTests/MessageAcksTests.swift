@@ -53,6 +53,27 @@ final class MessageAcksTests: XCTestCase, MessageNodeCalls {
                           "fewer signed acknowledgements than frames acknowledged")
     }
 
+    /// Each node announces in its PRESENCE that it takes MESSAGEs unsigned on the link (README 5.4),
+    /// and a direct message then crosses unsigned: the receiver accepts it from its author's link.
+    func testADirectMessageCrossesUnsignedOnceBothAnnouncedIt() async throws {
+        let a = try await RunningNode.start(), b = try await RunningNode.start()
+        defer { a.task.cancel(); b.task.cancel() }
+        try await befriend(a, b)
+        for _ in 0..<200 {
+            if a.node.peers.link(to: b.node.identity.publicKey)?.takesLinkAuthenticated == true { break }
+            try await Task.sleep(for: .milliseconds(25))
+        }
+        XCTAssertEqual(a.node.peers.link(to: b.node.identity.publicKey)?.takesLinkAuthenticated, true, "b announced it in its PRESENCE")
+        let received = b.node.metrics.snapshot.linkMessagesAccepted
+        let id = try await Self.send(a.node, to: b.node, "unsigned, on its author's link")
+        try await outboxDrains(a.node)
+        let delivered = try await events(a.node, "message.delivered").compactMap { $0.fields["id"]?.stringValue }
+        XCTAssertEqual(delivered.filter { $0 == id }.count, 1)
+        let texts = try await list(b.node, with: a.node).compactMap { $0["text"]?.stringValue }
+        XCTAssertEqual(texts, ["unsigned, on its author's link"])
+        XCTAssertEqual(b.node.metrics.snapshot.linkMessagesAccepted - received, 1, "it came with the zero signature")
+    }
+
     /// `message.send` from a child task (the instance's helper is not `Sendable`).
     static func send(_ from: NodeRuntime, to: NodeRuntime, _ text: String) async throws -> String {
         guard case .unary(let handler) = from.router.entry("message.send") else { throw TandemError("no message.send") }

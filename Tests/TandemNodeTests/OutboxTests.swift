@@ -25,7 +25,12 @@ final class OutboxTests: XCTestCase {
         private let box = NIOLockedValueBox<[Envelope]>([])
         /// Writes (by type) and flushes, in order.
         private let log = NIOLockedValueBox<[String]>([])
-        init(serial: UInt64) { self.serial = serial }
+        /// The peer announced that it takes MESSAGEs unsigned (README 5.4).
+        let takesLinkAuthenticated: Bool
+        init(serial: UInt64, takesLinkAuthenticated: Bool = false) {
+            self.serial = serial
+            self.takesLinkAuthenticated = takesLinkAuthenticated
+        }
         func write(_ envelope: Envelope) {
             box.withLockedValue { $0.append(envelope) }
             log.withLockedValue { $0.append("\(envelope.type)") }
@@ -299,6 +304,58 @@ final class OutboxTests: XCTestCase {
         XCTAssertEqual(rig.transport.state.withLockedValue { $0.deposits.map { $0.map(\.type) } }, [[.friendRequest]])
         XCTAssertEqual(try rig.store.outboxCount(), 0)
         XCTAssertTrue(try rig.eventTypes().contains("outbox.deposited"))
+    }
+
+    /// A direct MESSAGE is held unsigned; it leaves so only on a link whose peer takes it (README
+    /// 5.4), signed on any other link and in relay mail — the same frame (id, created_at, payload).
+    func testADirectMessageIsSignedWhereverItsLinkDoesNotVouchForIt() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        let body = ChatMessageBody(challengeID: nil, seq: 1, lamport: 1, text: "ready?", replyTo: nil, sentAtMs: 1)
+        let item = try await NodeCore.perform {
+            try rig.store.batch { step in
+                let item = rig.outbox.frame(.chatMessage, to: peer, payload: body.payload, recipientIsFriend: true,
+                                            linkAuthenticated: true, in: step)
+                try step.enqueue(item)
+                return item
+            }
+        }
+        let stored = try Envelope.parse(Array(item.frame))
+        XCTAssertTrue(stored.needsSignatureOffLink, "held unsigned")
+        let setAside = try await NodeCore.perform { try rig.store.batch { try $0.quarantineInvalidRows(nowMs: rig.clock.now) } }
+        XCTAssertEqual(setAside.count, 0, "an unsigned MESSAGE row is valid at start")
+        XCTAssertEqual(try rig.store.outboxCount(), 1)
+        let head = Array(stored.bytes.dropLast(64))
+
+        // An older node's link (no PRESENCE flag): signed as it is written.
+        let older = FakeLink(serial: 1)
+        rig.transport.setLink(peer, older)
+        await rig.outbox.deliver(to: peer)
+        let onOlder = try XCTUnwrap(older.written.first)
+        XCTAssertTrue(onOlder.hasValidSignature)
+        XCTAssertEqual(Array(onOlder.bytes.dropLast(64)), head)
+        XCTAssertTrue(try rig.store.outboxFrames([Array(item.messageId)], to: peer).values.allSatisfy {
+            (try? Envelope.parse($0))?.needsSignatureOffLink == true
+        }, "the outbox keeps it unsigned")
+
+        // A link whose peer takes it: as held, the zero signature.
+        let newer = FakeLink(serial: 2, takesLinkAuthenticated: true)
+        rig.transport.setLink(peer, newer)
+        await rig.outbox.deliver(to: peer)
+        let onNewer = try XCTUnwrap(newer.written.first)
+        XCTAssertTrue(onNewer.hasZeroSignature)
+        XCTAssertEqual(onNewer.bytes, stored.bytes)
+
+        // Offline: the mail is signed.
+        rig.transport.setLink(peer, nil)
+        rig.clock.advance(30_001)
+        let relay = RelayAddress(id: NodeID(publicKey: SigningKeyPair.generate().publicKey), host: "127.0.0.1", port: 7)
+        rig.transport.state.withLockedValue { $0.dialResult[peer] = .offline(relay) }
+        await rig.outbox.deliverDue()
+        let mailed = try XCTUnwrap(rig.transport.state.withLockedValue { $0.deposits.first?.first })
+        XCTAssertTrue(mailed.hasValidSignature)
+        XCTAssertEqual(mailed.bytes, onOlder.bytes)
+        XCTAssertEqual(try rig.store.outboxCount(), 0)
     }
 
     func testARelayThatStoresNothingLeavesTheFramesDue() async throws {

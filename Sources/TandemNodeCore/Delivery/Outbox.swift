@@ -14,9 +14,14 @@ package protocol OutboxLink: AnyObject, Sendable {
     func flush()
     /// Writes `envelopes` in order and flushes once.
     func writeAndFlush(_ envelopes: [Envelope])
+    /// The peer takes MESSAGEs with the zero signature on this link (README 5.4): those the outbox
+    /// holds unsigned go as they are; on any other link they are signed as they are written.
+    var takesLinkAuthenticated: Bool { get }
 }
 
 extension OutboxLink {
+    package var takesLinkAuthenticated: Bool { false }
+
     package func writeAndFlush(_ envelopes: [Envelope]) {
         for e in envelopes { write(e) }
         flush()
@@ -154,11 +159,17 @@ package final class Outbox: Sendable {
     /// Signs a frame for `recipient` as an outbox row, for the flow to store with its change.
     /// `messageID`: the id to sign under (one message sent to several recipients keeps one id).
     /// `recipientIsFriend`: when the caller already knows (one contact read less per frame).
+    /// `linkAuthenticated`: a type that may go so (`MessageType.mayBeLinkAuthenticated`) is stored
+    /// unsigned, and signed only where it must be (`signedForEgress`): on a link whose peer does not
+    /// take it unsigned, and in relay mail (README 5.4).
     package func frame(_ type: MessageType, to recipient: [UInt8], payload: [UInt8], messageID: MessageID = .random(),
-                       recipientIsFriend: Bool? = nil, in r: StoreReading) -> OutboxItem {
+                       recipientIsFriend: Bool? = nil, linkAuthenticated: Bool = false, in r: StoreReading) -> OutboxItem {
         let nowMs = now()
-        let env = Envelope.sign(type: type, messageID: messageID, author: identity, recipient: recipient,
+        let env = linkAuthenticated && type.mayBeLinkAuthenticated
+            ? Envelope.unsigned(type: type, messageID: messageID, author: identity.publicKey, recipient: recipient,
                                 createdAt: UInt64(clamping: nowMs), payload: payload)
+            : Envelope.sign(type: type, messageID: messageID, author: identity, recipient: recipient,
+                            createdAt: UInt64(clamping: nowMs), payload: payload)
         var item = OutboxItem(messageId: env.messageID.bytes, recipient: recipient, type: type.rawValue, frame: env.bytes, nowMs: nowMs)
         let farewell = type == .friendDecline || type == .friendRemove
         if farewell || !(recipientIsFriend ?? isFriend(recipient, in: r)) {
@@ -277,6 +288,8 @@ package final class Outbox: Sendable {
         var seen = Set<[UInt8]>(minimumCapacity: ids.count)
         let ids = ids.filter { seen.insert($0).inserted }
         let batched = ids.count > 1 && link.takesAcks
+        // Unsigned when the peer takes it on this link (README 5.4): it never leaves the link.
+        let unsigned = link.takesLinkAuthenticated
         let payloads: [(MessageType, [UInt8])]
         if batched {
             payloads = stride(from: 0, to: ids.count, by: AcksMessage.maximumIDs).map { start in
@@ -298,8 +311,8 @@ package final class Outbox: Sendable {
             PathTrace.stamp(.ackOnLoop)
             let nowMs = wallClockMilliseconds()  // as a link's own replies are stamped
             for (type, payload) in payloads {
-                let envelope = Envelope.sign(type: type, messageID: .random(), author: identity, recipient: recipient,
-                                             createdAt: nowMs, payload: payload)
+                let envelope = Envelope.make(type: type, author: identity, recipient: recipient, createdAt: nowMs,
+                                             payload: payload, unsignedOnLink: unsigned)
                 channel.write(envelope, promise: nil)
             }
             channel.flush()
@@ -564,7 +577,8 @@ package final class Outbox: Sendable {
                 }
                 continue
             }
-            envelopes.append(env)
+            // Unsigned in the outbox (a direct MESSAGE): signed here unless this link's peer takes it so.
+            envelopes.append(link.takesLinkAuthenticated ? env : env.signed(by: identity))
             written[item.type, default: []].append(item.messageId)
         }
         // All of them in one write and one flush.
@@ -601,7 +615,9 @@ package final class Outbox: Sendable {
     func depositMail(for key: [UInt8], at relay: RelayAddress) async {
         let items = await NodeCore.run { self.health.read("read the outbox", or: []) { try self.store.outbox(for: key) } }
         // An unreadable frame (a damaged store) is dropped, logged and counted at the next direct write.
+        // Mail is opened away from any link: a frame held unsigned (a direct MESSAGE) is signed now (README 14.4).
         let envelopes = items.compactMap { try? Envelope.parse(Array($0.frame)) }.filter { MailboxSeal.isMailable($0.type) }  // see above
+            .map { $0.signed(by: identity) }
         var deposited: [[UInt8]] = []
         var failure: String?
         if !envelopes.isEmpty {

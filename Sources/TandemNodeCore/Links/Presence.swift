@@ -63,6 +63,8 @@ package final class PresenceState: Sendable {
         if let h = sharedHealth(nowMs: Int64(clamping: wallClockMilliseconds())) { p.health = UInt32(h) }
         // This node takes ACKS (README 12.5): a friend may acknowledge a batch of our frames at once.
         p.takesAcks = true
+        // It takes a friend's direct MESSAGEs unsigned on this link (README 5.4, messages.md 11.6).
+        p.takesLinkAuthenticated = true
         return (try? p.serializedBytes()) ?? []  // a message of set fields always serializes
     }
 
@@ -165,6 +167,7 @@ package final class PresenceService: Sendable {
     package func receive(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?, on link: PeerLink? = nil, _ step: StoreStep) {
         guard contact?.relationship == .friend else { return }
         link?.setTakesAcks(p.takesAcks)
+        link?.setTakesLinkAuthenticated(p.takesLinkAuthenticated)
         let name = p.status.rawValue
         let before = health.read("read a friend's health", or: nil, { try step.friendHealth(envelope.author)?.health })
         health.attempt("store a presence") {

@@ -616,6 +616,11 @@ public nonisolated struct Tandem_V1_Presence: Sendable {
   /// signed frame. Absent or false (an older node): only single ACKs. Protocol/README.md 12.5.
   public var takesAcks: Bool = false
 
+  /// The sender takes direct MESSAGEs (0x0501), ACKs and ACKS with the zero signature on this link
+  /// (link-authenticated, Protocol/README.md 5.4). Absent or false (an older node): every one it gets
+  /// is signed.
+  public var takesLinkAuthenticated: Bool = false
+
   public var unknownFields = SwiftProtobuf.UnknownStorage()
 
   public init() {}
@@ -2141,7 +2146,7 @@ nonisolated extension Tandem_V1_ContactUpdate: SwiftProtobuf.Message, SwiftProto
 
 nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._MessageImplementationBase, SwiftProtobuf._ProtoNameProviding {
   public static let protoMessageName: String = _protobuf_package + ".Presence"
-  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}status\0\u{3}heartbeat_seconds\0\u{1}health\0\u{3}takes_acks\0")
+  public static let _protobuf_nameMap = SwiftProtobuf._NameMap(bytecode: "\0\u{1}status\0\u{3}heartbeat_seconds\0\u{1}health\0\u{3}takes_acks\0\u{3}takes_link_authenticated\0")
 
   public mutating func decodeMessage<D: SwiftProtobuf.Decoder>(decoder: inout D) throws {
     while let fieldNumber = try decoder.nextFieldNumber() {
@@ -2153,6 +2158,7 @@ nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._
       case 2: try { try decoder.decodeSingularUInt32Field(value: &self.heartbeatSeconds) }()
       case 3: try { try decoder.decodeSingularUInt32Field(value: &self._health) }()
       case 4: try { try decoder.decodeSingularBoolField(value: &self.takesAcks) }()
+      case 5: try { try decoder.decodeSingularBoolField(value: &self.takesLinkAuthenticated) }()
       default: break
       }
     }
@@ -2175,6 +2181,9 @@ nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._
     if self.takesAcks != false {
       try visitor.visitSingularBoolField(value: self.takesAcks, fieldNumber: 4)
     }
+    if self.takesLinkAuthenticated != false {
+      try visitor.visitSingularBoolField(value: self.takesLinkAuthenticated, fieldNumber: 5)
+    }
     try unknownFields.traverse(visitor: &visitor)
   }
 
@@ -2183,6 +2192,7 @@ nonisolated extension Tandem_V1_Presence: SwiftProtobuf.Message, SwiftProtobuf._
     if lhs.heartbeatSeconds != rhs.heartbeatSeconds {return false}
     if lhs._health != rhs._health {return false}
     if lhs.takesAcks != rhs.takesAcks {return false}
+    if lhs.takesLinkAuthenticated != rhs.takesLinkAuthenticated {return false}
     if lhs.unknownFields != rhs.unknownFields {return false}
     return true
   }
