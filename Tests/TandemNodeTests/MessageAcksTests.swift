@@ -1,6 +1,7 @@
 import Foundation
+import NIOEmbedded
 import Sodium
-import TandemNet
+@testable import TandemNet
 import TandemProtocol
 @_spi(StoreOwner) import TandemStore
 import TandemTestSupport
@@ -72,6 +73,16 @@ final class MessageAcksTests: XCTestCase, MessageNodeCalls {
         let texts = try await list(b.node, with: a.node).compactMap { $0["text"]?.stringValue }
         XCTAssertEqual(texts, ["unsigned, on its author's link"])
         XCTAssertEqual(b.node.metrics.snapshot.linkMessagesAccepted - received, 1, "it came with the zero signature")
+
+        // A second link to the friend (both ends dialled; the peer sends its PRESENCE on its first
+        // link only, and the outbox writes on the newest): it takes what the PRESENCE announced.
+        let second = PeerLink(channel: EmbeddedChannel(), identity: a.node.identity)
+        second.setRemote(b.node.identity.publicKey)
+        XCTAssertFalse(second.takesLinkAuthenticated)
+        a.node.peers.linkEstablished(second)
+        XCTAssertTrue(second.takesLinkAuthenticated, "announced for every link to the peer, later ones too")
+        XCTAssertTrue(second.takesAcks)
+        a.node.peers.linkClosed(second, error: nil)
     }
 
     /// `message.send` from a child task (the instance's helper is not `Sendable`).

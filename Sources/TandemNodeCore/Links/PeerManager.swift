@@ -21,6 +21,31 @@ public final class PeerManager: PeerLinkDelegate, Sendable {
         var links: [[UInt8]: [PeerLink]] = [:]
         var connecting: [[UInt8]: EventLoopPromise<PeerLink>] = [:]
         var lastFrameAt: [[UInt8]: UInt64] = [:]
+        /// What a peer announced in its last PRESENCE (README 12.7) while a link to it is up:
+        /// every link to it takes it, one that comes up later too (the peer sends its PRESENCE only
+        /// on the first link, and the outbox writes on the newest).
+        var announced: [[UInt8]: Announcement] = [:]
+    }
+
+    /// What a peer's PRESENCE said it takes on links to it (README 12.5, 5.4).
+    public struct Announcement: Sendable, Equatable {
+        public var takesAcks: Bool
+        public var takesLinkAuthenticated: Bool
+        public init(takesAcks: Bool, takesLinkAuthenticated: Bool) {
+            self.takesAcks = takesAcks
+            self.takesLinkAuthenticated = takesLinkAuthenticated
+        }
+    }
+
+    /// A peer's PRESENCE came: what it takes holds for every link to it that is up, and for those
+    /// that come up while one is (all links to one key reach one node). Forgotten with its last link.
+    public func announced(_ key: [UInt8], _ a: Announcement) {
+        let links = state.withLockedValue { s -> [PeerLink] in
+            guard let list = s.links[key], !list.isEmpty else { return [] }
+            s.announced[key] = a
+            return list
+        }
+        for link in links { link.apply(a) }
     }
 
     public let identity: SigningKeyPair
@@ -61,6 +86,7 @@ public final class PeerManager: PeerLinkDelegate, Sendable {
                 >= maximumLinksPerAddress { return (false, true) }
             let first = s.links[key, default: []].isEmpty
             s.links[key, default: []].append(link)
+            if let a = s.announced[key] { link.apply(a) }
             s.lastFrameAt[key] = wallClockMilliseconds()
             return (first, false)
         }
@@ -92,6 +118,7 @@ public final class PeerManager: PeerLinkDelegate, Sendable {
             if list.isEmpty {
                 s.links[key] = nil
                 s.lastFrameAt[key] = nil
+                s.announced[key] = nil
                 return true
             }
             s.links[key] = list
@@ -167,5 +194,12 @@ public final class PeerManager: PeerLinkDelegate, Sendable {
     public func closeAll() {
         let all = state.withLockedValue { s in s.links.values.flatMap { $0 } }
         for l in all { l.close() }
+    }
+}
+
+extension PeerLink {
+    fileprivate func apply(_ a: PeerManager.Announcement) {
+        setTakesAcks(a.takesAcks)
+        setTakesLinkAuthenticated(a.takesLinkAuthenticated)
     }
 }

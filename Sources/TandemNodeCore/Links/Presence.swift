@@ -166,8 +166,11 @@ package final class PresenceService: Sendable {
     /// friend's frames are acknowledged with ACKS from now on when it announces them (README 12.5).
     package func receive(_ envelope: Envelope, _ p: PresenceMessage, contact: Contact?, on link: PeerLink? = nil, _ step: StoreStep) {
         guard contact?.relationship == .friend else { return }
+        // For every link to the friend, not only the one it came on (README 12.7).
+        let announced = PeerManager.Announcement(takesAcks: p.takesAcks, takesLinkAuthenticated: p.takesLinkAuthenticated)
         link?.setTakesAcks(p.takesAcks)
         link?.setTakesLinkAuthenticated(p.takesLinkAuthenticated)
+        peers.announced(envelope.author, announced)
         let name = p.status.rawValue
         let before = health.read("read a friend's health", or: nil, { try step.friendHealth(envelope.author)?.health })
         health.attempt("store a presence") {
