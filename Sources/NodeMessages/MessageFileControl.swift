@@ -153,7 +153,12 @@ extension MessageService {
     /// The file attached to message `m`, if any (for `message list`).
     func fileField(_ m: StoredMessage, _ r: StoreReading) -> JSONValue {
         guard let t = health.read("read a file transfer", or: nil, { try r.fileTransfer(messageId: Array(m.id)) }) else { return .null }
-        return MessageFiles.describe(t, bytesMoved: try? r.fileBytesMoved(Array(t.fileId)),  // read just above: nil only if the disk fails now
+        return fileField(t, r)
+    }
+
+    /// The `file` field for transfer `t`, already read.
+    func fileField(_ t: StoredFileTransfer, _ r: StoreReading) -> JSONValue {
+        MessageFiles.describe(t, bytesMoved: try? r.fileBytesMoved(Array(t.fileId)),  // read just above: nil only if the disk fails now
                                      vault: try? r.fileVaultImport(Array(t.fileId)))  // read just above: nil only if the disk fails now
     }
 }

@@ -41,11 +41,11 @@ public final class MessageService: Sendable {
     let clock: @Sendable () -> Int64
 
     /// Per-friend token buckets for the frames that store something.
-    private var buckets: [[UInt8]: (tokens: Double, atMs: Int64)] = [:]
+    private var buckets: [ByteKey: (tokens: Double, atMs: Int64)] = [:]
     /// Bytes stored per author, as of the last sum plus what was stored since: never below the
     /// truth (retracts and expiries only lower it), so while it is well below the bound the store
     /// need not sum the author's rows for each message. Read again near the bound.
-    private var storedBytes: [[UInt8]: Int64] = [:]
+    private var storedBytes: [ByteKey: Int64] = [:]
     /// Inbound ordering per conversation id, as committed.
     private var orders: [Int64: ConversationOrder] = [:]
     /// Orders changed by the step `stagedIn` (not yet committed): they replace `orders` after its
@@ -55,9 +55,10 @@ public final class MessageService: Sendable {
     private var stagedIn: StoreStep?
     /// Direct conversations an inbound step read for its MESSAGEs, by peer (`inboundConversation`):
     /// valid for the step `conversationsIn` only (weak: a later step is never mistaken for it).
-    private var conversations: [[UInt8]: ConversationRow] = [:]
+    private var conversations: [ByteKey: ConversationRow] = [:]
     /// Canonical ID texts by key (`canonicalID`).
-    private var canonicalIDs: [[UInt8]: String] = [:]
+    /// (The tables keyed by a public key take `ByteKey`: hashed in one go, messages.md 11.6.)
+    private var canonicalIDs: [ByteKey: String] = [:]
     private weak var conversationsIn: StoreStep?
     /// MESSAGEs the inbound batch `receiptsIn` stored from relay mail, by author, in order: a
     /// DELIVERED per author goes into the same step when the batch ends (`batchEnded`).
@@ -155,8 +156,9 @@ public final class MessageService: Sendable {
     /// `key`'s canonical ID text, made once per key (its checksum and base32 were 2 % of the
     /// sender's core thread in a burst: every `message.sent` and `message.delivered` names the friend).
     func canonicalID(_ key: [UInt8]) -> String {
+        let key = ByteKey(key)
         if let text = canonicalIDs[key] { return text }
-        let text = NodeID(publicKey: key).canonical
+        let text = NodeID(publicKey: key.bytes).canonical
         if canonicalIDs.count >= 1024 { canonicalIDs = [:] }  // bounded: friends are few, strangers' keys are not kept
         canonicalIDs[key] = text
         return text
@@ -213,9 +215,9 @@ public final class MessageService: Sendable {
             conversations = [:]
             conversationsIn = step
         }
-        if let c = conversations[peer] { return c }
+        if let c = conversations[ByteKey(peer)] { return c }
         let c = try step.directConversation(peer: peer, nowMs: now())
-        conversations[peer] = c
+        conversations[ByteKey(peer)] = c
         return c
     }
 
@@ -224,15 +226,16 @@ public final class MessageService: Sendable {
     /// The stored-bytes bound to hand the store for a row of `cost` by `author`: `Int64.max` (no
     /// sum) while the estimate stays below half the bound, else the bound itself (the store sums).
     func bytesBound(author: [UInt8], cost: Int64, _ step: StoreStep) -> Int64 {
-        let estimate = storedBytes[author] ?? health.read("sum an author's stored bytes", or: limits.storedBytesPerAuthor) {
+        let estimate = storedBytes[ByteKey(author)] ?? health.read("sum an author's stored bytes", or: limits.storedBytesPerAuthor) {
             try step.storedMessageBytes(author: author)
         }
-        storedBytes[author] = estimate
+        storedBytes[ByteKey(author)] = estimate
         return estimate.addingSaturated(cost) < limits.storedBytesPerAuthor / 2 ? .max : limits.storedBytesPerAuthor
     }
 
     /// A row of `cost` by `author` was stored (in a step that may yet fail: the estimate only grows).
     func stored(author: [UInt8], cost: Int64, bound: Int64) {
+        let author = ByteKey(author)
         if bound != .max {
             // The store summed: start again from the truth next time.
             storedBytes[author] = nil
@@ -244,6 +247,7 @@ public final class MessageService: Sendable {
     /// Takes a token from `key`'s bucket; false when it is empty (the frame is then neither handled
     /// nor acknowledged: the sender's outbox retries later).
     func allowFrame(from key: [UInt8]) -> Bool {
+        let key = ByteKey(key)
         let nowMs = now()
         if buckets.count >= 4096, buckets[key] == nil {
             buckets = buckets.filter { $0.value.tokens < limits.burst - 1 }

@@ -1,3 +1,4 @@
+import TandemProtocol
 import TandemNodeCore
 import TandemStore
 
@@ -16,8 +17,9 @@ import TandemStore
 @NodeCore
 final class SendBatchMemo {
     private var named: [String: [UInt8]] = [:]
-    private var friends: [[UInt8]: Bool] = [:]
-    private var conversations: [[UInt8]: ConversationRow] = [:]
+    // Keyed by `ByteKey`: hashed in one go, not a byte at a time (messages.md 11.6).
+    private var friends: [ByteKey: Bool] = [:]
+    private var conversations: [ByteKey: ConversationRow] = [:]
     /// The batch's `message.sent` events, in send order: stored together at the batch's end, in one
     /// multi-row INSERT (a send that fails drops its own: `drainSends`).
     var events: [PendingEvent] = []
@@ -27,22 +29,23 @@ final class SendBatchMemo {
         if let key = named[text] { return key }
         let key = try resolve()
         named[text] = key
-        friends[key] = true
+        friends[ByteKey(key)] = true
         return key
     }
 
     /// The direct conversation with `key` as the batch's sends left it, read by `read` the first
     /// time (`sent` moves its seq and lamport on; a send that failed forgets it, `forgetConversations`).
     func directConversation(_ key: [UInt8], _ read: () throws -> ConversationRow) rethrows -> ConversationRow {
-        if let c = conversations[key] { return c }
+        if let c = conversations[ByteKey(key)] { return c }
         let c = try read()
-        conversations[key] = c
+        conversations[ByteKey(key)] = c
         return c
     }
 
     /// A send to `key` stored its message (seq and lamport, the conversation's new own seq and
     /// largest lamport), once its savepoint was released.
     func sent(to key: [UInt8], seq: Int64, lamport: Int64) {
+        let key = ByteKey(key)
         guard var c = conversations[key] else { return }
         c.ownSeq = seq
         c.maxLamport = max(c.maxLamport, lamport)
@@ -54,9 +57,9 @@ final class SendBatchMemo {
 
     /// Whether `key` is a friend, asked of `isFriend` the first time in this batch.
     func isFriend(_ key: [UInt8], _ isFriend: ([UInt8]) -> Bool) -> Bool {
-        if let known = friends[key] { return known }
+        if let known = friends[ByteKey(key)] { return known }
         let known = isFriend(key)
-        friends[key] = known
+        friends[ByteKey(key)] = known
         return known
     }
 }

@@ -324,8 +324,11 @@ public final class NodeRuntime: Sendable {
     public func run(signals: Bool = true) async throws {
         // One node per data directory: refuse before the listener binds anything.
         try controlServer?.claimDataDirectory()
+        // Each service named by its type: ServiceLifecycle's default name is `"\(service)"`, a
+        // reflection of the whole value (a service struct's stored state, recursively): ~100 M
+        // instructions at the start of an in-process pair of nodes (messages.md 11.6).
         var configuration = ServiceGroupConfiguration(
-            services: services.map { .init(service: $0) },
+            services: services.map { .init(service: $0, serviceName: String(describing: type(of: $0))) },
             gracefulShutdownSignals: signals ? [.sigterm, .sigint] : [],
             logger: logger)
         configuration.maximumGracefulShutdownDuration = Self.shutdownLimit

@@ -35,13 +35,14 @@ public struct DeliveryBook: Sendable, Equatable {
     /// Frames per recipient written on its link and not yet acknowledged, at most.
     public let window: Int
 
-    private var written: [[UInt8]: Written] = [:]
+    // Keyed by `ByteKey`: hashed in one go, not a byte at a time (messages.md 11.6, session 13).
+    private var written: [ByteKey: Written] = [:]
     /// Per recipient: the frames (their book keys) in its window, and whether frames were held
     /// back for lack of room at the last write.
-    private var inFlight: [[UInt8]: [[UInt8]: Written]] = [:]
-    private var held: Set<[UInt8]> = []
-    private var backoff: [[UInt8]: (failures: Int, nextMs: Int64)] = [:]
-    private var owedPresence: Set<[UInt8]> = []
+    private var inFlight: [ByteKey: [ByteKey: Written]] = [:]
+    private var held: Set<ByteKey> = []
+    private var backoff: [ByteKey: (failures: Int, nextMs: Int64)] = [:]
+    private var owedPresence: Set<ByteKey> = []
 
     public init(resendAfterMs: Int64 = 30_000, maximumBackoffMs: Int64 = 60_000, maximumTracked: Int = 10_000, window: Int = 256) {
         self.resendAfterMs = resendAfterMs
@@ -62,11 +63,11 @@ public struct DeliveryBook: Sendable, Equatable {
     public mutating func toWrite(_ messageIDs: [[UInt8]], link: UInt64, nowMs: Int64) -> [[UInt8]] {
         var out: [[UInt8]] = []
         for id in messageIDs {
-            if let w = written[id], w.link == link, nowMs.subtractingSaturated(w.atMs) < resendAfterMs { continue }
+            if let w = written[ByteKey(id)], w.link == link, nowMs.subtractingSaturated(w.atMs) < resendAfterMs { continue }
             out.append(id)
         }
         if written.count + out.count > maximumTracked { written.removeAll() }
-        for id in out { written[id] = Written(link: link, atMs: nowMs) }
+        for id in out { written[ByteKey(id)] = Written(link: link, atMs: nowMs) }
         return out
     }
 
@@ -75,14 +76,21 @@ public struct DeliveryBook: Sendable, Equatable {
     /// keep their place and are skipped; the others fill the free places in order, and the rest
     /// wait (`isHolding`) until acknowledgements make room. Those returned are recorded as written.
     public mutating func toWrite(_ keys: [[UInt8]], to recipient: [UInt8], link: UInt64, nowMs: Int64) -> [[UInt8]] {
-        var places = inFlight[recipient] ?? [:]
+        let recipient = ByteKey(recipient)
+        // Taken out of the table while it changes, so that the table holds no second reference
+        // and nothing is copied (messages.md 11.6, session 13).
+        let known = inFlight.removeValue(forKey: recipient)
+        var places = known ?? [:]
         // Written on another link, or so long ago that it is written again: no longer in flight.
-        places = places.filter { $0.value.link == link && nowMs.subtractingSaturated($0.value.atMs) < resendAfterMs }
+        // (Rebuilt only when some place is to be freed; usually none is.)
+        let resendAfterMs = resendAfterMs
+        let holds = { (w: Written) in w.link == link && nowMs.subtractingSaturated(w.atMs) < resendAfterMs }
+        if places.values.contains(where: { !holds($0) }) { places = places.filter { holds($0.value) } }
         var room = window - places.count
         var out: [[UInt8]] = []
         var holding = false
         for key in keys {
-            if let w = written[key], w.link == link, nowMs.subtractingSaturated(w.atMs) < resendAfterMs { continue }
+            if let w = written[ByteKey(key)], w.link == link, nowMs.subtractingSaturated(w.atMs) < resendAfterMs { continue }
             guard room > 0 else {
                 holding = true
                 break
@@ -93,11 +101,12 @@ public struct DeliveryBook: Sendable, Equatable {
         if written.count + out.count > maximumTracked { written.removeAll() }
         let w = Written(link: link, atMs: nowMs)
         for key in out {
+            let key = ByteKey(key)
             written[key] = w
             places[key] = w
         }
-        if inFlight[recipient] == nil, inFlight.count >= maximumTracked { inFlight.removeAll() }
-        inFlight[recipient] = places.isEmpty ? nil : places
+        if known == nil, inFlight.count >= maximumTracked { inFlight.removeAll() }
+        if !places.isEmpty { inFlight[recipient] = places }
         if holding {
             if held.count >= maximumTracked { held.removeAll() }
             held.insert(recipient)
@@ -108,13 +117,13 @@ public struct DeliveryBook: Sendable, Equatable {
     }
 
     /// Frames for `recipient` waited at its last write for room in its window.
-    public func isHolding(_ recipient: [UInt8]) -> Bool { held.contains(recipient) }
+    public func isHolding(_ recipient: [UInt8]) -> Bool { held.contains(ByteKey(recipient)) }
 
     /// The places `toWrite(_:to:link:nowMs:)` would find free for `recipient` on `link` at `nowMs`
     /// (frames written on another link, or longer ago than `resendAfterMs`, hold none). With none
     /// free it writes nothing, so a caller need not read what waits (messages.md 11.6).
     public func freePlaces(_ recipient: [UInt8], link: UInt64, nowMs: Int64) -> Int {
-        guard let places = inFlight[recipient] else { return window }
+        guard let places = inFlight[ByteKey(recipient)] else { return window }
         var used = 0
         for w in places.values where w.link == link && nowMs.subtractingSaturated(w.atMs) < resendAfterMs { used += 1 }
         return max(0, window - used)
@@ -123,34 +132,39 @@ public struct DeliveryBook: Sendable, Equatable {
     /// A write found no free place for `recipient`: what waits is held until acknowledgements make
     /// room (`isHolding`), as `toWrite(_:to:link:nowMs:)` would have recorded.
     public mutating func hold(_ recipient: [UInt8]) {
+        let recipient = ByteKey(recipient)
         if held.count >= maximumTracked, !held.contains(recipient) { held.removeAll() }
         held.insert(recipient)
     }
 
     /// Free places in `recipient`'s window (frames written on any link count until acknowledged or
     /// written again).
-    public func room(_ recipient: [UInt8]) -> Int { window - (inFlight[recipient]?.count ?? 0) }
+    public func room(_ recipient: [UInt8]) -> Int { window - (inFlight[ByteKey(recipient)]?.count ?? 0) }
 
     /// The frame left the outbox (acknowledged, deposited, expired): forgotten.
-    public mutating func done(_ messageID: [UInt8]) { written[messageID] = nil }
+    public mutating func done(_ messageID: [UInt8]) { written[ByteKey(messageID)] = nil }
 
     /// The frame `key` for `recipient` left the outbox: forgotten, and its place in the window freed.
     public mutating func done(_ key: [UInt8], recipient: [UInt8]) {
+        let key = ByteKey(key), recipient = ByteKey(recipient)
         written[key] = nil
-        guard var places = inFlight[recipient], places.removeValue(forKey: key) != nil else { return }
-        inFlight[recipient] = places.isEmpty ? nil : places
+        // In place: a copy of the recipient's places taken out while the table still held them was
+        // copied whole on removal (a window's worth of entries per acknowledgement).
+        guard inFlight[recipient]?.removeValue(forKey: key) != nil, inFlight[recipient]?.isEmpty == true else { return }
+        inFlight[recipient] = nil
     }
 
-    public func wasWritten(_ messageID: [UInt8]) -> Written? { written[messageID] }
+    public func wasWritten(_ messageID: [UInt8]) -> Written? { written[ByteKey(messageID)] }
 
     // MARK: dialling
 
     public func shouldDial(_ peer: [UInt8], nowMs: Int64) -> Bool {
-        guard let b = backoff[peer] else { return true }
+        guard let b = backoff[ByteKey(peer)] else { return true }
         return nowMs >= b.nextMs
     }
 
     public mutating func dialFailed(_ peer: [UInt8], nowMs: Int64) {
+        let peer = ByteKey(peer)
         var b = backoff[peer] ?? (0, 0)
         b.failures = min(b.failures + 1, 30)
         b.nextMs = nowMs.addingSaturated(min(maximumBackoffMs, Int64(1000) << Int64(min(b.failures, 20))))
@@ -159,15 +173,16 @@ public struct DeliveryBook: Sendable, Equatable {
     }
 
     /// Reached, or a fresh address to try: no backoff.
-    public mutating func dialSucceeded(_ peer: [UInt8]) { backoff[peer] = nil }
+    public mutating func dialSucceeded(_ peer: [UInt8]) { backoff[ByteKey(peer)] = nil }
 
-    public func failures(_ peer: [UInt8]) -> Int { backoff[peer]?.failures ?? 0 }
+    public func failures(_ peer: [UInt8]) -> Int { backoff[ByteKey(peer)]?.failures ?? 0 }
 
     // MARK: presence
 
     /// A PRESENCE is due to `peer`. With no frames waiting for it, send it now (true); otherwise it is
     /// owed, and `takeOwedPresence` hands it out after those frames are written.
     public mutating func presenceDue(_ peer: [UInt8], framesWaiting: Bool) -> Bool {
+        let peer = ByteKey(peer)
         guard framesWaiting else {
             owedPresence.remove(peer)
             return true
@@ -177,5 +192,5 @@ public struct DeliveryBook: Sendable, Equatable {
     }
 
     /// After the waiting frames were written to `peer`: whether a PRESENCE is owed (it is cleared).
-    public mutating func takeOwedPresence(_ peer: [UInt8]) -> Bool { owedPresence.remove(peer) != nil }
+    public mutating func takeOwedPresence(_ peer: [UInt8]) -> Bool { owedPresence.remove(ByteKey(peer)) != nil }
 }

@@ -12,6 +12,13 @@ public struct PendingFileTotals: Sendable, Equatable {
 }
 
 extension StoreReading {
+    /// Ids bound in one `IN (…)` list (far below SQLite's limit on variables; a page of
+    /// `message list` is at most 1,000 messages, two queries).
+    static var idsPerQuery: Int { 500 }
+
+    /// `?, ?, …`: `count` placeholders for an `IN (…)` list.
+    static func placeholders(_ count: Int) -> String { repeatElement("?", count: count).joined(separator: ", ") }
+
     /// The transfer attached to message `messageId` (the offer's `message_id`), newest first.
     public func fileTransfer(messageId: [UInt8]) throws -> StoredFileTransfer? {
         try read { db in
@@ -19,6 +26,25 @@ extension StoreReading {
             try StoredFileTransfer.fetchOne(try db.cachedStatement(sql: "SELECT * FROM fileTransfer WHERE messageId = ? ORDER BY createdAtMs DESC LIMIT 1"),
                                             arguments: [Data(messageId)])
         }
+    }
+
+    /// For each of `messageIds` that has one, the transfer `fileTransfer(messageId:)` gives (the
+    /// newest), by message id: one query for a page of `message list`, not one per message shown
+    /// (~60 k instructions each, messages.md 11.6).
+    public func fileTransfers(messageIds: [[UInt8]]) throws -> [Data: StoredFileTransfer] {
+        var out: [Data: StoredFileTransfer] = [:]
+        for start in stride(from: 0, to: messageIds.count, by: Self.idsPerQuery) {
+            let ids = messageIds[start..<min(start + Self.idsPerQuery, messageIds.count)]
+            let found = try read { db in
+                try StoredFileTransfer.fetchAll(db, sql: "SELECT * FROM fileTransfer WHERE messageId IN (\(Self.placeholders(ids.count))) ORDER BY createdAtMs DESC",
+                                                arguments: StatementArguments(ids.map { Data($0) }))
+            }
+            for t in found {
+                guard let id = t.messageId, out[id] == nil else { continue }  // the newest first
+                out[id] = t
+            }
+        }
+        return out
     }
 
     /// Transfers whose file id starts with these hex digits (at most 2).

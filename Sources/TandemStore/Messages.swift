@@ -323,6 +323,22 @@ extension StoreReading {
         }
     }
 
+    /// The reactions to each of `messageIds`, by message id, each in the order `reactions(messageId:)`
+    /// gives: one query for a page of `message list`, not one per message shown (~21 k instructions
+    /// each, messages.md 11.6).
+    public func reactions(messageIds: [[UInt8]]) throws -> [Data: [StoredReaction]] {
+        var out: [Data: [StoredReaction]] = [:]
+        for start in stride(from: 0, to: messageIds.count, by: Self.idsPerQuery) {
+            let ids = messageIds[start..<min(start + Self.idsPerQuery, messageIds.count)]
+            let found = try read { db in
+                try StoredReaction.fetchAll(db, sql: "SELECT * FROM reaction WHERE messageId IN (\(Self.placeholders(ids.count))) ORDER BY atMs, author",
+                                            arguments: StatementArguments(ids.map { Data($0) }))
+            }
+            for r in found { out[r.messageId, default: []].append(r) }
+        }
+        return out
+    }
+
     public func cheers(challengeId: [UInt8]) throws -> [StoredCheer] {
         try read { db in
             try StoredCheer.fetchAll(db, sql: "SELECT * FROM cheer WHERE challengeId = ? ORDER BY atMs, author", arguments: [Data(challengeId)])

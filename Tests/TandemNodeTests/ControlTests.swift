@@ -495,6 +495,25 @@ final class ControlTests: XCTestCase {
         XCTAssertEqual(next?.seq, 101)
     }
 
+    func testALaggingSubscriberGetsEveryEventOnceInOrder() async throws {
+        // The buffer grows and shrinks in turn (a subscriber hundreds of events behind, then taking
+        // some, while more come): each event once, in seq order, and no overflow below the bound.
+        let bus = EventBus(log: InMemoryEventLog(capacity: 100_000), subscriberBuffer: 1_000)
+        var iterator = bus.subscribe(since: nil).makeAsyncIterator()
+        var seqs: [Int64] = []
+        for round in 0..<6 {
+            for _ in 0..<300 { await bus.emit("burst") }
+            for _ in 0..<(round % 2 == 0 ? 150 : 400) {
+                guard let event = await iterator.next() else { break }
+                XCTAssertEqual(event.type, "burst")
+                seqs.append(event.seq)
+            }
+        }
+        while seqs.count < 1_800, let event = await iterator.next() { seqs.append(event.seq) }
+        XCTAssertEqual(seqs, Array(1...1_800))
+        XCTAssertEqual(bus.subscriberCount, 1, "never more than the buffer behind: still subscribed")
+    }
+
     func testOverflowWhileReplaying() async throws {
         let bus = EventBus(log: InMemoryEventLog(capacity: 100_000), subscriberBuffer: 10)
         for _ in 0..<1000 { await bus.emit("stored") }

@@ -55,6 +55,16 @@ final class JSONValueTests: XCTestCase {
         XCTAssertFalse(v.survivesJSONRoundTrip)
     }
 
+    func testLongRunsBetweenEscapesAreCopiedWhole() throws {
+        // Runs with no escape are copied as a block: at the start, between escapes, at the end, alone.
+        let run = String(repeating: "abcé😀/", count: 50)
+        for text in [run, "\"" + run, run + "\n", run + "\u{1}" + run + "\\" + run, "", "\"", "\u{1f}\u{1f}"] {
+            let v = JSONValue.string(text)
+            XCTAssertEqual(v.compactJSON, String(decoding: try encoder.encode(v), as: UTF8.self))
+            XCTAssertEqual(try JSONValue.parse(v.compactJSON), v)
+        }
+    }
+
     func testEscapes() {
         let v: JSONValue = .string("q\"b\\s/\n\t\r\u{8}\u{c}\u{1}\u{1f}\u{7f}é")
         XCTAssertEqual(v.compactJSON, #""q\"b\\s/\n\t\r\b\f\u0001\u001f"# + "\u{7f}é\"")

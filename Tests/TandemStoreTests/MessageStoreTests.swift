@@ -229,6 +229,37 @@ final class MessageStoreTests: XCTestCase {
         XCTAssertEqual(try store.pendingIncomingFiles(peer: bob), 0)
     }
 
+    func testAPageOfReactionsAndFilesReadsAsOneMessageAtATimeDoes() throws {
+        // `message list` reads a page's reactions and files in one query each: the same answers as
+        // the per-message reads, in the same order, for ids with none, and past one IN list (500).
+        let store = try NodeStore.inMemory()
+        let c = try store.batch { try $0.directConversation(peer: bob, nowMs: 1) }
+        try store.batch { step in
+            for n in UInt8(1)...20 { _ = try step.receiveMessage(inbound(c, n, from: bob, seq: UInt64(n), lamport: UInt64(n), text: "m\(n)")) }
+        }
+        for (n, author, emoji, at) in [(UInt8(2), me, "👍", Int64(9)), (2, bob, "🎉", 3), (5, me, "💪", 4), (17, bob, "😀", 4), (17, me, "👍", 4)] {
+            XCTAssertTrue(try store.batch { try $0.setReaction(messageId: mid(n), author: author, emoji: emoji, atMs: at) })
+        }
+        for (n, file, at) in [(UInt8(3), UInt8(200), Int64(1)), (3, 201, 5), (3, 202, 2), (19, 203, 1)] {
+            let offer = FileOfferMessage(fileID: FileID(bytes: mid(file))!, name: "f\(file).jpg", size: 1_000,
+                                         fileHash: [UInt8](repeating: 1, count: 32), chunkRoot: [UInt8](repeating: 2, count: 32), messageID: mid(n))
+            let t = StoredFileTransfer(offer: offer, conversationId: c.id!, direction: .incoming, peer: bob, path: nil, nowMs: at, deadlineMs: 100)
+            XCTAssertTrue(try store.batch { try $0.storeFileOffer(t) })
+        }
+        // Ids with no message among them, 1,200 in all: three IN lists.
+        let ids = (0..<1_200).map { i -> [UInt8] in i < 30 ? mid(UInt8(i)) : [UInt8](repeating: 0xEE, count: 12) + withUnsafeBytes(of: UInt32(i)) { Array($0) } }
+        let reactions = try store.reactions(messageIds: ids)
+        let files = try store.fileTransfers(messageIds: ids)
+        for id in ids {
+            XCTAssertEqual(reactions[Data(id)] ?? [], try store.reactions(messageId: id))
+            XCTAssertEqual(files[Data(id)], try store.fileTransfer(messageId: id))
+        }
+        XCTAssertEqual(reactions[Data(mid(2))]?.map(\.emoji), ["🎉", "👍"])
+        XCTAssertEqual(files[Data(mid(3))]?.fileId, Data(mid(201)), "the newest transfer of a message")
+        XCTAssertEqual(Set(files.keys), [Data(mid(3)), Data(mid(19))])
+        XCTAssertEqual(try store.reactions(messageIds: []), [:])
+    }
+
     func testBadRowsAreQuarantined() throws {
         let store = try NodeStore.inMemory()
         let c = try store.batch { try $0.directConversation(peer: bob, nowMs: 1) }

@@ -177,22 +177,34 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
 
     private static func write(string: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for byte in string.utf8 {
+        var string = string
+        string.withUTF8 { writeEscaped($0, into: &out) }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// The bytes of a JSON string's body: runs that need no escape are copied whole, not appended
+    /// a byte at a time (every event's fields are written so, messages.md 11.6).
+    private static func writeEscaped(_ bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
+        var start = 0
+        for i in bytes.indices {
+            let byte = bytes[i]
+            guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+            if start < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<i])) }
+            start = i + 1
+            out.append(UInt8(ascii: "\\"))
             switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0x08: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
-            case 0x0C: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
-            case 0..<0x20:
-                out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
-                                        hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
-            default: out.append(byte)
+            case UInt8(ascii: "\""): out.append(UInt8(ascii: "\""))
+            case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\"))
+            case 0x0A: out.append(UInt8(ascii: "n"))
+            case 0x0D: out.append(UInt8(ascii: "r"))
+            case 0x09: out.append(UInt8(ascii: "t"))
+            case 0x08: out.append(UInt8(ascii: "b"))
+            case 0x0C: out.append(UInt8(ascii: "f"))
+            default:
+                out.append(contentsOf: [UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
             }
         }
-        out.append(UInt8(ascii: "\""))
+        if start < bytes.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start...])) }
     }
 
     /// Whether parsing `compactJSON` gives this value back exactly: not when it holds a double

@@ -222,7 +222,7 @@ package final class InboundLane: FrameHandler, Sendable {
         /// The lane is in the executor's inbound queue (or being drained).
         var scheduled = false
         var pendingFrames = 0
-        var perAuthor: [[UInt8]: Int] = [:]
+        var perAuthor: [ByteKey: Int] = [:]  // hashed in one go (messages.md 11.6)
         /// Links paused because their frames found the queue full, by serial.
         var paused: [UInt64: PausableLink] = [:]
         var dropped = 0
@@ -248,7 +248,7 @@ package final class InboundLane: FrameHandler, Sendable {
     /// Hands one event in. `link`: paused when the queue or the author's share is full.
     func enqueue(_ event: InboundEvent, author: [UInt8]?, pausing link: PausableLink?) {
         let schedule = state.withLockedValue { state -> Bool in
-            if let author {
+            if let author = author.map(ByteKey.init) {
                 let mine = state.perAuthor[author, default: 0]
                 if state.pendingFrames >= maximumPending || mine >= maximumPendingPerAuthor {
                     guard let link else {
@@ -309,7 +309,7 @@ package final class InboundLane: FrameHandler, Sendable {
             var resume: [PausableLink] = []
             while events.count < Self.maximumBatch, let item = state.inbound.popFirst() {
                 events.append(item.event)
-                guard let author = item.author else { continue }
+                guard let author = item.author.map(ByteKey.init) else { continue }
                 state.pendingFrames -= 1
                 let n = state.perAuthor[author, default: 1] - 1
                 state.perAuthor[author] = n > 0 ? n : nil
@@ -318,7 +318,7 @@ package final class InboundLane: FrameHandler, Sendable {
             // share too), so a full queue does not flap at its bound.
             if !state.paused.isEmpty, state.pendingFrames <= maximumPending / 2 {
                 for (serial, link) in state.paused
-                where state.perAuthor[link.remotePublicKey ?? [], default: 0] <= maximumPendingPerAuthor / 2 {
+                where state.perAuthor[ByteKey(link.remotePublicKey ?? []), default: 0] <= maximumPendingPerAuthor / 2 {
                     resume.append(link)
                     state.paused[serial] = nil
                 }

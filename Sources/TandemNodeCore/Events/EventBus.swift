@@ -229,6 +229,12 @@ final class EventSubscription: Sendable {
         case live(pending: CircularBuffer<NodeEvent>, waiter: CheckedContinuation<NodeEvent?, Never>?, after: Int64)
         /// Ended (overflow or cancel): hand out what is left, then nil.
         case finished(pending: CircularBuffer<NodeEvent>)
+        /// Only inside one `withLockedValue`, while a buffer taken out of the phase is changed: the
+        /// phase then holds no second reference to it, so appending to it or taking its first event
+        /// changes it in place. (A buffer bound out of the phase while the phase still held it was
+        /// copied whole on every append and every `popFirst`: a subscriber a few hundred events
+        /// behind cost ~120 k instructions of copying per event, messages.md 11.6.)
+        case modifying
     }
 
     private enum Step {
@@ -266,11 +272,11 @@ final class EventSubscription: Sendable {
     func deliver(_ event: NodeEvent, wakes: inout [Wake]) -> Bool {
         let alive = phase.withLockedValue { phase -> Bool in
             switch phase {
-            case .replaying(let cursor, let page, var live):
+            case .replaying(let cursor, var page, var live):
+                phase = .modifying  // `page` and `live` are now the buffers' only owners
                 if live.count >= limit {
-                    var rest = page
-                    rest.append(overflowMarker(after: page.last?.seq ?? cursor))
-                    phase = .finished(pending: rest)
+                    page.append(overflowMarker(after: page.last?.seq ?? cursor))
+                    phase = .finished(pending: page)
                     return false
                 }
                 live.append(event)
@@ -283,6 +289,7 @@ final class EventSubscription: Sendable {
                     wakes.append(Wake(waiter: waiter, event: event))
                     return true
                 }
+                phase = .modifying  // `pending` is now the buffer's only owner
                 if pending.count >= limit {
                     pending.append(overflowMarker(after: pending.last?.seq ?? after))
                     phase = .finished(pending: pending)
@@ -293,6 +300,8 @@ final class EventSubscription: Sendable {
                 return true
             case .finished:
                 return false
+            case .modifying:
+                preconditionFailure("an event subscription's phase left modifying")
             }
         }
         return alive
@@ -310,22 +319,25 @@ final class EventSubscription: Sendable {
             let step = phase.withLockedValue { phase -> Step in
                 switch phase {
                 case .replaying(let cursor, var page, let live):
-                    if let event = page.popFirst() {
-                        phase = .replaying(cursor: cursor, page: page, live: live)
-                        return .yield(event)
-                    }
-                    return .fetch(cursor)
+                    if page.isEmpty { return .fetch(cursor) }
+                    phase = .modifying  // `page` is now the buffer's only owner
+                    let event = page.removeFirst()
+                    phase = .replaying(cursor: cursor, page: page, live: live)
+                    return .yield(event)
                 case .live(var pending, let waiter, let after):
                     precondition(waiter == nil, "EventSubscription.next() called concurrently")
-                    if let event = pending.popFirst() {
-                        phase = .live(pending: pending, waiter: nil, after: after)
-                        return .yield(event)
-                    }
-                    return .wait
+                    if pending.isEmpty { return .wait }
+                    phase = .modifying  // `pending` is now the buffer's only owner
+                    let event = pending.removeFirst()
+                    phase = .live(pending: pending, waiter: nil, after: after)
+                    return .yield(event)
                 case .finished(var pending):
+                    phase = .modifying  // as above
                     let event = pending.popFirst()
                     phase = .finished(pending: pending)
                     return .yield(event)
+                case .modifying:
+                    preconditionFailure("an event subscription's phase left modifying")
                 }
             }
             switch step {
@@ -352,6 +364,8 @@ final class EventSubscription: Sendable {
                         }
                     case .live, .finished:
                         break  // overflowed or cancelled meanwhile
+                    case .modifying:
+                        preconditionFailure("an event subscription's phase left modifying")
                     }
                 }
             case .wait:
@@ -360,7 +374,9 @@ final class EventSubscription: Sendable {
                         let immediate = phase.withLockedValue { phase -> NodeEvent?? in
                             switch phase {
                             case .live(var pending, _, let after):
-                                if let event = pending.popFirst() {
+                                if !pending.isEmpty {
+                                    phase = .modifying  // `pending` is now the buffer's only owner
+                                    let event = pending.removeFirst()
                                     phase = .live(pending: pending, waiter: nil, after: after)
                                     return .some(event)
                                 }
@@ -371,11 +387,14 @@ final class EventSubscription: Sendable {
                                 phase = .live(pending: pending, waiter: continuation, after: after)
                                 return .none
                             case .finished(var pending):
+                                phase = .modifying  // as above
                                 let event = pending.popFirst()
                                 phase = .finished(pending: pending)
                                 return .some(event)
                             case .replaying:
                                 preconditionFailure("a subscription never returns to replaying")
+                            case .modifying:
+                                preconditionFailure("an event subscription's phase left modifying")
                             }
                         }
                         if let immediate { continuation.resume(returning: immediate) }
@@ -400,6 +419,8 @@ final class EventSubscription: Sendable {
                 return nil
             case .finished:
                 return nil
+            case .modifying:
+                preconditionFailure("an event subscription's phase left modifying")
             }
         }
         waiter?.resume(returning: nil)

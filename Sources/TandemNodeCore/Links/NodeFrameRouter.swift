@@ -164,12 +164,12 @@ extension NodeFrameRouter {
 /// answer cannot change within a batch.
 @NodeCore
 final class BlockedAuthors {
-    private var known: [[UInt8]: Bool] = [:]
+    private var known: [ByteKey: Bool] = [:]  // hashed in one go (messages.md 11.6)
 
     func isBlocked(_ author: [UInt8], _ step: StoreStep, _ health: StoreHealth) -> Bool {
-        if let b = known[author] { return b }
+        if let b = known[ByteKey(author)] { return b }
         let b = health.read("read a contact", or: nil) { try step.relationship(author) } == .blocked
-        known[author] = b
+        known[ByteKey(author)] = b
         return b
     }
 }

@@ -81,7 +81,8 @@ public struct ConversationOrder: Sendable, Equatable {
     /// A gap is asked about again after this long without being filled.
     public let gapRetryMs: Int64
 
-    private var authors: [[UInt8]: Author] = [:]
+    /// Keyed by `ByteKey`: hashed in one go, not a byte at a time (messages.md 11.6).
+    private var authors: [ByteKey: Author] = [:]
     /// The largest lamport sent or seen (adjusted), for the next outbound message.
     public private(set) var maximumLamport: UInt64 = 0
     /// This node's last outbound seq in the conversation.
@@ -106,9 +107,10 @@ public struct ConversationOrder: Sendable, Equatable {
 
     public mutating func receive(author: [UInt8], seq: UInt64, lamport: UInt64, messageID: [UInt8]) -> Verdict {
         guard seq >= 1, seq <= ChatLimits.maximumCounter else { return .refused(.seqOutOfRange) }
-        if authors[author] == nil, authors.count >= maximumAuthors { return .refused(.tooManyAuthors) }
-        var a = authors[author] ?? Author()
-        defer { authors[author] = a }
+        let key = ByteKey(author)
+        if authors[key] == nil, authors.count >= maximumAuthors { return .refused(.tooManyAuthors) }
+        var a = authors[key] ?? Author()
+        defer { authors[key] = a }
         if seq <= a.released || a.held[seq] != nil { return .duplicate }
         guard seq <= a.released.addingSaturated(heldAboveGap) else { return .refused(.beyondWindow) }
         guard seq == a.released + 1 else {
@@ -160,6 +162,7 @@ public struct ConversationOrder: Sendable, Equatable {
     /// What to ask `author` (or the thread's forwarder) for now: the missing ranges, when there are
     /// any and none was asked within `gapRetryMs`. Recorded as asked at `nowMs`.
     public mutating func gapRequest(author: [UInt8], nowMs: Int64) -> [SeqRange]? {
+        let author = ByteKey(author)
         guard var a = authors[author], !a.held.isEmpty else { return nil }
         if let at = a.gapRequestedAtMs, nowMs.subtractingSaturated(at) < gapRetryMs { return nil }
         let ranges = Self.missing(a, limit: ChatLimits.gapRanges)
@@ -169,8 +172,8 @@ public struct ConversationOrder: Sendable, Equatable {
         return ranges
     }
 
-    public func released(author: [UInt8]) -> UInt64 { authors[author]?.released ?? 0 }
-    public func heldCount(author: [UInt8]) -> Int { authors[author]?.held.count ?? 0 }
+    public func released(author: [UInt8]) -> UInt64 { authors[ByteKey(author)]?.released ?? 0 }
+    public func heldCount(author: [UInt8]) -> Int { authors[ByteKey(author)]?.held.count ?? 0 }
 
     // MARK: restore
 
@@ -185,6 +188,6 @@ public struct ConversationOrder: Sendable, Equatable {
         for h in held where h.seq > released && h.seq <= released.addingSaturated(heldAboveGap) {
             a.held[h.seq] = Held(messageID: h.messageID, lamport: h.lamport)
         }
-        authors[author] = a
+        authors[ByteKey(author)] = a
     }
 }
