@@ -192,22 +192,31 @@ public struct Envelope: Sendable, Equatable {
     public static func sign(type: MessageType, messageID: MessageID = .random(), author: SigningKeyPair,
                             recipient: [UInt8], createdAt: UInt64, payload: [UInt8]) -> Envelope {
         precondition(recipient.count == 32)
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(minimumLength + payload.count)
-        bytes.append(TandemConstants.protocolVersion)
-        appendBigEndian(&bytes, type.rawValue)
-        bytes.append(contentsOf: messageID.bytes)
-        bytes.append(contentsOf: author.publicKey)
-        bytes.append(contentsOf: recipient)
-        appendBigEndian(&bytes, createdAt)
-        appendBigEndian(&bytes, UInt32(payload.count))
-        bytes.append(contentsOf: payload)
+        var bytes = head(type: type, messageID: messageID, author: author.publicKey, recipient: recipient,
+                         createdAt: createdAt, payload: payload)
         let signature = type.isLinkAuthenticated
             ? linkAuthenticatedSignature : author.sign(signingDomain + bytes)
         bytes.append(contentsOf: signature)
         return Envelope(version: TandemConstants.protocolVersion, type: type, messageID: messageID,
                         author: author.publicKey, recipient: recipient, createdAt: createdAt,
                         payload: payload, signature: signature, bytes: bytes)
+    }
+
+    /// The envelope's bytes before its signature (the part a signature covers, after its domain tag),
+    /// with room for the signature.
+    private static func head(type: MessageType, messageID: MessageID, author: [UInt8], recipient: [UInt8],
+                             createdAt: UInt64, payload: [UInt8]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(minimumLength + payload.count)
+        bytes.append(TandemConstants.protocolVersion)
+        appendBigEndian(&bytes, type.rawValue)
+        bytes.append(contentsOf: messageID.bytes)
+        bytes.append(contentsOf: author)
+        bytes.append(contentsOf: recipient)
+        appendBigEndian(&bytes, createdAt)
+        appendBigEndian(&bytes, UInt32(payload.count))
+        bytes.append(contentsOf: payload)
+        return bytes
     }
 
     private init(version: UInt8, type: MessageType, messageID: MessageID, author: [UInt8], recipient: [UInt8],
@@ -229,16 +238,8 @@ public struct Envelope: Sendable, Equatable {
     public static func unsigned(type: MessageType, messageID: MessageID = .random(), author: [UInt8],
                                 recipient: [UInt8], createdAt: UInt64, payload: [UInt8]) -> Envelope {
         precondition(recipient.count == 32 && author.count == 32 && type.mayBeLinkAuthenticated)
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(minimumLength + payload.count)
-        bytes.append(TandemConstants.protocolVersion)
-        appendBigEndian(&bytes, type.rawValue)
-        bytes.append(contentsOf: messageID.bytes)
-        bytes.append(contentsOf: author)
-        bytes.append(contentsOf: recipient)
-        appendBigEndian(&bytes, createdAt)
-        appendBigEndian(&bytes, UInt32(payload.count))
-        bytes.append(contentsOf: payload)
+        var bytes = head(type: type, messageID: messageID, author: author, recipient: recipient,
+                         createdAt: createdAt, payload: payload)
         bytes.append(contentsOf: linkAuthenticatedSignature)
         return Envelope(version: TandemConstants.protocolVersion, type: type, messageID: messageID,
                         author: author, recipient: recipient, createdAt: createdAt,

@@ -85,6 +85,38 @@ final class MessageAcksTests: XCTestCase, MessageNodeCalls {
         a.node.peers.linkClosed(second, error: nil)
     }
 
+    /// An unsigned MESSAGE is the author's only on the author's own link: one naming another author
+    /// (carol, a friend too) on bob's link is refused (BAD_SIGNATURE) and stores nothing; bob's own is
+    /// stored.
+    func testAnUnsignedMessageInAnotherAuthorsNameIsRefused() async throws {
+        let bobKey = SigningKeyPair.generate()
+        let a = try await RunningNode.start(), b = try await RunningNode.start(identity: bobKey)
+        let c = try await RunningNode.start()
+        defer { a.task.cancel(); b.task.cancel(); c.task.cancel() }
+        try await befriend(a, b)
+        try await befriend(a, c)
+        await b.stop()
+        await c.stop()
+        let ghost = try NodeRuntime(identity: bobKey, configuration: TestSupport.loopbackConfiguration(), logger: TestSupport.quietLogger)
+        let (link, _) = try await ghost.connect(host: "127.0.0.1", port: a.port, to: a.node.id)
+        defer { link.close() }
+        let now = wallClockMilliseconds()
+        func message(by author: [UInt8], _ text: String) -> Envelope {
+            let body = ChatMessageBody(challengeID: nil, seq: 1, lamport: 1, text: text, replyTo: nil, sentAtMs: now)
+            return Envelope.unsigned(type: .chatMessage, author: author, recipient: a.node.identity.publicKey, createdAt: now,
+                                     payload: body.payload)
+        }
+        let before = a.node.metrics.snapshot
+        link.send(message(by: c.node.identity.publicKey, "carol's name on bob's link"))
+        link.send(message(by: bobKey.publicKey, "bob's own"))
+        _ = try await event(a.node, "message.received", where: { $0.fields["text"]?.stringValue == "bob's own" })
+        let after = a.node.metrics.snapshot
+        XCTAssertEqual(after.framesRejected["BAD_SIGNATURE", default: 0] - before.framesRejected["BAD_SIGNATURE", default: 0], 1)
+        XCTAssertEqual(after.linkMessagesAccepted - before.linkMessagesAccepted, 1)
+        let fromCarol = try await list(a.node, with: c.node)
+        XCTAssertTrue(fromCarol.isEmpty, "nothing stored in carol's name")
+    }
+
     /// `message.send` from a child task (the instance's helper is not `Sendable`).
     static func send(_ from: NodeRuntime, to: NodeRuntime, _ text: String) async throws -> String {
         guard case .unary(let handler) = from.router.entry("message.send") else { throw TandemError("no message.send") }

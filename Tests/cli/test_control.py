@@ -235,7 +235,7 @@ FRIEND_MEMBERS = {"id", "name", "relationship", "online", "status", "via", "last
 STATUS_MEMBERS = {"id", "display", "name", "listen", "data_dir", "friends", "pending_requests", "outbox", "links",
                   "discovery", "discoverable", "relays", "quarantined", "quarantine", "store_errors", "frames_dropped_queue_full",
                   "links_paused_queue_full", "frames_waiting", "focus", "web", "transport"}
-TRANSPORT_MEMBERS = {"frames_accepted", "frames_rejected", "error_replies_suppressed", "replies_dropped_unwritable",
+TRANSPORT_MEMBERS = {"frames_accepted", "link_messages_accepted", "frames_rejected", "error_replies_suppressed", "replies_dropped_unwritable",
                      "links_closed", "handshakes_refused", "reads_paused", "handshakes_pending", "partial_frame_bytes",
                      "replay_cache_entries"}
 
