@@ -21,11 +21,8 @@ final class MessageAcksTests: XCTestCase, MessageNodeCalls {
         defer { a.task.cancel(); b.task.cancel() }
         try await befriend(a, b)
         // b takes ACKS from a once a's PRESENCE (takes_acks) arrived on their link.
-        for _ in 0..<200 {
-            if b.node.peers.link(to: a.node.identity.publicKey)?.takesAcks == true { break }
-            try await Task.sleep(for: .milliseconds(25))
-        }
-        XCTAssertEqual(b.node.peers.link(to: a.node.identity.publicKey)?.takesAcks, true, "a announced ACKS in its PRESENCE")
+        let takesAcks = try await announced(to: b.node, by: a.node, \.takesAcks)
+        XCTAssertTrue(takesAcks, "a announced ACKS in its PRESENCE")
         let outboxB = await NodeCore.run { b.node.messages.outbox }
         let before = outboxB.acknowledgements
         let n = 200
@@ -60,11 +57,8 @@ final class MessageAcksTests: XCTestCase, MessageNodeCalls {
         let a = try await RunningNode.start(), b = try await RunningNode.start()
         defer { a.task.cancel(); b.task.cancel() }
         try await befriend(a, b)
-        for _ in 0..<200 {
-            if a.node.peers.link(to: b.node.identity.publicKey)?.takesLinkAuthenticated == true { break }
-            try await Task.sleep(for: .milliseconds(25))
-        }
-        XCTAssertEqual(a.node.peers.link(to: b.node.identity.publicKey)?.takesLinkAuthenticated, true, "b announced it in its PRESENCE")
+        let takesUnsigned = try await announced(to: a.node, by: b.node, \.takesLinkAuthenticated)
+        XCTAssertTrue(takesUnsigned, "b announced it in its PRESENCE")
         let received = b.node.metrics.snapshot.linkMessagesAccepted
         let id = try await Self.send(a.node, to: b.node, "unsigned, on its author's link")
         try await outboxDrains(a.node)
@@ -115,6 +109,16 @@ final class MessageAcksTests: XCTestCase, MessageNodeCalls {
         XCTAssertEqual(after.linkMessagesAccepted - before.linkMessagesAccepted, 1)
         let fromCarol = try await list(a.node, with: c.node)
         XCTAssertTrue(fromCarol.isEmpty, "nothing stored in carol's name")
+    }
+
+    /// Whether `node`'s link to `peer` takes what `flag` names, once the peer's PRESENCE came
+    /// (polled for up to 5 s).
+    private func announced(to node: NodeRuntime, by peer: NodeRuntime, _ flag: KeyPath<PeerLink, Bool> & Sendable) async throws -> Bool {
+        for _ in 0..<200 {
+            if node.peers.link(to: peer.identity.publicKey)?[keyPath: flag] == true { return true }
+            try await Task.sleep(for: .milliseconds(25))
+        }
+        return false
     }
 
     /// `message.send` from a child task (the instance's helper is not `Sendable`).
