@@ -64,13 +64,17 @@ public final class MessageService: Sendable {
     /// DELIVERED per author goes into the same step when the batch ends (`batchEnded`).
     var owedReceipts: [[UInt8]: [[UInt8]]] = [:]
     var receiptsIn: StoreStep?
-    /// Ids of our MESSAGE frames the outbox wrote on a link (`framesWritten`, noted as it is posted:
-    /// no task wakes for it) not yet marked `sent`: marked by the next step the service takes part
-    /// in (a send batch, an inbound batch — the ACKs come in one — or the once-a-second round),
-    /// not by a step and a turn of the core of their own, which sat between a send and its
-    /// delivery. Soft state: lost in a crash, the message shows `queued` until it is delivered.
-    nonisolated let writtenIDs = NIOLockedValueBox<[[UInt8]]>([])
-    /// The step that marked `writtenIDs` (once per step).
+    /// Our MESSAGE frames the outbox wrote on a link or left in a mailbox (`framesWritten`, noted as
+    /// it is posted: no task wakes for it), not yet marked `sent`. A frame still unacknowledged
+    /// `sentMarkDelayMs` after it was written is marked by the next step the service takes part in
+    /// (a send batch, an inbound batch, or the once-a-second round), not by a step and a turn of the
+    /// core of its own; one whose ACK comes first goes from `queued` straight to `delivered` and
+    /// costs no `sent` update at all (in a burst nearly every message: messages.md 11.6, session 14).
+    /// Soft state: lost in a crash, the message shows `queued` until it is delivered.
+    nonisolated let written = NIOLockedValueBox(WrittenFrames())
+    /// How long a written frame waits for its ACK before its message is marked `sent`.
+    nonisolated static let sentMarkDelayMs: Int64 = 1000
+    /// The step that marked `written` frames (once per step).
     var sentIn: StoreStep?
     /// `on-message` hooks (`<hooks>/on-message`, `<hooks>/on-message.d/*`), run for each message
     /// received in a conversation that is not muted, one at a time, on the blocking pool.
@@ -98,9 +102,10 @@ public final class MessageService: Sendable {
         self.logger = logger
         self.clock = clock
         self.hooks = hooksDirectory.map { HookRunner(directory: $0) }
-        signals.observe { [writtenIDs] in
+        signals.observe { [written] in
             guard case .framesWritten(let type, _, let ids) = $0, type == MessageType.chatMessage.rawValue else { return }
-            writtenIDs.withLockedValue { $0.append(contentsOf: ids) }
+            let atMs = clock()
+            written.withLockedValue { $0.append(ids, atMs: atMs) }
         }
     }
 
@@ -127,25 +132,25 @@ public final class MessageService: Sendable {
         }
     }
 
-    /// Marks the MESSAGE frames written on a link so far `sent` (until the friend's ACK says
-    /// delivered) in `step`; they leave `writtenIDs` once it commits (a step that fails leaves them
-    /// for the next).
+    /// Marks the MESSAGE frames written at least `sentMarkDelayMs` ago and still unacknowledged
+    /// `sent` (until the friend's ACK says delivered) in `step`; those frames leave `written` once it
+    /// commits (a step that fails leaves them for the next).
     func markSent(in step: StoreStep) {
         guard sentIn !== step else { return }
-        let ids = writtenIDs.withLockedValue { $0 }
-        guard !ids.isEmpty else { return }
+        let (count, ids) = written.withLockedValue { $0.aged(nowMs: now(), delayMs: Self.sentMarkDelayMs) }
+        guard count > 0 else { return }
         sentIn = step
-        health.attempt("mark messages sent") { try step.markMessagesSent(ids) }
+        if !ids.isEmpty { health.attempt("mark messages sent") { try step.markMessagesSent(ids) } }
         step.afterCommit { [self] in
             sentIn = nil
             // Steps run one at a time on the core: what was appended meanwhile stays, behind.
-            writtenIDs.withLockedValue { $0.removeFirst(min(ids.count, $0.count)) }
+            written.withLockedValue { $0.removeFirst(count) }
         }
     }
 
-    /// Marks what was written `sent` in a step of its own (the once-a-second round), if anything waits.
+    /// Marks what was written `sent` in a step of its own (the once-a-second round), if anything is due.
     func markSent() {
-        guard writtenIDs.withLockedValue({ !$0.isEmpty }) else { return }
+        guard written.withLockedValue({ $0.hasAged(nowMs: now(), delayMs: Self.sentMarkDelayMs) }) else { return }
         health.attempt("mark messages sent") { try store.step(syncing: false) { step in markSent(in: step) } }
     }
 
@@ -271,8 +276,63 @@ public final class MessageService: Sendable {
     /// Our frame reached the friend's store (its ACK came after its commit): a MESSAGE is delivered.
     package func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep) {
         guard type == .chatMessage else { return }
+        // Acknowledged before it was marked `sent`: it never will be (a step that fails to commit
+        // leaves the message `queued`, and the frame's copy is acknowledged again).
+        written.withLockedValue { $0.acknowledged(messageID) }
         let changed = health.read("mark a message delivered", or: false) { try step.markMessageDelivered(messageID) }
         guard changed else { return }
         events.emit("message.delivered", ["id": .string(hexString(messageID)), "to": idText(recipient)], in: step)
+    }
+}
+
+/// Our MESSAGE frames written on a link or left in a mailbox and not yet marked `sent`
+/// (`MessageService.written`), oldest first.
+package struct WrittenFrames: Sendable {
+    private var order: [(id: [UInt8], atMs: Int64)] = []
+    /// Of those, the ones not acknowledged since.
+    private var unacknowledged: Set<ByteKey> = []
+
+    package init() {}
+
+    package var count: Int { order.count }
+    package var ids: [[UInt8]] { order.map(\.id) }
+
+    mutating func append(_ ids: [[UInt8]], atMs: Int64) {
+        for id in ids {
+            order.append((id, atMs))
+            unacknowledged.insert(ByteKey(id))
+        }
+    }
+
+    mutating func acknowledged(_ id: [UInt8]) { unacknowledged.remove(ByteKey(id)) }
+
+    /// Written at least `delayMs` before `nowMs`, or "after" it (the clock was set back: not held
+    /// until it passes that time again).
+    static func isAged(_ atMs: Int64, nowMs: Int64, delayMs: Int64) -> Bool {
+        let age = nowMs.subtractingSaturated(atMs)
+        return age >= delayMs || age < 0
+    }
+
+    /// How many of the oldest are aged (`isAged`), and which of those are still unacknowledged.
+    func aged(nowMs: Int64, delayMs: Int64) -> (count: Int, unacknowledged: [[UInt8]]) {
+        var n = 0
+        var ids: [[UInt8]] = []
+        while n < order.count, Self.isAged(order[n].atMs, nowMs: nowMs, delayMs: delayMs) {
+            if unacknowledged.contains(ByteKey(order[n].id)) { ids.append(order[n].id) }
+            n += 1
+        }
+        return (n, ids)
+    }
+
+    func hasAged(nowMs: Int64, delayMs: Int64) -> Bool {
+        guard let first = order.first else { return false }
+        return Self.isAged(first.atMs, nowMs: nowMs, delayMs: delayMs)
+    }
+
+    /// The oldest `n` were marked (or acknowledged): forgotten.
+    mutating func removeFirst(_ n: Int) {
+        let n = min(n, order.count)
+        for e in order[..<n] { unacknowledged.remove(ByteKey(e.id)) }
+        order.removeFirst(n)
     }
 }

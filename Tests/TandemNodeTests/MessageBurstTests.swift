@@ -56,8 +56,31 @@ final class MessageBurstTests: XCTestCase, MessageNodeCalls {
         XCTAssertEqual(received.count, 1, "announced once")
     }
 
-    /// A frame written on a link makes its message `sent` in a later step (a send batch, an inbound
-    /// batch, or the once-a-second round), without a step of its own.
+    /// The `sent` marks a burst no longer writes (messages.md 11.6, session 14): a frame is marked
+    /// only once it has waited `sentMarkDelayMs` without its ACK; one acknowledged before then is
+    /// never marked; a clock set back does not hold the marks back.
+    func testOnlyFramesUnacknowledgedForASecondAreMarkedSent() {
+        let (a, b, c) = ([UInt8](repeating: 1, count: 16), [UInt8](repeating: 2, count: 16), [UInt8](repeating: 3, count: 16))
+        var w = WrittenFrames()
+        w.append([a, b], atMs: 10_000)
+        w.append([c], atMs: 10_600)
+        XCTAssertFalse(w.hasAged(nowMs: 10_999, delayMs: 1000))
+        XCTAssertEqual(w.aged(nowMs: 10_999, delayMs: 1000).count, 0, "nothing is marked within the delay")
+        w.acknowledged(b)
+        let due = w.aged(nowMs: 11_000, delayMs: 1000)
+        XCTAssertEqual(due.count, 2, "a and b are a second old")
+        XCTAssertEqual(due.unacknowledged, [a], "b was acknowledged first: no `sent` update for it")
+        w.removeFirst(due.count)
+        XCTAssertEqual(w.ids, [c])
+        // The clock set back an hour: c is not held for an hour.
+        XCTAssertTrue(w.hasAged(nowMs: 10_600 - 3_600_000, delayMs: 1000))
+        XCTAssertEqual(w.aged(nowMs: 10_600 - 3_600_000, delayMs: 1000).unacknowledged, [c])
+        w.removeFirst(5)
+        XCTAssertEqual(w.count, 0)
+    }
+
+    /// A frame written on a link and not acknowledged makes its message `sent` in a later step (a send
+    /// batch, an inbound batch, or the once-a-second round), without a step of its own.
     func testWrittenMessagesBecomeSentWithoutAStepOfTheirOwn() async throws {
         let bobKey = SigningKeyPair.generate()
         let a = try await RunningNode.start()
@@ -77,7 +100,7 @@ final class MessageBurstTests: XCTestCase, MessageNodeCalls {
             try await Task.sleep(for: .milliseconds(50))
         }
         XCTAssertEqual(states, ["sent", "sent"])
-        XCTAssertEqual(a.node.messages.writtenIDs.withLockedValue { $0 }.filter { ids.contains(hexString($0)) }, [], "marked, then let go")
+        XCTAssertEqual(a.node.messages.written.withLockedValue { $0.ids }.filter { ids.contains(hexString($0)) }, [], "marked, then let go")
     }
 
     /// `dueRecipients` finds each recipient with a due frame by one seek (`outbox_recipient_due`),

@@ -158,9 +158,23 @@ final class OutboxTests: XCTestCase {
         rig.clock.advance(1_000)
         await rig.outbox.deliverDue()
         XCTAssertEqual(link.written.count, 4)
-        // Two acknowledged in one step: the next two follow its commit, in order.
+        // Two acknowledged in one step: the next two follow its commit, in order — with no step of
+        // their own (a refill re-schedules nothing, messages.md 11.6, session 14): the two frames
+        // keep the schedule they were queued with, due by now.
+        let commitsBefore = rig.store.commits
         await NodeCore.run { try? rig.store.batch { step in for id in ids[0..<2] { _ = rig.outbox.delivered(id, by: peer, step) } } }
         XCTAssertEqual(link.written.map(\.messageID.bytes), Array(ids[0..<6]))
+        XCTAssertEqual(rig.store.commits - commitsBefore, 1, "the acknowledgements' step, and no other for the refill")
+        let refilled = try rig.store.outbox(for: peer).filter { ids[4..<6].contains(Array($0.messageId)) }
+        XCTAssertEqual(refilled.count, 2)
+        XCTAssertTrue(refilled.allSatisfy { $0.nextAttemptMs <= rig.clock.now }, "as queued: due")
+        // The delivery loop's next round finds the recipient due but its window full: it writes
+        // nothing again and commits nothing (the frames in flight are re-scheduled by a round that
+        // finds room, or once `resendAfterMs` frees their places).
+        let commitsBeforeRound = rig.store.commits
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(link.written.count, 6)
+        XCTAssertEqual(rig.store.commits, commitsBeforeRound)
         // The rest, as acknowledgements come: every frame written exactly once, in order.
         for i in 2..<10 {
             await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(ids[i], by: peer, step) } }

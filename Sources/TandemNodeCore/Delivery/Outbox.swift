@@ -354,7 +354,7 @@ package final class Outbox: Sendable {
                 refills = []
                 for key in keys {
                     guard let link = transport.link(to: key) else { continue }  // the delivery loop's, when the link is back
-                    write(to: key, on: link)
+                    write(to: key, on: link, refilling: true)
                 }
             }
         }
@@ -519,7 +519,9 @@ package final class Outbox: Sendable {
     /// On the core: writes what waits for `key` on `link`, each frame once per link, then the
     /// PRESENCE owed to it (after the frames that make it meaningful, Protocol 12.7).
     /// `items`: what waits for `key`, when the caller read it already (else read here).
-    func write(to key: [UInt8], on link: OutboxLink, items known: [OutboxItem]? = nil) {
+    /// `refilling`: acknowledgements made room in the window (`refillAfterCommit`): what is written
+    /// is not re-scheduled here (see the end).
+    func write(to key: [UInt8], on link: OutboxLink, items known: [OutboxItem]? = nil, refilling: Bool = false) {
         let items: [OutboxHead]
         var frames: [[UInt8]: [UInt8]] = [:]
         let nowMs = now()
@@ -590,7 +592,14 @@ package final class Outbox: Sendable {
         // `send(to:)`) keep their schedule: the delivery book, not this schedule, decides what is
         // written again, and a refill in a burst would otherwise touch every frame of the window.
         // When nothing is due, nothing needs a commit.
-        guard items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
+        // A refill (acknowledgements made room during a burst) schedules nothing: it ran after every
+        // quarter of the window and re-scheduled up to `window + free` rows in a step of its own each
+        // time (an eighth of the sender's core thread in a burst, messages.md 11.6, session 14). The
+        // frames it wrote stay as they were scheduled when queued; any that are due by now make their
+        // recipient due, and the delivery loop's next round (every `retryTick`) finds them in flight,
+        // writes nothing again within `resendAfterMs`, and re-schedules them then — once per round,
+        // not once per refill.
+        guard !refilling, items.contains(where: { $0.nextAttemptMs <= nowMs }) else { return }
         let writtenNow = Set(written.values.joined())
         let read = Set(items.filter { $0.nextAttemptMs <= nowMs || writtenNow.contains($0.messageId) }.map(\.messageId))
         health.attempt("schedule the resend") {
