@@ -18,4 +18,20 @@ extension StoreReading {
             return frames
         }
     }
+
+    /// The frames waiting for `key` after its oldest `skip` (in the outbox's order), at most `limit`,
+    /// with their bytes, in one read: a window refill skips the frames in flight on the link (the
+    /// oldest, written oldest first) without reading their rows — SQLite steps over an OFFSET in the
+    /// index alone, so only the rows returned are read (messages.md 11.6, session 14).
+    public func outboxFrames(for key: [UInt8], after skip: Int, limit: Int) throws -> [(head: OutboxHead, frame: [UInt8])] {
+        try read { db in
+            try Row.fetchAll(try db.cachedStatement(sql: """
+                SELECT messageId, type, nextAttemptMs, frame FROM outbox WHERE recipient = ? ORDER BY createdAtMs LIMIT ? OFFSET ?
+                """), arguments: [Data(key), max(0, limit), max(0, skip)]).map { row in
+                (OutboxHead(messageId: Array(try row.decode(Data.self, atIndex: 0)), type: try row.decode(Int.self, atIndex: 1),
+                            nextAttemptMs: try row.decode(Int64.self, atIndex: 2)),
+                 Array(try row.decode(Data.self, atIndex: 3)))
+            }
+        }
+    }
 }

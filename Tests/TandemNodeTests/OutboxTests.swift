@@ -183,6 +183,57 @@ final class OutboxTests: XCTestCase {
         XCTAssertEqual(try rig.store.outbox(for: peer).count, 0)
     }
 
+    /// A refill reads only the frames past those in flight (messages.md 11.6, session 14). A frame
+    /// that sorts before them — queued while the clock was set back — is not lost for it: the
+    /// delivery loop writes it once it is due and the window has room; every frame goes once.
+    func testAFrameQueuedBeforeTheFramesInFlightIsStillWrittenOnce() async throws {
+        let rig = try Rig(window: 2)
+        let peer = SigningKeyPair.generate().publicKey
+        let link = FakeLink(serial: 1)
+        rig.transport.setLink(peer, link)
+        func queue(_ n: Int) async throws -> [[UInt8]] {
+            try await NodeCore.perform {
+                try rig.store.batch { step in
+                    var ids: [[UInt8]] = []
+                    for _ in 0..<n {
+                        rig.clock.advance(1)
+                        let item = rig.outbox.frame(.contactUpdate, to: peer, payload: [], in: step)
+                        try step.enqueue(item)
+                        ids.append(Array(item.messageId))
+                    }
+                    rig.outbox.send(to: [peer], in: step)
+                    return ids
+                }
+            }
+        }
+        let f = try await queue(4)
+        XCTAssertEqual(link.written.map(\.messageID.bytes), Array(f[0..<2]))
+        rig.clock.advance(-1_000)  // set back: the next frame sorts before all of them
+        let g = try await queue(1)
+        XCTAssertEqual(link.written.count, 2, "no room")
+        // The first acknowledgement's refill writes the frame after those in flight, not g.
+        await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(f[0], by: peer, step) } }
+        XCTAssertEqual(link.written.map(\.messageID.bytes), Array(f[0..<3]))
+        // The friend acknowledges what it gets; rounds of the delivery loop go on as time passes.
+        var acknowledged = 1
+        for _ in 0..<20 where try rig.store.outbox(for: peer).count > 0 {
+            let written = link.written.map(\.messageID.bytes)
+            if acknowledged < written.count {
+                let id = written[acknowledged]
+                acknowledged += 1
+                await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(id, by: peer, step) } }
+            } else {
+                rig.clock.advance(1_000)
+                await rig.outbox.deliverDue()
+            }
+        }
+        XCTAssertEqual(try rig.store.outbox(for: peer).count, 0)
+        let written = link.written.map(\.messageID.bytes)
+        XCTAssertEqual(written.count, 5, "each frame once")
+        XCTAssertEqual(Set(written), Set(f + g))
+        XCTAssertEqual(written.filter { f.contains($0) }, f, "the others in their order")
+    }
+
     /// A frame queued in a step while its recipient's link is up goes out right after the step's
     /// commit, and that commit already scheduled it as written (no commit of its own for the write).
     func testAFrameQueuedWithALinkUpIsScheduledInItsStepAndWrittenAfterTheCommit() async throws {

@@ -545,6 +545,18 @@ package final class Outbox: Sendable {
             if !holding, let known {
                 items = known.map { OutboxHead(messageId: Array($0.messageId), type: $0.type, nextAttemptMs: $0.nextAttemptMs) }
                 for item in known { frames[Array(item.messageId)] = Array(item.frame) }
+            } else if refilling, free < configuration.window {
+                // A refill: the `window - free` frames in flight on this link are the oldest (written
+                // oldest first, and the acknowledged ones are gone), so the frames to write follow
+                // them. One read of `free + 1` rows with their bytes (the one more tells whether
+                // frames still wait for room), not `window + free` heads and then the frames: the
+                // rows in flight are stepped over in the index. Should the order not hold (a clock
+                // set back queued a frame before them; one written on a link that closed), a frame
+                // skipped here is due and the delivery loop's next round writes it; one returned
+                // that is in flight is not written again (the book).
+                let rows = try store.outboxFrames(for: key, after: configuration.window - free, limit: free + 1)
+                items = rows.map(\.head)
+                for row in rows { frames[row.head.messageId] = row.frame }
             } else {
                 items = try store.outboxHeads(for: key, limit: configuration.window + free)
             }
