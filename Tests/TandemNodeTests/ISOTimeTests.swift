@@ -25,4 +25,23 @@ final class ISOTimeTests: XCTestCase {
         let offset = TimeZone.current.secondsFromGMT(for: Date(timeIntervalSince1970: Double(ms) / 1000))
         XCTAssertEqual(text.hasSuffix("Z"), offset == 0, text)
     }
+
+    /// Zones with half-hour and negative offsets, against the Foundation formatter in that zone.
+    func testOffsetsOfOtherZones() throws {
+        let saved = getenv("TZ").map { String(cString: $0) }
+        defer {
+            if let saved { setenv("TZ", saved, 1) } else { unsetenv("TZ") }
+            tzset()
+        }
+        for zone in ["Asia/Kolkata", "America/St_Johns", "America/Los_Angeles", "Australia/Lord_Howe"] {
+            setenv("TZ", zone, 1)
+            tzset()
+            let f = ISO8601DateFormatter()
+            f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            f.timeZone = try XCTUnwrap(TimeZone(identifier: zone))
+            for ms: Int64 in [0, 1_764_387_061_123, 1_709_164_800_007, 1_719_792_000_999, 4_102_444_799_999] {
+                XCTAssertEqual(ISOTime.local(ms), f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)), "\(zone) \(ms)")
+            }
+        }
+    }
 }
