@@ -207,7 +207,7 @@ extension MessageService {
     /// it is printed).
     func announce(_ m: StoredMessage, _ c: ConversationRow, _ step: StoreStep) {
         let author = Array(m.author)
-        let id = hexString(Array(m.id)), from = canonicalID(author), fromName = name(author, step)
+        let id = hexString(Array(m.id)), from = canonicalID(author), fromName = announcedName(author, step)
         events.emit("message.received", [
             "id": .string(id), "from": .string(from), "from_name": .string(fromName),
             "conversation": conversationText(c), "seq": .int(m.seq), "text": .string(m.text),

@@ -60,6 +60,9 @@ public final class MessageService: Sendable {
     /// (The tables keyed by a public key take `ByteKey`: hashed in one go, messages.md 11.6.)
     private var canonicalIDs: [ByteKey: String] = [:]
     private weak var conversationsIn: StoreStep?
+    /// Authors' shown names read by the step `namesIn` for `message.received` (`announcedName`).
+    private var names: [ByteKey: String] = [:]
+    private weak var namesIn: StoreStep?
     /// MESSAGEs the inbound batch `receiptsIn` stored from relay mail, by author, in order: a
     /// DELIVERED per author goes into the same step when the batch ends (`batchEnded`).
     var owedReceipts: [[UInt8]: [[UInt8]]] = [:]
@@ -173,6 +176,20 @@ public final class MessageService: Sendable {
         if key == me { return health.read("read the display name", or: nil) { try r.setting("display_name") } ?? "" }
         // The nickname this node gave them, else their display name (what the person knows them as).
         return health.read("read a contact's name", or: "") { try r.shownName(key) }
+    }
+
+    /// `key`'s shown name for the events of `step`, read once per author and step (a burst's inbound
+    /// batch read it for each of its up to 128 MESSAGEs). A name the same step changes (a friend's
+    /// CONTACT_UPDATE among its frames) shows in the events of the next step.
+    func announcedName(_ key: [UInt8], _ step: StoreStep) -> String {
+        if namesIn !== step {
+            names = [:]
+            namesIn = step
+        }
+        if let known = names[ByteKey(key)] { return known }
+        let shown = name(key, step)
+        names[ByteKey(key)] = shown
+        return shown
     }
 
     // MARK: - Ordering state
