@@ -211,12 +211,20 @@ extension MessageService {
         // direct message is held unsigned and signed only where it must be (mail, an older friend's
         // link); a thread's is forwarded by the inviter, so it is signed now (README 5.4).
         let frames = frames(.chatMessage, to: to, payload: body.payload, step, memo: memo, linkAuthenticated: c.challengeId == nil)
-        guard let first = frames.first else { throw MessageStoreError.noSuchConversation }
+        guard var first = frames.first else { throw MessageStoreError.noSuchConversation }
         let id = Array(first.messageId)
         let row = StoredMessage(id: id, conversationId: cid, author: me, seq: seq, lamport: lamport, sentLamport: lamport, text: text,
                                 replyTo: replyTo, sentAtMs: sentAt, receivedAtMs: sentAt, state: .queued,
                                 expiresAtMs: timer > 0 ? sentAt.addingSaturated(timer) : nil)
+        // In a batch, to a friend whose link is up: the frame is stored as its first write leaves
+        // it, and handed to the outbox with the batch (no read back and update of the row).
+        var scheduled = false
+        if memo != nil, c.peer != nil, frames.count == 1, let s = outbox.scheduledAsWritten(first) {
+            first = s
+            scheduled = true
+        }
         try step.sendMessage(row, frame: first)
+        if scheduled, let memo { memo.scheduled.append(first) }
         for f in frames.dropFirst() { try step.enqueue(f) }
         let sent: [String: JSONValue] = ["id": .string(hexString(id)), "to": .array(to.map(idText)), "conversation": conversationText(c),
                                          "seq": .int(Int64(seq))]

@@ -80,7 +80,7 @@ extension MessageService {
                 let memo = SendBatchMemo()
                 for pending in batch {
                     // A savepoint per send: one that throws leaves nothing behind, the rest go on.
-                    let eventsBefore = memo.events.count
+                    let eventsBefore = memo.events.count, scheduledBefore = memo.scheduled.count
                     let result = Result {
                         try step.write { _ in
                             let (answer, to) = try queueSend(pending.params, step, memo: memo)
@@ -92,6 +92,7 @@ extension MessageService {
                     if case .failure = result {
                         memo.forgetConversations()
                         memo.events.removeSubrange(min(eventsBefore, memo.events.count)...)
+                        memo.scheduled.removeSubrange(min(scheduledBefore, memo.scheduled.count)...)
                     }
                     results.append(result)
                 }
@@ -102,7 +103,9 @@ extension MessageService {
                 // Once for the batch, not per send: the frames every send queued are scheduled as
                 // written in one statement per recipient, and go on its link together after the commit.
                 var seen = Set<[UInt8]>()
-                outbox.send(to: recipients.filter { seen.insert($0).inserted }, in: step)
+                // The frames stored already scheduled as written (the friend's link was up) are
+                // handed over as they are: no read back and no update of each (messages.md 11.6).
+                outbox.send(to: recipients.filter { seen.insert($0).inserted }, scheduled: memo.scheduled, in: step)
                 markSent(in: step)
                 // The callers are answered once the commit is durable, right after its frames went
                 // to the link: before the store's work after the step (the search index of these

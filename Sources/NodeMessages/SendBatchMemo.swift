@@ -23,6 +23,10 @@ final class SendBatchMemo {
     /// The batch's `message.sent` events, in send order: stored together at the batch's end, in one
     /// multi-row INSERT (a send that fails drops its own: `drainSends`).
     var events: [PendingEvent] = []
+    /// The batch's frames stored already scheduled as written (`Outbox.scheduledAsWritten`: the
+    /// friend's link was up), in send order: handed to the outbox once for the batch (a send that
+    /// fails drops its own: `drainSends`).
+    var scheduled: [OutboxItem] = []
 
     /// The friend `text` names, resolved by `resolve` the first time it is asked in this batch.
     func friend(named text: String, _ resolve: () throws -> [UInt8]) rethrows -> [UInt8] {

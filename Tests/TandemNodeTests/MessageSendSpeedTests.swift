@@ -71,4 +71,53 @@ final class MessageSendSpeedTests: XCTestCase {
         XCTAssertEqual(link.written.map(\.messageID.bytes), items.map { Array($0.messageId) })
         XCTAssertEqual(link.operations.filter { $0 == "flush" }.count, 1, "one flush for the batch")
     }
+
+    /// Frames stored already scheduled as written (the friend's link was up when they were queued,
+    /// messages.md 11.6 session 10): stored with their first attempt counted, never in the index of
+    /// frames not written, and written after the commit in one write, behind the older frames of the
+    /// same friend that were never written, in the order they were queued. With the link down there
+    /// is no such schedule: the frame waits for the delivery loop as before.
+    func testFramesStoredScheduledGoBehindOlderUnwrittenOnesInOneWriteAfterTheCommit() async throws {
+        let rig = try Rig()
+        let peer = SigningKeyPair.generate().publicKey
+        let probe = try rig.store.batch { step in rig.outbox.frame(.chatMessage, to: peer, payload: [0], in: step) }
+        XCTAssertNil(rig.outbox.scheduledAsWritten(probe), "no link: not scheduled")
+        // Queued while the link was down: never written.
+        let older = try rig.store.batch { step in try queue(3, to: peer, rig, step) }
+        let link = OutboxTests.FakeLink(serial: 1)
+        rig.transport.setLink(peer, link)
+        let fresh = try rig.store.batch { step -> [OutboxItem] in
+            let fresh = try (0..<5).map { i -> OutboxItem in
+                let frame = rig.outbox.frame(.chatMessage, to: peer, payload: Array("n\(i)".utf8), in: step)
+                let scheduled = try XCTUnwrap(rig.outbox.scheduledAsWritten(frame))
+                XCTAssertEqual(scheduled.attempts, 1)
+                XCTAssertGreaterThan(scheduled.nextAttemptMs, frame.nextAttemptMs)
+                XCTAssertEqual(scheduled.lastError, "awaiting acknowledgement")
+                try step.enqueue(scheduled)
+                return scheduled
+            }
+            rig.outbox.send(to: [peer], scheduled: fresh, in: step)
+            XCTAssertTrue(link.written.isEmpty, "nothing goes out before the commit")
+            return fresh
+        }
+        XCTAssertEqual(link.written.map(\.messageID.bytes), (older + fresh).map { Array($0.messageId) }, "oldest first, once each")
+        XCTAssertEqual(link.operations.filter { $0 == "flush" }.count, 1, "one flush")
+        let stored = try rig.store.outbox(for: peer)
+        XCTAssertEqual(stored.map(\.messageId), (older + fresh).map(\.messageId))
+        XCTAssertTrue(stored.allSatisfy { $0.attempts == 1 && $0.lastError == "awaiting acknowledgement" }, "\(stored.map(\.attempts))")
+        let unsent = try rig.store.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox INDEXED BY outbox_unsent WHERE recipient = ? AND attempts = 0", arguments: [Data(peer)]) }
+        XCTAssertEqual(unsent, 0)
+        // A step that stored its scheduled frames and then rolled back writes nothing.
+        let linkWrites = link.written.count
+        XCTAssertThrowsError(try rig.store.batch { step in
+            let frame = rig.outbox.frame(.chatMessage, to: peer, payload: [9], in: step)
+            let scheduled = try XCTUnwrap(rig.outbox.scheduledAsWritten(frame))
+            try step.enqueue(scheduled)
+            rig.outbox.send(to: [peer], scheduled: [scheduled], in: step)
+            throw CancellationError()
+        })
+        try rig.store.batch { step in rig.outbox.send(to: [], in: step) }
+        XCTAssertEqual(link.written.count, linkWrites, "the rolled-back frame never goes out")
+        XCTAssertEqual(try rig.store.outbox(for: peer).count, 8)
+    }
 }

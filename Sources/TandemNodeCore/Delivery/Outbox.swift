@@ -186,10 +186,30 @@ package final class Outbox: Sendable {
     /// Nudges the delivery loop: at once when it waits, else as soon as its current round ends.
     func poke() { wake.poke() }
 
+    /// `item` as it is stored when its recipient's link is up at the time it is queued: scheduled as
+    /// a first write leaves it (one attempt, the next round in at most a second unless an ACK
+    /// removes it first), so the step that queues it need not read it back and update it
+    /// (`scheduleFirstWrite`: a read of the row with its bytes, an update of the row and two of its
+    /// indexes, per frame; messages.md 11.6, session 10). Nil when the link is down: the frame is
+    /// queued as never written and waits for the delivery loop. A frame stored this way must be
+    /// handed to `send(to:scheduled:in:)` in the same step, once the write that stored it stands.
+    package func scheduledAsWritten(_ item: OutboxItem) -> OutboxItem? {
+        guard transport.link(to: Array(item.recipient)) != nil else { return nil }
+        var scheduled = item
+        scheduled.attempts = 1
+        scheduled.nextAttemptMs = now().addingSaturated(min(configuration.resendAfterMs, 1000))
+        scheduled.lastError = "awaiting acknowledgement"
+        return scheduled
+    }
+
     /// On the core, right after frames for `keys` were stored: a recipient with a link up gets
     /// them now, from here (no hop through the delivery loop; each frame is still written once per
     /// link); the others wait for the loop, which is woken.
-    package func send(to keys: [[UInt8]], in step: StoreStep) {
+    /// `scheduled`: frames stored in this step already scheduled as written (`scheduledAsWritten`),
+    /// in the order they were queued; they are written after the commit with the rest, behind any
+    /// older frame of the same recipient that was never written (the receiver takes a friend's
+    /// messages in order).
+    package func send(to keys: [[UInt8]], scheduled: [OutboxItem] = [], in step: StoreStep) {
         // Frames for a peer with a link up are scheduled as written in the step's own transaction,
         // which returns them (no read transaction of their own): writing them after the commit then
         // needs no commit and no read of its own. Only the frames just scheduled are written here;
@@ -216,6 +236,9 @@ package final class Outbox: Sendable {
                 if !due.isEmpty { sendingReady[key, default: []].append(contentsOf: due) }
             }
         }
+        // Whatever the link does meanwhile: with the link gone after the commit, `writeNow` makes
+        // them due again at once.
+        for item in scheduled { sendingReady[Array(item.recipient), default: []].append(item) }
         sendingKeys.append(contentsOf: keys)
     }
 
