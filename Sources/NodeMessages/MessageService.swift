@@ -300,6 +300,24 @@ public final class MessageService: Sendable {
         guard changed else { return }
         events.emit("message.delivered", ["id": .string(hexString(messageID)), "to": idText(recipient)], in: step)
     }
+
+    /// A run of acknowledgements of one ACKS: each MESSAGE marked delivered as above, and their
+    /// `message.delivered` events stored together at the run's end, in its order with consecutive
+    /// seqs (one multi-row INSERT instead of a statement and a hand-over each: messages.md 11.6,
+    /// sessions 10 and 14). Nothing else stores an event in between (the router tells a run before any
+    /// other event of the step).
+    package func delivered(_ deliveries: [(messageID: [UInt8], type: MessageType)], to recipient: [UInt8], _ step: StoreStep) {
+        var pending: [PendingEvent] = []
+        pending.reserveCapacity(deliveries.count)
+        let to = idText(recipient)
+        for d in deliveries where d.type == .chatMessage {
+            written.withLockedValue { $0.acknowledged(d.messageID) }  // as in `delivered(_:type:to:_:)`
+            let changed = health.read("mark a message delivered", or: false) { try step.markMessageDelivered(d.messageID) }
+            guard changed else { continue }
+            pending.append(events.record("message.delivered", ["id": .string(hexString(d.messageID)), "to": to]))
+        }
+        events.emit(pending, in: step)
+    }
 }
 
 /// Our MESSAGE frames written on a link or left in a mailbox and not yet marked `sent`

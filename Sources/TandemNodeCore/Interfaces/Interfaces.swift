@@ -29,6 +29,10 @@ package protocol FrameFlow: AnyObject, Sendable {
     /// `recipient` acknowledged (ACK, or REPLAYED) our frame `messageID` of a type this flow owns:
     /// it is stored on the recipient's node. Told in the step that removed it from the outbox.
     func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep)
+    /// The same for consecutive acknowledgements of one ACKS (or ACK) that this flow owns, in their
+    /// order, told at once (a flow may then store their events in one statement: messages.md 11.6,
+    /// session 10). By default each is told to `delivered(_:type:to:_:)` in turn.
+    func delivered(_ deliveries: [(messageID: [UInt8], type: MessageType)], to recipient: [UInt8], _ step: StoreStep)
     /// True when this flow announces an ACK of its frames of `type` with an event of its own (a
     /// MESSAGE: `message.delivered`): the outbox then stores no `outbox.delivered` beside it (one
     /// event row per delivery, messages.md 11.6).
@@ -49,6 +53,9 @@ extension FrameFlow {
     package func linkUp(_ key: [UInt8], _ step: StoreStep) {}
     package func sighted(_ sighting: PeerSighting, _ step: StoreStep) {}
     package func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep) {}
+    package func delivered(_ deliveries: [(messageID: [UInt8], type: MessageType)], to recipient: [UInt8], _ step: StoreStep) {
+        for d in deliveries { delivered(d.messageID, type: d.type, to: recipient, step) }
+    }
     package func batchEnded(_ step: StoreStep) {}
 }
 

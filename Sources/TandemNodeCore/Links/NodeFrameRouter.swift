@@ -144,18 +144,43 @@ extension NodeFrameRouter {
         } catch {
             return  // the decoders throw only PayloadError
         }
+        // The deliveries are told to their flows in runs (consecutive ids of one flow, in order), so a
+        // flow can store a run's events in one statement. A run is told before anything else stores
+        // an event: before the outbox's `outbox.delivered` of a frame no flow announces, and at the
+        // end. So the step's events keep the order one at a time gave them.
         let flows = self.flows
-        let announce = { (type: MessageType?) in !flows.contains { flow in type.map { flow.owns($0) && flow.announcesDelivery(of: $0) } ?? false } }
-        for id in ids {
-            if let type = outbox.delivered(id, by: envelope.author, step, announce: announce) {
-                tellDelivered(id, type: type, to: envelope.author, step)
-            }
+        var run: [(messageID: [UInt8], type: MessageType)] = []
+        var runFlow: (any FrameFlow)?
+        let author = envelope.author
+        func tellRun() {
+            guard let flow = runFlow, !run.isEmpty else { return }
+            flow.delivered(run, to: author, step)
+            run = []
+            runFlow = nil
         }
+        let announce = { (type: MessageType?) -> Bool in
+            let announced = !flows.contains { flow in type.map { flow.owns($0) && flow.announcesDelivery(of: $0) } ?? false }
+            if announced { tellRun() }  // the outbox stores its event next
+            return announced
+        }
+        for id in ids {
+            guard let type = outbox.delivered(id, by: author, step, announce: announce) else { continue }
+            let flow = owner(of: type)
+            if let runFlow, runFlow !== flow { tellRun() }
+            runFlow = flow
+            run.append((id, type))
+        }
+        tellRun()
+    }
+
+    /// The flow that owns frames of `type` (the fallback when none does).
+    private func owner(of type: MessageType) -> any FrameFlow {
+        for flow in flows where flow.owns(type) { return flow }
+        return fallback
     }
 
     private func tellDelivered(_ id: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep) {
-        for flow in flows where flow.owns(type) { return flow.delivered(id, type: type, to: recipient, step) }
-        fallback.delivered(id, type: type, to: recipient, step)
+        owner(of: type).delivered(id, type: type, to: recipient, step)
     }
 }
 
