@@ -42,4 +42,49 @@ final class CalibrationTests: XCTestCase {
         XCTAssertEqual(spans[1], 0.12, accuracy: 0.015, "\(spans)")
         XCTAssertEqual(spans[2], 0.08, accuracy: 0.015, "\(spans)")
     }
+
+    /// Seed 17's teapot without a spout: its views lie in the other cameras' empty space by at most
+    /// 0.11 of their surface (under `inconsistentShare`), so its model is built exactly as
+    /// registration places the views — though the free-space registration would place some
+    /// differently (and with it the models, and the margins calibrated on them, of every object it
+    /// touches: Protocol/keys.md, section 8, sessions 12–14).
+    func testAModelWhoseViewsAgreeIsBuiltAsRegistered() throws {
+        let e = enrolment(seed: 17, "teapot-no-spout")
+        let views = e.views
+        let (tau, cell) = ObjectTemplate.scales(views)
+        let poses = ObjectTemplate.register(views, tau: tau, cell: cell)
+        let shares = ObjectTemplate.freeSpaceShares(views, poses, tau: tau, cell: cell).compactMap { $0 }
+        XCTAssertGreaterThan(shares.max() ?? 0, ObjectTemplate.freeShare)
+        XCTAssertLessThanOrEqual(shares.max() ?? 1, ObjectTemplate.inconsistentShare)
+        XCTAssertNotEqual(ObjectTemplate.register(views, tau: tau, cell: cell, freeSpace: true), poses)
+        let clean = views.map { v in
+            var c = v
+            c.cloud = ShapeAnalysis.surface(v.cloud, extents: v.extents)
+            return c
+        }
+        let expected = ObjectTemplate.build(clean, poses: poses, tau: tau, cell: cell, goodFrames: e.goodFrames, viewpoints: e.viewpoints, flags: [])
+        let t = try e.finish(force: !e.isComplete)
+        XCTAssertEqual(t.model, expected.model)
+        XCTAssertEqual(t.maximumShortfall, expected.maximumShortfall)
+        XCTAssertEqual(t.maximumDeficit, expected.maximumDeficit)
+    }
+
+    /// An open jar (lid off: 12.8 % shorter, the same width) is a stretched twin of the jar: the
+    /// bench's models on the tuning seeds 1 and 2 fit, the open jar stretched, at 0.77 and 0.79 —
+    /// under the earlier twin fit of 0.85, and the jar opened the open jar's key without a warning
+    /// (seed 11: 2 of 4 sweeps).
+    func testEnrolmentSaysAnOpenJarIsCloseToTheJar() throws {
+        for seed in [1, 2] as [UInt64] {
+            let ej = enrolment(seed: seed, "jar"), eo = enrolment(seed: seed, "jar-open")
+            let jar = try ej.finish(force: !ej.isComplete), open = try eo.finish(force: !eo.isComplete)
+            let stretch = KeyCloseness.stretch(jar, open)
+            XCTAssertEqual(stretch.map { Double($0) } ?? 0, 0.128, accuracy: 0.01, "seed \(seed)")
+            XCTAssertEqual(KeyCloseness.stretch(open, jar), stretch)
+            let xj = KeyCloseness.extents(jar.model, normals: jar.normals), xo = KeyCloseness.extents(open.model, normals: open.normals)
+            let fit = KeyCloseness.scaledFit(jar, xj, open, xo, KeyCloseness.differences(xj, xo))
+            XCTAssertGreaterThanOrEqual(fit, KeyCloseness.twinFit, "seed \(seed)")
+            XCTAssertLessThan(fit, 0.85, "seed \(seed)")
+            XCTAssertEqual(KeyCloseness.closeKeys(jar, others: [(name: "open", template: open)]).map(\.other), ["open"], "seed \(seed)")
+        }
+    }
 }
