@@ -24,14 +24,7 @@ extension KeyCloseness {
     /// frame registered a little off, measured 6 % wider than the 1:1:2 box's with 13 % more length;
     /// the can and the taller can's models differ by 4.4–4.8 % across). Before: `sameExtent`.
     static let otherShare: Float = 0.5
-    /// As clearly as enrolment takes a frame (`ObjectTemplate.clearFit`). An open jar (its lid off:
-    /// 12.8 % shorter, the same width) stretched fits the jar's model at 0.77 and 0.79 on the tuning
-    /// seeds 1 and 2, and the jar opens the open jar's key in some sweeps (seed 11: 2 of 4) — below
-    /// the earlier 0.85 it was never warned. Every other pair of those seeds within the extents
-    /// test fits at 0.89–1.0 (twins already) or at most 0.55, but for seed 2's mug and mug without
-    /// a handle (0.81; that mug's model built with three frames turned, see `freeShare`)
-    /// (Protocol/keys.md, section 8, session 14).
-    static let twinFit = 0.75
+    static let twinFit = 0.85
 
     /// The model's extents (1st–99th percentile) along the axes of its smallest bounding box, largest first, with each
     /// axis. The principal axes of a box's model (its faces seen unevenly) can lie 10–20° off its

@@ -192,18 +192,6 @@ extension ObjectTemplate {
     static let candidateViews = 4
     static let registrationFit = 0.5
     static let clearFit = 0.75
-    /// While registering with the free-space test (`register(_:tau:cell:freeSpace:)`), a pose that
-    /// puts more of a view's surface than this where the registered views' cameras saw empty space is
-    /// refused (against a model of a few views: genuine poses 0–0.03 on seed 17's boxes, a box frame
-    /// turned a quarter 0.19).
-    static let freeShare = 0.05
-    /// A registered model is inconsistent, and registered again with the free-space test, when one of
-    /// its views puts more than this share of its surface where another view's camera saw empty
-    /// space (`freeSpaceShares`, each camera against its own view). Models whose every pose lies
-    /// within a few degrees of one of the shape's symmetries reach 0.13–0.18 on seeds 1, 2 and 17 (a
-    /// cube, a book, a tile: noise along the silhouettes); seed 17's 2:3:4 box, four frames turned
-    /// a quarter, 0.31 (Protocol/keys.md, section 8, session 14).
-    static let inconsistentShare = 0.20
     /// A registered view whose leave-one-out fit is below this is dropped from the model (genuine
     /// views fit the others at 0.83–1.0; a view registered upside down at 0.05–0.6).
     static let contradictedFit = 0.7
@@ -230,13 +218,7 @@ extension ObjectTemplate {
     /// Registers the views into one model and calibrates the thresholds (leave-one-out).
     static func build(_ views: [EnrolledView], goodFrames: Int, viewpoints: Int, flags: Flags) -> ObjectTemplate {
         let (tau, cell) = scales(views)
-        var poses = register(views, tau: tau, cell: cell)
-        // A view placed where another's camera saw empty space was registered in a wrong pose
-        // (issue 35: seed 17's 2:3:4 box, four frames turned a quarter): register again, every
-        // pose checked against the cameras' free space. Models whose views agree stay as they are.
-        if freeSpaceShares(views, poses, tau: tau, cell: cell).contains(where: { ($0 ?? 0) > inconsistentShare }) {
-            poses = register(views, tau: tau, cell: cell, freeSpace: true)
-        }
+        let poses = register(views, tau: tau, cell: cell)
         // The model and the calibration see the views without the camera's outliers, as
         // verification sees live frames.
         let clean = views.map { v in
@@ -254,7 +236,7 @@ extension ObjectTemplate {
     }
 
     /// Each view's pose (its camera frame → model coordinates), nil for a view that could not be registered.
-    static func register(_ views: [EnrolledView], tau: Float, cell: Float, freeSpace: Bool = false) -> [RigidTransform?] {
+    static func register(_ views: [EnrolledView], tau: Float, cell: Float) -> [RigidTransform?] {
         var poses: [RigidTransform?] = Array(repeating: nil, count: views.count)
         // Seed: the view of highest quality (the most points), then greedily the pending view that
         // fits the growing model best; a view that never fits well enough stays out of the model.
@@ -262,13 +244,6 @@ extension ObjectTemplate {
         poses[seed] = .identity
         // Pending views, most similar to a registered one first: a view that fits clearly (≥ 0.75) is
         // taken at once; otherwise, after a full pass, the best fitting one if it fits at all.
-        // With `freeSpace`, a pose counts only if it puts little of the view's surface where the
-        // registered views' cameras saw empty space (`FreeSpace`, at most `freeShare`): such a pose is
-        // taken clearly or as the pass's best; when no pending view has one (the model so far holds a
-        // wrong pose itself, which leave-one-out drops later) the best fitting one at all, if it fits.
-        // A box's frame turned a quarter about its long axis fits a model of two frames at 0.77 but
-        // puts a fifth of its points beside their silhouettes (issue 35, seed 17).
-        let samples = freeSpace ? views.map(surfaceSample) : []
         while true {
             let pending = views.indices.filter { poses[$0] == nil }
             if pending.isEmpty { break }
@@ -276,33 +251,16 @@ extension ObjectTemplate {
             func similarity(_ i: Int) -> Double { registered.map { cosine(views[i].vector, views[$0].vector) }.max() ?? 0 }
             let tree = KDTree(assemble(views, poses, cell: cell))
             let normals = tree.normals()
-            var free: FreeSpace?
-            if freeSpace {
-                let (model, modelNormals) = orientedModel(views, poses, cell: cell)
-                free = FreeSpace(model: model, normals: modelNormals, cameras: registered.map { poses[$0]!.translation }, cell: cell, margin: 2 * tau)
-            }
-            var best: (Int, Alignment)?, bestFree: (Int, Alignment)?
+            var best: (Int, Alignment)?
             for i in pending.sorted(by: { similarity($0) > similarity($1) }) {
                 let targets = nearestViews(to: views[i].vector, among: registered, views).map { views[$0].axes.transformed(poses[$0]!) }
-                var accept: (@Sendable (Alignment) -> Bool)?
-                if let free {
-                    let sample = samples[i]
-                    accept = { a in freeShare(of: sample, in: free, at: a.transform) <= freeShare }
-                }
                 let a = Registration.align(views[i].cloud, axes: views[i].axes, to: tree, targets: targets, tau: tau,
-                                           normals: normals, cell: cell, refine: Registration.enrolmentRefinedHypotheses, accept: accept)
+                                           normals: normals, cell: cell, refine: Registration.enrolmentRefinedHypotheses)
                 if a.fit > (best?.1.fit ?? -1) { best = (i, a) }
-                if let accept, !accept(a) { continue }
-                if a.fit > (bestFree?.1.fit ?? -1) { bestFree = (i, a) }
                 if a.fit >= clearFit { break }
             }
-            if let (i, a) = bestFree, a.fit >= registrationFit {
-                poses[i] = a.transform
-            } else if let (i, a) = best, a.fit >= registrationFit {
-                poses[i] = a.transform
-            } else {
-                break
-            }
+            guard let (i, a) = best, a.fit >= registrationFit else { break }
+            poses[i] = a.transform
         }
         // Global refinement: each registered view once more against the model of the others.
         let ordered = views.indices.filter { poses[$0] != nil && $0 != seed }
@@ -314,45 +272,6 @@ extension ObjectTemplate {
             poses[i] = Registration.icpPlane(fine, tree, normals: tree.normals(), from: poses[i]!, tau: tau, iterations: Registration.fineIterations)
         }
         return poses
-    }
-
-    /// A view's surface (without the camera's outliers), thinned as fine registration thins it:
-    /// what the free-space test places.
-    static func surfaceSample(_ view: EnrolledView) -> [SIMD3<Float>] {
-        Registration.subsample(ShapeAnalysis.surface(view.cloud, extents: view.extents), Registration.finePoints)
-    }
-
-    /// The share of `sample` that `t` puts in `free` space (0 for an empty sample).
-    static func freeShare(of sample: [SIMD3<Float>], in free: FreeSpace, at t: RigidTransform) -> Double {
-        guard !sample.isEmpty else { return 0 }
-        var off = 0
-        for p in sample where free.isFree(t.apply(p)) { off += 1 }
-        return Double(off) / Double(sample.count)
-    }
-
-    /// For each registered view, the share of its surface (`surfaceSample`) that its pose puts where
-    /// another registered view's camera saw empty space: in front of what that view saw (by more than
-    /// 2τ) or beside its silhouette. Each camera sees its own view only, so views registered wrongly
-    /// alike cannot hide each other. Genuine poses: 0–0.03; nil for a view not registered.
-    static func freeSpaceShares(_ views: [EnrolledView], _ poses: [RigidTransform?], tau: Float, cell: Float) -> [Double?] {
-        let registered = views.indices.filter { poses[$0] != nil }
-        let seen = Dictionary(uniqueKeysWithValues: registered.map { j -> (Int, FreeSpace) in
-            var only: [RigidTransform?] = Array(repeating: nil, count: views.count)
-            only[j] = poses[j]
-            let (model, normals) = orientedModel(views, only, cell: cell)
-            return (j, FreeSpace(model: model, normals: normals, cameras: [poses[j]!.translation], cell: cell, margin: 2 * tau))
-        })
-        return views.indices.map { i in
-            guard let t = poses[i] else { return nil }
-            let sample = surfaceSample(views[i])
-            guard !sample.isEmpty else { return 0 }
-            var off = 0
-            for p in sample {
-                let q = t.apply(p)
-                if registered.contains(where: { $0 != i && seen[$0]!.isFree(q) }) { off += 1 }
-            }
-            return Double(off) / Double(sample.count)
-        }
     }
 
     static func build(_ views: [EnrolledView], poses registeredPoses: [RigidTransform?], tau: Float, cell: Float, goodFrames: Int, viewpoints: Int,
