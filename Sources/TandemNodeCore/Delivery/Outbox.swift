@@ -76,7 +76,9 @@ package final class Outbox: Sendable {
         package var retryTick: Duration = .milliseconds(500)
         var resendAfterMs: Int64 = 30_000
         /// Frames per recipient written on its link and not yet acknowledged (`DeliveryBook.window`).
-        package var window = 256
+        /// 1,024 since session 14 (was 256): a burst's frames to a friend keep the receiver busy while
+        /// the sender's core is taken by its sends (messages.md 11.1, 11.6).
+        package var window = 1024
         package init() {}
     }
 
