@@ -21,9 +21,12 @@ public struct DeliveryBook: Sendable, Equatable {
     public struct Written: Sendable, Equatable {
         public let link: UInt64
         public let atMs: Int64
-        public init(link: UInt64, atMs: Int64) {
+        /// The frame's size, where it counts towards `windowBytes` (0 where the caller gave none).
+        public let bytes: Int
+        public init(link: UInt64, atMs: Int64, bytes: Int = 0) {
             self.link = link
             self.atMs = atMs
+            self.bytes = bytes
         }
     }
 
@@ -34,6 +37,9 @@ public struct DeliveryBook: Sendable, Equatable {
     public let maximumTracked: Int
     /// Frames per recipient written on its link and not yet acknowledged, at most.
     public let window: Int
+    /// Their bytes, at most (messages.md 11.1): a window of large frames is bounded by what it holds,
+    /// so a slow link drains it well within its unwritable timeout. The first frame always goes.
+    public let windowBytes: Int
 
     // Keyed by `ByteKey`: hashed in one go, not a byte at a time (messages.md 11.6, session 13).
     private var written: [ByteKey: Written] = [:]
@@ -44,11 +50,13 @@ public struct DeliveryBook: Sendable, Equatable {
     private var backoff: [ByteKey: (failures: Int, nextMs: Int64)] = [:]
     private var owedPresence: Set<ByteKey> = []
 
-    public init(resendAfterMs: Int64 = 30_000, maximumBackoffMs: Int64 = 60_000, maximumTracked: Int = 10_000, window: Int = 256) {
+    public init(resendAfterMs: Int64 = 30_000, maximumBackoffMs: Int64 = 60_000, maximumTracked: Int = 10_000, window: Int = 256,
+                windowBytes: Int = Int.max) {
         self.resendAfterMs = resendAfterMs
         self.maximumBackoffMs = maximumBackoffMs
         self.maximumTracked = maximumTracked
         self.window = max(1, window)
+        self.windowBytes = max(1, windowBytes)
     }
 
     public static func == (a: DeliveryBook, b: DeliveryBook) -> Bool {
@@ -73,9 +81,10 @@ public struct DeliveryBook: Sendable, Equatable {
 
     /// Of `keys` (the frames waiting for `recipient`, oldest first), those to write on `link` now,
     /// within the recipient's window: frames already written on this link within `resendAfterMs`
-    /// keep their place and are skipped; the others fill the free places in order, and the rest
-    /// wait (`isHolding`) until acknowledgements make room. Those returned are recorded as written.
-    public mutating func toWrite(_ keys: [[UInt8]], to recipient: [UInt8], link: UInt64, nowMs: Int64) -> [[UInt8]] {
+    /// keep their place and are skipped; the others fill the free places in order — as long as the
+    /// frames in flight stay within `windowBytes` (`sizes`, one per key; none: not counted) — and the
+    /// rest wait (`isHolding`) until acknowledgements make room. Those returned are recorded as written.
+    public mutating func toWrite(_ keys: [[UInt8]], sizes: [Int]? = nil, to recipient: [UInt8], link: UInt64, nowMs: Int64) -> [[UInt8]] {
         let recipient = ByteKey(recipient)
         // Taken out of the table while it changes, so that the table holds no second reference
         // and nothing is copied (messages.md 11.6, session 13).
@@ -87,21 +96,26 @@ public struct DeliveryBook: Sendable, Equatable {
         let holds = { (w: Written) in w.link == link && nowMs.subtractingSaturated(w.atMs) < resendAfterMs }
         if places.values.contains(where: { !holds($0) }) { places = places.filter { holds($0.value) } }
         var room = window - places.count
+        var bytes = sizes == nil ? 0 : places.values.reduce(0) { $0.addingSaturated($1.bytes) }
         var out: [[UInt8]] = []
+        var outBytes: [Int] = []
         var holding = false
-        for key in keys {
+        for (i, key) in keys.enumerated() {
             if let w = written[ByteKey(key)], w.link == link, nowMs.subtractingSaturated(w.atMs) < resendAfterMs { continue }
-            guard room > 0 else {
+            let size = sizes.map { i < $0.count ? max(0, $0[i]) : 0 } ?? 0
+            guard room > 0, bytes.addingSaturated(size) <= windowBytes || (places.isEmpty && out.isEmpty) else {
                 holding = true
                 break
             }
             out.append(key)
+            outBytes.append(size)
             room -= 1
+            bytes = bytes.addingSaturated(size)
         }
         if written.count + out.count > maximumTracked { written.removeAll() }
-        let w = Written(link: link, atMs: nowMs)
-        for key in out {
+        for (key, size) in zip(out, outBytes) {
             let key = ByteKey(key)
+            let w = Written(link: link, atMs: nowMs, bytes: size)
             written[key] = w
             places[key] = w
         }
@@ -122,11 +136,25 @@ public struct DeliveryBook: Sendable, Equatable {
     /// The places `toWrite(_:to:link:nowMs:)` would find free for `recipient` on `link` at `nowMs`
     /// (frames written on another link, or longer ago than `resendAfterMs`, hold none). With none
     /// free it writes nothing, so a caller need not read what waits (messages.md 11.6).
+    /// With the frames in flight at `windowBytes` or more, none is free.
     public func freePlaces(_ recipient: [UInt8], link: UInt64, nowMs: Int64) -> Int {
         guard let places = inFlight[ByteKey(recipient)] else { return window }
         var used = 0
+        var bytes = 0
+        for w in places.values where w.link == link && nowMs.subtractingSaturated(w.atMs) < resendAfterMs {
+            used += 1
+            bytes = bytes.addingSaturated(w.bytes)
+        }
+        return bytes >= windowBytes ? 0 : max(0, window - used)
+    }
+
+    /// The frames for `recipient` in flight on `link` at `nowMs` (written there within `resendAfterMs`
+    /// and not acknowledged): a refill's frames follow them (messages.md 11.6).
+    public func framesInFlight(_ recipient: [UInt8], link: UInt64, nowMs: Int64) -> Int {
+        guard let places = inFlight[ByteKey(recipient)] else { return 0 }
+        var used = 0
         for w in places.values where w.link == link && nowMs.subtractingSaturated(w.atMs) < resendAfterMs { used += 1 }
-        return max(0, window - used)
+        return used
     }
 
     /// A write found no free place for `recipient`: what waits is held until acknowledgements make

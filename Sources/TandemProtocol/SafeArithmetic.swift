@@ -17,3 +17,10 @@ extension Int64 {
         return o ? ((self < 0) != (other < 0) ? .min : .max) : r
     }
 }
+
+extension Int {
+    @inlinable public func addingSaturated(_ other: Int) -> Int {
+        let (r, o) = addingReportingOverflow(other)
+        return o ? (other > 0 ? .max : .min) : r
+    }
+}

@@ -414,10 +414,10 @@ extension StoreReading {
     public func outboxHeads(for key: [UInt8], limit: Int) throws -> [OutboxHead] {
         try read { db in
             try Row.fetchAll(try db.cachedStatement(sql: """
-                SELECT messageId, type, nextAttemptMs FROM outbox WHERE recipient = ? ORDER BY createdAtMs LIMIT ?
+                SELECT messageId, type, nextAttemptMs, length(frame) FROM outbox WHERE recipient = ? ORDER BY createdAtMs LIMIT ?
                 """), arguments: [Data(key), max(0, limit)]).map { row in
                 OutboxHead(messageId: Array(try row.decode(Data.self, atIndex: 0)), type: try row.decode(Int.self, atIndex: 1),
-                           nextAttemptMs: try row.decode(Int64.self, atIndex: 2))
+                           nextAttemptMs: try row.decode(Int64.self, atIndex: 2), frameBytes: try row.decode(Int.self, atIndex: 3))
             }
         }
     }

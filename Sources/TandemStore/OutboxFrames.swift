@@ -28,9 +28,10 @@ extension StoreReading {
             try Row.fetchAll(try db.cachedStatement(sql: """
                 SELECT messageId, type, nextAttemptMs, frame FROM outbox WHERE recipient = ? ORDER BY createdAtMs LIMIT ? OFFSET ?
                 """), arguments: [Data(key), max(0, limit), max(0, skip)]).map { row in
-                (OutboxHead(messageId: Array(try row.decode(Data.self, atIndex: 0)), type: try row.decode(Int.self, atIndex: 1),
-                            nextAttemptMs: try row.decode(Int64.self, atIndex: 2)),
-                 Array(try row.decode(Data.self, atIndex: 3)))
+                let frame = Array(try row.decode(Data.self, atIndex: 3))
+                return (OutboxHead(messageId: Array(try row.decode(Data.self, atIndex: 0)), type: try row.decode(Int.self, atIndex: 1),
+                                   nextAttemptMs: try row.decode(Int64.self, atIndex: 2), frameBytes: frame.count),
+                        frame)
             }
         }
     }

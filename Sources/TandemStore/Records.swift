@@ -139,11 +139,14 @@ public struct OutboxHead: Sendable, Equatable {
     public var messageId: [UInt8]
     public var type: Int
     public var nextAttemptMs: Int64
+    /// The frame's size in bytes (what it counts towards the window's bytes, messages.md 11.1).
+    public var frameBytes: Int
 
-    public init(messageId: [UInt8], type: Int, nextAttemptMs: Int64) {
+    public init(messageId: [UInt8], type: Int, nextAttemptMs: Int64, frameBytes: Int = 0) {
         self.messageId = messageId
         self.type = type
         self.nextAttemptMs = nextAttemptMs
+        self.frameBytes = frameBytes
     }
 }
 

@@ -78,7 +78,8 @@ final class OutboxTests: XCTestCase {
         let outbox: Outbox
         let log: InMemoryEventLog
 
-        init(me: SigningKeyPair = .generate(), store: NodeStore? = nil, clock: ManualClock = ManualClock(), window: Int? = nil) throws {
+        init(me: SigningKeyPair = .generate(), store: NodeStore? = nil, clock: ManualClock = ManualClock(), window: Int? = nil,
+             windowBytes: Int? = nil) throws {
             self.me = me
             self.store = try store ?? NodeStore.inMemory()
             transport = FakeTransport()
@@ -89,6 +90,7 @@ final class OutboxTests: XCTestCase {
             events = EventBus(log: log, logger: logger)
             var configuration = Outbox.Configuration()
             if let window { configuration.window = window }
+            if let windowBytes { configuration.windowBytes = windowBytes }
             outbox = Outbox(identity: me, store: self.store, transport: transport,
                             presence: PresenceState(heartbeatSeconds: 10), events: events, health: StoreHealth(logger: logger),
                             signals: nil, configuration: configuration, logger: logger, clock: { [clock] in clock.now })
@@ -180,6 +182,36 @@ final class OutboxTests: XCTestCase {
             await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(ids[i], by: peer, step) } }
         }
         XCTAssertEqual(link.written.map(\.messageID.bytes), ids)
+        XCTAssertEqual(try rig.store.outbox(for: peer).count, 0)
+    }
+
+    /// Large frames: the window's bytes hold them back, and every frame still goes once, in order,
+    /// as acknowledgements free bytes (the refills read the rows after those in flight).
+    func testLargeFramesGoWithinTheWindowsBytes() async throws {
+        let rig = try Rig(window: 100, windowBytes: 3_900)
+        let peer = SigningKeyPair.generate().publicKey
+        let link = FakeLink(serial: 1)
+        rig.transport.setLink(peer, link)
+        let ids: [[UInt8]] = try await NodeCore.perform {
+            try rig.store.batch { step in
+                var ids: [[UInt8]] = []
+                for _ in 0..<8 {
+                    rig.clock.advance(1)
+                    let item = rig.outbox.frame(.contactUpdate, to: peer, payload: [UInt8](repeating: 7, count: 1000), in: step)
+                    try step.enqueue(item)
+                    ids.append(Array(item.messageId))
+                }
+                rig.outbox.send(to: [peer], in: step)
+                return ids
+            }
+        }
+        XCTAssertEqual(link.written.map(\.messageID.bytes), Array(ids[0..<3]), "three frames of ~1.15 kB fit in 3,900 bytes, not a fourth")
+        await rig.outbox.deliverDue()
+        XCTAssertEqual(link.written.count, 3, "a round adds nothing while the bytes are in flight")
+        for i in 0..<8 {
+            await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(ids[i], by: peer, step) } }
+            XCTAssertEqual(link.written.map(\.messageID.bytes), Array(ids[0..<min(8, i + 4)]), "after \(i + 1) acknowledged")
+        }
         XCTAssertEqual(try rig.store.outbox(for: peer).count, 0)
     }
 

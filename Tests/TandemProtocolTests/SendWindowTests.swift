@@ -30,6 +30,33 @@ final class SendWindowTests: XCTestCase {
         XCTAssertFalse(book.isHolding(bob))
     }
 
+    /// The window's bytes bound it as well as its frames (messages.md 11.1): large frames go a few
+    /// at a time, the first always; an acknowledgement frees its bytes; a frame too large for the
+    /// whole window still goes alone.
+    func testTheWindowsBytesBoundLargeFrames() {
+        var book = DeliveryBook(resendAfterMs: 30_000, window: 100, windowBytes: 1000)
+        let burst = keys(0..<6, for: bob)
+        let sizes = [400, 400, 400, 100, 2000, 10]
+        XCTAssertEqual(book.toWrite(burst, sizes: sizes, to: bob, link: 1, nowMs: 0), Array(burst[0..<2]), "800 bytes; a third is over 1000")
+        XCTAssertTrue(book.isHolding(bob))
+        XCTAssertEqual(book.freePlaces(bob, link: 1, nowMs: 0), 98, "frames free, bytes not yet at the bound")
+        XCTAssertEqual(book.framesInFlight(bob, link: 1, nowMs: 0), 2)
+        XCTAssertEqual(book.toWrite(burst, sizes: sizes, to: bob, link: 1, nowMs: 1), [], "the third still does not fit")
+        book.done(burst[0], recipient: bob)
+        XCTAssertEqual(book.toWrite(Array(burst[1...]), sizes: Array(sizes[1...]), to: bob, link: 1, nowMs: 2), Array(burst[2..<4]),
+                       "400 freed: the third and the fourth (900 in flight), not the 2000")
+        for k in burst[1..<4] { book.done(k, recipient: bob) }
+        XCTAssertEqual(book.toWrite(Array(burst[4...]), sizes: Array(sizes[4...]), to: bob, link: 1, nowMs: 3), [burst[4]],
+                       "nothing in flight: the oversized frame goes alone")
+        XCTAssertEqual(book.freePlaces(bob, link: 1, nowMs: 3), 0, "its bytes fill the window")
+        book.done(burst[4], recipient: bob)
+        XCTAssertEqual(book.toWrite([burst[5]], sizes: [10], to: bob, link: 1, nowMs: 4), [burst[5]])
+        XCTAssertFalse(book.isHolding(bob))
+        // Without sizes, frames alone count (as before).
+        var plain = DeliveryBook(window: 3, windowBytes: 1)
+        XCTAssertEqual(plain.toWrite(keys(0..<5, for: carol), to: carol, link: 1, nowMs: 0).count, 3)
+    }
+
     func testRecipientsHaveWindowsOfTheirOwn() {
         var book = DeliveryBook(window: 2)
         XCTAssertEqual(book.toWrite(keys(0..<3, for: bob), to: bob, link: 1, nowMs: 0).count, 2)

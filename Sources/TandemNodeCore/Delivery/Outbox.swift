@@ -79,6 +79,10 @@ package final class Outbox: Sendable {
         /// 1,024 since session 14 (was 256): a burst's frames to a friend keep the receiver busy while
         /// the sender's core is taken by its sends (messages.md 11.1, 11.6).
         package var window = 1024
+        /// …and their bytes, at most (`DeliveryBook.windowBytes`): 1,024 frames of a few words are
+        /// ~150 KB, of the largest messages (16 KiB) 16 MiB — too much for a slow link to drain within
+        /// its unwritable timeout (README 5.12). 1 MiB holds 64 of those.
+        package var windowBytes = 1 << 20
         package init() {}
     }
 
@@ -144,7 +148,8 @@ package final class Outbox: Sendable {
         self.configuration = configuration
         self.logger = logger
         self.clock = clock
-        self.book = NIOLockedValueBox(DeliveryBook(resendAfterMs: configuration.resendAfterMs, window: configuration.window))
+        self.book = NIOLockedValueBox(DeliveryBook(resendAfterMs: configuration.resendAfterMs, window: configuration.window,
+                                                   windowBytes: configuration.windowBytes))
         self.signals = signals?.subscribe { $0 == .reachable }
         self.poster = signals
     }
@@ -549,6 +554,8 @@ package final class Outbox: Sendable {
     func write(to key: [UInt8], on link: OutboxLink, items known: [OutboxItem]? = nil, refilling: Bool = false) {
         let items: [OutboxHead]
         var frames: [[UInt8]: [UInt8]] = [:]
+        /// More frames wait past those read (a refill reads only up to a quarter of the window).
+        var moreWait = false
         let nowMs = now()
         // No free place in the window (a burst runs ahead of the ACKs): nothing could be written, so
         // nothing is read; what waits is held and goes out when ACKs make room (messages.md 11.6).
@@ -568,20 +575,25 @@ package final class Outbox: Sendable {
             // first), so `window + free` rows hold every frame that can be written now (a refill
             // after a quarter of the window: 320, not 512).
             if !holding, let known {
-                items = known.map { OutboxHead(messageId: Array($0.messageId), type: $0.type, nextAttemptMs: $0.nextAttemptMs) }
+                items = known.map { OutboxHead(messageId: Array($0.messageId), type: $0.type, nextAttemptMs: $0.nextAttemptMs,
+                                               frameBytes: $0.frame.count) }
                 for item in known { frames[Array(item.messageId)] = Array(item.frame) }
-            } else if refilling, free < configuration.window {
-                // A refill: the `window - free` frames in flight on this link are the oldest (written
-                // oldest first, and the acknowledged ones are gone), so the frames to write follow
-                // them. One read of `free + 1` rows with their bytes (the one more tells whether
-                // frames still wait for room), not `window + free` heads and then the frames: the
-                // rows in flight are stepped over in the index. Should the order not hold (a clock
-                // set back queued a frame before them; one written on a link that closed), a frame
-                // skipped here is due and the delivery loop's next round writes it; one returned
-                // that is in flight is not written again (the book).
-                let rows = try store.outboxFrames(for: key, after: configuration.window - free, limit: free + 1)
+            } else if refilling, case let flying = book.withLockedValue({ $0.framesInFlight(key, link: link.serial, nowMs: nowMs) }), flying > 0 {
+                // A refill: the frames in flight on this link are the oldest (written oldest first,
+                // and the acknowledged ones are gone), so the frames to write follow them. One read
+                // of the rows after them with their bytes, not `window + free` heads and then the
+                // frames: the rows in flight are stepped over in the index. At most the free places,
+                // and at most a quarter of the window (the room a refill waits for) or 64 (when the
+                // window's bytes bind first, large frames, the rows past them are not read in vain);
+                // one row more tells whether frames still wait. Should the order not hold (a clock set back
+                // queued a frame before them), the frame skipped is due and the delivery loop's next
+                // round writes it; one returned that is in flight is not written again (the book).
+                let cap = min(free, max(64, configuration.window / 4))
+                let rows = try store.outboxFrames(for: key, after: flying, limit: cap + 1)
                 items = rows.map(\.head)
                 for row in rows { frames[row.head.messageId] = row.frame }
+                // Read fewer than the free places and found more: the book cannot see the rest wait.
+                moreWait = cap < free && rows.count > cap
             } else {
                 items = try store.outboxHeads(for: key, limit: configuration.window + free)
             }
@@ -589,8 +601,11 @@ package final class Outbox: Sendable {
             health.failed("read the outbox", error)
             return
         }
-        let fresh = Set(book.withLockedValue {
-            $0.toWrite(items.map { Self.bookKey($0.messageId, key) }, to: key, link: link.serial, nowMs: nowMs)
+        let fresh = Set(book.withLockedValue { book -> [[UInt8]] in
+            let out = book.toWrite(items.map { Self.bookKey($0.messageId, key) }, sizes: items.map(\.frameBytes), to: key,
+                                   link: link.serial, nowMs: nowMs)
+            if moreWait { book.hold(key) }  // frames past those read wait for room: the next ACKs refill
+            return out
         })
         var written: [Int: [[UInt8]]] = [:]
         defer {
