@@ -110,6 +110,24 @@ final class OutboxTests: XCTestCase {
         }
 
         func eventTypes() throws -> [String] { try log.events(since: 0, limit: 1000).map(\.type) }
+
+        /// `n` CONTACT_UPDATE frames to `key` (payloads of `payloadBytes`), created a millisecond apart (a
+        /// defined order), queued in one step and handed to the outbox as a flow does; their ids in order.
+        func queue(_ n: Int, to key: [UInt8], payloadBytes: Int = 0) async throws -> [[UInt8]] {
+            try await NodeCore.perform {
+                try store.batch { step in
+                    var ids: [[UInt8]] = []
+                    for _ in 0..<n {
+                        clock.advance(1)
+                        let item = outbox.frame(.contactUpdate, to: key, payload: [UInt8](repeating: 7, count: payloadBytes), in: step)
+                        try step.enqueue(item)
+                        ids.append(Array(item.messageId))
+                    }
+                    outbox.send(to: [key], in: step)
+                    return ids
+                }
+            }
+        }
     }
 
     func testEachFrameIsWrittenOncePerLinkUntilTheResendTime() async throws {
@@ -142,19 +160,7 @@ final class OutboxTests: XCTestCase {
         let peer = SigningKeyPair.generate().publicKey
         let link = FakeLink(serial: 1)
         rig.transport.setLink(peer, link)
-        let ids: [[UInt8]] = try await NodeCore.perform {
-            try rig.store.batch { step in
-                var ids: [[UInt8]] = []
-                for _ in 0..<10 {
-                    rig.clock.advance(1)  // distinct creation instants: a defined order
-                    let item = rig.outbox.frame(.contactUpdate, to: peer, payload: [], in: step)
-                    try step.enqueue(item)
-                    ids.append(Array(item.messageId))
-                }
-                rig.outbox.send(to: [peer], in: step)
-                return ids
-            }
-        }
+        let ids = try await rig.queue(10, to: peer)
         XCTAssertEqual(link.written.map(\.messageID.bytes), Array(ids[0..<4]), "the oldest four, nothing more")
         // A round of the delivery loop meanwhile adds nothing: the window is full.
         rig.clock.advance(1_000)
@@ -192,19 +198,7 @@ final class OutboxTests: XCTestCase {
         let peer = SigningKeyPair.generate().publicKey
         let link = FakeLink(serial: 1)
         rig.transport.setLink(peer, link)
-        let ids: [[UInt8]] = try await NodeCore.perform {
-            try rig.store.batch { step in
-                var ids: [[UInt8]] = []
-                for _ in 0..<8 {
-                    rig.clock.advance(1)
-                    let item = rig.outbox.frame(.contactUpdate, to: peer, payload: [UInt8](repeating: 7, count: 1000), in: step)
-                    try step.enqueue(item)
-                    ids.append(Array(item.messageId))
-                }
-                rig.outbox.send(to: [peer], in: step)
-                return ids
-            }
-        }
+        let ids = try await rig.queue(8, to: peer, payloadBytes: 1000)
         XCTAssertEqual(link.written.map(\.messageID.bytes), Array(ids[0..<3]), "three frames of ~1.15 kB fit in 3,900 bytes, not a fourth")
         await rig.outbox.deliverDue()
         XCTAssertEqual(link.written.count, 3, "a round adds nothing while the bytes are in flight")
@@ -223,25 +217,10 @@ final class OutboxTests: XCTestCase {
         let peer = SigningKeyPair.generate().publicKey
         let link = FakeLink(serial: 1)
         rig.transport.setLink(peer, link)
-        func queue(_ n: Int) async throws -> [[UInt8]] {
-            try await NodeCore.perform {
-                try rig.store.batch { step in
-                    var ids: [[UInt8]] = []
-                    for _ in 0..<n {
-                        rig.clock.advance(1)
-                        let item = rig.outbox.frame(.contactUpdate, to: peer, payload: [], in: step)
-                        try step.enqueue(item)
-                        ids.append(Array(item.messageId))
-                    }
-                    rig.outbox.send(to: [peer], in: step)
-                    return ids
-                }
-            }
-        }
-        let f = try await queue(4)
+        let f = try await rig.queue(4, to: peer)
         XCTAssertEqual(link.written.map(\.messageID.bytes), Array(f[0..<2]))
         rig.clock.advance(-1_000)  // set back: the next frame sorts before all of them
-        let g = try await queue(1)
+        let g = try await rig.queue(1, to: peer)
         XCTAssertEqual(link.written.count, 2, "no room")
         // The first acknowledgement's refill writes the frame after those in flight, not g.
         await NodeCore.run { try? rig.store.batch { step in _ = rig.outbox.delivered(f[0], by: peer, step) } }
