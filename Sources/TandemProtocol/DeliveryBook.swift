@@ -149,12 +149,16 @@ public struct DeliveryBook: Sendable, Equatable {
     }
 
     /// The frames for `recipient` in flight on `link` at `nowMs` (written there within `resendAfterMs`
-    /// and not acknowledged): a refill's frames follow them (messages.md 11.6).
-    public func framesInFlight(_ recipient: [UInt8], link: UInt64, nowMs: Int64) -> Int {
-        guard let places = inFlight[ByteKey(recipient)] else { return 0 }
+    /// and not acknowledged), and their bytes: a refill's frames follow them (messages.md 11.6).
+    public func inFlight(to recipient: [UInt8], link: UInt64, nowMs: Int64) -> (frames: Int, bytes: Int) {
+        guard let places = inFlight[ByteKey(recipient)] else { return (0, 0) }
         var used = 0
-        for w in places.values where w.link == link && nowMs.subtractingSaturated(w.atMs) < resendAfterMs { used += 1 }
-        return used
+        var bytes = 0
+        for w in places.values where w.link == link && nowMs.subtractingSaturated(w.atMs) < resendAfterMs {
+            used += 1
+            bytes = bytes.addingSaturated(w.bytes)
+        }
+        return (used, bytes)
     }
 
     /// A write found no free place for `recipient`: what waits is held until acknowledgements make

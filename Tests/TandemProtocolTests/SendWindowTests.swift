@@ -40,7 +40,7 @@ final class SendWindowTests: XCTestCase {
         XCTAssertEqual(book.toWrite(burst, sizes: sizes, to: bob, link: 1, nowMs: 0), Array(burst[0..<2]), "800 bytes; a third is over 1000")
         XCTAssertTrue(book.isHolding(bob))
         XCTAssertEqual(book.freePlaces(bob, link: 1, nowMs: 0), 98, "frames free, bytes not yet at the bound")
-        XCTAssertEqual(book.framesInFlight(bob, link: 1, nowMs: 0), 2)
+        XCTAssertTrue(book.inFlight(to: bob, link: 1, nowMs: 0) == (2, 800))
         XCTAssertEqual(book.toWrite(burst, sizes: sizes, to: bob, link: 1, nowMs: 1), [], "the third still does not fit")
         book.done(burst[0], recipient: bob)
         XCTAssertEqual(book.toWrite(Array(burst[1...]), sizes: Array(sizes[1...]), to: bob, link: 1, nowMs: 2), Array(burst[2..<4]),

@@ -578,18 +578,24 @@ package final class Outbox: Sendable {
                 items = known.map { OutboxHead(messageId: Array($0.messageId), type: $0.type, nextAttemptMs: $0.nextAttemptMs,
                                                frameBytes: $0.frame.count) }
                 for item in known { frames[Array(item.messageId)] = Array(item.frame) }
-            } else if refilling, case let flying = book.withLockedValue({ $0.framesInFlight(key, link: link.serial, nowMs: nowMs) }), flying > 0 {
+            } else if refilling, case let flying = book.withLockedValue({ $0.inFlight(to: key, link: link.serial, nowMs: nowMs) }),
+                      flying.frames > 0 {
                 // A refill: the frames in flight on this link are the oldest (written oldest first,
                 // and the acknowledged ones are gone), so the frames to write follow them. One read
                 // of the rows after them with their bytes, not `window + free` heads and then the
                 // frames: the rows in flight are stepped over in the index. At most the free places,
-                // and at most a quarter of the window (the room a refill waits for) or 64 (when the
-                // window's bytes bind first, large frames, the rows past them are not read in vain);
-                // one row more tells whether frames still wait. Should the order not hold (a clock set back
-                // queued a frame before them), the frame skipped is due and the delivery loop's next
-                // round writes it; one returned that is in flight is not written again (the book).
-                let cap = min(free, max(64, configuration.window / 4))
-                let rows = try store.outboxFrames(for: key, after: flying, limit: cap + 1)
+                // at most a quarter of the window (the room a refill waits for) or 64, and at most
+                // what the window's free bytes take at the size of the frames in flight (large frames:
+                // the rows past them are not read in vain); one row more tells whether frames still
+                // wait. Should the order not hold (a clock set back queued a frame before them), the
+                // frame skipped is due and the delivery loop's next round writes it; one returned that
+                // is in flight is not written again (the book).
+                var cap = min(free, max(64, configuration.window / 4))
+                let averageBytes = flying.bytes / flying.frames
+                if averageBytes > 0 {
+                    cap = min(cap, max(1, (configuration.windowBytes - min(flying.bytes, configuration.windowBytes)) / averageBytes + 1))
+                }
+                let rows = try store.outboxFrames(for: key, after: flying.frames, limit: cap + 1)
                 items = rows.map(\.head)
                 for row in rows { frames[row.head.messageId] = row.frame }
                 // Read fewer than the free places and found more: the book cannot see the rest wait.
