@@ -292,16 +292,10 @@ public final class MessageService: Sendable {
 
     /// Our frame reached the friend's store (its ACK came after its commit): a MESSAGE is delivered.
     package func delivered(_ messageID: [UInt8], type: MessageType, to recipient: [UInt8], _ step: StoreStep) {
-        guard type == .chatMessage else { return }
-        // Acknowledged before it was marked `sent`: it never will be (a step that fails to commit
-        // leaves the message `queued`, and the frame's copy is acknowledged again).
-        written.withLockedValue { $0.acknowledged(messageID) }
-        let changed = health.read("mark a message delivered", or: false) { try step.markMessageDelivered(messageID) }
-        guard changed else { return }
-        events.emit("message.delivered", ["id": .string(hexString(messageID)), "to": idText(recipient)], in: step)
+        delivered([(messageID, type)], to: recipient, step)
     }
 
-    /// A run of acknowledgements of one ACKS: each MESSAGE marked delivered as above, and their
+    /// A run of acknowledgements of one ACKS: each MESSAGE marked delivered, and their
     /// `message.delivered` events stored together at the run's end, in its order with consecutive
     /// seqs (one multi-row INSERT instead of a statement and a hand-over each: messages.md 11.6,
     /// sessions 10 and 14). Nothing else stores an event in between (the router tells a run before any
@@ -311,7 +305,9 @@ public final class MessageService: Sendable {
         pending.reserveCapacity(deliveries.count)
         let to = idText(recipient)
         for d in deliveries where d.type == .chatMessage {
-            written.withLockedValue { $0.acknowledged(d.messageID) }  // as in `delivered(_:type:to:_:)`
+            // Acknowledged before it was marked `sent`: it never will be (a step that fails to commit
+            // leaves the message `queued`, and the frame's copy is acknowledged again).
+            written.withLockedValue { $0.acknowledged(d.messageID) }
             let changed = health.read("mark a message delivered", or: false) { try step.markMessageDelivered(d.messageID) }
             guard changed else { continue }
             pending.append(events.record("message.delivered", ["id": .string(hexString(d.messageID)), "to": to]))
