@@ -79,18 +79,29 @@ final class MessageAcksTests: XCTestCase, MessageNodeCalls {
         a.node.peers.linkClosed(second, error: nil)
     }
 
+    /// Alice with two friends, bob and carol, both stopped; bob's key, for a link in his name.
+    private func aliceWithBobAndCarolStopped() async throws -> (a: RunningNode, b: RunningNode, c: RunningNode, bobKey: SigningKeyPair) {
+        let bobKey = SigningKeyPair.generate()
+        let a = try await RunningNode.start(), b = try await RunningNode.start(identity: bobKey)
+        let c = try await RunningNode.start()
+        do {
+            try await befriend(a, b)
+            try await befriend(a, c)
+        } catch {
+            a.task.cancel(); b.task.cancel(); c.task.cancel()
+            throw error
+        }
+        await b.stop()
+        await c.stop()
+        return (a, b, c, bobKey)
+    }
+
     /// An unsigned MESSAGE is the author's only on the author's own link: one naming another author
     /// (carol, a friend too) on bob's link is refused (BAD_SIGNATURE) and stores nothing; bob's own is
     /// stored.
     func testAnUnsignedMessageInAnotherAuthorsNameIsRefused() async throws {
-        let bobKey = SigningKeyPair.generate()
-        let a = try await RunningNode.start(), b = try await RunningNode.start(identity: bobKey)
-        let c = try await RunningNode.start()
+        let (a, b, c, bobKey) = try await aliceWithBobAndCarolStopped()
         defer { a.task.cancel(); b.task.cancel(); c.task.cancel() }
-        try await befriend(a, b)
-        try await befriend(a, c)
-        await b.stop()
-        await c.stop()
         let ghost = try NodeRuntime(identity: bobKey, configuration: TestSupport.loopbackConfiguration(), logger: TestSupport.quietLogger)
         let (link, _) = try await ghost.connect(host: "127.0.0.1", port: a.port, to: a.node.id)
         defer { link.close() }
@@ -131,14 +142,8 @@ final class MessageAcksTests: XCTestCase, MessageNodeCalls {
     /// Forged, foreign, unknown, duplicated, oversized and empty ACKS acknowledge nothing; a good one
     /// acknowledges its ids once, and its copy nothing more.
     func testAHostileAcksAcknowledgesNothingButThePeersOwnFrames() async throws {
-        let bobKey = SigningKeyPair.generate()
-        let a = try await RunningNode.start(), b = try await RunningNode.start(identity: bobKey)
-        let c = try await RunningNode.start()
+        let (a, b, c, bobKey) = try await aliceWithBobAndCarolStopped()
         defer { a.task.cancel(); b.task.cancel(); c.task.cancel() }
-        try await befriend(a, b)
-        try await befriend(a, c)
-        await b.stop()
-        await c.stop()
         // Frames waiting at a for bob and for carol (both offline).
         let toBob = [try await send(a.node, to: b.node, "one"), try await send(a.node, to: b.node, "two")]
         let toCarol = try await send(a.node, to: c.node, "carol's")
