@@ -291,6 +291,9 @@ struct MessagesBench: AsyncParsableCommand {
         let commitFloors = try CommitFloors.report(sizes: [4, 8, 16, 24], in: root)
         let l = Percentiles(latencies), p = Percentiles(pings)
         let goal = 3 * p.p50 + 2 * syncs.p50
+        // The path's floor with this store on this disk: the three steps' rows alone (LoneStepFloors).
+        let stepFloors = try LoneStepFloors.measure(sender: root.appendingPathComponent("alice/node.sqlite").path,
+                                                    receiver: root.appendingPathComponent("bob/node.sqlite").path, rounds: rounds)
         let a = Percentiles(answered), s = Percentiles(stored)
         var burstReport: [String: Any] = [
             "messages": burst, "send_seconds": sendSeconds, "until_last_delivered_seconds": burstSeconds,
@@ -331,6 +334,7 @@ struct MessagesBench: AsyncParsableCommand {
             "wal": walFrames,
             "wal_note": "frames each latency round wrote to each store's write-ahead log (all its commits: the synced ones and the soft ones after them; the receiver's with --in-process only), and the checkpoints made after steps during the rounds",
             "goal_p50_ms": goal,
+            "lone_step_floors": stepFloors.json(pingP50: p.p50, goal: goal, measuredP50: l.p50),
             "goal_met": l.p50 <= goal,
             "ratio_p50_to_goal": l.p50 / max(goal, 1e-9),
             "breakdown_p50_ms": ["send_answered": a.p50, "stored_on_friend_event": s.p50, "delivered_event": l.p50] as [String: Any],
@@ -371,6 +375,10 @@ struct MessagesBench: AsyncParsableCommand {
                                                    Double(burst) / max(burstSeconds, 1e-9), inOrder ? "yes" : "NO",
                                                    1000 * burstCPU / Double(burst), 1000 * burstCPUBob / Double(burst),
                                                    inProcess ? " (one process: both in the first)" : "", peakRSS, peakRSSBob).utf8))
+        let sf = (Percentiles(stepFloors.send).p50, Percentiles(stepFloors.receive).p50, Percentiles(stepFloors.ack).p50)
+        let pathFloor = sf.0 + sf.1 + sf.2 + p.p50
+        FileHandle.standardError.write(Data(String(format: "messages: the path's floor with this store: rows alone send %.3f + receive %.3f + ACK %.3f ms + ping %.3f = %.2f ms (%.2f × the goal; measured %.2f × it)\n",
+                                                   sf.0, sf.1, sf.2, p.p50, pathFloor, pathFloor / max(goal, 1e-9), l.p50 / max(pathFloor, 1e-9)).utf8))
         if let r = report["relay"] as? [String: Any], let t = r["tunnel_send_to_delivered_ms"] as? [String: Double],
            let tp = r["tunnel_floor_signed_ping_pong_ms"] as? [String: Double] {
             FileHandle.standardError.write(Data(String(format: "messages: through a relay tunnel p50 %.2f ms, p99 %.2f ms (tunnel ping p50 %.3f); mailbox start→delivered median %.0f ms\n",
