@@ -65,7 +65,7 @@ final class HalfTurnTests: XCTestCase {
         let folded = ObjectTemplate.orientedModel(clean, poses, cell: cell)
         for share in endFaces(folded.points, folded.normals) { XCTAssertLessThan(share, 0.1, "\(endFaces(folded.points, folded.normals))") }
         let t = try e.finish(force: !e.isComplete)
-        XCTAssertNotEqual(t.model, folded.points)
+        XCTAssertTrue(t.model != folded.points, "the model is the folded one")
         for share in endFaces(t.model, t.normals) { XCTAssertGreaterThan(share, 0.5, "\(endFaces(t.model, t.normals))") }
         let spans = KeyCloseness.extents(t.model, normals: t.normals).spans.map(\.length)
         XCTAssertEqual(spans[0], 0.18, accuracy: 0.01, "\(spans)")
@@ -79,12 +79,19 @@ final class HalfTurnTests: XCTestCase {
     }
 
     /// Models the rule leaves as they were, byte for byte: seed 17's cube, folded onto one corner
-    /// too, but a square section's quarter turns reach a corner of either handedness (no three
-    /// different sides); seed 17's l-shape, 21 × 14 × 5 cm and one-sided along its third axis,
-    /// whose half turns would put surface where the cameras saw empty space.
+    /// too (one-sided along every axis, its half turns' surface 0.1–0.2 % in free space), but a
+    /// square section's quarter turns reach a corner of either handedness (no three different
+    /// sides: fails without that test); seed 17's l-shape, 21 × 14 × 5 cm, one-sided along its
+    /// third axis only, whose half turns would put 5–94 % of their surface where the cameras saw
+    /// empty space; seed 17's box-2-3-4, whose model (frames a quarter turn off) measures
+    /// 16 × 12 × 12 cm; seed 2's can-tall, whose model (14.2 × 7.0 × 6.0 cm, out of round) has
+    /// three different sides and is one-sided along every axis, but whose half turns put 12 % of
+    /// their surface where the cameras saw empty space (fails without the free-space test); seed
+    /// 23's box-2-3-4, whose model has both ends along its long axis (76 %), so corners of either
+    /// handedness (fails without the one-sided test: its half turns are 0.2–0.5 % in free space).
     func testModelsThatLackNothingAreBuiltAsBefore() throws {
-        for name in ["cube", "l-shape", "box-2-3-4"] {
-            let e = benchEnrolment(seed: 17, name)
+        for (seed, name) in [(17, "cube"), (17, "l-shape"), (17, "box-2-3-4"), (2, "can-tall"), (23, "box-2-3-4")] as [(UInt64, String)] {
+            let e = benchEnrolment(seed: seed, name)
             let views = e.views
             let (tau, cell) = ObjectTemplate.scales(views)
             let clean = views.map { v in
@@ -92,11 +99,13 @@ final class HalfTurnTests: XCTestCase {
                 c.cloud = ShapeAnalysis.surface(v.cloud, extents: v.extents)
                 return c
             }
-            let poses = ObjectTemplate.register(views, tau: tau, cell: cell)
+            // The poses `ObjectTemplate.build` takes: the contradicted views dropped.
+            var poses = ObjectTemplate.register(views, tau: tau, cell: cell)
+            for l in ObjectTemplate.leaveOneOut(clean, poses, tau: tau, cell: cell) where l.fit < ObjectTemplate.contradictedFit { poses[l.view] = nil }
             let built = ObjectTemplate.halfTurnCompleted(clean, poses, tau: tau, cell: cell)
             let before = ObjectTemplate.orientedModel(clean, poses, cell: cell)
-            XCTAssertEqual(built.points, before.points, name)
-            XCTAssertEqual(built.normals, before.normals, name)
+            XCTAssertTrue(built.points == before.points, "seed \(seed) \(name)")
+            XCTAssertTrue(built.normals == before.normals, "seed \(seed) \(name)")
         }
     }
 }
