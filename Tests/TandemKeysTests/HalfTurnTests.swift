@@ -85,8 +85,9 @@ final class HalfTurnTests: XCTestCase {
     /// third axis only, whose half turns would put 5–94 % of their surface where the cameras saw
     /// empty space; seed 17's box-2-3-4, whose model (frames a quarter turn off) measures
     /// 16 × 12 × 12 cm; seed 2's can-tall, whose model (14.2 × 7.0 × 6.0 cm, out of round) has
-    /// three different sides and is one-sided along every axis, but whose half turns put 12 % of
-    /// their surface where the cameras saw empty space (fails without the free-space test); seed
+    /// three different sides and is one-sided along every axis, but whose half turns put 2.5–37 %
+    /// (per turn) of their surface where the cameras saw empty space (fails without the free-space
+    /// test); seed
     /// 23's box-2-3-4, whose model has both ends along its long axis (76 %), so corners of either
     /// handedness (fails without the one-sided test: its half turns are 0.2–0.5 % in free space).
     func testModelsThatLackNothingAreBuiltAsBefore() throws {
