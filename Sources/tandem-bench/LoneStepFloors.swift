@@ -48,12 +48,8 @@ struct LoneStepFloors {
                 try alice.inTransaction(.immediate) { db in
                     try db.cachedStatement(sql: "UPDATE conversation SET ownSeq = ownSeq + 1, maxLamport = maxLamport + 1 WHERE id = ?")
                         .execute(arguments: [aliceConversation])
-                    try db.cachedStatement(sql: """
-                        INSERT INTO message (id, conversationId, author, seq, lamport, sentLamport, text, replyTo, sentAtMs,
-                                             receivedAtMs, state, retracted, expiresAtMs, storedBytes)
-                        SELECT ?, id, ?, ownSeq, maxLamport, maxLamport, ?, NULL, ?, ?, 'queued', 0, NULL, 80
-                        FROM conversation WHERE id = ?
-                        """).execute(arguments: [id, author, "floor \(round)", now, now, aliceConversation])
+                    try insertMessage(db, id: id, author: author, text: "floor \(round)", at: now, state: "queued",
+                                      seq: "ownSeq", conversation: aliceConversation)
                     try db.cachedStatement(sql: """
                         INSERT INTO outbox (messageId, recipient, type, frame, createdAtMs, attempts, nextAttemptMs, lastError, expiresAtMs)
                         VALUES (?, ?, 1281, ?, ?, 0, ?, NULL, NULL)
@@ -69,12 +65,8 @@ struct LoneStepFloors {
                         .execute(arguments: [id, now])
                     try db.cachedStatement(sql: "UPDATE conversation SET maxLamport = maxLamport + 1 WHERE id = ?")
                         .execute(arguments: [bobConversation])
-                    try db.cachedStatement(sql: """
-                        INSERT INTO message (id, conversationId, author, seq, lamport, sentLamport, text, replyTo, sentAtMs,
-                                             receivedAtMs, state, retracted, expiresAtMs, storedBytes)
-                        SELECT ?, id, ?, maxLamport, maxLamport, maxLamport, ?, NULL, ?, ?, 'received', 0, NULL, 80
-                        FROM conversation WHERE id = ?
-                        """).execute(arguments: [id, author, "floor \(round)", now, now, bobConversation])
+                    try insertMessage(db, id: id, author: author, text: "floor \(round)", at: now, state: "received",
+                                      seq: "maxLamport", conversation: bobConversation)
                     try db.cachedStatement(sql: "INSERT INTO event (type, timeMs, fields) VALUES ('message.received', ?, ?)")
                         .execute(arguments: [now, "{\"seq\":\(round),\"text\":\"floor \(round)\"}"])
                     return .commit
@@ -112,6 +104,18 @@ struct LoneStepFloors {
             }
         }
         return floors
+    }
+
+    /// A message row of `conversation` (its seq from the conversation's `seq` column, its lamport its
+    /// `maxLamport`), as the node's `StoredMessage.store` inserts one.
+    private static func insertMessage(_ db: Database, id: Data, author: Data, text: String, at now: Int64, state: String,
+                                      seq: String, conversation: Int64) throws {
+        try db.cachedStatement(sql: """
+            INSERT INTO message (id, conversationId, author, seq, lamport, sentLamport, text, replyTo, sentAtMs,
+                                 receivedAtMs, state, retracted, expiresAtMs, storedBytes)
+            SELECT ?, id, ?, \(seq), maxLamport, maxLamport, ?, NULL, ?, ?, ?, 0, NULL, 80
+            FROM conversation WHERE id = ?
+            """).execute(arguments: [id, author, text, now, now, state, conversation])
     }
 
     func json(pingP50: Double, goal: Double, measuredP50: Double) -> [String: Any] {

@@ -48,20 +48,26 @@ final class HalfTurnTests: XCTestCase {
         }
     }
 
+    /// The enrolment's views without the camera's outliers and the poses `ObjectTemplate.build`
+    /// registers them at (the contradicted views dropped), with its τ and cell.
+    private func registered(_ e: ObjectEnrollment) -> (clean: [EnrolledView], poses: [RigidTransform?], tau: Float, cell: Float) {
+        let (tau, cell) = ObjectTemplate.scales(e.views)
+        let clean = e.views.map { v in
+            var c = v
+            c.cloud = ShapeAnalysis.surface(v.cloud, extents: v.extents)
+            return c
+        }
+        var poses = ObjectTemplate.register(e.views, tau: tau, cell: cell)
+        for l in ObjectTemplate.leaveOneOut(clean, poses, tau: tau, cell: cell) where l.fit < ObjectTemplate.contradictedFit { poses[l.view] = nil }
+        return (clean, poses, tau, cell)
+    }
+
     /// The folded model (registered as before) has one end face per axis (5–9 % of the other end);
     /// completed, both ends of every axis, and the genuine sweeps the folded model refused (sweeps
     /// 0, 1 and 2: excess 0.11–0.17 on the frames showing the other corner) match.
     func testAModelFoldedOntoOneCornerOfABoxIsCompletedByItsHalfTurns() throws {
         let e = benchEnrolment(seed: 17, "box-2-3-4.5")
-        let views = e.views
-        let (tau, cell) = ObjectTemplate.scales(views)
-        let clean = views.map { v in
-            var c = v
-            c.cloud = ShapeAnalysis.surface(v.cloud, extents: v.extents)
-            return c
-        }
-        var poses = ObjectTemplate.register(views, tau: tau, cell: cell)
-        for l in ObjectTemplate.leaveOneOut(clean, poses, tau: tau, cell: cell) where l.fit < ObjectTemplate.contradictedFit { poses[l.view] = nil }
+        let (clean, poses, _, cell) = registered(e)
         let folded = ObjectTemplate.orientedModel(clean, poses, cell: cell)
         for share in endFaces(folded.points, folded.normals) { XCTAssertLessThan(share, 0.1, "\(endFaces(folded.points, folded.normals))") }
         let t = try e.finish(force: !e.isComplete)
@@ -92,17 +98,7 @@ final class HalfTurnTests: XCTestCase {
     /// handedness (fails without the one-sided test: its half turns are 0.2–0.5 % in free space).
     func testModelsThatLackNothingAreBuiltAsBefore() throws {
         for (seed, name) in [(17, "cube"), (17, "l-shape"), (17, "box-2-3-4"), (2, "can-tall"), (23, "box-2-3-4")] as [(UInt64, String)] {
-            let e = benchEnrolment(seed: seed, name)
-            let views = e.views
-            let (tau, cell) = ObjectTemplate.scales(views)
-            let clean = views.map { v in
-                var c = v
-                c.cloud = ShapeAnalysis.surface(v.cloud, extents: v.extents)
-                return c
-            }
-            // The poses `ObjectTemplate.build` takes: the contradicted views dropped.
-            var poses = ObjectTemplate.register(views, tau: tau, cell: cell)
-            for l in ObjectTemplate.leaveOneOut(clean, poses, tau: tau, cell: cell) where l.fit < ObjectTemplate.contradictedFit { poses[l.view] = nil }
+            let (clean, poses, tau, cell) = registered(benchEnrolment(seed: seed, name))
             let built = ObjectTemplate.halfTurnCompleted(clean, poses, tau: tau, cell: cell)
             let before = ObjectTemplate.orientedModel(clean, poses, cell: cell)
             XCTAssertTrue(built.points == before.points, "seed \(seed) \(name)")
