@@ -131,16 +131,27 @@ struct KeysBench: ParsableCommand {
             var rows: [[String: Any]] = []
             for i in 0..<shapes.count { for j in (i + 1)..<shapes.count {
                 let t = clock.now
-                guard let s = KeyCloseness.partShares(verifiers[i].template, verifiers[j].template) else { continue }
+                guard let p = KeyCloseness.partProfile(verifiers[i].template, verifiers[j].template, reaches: [1, 2, 3, 4, 6]) else { continue }
+                let s = (a: p.a[1], b: p.b[1])
                 let took = ms(clock.now - t)
                 let hard = SyntheticShapes.hardPairs.contains { ($0.0 == shapes[i].name && $0.1 == shapes[j].name) || ($0.1 == shapes[i].name && $0.0 == shapes[j].name) }
-                rows.append(["a": shapes[i].name, "b": shapes[j].name, "share_a": Double(s.a), "share_b": Double(s.b),
-                             "larger": Double(max(s.a, s.b)), "hard_pair": hard, "ms": took])
+                var row: [String: Any] = ["a": shapes[i].name, "b": shapes[j].name, "share_a": Double(s.a), "share_b": Double(s.b)]
+                row["larger"] = Double(max(s.a, s.b))
+                row["hard_pair"] = hard
+                row["ms"] = took
+                row["reaches_tau"] = [1, 2, 3, 4, 6] as [Int]
+                row["profile_a"] = p.a.map { Double($0) } as [Double]
+                row["profile_b"] = p.b.map { Double($0) } as [Double]
+                row["part_rule"] = KeyCloseness.partMoreOrLess(verifiers[i].template, verifiers[j].template) != nil
+                rows.append(row)
             } }
             rows.sort { ($0["larger"] as! Double) < ($1["larger"] as! Double) }
             for r in rows {
-                say(String(format: "keys: part %@ / %@: own shares %.3f, %.3f%@ (%.0f ms)", r["a"] as! String, r["b"] as! String,
-                           r["share_a"] as! Double, r["share_b"] as! Double, (r["hard_pair"] as! Bool) ? " HARD PAIR" : "", r["ms"] as! Double))
+                func row(_ v: Any?) -> String { ((v as? [Double]) ?? []).map { String(format: "%.3f", $0) }.joined(separator: " ") }
+                say(String(format: "keys: part %@ / %@: own shares %.3f, %.3f%@%@ (%.0f ms); beyond 1 2 3 4 6 τ: %@ | %@", r["a"] as! String, r["b"] as! String,
+                           r["share_a"] as! Double, r["share_b"] as! Double, (r["hard_pair"] as! Bool) ? " HARD PAIR" : "",
+                           (r["part_rule"] as! Bool) ? " PART RULE" : "", r["ms"] as! Double,
+                           row(r["profile_a"]), row(r["profile_b"])))
             }
             let data = (try? JSONSerialization.data(withJSONObject: ["benchmark": "keys-part-shares", "seed": seed, "pairs": rows] as [String: Any],
                                                     options: [.sortedKeys])) ?? Data("{}".utf8)
