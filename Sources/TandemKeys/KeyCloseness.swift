@@ -26,23 +26,11 @@ public enum KeyCloseness {
         public var sweeps: Int
         /// When the keys are stretched twins (`stretch(_:_:)`): how much longer one is along one axis.
         public var stretch: Float? = nil
-        /// When the keys differ by a part more or less (`partMoreOrLess(_:_:)`): this key's own
-        /// share and the other's.
-        public var part: (mine: Float, other: Float)? = nil
-
-        public static func == (a: Finding, b: Finding) -> Bool {
-            a.other == b.other && a.isKey == b.isKey && a.matched == b.matched && a.sweeps == b.sweeps && a.stretch == b.stretch
-                && a.part?.mine == b.part?.mine && a.part?.other == b.part?.other
-        }
 
         public var warning: String {
             if let stretch, matched == 0 {
                 return String(format: "this key is close to KEY %@: the same shape, %.0f %% longer or shorter along one axis, which the checks do not reliably tell apart; use objects that differ more",
                               other, Double(stretch) * 100)
-            }
-            if let part, matched == 0 {
-                return String(format: "this key is close to KEY %@: the same shape with a part more or less (a handle, a lid, a spout; %.0f %% of this key's surface and %.0f %% of the other's differ), which the checks do not reliably tell apart; use objects that differ more",
-                              other, Double(part.mine) * 100, Double(part.other) * 100)
             }
             return isKey ? "this key is close to KEY \(other): one object opened the other's key in \(matched) of \(sweeps) trial sweeps; use objects that differ more"
                 : "this key is close to \(other): such an object opened it in \(matched) of \(sweeps) trial sweeps"
@@ -67,10 +55,7 @@ public enum KeyCloseness {
                 if opens(theirs, sweep(myModel, seed: base &+ 1)) { matched += 1 }
             }
             let twins = stretch(template, other.template)
-            // The part test only when nothing else found the pair close (it registers the models twice).
-            let part = matched == 0 && twins == nil ? partMoreOrLess(template, other.template).map { (mine: $0.a, other: $0.b) } : nil
-            return matched > 0 || twins != nil || part != nil
-                ? Finding(other: other.name, isKey: true, matched: matched, sweeps: 2 * keySweeps, stretch: twins, part: part) : nil
+            return matched > 0 || twins != nil ? Finding(other: other.name, isKey: true, matched: matched, sweeps: 2 * keySweeps, stretch: twins) : nil
         }
     }
 

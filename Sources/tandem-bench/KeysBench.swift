@@ -32,7 +32,7 @@ struct KeysBench: ParsableCommand {
     @Option(help: "Frames a sweep goes on for while the key asks to turn the object to show its part (its run passed, none decisive), the camera turning on by 40°; 0: 3 frames only.")
     var guidedFrames: Int = 3
     @Flag(help: "Indent the JSON.") var pretty = false
-    @Flag(help: "Enrol every object, print the part test's own shares (`KeyCloseness.partShares`) of every pair of keys, and stop (no sweeps).")
+    @Flag(help: "Enrol every object, print the shares of each model of every pair of keys farther than 1, 2, 3, 4, 6 τ from the other (`KeyCloseness.partProfile`), and stop (no sweeps).")
     var partShares = false
 
     static let featureGoalMs = 5.0
@@ -132,7 +132,7 @@ struct KeysBench: ParsableCommand {
             for i in 0..<shapes.count { for j in (i + 1)..<shapes.count {
                 let t = clock.now
                 guard let p = KeyCloseness.partProfile(verifiers[i].template, verifiers[j].template, reaches: [1, 2, 3, 4, 6]) else { continue }
-                let s = (a: p.a[1], b: p.b[1])
+                let s = (a: p.a[1], b: p.b[1])  // beyond 2τ
                 let took = ms(clock.now - t)
                 let hard = SyntheticShapes.hardPairs.contains { ($0.0 == shapes[i].name && $0.1 == shapes[j].name) || ($0.1 == shapes[i].name && $0.0 == shapes[j].name) }
                 var row: [String: Any] = ["a": shapes[i].name, "b": shapes[j].name, "share_a": Double(s.a), "share_b": Double(s.b)]
@@ -142,15 +142,13 @@ struct KeysBench: ParsableCommand {
                 row["reaches_tau"] = [1, 2, 3, 4, 6] as [Int]
                 row["profile_a"] = p.a.map { Double($0) } as [Double]
                 row["profile_b"] = p.b.map { Double($0) } as [Double]
-                row["part_rule"] = KeyCloseness.partMoreOrLess(verifiers[i].template, verifiers[j].template) != nil
                 rows.append(row)
             } }
             rows.sort { ($0["larger"] as! Double) < ($1["larger"] as! Double) }
             for r in rows {
                 func row(_ v: Any?) -> String { ((v as? [Double]) ?? []).map { String(format: "%.3f", $0) }.joined(separator: " ") }
-                say(String(format: "keys: part %@ / %@: own shares %.3f, %.3f%@%@ (%.0f ms); beyond 1 2 3 4 6 τ: %@ | %@", r["a"] as! String, r["b"] as! String,
-                           r["share_a"] as! Double, r["share_b"] as! Double, (r["hard_pair"] as! Bool) ? " HARD PAIR" : "",
-                           (r["part_rule"] as! Bool) ? " PART RULE" : "", r["ms"] as! Double,
+                say(String(format: "keys: part %@ / %@: own shares %.3f, %.3f%@ (%.0f ms); beyond 1 2 3 4 6 τ: %@ | %@", r["a"] as! String, r["b"] as! String,
+                           r["share_a"] as! Double, r["share_b"] as! Double, (r["hard_pair"] as! Bool) ? " HARD PAIR" : "", r["ms"] as! Double,
                            row(r["profile_a"]), row(r["profile_b"])))
             }
             let data = (try? JSONSerialization.data(withJSONObject: ["benchmark": "keys-part-shares", "seed": seed, "pairs": rows] as [String: Any],
