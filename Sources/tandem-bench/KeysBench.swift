@@ -32,6 +32,8 @@ struct KeysBench: ParsableCommand {
     @Option(help: "Frames a sweep goes on for while the key asks to turn the object to show its part (its run passed, none decisive), the camera turning on by 40°; 0: 3 frames only.")
     var guidedFrames: Int = 3
     @Flag(help: "Indent the JSON.") var pretty = false
+    @Flag(help: "Enrol every object, print the shares of each model of every pair of keys farther than 1, 2, 3, 4, 6 τ from the other (`KeyCloseness.partProfile`), and stop (no sweeps).")
+    var partShares = false
 
     static let featureGoalMs = 5.0
     static let verifyGoalMs = 50.0
@@ -121,6 +123,38 @@ struct KeysBench: ParsableCommand {
                 + String(format: "; fit ≥ %.2f, rms ≤ %.2f mm, coverage ≥ %.2f, excess ≤ %.3f, τ %.1f mm, deficit ≤ %.3f, outline ±%.1f/%.1f mm; distinct parts %@", template.minimumFit, template.maximumRMS * 1000,
                          template.minimumCoverage, template.maximumExcess, template.inlierDistance * 1000, template.maximumDeficit,
                          template.maximumOverhang * 1000, template.maximumShortfall * 1000, verifier.distinctPartSizes.description))
+        }
+
+        if partShares {
+            // Every pair of keys: each model's share apart from the other (the part test), the
+            // pairs near its threshold first.
+            var rows: [[String: Any]] = []
+            for i in 0..<shapes.count { for j in (i + 1)..<shapes.count {
+                let t = clock.now
+                guard let p = KeyCloseness.partProfile(verifiers[i].template, verifiers[j].template, reaches: [1, 2, 3, 4, 6]) else { continue }
+                let s = (a: p.a[1], b: p.b[1])  // beyond 2τ
+                let took = ms(clock.now - t)
+                let hard = SyntheticShapes.hardPairs.contains { ($0.0 == shapes[i].name && $0.1 == shapes[j].name) || ($0.1 == shapes[i].name && $0.0 == shapes[j].name) }
+                var row: [String: Any] = ["a": shapes[i].name, "b": shapes[j].name, "share_a": Double(s.a), "share_b": Double(s.b)]
+                row["larger"] = Double(max(s.a, s.b))
+                row["hard_pair"] = hard
+                row["ms"] = took
+                row["reaches_tau"] = [1, 2, 3, 4, 6] as [Int]
+                row["profile_a"] = p.a.map { Double($0) } as [Double]
+                row["profile_b"] = p.b.map { Double($0) } as [Double]
+                rows.append(row)
+            } }
+            rows.sort { ($0["larger"] as! Double) < ($1["larger"] as! Double) }
+            for r in rows {
+                func row(_ v: Any?) -> String { ((v as? [Double]) ?? []).map { String(format: "%.3f", $0) }.joined(separator: " ") }
+                say(String(format: "keys: part %@ / %@: own shares %.3f, %.3f%@ (%.0f ms); beyond 1 2 3 4 6 τ: %@ | %@", r["a"] as! String, r["b"] as! String,
+                           r["share_a"] as! Double, r["share_b"] as! Double, (r["hard_pair"] as! Bool) ? " HARD PAIR" : "", r["ms"] as! Double,
+                           row(r["profile_a"]), row(r["profile_b"])))
+            }
+            let data = (try? JSONSerialization.data(withJSONObject: ["benchmark": "keys-part-shares", "seed": seed, "pairs": rows] as [String: Any],
+                                                    options: [.sortedKeys])) ?? Data("{}".utf8)
+            output(String(decoding: data, as: UTF8.self))
+            return
         }
 
         // Sweeps.
@@ -282,6 +316,7 @@ struct KeysBench: ParsableCommand {
         // enrolled against the first): FAR is also given over the pairs it does not warn about.
         var unwarnedTrials = 0, unwarnedAccepted = 0
         var warnedPairs: [String] = []
+        var closeMs: [Double] = []
         for (a, b) in SyntheticShapes.hardPairs {
             guard let i = shapes.firstIndex(where: { $0.name == a }), let j = shapes.firstIndex(where: { $0.name == b }) else { continue }
             func rate(template t: Int, object o: Int, matched: Bool) -> [String: Any] {
@@ -295,7 +330,9 @@ struct KeysBench: ParsableCommand {
                 entry["far_\(a)_opens_\(b)"] = rate(template: j, object: i, matched: true)
                 entry["far_\(b)_opens_\(a)"] = rate(template: i, object: j, matched: true)
             }
+            let c0 = clock.now
             let warnings = KeyCloseness.closeKeys(verifiers[j].template, others: [(name: a, template: verifiers[i].template)])
+            closeMs.append(ms(clock.now - c0))
             entry["close_warning"] = warnings.first?.warning ?? ""
             if warnings.isEmpty {
                 unwarnedTrials += verdictsOf[j * sweepsOf.count + i].count + verdictsOf[i * sweepsOf.count + j].count
@@ -309,6 +346,7 @@ struct KeysBench: ParsableCommand {
         }
         if !genuineOnly {
             say("keys: hard pairs the enrolment warns about (\(warnedPairs.joined(separator: ", "))); FAR over the others \(unwarnedAccepted)/\(unwarnedTrials)")
+            say(String(format: "keys: closeness check per hard pair p50 %.0f ms, max %.0f ms", percentile(closeMs, 0.5), closeMs.max() ?? 0))
         }
         for shape in shapes {
             guard let e = perObject[shape.name] else { continue }
@@ -344,6 +382,7 @@ struct KeysBench: ParsableCommand {
             "verify_3_frames": ["p50_ms": verifyP50, "p99_ms": percentile(verifyMs, 0.99), "goal_ms": Self.verifyGoalMs] as [String: Any],
             "enrolment": ["finish_p50_ms": percentile(enrolMs, 0.5), "finish_max_ms": enrolMs.max() ?? 0, "objects": enrolment] as [String: Any],
             "verifier_model_views_p50_ms": percentile(modelViewsMs, 0.5),
+            "close_check_ms": ["p50": percentile(closeMs, 0.5), "max": closeMs.max() ?? 0, "pairs": closeMs.count] as [String: Any],
         ]
         object["environment"] = started.merging(["load_average_end": loadAverage()]) { a, _ in a }
         var options: JSONSerialization.WritingOptions = [.sortedKeys, .withoutEscapingSlashes]
