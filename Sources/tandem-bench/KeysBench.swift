@@ -127,31 +127,35 @@ struct KeysBench: ParsableCommand {
 
         if partShares {
             // Every pair of keys: each model's share apart from the other (the part test), the
-            // pairs near its threshold first.
-            var rows: [[String: Any]] = []
+            // pairs nearest to sharing everything first.
+            struct PartRow {
+                static let reaches: [Float] = [1, 2, 3, 4, 6]
+                let a: String, b: String, hard: Bool, ms: Double
+                let profileA: [Float], profileB: [Float]
+                /// Beyond 2τ (the profiles' second reach).
+                var shareA: Float { profileA[1] }
+                var shareB: Float { profileB[1] }
+                var json: [String: Any] {
+                    ["a": a, "b": b, "share_a": Double(shareA), "share_b": Double(shareB), "larger": Double(max(shareA, shareB)),
+                     "hard_pair": hard, "ms": ms, "reaches_tau": Self.reaches.map { Int($0) },
+                     "profile_a": profileA.map { Double($0) }, "profile_b": profileB.map { Double($0) }]
+                }
+            }
+            var rows: [PartRow] = []
             for i in 0..<shapes.count { for j in (i + 1)..<shapes.count {
                 let t = clock.now
-                guard let p = KeyCloseness.partProfile(verifiers[i].template, verifiers[j].template, reaches: [1, 2, 3, 4, 6]) else { continue }
-                let s = (a: p.a[1], b: p.b[1])  // beyond 2τ
-                let took = ms(clock.now - t)
-                let hard = SyntheticShapes.hardPairs.contains { ($0.0 == shapes[i].name && $0.1 == shapes[j].name) || ($0.1 == shapes[i].name && $0.0 == shapes[j].name) }
-                var row: [String: Any] = ["a": shapes[i].name, "b": shapes[j].name, "share_a": Double(s.a), "share_b": Double(s.b)]
-                row["larger"] = Double(max(s.a, s.b))
-                row["hard_pair"] = hard
-                row["ms"] = took
-                row["reaches_tau"] = [1, 2, 3, 4, 6] as [Int]
-                row["profile_a"] = p.a.map { Double($0) } as [Double]
-                row["profile_b"] = p.b.map { Double($0) } as [Double]
-                rows.append(row)
+                guard let p = KeyCloseness.partProfile(verifiers[i].template, verifiers[j].template, reaches: PartRow.reaches) else { continue }
+                let (a, b) = (shapes[i].name, shapes[j].name)
+                let hard = SyntheticShapes.hardPairs.contains { ($0.0 == a && $0.1 == b) || ($0.1 == a && $0.0 == b) }
+                rows.append(PartRow(a: a, b: b, hard: hard, ms: ms(clock.now - t), profileA: p.a, profileB: p.b))
             } }
-            rows.sort { ($0["larger"] as! Double) < ($1["larger"] as! Double) }
+            rows.sort { max($0.shareA, $0.shareB) < max($1.shareA, $1.shareB) }
+            func line(_ v: [Float]) -> String { v.map { String(format: "%.3f", $0) }.joined(separator: " ") }
             for r in rows {
-                func row(_ v: Any?) -> String { ((v as? [Double]) ?? []).map { String(format: "%.3f", $0) }.joined(separator: " ") }
-                say(String(format: "keys: part %@ / %@: own shares %.3f, %.3f%@ (%.0f ms); beyond 1 2 3 4 6 τ: %@ | %@", r["a"] as! String, r["b"] as! String,
-                           r["share_a"] as! Double, r["share_b"] as! Double, (r["hard_pair"] as! Bool) ? " HARD PAIR" : "", r["ms"] as! Double,
-                           row(r["profile_a"]), row(r["profile_b"])))
+                say(String(format: "keys: part %@ / %@: own shares %.3f, %.3f%@ (%.0f ms); beyond 1 2 3 4 6 τ: %@ | %@", r.a, r.b,
+                           r.shareA, r.shareB, r.hard ? " HARD PAIR" : "", r.ms, line(r.profileA), line(r.profileB)))
             }
-            let data = (try? JSONSerialization.data(withJSONObject: ["benchmark": "keys-part-shares", "seed": seed, "pairs": rows] as [String: Any],
+            let data = (try? JSONSerialization.data(withJSONObject: ["benchmark": "keys-part-shares", "seed": seed, "pairs": rows.map(\.json)] as [String: Any],
                                                     options: [.sortedKeys])) ?? Data("{}".utf8)
             output(String(decoding: data, as: UTF8.self))
             return
