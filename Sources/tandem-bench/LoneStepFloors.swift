@@ -8,8 +8,9 @@ import GRDB
 /// indexes and the search note its trigger adds), its outbox row, the `message.sent` event. A
 /// receipt (synced): the handled mark, the message, the conversation's lamport, the
 /// `message.received` event. An ACK (not synced): the outbox row deleted, the message delivered,
-/// the `message.delivered` event. Each step's rows are deleted again afterwards (unsynced), so
-/// the stores are left as the run left them but for the events' ids.
+/// the `message.delivered` event. Each step's messages and marks are deleted again afterwards
+/// (unsynced); the floors' events stay, and the conversations' seq and lamport stay advanced (the
+/// run is over: nothing sends on them again before the directory is removed).
 ///
 /// Their sum with the run's signed ping/pong (the wire both ways and a frame's crypto each way) is
 /// a floor of the send → delivered path for this store on this disk: what a node with no work of
