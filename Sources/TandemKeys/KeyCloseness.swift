@@ -11,6 +11,13 @@ import Foundation
 ///   round; the two are close when either opens the other in one of `keySweeps` sweeps.
 /// - Another key of the same shape stretched by 5–16 % along one axis, the others within 4 % or half
 ///   that stretch (`stretch(_:_:)`, a geometric test): the sweeps of the models do not show what the objects' sweeps do.
+/// - Another key's object held still (templates from version 7 keep their enrolment frames): each
+///   kept frame of either object is judged by the other key as a live frame (`heldStill(_:opens:)`);
+///   one that passes and shows every part the key waits for opens it when held still before the
+///   camera, so the keys are close when any does. This is what the model sweeps miss: a jar shows its
+///   lid from few viewpoints, and from the others opens the key of a jar without one (seed 11: 8 of
+///   its 12 frames), while the sweeps of its merged model, with holes where no frame looked and
+///   edges blurred by the registration, opened it in none.
 /// - Common look-alikes: plain solids of this key's size (its model's extents along its principal
 ///   axes): a box, an ellipsoid, and the cylinders whose axis is one extent and whose diameter is
 ///   another. A key one of them opens in one of `lookAlikeSweeps` sweeps is close to it: a plain box
@@ -26,8 +33,24 @@ public enum KeyCloseness {
         public var sweeps: Int
         /// When the keys are stretched twins (`stretch(_:_:)`): how much longer one is along one axis.
         public var stretch: Float? = nil
+        /// Held still (`heldStill(_:opens:)`): the other object's enrolment frames that open this
+        /// key, of those its template keeps, and this object's that open the other key.
+        public var theirsOpenMine: (opened: Int, of: Int) = (0, 0)
+        public var mineOpenTheirs: (opened: Int, of: Int) = (0, 0)
+        var heldStillOpens: Bool { theirsOpenMine.opened > 0 || mineOpenTheirs.opened > 0 }
+
+        public static func == (a: Finding, b: Finding) -> Bool {
+            a.other == b.other && a.isKey == b.isKey && a.matched == b.matched && a.sweeps == b.sweeps && a.stretch == b.stretch
+                && a.theirsOpenMine == b.theirsOpenMine && a.mineOpenTheirs == b.mineOpenTheirs
+        }
 
         public var warning: String {
+            if heldStillOpens {
+                var how: [String] = []
+                if theirsOpenMine.opened > 0 { how.append("held still, KEY \(other)'s object opens this key from \(theirsOpenMine.opened) of the \(theirsOpenMine.of) views it was enrolled from") }
+                if mineOpenTheirs.opened > 0 { how.append("held still, this object opens KEY \(other) from \(mineOpenTheirs.opened) of the \(mineOpenTheirs.of) views it was enrolled from") }
+                return "this key is close to KEY \(other): " + how.joined(separator: "; ") + "; use objects that differ more"
+            }
             if let stretch, matched == 0 {
                 return String(format: "this key is close to KEY %@: the same shape, %.0f %% longer or shorter along one axis, which the checks do not reliably tell apart; use objects that differ more",
                               other, Double(stretch) * 100)
@@ -55,7 +78,9 @@ public enum KeyCloseness {
                 if opens(theirs, sweep(myModel, seed: base &+ 1)) { matched += 1 }
             }
             let twins = stretch(template, other.template)
-            return matched > 0 || twins != nil ? Finding(other: other.name, isKey: true, matched: matched, sweeps: 2 * keySweeps, stretch: twins) : nil
+            let finding = Finding(other: other.name, isKey: true, matched: matched, sweeps: 2 * keySweeps, stretch: twins,
+                                  theirsOpenMine: heldStill(other.template, opens: mine), mineOpenTheirs: heldStill(template, opens: theirs))
+            return matched > 0 || twins != nil || finding.heldStillOpens ? finding : nil
         }
     }
 
@@ -71,6 +96,16 @@ public enum KeyCloseness {
             if matched > 0 { found.append(Finding(other: name, isKey: false, matched: matched, sweeps: lookAlikeSweeps)) }
         }
         return found
+    }
+
+    /// How many of the enrolment frames `template` keeps (version 7) open `verifier`'s key, each
+    /// judged as a live frame held still before the camera (`ObjectVerifier.opensHeldStill`): a
+    /// frame that passes and shows every part the key waits for, repeated, opens it. These are the
+    /// object's own frames, so they show what a sweep of its merged model cannot (the model has
+    /// holes where no frame looked, and its edges are blurred by the registration).
+    static func heldStill(_ template: ObjectTemplate, opens verifier: ObjectVerifier) -> (opened: Int, of: Int) {
+        let frames = template.views.compactMap(\.frame)
+        return (frames.filter { verifier.opensHeldStill(ShapeAnalysis(voxelCloud: $0.points)) }.count, frames.count)
     }
 
     /// Whether `sweep` opens a fresh copy of `verifier` (stops at the first frame that fails: the

@@ -15,6 +15,33 @@ public struct ObjectTemplate: Sendable, Equatable {
         /// what it looked through is free space, what lay behind the surface it saw is unknown
         /// (`FreeSpace`). Nil in templates before version 5.
         var camera: SIMD3<Float>? = nil
+        /// The enrolment frame's density-normalised cloud (camera coordinates, as `ShapeAnalysis`
+        /// gave it, outliers kept), from version 7: what the object looked like from there, which
+        /// `KeyCloseness` shows another key as a live frame held still. Nil before version 7.
+        var frame: KeptFrame? = nil
+    }
+
+    /// An enrolment frame's cloud as the template keeps it: signed 16-bit steps around its centroid,
+    /// the step its farthest point's distance / 32,767 (3 µm when that is 10 cm); `points` gives it back.
+    struct KeptFrame: Sendable, Equatable {
+        var centre: SIMD3<Float>
+        var step: Float
+        var steps: [SIMD3<Int16>]
+
+        init?(_ cloud: [SIMD3<Float>]) {
+            guard (ObjectTemplate.minimumFramePoints...ShapeAnalysis.maximumVoxelPoints).contains(cloud.count) else { return nil }
+            var c = SIMD3<Float>.zero
+            for p in cloud { c += p }
+            c /= Float(cloud.count)
+            let reach = cloud.map { length3($0 - c) }.max() ?? 0
+            let step = max(reach / ObjectTemplate.frameSteps, 1e-7)
+            func q(_ x: Float) -> Int16 { Int16(max(-ObjectTemplate.frameSteps, min(ObjectTemplate.frameSteps, (x / step).rounded()))) }
+            self.init(centre: c, step: step, steps: cloud.map { p in let d = p - c; return SIMD3(q(d.x), q(d.y), q(d.z)) })
+        }
+
+        init(centre: SIMD3<Float>, step: Float, steps: [SIMD3<Int16>]) { self.centre = centre; self.step = step; self.steps = steps }
+
+        var points: [SIMD3<Float>] { steps.map { centre + SIMD3(Float($0.x), Float($0.y), Float($0.z)) * step } }
     }
 
     public internal(set) var views: [View]
@@ -54,11 +81,18 @@ public struct ObjectTemplate: Sendable, Equatable {
     }
 
     public var warnings: [String] { ObjectEnrollment.warningText(flags) }
+    /// Enrolment frames kept (version 7; 0 before).
+    public var keptFrames: Int { views.filter { $0.frame != nil }.count }
 
     public static let maximumViews = 32
     public static let maximumModelPoints = 4_000
     static let magic: [UInt8] = Array("TKT".utf8)
-    static let version: UInt8 = 6
+    static let version: UInt8 = 7
+    /// A kept frame's points: signed 16-bit steps of the frame's own scale (its farthest point from
+    /// its centroid / 32,767) around its centroid.
+    static let frameSteps: Float = 32_767
+    /// A kept frame holds at least this many points (fewer: not kept).
+    static let minimumFramePoints = 32
 
     // MARK: serialization
 
@@ -70,10 +104,16 @@ public struct ObjectTemplate: Sendable, Equatable {
         for v in [inlierDistance, cell, minimumFit, maximumRMS, minimumCoverage, maximumExcess, maximumDeficit, maximumOverhang, maximumShortfall] { f(v) }
         u16(ShapeAnalysis.dimension); u16(views.count)
         for v in views {
-            out.append((v.registered ? 1 : 0) | (v.camera != nil ? 2 : 0))
+            out.append((v.registered ? 1 : 0) | (v.camera != nil ? 2 : 0) | (v.frame != nil ? 4 : 0))
             v.vector.forEach(f)
             v.axes.floats.forEach(f)
             if let c = v.camera { f(c.x); f(c.y); f(c.z) }
+            if let k = v.frame {
+                f(k.centre.x); f(k.centre.y); f(k.centre.z); f(k.step)
+                u16(k.steps.count)
+                func i16(_ x: Int16) { let b = UInt16(bitPattern: x); out.append(UInt8(b & 0xFF)); out.append(UInt8(b >> 8)) }
+                for p in k.steps { i16(p.x); i16(p.y); i16(p.z) }
+            }
         }
         u16(model.count)
         for p in model { f(p.x); f(p.y); f(p.z) }
@@ -113,14 +153,27 @@ public struct ObjectTemplate: Sendable, Equatable {
         views = []
         for _ in 0..<count {
             let flag = try r.u8()
-            guard flag <= (version >= 5 ? 3 : 1) else { throw KeyInputError(.badTemplate("bad view flag")) }
+            guard flag <= (version >= 7 ? 7 : version >= 5 ? 3 : 1) else { throw KeyInputError(.badTemplate("bad view flag")) }
             var vector: [Float] = []
             for _ in 0..<dimension { vector.append(try r.f32(limit: 10)) }
             var a: [Float] = []
             for _ in 0..<15 { a.append(try r.f32(limit: 100)) }
             var camera: SIMD3<Float>?
             if flag & 2 != 0 { camera = SIMD3(try r.f32(limit: 100), try r.f32(limit: 100), try r.f32(limit: 100)) }
-            views.append(View(vector: vector, axes: PrincipalAxes(floats: a), registered: flag & 1 == 1, camera: camera))
+            var frame: KeptFrame?
+            if flag & 4 != 0 {
+                let c = SIMD3(try r.f32(limit: 1_000), try r.f32(limit: 1_000), try r.f32(limit: 1_000))
+                let step = try r.f32(limit: 1)
+                guard step > 0 else { throw KeyInputError(.badTemplate("a kept frame's scale out of range")) }
+                let n = try r.u16()
+                guard (Self.minimumFramePoints...ShapeAnalysis.maximumVoxelPoints).contains(n) else {
+                    throw KeyInputError(.badTemplate("a kept frame of \(n) points (\(Self.minimumFramePoints)…\(ShapeAnalysis.maximumVoxelPoints))"))
+                }
+                let raw = try r.bytes(6 * n)
+                func i16(_ k: Int) -> Int16 { Int16(bitPattern: UInt16(raw[k]) | UInt16(raw[k + 1]) << 8) }
+                frame = KeptFrame(centre: c, step: step, steps: (0..<n).map { k in SIMD3(i16(6 * k), i16(6 * k + 2), i16(6 * k + 4)) })
+            }
+            views.append(View(vector: vector, axes: PrincipalAxes(floats: a), registered: flag & 1 == 1, camera: camera, frame: frame))
         }
         guard views.contains(where: \.registered) else { throw KeyInputError(.badTemplate("no registered view")) }
         let points = try r.u16()
@@ -226,7 +279,10 @@ extension ObjectTemplate {
             c.cloud = ShapeAnalysis.surface(v.cloud, extents: v.extents)
             return c
         }
-        return build(clean, poses: poses, tau: tau, cell: cell, goodFrames: goodFrames, viewpoints: viewpoints, flags: flags)
+        var template = build(clean, poses: poses, tau: tau, cell: cell, goodFrames: goodFrames, viewpoints: viewpoints, flags: flags)
+        // Each frame as verification would see it live (outliers and all), for `KeyCloseness`.
+        for i in template.views.indices { template.views[i].frame = KeptFrame(views[i].cloud) }
+        return template
     }
 
     /// Inlier distance τ and model voxel edge for these views.

@@ -331,7 +331,21 @@ public struct ObjectVerifier: Sendable {
     /// `shownParts`: when asked for decisiveness and the frame passed, whether it shows each
     /// near-symmetry's distinct part.
     func evaluate(_ frame: PointFrame, _ a: ShapeAnalysis, askDecisive: Bool, shownParts: inout [Bool]) -> FrameVerdict {
-        let check = FrameCheck.assess(frame, a)
+        evaluate(FrameCheck.assess(frame, a), a, askDecisive: askDecisive, shownParts: &shownParts)
+    }
+
+    /// Another object's enrolment frame (`ObjectTemplate.View.frame`), judged as this key judges a
+    /// live frame (it passed its frame check at that enrolment): whether it passes and shows every
+    /// part this key waits for. Such a frame, held still before the camera, opens the key.
+    func opensHeldStill(_ frame: ShapeAnalysis) -> Bool {
+        let e = frame.extents
+        let check = FrameQualityReport(good: true, quality: 1, guidance: nil, points: frame.pointCount, extents: [Double(e.x), Double(e.y), Double(e.z)])
+        var shown: [Bool] = []
+        let v = evaluate(check, frame, askDecisive: true, shownParts: &shown)
+        return v.passed && v.decisive
+    }
+
+    private func evaluate(_ check: FrameQualityReport, _ a: ShapeAnalysis, askDecisive: Bool, shownParts: inout [Bool]) -> FrameVerdict {
         var v = FrameVerdict(score: 0, fit: 0, rms: 0, coverage: 0, excess: 0, deficit: 0, quality: check.quality, guidance: check.guidance,
                              stage1Passed: false, stage2Passed: false, passed: false)
         guard check.good else { return v }

@@ -38,6 +38,18 @@ struct ShapeAnalysis: Sendable {
         self.init(points: points)
     }
 
+    /// The analysis of a frame whose density-normalised cloud is all that was kept (an enrolment
+    /// frame in a template, `ObjectTemplate.View.frame`): the same steps after the voxels.
+    init(voxelCloud cloud: [SIMD3<Float>]) {
+        pointCount = cloud.count
+        self.cloud = cloud
+        axes = cloud.withUnsafeBufferPointer { PrincipalAxes($0) }
+        extents = Self.robustExtents(cloud, axes)
+        let tree = KDTree(cloud)
+        self.tree = tree
+        vector = Self.features(cloud, tree: tree, axes: axes, extents: extents)
+    }
+
     init(points: [SIMD3<Float>]) {
         pointCount = points.count
         guard points.count >= 8 else {

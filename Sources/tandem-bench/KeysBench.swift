@@ -321,6 +321,7 @@ struct KeysBench: ParsableCommand {
         var unwarnedTrials = 0, unwarnedAccepted = 0
         var warnedPairs: [String] = []
         var closeMs: [Double] = []
+        var heldOpened = 0, heldFrames = 0
         for (a, b) in SyntheticShapes.hardPairs {
             guard let i = shapes.firstIndex(where: { $0.name == a }), let j = shapes.firstIndex(where: { $0.name == b }) else { continue }
             func rate(template t: Int, object o: Int, matched: Bool) -> [String: Any] {
@@ -338,6 +339,14 @@ struct KeysBench: ParsableCommand {
             let warnings = KeyCloseness.closeKeys(verifiers[j].template, others: [(name: a, template: verifiers[i].template)])
             closeMs.append(ms(clock.now - c0))
             entry["close_warning"] = warnings.first?.warning ?? ""
+            // Held still (the closeness check's own trial): each object's enrolment frames that
+            // open the other's key; nil finding = none did.
+            let held: ((opened: Int, of: Int), (opened: Int, of: Int)) = (warnings.first?.theirsOpenMine ?? (0, verifiers[i].template.keptFrames),
+                                                                         warnings.first?.mineOpenTheirs ?? (0, verifiers[j].template.keptFrames))
+            entry["held_still_\(a)_opens_\(b)"] = ["frames": held.0.of, "opened": held.0.opened]
+            entry["held_still_\(b)_opens_\(a)"] = ["frames": held.1.of, "opened": held.1.opened]
+            heldOpened += held.0.opened + held.1.opened
+            heldFrames += held.0.of + held.1.of
             if warnings.isEmpty {
                 unwarnedTrials += verdictsOf[j * sweepsOf.count + i].count + verdictsOf[i * sweepsOf.count + j].count
                 unwarnedAccepted += verdictsOf[j * sweepsOf.count + i].filter(\.0).count + verdictsOf[i * sweepsOf.count + j].filter(\.0).count
@@ -351,6 +360,7 @@ struct KeysBench: ParsableCommand {
         if !genuineOnly {
             say("keys: hard pairs the enrolment warns about (\(warnedPairs.joined(separator: ", "))); FAR over the others \(unwarnedAccepted)/\(unwarnedTrials)")
             say(String(format: "keys: closeness check per hard pair p50 %.0f ms, max %.0f ms", percentile(closeMs, 0.5), closeMs.max() ?? 0))
+            say("keys: held still (each hard pair's enrolment frames before the other key): \(heldOpened) of \(heldFrames) frames open it")
         }
         for shape in shapes {
             guard let e = perObject[shape.name] else { continue }
@@ -380,6 +390,7 @@ struct KeysBench: ParsableCommand {
                             "accepted_impostors": accepted, "rejected_genuine": rejectedGenuine,
                             "nearest_misses": misses.sorted { $0.0 > $1.0 }.prefix(8).map(\.1), "hard_pairs": hardPairs, "pairs": pairs,
                             "warned_pairs": warnedPairs, "unwarned_pair_trials": unwarnedTrials, "unwarned_pair_accepted": unwarnedAccepted,
+                            "held_still_frames": heldFrames, "held_still_opened": heldOpened,
                             "tuned_on_seeds": Self.tunedSeeds.map { Int($0) }, "seed_unseen_in_tuning": !Self.tunedSeeds.contains(seed),
                             "impostors": impostors, "guided_frames": guidedFrames,
                             "frr_3_frames": frr3, "far_3_frames": far3] as [String: Any],

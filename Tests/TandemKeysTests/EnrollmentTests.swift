@@ -90,7 +90,9 @@ final class TemplateTests: XCTestCase {
         let t = Templates.get("mug")
         let bytes = t.serialized()
         XCTAssertEqual(try ObjectTemplate(serialized: bytes), t)
-        XCTAssertLessThan(bytes.count, 70_000)
+        // Every good frame is kept (version 7), 6 bytes a point: at most 12 × 2,000 points.
+        XCTAssertTrue(t.views.allSatisfy { $0.frame != nil })
+        XCTAssertLessThan(bytes.count, 70_000 + 12 * 2_000 * 6)
         XCTAssertEqual(t.normals.count, t.model.count)
         // A zero normal (the last 3 bytes) is refused.
         var zeroNormal = bytes
@@ -107,21 +109,56 @@ final class TemplateTests: XCTestCase {
             b[Int(g.next() % UInt64(min(b.count, 400)))] ^= UInt8(truncatingIfNeeded: g.next() | 1)
             _ = try? ObjectTemplate(serialized: b)
         }
+        // The kept frames: each gives back its frame's analysis; hostile ones are refused.
+        let e = enrolled("mug").0
+        for (view, kept) in zip(e.views, t.views.map(\.frame)) {
+            let back = ShapeAnalysis(voxelCloud: kept!.points)
+            XCTAssertGreaterThan(zip(back.vector, view.vector).map { $0 * $1 }.reduce(0, +), 0.9999)
+        }
+        func withFrame(_ k: ObjectTemplate.KeptFrame) -> [UInt8] {
+            var x = t
+            x.views[0].frame = k
+            return x.serialized()
+        }
+        let k = t.views[0].frame!
+        XCTAssertEqual(try ObjectTemplate(serialized: withFrame(k)), t)
+        XCTAssertThrowsError(try ObjectTemplate(serialized: withFrame(.init(centre: k.centre, step: 0, steps: k.steps))))
+        XCTAssertThrowsError(try ObjectTemplate(serialized: withFrame(.init(centre: k.centre, step: .nan, steps: k.steps))))
+        XCTAssertThrowsError(try ObjectTemplate(serialized: withFrame(.init(centre: SIMD3(5_000, 0, 0), step: k.step, steps: k.steps))))
+        XCTAssertThrowsError(try ObjectTemplate(serialized: withFrame(.init(centre: k.centre, step: k.step, steps: Array(k.steps.prefix(8))))))
+        XCTAssertThrowsError(try ObjectTemplate(serialized: withFrame(.init(centre: k.centre, step: k.step, steps: Array(repeating: k.steps[0], count: ShapeAnalysis.maximumVoxelPoints + 1)))))
+        XCTAssertNil(ObjectTemplate.KeptFrame(Array(repeating: SIMD3<Float>(0, 0, 0.5), count: 8)))
+        for _ in 0..<300 {
+            var b = bytes
+            b[Int(g.next() % UInt64(b.count))] ^= UInt8(truncatingIfNeeded: g.next() | 1)
+            _ = try? ObjectTemplate(serialized: b)
+        }
         var wrongVersion = bytes
         wrongVersion[3] = 9
         XCTAssertThrowsError(try ObjectTemplate(serialized: wrongVersion))
     }
 
-    /// Keys enrolled before the cameras (version 4: no camera per view), before the deficit
+    /// Keys enrolled before the kept frames (version 6), before the cameras (version 4: no camera per view), before the deficit
     /// threshold (version 2: the bytes of version 3 without it) and before the outline's (version 3:
     /// without those two) still load; version 4 keeps its outline ceilings (judged), 2 and 3 verify
     /// without an outline test.
     func testOlderTemplatesStillLoad() throws {
-        let t = Templates.get("mug")
-        XCTAssertLessThan(t.maximumDeficit, 0.5)
-        XCTAssertLessThan(t.maximumOverhang, 0.1)
-        XCTAssertLessThan(t.maximumShortfall, 0.1)
-        XCTAssertEqual(t.serialized()[3], 6)
+        let framed = Templates.get("mug")
+        XCTAssertLessThan(framed.maximumDeficit, 0.5)
+        XCTAssertLessThan(framed.maximumOverhang, 0.1)
+        XCTAssertLessThan(framed.maximumShortfall, 0.1)
+        XCTAssertEqual(framed.serialized()[3], 7)
+        // Version 7 keeps every good frame's cloud; version 6 is the same bytes without them, and
+        // cannot carry one.
+        XCTAssertEqual(try ObjectTemplate(serialized: framed.serialized()), framed)
+        var v6framed = framed.serialized()
+        v6framed[3] = 6
+        XCTAssertThrowsError(try ObjectTemplate(serialized: v6framed))
+        var t = framed
+        t.views = framed.views.map { var v = $0; v.frame = nil; return v }
+        var v6 = t.serialized()
+        v6[3] = 6
+        XCTAssertEqual(try ObjectTemplate(serialized: v6), t)
         // Version 5 keeps each registered view's camera; version 4 is the same bytes without them.
         XCTAssertTrue(t.views.allSatisfy { $0.registered == ($0.camera != nil) })
         XCTAssertEqual(try ObjectTemplate(serialized: t.serialized()), t)
