@@ -51,13 +51,8 @@ struct ShapeAnalysis: Sendable {
     }
 
     init(points: [SIMD3<Float>]) {
-        pointCount = points.count
         guard points.count >= 8 else {
-            cloud = points
-            axes = PrincipalAxes(centroid: .zero, eigenvalues: .zero, axes: .identity)
-            extents = .zero
-            vector = [Float](repeating: 0, count: Self.dimension)
-            tree = KDTree(points)
+            self.init(tooFew: points)
             return
         }
         let rawAxes = points.withUnsafeBufferPointer { PrincipalAxes($0) }
@@ -68,12 +63,18 @@ struct ShapeAnalysis: Sendable {
             let step = Double(cloud.count) / Double(Self.maximumVoxelPoints)
             cloud = (0..<Self.maximumVoxelPoints).map { cloud[Int(Double($0) * step)] }
         }
-        self.cloud = cloud
-        axes = cloud.withUnsafeBufferPointer { PrincipalAxes($0) }
-        extents = Self.robustExtents(cloud, axes)
-        let tree = KDTree(cloud)
-        self.tree = tree
-        vector = Self.features(cloud, tree: tree, axes: axes, extents: extents)
+        self.init(voxelCloud: cloud)
+        pointCount = points.count
+    }
+
+    /// Fewer than 8 points: nothing to analyse (the frame check refuses such a frame).
+    private init(tooFew points: [SIMD3<Float>]) {
+        pointCount = points.count
+        cloud = points
+        axes = PrincipalAxes(centroid: .zero, eigenvalues: .zero, axes: .identity)
+        extents = .zero
+        vector = [Float](repeating: 0, count: Self.dimension)
+        tree = KDTree(points)
     }
 
     /// The cloud without the camera's scattered outliers, for stage 2's fit measures. Voxel
