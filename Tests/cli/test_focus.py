@@ -411,6 +411,22 @@ def test_object_keys_enrol_check_lock_and_unlock_through_frames(make_focus, tmp_
     one_line_error(proc)
 
 
+def test_enrolment_says_a_key_is_close_to_another(make_focus, tmp_path):
+    """Issue 35: a key too close to another to be told apart is said at enrolment, through the node.
+    A mug seen with its handle hidden fits the key of a mug without one: the mug key's kept frames,
+    judged by the new key held still, open it; the handle-less mug's never open the mug key (it
+    waits for the handle)."""
+    n = make_focus("ines")
+    cli_json(n, "key", "enroll", "mug", "--object", *key_frames(n, "mug", 10, 100, tmp_path / "mug"), timeout=KEY_WORK_S)
+    done = cli_json(n, "key", "enroll", "cup", "--object", *key_frames(n, "mug-no-handle", 10, 300, tmp_path / "cup"),
+                    timeout=KEY_WORK_S)
+    assert done["complete"] is True
+    close = [w for w in done["warnings"] if w.startswith("this key is close to KEY mug:")]
+    assert close and "held still, KEY mug's object opens this key from" in close[0], done["warnings"]
+    assert "this object opens KEY mug" not in close[0]
+    assert sorted(k["id"] for k in cli_json(n, "key", "list")["keys"]) == ["cup", "mug"]
+
+
 def cli_args(node, *args):
     return [TANDEM, *args, "--data-dir", node.data_dir]
 
