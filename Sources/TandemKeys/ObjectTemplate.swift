@@ -29,7 +29,8 @@ public struct ObjectTemplate: Sendable, Equatable {
         var steps: [SIMD3<Int16>]
 
         init?(_ cloud: [SIMD3<Float>]) {
-            guard (ObjectTemplate.minimumFramePoints...ShapeAnalysis.maximumVoxelPoints).contains(cloud.count) else { return nil }
+            guard (ObjectTemplate.minimumFramePoints...ShapeAnalysis.maximumVoxelPoints).contains(cloud.count),
+                  cloud.allSatisfy({ p in (0..<3).allSatisfy { p[$0].isFinite && abs(p[$0]) <= 1_000 } }) else { return nil }
             var c = SIMD3<Float>.zero
             for p in cloud { c += p }
             c /= Float(cloud.count)

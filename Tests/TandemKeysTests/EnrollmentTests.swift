@@ -128,6 +128,7 @@ final class TemplateTests: XCTestCase {
         XCTAssertThrowsError(try ObjectTemplate(serialized: withFrame(.init(centre: k.centre, step: k.step, steps: Array(k.steps.prefix(8))))))
         XCTAssertThrowsError(try ObjectTemplate(serialized: withFrame(.init(centre: k.centre, step: k.step, steps: Array(repeating: k.steps[0], count: ShapeAnalysis.maximumVoxelPoints + 1)))))
         XCTAssertNil(ObjectTemplate.KeptFrame(Array(repeating: SIMD3<Float>(0, 0, 0.5), count: 8)))
+        XCTAssertNil(ObjectTemplate.KeptFrame(Array(repeating: SIMD3<Float>(0, 0, 0.5), count: 40) + [SIMD3(.nan, 0, 0.5)]))
         for _ in 0..<300 {
             var b = bytes
             b[Int(g.next() % UInt64(b.count))] ^= UInt8(truncatingIfNeeded: g.next() | 1)
