@@ -15,7 +15,7 @@ import Foundation
 ///   kept frame of either object is judged by the other key as a live frame (`heldStill(_:opens:)`);
 ///   one that passes and shows every part the key waits for opens it when held still before the
 ///   camera, so the keys are close when any does. This is what the model sweeps miss: a jar shows its
-///   lid from few viewpoints, and from the others opens the key of a jar without one (seed 11: 8 of
+///   lid from few viewpoints, and from the others opens the key of a jar without one (seed 11: 7 of
 ///   its 12 frames), while the sweeps of its merged model, with holes where no frame looked and
 ///   edges blurred by the registration, opened it in none.
 /// - Common look-alikes: plain solids of this key's size (its model's extents along its principal
