@@ -68,6 +68,7 @@ public enum KeyCloseness {
     public static func closeKeys(_ template: ObjectTemplate, others: [(name: String, template: ObjectTemplate)], seed: UInt64 = 1) -> [Finding] {
         let mine = ObjectVerifier(template: template)
         let myModel = surface(template)
+        let myFrames = keptAnalyses(template)
         return others.compactMap { other in
             let theirs = ObjectVerifier(template: other.template)
             let theirModel = surface(other.template)
@@ -79,7 +80,7 @@ public enum KeyCloseness {
             }
             let twins = stretch(template, other.template)
             let finding = Finding(other: other.name, isKey: true, matched: matched, sweeps: 2 * keySweeps, stretch: twins,
-                                  theirsOpenMine: heldStill(other.template, opens: mine), mineOpenTheirs: heldStill(template, opens: theirs))
+                                  theirsOpenMine: heldStill(keptAnalyses(other.template), opens: mine), mineOpenTheirs: heldStill(myFrames, opens: theirs))
             return matched > 0 || twins != nil || finding.heldStillOpens ? finding : nil
         }
     }
@@ -104,8 +105,16 @@ public enum KeyCloseness {
     /// object's own frames, so they show what a sweep of its merged model cannot (the model has
     /// holes where no frame looked, and its edges are blurred by the registration).
     static func heldStill(_ template: ObjectTemplate, opens verifier: ObjectVerifier) -> (opened: Int, of: Int) {
-        let frames = template.views.compactMap(\.frame)
-        return (frames.filter { verifier.opensHeldStill(ShapeAnalysis(voxelCloud: $0.points)) }.count, frames.count)
+        heldStill(keptAnalyses(template), opens: verifier)
+    }
+
+    static func heldStill(_ frames: [ShapeAnalysis], opens verifier: ObjectVerifier) -> (opened: Int, of: Int) {
+        (frames.filter { verifier.opensHeldStill($0) }.count, frames.count)
+    }
+
+    /// The analyses of the frames `template` keeps (made once per template, not once per other key).
+    static func keptAnalyses(_ template: ObjectTemplate) -> [ShapeAnalysis] {
+        template.views.compactMap { $0.frame.map { ShapeAnalysis(voxelCloud: $0.points) } }
     }
 
     /// Whether `sweep` opens a fresh copy of `verifier` (stops at the first frame that fails: the

@@ -218,9 +218,14 @@ final class DiscriminationTests: XCTestCase {
         XCTAssertEqual(mugOpensCup.of, mug.views.count)
         XCTAssertGreaterThan(mugOpensCup.opened, 0)
         XCTAssertEqual(cupOpensMug.opened, 0)
-        // A frame found so opens the key when it comes from the camera: the same view, fresh noise, three times.
-        let found = mug.views.compactMap(\.frame).first { ObjectVerifier(template: cup).opensHeldStill(ShapeAnalysis(voxelCloud: $0.points)) }
-        XCTAssertNotNil(found)
+        // What the trial stands for: the mug held still before the camera at its enrolment poses
+        // (`enrolled` offers seeds 100…), three frames of fresh noise each, opens the cup key too.
+        let stillRuns = (100..<UInt64(112)).filter { s in
+            var v = ObjectVerifier(template: cup)
+            let frames = (0..<UInt64(3)).map { k in SyntheticShapes.view(of: shape("mug"), pose: .random(seed: s), seed: s &* 31 &+ 5_000 &+ k, points: 1_500) }
+            return v.matches(frames).matched
+        }
+        XCTAssertFalse(stillRuns.isEmpty)
         for (order, key) in [(cup, mug), (mug, cup)].enumerated() {
             let close = KeyCloseness.closeKeys(key.0, others: [(name: "other", template: key.1)])
             XCTAssertEqual(close.map(\.other), ["other"], "order \(order)")
