@@ -49,6 +49,8 @@ public struct ObjectVerifier: Sendable {
     public static let minimumScore = 0.90
     /// At most this many local searches for a pose with less shortfall per frame (section 6).
     static let shortfallSearches = 2
+    /// At most this many local searches for a pose with less excess per frame (section 6).
+    static let excessSearches = 2
 
     public let template: ObjectTemplate
     public let roi: RegionOfInterest?
@@ -365,15 +367,38 @@ public struct ObjectVerifier: Sendable {
         @Sendable func measures(_ c: Alignment, searching: Bool) -> (StageTwoMeasures, excess: Double)? {
             guard c.fit >= Double(enrolled.minimumFit), c.rms <= Double(enrolled.maximumRMS) else { return nil }
             // A pose judged clearly first and then again (`judgeClearly`, `judge`) is measured once.
-            let measured = accepted.measured(c.transform) {
+            // The excess first (the measures are not taken when it is over the ceiling).
+            let measured = accepted.measured(c.transform) { () -> (StageTwoMeasures?, excess: Double) in
                 let excess = Registration.excess(cloud, c.transform, tree, normals, cell: enrolled.cell, tau: enrolled.inlierDistance, viewTree: viewTree)
-                guard excess <= Double(enrolled.maximumExcess) else { return nil }
+                guard excess <= Double(enrolled.maximumExcess) else { return (nil, excess) }
                 let m = Registration.measure(model: tree, normals: normals, view: cloud, t: c.transform,
                                              tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
-                guard enrolled.admitsBesideTheShortfall(m) else { return nil }
-                return (m, excess)
+                return (enrolled.admitsBesideTheShortfall(m) ? m : nil, excess)
             }
-            guard var (m, excess) = measured else { return nil }
+            var excess = measured.excess
+            var m: StageTwoMeasures
+            if excess > Double(enrolled.maximumExcess) {
+                // The least excess near this pose (`Registration.leastExcess`), when every other
+                // measure passes here: a pose a few degrees or millimetres off puts a patch of a
+                // round body past the model's surface; a part the model lacks (a handle) stays off
+                // at any pose near. At most `excessSearches` per frame.
+                guard searching, accepted.takeExcessSearch() else { return nil }
+                let here = Registration.measure(model: tree, normals: normals, view: cloud, t: c.transform,
+                                                tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
+                guard enrolled.admits(here) else { return nil }
+                let near = Registration.leastExcess(view: cloud, fine: Registration.subsample(cloud, Registration.finePoints), viewTree: viewTree,
+                                                    model: tree, normals: normals, from: c.transform, excess: excess, tau: enrolled.inlierDistance,
+                                                    cell: enrolled.cell, enough: Double(enrolled.maximumExcess)) { fit, rms in
+                    fit >= Double(enrolled.minimumFit) && rms <= Double(enrolled.maximumRMS)
+                }
+                guard near.excess <= Double(enrolled.maximumExcess) else { return nil }
+                let there = Registration.measure(model: tree, normals: normals, view: cloud, t: near.pose,
+                                                 tau: enrolled.inlierDistance, cell: enrolled.cell, viewTree: viewTree)
+                guard enrolled.admits(there) else { return nil }
+                return (there, near.excess)
+            }
+            guard let got = measured.0 else { return nil }
+            m = got
             if m.shortfall > Double(enrolled.maximumShortfall) {
                 // The least shortfall near this pose (`Registration.leastShortfall`): a pose a few
                 // degrees off leaves a band of the outline past the frame that a smaller object
@@ -505,10 +530,10 @@ private final class AcceptedMeasures: @unchecked Sendable {
 
     func measures(for t: RigidTransform) -> (StageTwoMeasures, excess: Double)? { pose == t ? values : nil }
 
-    /// The measures at pose `t` before any local search (nil: they fail), made by `make` the first
-    /// time this pose is asked about.
-    private var known: [(RigidTransform, (StageTwoMeasures, excess: Double)?)] = []
-    func measured(_ t: RigidTransform, _ make: () -> (StageTwoMeasures, excess: Double)?) -> (StageTwoMeasures, excess: Double)? {
+    /// The excess at pose `t` and, when it is under the ceiling, the other measures (nil: they
+    /// fail), before any local search; made by `make` the first time this pose is asked about.
+    private var known: [(RigidTransform, (StageTwoMeasures?, excess: Double))] = []
+    func measured(_ t: RigidTransform, _ make: () -> (StageTwoMeasures?, excess: Double)) -> (StageTwoMeasures?, excess: Double) {
         if let k = known.first(where: { $0.0 == t }) { return k.1 }
         let made = make()
         known.append((t, made))
@@ -520,6 +545,14 @@ private final class AcceptedMeasures: @unchecked Sendable {
     func takeShortfallSearch() -> Bool {
         guard searches < ObjectVerifier.shortfallSearches else { return false }
         searches += 1
+        return true
+    }
+
+    /// Local searches for a pose with less excess (`ObjectVerifier.excessSearches` per frame).
+    private var excessSearches = 0
+    func takeExcessSearch() -> Bool {
+        guard excessSearches < ObjectVerifier.excessSearches else { return false }
+        excessSearches += 1
         return true
     }
 }
