@@ -376,7 +376,6 @@ public struct ObjectVerifier: Sendable {
                 return (enrolled.admitsBesideTheShortfall(m) ? m : nil, excess)
             }
             var excess = measured.excess
-            var m: StageTwoMeasures
             if excess > Double(enrolled.maximumExcess) {
                 // The least excess near this pose (`Registration.leastExcess`), when every other
                 // measure passes here: a pose a few degrees or millimetres off puts a patch of a
@@ -397,8 +396,7 @@ public struct ObjectVerifier: Sendable {
                 guard enrolled.admits(there) else { return nil }
                 return (there, near.excess)
             }
-            guard let got = measured.0 else { return nil }
-            m = got
+            guard var m = measured.0 else { return nil }
             if m.shortfall > Double(enrolled.maximumShortfall) {
                 // The least shortfall near this pose (`Registration.leastShortfall`): a pose a few
                 // degrees off leaves a band of the outline past the frame that a smaller object
